@@ -1,0 +1,433 @@
+//! The host: every extension's session in one registry, and the routing between them.
+//!
+//! [`Host`] is the library's front door. Build one with [`HostBuilder`]; it
+//! discovers extensions, starts them in parallel, and routes commands, tool
+//! calls, events and intercepts to whichever extension registered them.
+
+mod builder;
+mod registry;
+mod supervisor;
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::Value;
+use tokio::sync::{broadcast, watch};
+use zotbox_protocol::{CommandResponse, Event, ToolResult};
+
+use crate::discovery::SearchPath;
+use crate::event::HostEvent;
+use crate::session::{CallError, Interceptable, Session, SessionConfig, Verdict};
+pub use builder::HostBuilder;
+use registry::Registry;
+pub use registry::{CommandInfo, ExtensionInfo, ExtensionState, ToolInfo};
+pub use supervisor::RestartPolicy;
+
+/// A host operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    /// No extension registered that command.
+    #[error("no command `{name}`{}", hint(known))]
+    UnknownCommand {
+        /// The command asked for.
+        name: String,
+        /// Commands that exist, for the hint.
+        known: Vec<String>,
+    },
+    /// No extension registered that tool.
+    #[error("no tool `{name}`{}", hint(known))]
+    UnknownTool {
+        /// The tool asked for.
+        name: String,
+        /// Tools that exist, for the hint.
+        known: Vec<String>,
+    },
+    /// The guard chain refused a tool call.
+    #[error("tool `{tool}` blocked by {by}: {reason}")]
+    Blocked {
+        /// The tool.
+        tool: String,
+        /// Who blocked it.
+        by: String,
+        /// Why.
+        reason: String,
+    },
+    /// The extension failed to answer.
+    #[error(transparent)]
+    Call(#[from] CallError),
+    /// No extension of that name.
+    #[error("no extension `{0}`")]
+    UnknownExtension(String),
+}
+
+fn hint(known: &[String]) -> String {
+    if known.is_empty() {
+        "; no extension registered any".to_owned()
+    } else {
+        format!(" (known: {})", known.join(", "))
+    }
+}
+
+/// The outcome of an intercept chain.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Decision {
+    /// The combined verdict: a block, or the final rewrite, or allow.
+    #[serde(flatten)]
+    pub verdict: DecisionVerdict,
+    /// Who decided: the blocker, or every rewriter in order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub decided_by: Vec<String>,
+}
+
+/// The verdict part of a [`Decision`], serialisable for `--json`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "verdict", rename_all = "snake_case")]
+pub enum DecisionVerdict {
+    /// Nothing objected.
+    Allow,
+    /// Refused.
+    Block {
+        /// Why.
+        reason: String,
+    },
+    /// Allowed with rewritten tool arguments.
+    Rewrite {
+        /// The final arguments.
+        args: Value,
+    },
+    /// Allowed with replaced message text.
+    Replace {
+        /// The final text.
+        text: String,
+    },
+}
+
+impl Decision {
+    /// Whether the chain blocked.
+    pub fn is_block(&self) -> bool {
+        matches!(self.verdict, DecisionVerdict::Block { .. })
+    }
+}
+
+/// A running set of extensions. Cheap to clone; all clones share the sessions.
+#[derive(Clone)]
+pub struct Host {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Host {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Host").finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    settings: Settings,
+    events: broadcast::Sender<HostEvent>,
+    registry: Mutex<Registry>,
+    // Flipped to true to stop every supervisor of the current generation.
+    stop: Mutex<watch::Sender<bool>>,
+}
+
+/// Everything fixed at build time.
+#[derive(Debug, Clone)]
+struct Settings {
+    search: SearchPath,
+    session: SessionConfig,
+    restart: RestartPolicy,
+    zot_version: String,
+    provider: String,
+    model: String,
+}
+
+impl Host {
+    /// A builder with zot's defaults.
+    pub fn builder() -> HostBuilder {
+        HostBuilder::new()
+    }
+
+    /// Subscribes to host events (notes, panels, exits, restarts).
+    pub fn subscribe(&self) -> broadcast::Receiver<HostEvent> {
+        self.inner.events.subscribe()
+    }
+
+    /// Every extension found, with its state, registrations and errors, in
+    /// precedence order; then manifests that failed to load or lost on name.
+    pub fn list(&self) -> Vec<ExtensionInfo> {
+        self.registry().list()
+    }
+
+    /// Every live command, by name.
+    pub fn commands(&self) -> Vec<CommandInfo> {
+        self.registry().commands()
+    }
+
+    /// Every live tool, by name.
+    pub fn tools(&self) -> Vec<ToolInfo> {
+        self.registry().tools()
+    }
+
+    /// Runs slash command `name` with `args` in the extension that registered it.
+    ///
+    /// # Errors
+    ///
+    /// [`HostError::UnknownCommand`], or the extension's [`CallError`].
+    pub async fn invoke_command(
+        &self,
+        name: &str,
+        args: &str,
+    ) -> Result<CommandResponse, HostError> {
+        let session = self.registry().command_owner(name)?;
+        Ok(session.invoke_command(name, args).await?)
+    }
+
+    /// Calls tool `name`: the guard chain first (which may block or rewrite
+    /// the arguments), then a `tool_call` event to subscribers, then the call.
+    ///
+    /// # Errors
+    ///
+    /// [`HostError::UnknownTool`], [`HostError::Blocked`], or the extension's
+    /// [`CallError`].
+    pub async fn call_tool(&self, name: &str, args: Value) -> Result<ToolResult, HostError> {
+        let session = self.registry().tool_owner(name)?;
+        let decision = self.intercept_tool_call(name, args.clone()).await;
+        let args = match decision.verdict {
+            DecisionVerdict::Block { reason } => {
+                return Err(HostError::Blocked {
+                    tool: name.to_owned(),
+                    by: decision.decided_by.join(", "),
+                    reason,
+                });
+            }
+            DecisionVerdict::Rewrite { args } => args,
+            DecisionVerdict::Allow | DecisionVerdict::Replace { .. } => args,
+        };
+        let call_id = self.registry().next_call_id();
+        self.emit_event(&Event::tool_call(call_id, name, args.clone()));
+        Ok(session.call_tool(name, args, None).await?)
+    }
+
+    /// Delivers `event` to every extension subscribed to it. Never waits.
+    pub fn emit_event(&self, event: &Event) {
+        for session in self.registry().sessions() {
+            if session.subscribes_to(&event.event) {
+                session.emit_event(event);
+            }
+        }
+    }
+
+    /// Asks every `tool_call` interceptor, in order, about a call.
+    pub async fn intercept_tool_call(&self, tool_name: &str, tool_args: Value) -> Decision {
+        self.intercept(Interceptable::ToolCall {
+            tool_name: tool_name.to_owned(),
+            tool_args,
+        })
+        .await
+    }
+
+    /// Asks every `turn_start` interceptor, in order, about a turn.
+    pub async fn intercept_turn_start(&self, step: u64) -> Decision {
+        self.intercept(Interceptable::TurnStart { step }).await
+    }
+
+    /// Asks every `assistant_message` interceptor, in order, about a message.
+    pub async fn intercept_assistant_message(&self, text: &str) -> Decision {
+        self.intercept(Interceptable::AssistantMessage {
+            text: text.to_owned(),
+        })
+        .await
+    }
+
+    /// Runs the intercept chain: subscribers one after another in a stable
+    /// order; the first block wins; rewrites chain, each interceptor seeing
+    /// the previous one's result.
+    pub async fn intercept(&self, mut subject: Interceptable) -> Decision {
+        let interceptors: Vec<Session> = self
+            .registry()
+            .sessions()
+            .into_iter()
+            .filter(|s| s.intercepts(subject.event()))
+            .collect();
+        let mut rewritten_by = Vec::new();
+        let mut changed = false;
+        for session in interceptors {
+            match session.intercept(&subject).await {
+                Verdict::Allow => {}
+                Verdict::Block { reason } => {
+                    return Decision {
+                        verdict: DecisionVerdict::Block { reason },
+                        decided_by: vec![session.name().to_string()],
+                    };
+                }
+                Verdict::Rewrite { args } => {
+                    if let Interceptable::ToolCall { tool_args, .. } = &mut subject {
+                        *tool_args = args;
+                        changed = true;
+                        rewritten_by.push(session.name().to_string());
+                    }
+                }
+                Verdict::Replace { text: new } => {
+                    if let Interceptable::AssistantMessage { text } = &mut subject {
+                        *text = new;
+                        changed = true;
+                        rewritten_by.push(session.name().to_string());
+                    }
+                }
+            }
+        }
+        let verdict = match (changed, subject) {
+            (true, Interceptable::ToolCall { tool_args, .. }) => {
+                DecisionVerdict::Rewrite { args: tool_args }
+            }
+            (true, Interceptable::AssistantMessage { text }) => DecisionVerdict::Replace { text },
+            _ => DecisionVerdict::Allow,
+        };
+        Decision {
+            verdict,
+            decided_by: rewritten_by,
+        }
+    }
+
+    /// Sends a key press to `extension`'s panel.
+    ///
+    /// # Errors
+    ///
+    /// [`HostError::UnknownExtension`] when no live extension has that name.
+    pub fn panel_key(
+        &self,
+        extension: &str,
+        panel_id: &str,
+        key: &str,
+        text: Option<&str>,
+    ) -> Result<(), HostError> {
+        self.session(extension)?.panel_key(panel_id, key, text);
+        Ok(())
+    }
+
+    /// Tells `extension` its panel was resized.
+    ///
+    /// # Errors
+    ///
+    /// As [`Host::panel_key`].
+    pub fn panel_resize(
+        &self,
+        extension: &str,
+        panel_id: &str,
+        width: u32,
+        height: u32,
+    ) -> Result<(), HostError> {
+        self.session(extension)?
+            .panel_resize(panel_id, width, height);
+        Ok(())
+    }
+
+    /// Tells `extension` the user closed its panel.
+    ///
+    /// # Errors
+    ///
+    /// As [`Host::panel_key`].
+    pub fn panel_close(&self, extension: &str, panel_id: &str) -> Result<(), HostError> {
+        self.session(extension)?.panel_close(panel_id);
+        Ok(())
+    }
+
+    /// Stops every extension, rediscovers, and starts them again. Explicit
+    /// paths given at build time are kept.
+    pub async fn reload(&self) {
+        self.stop_all().await;
+        self.start_all().await;
+    }
+
+    /// Stops every extension (shutdown, terminate, kill), in parallel.
+    pub async fn shutdown(&self) {
+        self.stop_all().await;
+    }
+
+    fn session(&self, extension: &str) -> Result<Session, HostError> {
+        self.registry()
+            .sessions()
+            .into_iter()
+            .find(|s| &**s.name() == extension)
+            .ok_or_else(|| HostError::UnknownExtension(extension.to_owned()))
+    }
+
+    fn registry(&self) -> MutexGuard<'_, Registry> {
+        self.inner
+            .registry
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    async fn start_all(&self) {
+        let discovery = self.inner.settings.search.discover();
+        let stop = {
+            let (tx, rx) = watch::channel(false);
+            *self
+                .inner
+                .stop
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = tx;
+            rx
+        };
+        let slots = self.registry().reset(discovery);
+        let mut first_attempts = Vec::with_capacity(slots.len());
+        for slot in slots {
+            let (started_tx, started_rx) = tokio::sync::oneshot::channel();
+            tokio::spawn(supervisor::supervise(
+                self.clone(),
+                slot,
+                stop.clone(),
+                started_tx,
+            ));
+            first_attempts.push(started_rx);
+        }
+        // All start in parallel: this waits as long as the slowest one.
+        for started in first_attempts {
+            let _ = started.await;
+        }
+    }
+
+    async fn stop_all(&self) {
+        let _ = self
+            .inner
+            .stop
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .send(true);
+        let sessions = self.registry().take_sessions();
+        let mut stopping = tokio::task::JoinSet::new();
+        for session in sessions {
+            stopping.spawn(async move { session.shutdown().await });
+        }
+        while stopping.join_next().await.is_some() {}
+    }
+
+    fn hello_ack(&self, manifest: &crate::manifest::Manifest) -> zotbox_protocol::HelloAck {
+        let settings = &self.inner.settings;
+        let dir = manifest.dir.display().to_string();
+        zotbox_protocol::HelloAck {
+            protocol_version: zotbox_protocol::PROTOCOL_VERSION,
+            zot_version: settings.zot_version.clone(),
+            provider: settings.provider.clone(),
+            model: settings.model.clone(),
+            cwd: settings.search.workspace.display().to_string(),
+            extension_dir: Some(dir.clone()),
+            data_dir: Some(dir),
+        }
+    }
+
+    /// The session configuration for one extension: the host's, narrowed by
+    /// the manifest's own limits.
+    fn session_config(&self, manifest: &crate::manifest::Manifest) -> SessionConfig {
+        let mut config = self.inner.settings.session.clone();
+        let limits = manifest.raw.limits;
+        if let Some(ms) = limits.tool_timeout_ms {
+            config.call_timeout = Duration::from_millis(ms);
+        }
+        if let Some(ms) = limits.intercept_timeout_ms {
+            config.intercept_timeout = Duration::from_millis(ms);
+        }
+        config
+    }
+}

@@ -1,0 +1,194 @@
+//! [`HostBuilder`]: the host's settings, with zot's defaults.
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::sync::{broadcast, watch};
+
+use super::{Host, Inner, RestartPolicy, Settings};
+use crate::discovery::SearchPath;
+use crate::home::ZotHome;
+use crate::session::{FailMode, SessionConfig};
+
+/// Host events kept for a subscriber that falls behind.
+const EVENT_BACKLOG: usize = 1024;
+
+/// Builds a [`Host`].
+///
+/// Defaults: the workspace is the current directory; `$ZOT_HOME` as zot
+/// resolves it; no explicit extensions; zot's timings (hello 10 s, ready
+/// idle 250 ms, tool call 60 s, intercept 5 s failing open, shutdown 2 s +
+/// 1 s); the default [`RestartPolicy`]; `hello_ack` reports zot version
+/// `zotbox-<version>`, provider and model `none`.
+#[derive(Debug, Clone)]
+pub struct HostBuilder {
+    workspace: Option<PathBuf>,
+    home: Option<ZotHome>,
+    explicit: Vec<PathBuf>,
+    session: SessionConfig,
+    restart: RestartPolicy,
+    zot_version: String,
+    provider: String,
+    model: String,
+}
+
+impl Default for HostBuilder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The host could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// No `$ZOT_HOME` given and none can be derived.
+    #[error("cannot find zot's home: set `ZOT_HOME` or `HOME`, or pass a zot home explicitly")]
+    NoHome,
+    /// The workspace folder is unusable.
+    #[error("workspace `{}`: {source}", path.display())]
+    Workspace {
+        /// The folder.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+impl HostBuilder {
+    /// A builder with the defaults above.
+    pub fn new() -> Self {
+        Self {
+            workspace: None,
+            home: None,
+            explicit: Vec::new(),
+            session: SessionConfig::default(),
+            restart: RestartPolicy::default(),
+            zot_version: concat!("zotbox-", env!("CARGO_PKG_VERSION")).to_owned(),
+            provider: "none".to_owned(),
+            model: "none".to_owned(),
+        }
+    }
+
+    /// The project root: `cwd` in `hello_ack`, and where `.zot/` is searched.
+    pub fn workspace(mut self, path: impl Into<PathBuf>) -> Self {
+        self.workspace = Some(path.into());
+        self
+    }
+
+    /// zot's home folder (`$ZOT_HOME`).
+    pub fn zot_home(mut self, path: impl Into<PathBuf>) -> Self {
+        self.home = Some(ZotHome::new(path));
+        self
+    }
+
+    /// Loads the extension at `path` (a folder or its `extension.json`)
+    /// ahead of discovered ones. Repeatable.
+    pub fn extension(mut self, path: impl Into<PathBuf>) -> Self {
+        self.explicit.push(path.into());
+        self
+    }
+
+    /// Replaces every session timing at once.
+    pub fn session_config(mut self, config: SessionConfig) -> Self {
+        self.session = config;
+        self
+    }
+
+    /// Deadline of the first frame.
+    pub fn hello_timeout(mut self, timeout: Duration) -> Self {
+        self.session.hello_timeout = timeout;
+        self
+    }
+
+    /// Deadline of a tool call or command (a manifest's limit overrides it).
+    pub fn tool_timeout(mut self, timeout: Duration) -> Self {
+        self.session.call_timeout = timeout;
+        self
+    }
+
+    /// Deadline of an intercept answer.
+    pub fn intercept_timeout(mut self, timeout: Duration) -> Self {
+        self.session.intercept_timeout = timeout;
+        self
+    }
+
+    /// What a missed intercept means.
+    pub fn intercept_failure(mut self, mode: FailMode) -> Self {
+        self.session.intercept_failure = mode;
+        self
+    }
+
+    /// When crashed extensions are restarted.
+    pub fn restart_policy(mut self, policy: RestartPolicy) -> Self {
+        self.restart = policy;
+        self
+    }
+
+    /// `zot_version` in `hello_ack`.
+    pub fn zot_version(mut self, version: impl Into<String>) -> Self {
+        self.zot_version = version.into();
+        self
+    }
+
+    /// `provider` in `hello_ack`.
+    pub fn provider(mut self, provider: impl Into<String>) -> Self {
+        self.provider = provider.into();
+        self
+    }
+
+    /// `model` in `hello_ack`.
+    pub fn model(mut self, model: impl Into<String>) -> Self {
+        self.model = model.into();
+        self
+    }
+
+    /// Discovers and starts every enabled extension, in parallel, and
+    /// returns once each has become ready or failed. An extension that fails
+    /// does not fail the build: `list` shows why.
+    ///
+    /// # Errors
+    ///
+    /// [`BuildError`] when the workspace or home cannot be determined.
+    pub async fn build(self) -> Result<Host, BuildError> {
+        let workspace = match self.workspace {
+            Some(path) => path,
+            None => std::env::current_dir().map_err(|source| BuildError::Workspace {
+                path: PathBuf::from("."),
+                source,
+            })?,
+        };
+        let workspace =
+            std::fs::canonicalize(&workspace).map_err(|source| BuildError::Workspace {
+                path: workspace,
+                source,
+            })?;
+        let home = self
+            .home
+            .or_else(ZotHome::from_env)
+            .ok_or(BuildError::NoHome)?;
+        let (events, _) = broadcast::channel(EVENT_BACKLOG);
+        let (stop, _) = watch::channel(false);
+        let host = Host {
+            inner: std::sync::Arc::new(Inner {
+                settings: Settings {
+                    search: SearchPath {
+                        explicit: self.explicit,
+                        workspace,
+                        home,
+                    },
+                    session: self.session,
+                    restart: self.restart,
+                    zot_version: self.zot_version,
+                    provider: self.provider,
+                    model: self.model,
+                },
+                events,
+                registry: Mutex::new(super::Registry::default()),
+                stop: Mutex::new(stop),
+            }),
+        };
+        host.start_all().await;
+        Ok(host)
+    }
+}

@@ -1,0 +1,481 @@
+//! The registry: every extension slot, its state, and who owns which name.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::HostError;
+use crate::discovery::{Discovery, Origin};
+use crate::manifest::Manifest;
+use crate::session::Session;
+
+/// Where an extension stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExtensionState {
+    /// Being started.
+    Starting,
+    /// Registered and answering.
+    Ready,
+    /// Stopped unexpectedly; will be started again after a back-off.
+    Restarting,
+    /// Stopped for good (until reload); `reason` says why.
+    Failed,
+    /// `enabled: false` in its manifest.
+    Disabled,
+    /// Shut down by the host.
+    Stopped,
+    /// Its manifest could not be loaded.
+    Invalid,
+    /// Another manifest of the same name took precedence.
+    Shadowed,
+}
+
+impl ExtensionState {
+    /// The state as shown to users.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Starting => "starting",
+            Self::Ready => "ready",
+            Self::Restarting => "restarting",
+            Self::Failed => "failed",
+            Self::Disabled => "disabled",
+            Self::Stopped => "stopped",
+            Self::Invalid => "invalid",
+            Self::Shadowed => "shadowed",
+        }
+    }
+}
+
+/// One extension as `list` shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct ExtensionInfo {
+    /// Its name (for an invalid manifest, the folder name).
+    pub name: String,
+    /// Its version, from `hello` or the manifest.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub version: String,
+    /// `native`, `wasm`, or empty when unknown.
+    #[serde(skip_serializing_if = "str::is_empty")]
+    pub kind: &'static str,
+    /// `explicit`, `project` or `user`.
+    pub origin: &'static str,
+    /// The manifest's path.
+    pub path: PathBuf,
+    /// Where it stands.
+    pub state: ExtensionState,
+    /// Why it is failed, invalid, restarting or shadowed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Commands it owns.
+    pub commands: Vec<String>,
+    /// Tools it owns.
+    pub tools: Vec<String>,
+    /// Events it subscribed to.
+    pub events: Vec<String>,
+    /// Events it intercepts.
+    pub intercepts: Vec<String>,
+    /// Its commands and tools that another extension took first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub shadowed: Vec<String>,
+    /// Registrations refused and manifest warnings.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+    /// Restarts since it was loaded.
+    pub restarts: u32,
+}
+
+/// A live command.
+#[derive(Debug, Clone, Serialize)]
+pub struct CommandInfo {
+    /// The command name.
+    pub name: String,
+    /// Its description.
+    pub description: String,
+    /// The extension that owns it.
+    pub extension: String,
+}
+
+/// A live tool.
+#[derive(Debug, Clone, Serialize)]
+pub struct ToolInfo {
+    /// The tool name.
+    pub name: String,
+    /// Its description.
+    pub description: String,
+    /// Its JSON Schema.
+    pub schema: Value,
+    /// The extension that owns it.
+    pub extension: String,
+}
+
+/// Identifies a slot across reloads: a stale supervisor's updates are ignored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SlotId {
+    generation: u64,
+    index: usize,
+}
+
+/// What a supervisor needs to run one slot.
+#[derive(Debug, Clone)]
+pub(crate) struct SlotHandle {
+    pub(crate) id: SlotId,
+    pub(crate) manifest: Manifest,
+}
+
+struct Slot {
+    manifest: Manifest,
+    origin: Origin,
+    state: ExtensionState,
+    reason: Option<String>,
+    session: Option<Session>,
+    restarts: u32,
+    shadowed_names: Vec<String>,
+}
+
+#[derive(Default)]
+pub(crate) struct Registry {
+    generation: u64,
+    stopped: bool,
+    slots: Vec<Slot>,
+    // Invalid and shadowed manifests, shown after the slots.
+    others: Vec<ExtensionInfo>,
+    // name → slot index
+    commands: BTreeMap<String, usize>,
+    tools: BTreeMap<String, usize>,
+    calls: u64,
+}
+
+impl Registry {
+    /// Replaces everything with a fresh discovery; returns the slots to start.
+    pub(crate) fn reset(&mut self, discovery: Discovery) -> Vec<SlotHandle> {
+        self.generation += 1;
+        self.stopped = false;
+        self.commands.clear();
+        self.tools.clear();
+        self.slots = discovery
+            .found
+            .into_iter()
+            .map(|found| Slot {
+                state: if found.manifest.raw.enabled {
+                    ExtensionState::Starting
+                } else {
+                    ExtensionState::Disabled
+                },
+                manifest: found.manifest,
+                origin: found.origin,
+                reason: None,
+                session: None,
+                restarts: 0,
+                shadowed_names: Vec::new(),
+            })
+            .collect();
+        self.others = discovery
+            .failures
+            .into_iter()
+            .map(|failure| {
+                let name = failure
+                    .path
+                    .parent()
+                    .and_then(|dir| dir.file_name())
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                info_without_slot(
+                    name,
+                    failure.origin,
+                    failure.path,
+                    ExtensionState::Invalid,
+                    failure.error.to_string(),
+                )
+            })
+            .chain(discovery.shadowed.into_iter().map(|shadowed| {
+                let name = Manifest::load(&shadowed.path)
+                    .map(|m| m.raw.name)
+                    .unwrap_or_default();
+                let reason = format!("shadowed by `{}`", shadowed.by.display());
+                info_without_slot(
+                    name,
+                    shadowed.origin,
+                    shadowed.path,
+                    ExtensionState::Shadowed,
+                    reason,
+                )
+            }))
+            .collect();
+        let generation = self.generation;
+        self.slots
+            .iter()
+            .enumerate()
+            .filter(|(_, slot)| slot.state == ExtensionState::Starting)
+            .map(|(index, slot)| SlotHandle {
+                id: SlotId { generation, index },
+                manifest: slot.manifest.clone(),
+            })
+            .collect()
+    }
+
+    fn slot_mut(&mut self, id: SlotId) -> Option<&mut Slot> {
+        if id.generation != self.generation || self.stopped {
+            return None;
+        }
+        self.slots.get_mut(id.index)
+    }
+
+    /// Records a state change; false when the slot is stale.
+    pub(crate) fn set_state(
+        &mut self,
+        id: SlotId,
+        state: ExtensionState,
+        reason: Option<String>,
+    ) -> bool {
+        match self.slot_mut(id) {
+            Some(slot) => {
+                slot.state = state;
+                slot.reason = reason;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Counts a restart.
+    pub(crate) fn count_restart(&mut self, id: SlotId) {
+        if let Some(slot) = self.slot_mut(id) {
+            slot.restarts += 1;
+        }
+    }
+
+    /// Makes a started session live; false (and nothing changes) when the
+    /// slot is stale or the host is stopping.
+    pub(crate) fn install(&mut self, id: SlotId, session: Session) -> bool {
+        let Some(slot) = self.slot_mut(id) else {
+            return false;
+        };
+        slot.session = Some(session);
+        slot.state = ExtensionState::Ready;
+        slot.reason = None;
+        self.rebuild_names();
+        true
+    }
+
+    /// Removes a session that ended; its names are withdrawn.
+    pub(crate) fn withdraw(&mut self, id: SlotId, reason: String) {
+        if let Some(slot) = self.slot_mut(id) {
+            slot.session = None;
+            slot.reason = Some(reason);
+            self.rebuild_names();
+        }
+    }
+
+    /// Takes every live session out for shutdown; the registry stops
+    /// accepting new ones until the next reset.
+    pub(crate) fn take_sessions(&mut self) -> Vec<Session> {
+        self.stopped = true;
+        let sessions = self
+            .slots
+            .iter_mut()
+            .filter_map(|slot| {
+                let session = slot.session.take()?;
+                slot.state = ExtensionState::Stopped;
+                Some(session)
+            })
+            .collect();
+        self.commands.clear();
+        self.tools.clear();
+        sessions
+    }
+
+    /// Live sessions in precedence order.
+    pub(crate) fn sessions(&self) -> Vec<Session> {
+        self.slots
+            .iter()
+            .filter_map(|slot| slot.session.clone())
+            .collect()
+    }
+
+    pub(crate) fn command_owner(&self, name: &str) -> Result<Session, HostError> {
+        self.commands
+            .get(name)
+            .and_then(|&index| self.slots[index].session.clone())
+            .ok_or_else(|| HostError::UnknownCommand {
+                name: name.to_owned(),
+                known: self.commands.keys().cloned().collect(),
+            })
+    }
+
+    pub(crate) fn tool_owner(&self, name: &str) -> Result<Session, HostError> {
+        self.tools
+            .get(name)
+            .and_then(|&index| self.slots[index].session.clone())
+            .ok_or_else(|| HostError::UnknownTool {
+                name: name.to_owned(),
+                known: self.tools.keys().cloned().collect(),
+            })
+    }
+
+    /// A fresh id for a `tool_call` event.
+    pub(crate) fn next_call_id(&mut self) -> String {
+        self.calls += 1;
+        format!("call-{}", self.calls)
+    }
+
+    /// Recomputes name ownership: first come (in precedence order), first served.
+    fn rebuild_names(&mut self) {
+        let mut commands: BTreeMap<String, usize> = BTreeMap::new();
+        let mut tools: BTreeMap<String, usize> = BTreeMap::new();
+        for index in 0..self.slots.len() {
+            let mut shadowed = Vec::new();
+            if let Some(session) = &self.slots[index].session {
+                let registration = session.registration();
+                for command in &registration.commands {
+                    if let Some(&owner) = commands.get(&command.name) {
+                        shadowed.push(format!(
+                            "command `{}` (owned by `{}`)",
+                            command.name,
+                            self.slots[owner].manifest.name()
+                        ));
+                    } else {
+                        commands.insert(command.name.clone(), index);
+                    }
+                }
+                for tool in &registration.tools {
+                    if let Some(&owner) = tools.get(&tool.name) {
+                        shadowed.push(format!(
+                            "tool `{}` (owned by `{}`)",
+                            tool.name,
+                            self.slots[owner].manifest.name()
+                        ));
+                    } else {
+                        tools.insert(tool.name.clone(), index);
+                    }
+                }
+            }
+            let slot = &mut self.slots[index];
+            for entry in shadowed.iter().filter(|e| !slot.shadowed_names.contains(e)) {
+                tracing::warn!("extension `{}`: {entry} is shadowed", slot.manifest.name());
+            }
+            slot.shadowed_names = shadowed;
+        }
+        self.commands = commands;
+        self.tools = tools;
+    }
+
+    pub(crate) fn list(&self) -> Vec<ExtensionInfo> {
+        let mut infos: Vec<ExtensionInfo> = self
+            .slots
+            .iter()
+            .enumerate()
+            .map(|(index, slot)| {
+                let mut info = info_without_slot(
+                    slot.manifest.name().to_owned(),
+                    slot.origin,
+                    slot.manifest.path.clone(),
+                    slot.state,
+                    slot.reason.clone().unwrap_or_default(),
+                );
+                info.kind = slot.manifest.kind();
+                info.version = slot.manifest.raw.version.clone();
+                info.restarts = slot.restarts;
+                info.shadowed = slot.shadowed_names.clone();
+                info.warnings = slot
+                    .manifest
+                    .unknown_keys
+                    .iter()
+                    .map(|key| format!("unknown key `{key}` ignored"))
+                    .collect();
+                if let Some(session) = &slot.session {
+                    let registration = session.registration();
+                    if !registration.hello.version.is_empty() {
+                        info.version = registration.hello.version.clone();
+                    }
+                    info.commands = owned(&self.commands, index);
+                    info.tools = owned(&self.tools, index);
+                    info.events = registration.events.iter().cloned().collect();
+                    info.intercepts = registration.intercepts.iter().cloned().collect();
+                    info.warnings.extend(registration.refused.iter().cloned());
+                }
+                info
+            })
+            .collect();
+        infos.extend(self.others.iter().cloned());
+        infos
+    }
+
+    pub(crate) fn commands(&self) -> Vec<CommandInfo> {
+        self.commands
+            .iter()
+            .filter_map(|(name, &index)| {
+                let slot = &self.slots[index];
+                let command = slot
+                    .session
+                    .as_ref()?
+                    .registration()
+                    .commands
+                    .iter()
+                    .find(|c| &c.name == name)?;
+                Some(CommandInfo {
+                    name: name.clone(),
+                    description: command.description.clone(),
+                    extension: slot.manifest.name().to_owned(),
+                })
+            })
+            .collect()
+    }
+
+    pub(crate) fn tools(&self) -> Vec<ToolInfo> {
+        self.tools
+            .iter()
+            .filter_map(|(name, &index)| {
+                let slot = &self.slots[index];
+                let tool = slot
+                    .session
+                    .as_ref()?
+                    .registration()
+                    .tools
+                    .iter()
+                    .find(|t| &t.name == name)?;
+                Some(ToolInfo {
+                    name: name.clone(),
+                    description: tool.description.clone(),
+                    schema: tool.schema.clone(),
+                    extension: slot.manifest.name().to_owned(),
+                })
+            })
+            .collect()
+    }
+}
+
+fn owned(names: &BTreeMap<String, usize>, index: usize) -> Vec<String> {
+    names
+        .iter()
+        .filter(|&(_, &owner)| owner == index)
+        .map(|(name, _)| name.clone())
+        .collect()
+}
+
+fn info_without_slot(
+    name: String,
+    origin: Origin,
+    path: PathBuf,
+    state: ExtensionState,
+    reason: String,
+) -> ExtensionInfo {
+    ExtensionInfo {
+        name,
+        version: String::new(),
+        kind: "",
+        origin: origin.as_str(),
+        path,
+        state,
+        reason: (!reason.is_empty()).then_some(reason),
+        commands: Vec::new(),
+        tools: Vec::new(),
+        events: Vec::new(),
+        intercepts: Vec::new(),
+        shadowed: Vec::new(),
+        warnings: Vec::new(),
+        restarts: 0,
+    }
+}

@@ -1,0 +1,197 @@
+//! One task per extension: start it, watch it, restart it within the policy.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use tokio::sync::{oneshot, watch};
+use tokio::time::Instant;
+
+use super::Host;
+use super::registry::{ExtensionState, SlotHandle};
+use crate::event::HostEvent;
+use crate::runtime;
+use crate::session::{Closed, Session};
+
+/// When an extension that stopped unexpectedly is started again.
+///
+/// Defaults: at most 3 restarts within 60 s, the first after 200 ms, each
+/// next back-off doubled up to 5 s. Past that the extension stays failed
+/// until the host reloads.
+#[derive(Debug, Clone)]
+pub struct RestartPolicy {
+    /// Restarts allowed within `window`; 0 never restarts.
+    pub max_restarts: u32,
+    /// The sliding window restarts are counted in.
+    pub window: Duration,
+    /// The back-off before the first restart.
+    pub initial_backoff: Duration,
+    /// The longest back-off.
+    pub max_backoff: Duration,
+}
+
+impl Default for RestartPolicy {
+    fn default() -> Self {
+        Self {
+            max_restarts: 3,
+            window: Duration::from_secs(60),
+            initial_backoff: Duration::from_millis(200),
+            max_backoff: Duration::from_secs(5),
+        }
+    }
+}
+
+impl RestartPolicy {
+    /// A policy that never restarts.
+    pub fn never() -> Self {
+        Self {
+            max_restarts: 0,
+            ..Self::default()
+        }
+    }
+
+    fn backoff(&self, attempt: u32) -> Duration {
+        let factor = 2u32.saturating_pow(attempt.saturating_sub(1));
+        self.initial_backoff
+            .saturating_mul(factor)
+            .min(self.max_backoff)
+    }
+}
+
+/// Why one start attempt failed.
+enum StartFailure {
+    /// Retrying cannot help (the program does not exist).
+    Permanent(String),
+    /// It may work next time (it crashed during the handshake).
+    Transient(String),
+}
+
+pub(super) async fn supervise(
+    host: Host,
+    slot: SlotHandle,
+    mut stop: watch::Receiver<bool>,
+    started: oneshot::Sender<()>,
+) {
+    let name = slot.manifest.name().to_owned();
+    let policy = host.inner.settings.restart.clone();
+    let mut started = Some(started);
+    let mut recent: VecDeque<Instant> = VecDeque::new();
+    loop {
+        if *stop.borrow() {
+            break;
+        }
+        let attempt = start_once(&host, &slot).await;
+        let reason = match attempt {
+            Ok(session) => {
+                if !host.registry().install(slot.id, session.clone()) {
+                    // The host is stopping or reloaded meanwhile.
+                    session.shutdown().await;
+                    break;
+                }
+                let _ = host.inner.events.send(HostEvent::Ready {
+                    extension: session.name().clone(),
+                });
+                if let Some(started) = started.take() {
+                    let _ = started.send(());
+                }
+                let closed = tokio::select! {
+                    closed = session.closed() => closed,
+                    _ = stop.wait_for(|stopping| *stopping) => break,
+                };
+                if closed == Closed::ShutDown {
+                    break;
+                }
+                let reason = closed.to_string();
+                tracing::warn!("{}: {reason}", session.label());
+                host.registry().withdraw(slot.id, reason.clone());
+                let _ = host.inner.events.send(HostEvent::Exited {
+                    extension: session.name().clone(),
+                    reason: reason.clone(),
+                });
+                reason
+            }
+            Err(StartFailure::Permanent(reason)) => {
+                fail(&host, &slot, &name, reason);
+                break;
+            }
+            Err(StartFailure::Transient(reason)) => {
+                tracing::warn!("{reason}");
+                reason
+            }
+        };
+        if let Some(started) = started.take() {
+            let _ = started.send(());
+        }
+        let now = Instant::now();
+        while recent
+            .front()
+            .is_some_and(|at| now.duration_since(*at) > policy.window)
+        {
+            recent.pop_front();
+        }
+        if recent.len() >= policy.max_restarts as usize {
+            let reason = if policy.max_restarts == 0 {
+                reason
+            } else {
+                format!(
+                    "{reason}; gave up after {} restarts within {}s",
+                    policy.max_restarts,
+                    policy.window.as_secs()
+                )
+            };
+            fail(&host, &slot, &name, reason);
+            break;
+        }
+        recent.push_back(now);
+        let attempt = u32::try_from(recent.len()).unwrap_or(u32::MAX);
+        let delay = policy.backoff(attempt);
+        if !host
+            .registry()
+            .set_state(slot.id, ExtensionState::Restarting, Some(reason))
+        {
+            break;
+        }
+        host.registry().count_restart(slot.id);
+        let _ = host.inner.events.send(HostEvent::Restarting {
+            extension: name.as_str().into(),
+            attempt,
+            delay_ms: u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+        });
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {}
+            _ = stop.wait_for(|stopping| *stopping) => break,
+        }
+    }
+    if let Some(started) = started.take() {
+        let _ = started.send(());
+    }
+}
+
+fn fail(host: &Host, slot: &SlotHandle, name: &str, reason: String) {
+    tracing::warn!("extension `{name}` failed: {reason}");
+    if host
+        .registry()
+        .set_state(slot.id, ExtensionState::Failed, Some(reason.clone()))
+    {
+        let _ = host.inner.events.send(HostEvent::Failed {
+            extension: name.into(),
+            reason,
+        });
+    }
+}
+
+async fn start_once(host: &Host, slot: &SlotHandle) -> Result<Session, StartFailure> {
+    let manifest = &slot.manifest;
+    let settings = &host.inner.settings;
+    let transport = runtime::start(manifest, &settings.search.home)
+        .await
+        .map_err(|err| StartFailure::Permanent(format!("cannot start: {err}")))?;
+    Session::start(
+        manifest.name(),
+        host.hello_ack(manifest),
+        host.session_config(manifest),
+        transport,
+        host.inner.events.clone(),
+    )
+    .await
+    .map_err(|err| StartFailure::Transient(err.to_string()))
+}

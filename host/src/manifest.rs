@@ -1,0 +1,418 @@
+//! `extension.json`: parsing and validation, with errors that name the file and field.
+//!
+//! The format is zot's (`name`, `version`, `exec`, `args`, `language`,
+//! `description`, `enabled`) plus zotbox's additions (`wasm`, `capabilities`,
+//! `limits`). Unknown keys are reported as warnings, never fatal, so a
+//! manifest written for a newer zot still loads.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// The manifest's file name inside an extension's folder.
+pub const MANIFEST_FILE: &str = "extension.json";
+
+/// The longest accepted extension name.
+const MAX_NAME_LEN: usize = 64;
+
+/// A manifest that could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    /// The file could not be read.
+    #[error("cannot read `{}`: {source}", path.display())]
+    Read {
+        /// The manifest's path.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not valid JSON or a field has the wrong type.
+    #[error("`{}`: {detail}", path.display())]
+    Parse {
+        /// The manifest's path.
+        path: PathBuf,
+        /// What was wrong, with the field path.
+        detail: String,
+    },
+    /// A field has a value the host refuses.
+    #[error("`{}`: field `{field}` {problem}", path.display())]
+    Invalid {
+        /// The manifest's path.
+        path: PathBuf,
+        /// The field.
+        field: &'static str,
+        /// What is wrong with it.
+        problem: String,
+    },
+}
+
+/// An `extension.json` as written on disk.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub struct RawManifest {
+    /// The extension's unique name.
+    pub name: String,
+    /// Informational version.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub version: String,
+    /// The executable zot launches (for a wasm extension, zot's launcher).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exec: Option<String>,
+    /// Extra arguments for `exec`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    /// Informational: the language the extension is written in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub language: Option<String>,
+    /// One line about the extension.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// `false` keeps the extension installed but not started. Default `true`.
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    /// A WebAssembly program zotbox runs in its sandbox, relative to the folder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wasm: Option<String>,
+    /// What the extension asks to be allowed. Absent means nothing.
+    #[serde(default, skip_serializing_if = "Capabilities::is_empty")]
+    pub capabilities: Capabilities,
+    /// Resource limits; absent fields take safe defaults.
+    #[serde(default, skip_serializing_if = "Limits::is_default")]
+    pub limits: Limits,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// The capabilities an extension declares. Each list empty means none.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub struct Capabilities {
+    /// HTTPS origins (`https://host[:port]`, `*.domain` allowed) it may fetch.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub http: Vec<String>,
+    /// Workspace globs it may read.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub read: Vec<String>,
+    /// Workspace globs it may write.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub write: Vec<String>,
+    /// Command patterns (program and argument globs) it may run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shell: Vec<String>,
+    /// Environment variables it may read.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<String>,
+}
+
+impl Capabilities {
+    /// Whether nothing is declared.
+    pub fn is_empty(&self) -> bool {
+        self.http.is_empty()
+            && self.read.is_empty()
+            && self.write.is_empty()
+            && self.shell.is_empty()
+            && self.env.is_empty()
+    }
+}
+
+/// Resource limits from the manifest. `None` takes the default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub struct Limits {
+    /// Linear memory ceiling of a wasm guest, MiB. Default 128; 1..=4096.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mb: Option<u64>,
+    /// Deadline of one tool call or command, ms. Default 60 000; 1..=3 600 000.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_timeout_ms: Option<u64>,
+    /// Deadline of one intercept answer, ms. Default 5 000; 1..=60 000.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub intercept_timeout_ms: Option<u64>,
+}
+
+impl Limits {
+    fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+
+    fn validate(&self, path: &Path) -> Result<(), ManifestError> {
+        let checks: [(&'static str, Option<u64>, u64, u64); 3] = [
+            ("limits.memory_mb", self.memory_mb, 1, 4096),
+            ("limits.tool_timeout_ms", self.tool_timeout_ms, 1, 3_600_000),
+            (
+                "limits.intercept_timeout_ms",
+                self.intercept_timeout_ms,
+                1,
+                60_000,
+            ),
+        ];
+        for (field, value, min, max) in checks {
+            if let Some(value) = value
+                && !(min..=max).contains(&value)
+            {
+                return Err(ManifestError::Invalid {
+                    path: path.to_owned(),
+                    field,
+                    problem: format!("is {value}; it must be between {min} and {max}"),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// How an extension runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Program {
+    /// A subprocess speaking the protocol on its pipes.
+    Native {
+        /// `exec` as written.
+        exec: String,
+        /// `args` as written.
+        args: Vec<String>,
+    },
+    /// A WebAssembly program run in the sandbox.
+    Wasm {
+        /// The resolved path of the `.wasm` file.
+        path: PathBuf,
+    },
+}
+
+/// A validated manifest, with the folder it came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Manifest {
+    /// The manifest as written.
+    pub raw: RawManifest,
+    /// The manifest file.
+    pub path: PathBuf,
+    /// The extension's folder (the manifest's parent).
+    pub dir: PathBuf,
+    /// How it runs.
+    pub program: Program,
+    /// Unknown keys found in the file (`a.b` paths), for warnings.
+    pub unknown_keys: Vec<String>,
+}
+
+impl Manifest {
+    /// The extension's name.
+    pub fn name(&self) -> &str {
+        &self.raw.name
+    }
+
+    /// The extension's kind as shown to users: `wasm` or `native`.
+    pub fn kind(&self) -> &'static str {
+        match self.program {
+            Program::Native { .. } => "native",
+            Program::Wasm { .. } => "wasm",
+        }
+    }
+
+    /// Reads and validates `path` (an `extension.json`).
+    ///
+    /// # Errors
+    ///
+    /// [`ManifestError`] naming the file and, where one is at fault, the field.
+    pub fn load(path: &Path) -> Result<Self, ManifestError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ManifestError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(&text, path)
+    }
+
+    /// Validates manifest text as if read from `path`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Manifest::load`].
+    pub fn parse(text: &str, path: &Path) -> Result<Self, ManifestError> {
+        let mut unknown_keys = Vec::new();
+        let deserializer = &mut serde_json::Deserializer::from_str(text);
+        let mut record = |key: serde_ignored::Path<'_>| unknown_keys.push(key.to_string());
+        let tracked = serde_ignored::Deserializer::new(deserializer, &mut record);
+        let raw: RawManifest =
+            serde_path_to_error::deserialize(tracked).map_err(|err| ManifestError::Parse {
+                path: path.to_owned(),
+                detail: describe_parse_error(&err),
+            })?;
+        let dir = path
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from("."));
+        validate_name(&raw.name).map_err(|problem| ManifestError::Invalid {
+            path: path.to_owned(),
+            field: "name",
+            problem,
+        })?;
+        raw.limits.validate(path)?;
+        let program = match (&raw.wasm, &raw.exec) {
+            (Some(wasm), _) => {
+                if wasm.trim().is_empty() {
+                    return Err(ManifestError::Invalid {
+                        path: path.to_owned(),
+                        field: "wasm",
+                        problem: "is empty".to_owned(),
+                    });
+                }
+                Program::Wasm {
+                    path: dir.join(wasm),
+                }
+            }
+            (None, Some(exec)) if !exec.trim().is_empty() => Program::Native {
+                exec: exec.clone(),
+                args: raw.args.clone(),
+            },
+            (None, Some(_)) => {
+                return Err(ManifestError::Invalid {
+                    path: path.to_owned(),
+                    field: "exec",
+                    problem: "is empty".to_owned(),
+                });
+            }
+            (None, None) => {
+                return Err(ManifestError::Invalid {
+                    path: path.to_owned(),
+                    field: "exec",
+                    problem: "is missing; a manifest needs `exec` (a native extension) or \
+                              `wasm` (a sandboxed one)"
+                        .to_owned(),
+                });
+            }
+        };
+        Ok(Self {
+            raw,
+            path: path.to_owned(),
+            dir,
+            program,
+            unknown_keys,
+        })
+    }
+}
+
+fn describe_parse_error(err: &serde_path_to_error::Error<serde_json::Error>) -> String {
+    let inner = err.inner();
+    let path = err.path().to_string();
+    if path == "." || path.is_empty() {
+        format!("{inner}")
+    } else {
+        format!("field `{path}`: {inner}")
+    }
+}
+
+/// Checks an extension name: it becomes part of file names (`ext-<name>.log`)
+/// and folder names, so it must be a plain word.
+///
+/// # Errors
+///
+/// A phrase saying what is wrong.
+pub fn validate_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("is empty".to_owned());
+    }
+    if name.len() > MAX_NAME_LEN {
+        return Err(format!("is longer than {MAX_NAME_LEN} characters"));
+    }
+    if name.starts_with('.') {
+        return Err(format!("`{name}` must not start with a dot"));
+    }
+    if let Some(bad) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
+    {
+        return Err(format!(
+            "`{name}` contains `{}`; use letters, digits, `-`, `_` and `.`",
+            bad.escape_default()
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Manifest, String> {
+        Manifest::parse(text, Path::new("/x/ext/extension.json")).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn accepts_zot_manifests_and_defaults_enabled() {
+        let manifest = parse(
+            r#"{"name":"weather","version":"1.0.0","exec":"./weather","args":["-v"],
+                "language":"go","description":"d"}"#,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(manifest.raw.enabled);
+        assert_eq!(manifest.kind(), "native");
+        assert_eq!(manifest.dir, Path::new("/x/ext"));
+        assert!(manifest.unknown_keys.is_empty());
+    }
+
+    #[test]
+    fn wasm_wins_over_exec_and_resolves_against_the_folder() {
+        let manifest = parse(r#"{"name":"w","wasm":"./w.wasm","exec":"zotbox","args":["run"]}"#)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            manifest.program,
+            Program::Wasm {
+                path: PathBuf::from("/x/ext/./w.wasm")
+            }
+        );
+    }
+
+    #[test]
+    fn errors_name_the_file_and_field() {
+        let cases = [
+            // Required field missing.
+            (r#"{"exec":"./a"}"#, "missing field `name`"),
+            // Wrong type, with the field path.
+            (
+                r#"{"name":"a","exec":3}"#,
+                "field `exec`: invalid type: integer `3`",
+            ),
+            (
+                r#"{"name":"a","exec":"x","args":"-v"}"#,
+                "field `args`: invalid type",
+            ),
+            (
+                r#"{"name":"a","exec":"x","enabled":"yes"}"#,
+                "field `enabled`",
+            ),
+            // Neither exec nor wasm.
+            (r#"{"name":"a"}"#, "field `exec` is missing"),
+            (r#"{"name":"a","exec":"  "}"#, "field `exec` is empty"),
+            // Names that would escape the logs folder.
+            (
+                r#"{"name":"../evil","exec":"x"}"#,
+                "field `name` `../evil` must not start",
+            ),
+            (r#"{"name":"a/b","exec":"x"}"#, "contains `/`"),
+            (r#"{"name":"","exec":"x"}"#, "field `name` is empty"),
+            // Limits out of range.
+            (
+                r#"{"name":"a","wasm":"a.wasm","limits":{"memory_mb":0}}"#,
+                "limits.memory_mb` is 0",
+            ),
+            (
+                r#"{"name":"a","wasm":"a.wasm","limits":{"memory_mb":-1}}"#,
+                "field `limits.memory_mb`",
+            ),
+            // Not JSON at all.
+            ("{", "EOF while parsing"),
+        ];
+        for (text, expected) in cases {
+            let err = parse(text).err().unwrap_or_default();
+            assert!(err.contains(expected), "{text}: `{err}` lacks `{expected}`");
+            assert!(err.contains("/x/ext/extension.json"), "{err}");
+        }
+    }
+
+    #[test]
+    fn unknown_keys_are_collected_not_fatal() {
+        let manifest = parse(r#"{"name":"a","exec":"x","colour":"blue","limits":{"cpu":1}}"#)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(manifest.unknown_keys, vec!["colour", "limits.cpu"]);
+    }
+}

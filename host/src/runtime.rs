@@ -1,0 +1,154 @@
+//! Transports: what carries an extension's frames, and how it is stopped.
+//!
+//! A runtime only moves bytes. It hands the session a [`Transport`]: the
+//! extension's output as a byte stream, its input as a byte sink, a way to
+//! stop it, and a signal that says when (and why) it ended. Nothing above
+//! this module knows whether the extension is a subprocess or a wasm guest.
+
+pub mod native;
+
+use std::fmt;
+use std::sync::Arc;
+
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::watch;
+
+/// Why an extension stopped running.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Exit {
+    /// It exited with a status code.
+    Code(i32),
+    /// It was ended by a signal.
+    Signal(i32),
+    /// A wasm guest trapped (panic, `unreachable`, a limit).
+    Trap(String),
+    /// A wasm guest ran out of memory.
+    OutOfMemory {
+        /// The limit it hit, in MiB.
+        limit_mb: u64,
+    },
+    /// The host stopped it after a deadline.
+    Killed(String),
+}
+
+impl Exit {
+    /// Whether this is an orderly exit (status 0).
+    pub fn is_clean(&self) -> bool {
+        matches!(self, Self::Code(0))
+    }
+}
+
+impl fmt::Display for Exit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Code(code) => write!(f, "exited with status {code}"),
+            Self::Signal(signal) => {
+                write!(f, "killed by signal {signal} ({})", signal_name(*signal))
+            }
+            Self::Trap(reason) => write!(f, "trapped: {reason}"),
+            Self::OutOfMemory { limit_mb } => {
+                write!(f, "ran out of memory (limit {limit_mb} MiB)")
+            }
+            Self::Killed(why) => write!(f, "killed: {why}"),
+        }
+    }
+}
+
+fn signal_name(signal: i32) -> &'static str {
+    match signal {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        6 => "SIGABRT",
+        9 => "SIGKILL",
+        11 => "SIGSEGV",
+        13 => "SIGPIPE",
+        15 => "SIGTERM",
+        _ => "signal",
+    }
+}
+
+/// Stops a running extension. Both calls are idempotent and harmless after exit.
+pub trait Control: Send + Sync {
+    /// Ask it to stop (a subprocess gets SIGTERM).
+    fn terminate(&self);
+    /// Stop it now (a subprocess gets SIGKILL; a guest traps at once).
+    fn kill(&self);
+    /// A request to it missed its deadline. A runtime that can tell a busy
+    /// extension from an idle one may stop a busy one here; by default
+    /// nothing happens (zot keeps a slow native extension running).
+    fn deadline_missed(&self) {}
+}
+
+/// The channel to one running extension.
+pub struct Transport {
+    /// What the extension writes (its stdout).
+    pub output: Box<dyn AsyncRead + Send + Unpin>,
+    /// What the extension reads (its stdin).
+    pub input: Box<dyn AsyncWrite + Send + Unpin>,
+    /// How to stop it.
+    pub control: Arc<dyn Control>,
+    /// Becomes `Some` once it has stopped.
+    pub exit: watch::Receiver<Option<Exit>>,
+}
+
+impl fmt::Debug for Transport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Transport")
+            .field("exit", &*self.exit.borrow())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Opens `path` for appending an extension's stderr, creating its folder.
+/// When the log cannot be opened, the output is discarded and a warning says
+/// why: a broken log folder must not stop an extension from starting.
+pub fn open_log(path: &std::path::Path) -> Option<std::fs::File> {
+    let open = || {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+    };
+    match open() {
+        Ok(file) => Some(file),
+        Err(err) => {
+            tracing::warn!(
+                "cannot open log `{}`: {err}; the extension's stderr is discarded",
+                path.display()
+            );
+            None
+        }
+    }
+}
+
+/// An extension could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// A subprocess could not be spawned.
+    #[error(transparent)]
+    Native(#[from] native::SpawnError),
+    /// This build cannot run wasm extensions yet.
+    #[error("wasm extensions are not supported by this build")]
+    WasmUnsupported,
+}
+
+/// Starts the extension `manifest` describes, its stderr appended to its log.
+///
+/// # Errors
+///
+/// [`StartError`] when it cannot be started at all.
+pub async fn start(
+    manifest: &crate::manifest::Manifest,
+    home: &crate::home::ZotHome,
+) -> Result<Transport, StartError> {
+    let log = open_log(&home.extension_log(manifest.name()));
+    match &manifest.program {
+        crate::manifest::Program::Native { exec, args } => {
+            Ok(native::spawn(exec, args, &manifest.dir, log)?)
+        }
+        crate::manifest::Program::Wasm { .. } => Err(StartError::WasmUnsupported),
+    }
+}

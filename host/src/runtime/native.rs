@@ -1,0 +1,178 @@
+//! Native extensions: subprocesses speaking the protocol on their pipes, as zot runs them.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use tokio::sync::watch;
+
+use super::{Control, Exit, Transport};
+
+/// A subprocess could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum SpawnError {
+    /// A bare `exec` name is not on `PATH`.
+    #[error("`{exec}` was not found on PATH")]
+    NotOnPath {
+        /// The name looked up.
+        exec: String,
+    },
+    /// The OS refused to start the program.
+    #[error("cannot start `{}`: {source}", program.display())]
+    Spawn {
+        /// The resolved program.
+        program: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
+/// Resolves `exec` by zot's rules: absolute as-is; `./x`, `../x` or any
+/// path with a separator relative to the manifest's folder; a bare name on
+/// `PATH`.
+///
+/// # Errors
+///
+/// [`SpawnError::NotOnPath`] when a bare name is found nowhere on `PATH`.
+pub fn resolve_exec(exec: &str, dir: &Path) -> Result<PathBuf, SpawnError> {
+    let path = Path::new(exec);
+    if path.is_absolute() {
+        return Ok(path.to_owned());
+    }
+    if exec.contains(std::path::MAIN_SEPARATOR) || exec.contains('/') {
+        return Ok(dir.join(path));
+    }
+    let search = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&search)
+        .map(|entry| entry.join(exec))
+        .find(|candidate| is_executable(candidate))
+        .ok_or_else(|| SpawnError::NotOnPath {
+            exec: exec.to_owned(),
+        })
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    path.metadata()
+        .map(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}
+
+/// Starts `exec args...` in `dir` with piped stdin/stdout and stderr appended to `log`.
+///
+/// # Errors
+///
+/// [`SpawnError`] when the program cannot be found or started.
+pub fn spawn(
+    exec: &str,
+    args: &[String],
+    dir: &Path,
+    log: Option<std::fs::File>,
+) -> Result<Transport, SpawnError> {
+    let program = resolve_exec(exec, dir)?;
+    let stderr = log.map_or_else(Stdio::null, Stdio::from);
+    let mut child = tokio::process::Command::new(&program)
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|source| SpawnError::Spawn {
+            program: program.clone(),
+            source,
+        })?;
+    let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+        return Err(SpawnError::Spawn {
+            program,
+            source: std::io::Error::other("the child's pipes were not created"),
+        });
+    };
+    let exited = Arc::new(AtomicBool::new(false));
+    let control = Arc::new(ProcessControl {
+        pid: child.id(),
+        exited: exited.clone(),
+    });
+    let (exit_tx, exit_rx) = watch::channel(None);
+    tokio::spawn(async move {
+        let exit = match child.wait().await {
+            Ok(status) => exit_of(status),
+            Err(err) => Exit::Killed(format!("waiting for the process failed: {err}")),
+        };
+        exited.store(true, Ordering::SeqCst);
+        let _ = exit_tx.send(Some(exit));
+    });
+    Ok(Transport {
+        output: Box::new(stdout),
+        input: Box::new(stdin),
+        control,
+        exit: exit_rx,
+    })
+}
+
+fn exit_of(status: std::process::ExitStatus) -> Exit {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => Exit::Code(code),
+        (None, Some(signal)) => Exit::Signal(signal),
+        (None, None) => Exit::Killed("unknown exit status".to_owned()),
+    }
+}
+
+struct ProcessControl {
+    pid: Option<u32>,
+    exited: Arc<AtomicBool>,
+}
+
+impl ProcessControl {
+    fn signal(&self, signal: Signal) {
+        // After the child is reaped its pid may be reused: never signal then.
+        if self.exited.load(Ordering::SeqCst) {
+            return;
+        }
+        if let Some(pid) = self.pid.and_then(|pid| i32::try_from(pid).ok()) {
+            let _ = kill(Pid::from_raw(pid), signal);
+        }
+    }
+}
+
+impl Control for ProcessControl {
+    fn terminate(&self) {
+        self.signal(Signal::SIGTERM);
+    }
+
+    fn kill(&self) {
+        self.signal(Signal::SIGKILL);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exec_resolution_follows_zot() {
+        let dir = Path::new("/ext/weather");
+        let cases = [
+            ("/usr/bin/env", "/usr/bin/env"),
+            ("./weather", "/ext/weather/./weather"),
+            ("../shared/run", "/ext/weather/../shared/run"),
+            ("bin/weather", "/ext/weather/bin/weather"),
+        ];
+        for (exec, expected) in cases {
+            let resolved = resolve_exec(exec, dir).unwrap_or_default();
+            assert_eq!(resolved, Path::new(expected), "{exec}");
+        }
+        // A bare name is looked up on PATH.
+        let sh = resolve_exec("sh", dir).unwrap_or_default();
+        assert!(sh.is_absolute() && sh.ends_with("sh"), "{}", sh.display());
+        let missing = resolve_exec("no-such-program-zotbox", dir);
+        assert!(
+            matches!(&missing, Err(SpawnError::NotOnPath { exec }) if exec == "no-such-program-zotbox")
+        );
+    }
+}

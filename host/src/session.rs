@@ -1,0 +1,1068 @@
+//! One extension's protocol state, written once over any [`Transport`].
+//!
+//! A session performs the handshake (`hello` → `hello_ack` → registrations →
+//! `ready`), then correlates requests with answers, delivers events, applies
+//! deadlines, and fails every pending call the moment the extension goes away.
+
+mod reader;
+
+use std::collections::{BTreeSet, HashMap};
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
+use tokio::time::{Instant, timeout};
+use zotbox_protocol::{
+    CommandInvoked, CommandResponse, DEFAULT_MAX_LINE, Event, EventIntercept, ExtensionFrame,
+    Hello, HelloAck, HostFrame, InterceptResponse, PanelClose, PanelKey, PanelResize,
+    RegisterCommand, Shutdown, ToolCall, ToolResult, encode_to_vec, event_name,
+};
+
+use crate::event::HostEvent;
+use crate::runtime::{Control, Exit, Transport};
+use reader::FrameReader;
+
+/// How long to keep reading after the process exited, for frames still in the pipe.
+const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(500);
+/// How long to wait for an exit status once the output stream has ended.
+const EXIT_AFTER_EOF: Duration = Duration::from_millis(200);
+/// Frames queued for an extension that is not reading its input.
+const OUTGOING_QUEUE: usize = 1024;
+
+/// What to do when an interceptor misses its deadline or goes away.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum FailMode {
+    /// Allow (zot's behaviour): an unresponsive guard never stalls the agent.
+    #[default]
+    Open,
+    /// Block: nothing passes a guard that cannot answer.
+    Closed,
+}
+
+/// Deadlines and limits of a session. The defaults are zot's.
+#[derive(Debug, Clone)]
+pub struct SessionConfig {
+    /// The first frame must arrive within this. Default 10 s.
+    pub hello_timeout: Duration,
+    /// Registration ends after this long without frames. Default 250 ms.
+    pub ready_idle: Duration,
+    /// Deadline of a tool call or a command. Default 60 s.
+    pub call_timeout: Duration,
+    /// Deadline of an intercept answer. Default 5 s.
+    pub intercept_timeout: Duration,
+    /// What a missed intercept means. Default [`FailMode::Open`].
+    pub intercept_failure: FailMode,
+    /// After `shutdown`, how long to wait for exit before terminating. Default 2 s.
+    pub shutdown_grace: Duration,
+    /// After terminating, how long to wait before killing. Default 1 s.
+    pub kill_grace: Duration,
+    /// The longest accepted line. Default 4 MiB.
+    pub max_line: usize,
+}
+
+impl Default for SessionConfig {
+    fn default() -> Self {
+        Self {
+            hello_timeout: Duration::from_secs(10),
+            ready_idle: Duration::from_millis(250),
+            call_timeout: Duration::from_secs(60),
+            intercept_timeout: Duration::from_secs(5),
+            intercept_failure: FailMode::Open,
+            shutdown_grace: Duration::from_secs(2),
+            kill_grace: Duration::from_secs(1),
+            max_line: DEFAULT_MAX_LINE,
+        }
+    }
+}
+
+/// A session could not be established.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    /// No frame arrived in time.
+    #[error("extension `{name}` sent no `hello` within {after:?}")]
+    NoHello {
+        /// The extension (manifest name).
+        name: String,
+        /// The deadline.
+        after: Duration,
+    },
+    /// The first frame was something else.
+    #[error("extension `{name}` sent `{found}` before `hello`; the first frame must be `hello`")]
+    NotHello {
+        /// The extension.
+        name: String,
+        /// The frame type it sent.
+        found: &'static str,
+    },
+    /// It stopped before finishing the handshake.
+    #[error("extension `{name}` ended before it was ready: {reason}")]
+    EndedEarly {
+        /// The extension.
+        name: String,
+        /// Why it ended.
+        reason: Closed,
+    },
+    /// Registration did not end in time.
+    #[error("extension `{name}` did not finish registering within {after:?}")]
+    RegistrationTimeout {
+        /// The extension.
+        name: String,
+        /// The deadline.
+        after: Duration,
+    },
+}
+
+/// Why a session ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Closed {
+    /// The extension stopped running.
+    Exited(Exit),
+    /// Its output stream ended while it kept running.
+    StreamEnded,
+    /// The host shut it down.
+    ShutDown,
+}
+
+impl fmt::Display for Closed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Exited(exit) => exit.fmt(f),
+            Self::StreamEnded => f.write_str("closed its output"),
+            Self::ShutDown => f.write_str("was shut down"),
+        }
+    }
+}
+
+/// A request to an extension failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CallError {
+    /// The extension went away before answering (or was already gone).
+    #[error("{extension}: {reason}")]
+    Closed {
+        /// The extension's identity.
+        extension: String,
+        /// Why it went away.
+        reason: Closed,
+    },
+    /// No answer within the deadline.
+    #[error("{extension}: {what} timed out after {}", humanize(*after))]
+    Timeout {
+        /// The extension's identity.
+        extension: String,
+        /// What was asked (`tool `x``).
+        what: String,
+        /// The deadline.
+        after: Duration,
+    },
+    /// The answer was of the wrong type.
+    #[error("{extension}: answered {what} with `{got}` instead of `{expected}`")]
+    WrongAnswer {
+        /// The extension's identity.
+        extension: String,
+        /// What was asked.
+        what: String,
+        /// The frame type expected.
+        expected: &'static str,
+        /// The frame type received.
+        got: &'static str,
+    },
+}
+
+fn humanize(duration: Duration) -> String {
+    if duration.as_millis() % 1000 == 0 {
+        format!("{}s", duration.as_secs())
+    } else {
+        format!("{}ms", duration.as_millis())
+    }
+}
+
+/// A registered tool, its schema checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RegisteredTool {
+    /// The tool name.
+    pub name: String,
+    /// Its description.
+    pub description: String,
+    /// Its JSON Schema (an object).
+    pub schema: Value,
+}
+
+/// What an extension registered during its handshake.
+#[derive(Debug, Clone, Default)]
+pub struct Registration {
+    /// Its `hello`.
+    pub hello: Hello,
+    /// Slash commands, in registration order.
+    pub commands: Vec<RegisterCommand>,
+    /// Tools, in registration order.
+    pub tools: Vec<RegisteredTool>,
+    /// Events delivered one way.
+    pub events: BTreeSet<String>,
+    /// Events it intercepts.
+    pub intercepts: BTreeSet<String>,
+    /// Registrations refused, with why (a bad schema, a duplicate).
+    pub refused: Vec<String>,
+    /// Whether it sent `ready` (rather than falling silent).
+    pub sent_ready: bool,
+}
+
+/// What an interceptor decided.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    /// Go ahead unchanged.
+    Allow,
+    /// Refuse, with the reason for the model.
+    Block {
+        /// Why.
+        reason: String,
+    },
+    /// Go ahead with these tool arguments instead (`tool_call` only).
+    Rewrite {
+        /// The new arguments, a JSON object.
+        args: Value,
+    },
+    /// Go ahead with this message text instead (`assistant_message` only).
+    Replace {
+        /// The new text.
+        text: String,
+    },
+}
+
+/// Something that can be intercepted.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Interceptable {
+    /// A tool call about to run.
+    ToolCall {
+        /// The tool.
+        tool_name: String,
+        /// Its arguments.
+        tool_args: Value,
+    },
+    /// A turn about to start.
+    TurnStart {
+        /// The step number.
+        step: u64,
+    },
+    /// An assistant message about to be shown.
+    AssistantMessage {
+        /// Its text.
+        text: String,
+    },
+}
+
+impl Interceptable {
+    /// The event name subscribers intercept.
+    pub fn event(&self) -> &'static str {
+        match self {
+            Self::ToolCall { .. } => event_name::TOOL_CALL,
+            Self::TurnStart { .. } => event_name::TURN_START,
+            Self::AssistantMessage { .. } => event_name::ASSISTANT_MESSAGE,
+        }
+    }
+
+    fn frame(&self, id: String) -> EventIntercept {
+        let mut frame = EventIntercept {
+            id,
+            event: self.event().to_owned(),
+            ..EventIntercept::default()
+        };
+        match self {
+            Self::ToolCall {
+                tool_name,
+                tool_args,
+            } => {
+                frame.tool_name = Some(tool_name.clone());
+                frame.tool_args = Some(tool_args.clone());
+            }
+            Self::TurnStart { step } => frame.step = Some(*step),
+            Self::AssistantMessage { text } => frame.text = Some(text.clone()),
+        }
+        frame
+    }
+}
+
+/// A live session with one extension. Cheap to clone.
+#[derive(Clone)]
+pub struct Session {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for Session {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Session")
+            .field("extension", &self.inner.label)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    name: Arc<str>,
+    label: String,
+    config: SessionConfig,
+    registration: Registration,
+    outgoing: mpsc::Sender<Outgoing>,
+    pending: Mutex<Pending>,
+    closed: watch::Receiver<Option<Closed>>,
+    control: Arc<dyn Control>,
+    exit: watch::Receiver<Option<Exit>>,
+}
+
+enum Outgoing {
+    Line(Vec<u8>),
+    Close,
+}
+
+#[derive(Default)]
+struct Pending {
+    next_id: u64,
+    calls: HashMap<u64, PendingCall>,
+    closed: Option<Closed>,
+    shutting_down: bool,
+}
+
+struct PendingCall {
+    expected: &'static str,
+    reply: oneshot::Sender<Result<ExtensionFrame, CallError>>,
+}
+
+impl Session {
+    /// Performs the handshake over `transport` and returns the running session.
+    ///
+    /// `name` is the manifest's name, used in errors until `hello` arrives.
+    /// Unsolicited frames (notes, panels) are published on `events`.
+    ///
+    /// # Errors
+    ///
+    /// [`SessionError`] when the extension does not complete the handshake;
+    /// it is then killed.
+    pub async fn start(
+        name: &str,
+        hello_ack: HelloAck,
+        config: SessionConfig,
+        transport: Transport,
+        events: broadcast::Sender<HostEvent>,
+    ) -> Result<Self, SessionError> {
+        let Transport {
+            output,
+            input,
+            control,
+            exit,
+        } = transport;
+        let name: Arc<str> = Arc::from(name);
+        let mut reader = FrameReader::new(output, config.max_line);
+        let (outgoing, outgoing_rx) = mpsc::channel(OUTGOING_QUEUE);
+        tokio::spawn(write_loop(input, outgoing_rx));
+
+        let handshake = handshake(&name, hello_ack, &config, &mut reader, &outgoing, &events);
+        let registration = match handshake.await {
+            Ok(registration) => registration,
+            Err(err) => {
+                control.kill();
+                return Err(match err {
+                    HandshakeFailure::Error(err) => err,
+                    HandshakeFailure::Ended => SessionError::EndedEarly {
+                        name: name.to_string(),
+                        reason: ended_reason(exit.clone()).await,
+                    },
+                });
+            }
+        };
+        if registration.hello.name != *name {
+            tracing::warn!(
+                "extension `{name}` introduced itself as `{}`; using the manifest's name",
+                registration.hello.name
+            );
+        }
+        let label = if registration.hello.version.is_empty() {
+            format!("extension `{name}`")
+        } else {
+            format!("extension `{name}` {}", registration.hello.version)
+        };
+        let (closed_tx, closed_rx) = watch::channel(None);
+        let inner = Arc::new(Inner {
+            name,
+            label,
+            config,
+            registration,
+            outgoing,
+            pending: Mutex::new(Pending::default()),
+            closed: closed_rx,
+            control,
+            exit,
+        });
+        tokio::spawn(read_loop(inner.clone(), reader, events, closed_tx));
+        Ok(Self { inner })
+    }
+
+    /// The extension's (manifest) name.
+    pub fn name(&self) -> &Arc<str> {
+        &self.inner.name
+    }
+
+    /// `extension `name` version`, the prefix of every error it causes.
+    pub fn label(&self) -> &str {
+        &self.inner.label
+    }
+
+    /// What it registered.
+    pub fn registration(&self) -> &Registration {
+        &self.inner.registration
+    }
+
+    /// Why the session ended, once it has.
+    pub fn closed_reason(&self) -> Option<Closed> {
+        self.inner.closed.borrow().clone()
+    }
+
+    /// Resolves when the session has ended, with why.
+    pub async fn closed(&self) -> Closed {
+        let mut closed = self.inner.closed.clone();
+        match closed.wait_for(Option::is_some).await {
+            Ok(reason) => reason.clone().unwrap_or(Closed::StreamEnded),
+            // The reader task is gone without a verdict: treat as ended.
+            Err(_) => Closed::StreamEnded,
+        }
+    }
+
+    /// Invokes slash command `name` with `args`.
+    ///
+    /// # Errors
+    ///
+    /// [`CallError`] when the extension is gone, does not answer in time, or
+    /// answers with the wrong frame.
+    pub async fn invoke_command(
+        &self,
+        name: &str,
+        args: &str,
+    ) -> Result<CommandResponse, CallError> {
+        let what = format!("command `{name}`");
+        let frame = self
+            .request(
+                &what,
+                "command_response",
+                self.inner.config.call_timeout,
+                |id| {
+                    HostFrame::CommandInvoked(CommandInvoked {
+                        id,
+                        name: name.to_owned(),
+                        args: args.to_owned(),
+                    })
+                },
+            )
+            .await?;
+        match frame {
+            ExtensionFrame::CommandResponse(response) => Ok(response),
+            other => Err(self.wrong_answer(what, "command_response", &other)),
+        }
+    }
+
+    /// Calls tool `name` with `args`, waiting up to `deadline` (the session's
+    /// call timeout when `None`).
+    ///
+    /// # Errors
+    ///
+    /// As [`Session::invoke_command`].
+    pub async fn call_tool(
+        &self,
+        name: &str,
+        args: Value,
+        deadline: Option<Duration>,
+    ) -> Result<ToolResult, CallError> {
+        let what = format!("tool `{name}`");
+        let deadline = deadline.unwrap_or(self.inner.config.call_timeout);
+        let frame = self
+            .request(&what, "tool_result", deadline, |id| {
+                HostFrame::ToolCall(ToolCall {
+                    id,
+                    name: name.to_owned(),
+                    args,
+                })
+            })
+            .await?;
+        match frame {
+            ExtensionFrame::ToolResult(result) => Ok(result),
+            other => Err(self.wrong_answer(what, "tool_result", &other)),
+        }
+    }
+
+    /// Asks the extension for a verdict. A missed deadline, a departed
+    /// extension or a malformed answer yields the configured [`FailMode`].
+    pub async fn intercept(&self, subject: &Interceptable) -> Verdict {
+        let event = subject.event();
+        let what = format!("intercept of `{event}`");
+        let answer = self
+            .request(
+                &what,
+                "event_intercept_response",
+                self.inner.config.intercept_timeout,
+                |id| HostFrame::EventIntercept(subject.frame(id)),
+            )
+            .await;
+        let response = match answer {
+            Ok(ExtensionFrame::EventInterceptResponse(response)) => response,
+            Ok(other) => {
+                return self.missed(&self.wrong_answer(what, "event_intercept_response", &other));
+            }
+            Err(err) => return self.missed(&err),
+        };
+        self.verdict(subject, response)
+    }
+
+    fn verdict(&self, subject: &Interceptable, response: InterceptResponse) -> Verdict {
+        if response.block {
+            let reason = response
+                .reason
+                .filter(|r| !r.trim().is_empty())
+                .unwrap_or_else(|| format!("blocked by {}", self.inner.label));
+            return Verdict::Block { reason };
+        }
+        match subject {
+            Interceptable::ToolCall { .. } => match response.modified_args {
+                Some(args @ Value::Object(_)) => Verdict::Rewrite { args },
+                Some(other) => {
+                    tracing::warn!(
+                        "{}: `modified_args` must be a JSON object, got `{other}`; ignored",
+                        self.inner.label
+                    );
+                    Verdict::Allow
+                }
+                None => Verdict::Allow,
+            },
+            Interceptable::AssistantMessage { .. } => match response.replace_text {
+                Some(text) => Verdict::Replace { text },
+                None => Verdict::Allow,
+            },
+            Interceptable::TurnStart { .. } => Verdict::Allow,
+        }
+    }
+
+    fn missed(&self, err: &CallError) -> Verdict {
+        match self.inner.config.intercept_failure {
+            FailMode::Open => {
+                tracing::warn!("{err}; allowing (intercepts fail open)");
+                Verdict::Allow
+            }
+            FailMode::Closed => Verdict::Block {
+                reason: format!("{err}; blocking (intercepts fail closed)"),
+            },
+        }
+    }
+
+    /// Delivers a one-way event. Never waits: if the extension is not reading
+    /// and its queue is full, the event is dropped and logged.
+    pub fn emit_event(&self, event: &Event) {
+        self.send_now(&HostFrame::Event(event.clone()));
+    }
+
+    /// Whether the extension subscribed to `event` (one way).
+    pub fn subscribes_to(&self, event: &str) -> bool {
+        self.inner.registration.events.contains(event)
+    }
+
+    /// Whether the extension intercepts `event`.
+    pub fn intercepts(&self, event: &str) -> bool {
+        self.inner.registration.intercepts.contains(event)
+    }
+
+    /// Forwards a key press to one of the extension's panels.
+    pub fn panel_key(&self, panel_id: &str, key: &str, text: Option<&str>) {
+        self.send_now(&HostFrame::PanelKey(PanelKey {
+            panel_id: panel_id.to_owned(),
+            key: key.to_owned(),
+            text: text.map(str::to_owned),
+        }));
+    }
+
+    /// Tells the extension a panel's new size.
+    pub fn panel_resize(&self, panel_id: &str, width: u32, height: u32) {
+        self.send_now(&HostFrame::PanelResize(PanelResize {
+            panel_id: panel_id.to_owned(),
+            width,
+            height,
+        }));
+    }
+
+    /// Tells the extension the user closed a panel.
+    pub fn panel_close(&self, panel_id: &str) {
+        self.send_now(&HostFrame::PanelClose(PanelClose {
+            panel_id: panel_id.to_owned(),
+        }));
+    }
+
+    /// Ends the session: `shutdown`, then terminate after the grace period,
+    /// then kill. Pending calls fail with [`Closed::ShutDown`].
+    pub async fn shutdown(&self) {
+        let inner = &self.inner;
+        lock(&inner.pending).shutting_down = true;
+        if inner.exit.borrow().is_none() {
+            if let Ok(line) = encode_to_vec(&HostFrame::Shutdown(Shutdown {})) {
+                let queued = inner
+                    .outgoing
+                    .send_timeout(Outgoing::Line(line), inner.config.shutdown_grace);
+                let _ = queued.await;
+            }
+            let _ = inner.outgoing.try_send(Outgoing::Close);
+            let steps: [(Duration, Option<fn(&dyn Control)>); 3] = [
+                (inner.config.shutdown_grace, Some(|c| c.terminate())),
+                (inner.config.kill_grace, Some(|c| c.kill())),
+                (inner.config.kill_grace, None),
+            ];
+            for (grace, next) in steps {
+                let mut exit = inner.exit.clone();
+                if timeout(grace, exit.wait_for(Option::is_some)).await.is_ok() {
+                    break;
+                }
+                match next {
+                    Some(step) => {
+                        tracing::debug!("{}: no exit after {grace:?}; escalating", inner.label);
+                        step(inner.control.as_ref());
+                    }
+                    None => tracing::warn!("{}: still running after SIGKILL", inner.label),
+                }
+            }
+        }
+        inner.close(Closed::ShutDown);
+    }
+
+    /// Stops the extension at once, without the shutdown handshake.
+    pub fn kill(&self) {
+        self.inner.control.kill();
+    }
+
+    fn send_now(&self, frame: &HostFrame) {
+        let Ok(line) = encode_to_vec(frame) else {
+            return;
+        };
+        match self.inner.outgoing.try_send(Outgoing::Line(line)) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => tracing::warn!(
+                "{}: not reading its input; dropped a `{}` frame",
+                self.inner.label,
+                frame.frame_type()
+            ),
+            Err(mpsc::error::TrySendError::Closed(_)) => {}
+        }
+    }
+
+    async fn request(
+        &self,
+        what: &str,
+        expected: &'static str,
+        deadline: Duration,
+        build: impl FnOnce(String) -> HostFrame,
+    ) -> Result<ExtensionFrame, CallError> {
+        let inner = &self.inner;
+        let (reply, answer) = oneshot::channel();
+        let id = {
+            let mut pending = lock(&inner.pending);
+            if let Some(reason) = &pending.closed {
+                return Err(inner.closed_error(reason.clone()));
+            }
+            pending.next_id += 1;
+            let id = pending.next_id;
+            pending.calls.insert(id, PendingCall { expected, reply });
+            id
+        };
+        let started = Instant::now();
+        let outcome = async {
+            let line =
+                encode_to_vec(&build(id.to_string())).map_err(|err| CallError::WrongAnswer {
+                    extension: inner.label.clone(),
+                    what: format!("{what} (unencodable request: {err})"),
+                    expected,
+                    got: "nothing",
+                })?;
+            if inner.outgoing.send(Outgoing::Line(line)).await.is_err() {
+                return Err(inner.closed_error(inner.current_reason()));
+            }
+            match answer.await {
+                Ok(result) => result,
+                Err(_) => Err(inner.closed_error(inner.current_reason())),
+            }
+        };
+        match timeout(deadline, outcome).await {
+            Ok(result) => result,
+            Err(_) => {
+                lock(&inner.pending).calls.remove(&id);
+                inner.control.deadline_missed();
+                tracing::warn!(
+                    "{}: {what} timed out after {:?}",
+                    inner.label,
+                    started.elapsed()
+                );
+                Err(CallError::Timeout {
+                    extension: inner.label.clone(),
+                    what: what.to_owned(),
+                    after: deadline,
+                })
+            }
+        }
+    }
+
+    fn wrong_answer(
+        &self,
+        what: String,
+        expected: &'static str,
+        got: &ExtensionFrame,
+    ) -> CallError {
+        CallError::WrongAnswer {
+            extension: self.inner.label.clone(),
+            what,
+            expected,
+            got: got.frame_type(),
+        }
+    }
+}
+
+impl Inner {
+    fn closed_error(&self, reason: Closed) -> CallError {
+        CallError::Closed {
+            extension: self.label.clone(),
+            reason,
+        }
+    }
+
+    fn current_reason(&self) -> Closed {
+        if let Some(reason) = &lock(&self.pending).closed {
+            return reason.clone();
+        }
+        match &*self.exit.borrow() {
+            Some(exit) => Closed::Exited(exit.clone()),
+            None => Closed::StreamEnded,
+        }
+    }
+
+    /// Ends the session once: every pending call fails at once with `reason`.
+    fn close(&self, reason: Closed) -> Option<Closed> {
+        let calls = {
+            let mut pending = lock(&self.pending);
+            if pending.closed.is_some() {
+                return None;
+            }
+            let reason = if pending.shutting_down {
+                Closed::ShutDown
+            } else {
+                reason
+            };
+            pending.closed = Some(reason);
+            std::mem::take(&mut pending.calls)
+        };
+        let reason = self.current_reason();
+        for (_, call) in calls {
+            let _ = call.reply.send(Err(self.closed_error(reason.clone())));
+        }
+        Some(reason)
+    }
+
+    fn answer(&self, id: &str, frame: ExtensionFrame) {
+        let call = id
+            .parse::<u64>()
+            .ok()
+            .and_then(|id| lock(&self.pending).calls.remove(&id));
+        let Some(call) = call else {
+            tracing::warn!(
+                "{}: `{}` for unknown or expired id `{id}` ignored",
+                self.label,
+                frame.frame_type()
+            );
+            return;
+        };
+        let got = frame.frame_type();
+        let result = if got == call.expected {
+            Ok(frame)
+        } else {
+            Err(CallError::WrongAnswer {
+                extension: self.label.clone(),
+                what: format!("request `{id}`"),
+                expected: call.expected,
+                got,
+            })
+        };
+        let _ = call.reply.send(result);
+    }
+}
+
+fn lock(pending: &Mutex<Pending>) -> std::sync::MutexGuard<'_, Pending> {
+    // A panic while holding the lock leaves the map consistent; keep going.
+    pending.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+enum HandshakeFailure {
+    Error(SessionError),
+    Ended,
+}
+
+async fn handshake(
+    name: &Arc<str>,
+    hello_ack: HelloAck,
+    config: &SessionConfig,
+    reader: &mut FrameReader,
+    outgoing: &mpsc::Sender<Outgoing>,
+    events: &broadcast::Sender<HostEvent>,
+) -> Result<Registration, HandshakeFailure> {
+    let started = Instant::now();
+    let hello = loop {
+        let remaining = config.hello_timeout.saturating_sub(started.elapsed());
+        match timeout(remaining, reader.next()).await {
+            Err(_) => {
+                return Err(HandshakeFailure::Error(SessionError::NoHello {
+                    name: name.to_string(),
+                    after: config.hello_timeout,
+                }));
+            }
+            Ok(None) => return Err(HandshakeFailure::Ended),
+            Ok(Some(Ok(ExtensionFrame::Hello(hello)))) => break hello,
+            Ok(Some(Ok(other))) => {
+                return Err(HandshakeFailure::Error(SessionError::NotHello {
+                    name: name.to_string(),
+                    found: other.frame_type(),
+                }));
+            }
+            // Stray output before hello is reported and skipped.
+            Ok(Some(Err(err))) => tracing::warn!("extension `{name}`: {err}"),
+        }
+    };
+    if let Ok(line) = encode_to_vec(&HostFrame::HelloAck(hello_ack)) {
+        let _ = outgoing.send(Outgoing::Line(line)).await;
+    }
+    let mut registration = Registration {
+        hello,
+        ..Registration::default()
+    };
+    let registration_deadline = Instant::now() + config.hello_timeout;
+    loop {
+        let idle = Instant::now() + config.ready_idle;
+        if idle > registration_deadline {
+            return Err(HandshakeFailure::Error(SessionError::RegistrationTimeout {
+                name: name.to_string(),
+                after: config.hello_timeout,
+            }));
+        }
+        let frame = match tokio::time::timeout_at(idle, reader.next()).await {
+            // Silence: zot's idle watchdog treats this as ready.
+            Err(_) => break,
+            Ok(None) => return Err(HandshakeFailure::Ended),
+            Ok(Some(Err(err))) => {
+                tracing::warn!("extension `{name}`: {err}");
+                continue;
+            }
+            Ok(Some(Ok(frame))) => frame,
+        };
+        match frame {
+            ExtensionFrame::Ready(_) => {
+                registration.sent_ready = true;
+                break;
+            }
+            ExtensionFrame::RegisterCommand(command) => {
+                register_command(name, &mut registration, command)
+            }
+            ExtensionFrame::RegisterTool(tool) => {
+                if registration.tools.iter().any(|t| t.name == tool.name) {
+                    refuse(
+                        name,
+                        &mut registration,
+                        format!("tool `{}` registered twice", tool.name),
+                    );
+                    continue;
+                }
+                match tool.schema_object() {
+                    Ok(schema) => registration.tools.push(RegisteredTool {
+                        name: tool.name,
+                        description: tool.description,
+                        schema,
+                    }),
+                    Err(problem) => refuse(
+                        name,
+                        &mut registration,
+                        format!("tool `{}` refused: {problem}", tool.name),
+                    ),
+                }
+            }
+            ExtensionFrame::Subscribe(subscribe) => {
+                registration.events.extend(subscribe.events);
+                for event in subscribe.intercept {
+                    if event_name::INTERCEPTABLE.contains(&event.as_str()) {
+                        registration.intercepts.insert(event);
+                    } else {
+                        refuse(
+                            name,
+                            &mut registration,
+                            format!("`{event}` cannot be intercepted"),
+                        );
+                    }
+                }
+            }
+            other => publish_unsolicited(name, other, events),
+        }
+    }
+    Ok(registration)
+}
+
+fn register_command(name: &str, registration: &mut Registration, command: RegisterCommand) {
+    if command.name.trim().is_empty() {
+        refuse(
+            name,
+            registration,
+            "a command with an empty name".to_owned(),
+        );
+    } else if registration.commands.iter().any(|c| c.name == command.name) {
+        refuse(
+            name,
+            registration,
+            format!("command `{}` registered twice", command.name),
+        );
+    } else {
+        registration.commands.push(command);
+    }
+}
+
+fn refuse(name: &str, registration: &mut Registration, why: String) {
+    tracing::warn!("extension `{name}`: {why}");
+    registration.refused.push(why);
+}
+
+/// Frames an extension may send at any time; anything else outside the
+/// handshake is logged and dropped.
+fn publish_unsolicited(
+    name: &Arc<str>,
+    frame: ExtensionFrame,
+    events: &broadcast::Sender<HostEvent>,
+) {
+    let event = match frame {
+        ExtensionFrame::Notify(notify) => HostEvent::Notify {
+            extension: name.clone(),
+            level: notify.level,
+            message: notify.message,
+        },
+        ExtensionFrame::ClearNotes(_) => HostEvent::ClearNotes {
+            extension: name.clone(),
+        },
+        ExtensionFrame::PanelRender(panel) => HostEvent::PanelRender {
+            extension: name.clone(),
+            panel,
+        },
+        ExtensionFrame::PanelClose(close) => HostEvent::PanelClose {
+            extension: name.clone(),
+            panel_id: close.panel_id,
+        },
+        ExtensionFrame::ShutdownAck(_) => return,
+        other => {
+            tracing::warn!(
+                "extension `{name}`: unexpected `{}` ignored",
+                other.frame_type()
+            );
+            return;
+        }
+    };
+    // No subscriber is fine: events are advisory.
+    let _ = events.send(event);
+}
+
+async fn read_loop(
+    inner: Arc<Inner>,
+    mut reader: FrameReader,
+    events: broadcast::Sender<HostEvent>,
+    closed: watch::Sender<Option<Closed>>,
+) {
+    let mut exit = inner.exit.clone();
+    let mut exit_watch_live = true;
+    let mut drain_deadline: Option<Instant> = None;
+    loop {
+        let drain = async {
+            match drain_deadline {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            biased;
+            item = reader.next() => match item {
+                None => break,
+                Some(Err(err)) => tracing::warn!("{}: {err}", inner.label),
+                Some(Ok(frame)) => dispatch(&inner, frame, &events),
+            },
+            changed = exit.changed(), if exit_watch_live => {
+                exit_watch_live = false;
+                if changed.is_ok() {
+                    // Frames written just before exit may still be in the pipe.
+                    drain_deadline = Some(Instant::now() + DRAIN_AFTER_EXIT);
+                }
+            }
+            () = drain => break,
+        }
+    }
+    let reason = ended_reason(inner.exit.clone()).await;
+    if let Some(reason) = inner.close(reason) {
+        tracing::debug!("{}: session ended: {reason}", inner.label);
+        let _ = closed.send(Some(reason));
+    }
+}
+
+/// Why the stream ended: the exit status if it comes promptly.
+async fn ended_reason(mut exit: watch::Receiver<Option<Exit>>) -> Closed {
+    match timeout(EXIT_AFTER_EOF, exit.wait_for(Option::is_some)).await {
+        Ok(Ok(exit)) => exit.clone().map_or(Closed::StreamEnded, Closed::Exited),
+        _ => Closed::StreamEnded,
+    }
+}
+
+fn dispatch(inner: &Inner, frame: ExtensionFrame, events: &broadcast::Sender<HostEvent>) {
+    match frame {
+        ExtensionFrame::CommandResponse(ref response) => {
+            let id = response.id.clone();
+            inner.answer(&id, frame);
+        }
+        ExtensionFrame::ToolResult(ref result) => {
+            let id = result.id.clone();
+            inner.answer(&id, frame);
+        }
+        ExtensionFrame::EventInterceptResponse(ref response) => {
+            let id = response.id.clone();
+            inner.answer(&id, frame);
+        }
+        ExtensionFrame::Hello(_)
+        | ExtensionFrame::RegisterCommand(_)
+        | ExtensionFrame::RegisterTool(_)
+        | ExtensionFrame::Subscribe(_)
+        | ExtensionFrame::Ready(_) => tracing::warn!(
+            "{}: `{}` after registration ended is ignored",
+            inner.label,
+            frame.frame_type()
+        ),
+        other => publish_unsolicited(&inner.name, other, events),
+    }
+}
+
+async fn write_loop(
+    mut input: Box<dyn AsyncWrite + Send + Unpin>,
+    mut queue: mpsc::Receiver<Outgoing>,
+) {
+    while let Some(item) = queue.recv().await {
+        let mut close = false;
+        let mut batch = match item {
+            Outgoing::Line(line) => line,
+            Outgoing::Close => break,
+        };
+        // Coalesce whatever else is queued into one write and one flush.
+        while let Ok(item) = queue.try_recv() {
+            match item {
+                Outgoing::Line(line) => batch.extend_from_slice(&line),
+                Outgoing::Close => {
+                    close = true;
+                    break;
+                }
+            }
+        }
+        if input.write_all(&batch).await.is_err() || input.flush().await.is_err() {
+            // The extension closed its input; the reader will see it end.
+            return;
+        }
+        if close {
+            break;
+        }
+    }
+    let _ = input.shutdown().await;
+}
