@@ -94,10 +94,13 @@ impl SearchPath {
     pub fn discover(&self) -> Discovery {
         let mut discovery = Discovery::default();
         for path in &self.explicit {
+            // Absolute, so that a relative `exec` still resolves once the
+            // extension runs in its own folder.
+            let path = std::path::absolute(path).unwrap_or_else(|_| path.clone());
             let manifest_path = if path.is_dir() {
                 path.join(MANIFEST_FILE)
             } else {
-                path.clone()
+                path
             };
             discovery.offer(&manifest_path, Origin::Explicit);
         }

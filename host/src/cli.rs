@@ -1,0 +1,161 @@
+//! The `zotbox` command line: raw flags parsed by clap, one file per command.
+
+mod call;
+mod check;
+mod command;
+mod ext;
+mod list;
+mod output;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context as _, Result};
+use clap::{Parser, Subcommand};
+
+use crate::Host;
+use crate::home::ZotHome;
+
+/// Exit status: success.
+pub const EXIT_OK: u8 = 0;
+/// Exit status: an error (bad input, a failed load or call).
+pub const EXIT_ERROR: u8 = 1;
+/// Exit status: the request was refused (a tool answered `is_error`, a
+/// command answered with `error`, the guard chain blocked).
+pub const EXIT_REFUSED: u8 = 3;
+
+const AFTER_HELP: &str = "\
+Exit status:
+  0  success
+  1  error: bad input, an extension that failed to load, a failed call
+  2  usage error (unknown flag or command)
+  3  refused: the tool answered is_error, the command answered an error,
+     or the guard chain blocked the call
+
+Environment:
+  ZOT_HOME        zot's home (default $XDG_STATE_HOME/zot, else ~/.local/state/zot)
+  ZOTBOX_LOG      log filter for zotbox's own diagnostics on stderr (default `warn`)";
+
+/// A sandboxed plugin host for zot extensions.
+///
+/// zotbox runs zot extensions — WebAssembly guests, native subprocesses and
+/// data files — behind one capability layer. It reads the same folders as zot:
+/// `--ext` paths first, then `<workspace>/.zot/extensions/`, then
+/// `$ZOT_HOME/extensions/`.
+#[derive(Debug, Parser)]
+#[command(name = "zotbox", version, after_help = AFTER_HELP)]
+pub struct Cli {
+    /// The project root: where `.zot/` is searched and what extensions see as cwd.
+    #[arg(long, global = true, value_name = "DIR")]
+    workspace: Option<PathBuf>,
+    /// zot's home folder [default: $ZOT_HOME, else $XDG_STATE_HOME/zot, else ~/.local/state/zot].
+    #[arg(long, global = true, value_name = "DIR")]
+    zot_home: Option<PathBuf>,
+    /// Load the extension at PATH (a folder or its extension.json) before
+    /// discovered ones. Repeatable.
+    #[arg(long = "ext", short = 'e', global = true, value_name = "PATH")]
+    ext: Vec<PathBuf>,
+    /// Machine output: one JSON object per line.
+    #[arg(long, global = true)]
+    json: bool,
+    /// More diagnostics on stderr (-v info, -vv debug).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// List extensions: state, commands, tools, subscriptions and load errors.
+    List(list::Args),
+    /// Call a tool (through the guard chain) and print its result.
+    Call(call::Args),
+    /// Run a slash command and print its response.
+    Command(command::Args),
+    /// Ask the tool_call guard chain about a call without running it.
+    Check(check::Args),
+    /// Install, remove, enable, disable extensions, and read their logs.
+    #[command(subcommand)]
+    Ext(ext::Command),
+}
+
+/// Shared state every command gets.
+pub(crate) struct Context {
+    workspace: Option<PathBuf>,
+    zot_home: Option<PathBuf>,
+    ext: Vec<PathBuf>,
+    json: bool,
+}
+
+impl Context {
+    /// zot's home as given or resolved from the environment.
+    pub(crate) fn home(&self) -> Result<ZotHome> {
+        match &self.zot_home {
+            Some(path) => Ok(ZotHome::new(path)),
+            None => ZotHome::from_env()
+                .context("cannot find zot's home: set ZOT_HOME or HOME, or pass --zot-home"),
+        }
+    }
+
+    /// The workspace as given, or the current directory.
+    pub(crate) fn workspace(&self) -> Result<PathBuf> {
+        match &self.workspace {
+            Some(path) => Ok(path.clone()),
+            None => std::env::current_dir().context("cannot read the current directory"),
+        }
+    }
+
+    /// Starts a host over the configured folders.
+    pub(crate) async fn host(&self) -> Result<Host> {
+        let mut builder = Host::builder()
+            .workspace(self.workspace()?)
+            .zot_home(self.home()?.root());
+        for path in &self.ext {
+            builder = builder.extension(path);
+        }
+        Ok(builder.build().await?)
+    }
+}
+
+impl Cli {
+    /// Runs the parsed command line.
+    ///
+    /// # Errors
+    ///
+    /// Whatever the command failed with; `main` prints the chain.
+    pub async fn run(self) -> Result<ExitCode> {
+        init_logging(self.verbose);
+        let context = Context {
+            workspace: self.workspace,
+            zot_home: self.zot_home,
+            ext: self.ext,
+            json: self.json,
+        };
+        let status = match self.command {
+            Command::List(args) => args.run(&context).await?,
+            Command::Call(args) => args.run(&context).await?,
+            Command::Command(args) => args.run(&context).await?,
+            Command::Check(args) => args.run(&context).await?,
+            Command::Ext(command) => command.run(&context).await?,
+        };
+        Ok(ExitCode::from(status))
+    }
+}
+
+fn init_logging(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("ZOTBOX_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .without_time()
+        .try_init();
+}

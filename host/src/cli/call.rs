@@ -1,0 +1,71 @@
+//! `zotbox call TOOL [JSON]`: call a tool through the guard chain.
+
+use anyhow::{Context as _, Result};
+use serde_json::Value;
+use zotbox_protocol::Content;
+
+use super::output::{drain_events, json_line};
+use super::{Context, EXIT_OK, EXIT_REFUSED};
+use crate::HostError;
+
+/// Arguments of `zotbox call`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// The tool's name.
+    tool: String,
+    /// The arguments as a JSON object; `-` reads them from stdin.
+    #[arg(default_value = "{}")]
+    args: String,
+}
+
+/// Parses a JSON argument given on the command line (or `-` for stdin).
+pub(crate) fn parse_json_arg(text: &str) -> Result<Value> {
+    let text = if text == "-" {
+        std::io::read_to_string(std::io::stdin()).context("cannot read arguments from stdin")?
+    } else {
+        text.to_owned()
+    };
+    let value: Value = serde_json::from_str(&text)
+        .with_context(|| format!("arguments `{}` are not JSON", text.trim()))?;
+    if !value.is_object() {
+        anyhow::bail!("arguments `{}` must be a JSON object", text.trim());
+    }
+    Ok(value)
+}
+
+impl Args {
+    pub(crate) async fn run(self, context: &Context) -> Result<u8> {
+        let args = parse_json_arg(&self.args)?;
+        let host = context.host().await?;
+        let mut events = host.subscribe();
+        let outcome = host.call_tool(&self.tool, args).await;
+        drain_events(&mut events, context.json)?;
+        host.shutdown().await;
+        match outcome {
+            Ok(result) => {
+                if context.json {
+                    json_line(&result)?;
+                } else {
+                    for block in &result.content {
+                        match block {
+                            Content::Text { text } => println!("{text}"),
+                            Content::Image { mime_type, data } => {
+                                println!("[image {mime_type}, {} base64 bytes]", data.len());
+                            }
+                        }
+                    }
+                }
+                Ok(if result.is_error {
+                    EXIT_REFUSED
+                } else {
+                    EXIT_OK
+                })
+            }
+            Err(err @ HostError::Blocked { .. }) => {
+                eprintln!("error: {err}");
+                Ok(EXIT_REFUSED)
+            }
+            Err(err) => Err(err.into()),
+        }
+    }
+}

@@ -1,0 +1,64 @@
+//! `zotbox command NAME [ARGS...]`: run a slash command.
+
+use anyhow::Result;
+use zotbox_protocol::CommandAction;
+
+use super::output::{drain_events, json_line};
+use super::{Context, EXIT_OK, EXIT_REFUSED};
+
+/// Arguments of `zotbox command`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// The command's name (a leading `/` is allowed).
+    name: String,
+    /// Everything after the name, joined by spaces, as zot passes it.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    args: Vec<String>,
+}
+
+impl Args {
+    pub(crate) async fn run(self, context: &Context) -> Result<u8> {
+        let name = self.name.strip_prefix('/').unwrap_or(&self.name);
+        let args = self.args.join(" ");
+        let host = context.host().await?;
+        let mut events = host.subscribe();
+        let outcome = host.invoke_command(name, &args).await;
+        drain_events(&mut events, context.json)?;
+        host.shutdown().await;
+        let response = outcome?;
+        if context.json {
+            json_line(&response)?;
+        } else {
+            let text = match response.action {
+                CommandAction::Prompt => response.prompt.clone(),
+                CommandAction::Insert => response.insert.clone(),
+                CommandAction::Display => response.display.clone(),
+                CommandAction::OpenPanel => response.open_panel.as_ref().map(|panel| {
+                    let mut text = format!("{} [{}]", panel.title, panel.id);
+                    for line in &panel.lines {
+                        text.push_str("\n  ");
+                        text.push_str(line);
+                    }
+                    if let Some(footer) = &panel.footer {
+                        text.push_str("\n  -- ");
+                        text.push_str(footer);
+                    }
+                    text
+                }),
+                CommandAction::Noop => None,
+            };
+            match text {
+                Some(text) => println!("{}: {text}", response.action.as_str()),
+                None => println!("{}", response.action.as_str()),
+            }
+            if let Some(error) = &response.error {
+                eprintln!("error: {error}");
+            }
+        }
+        Ok(if response.error.is_some() {
+            EXIT_REFUSED
+        } else {
+            EXIT_OK
+        })
+    }
+}

@@ -1,0 +1,220 @@
+//! `zotbox ext …`: manage installed extensions with zot's semantics.
+
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, bail};
+use serde_json::Value;
+
+use super::output::json_line;
+use super::{Context, EXIT_OK};
+use crate::discovery::{Origin, SearchPath};
+use crate::manifest::{MANIFEST_FILE, Manifest};
+
+/// `zotbox ext` subcommands.
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum Command {
+    /// Copy the extension folder PATH into $ZOT_HOME/extensions/<name>/.
+    ///
+    /// The manifest is validated before and after the copy; an invalid
+    /// install is rolled back and an existing one is replaced only once the
+    /// new copy is valid.
+    Install {
+        /// The extension's folder (holding extension.json).
+        path: PathBuf,
+    },
+    /// Delete an installed extension's folder.
+    Remove {
+        /// The extension's name.
+        name: String,
+    },
+    /// Set `enabled: true` in an extension's manifest.
+    Enable {
+        /// The extension's name.
+        name: String,
+    },
+    /// Set `enabled: false` in an extension's manifest (it stays installed).
+    Disable {
+        /// The extension's name.
+        name: String,
+    },
+    /// Print an extension's stderr log ($ZOT_HOME/logs/ext-<name>.log).
+    Logs {
+        /// The extension's name.
+        name: String,
+        /// Keep printing as the log grows.
+        #[arg(short, long)]
+        follow: bool,
+    },
+}
+
+impl Command {
+    pub(crate) async fn run(self, context: &Context) -> Result<u8> {
+        match self {
+            Self::Install { path } => install(context, &path),
+            Self::Remove { name } => remove(context, &name),
+            Self::Enable { name } => set_enabled(context, &name, true),
+            Self::Disable { name } => set_enabled(context, &name, false),
+            Self::Logs { name, follow } => logs(context, &name, follow).await,
+        }
+    }
+}
+
+fn report(context: &Context, action: &str, name: &str, path: &Path) -> Result<u8> {
+    if context.json {
+        json_line(&serde_json::json!({"action": action, "name": name, "path": path}))?;
+    } else {
+        println!("{action} `{name}` at {}", path.display());
+    }
+    Ok(EXIT_OK)
+}
+
+fn install(context: &Context, source: &Path) -> Result<u8> {
+    let source_manifest = if source.is_dir() {
+        source.join(MANIFEST_FILE)
+    } else {
+        bail!("`{}` is not an extension folder", source.display());
+    };
+    let manifest = Manifest::load(&source_manifest)?;
+    let name = manifest.name().to_owned();
+    let extensions = context.home()?.extensions_dir();
+    std::fs::create_dir_all(&extensions)
+        .with_context(|| format!("cannot create `{}`", extensions.display()))?;
+    let target = extensions.join(&name);
+    let staging = extensions.join(format!(".installing-{name}"));
+    let _ = std::fs::remove_dir_all(&staging);
+    copy_tree(source, &staging).with_context(|| {
+        format!(
+            "cannot copy `{}` to `{}`",
+            source.display(),
+            staging.display()
+        )
+    })?;
+    // The copy is what zot will load: validate it, not just the source.
+    if let Err(err) = Manifest::load(&staging.join(MANIFEST_FILE)) {
+        let _ = std::fs::remove_dir_all(&staging);
+        return Err(err).context("the installed copy is invalid; install rolled back");
+    }
+    if target.exists() {
+        std::fs::remove_dir_all(&target)
+            .with_context(|| format!("cannot replace `{}`", target.display()))?;
+    }
+    std::fs::rename(&staging, &target)
+        .with_context(|| format!("cannot move `{}` into place", staging.display()))?;
+    report(context, "installed", &name, &target)
+}
+
+/// Copies a folder tree; symlinks are copied as symlinks, never followed.
+fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let kind = entry.file_type()?;
+        let dest = to.join(entry.file_name());
+        if kind.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(entry.path())?, &dest)?;
+        } else if kind.is_dir() {
+            copy_tree(&entry.path(), &dest)?;
+        } else {
+            std::fs::copy(entry.path(), &dest)?;
+        }
+    }
+    Ok(())
+}
+
+/// The manifest of the installed (project or user) extension called `name`.
+fn find_installed(context: &Context, name: &str) -> Result<Manifest> {
+    let search = SearchPath {
+        explicit: Vec::new(),
+        workspace: context.workspace()?,
+        home: context.home()?,
+    };
+    let discovery = search.discover();
+    discovery
+        .found
+        .into_iter()
+        .find(|found| found.manifest.name() == name && found.origin != Origin::Explicit)
+        .map(|found| found.manifest)
+        .with_context(|| {
+            format!(
+                "no installed extension `{name}` in `{}` or `{}`",
+                search.project_dir().display(),
+                search.home.extensions_dir().display()
+            )
+        })
+}
+
+fn remove(context: &Context, name: &str) -> Result<u8> {
+    let manifest = find_installed(context, name)?;
+    std::fs::remove_dir_all(&manifest.dir)
+        .with_context(|| format!("cannot remove `{}`", manifest.dir.display()))?;
+    report(context, "removed", name, &manifest.dir)
+}
+
+fn set_enabled(context: &Context, name: &str, enabled: bool) -> Result<u8> {
+    let manifest = find_installed(context, name)?;
+    let path = &manifest.path;
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read `{}`", path.display()))?;
+    let mut value: Value =
+        serde_json::from_str(&text).with_context(|| format!("`{}` is not JSON", path.display()))?;
+    let Some(object) = value.as_object_mut() else {
+        bail!("`{}` is not a JSON object", path.display());
+    };
+    object.insert("enabled".to_owned(), Value::Bool(enabled));
+    let mut out = serde_json::to_string_pretty(&value)?;
+    out.push('\n');
+    // Write beside and rename, so a crash never leaves half a manifest.
+    let staging = path.with_extension("json.tmp");
+    std::fs::write(&staging, out)
+        .with_context(|| format!("cannot write `{}`", staging.display()))?;
+    std::fs::rename(&staging, path)
+        .with_context(|| format!("cannot replace `{}`", path.display()))?;
+    report(
+        context,
+        if enabled { "enabled" } else { "disabled" },
+        name,
+        path,
+    )
+}
+
+async fn logs(context: &Context, name: &str, follow: bool) -> Result<u8> {
+    crate::manifest::validate_name(name)
+        .map_err(|problem| anyhow::anyhow!("extension name {problem}"))?;
+    let path = context.home()?.extension_log(name);
+    let mut file = match std::fs::File::open(&path) {
+        Ok(file) => file,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound && !follow => {
+            bail!(
+                "no log for `{name}` at `{}` (it has not run yet)",
+                path.display()
+            )
+        }
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => loop {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            if let Ok(file) = std::fs::File::open(&path) {
+                break file;
+            }
+        },
+        Err(err) => return Err(err).with_context(|| format!("cannot open `{}`", path.display())),
+    };
+    let mut stdout = std::io::stdout();
+    let mut position = std::io::copy(&mut file, &mut stdout)?;
+    stdout.flush()?;
+    while follow {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let len = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        if len < position {
+            // Truncated or replaced: start over from the top.
+            file = std::fs::File::open(&path)?;
+            position = 0;
+        }
+        file.seek(SeekFrom::Start(position))?;
+        let mut chunk = Vec::new();
+        position += file.read_to_end(&mut chunk)? as u64;
+        stdout.write_all(&chunk)?;
+        stdout.flush()?;
+    }
+    Ok(EXIT_OK)
+}

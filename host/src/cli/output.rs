@@ -1,0 +1,99 @@
+//! Output helpers: aligned tables for people, JSON Lines for machines.
+
+use std::io::Write;
+
+use serde::Serialize;
+
+use crate::HostEvent;
+
+/// Prints rows as columns padded to the widest cell; the last column is not padded.
+pub(crate) fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let header: Vec<String> = headers.iter().map(|h| (*h).to_owned()).collect();
+    for row in std::iter::once(&header).chain(rows) {
+        let mut line = String::new();
+        for (index, cell) in row.iter().enumerate() {
+            if index + 1 == row.len() {
+                line.push_str(cell);
+            } else {
+                let pad = widths[index] - cell.chars().count();
+                line.push_str(cell);
+                line.push_str(&" ".repeat(pad + 2));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// Writes one JSON object as one line on stdout.
+pub(crate) fn json_line<T: Serialize>(value: &T) -> anyhow::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    serde_json::to_writer(&mut stdout, value)?;
+    stdout.write_all(b"\n")?;
+    Ok(())
+}
+
+/// Prints the host events received so far: notes and panels on stderr for
+/// people, as JSON Lines on stdout for machines.
+pub(crate) fn drain_events(
+    events: &mut tokio::sync::broadcast::Receiver<HostEvent>,
+    json: bool,
+) -> anyhow::Result<()> {
+    while let Ok(event) = events.try_recv() {
+        if json {
+            json_line(&event)?;
+            continue;
+        }
+        match event {
+            HostEvent::Notify {
+                extension,
+                level,
+                message,
+            } => eprintln!("[{extension}] {level}: {message}"),
+            HostEvent::PanelRender { extension, panel } => {
+                eprintln!("[{extension}] panel `{}`:", panel.panel_id);
+                for line in &panel.lines {
+                    eprintln!("  {line}");
+                }
+            }
+            HostEvent::Exited { extension, reason } => eprintln!("[{extension}] {reason}"),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Joins a list for a table cell, `-` when empty.
+pub(crate) fn cell(items: &[String]) -> String {
+    if items.is_empty() {
+        "-".to_owned()
+    } else {
+        items.join(",")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn columns_align_to_the_widest_cell() {
+        let rows = vec![
+            vec!["weather".to_owned(), "ready".to_owned(), "x".to_owned()],
+            vec!["a".to_owned(), "failed".to_owned(), "y".to_owned()],
+        ];
+        let text = table(&["NAME", "STATE", "NOTE"], &rows);
+        assert_eq!(
+            text,
+            "NAME     STATE   NOTE\nweather  ready   x\na        failed  y\n"
+        );
+    }
+}
