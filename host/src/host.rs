@@ -124,6 +124,7 @@ impl std::fmt::Debug for Host {
 
 struct Inner {
     settings: Settings,
+    launcher: crate::runtime::Launcher,
     events: broadcast::Sender<HostEvent>,
     registry: Mutex<Registry>,
     // Flipped to true to stop every supervisor of the current generation.

@@ -6,6 +6,7 @@
 //! this module knows whether the extension is a subprocess or a wasm guest.
 
 pub mod native;
+pub mod wasm;
 
 use std::fmt;
 use std::sync::Arc;
@@ -130,25 +131,67 @@ pub enum StartError {
     /// A subprocess could not be spawned.
     #[error(transparent)]
     Native(#[from] native::SpawnError),
-    /// This build cannot run wasm extensions yet.
-    #[error("wasm extensions are not supported by this build")]
-    WasmUnsupported,
+    /// A wasm program could not be loaded.
+    #[error(transparent)]
+    Wasm(#[from] wasm::WasmError),
 }
 
-/// Starts the extension `manifest` describes, its stderr appended to its log.
-///
-/// # Errors
-///
-/// [`StartError`] when it cannot be started at all.
-pub async fn start(
-    manifest: &crate::manifest::Manifest,
-    home: &crate::home::ZotHome,
-) -> Result<Transport, StartError> {
-    let log = open_log(&home.extension_log(manifest.name()));
-    match &manifest.program {
-        crate::manifest::Program::Native { exec, args } => {
-            Ok(native::spawn(exec, args, &manifest.dir, log)?)
+/// Starts extensions of every kind; owns the wasm engine, created on first use.
+#[derive(Debug)]
+pub struct Launcher {
+    home: crate::home::ZotHome,
+    progress: bool,
+    wasm: std::sync::OnceLock<Result<Arc<wasm::WasmRuntime>, String>>,
+}
+
+impl Launcher {
+    /// A launcher writing logs and the compile cache under `home`. With
+    /// `progress`, slow first compiles say so on stderr.
+    pub fn new(home: crate::home::ZotHome, progress: bool) -> Self {
+        Self {
+            home,
+            progress,
+            wasm: std::sync::OnceLock::new(),
         }
-        crate::manifest::Program::Wasm { .. } => Err(StartError::WasmUnsupported),
+    }
+
+    /// The wasm runtime, set up on first use.
+    ///
+    /// # Errors
+    ///
+    /// [`wasm::WasmError::Engine`] when the engine cannot be configured.
+    pub fn wasm(&self) -> Result<Arc<wasm::WasmRuntime>, wasm::WasmError> {
+        self.wasm
+            .get_or_init(|| {
+                wasm::WasmRuntime::new(Some(self.home.cache_dir()), self.progress)
+                    .map(Arc::new)
+                    .map_err(|err| err.to_string())
+            })
+            .clone()
+            .map_err(wasm::WasmError::Engine)
+    }
+
+    /// Starts the extension `manifest` describes, its stderr appended to its log.
+    ///
+    /// # Errors
+    ///
+    /// [`StartError`] when it cannot be started at all.
+    pub async fn start(
+        &self,
+        manifest: &crate::manifest::Manifest,
+    ) -> Result<Transport, StartError> {
+        let log = open_log(&self.home.extension_log(manifest.name()));
+        match &manifest.program {
+            crate::manifest::Program::Native { exec, args } => {
+                Ok(native::spawn(exec, args, &manifest.dir, log)?)
+            }
+            crate::manifest::Program::Wasm { path } => {
+                let limits = wasm::limits_for(manifest.raw.limits.memory_mb);
+                Ok(self
+                    .wasm()?
+                    .start(manifest.name(), path, limits, log)
+                    .await?)
+            }
+        }
     }
 }

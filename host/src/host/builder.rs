@@ -31,6 +31,7 @@ pub struct HostBuilder {
     zot_version: String,
     provider: String,
     model: String,
+    progress: bool,
 }
 
 impl Default for HostBuilder {
@@ -67,7 +68,15 @@ impl HostBuilder {
             zot_version: concat!("zotbox-", env!("CARGO_PKG_VERSION")).to_owned(),
             provider: "none".to_owned(),
             model: "none".to_owned(),
+            progress: false,
         }
+    }
+
+    /// Show a note on stderr when a wasm extension's first compile is slow.
+    /// Off by default; the CLI turns it on when stderr is a terminal.
+    pub fn compile_progress(mut self, show: bool) -> Self {
+        self.progress = show;
+        self
     }
 
     /// The project root: `cwd` in `hello_ack`, and where `.zot/` is searched.
@@ -175,7 +184,7 @@ impl HostBuilder {
                     search: SearchPath {
                         explicit: self.explicit,
                         workspace,
-                        home,
+                        home: home.clone(),
                     },
                     session: self.session,
                     restart: self.restart,
@@ -183,6 +192,7 @@ impl HostBuilder {
                     provider: self.provider,
                     model: self.model,
                 },
+                launcher: crate::runtime::Launcher::new(home.clone(), self.progress),
                 events,
                 registry: Mutex::new(super::Registry::default()),
                 stop: Mutex::new(stop),

@@ -9,7 +9,6 @@ use tokio::time::Instant;
 use super::Host;
 use super::registry::{ExtensionState, SlotHandle};
 use crate::event::HostEvent;
-use crate::runtime;
 use crate::session::{Closed, Session};
 
 /// When an extension that stopped unexpectedly is started again.
@@ -181,8 +180,10 @@ fn fail(host: &Host, slot: &SlotHandle, name: &str, reason: String) {
 
 async fn start_once(host: &Host, slot: &SlotHandle) -> Result<Session, StartFailure> {
     let manifest = &slot.manifest;
-    let settings = &host.inner.settings;
-    let transport = runtime::start(manifest, &settings.search.home)
+    let transport = host
+        .inner
+        .launcher
+        .start(manifest)
         .await
         .map_err(|err| StartFailure::Permanent(format!("cannot start: {err}")))?;
     Session::start(

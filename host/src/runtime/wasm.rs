@@ -1,0 +1,424 @@
+//! WebAssembly extensions: WASI components and core modules run in-process under wasmtime.
+//!
+//! A guest speaks the protocol on its WASI stdin/stdout, which are in-memory
+//! pipes ([`pipe`]) to its session. It runs on its own tokio task and yields
+//! to the executor at every epoch tick, so a guest that spins never stalls
+//! another extension or the host.
+//!
+//! # What a guest gets
+//!
+//! Deny by default: stdin/stdout as the protocol; stderr appended to its log;
+//! `argv` = its name; clocks and random. No preopened directories, no
+//! environment variables, and no `wasi:sockets` at all: a component that
+//! imports it fails to load, naming the import.
+//!
+//! # Limits
+//!
+//! - memory: linear memory beyond `memory_mb` is refused; a guest that needs
+//!   it traps and its exit says it ran out of memory;
+//! - time: when a request misses its deadline while the guest is computing
+//!   (not parked waiting on stdin), the guest is killed;
+//! - output: stdout is a bounded pipe, so a flooding guest waits for the host.
+
+mod cache;
+mod guest;
+mod pipe;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime};
+
+use tokio::sync::watch;
+use wasmtime::component::{Component, Linker as ComponentLinker};
+use wasmtime::{Config, Engine, Linker as ModuleLinker, Module};
+
+use super::Transport;
+use cache::{ArtifactCache, Kind};
+use guest::{ComponentState, GuestControl, GuestLog, ModuleState};
+
+/// Default ceiling of a guest's linear memory, MiB.
+pub const DEFAULT_MEMORY_MB: u64 = 128;
+
+/// How often the epoch advances: the granularity of yielding and killing.
+const EPOCH_TICK: Duration = Duration::from_millis(5);
+
+/// Compiles slower than this show progress on a terminal.
+const PROGRESS_AFTER: Duration = Duration::from_millis(300);
+
+/// A wasm extension could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum WasmError {
+    /// The file could not be read.
+    #[error("cannot read `{}`: {source}", path.display())]
+    Read {
+        /// The wasm file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not WebAssembly.
+    #[error("`{}` is not a WebAssembly component or module", path.display())]
+    NotWasm {
+        /// The file.
+        path: PathBuf,
+    },
+    /// Compilation failed.
+    #[error("cannot compile `{}`: {reason}", path.display())]
+    Compile {
+        /// The file.
+        path: PathBuf,
+        /// wasmtime's reason.
+        reason: String,
+    },
+    /// The guest imports something the host does not provide.
+    #[error("cannot load `{}`: {reason}", path.display())]
+    Link {
+        /// The file.
+        path: PathBuf,
+        /// wasmtime's reason, naming the import.
+        reason: String,
+    },
+    /// The engine could not be configured.
+    #[error("cannot set up the wasm engine: {0}")]
+    Engine(String),
+}
+
+/// Per-guest settings.
+#[derive(Debug, Clone)]
+pub struct GuestLimits {
+    /// Ceiling of linear memory, bytes.
+    pub memory_bytes: usize,
+}
+
+#[derive(Clone)]
+enum Prepared {
+    Component(wasmtime::component::InstancePre<ComponentState>),
+    Module(wasmtime::InstancePre<ModuleState>),
+}
+
+/// Identifies a wasm file's contents cheaply, so a restart skips hashing.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct FileStamp {
+    path: PathBuf,
+    len: u64,
+    modified: Option<SystemTime>,
+}
+
+/// The wasm engine, its linkers, and every program loaded so far.
+pub struct WasmRuntime {
+    engine: Engine,
+    components: ComponentLinker<ComponentState>,
+    modules: ModuleLinker<ModuleState>,
+    cache: ArtifactCache,
+    prepared: Mutex<HashMap<FileStamp, Prepared>>,
+    progress: bool,
+}
+
+impl std::fmt::Debug for WasmRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WasmRuntime").finish_non_exhaustive()
+    }
+}
+
+impl WasmRuntime {
+    /// An engine with epoch interruption, caching compiled code in
+    /// `cache_dir` (none when `None`). With `progress`, a slow first
+    /// compile says so on stderr.
+    ///
+    /// # Errors
+    ///
+    /// [`WasmError::Engine`] when wasmtime rejects the configuration.
+    pub fn new(cache_dir: Option<PathBuf>, progress: bool) -> Result<Self, WasmError> {
+        let mut config = Config::new();
+        config.epoch_interruption(true);
+        config.wasm_component_model(true);
+        let engine = Engine::new(&config).map_err(|e| WasmError::Engine(format!("{e:#}")))?;
+        let components =
+            guest::component_linker(&engine).map_err(|e| WasmError::Engine(format!("{e:#}")))?;
+        let modules =
+            guest::module_linker(&engine).map_err(|e| WasmError::Engine(format!("{e:#}")))?;
+        start_epoch_ticker(&engine);
+        Ok(Self {
+            engine,
+            components,
+            modules,
+            cache: ArtifactCache::new(cache_dir),
+            prepared: Mutex::new(HashMap::new()),
+            progress,
+        })
+    }
+
+    /// Compiles (or loads from cache) and links `path`, without running it.
+    ///
+    /// # Errors
+    ///
+    /// [`WasmError`] when the file cannot be read, compiled or linked.
+    pub fn prepare(&self, name: &str, path: &Path) -> Result<(), WasmError> {
+        self.load(name, path).map(drop)
+    }
+
+    fn load(&self, name: &str, path: &Path) -> Result<Prepared, WasmError> {
+        let meta = std::fs::metadata(path).map_err(|source| WasmError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let stamp = FileStamp {
+            path: path.to_owned(),
+            len: meta.len(),
+            modified: meta.modified().ok(),
+        };
+        if let Some(prepared) = self.memo().get(&stamp) {
+            return Ok(prepared.clone());
+        }
+        let wasm = std::fs::read(path).map_err(|source| WasmError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let kind = detect_kind(&wasm).ok_or_else(|| WasmError::NotWasm {
+            path: path.to_owned(),
+        })?;
+        let entry = self.cache.entry(&self.engine, kind, &wasm);
+        let link_error = |e: wasmtime::Error| WasmError::Link {
+            path: path.to_owned(),
+            reason: format!("{e:#}"),
+        };
+        let prepared = match kind {
+            Kind::Component => {
+                let component = self.compiled(
+                    name,
+                    path,
+                    entry.as_deref(),
+                    &wasm,
+                    |bytes| {
+                        // SAFETY: see `deserialize_cached`.
+                        #[allow(unsafe_code)]
+                        unsafe {
+                            Component::deserialize(&self.engine, bytes)
+                        }
+                    },
+                    |wasm| Component::new(&self.engine, wasm),
+                    Component::serialize,
+                )?;
+                Prepared::Component(
+                    self.components
+                        .instantiate_pre(&component)
+                        .map_err(link_error)?,
+                )
+            }
+            Kind::Module => {
+                let module = self.compiled(
+                    name,
+                    path,
+                    entry.as_deref(),
+                    &wasm,
+                    |bytes| {
+                        // SAFETY: see `deserialize_cached`.
+                        #[allow(unsafe_code)]
+                        unsafe {
+                            Module::deserialize(&self.engine, bytes)
+                        }
+                    },
+                    |wasm| Module::new(&self.engine, wasm),
+                    Module::serialize,
+                )?;
+                Prepared::Module(self.modules.instantiate_pre(&module).map_err(link_error)?)
+            }
+        };
+        self.memo().insert(stamp, prepared.clone());
+        Ok(prepared)
+    }
+
+    /// The compiled program: from the disk cache when a verified entry
+    /// exists, else compiled now and stored.
+    ///
+    /// Deserializing is `unsafe` in wasmtime because an artifact is trusted
+    /// machine code. Entries are only ever written by this function, are
+    /// named by the engine's compatibility hash (so a different wasmtime or
+    /// configuration never reads them), and carry a checksum that rejects
+    /// truncated or altered files; wasmtime re-checks its own header too.
+    /// Whoever can forge an entry with a valid checksum can equally edit the
+    /// user's manifests and policy, so the cache adds no new trust.
+    #[allow(clippy::too_many_arguments)]
+    fn compiled<T>(
+        &self,
+        name: &str,
+        path: &Path,
+        entry: Option<&Path>,
+        wasm: &[u8],
+        deserialize_cached: impl FnOnce(&[u8]) -> wasmtime::Result<T>,
+        compile: impl FnOnce(&[u8]) -> wasmtime::Result<T>,
+        serialize: impl FnOnce(&T) -> wasmtime::Result<Vec<u8>>,
+    ) -> Result<T, WasmError> {
+        if let Some(payload) = entry.and_then(ArtifactCache::read) {
+            match deserialize_cached(&payload) {
+                Ok(compiled) => return Ok(compiled),
+                Err(err) => {
+                    tracing::warn!("cached artifact for `{name}` rejected ({err}); recompiling")
+                }
+            }
+        }
+        let progress = self.progress.then(|| Progress::start(name, wasm.len()));
+        let started = Instant::now();
+        let compiled = compile(wasm).map_err(|e| WasmError::Compile {
+            path: path.to_owned(),
+            reason: format!("{e:#}"),
+        })?;
+        if let Some(progress) = progress {
+            progress.finish(started.elapsed());
+        }
+        tracing::info!("compiled `{name}` in {:?}", started.elapsed());
+        if let Some(entry) = entry {
+            match serialize(&compiled) {
+                Ok(bytes) => ArtifactCache::write(entry, &bytes),
+                Err(err) => tracing::warn!("cannot serialise `{name}` for the cache: {err}"),
+            }
+        }
+        Ok(compiled)
+    }
+
+    fn memo(&self) -> std::sync::MutexGuard<'_, HashMap<FileStamp, Prepared>> {
+        self.prepared.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Starts the guest at `path` on its own task and returns its transport.
+    ///
+    /// # Errors
+    ///
+    /// [`WasmError`] when the program cannot be loaded; a guest that fails
+    /// later (a trap while instantiating) exits with the reason instead.
+    pub async fn start(
+        self: &Arc<Self>,
+        name: &str,
+        path: &Path,
+        limits: GuestLimits,
+        log: Option<std::fs::File>,
+    ) -> Result<Transport, WasmError> {
+        let prepared = {
+            let runtime = self.clone();
+            let (name, owned_path) = (name.to_owned(), path.to_owned());
+            match tokio::task::spawn_blocking(move || runtime.load(&name, &owned_path)).await {
+                Ok(result) => result?,
+                Err(join) => {
+                    return Err(WasmError::Compile {
+                        path: path.to_owned(),
+                        reason: format!("the compiler task failed: {join}"),
+                    });
+                }
+            }
+        };
+        let (host_input, guest_stdin) = pipe::stdin_pipe(pipe::PIPE_CAPACITY);
+        let (guest_stdout, host_output) = pipe::stdout_pipe(pipe::PIPE_CAPACITY);
+        let log = GuestLog::new(log);
+        let (exit_tx, exit_rx) = watch::channel(None);
+        let control = Arc::new(GuestControl::new(guest_stdin.clone()));
+        let io = guest::GuestIo {
+            name: name.to_owned(),
+            stdin: guest_stdin,
+            stdout: guest_stdout,
+            log,
+            limits,
+        };
+        let engine = self.engine.clone();
+        let task = tokio::spawn(guest::run(engine, prepared, io, exit_tx, control.clone()));
+        control.attach(task.abort_handle());
+        Ok(Transport {
+            output: Box::new(host_output),
+            input: Box::new(host_input),
+            control,
+            exit: exit_rx,
+        })
+    }
+}
+
+/// Tells a component (`\0asm` version 0x0d, layer 1) from a core module (version 1).
+fn detect_kind(wasm: &[u8]) -> Option<Kind> {
+    match wasm.get(..8)? {
+        [0, b'a', b's', b'm', 1, 0, 0, 0] => Some(Kind::Module),
+        [0, b'a', b's', b'm', _, _, 1, 0] => Some(Kind::Component),
+        _ => None,
+    }
+}
+
+/// Advances every engine's epoch from a thread of its own, so deadlines hold
+/// even when every tokio worker is busy running guests.
+fn start_epoch_ticker(engine: &Engine) {
+    let weak = engine.weak();
+    let spawned = std::thread::Builder::new()
+        .name("zotbox-epoch".to_owned())
+        .spawn(move || {
+            while let Some(engine) = weak.upgrade() {
+                engine.increment_epoch();
+                drop(engine);
+                std::thread::sleep(EPOCH_TICK);
+            }
+        });
+    if let Err(err) = spawned {
+        tracing::error!(
+            "cannot start the epoch thread ({err}); spinning guests cannot be interrupted"
+        );
+    }
+}
+
+/// "compiling `x` …" on stderr, only once a compile has taken a moment.
+struct Progress {
+    done: Arc<std::sync::atomic::AtomicBool>,
+    shown: Arc<std::sync::atomic::AtomicBool>,
+    name: String,
+}
+
+impl Progress {
+    fn start(name: &str, size: usize) -> Self {
+        use std::sync::atomic::Ordering;
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let shown = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (d, s, n) = (done.clone(), shown.clone(), name.to_owned());
+        let _ = std::thread::Builder::new()
+            .name("zotbox-progress".to_owned())
+            .spawn(move || {
+                std::thread::sleep(PROGRESS_AFTER);
+                if !d.load(Ordering::SeqCst) {
+                    s.store(true, Ordering::SeqCst);
+                    eprintln!("compiling `{n}` ({} KiB) for the first time…", size / 1024);
+                }
+            });
+        Self {
+            done,
+            shown,
+            name: name.to_owned(),
+        }
+    }
+
+    fn finish(self, took: Duration) {
+        use std::sync::atomic::Ordering;
+        self.done.store(true, Ordering::SeqCst);
+        if self.shown.load(Ordering::SeqCst) {
+            eprintln!(
+                "compiled `{}` in {:.1}s (cached for next time)",
+                self.name,
+                took.as_secs_f64()
+            );
+        }
+    }
+}
+
+/// The default limits for a manifest's `memory_mb`.
+pub fn limits_for(memory_mb: Option<u64>) -> GuestLimits {
+    let mb = memory_mb.unwrap_or(DEFAULT_MEMORY_MB);
+    GuestLimits {
+        memory_bytes: usize::try_from(mb.saturating_mul(1024 * 1024)).unwrap_or(usize::MAX),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_are_told_apart_by_header() {
+        assert_eq!(detect_kind(b"\0asm\x01\0\0\0rest"), Some(Kind::Module));
+        assert_eq!(detect_kind(b"\0asm\x0d\0\x01\0rest"), Some(Kind::Component));
+        assert_eq!(detect_kind(b"\x7fELF\x02\x01\x01\0"), None);
+        assert_eq!(detect_kind(b"\0asm"), None);
+    }
+}

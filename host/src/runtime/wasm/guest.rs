@@ -1,0 +1,475 @@
+//! One running guest: its store, what it is linked against, its limits and its end.
+
+use std::collections::VecDeque;
+use std::io::Write;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use bytes::Bytes;
+use tokio::sync::watch;
+use tokio::task::AbortHandle;
+use wasmtime::component::{Linker as ComponentLinker, ResourceTable};
+use wasmtime::{Engine, Linker as ModuleLinker, ResourceLimiter, Store};
+use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
+use wasmtime_wasi::p1::WasiP1Ctx;
+use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
+use wasmtime_wasi::{I32Exit, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+use super::pipe::{GuestStdin, GuestStdout};
+use super::{GuestLimits, Prepared};
+use crate::runtime::{Control, Exit};
+
+/// A guest's stderr log is cut off past this many bytes per run.
+const LOG_CAP: u64 = 8 * 1024 * 1024;
+/// The tail of stderr kept in memory to explain a trap.
+const LOG_TAIL: usize = 4096;
+
+/// Store data of a component guest.
+pub(crate) struct ComponentState {
+    ctx: WasiCtx,
+    table: ResourceTable,
+    limiter: MemoryLimiter,
+}
+
+impl WasiView for ComponentState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.ctx,
+            table: &mut self.table,
+        }
+    }
+}
+
+/// Store data of a core-module (WASI preview 1) guest.
+pub(crate) struct ModuleState {
+    p1: WasiP1Ctx,
+    limiter: MemoryLimiter,
+}
+
+/// Refuses linear memory past the limit, and remembers that it did.
+struct MemoryLimiter {
+    max_bytes: usize,
+    hit: bool,
+}
+
+impl ResourceLimiter for MemoryLimiter {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.max_bytes {
+            self.hit = true;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        // Tables hold function references; a million is far beyond any real guest.
+        Ok(desired <= 1_000_000)
+    }
+}
+
+/// The WASI interfaces a component may import: io, clocks, random, cli and
+/// filesystem (with no preopens, so no file is reachable). `wasi:sockets` is
+/// deliberately absent: a guest importing it fails to load.
+pub(crate) fn component_linker(
+    engine: &Engine,
+) -> wasmtime::Result<ComponentLinker<ComponentState>> {
+    use wasmtime_wasi::cli::{WasiCli, WasiCliView};
+    use wasmtime_wasi::clocks::{WasiClocks, WasiClocksView};
+    use wasmtime_wasi::filesystem::{WasiFilesystem, WasiFilesystemView};
+    use wasmtime_wasi::p2::bindings::{cli, clocks, filesystem, random};
+    use wasmtime_wasi::random::WasiRandom;
+
+    let mut linker = ComponentLinker::new(engine);
+    let l = &mut linker;
+    wasmtime_wasi_io_add(l)?;
+    clocks::wall_clock::add_to_linker::<_, WasiClocks>(l, ComponentState::clocks)?;
+    clocks::monotonic_clock::add_to_linker::<_, WasiClocks>(l, ComponentState::clocks)?;
+    random::random::add_to_linker::<_, WasiRandom>(l, |s| s.ctx.random())?;
+    random::insecure::add_to_linker::<_, WasiRandom>(l, |s| s.ctx.random())?;
+    random::insecure_seed::add_to_linker::<_, WasiRandom>(l, |s| s.ctx.random())?;
+    cli::exit::add_to_linker::<_, WasiCli>(l, ComponentState::cli)?;
+    cli::environment::add_to_linker::<_, WasiCli>(l, ComponentState::cli)?;
+    cli::stdin::add_to_linker::<_, WasiCli>(l, ComponentState::cli)?;
+    cli::stdout::add_to_linker::<_, WasiCli>(l, ComponentState::cli)?;
+    cli::stderr::add_to_linker::<_, WasiCli>(l, ComponentState::cli)?;
+    cli::terminal_input::add_to_linker::<_, WasiCli>(l, ComponentState::cli)?;
+    cli::terminal_output::add_to_linker::<_, WasiCli>(l, ComponentState::cli)?;
+    cli::terminal_stdin::add_to_linker::<_, WasiCli>(l, ComponentState::cli)?;
+    cli::terminal_stdout::add_to_linker::<_, WasiCli>(l, ComponentState::cli)?;
+    cli::terminal_stderr::add_to_linker::<_, WasiCli>(l, ComponentState::cli)?;
+    filesystem::types::add_to_linker::<_, WasiFilesystem>(l, ComponentState::filesystem)?;
+    filesystem::preopens::add_to_linker::<_, WasiFilesystem>(l, ComponentState::filesystem)?;
+    Ok(linker)
+}
+
+fn wasmtime_wasi_io_add(linker: &mut ComponentLinker<ComponentState>) -> wasmtime::Result<()> {
+    wasmtime_wasi_io::add_to_linker_async(linker)
+}
+
+impl wasmtime_wasi_io::IoView for ComponentState {
+    fn table(&mut self) -> &mut ResourceTable {
+        &mut self.table
+    }
+}
+
+/// WASI preview 1 for core modules. Its socket calls only act on preopened
+/// sockets, and a guest gets none.
+pub(crate) fn module_linker(engine: &Engine) -> wasmtime::Result<ModuleLinker<ModuleState>> {
+    let mut linker = ModuleLinker::new(engine);
+    wasmtime_wasi::p1::add_to_linker_async(&mut linker, |s: &mut ModuleState| &mut s.p1)?;
+    Ok(linker)
+}
+
+/// What a guest run is given.
+pub(crate) struct GuestIo {
+    pub(crate) name: String,
+    pub(crate) stdin: GuestStdin,
+    pub(crate) stdout: GuestStdout,
+    pub(crate) log: GuestLog,
+    pub(crate) limits: GuestLimits,
+}
+
+impl GuestIo {
+    /// The deny-by-default WASI context: stdio, argv = name, nothing else.
+    fn wasi(&self) -> WasiCtxBuilder {
+        let mut builder = WasiCtxBuilder::new();
+        builder
+            .stdin(self.stdin.clone())
+            .stdout(self.stdout.clone())
+            .stderr(self.log.clone())
+            .arg(&self.name)
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false);
+        builder
+    }
+
+    fn limiter(&self) -> MemoryLimiter {
+        MemoryLimiter {
+            max_bytes: self.limits.memory_bytes,
+            hit: false,
+        }
+    }
+}
+
+/// Runs a guest to its end, then reports why it ended and closes its pipes.
+/// If the task is aborted (killed), the guard reports that instead.
+pub(crate) async fn run(
+    engine: Engine,
+    prepared: Prepared,
+    io: GuestIo,
+    exit: watch::Sender<Option<Exit>>,
+    control: Arc<GuestControl>,
+) {
+    let mut guard = ExitGuard {
+        exit,
+        stdout: io.stdout.clone(),
+        stdin: io.stdin.clone(),
+        log: io.log.clone(),
+        control,
+        outcome: None,
+    };
+    let limit_mb = (io.limits.memory_bytes / (1024 * 1024)) as u64;
+    let outcome = match prepared {
+        Prepared::Component(pre) => {
+            let state = ComponentState {
+                ctx: io.wasi().build(),
+                table: ResourceTable::new(),
+                limiter: io.limiter(),
+            };
+            let mut store = new_store(&engine, state, |s| &mut s.limiter);
+            let result = async {
+                let command = wasmtime_wasi::p2::bindings::CommandPre::new(pre)?
+                    .instantiate_async(&mut store)
+                    .await?;
+                command.wasi_cli_run().call_run(&mut store).await
+            }
+            .await;
+            let out_of_memory = store.data().limiter.hit;
+            match result {
+                Ok(Ok(())) => Exit::Code(0),
+                Ok(Err(())) => Exit::Code(1),
+                Err(err) => classify(&err, out_of_memory, limit_mb, &io.log),
+            }
+        }
+        Prepared::Module(pre) => {
+            let state = ModuleState {
+                p1: io.wasi().build_p1(),
+                limiter: io.limiter(),
+            };
+            let mut store = new_store(&engine, state, |s| &mut s.limiter);
+            let result = async {
+                let instance = pre.instantiate_async(&mut store).await?;
+                let start = instance.get_typed_func::<(), ()>(&mut store, "_start")?;
+                start.call_async(&mut store, ()).await
+            }
+            .await;
+            let out_of_memory = store.data().limiter.hit;
+            match result {
+                Ok(()) => Exit::Code(0),
+                Err(err) => classify(&err, out_of_memory, limit_mb, &io.log),
+            }
+        }
+    };
+    guard.outcome = Some(outcome);
+}
+
+fn new_store<T: Send + 'static>(
+    engine: &Engine,
+    state: T,
+    limiter: impl (FnMut(&mut T) -> &mut MemoryLimiter) + Send + Sync + 'static,
+) -> Store<T> {
+    let mut store = Store::new(engine, state);
+    let mut limiter = limiter;
+    store.limiter(move |s| limiter(s) as &mut dyn ResourceLimiter);
+    // Yield to the executor at every tick: a spinning guest shares its
+    // worker thread, and an abort takes effect at the next tick.
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_async_yield_and_update(1);
+    store
+}
+
+/// Turns wasmtime's error into why the guest ended. A trap's own message
+/// ("wasm `unreachable` instruction executed") says little about a Rust
+/// panic, so the guest's last stderr line is added when there is one.
+fn classify(err: &wasmtime::Error, out_of_memory: bool, limit_mb: u64, log: &GuestLog) -> Exit {
+    if let Some(exit) = err.downcast_ref::<I32Exit>() {
+        return Exit::Code(exit.0);
+    }
+    if out_of_memory {
+        return Exit::OutOfMemory { limit_mb };
+    }
+    log.note(&format!("zotbox: guest failed: {err:?}"));
+    let what = match err.downcast_ref::<wasmtime::Trap>() {
+        Some(trap) => trap.to_string(),
+        // The first line names the failure; the rest is a backtrace.
+        None => format!("{err:#}")
+            .lines()
+            .next()
+            .unwrap_or("unknown failure")
+            .to_owned(),
+    };
+    match log.last_line() {
+        Some(line) => Exit::Trap(format!("{what} (last stderr line: {line})")),
+        None => Exit::Trap(what),
+    }
+}
+
+/// Reports the guest's end exactly once, whether it returned or was aborted.
+struct ExitGuard {
+    exit: watch::Sender<Option<Exit>>,
+    stdout: GuestStdout,
+    stdin: GuestStdin,
+    log: GuestLog,
+    control: Arc<GuestControl>,
+    outcome: Option<Exit>,
+}
+
+impl Drop for ExitGuard {
+    fn drop(&mut self) {
+        let exit = self
+            .outcome
+            .take()
+            .unwrap_or_else(|| Exit::Killed(self.control.kill_reason()));
+        if !exit.is_clean() {
+            self.log.note(&format!("zotbox: guest {exit}"));
+        }
+        // The exit first, so that the session finds it when it sees EOF.
+        let _ = self.exit.send(Some(exit));
+        self.stdout.close();
+        self.stdin.close();
+    }
+}
+
+/// Stops a guest: aborting its task drops its store at the next epoch tick
+/// or the next time it waits on I/O.
+pub(crate) struct GuestControl {
+    task: Mutex<Option<AbortHandle>>,
+    reason: Mutex<Option<String>>,
+    stdin: GuestStdin,
+}
+
+impl GuestControl {
+    pub(crate) fn new(stdin: GuestStdin) -> Self {
+        Self {
+            task: Mutex::new(None),
+            reason: Mutex::new(None),
+            stdin,
+        }
+    }
+
+    pub(crate) fn attach(&self, handle: AbortHandle) {
+        *self.task.lock().unwrap_or_else(PoisonError::into_inner) = Some(handle);
+    }
+
+    fn kill_with(&self, reason: &str) {
+        self.reason
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get_or_insert_with(|| reason.to_owned());
+        if let Some(task) = &*self.task.lock().unwrap_or_else(PoisonError::into_inner) {
+            task.abort();
+        }
+    }
+
+    fn kill_reason(&self) -> String {
+        self.reason
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+            .unwrap_or_else(|| "stopped by the host".to_owned())
+    }
+}
+
+impl Control for GuestControl {
+    fn terminate(&self) {
+        self.kill_with("did not exit after `shutdown`");
+    }
+
+    fn kill(&self) {
+        self.kill_with("stopped by the host");
+    }
+
+    fn deadline_missed(&self) {
+        // Parked on stdin means idle: it merely ignored a request. Anything
+        // else past a deadline is a guest hogging its only thread.
+        if !self.stdin.guest_is_idle() {
+            self.kill_with("still running after a request's deadline");
+        }
+    }
+}
+
+/// A guest's stderr: appended to its log file (capped), with a tail kept in memory.
+#[derive(Clone)]
+pub(crate) struct GuestLog(Arc<Mutex<LogState>>);
+
+struct LogState {
+    file: Option<std::fs::File>,
+    written: u64,
+    tail: VecDeque<u8>,
+}
+
+impl GuestLog {
+    pub(crate) fn new(file: Option<std::fs::File>) -> Self {
+        Self(Arc::new(Mutex::new(LogState {
+            file,
+            written: 0,
+            tail: VecDeque::with_capacity(LOG_TAIL),
+        })))
+    }
+
+    fn append(&self, bytes: &[u8]) {
+        let mut state = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        state.tail.extend(bytes.iter().rev().take(LOG_TAIL).rev());
+        let excess = state.tail.len().saturating_sub(LOG_TAIL);
+        state.tail.drain(..excess);
+        let before = state.written;
+        state.written = before.saturating_add(bytes.len() as u64);
+        let Some(file) = state.file.as_mut() else {
+            return;
+        };
+        if before >= LOG_CAP {
+            return;
+        }
+        let keep = usize::try_from(LOG_CAP - before)
+            .unwrap_or(usize::MAX)
+            .min(bytes.len());
+        let _ = file.write_all(&bytes[..keep]);
+        if keep < bytes.len() {
+            let _ = file.write_all(b"\n[zotbox: log cut off at 8 MiB for this run]\n");
+        }
+    }
+
+    /// The last non-empty line the guest wrote to stderr, e.g. a panic message.
+    fn last_line(&self) -> Option<String> {
+        let state = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let tail: Vec<u8> = state.tail.iter().copied().collect();
+        String::from_utf8_lossy(&tail)
+            .lines()
+            .rev()
+            .map(str::trim)
+            .find(|line| !line.is_empty())
+            .map(str::to_owned)
+    }
+
+    /// A line from zotbox itself, always written.
+    fn note(&self, line: &str) {
+        let mut state = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(file) = state.file.as_mut() {
+            let _ = writeln!(file, "{line}");
+        }
+    }
+}
+
+impl IsTerminal for GuestLog {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl StdoutStream for GuestLog {
+    fn p2_stream(&self) -> Box<dyn OutputStream> {
+        Box::new(self.clone())
+    }
+
+    fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {
+        Box::new(LogWriter(self.clone()))
+    }
+}
+
+#[async_trait::async_trait]
+impl OutputStream for GuestLog {
+    fn write(&mut self, bytes: Bytes) -> StreamResult<()> {
+        self.append(&bytes);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> StreamResult<()> {
+        Ok(())
+    }
+
+    fn check_write(&mut self) -> StreamResult<usize> {
+        Ok(64 * 1024)
+    }
+}
+
+#[async_trait::async_trait]
+impl Pollable for GuestLog {
+    async fn ready(&mut self) {}
+}
+
+struct LogWriter(GuestLog);
+
+impl tokio::io::AsyncWrite for LogWriter {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        self.0.append(buf);
+        std::task::Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+}

@@ -1,0 +1,435 @@
+//! In-memory pipes between the host and a guest's WASI stdio.
+//!
+//! Each pipe is a bounded byte buffer: the writer waits when it is full (back
+//! pressure), so a guest flooding stdout, or a host writing to a guest that
+//! never reads, cannot grow memory without bound. No OS pipe and no helper
+//! task sits in between: a write wakes the reader directly.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll, Waker};
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use wasmtime_wasi::cli::{IsTerminal, StdinStream, StdoutStream};
+use wasmtime_wasi::p2::{InputStream, OutputStream, Pollable, StreamError, StreamResult};
+
+/// Bytes a pipe holds before its writer must wait.
+pub(crate) const PIPE_CAPACITY: usize = 256 * 1024;
+
+#[derive(Debug)]
+struct State {
+    buf: BytesMut,
+    capacity: usize,
+    writer_closed: bool,
+    reader_closed: bool,
+    read_waker: Option<Waker>,
+    write_waker: Option<Waker>,
+    // The reader is parked waiting for bytes (for a guest: idle on stdin).
+    reader_parked: bool,
+}
+
+#[derive(Debug)]
+struct Shared {
+    state: Mutex<State>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn close_write(&self) {
+        let mut state = self.lock();
+        state.writer_closed = true;
+        if let Some(waker) = state.read_waker.take() {
+            waker.wake();
+        }
+    }
+
+    fn close_read(&self) {
+        let mut state = self.lock();
+        state.reader_closed = true;
+        state.buf.clear();
+        if let Some(waker) = state.write_waker.take() {
+            waker.wake();
+        }
+    }
+
+    /// Takes up to `max` bytes. `Ready(None)` at end of stream.
+    fn poll_take(&self, cx: &mut Context<'_>, max: usize) -> Poll<Option<Bytes>> {
+        let mut state = self.lock();
+        if !state.buf.is_empty() {
+            let n = max.min(state.buf.len());
+            let bytes = state.buf.split_to(n).freeze();
+            state.reader_parked = false;
+            if let Some(waker) = state.write_waker.take() {
+                waker.wake();
+            }
+            return Poll::Ready(Some(bytes));
+        }
+        if state.writer_closed {
+            state.reader_parked = false;
+            return Poll::Ready(None);
+        }
+        state.reader_parked = true;
+        state.read_waker = Some(cx.waker().clone());
+        Poll::Pending
+    }
+
+    /// Waits until the reader could take bytes or the stream ended.
+    fn poll_readable(&self, cx: &mut Context<'_>) -> Poll<()> {
+        let mut state = self.lock();
+        if !state.buf.is_empty() || state.writer_closed {
+            state.reader_parked = false;
+            return Poll::Ready(());
+        }
+        state.reader_parked = true;
+        state.read_waker = Some(cx.waker().clone());
+        Poll::Pending
+    }
+
+    /// Room for the writer: `Ok(n)` bytes now (maybe 0), `Err` once the reader is gone.
+    fn room(&self) -> Result<usize, ()> {
+        let state = self.lock();
+        if state.reader_closed {
+            return Err(());
+        }
+        Ok(state.capacity.saturating_sub(state.buf.len()))
+    }
+
+    /// Waits until the writer has room or the reader is gone.
+    fn poll_writable(&self, cx: &mut Context<'_>) -> Poll<()> {
+        let mut state = self.lock();
+        if state.reader_closed || state.buf.len() < state.capacity {
+            return Poll::Ready(());
+        }
+        state.write_waker = Some(cx.waker().clone());
+        Poll::Pending
+    }
+
+    /// Appends bytes, at most the room there is; returns how many.
+    fn put(&self, bytes: &[u8]) -> Result<usize, ()> {
+        let mut state = self.lock();
+        if state.reader_closed {
+            return Err(());
+        }
+        let n = bytes
+            .len()
+            .min(state.capacity.saturating_sub(state.buf.len()));
+        state.buf.extend_from_slice(&bytes[..n]);
+        if n > 0
+            && let Some(waker) = state.read_waker.take()
+        {
+            waker.wake();
+        }
+        Ok(n)
+    }
+
+    fn poll_put(&self, cx: &mut Context<'_>, bytes: &[u8]) -> Poll<io::Result<usize>> {
+        if bytes.is_empty() {
+            return Poll::Ready(Ok(0));
+        }
+        let mut state = self.lock();
+        if state.reader_closed {
+            return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
+        }
+        let room = state.capacity.saturating_sub(state.buf.len());
+        if room == 0 {
+            state.write_waker = Some(cx.waker().clone());
+            return Poll::Pending;
+        }
+        let n = bytes.len().min(room);
+        state.buf.extend_from_slice(&bytes[..n]);
+        if let Some(waker) = state.read_waker.take() {
+            waker.wake();
+        }
+        Poll::Ready(Ok(n))
+    }
+}
+
+/// A bounded in-memory pipe of `capacity` bytes.
+fn shared(capacity: usize) -> Arc<Shared> {
+    Arc::new(Shared {
+        state: Mutex::new(State {
+            buf: BytesMut::new(),
+            capacity: capacity.max(1),
+            writer_closed: false,
+            reader_closed: false,
+            read_waker: None,
+            write_waker: None,
+            reader_parked: false,
+        }),
+    })
+}
+
+/// The guest's stdin: the host writes, the guest reads.
+pub(crate) fn stdin_pipe(capacity: usize) -> (HostWriter, GuestStdin) {
+    let pipe = shared(capacity);
+    (HostWriter(pipe.clone()), GuestStdin(pipe))
+}
+
+/// The guest's stdout: the guest writes, the host reads.
+pub(crate) fn stdout_pipe(capacity: usize) -> (GuestStdout, HostReader) {
+    let pipe = shared(capacity);
+    (GuestStdout(pipe.clone()), HostReader(pipe))
+}
+
+/// The host's end of a guest's stdin. Closing or dropping it is end of input.
+#[derive(Debug)]
+pub(crate) struct HostWriter(Arc<Shared>);
+
+impl Drop for HostWriter {
+    fn drop(&mut self) {
+        self.0.close_write();
+    }
+}
+
+impl AsyncWrite for HostWriter {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.0.poll_put(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.0.close_write();
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// The host's end of a guest's stdout. Dropping it makes guest writes fail.
+#[derive(Debug)]
+pub(crate) struct HostReader(Arc<Shared>);
+
+impl Drop for HostReader {
+    fn drop(&mut self) {
+        self.0.close_read();
+    }
+}
+
+impl AsyncRead for HostReader {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.0.poll_take(cx, buf.remaining()) {
+            Poll::Ready(Some(bytes)) => {
+                buf.put_slice(&bytes);
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(None) => Poll::Ready(Ok(())),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+/// The guest's view of its stdin. Clones share one stream, as WASI requires.
+#[derive(Debug, Clone)]
+pub(crate) struct GuestStdin(Arc<Shared>);
+
+impl GuestStdin {
+    /// Whether the guest is parked waiting for input: idle, not computing.
+    pub(crate) fn guest_is_idle(&self) -> bool {
+        self.0.lock().reader_parked
+    }
+
+    /// Marks the guest gone: host writes fail from now on.
+    pub(crate) fn close(&self) {
+        self.0.close_read();
+    }
+}
+
+impl IsTerminal for GuestStdin {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl StdinStream for GuestStdin {
+    fn p2_stream(&self) -> Box<dyn InputStream> {
+        Box::new(self.clone())
+    }
+
+    fn async_stream(&self) -> Box<dyn AsyncRead + Send + Sync> {
+        Box::new(GuestAsyncStdin(self.0.clone()))
+    }
+}
+
+#[async_trait::async_trait]
+impl InputStream for GuestStdin {
+    fn read(&mut self, size: usize) -> StreamResult<Bytes> {
+        let mut state = self.0.lock();
+        if !state.buf.is_empty() {
+            let n = size.min(state.buf.len());
+            let bytes = state.buf.split_to(n).freeze();
+            if let Some(waker) = state.write_waker.take() {
+                waker.wake();
+            }
+            return Ok(bytes);
+        }
+        if state.writer_closed {
+            return Err(StreamError::Closed);
+        }
+        Ok(Bytes::new())
+    }
+}
+
+#[async_trait::async_trait]
+impl Pollable for GuestStdin {
+    async fn ready(&mut self) {
+        std::future::poll_fn(|cx| self.0.poll_readable(cx)).await;
+    }
+}
+
+// Only for WASI p3 hosts, which zotbox does not link; kept correct anyway.
+struct GuestAsyncStdin(Arc<Shared>);
+
+impl AsyncRead for GuestAsyncStdin {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.0.poll_take(cx, buf.remaining()) {
+            Poll::Ready(Some(bytes)) => {
+                buf.put_slice(&bytes);
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(None) => Poll::Ready(Ok(())),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+/// The guest's view of its stdout. Clones share one stream.
+#[derive(Debug, Clone)]
+pub(crate) struct GuestStdout(Arc<Shared>);
+
+impl GuestStdout {
+    /// End of the guest's output: the host reads what is left, then EOF.
+    pub(crate) fn close(&self) {
+        self.0.close_write();
+    }
+}
+
+impl IsTerminal for GuestStdout {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl StdoutStream for GuestStdout {
+    fn p2_stream(&self) -> Box<dyn OutputStream> {
+        Box::new(self.clone())
+    }
+
+    fn async_stream(&self) -> Box<dyn AsyncWrite + Send + Sync> {
+        Box::new(GuestAsyncStdout(self.0.clone()))
+    }
+}
+
+#[async_trait::async_trait]
+impl OutputStream for GuestStdout {
+    fn write(&mut self, bytes: Bytes) -> StreamResult<()> {
+        // WASI promises writes no larger than the last `check_write`, so all fit.
+        match self.0.put(&bytes) {
+            Ok(n) if n == bytes.len() => Ok(()),
+            Ok(_) => Err(StreamError::trap("write exceeded the permitted size")),
+            Err(()) => Err(StreamError::Closed),
+        }
+    }
+
+    fn flush(&mut self) -> StreamResult<()> {
+        // Bytes are visible to the host as soon as they are written.
+        Ok(())
+    }
+
+    fn check_write(&mut self) -> StreamResult<usize> {
+        self.0.room().map_err(|()| StreamError::Closed)
+    }
+}
+
+#[async_trait::async_trait]
+impl Pollable for GuestStdout {
+    async fn ready(&mut self) {
+        std::future::poll_fn(|cx| self.0.poll_writable(cx)).await;
+    }
+}
+
+struct GuestAsyncStdout(Arc<Shared>);
+
+impl AsyncWrite for GuestAsyncStdout {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.0.poll_put(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn bytes_flow_and_end_of_input_is_seen() {
+        let (mut host, mut guest) = stdin_pipe(8);
+        let writer =
+            tokio::spawn(async move { host.write_all(b"0123456789abcdef").await.map(|()| host) });
+        let mut got = Vec::new();
+        while got.len() < 16 {
+            guest.ready().await;
+            match guest.read(100) {
+                Ok(bytes) => got.extend_from_slice(&bytes),
+                Err(err) => panic!("{err}"),
+            }
+        }
+        assert_eq!(got, b"0123456789abcdef");
+        drop(writer.await);
+        guest.ready().await;
+        assert!(matches!(guest.read(1), Err(StreamError::Closed)));
+    }
+
+    #[tokio::test]
+    async fn a_full_pipe_pushes_back_and_a_closed_reader_fails_writes() {
+        let (mut guest, mut host) = stdout_pipe(4);
+        assert_eq!(guest.check_write().ok(), Some(4));
+        assert!(guest.write(Bytes::from_static(b"abcd")).is_ok());
+        assert_eq!(guest.check_write().ok(), Some(0));
+        let mut buf = [0u8; 3];
+        assert_eq!(host.read(&mut buf).await.ok(), Some(3));
+        assert_eq!(guest.check_write().ok(), Some(3));
+        drop(host);
+        assert!(matches!(guest.check_write(), Err(StreamError::Closed)));
+    }
+
+    #[tokio::test]
+    async fn the_host_sees_eof_after_the_guest_closes() {
+        let (mut guest, mut host) = stdout_pipe(16);
+        assert!(guest.write(Bytes::from_static(b"hi\n")).is_ok());
+        guest.close();
+        let mut out = Vec::new();
+        assert!(host.read_to_end(&mut out).await.is_ok());
+        assert_eq!(out, b"hi\n");
+    }
+}
