@@ -3,6 +3,7 @@
 mod call;
 mod check;
 mod command;
+mod demo;
 mod ext;
 mod list;
 mod output;
@@ -62,11 +63,11 @@ pub struct Cli {
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     verbose: u8,
     #[command(subcommand)]
-    command: Command,
+    action: Action,
 }
 
 #[derive(Debug, Subcommand)]
-enum Command {
+enum Action {
     /// List extensions: state, commands, tools, subscriptions and load errors.
     List(list::Args),
     /// Call a tool (through the guard chain) and print its result.
@@ -75,7 +76,9 @@ enum Command {
     Command(command::Args),
     /// Ask the tool_call guard chain about a call without running it.
     Check(check::Args),
-    /// Install, remove, enable, disable extensions, and read their logs.
+    /// Build the bundled examples for wasm and take a short tour of zotbox.
+    Demo(demo::Args),
+    /// Install, remove, enable, disable, build extensions, and read their logs.
     #[command(subcommand)]
     Ext(ext::Command),
 }
@@ -132,12 +135,13 @@ impl Cli {
             ext: self.ext,
             json: self.json,
         };
-        let status = match self.command {
-            Command::List(args) => args.run(&context).await?,
-            Command::Call(args) => args.run(&context).await?,
-            Command::Command(args) => args.run(&context).await?,
-            Command::Check(args) => args.run(&context).await?,
-            Command::Ext(command) => command.run(&context).await?,
+        let status = match self.action {
+            Action::List(args) => args.run(&context).await?,
+            Action::Call(args) => args.run(&context).await?,
+            Action::Command(args) => args.run(&context).await?,
+            Action::Check(args) => args.run(&context).await?,
+            Action::Ext(command) => command.run(&context).await?,
+            Action::Demo(args) => args.run(&context).await?,
         };
         Ok(ExitCode::from(status))
     }

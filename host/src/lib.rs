@@ -25,6 +25,7 @@
 //! [`session`] speaks the protocol with one extension; [`host`] routes
 //! between all of them.
 
+pub mod build;
 pub mod cli;
 pub mod discovery;
 pub mod event;

@@ -256,8 +256,13 @@ impl Manifest {
                         problem: "is empty".to_owned(),
                     });
                 }
+                // `./x.wasm` and `x.wasm` name the same file; keep paths tidy.
+                let relative: PathBuf = Path::new(wasm)
+                    .components()
+                    .filter(|c| !matches!(c, std::path::Component::CurDir))
+                    .collect();
                 Program::Wasm {
-                    path: dir.join(wasm),
+                    path: dir.join(relative),
                 }
             }
             (None, Some(exec)) if !exec.trim().is_empty() => Program::Native {
@@ -357,7 +362,7 @@ mod tests {
         assert_eq!(
             manifest.program,
             Program::Wasm {
-                path: PathBuf::from("/x/ext/./w.wasm")
+                path: PathBuf::from("/x/ext/w.wasm")
             }
         );
     }

@@ -172,7 +172,7 @@ pub enum CallError {
 }
 
 fn humanize(duration: Duration) -> String {
-    if duration.as_millis() % 1000 == 0 {
+    if duration.as_millis().is_multiple_of(1000) {
         format!("{}s", duration.as_secs())
     } else {
         format!("{}ms", duration.as_millis())
@@ -305,7 +305,7 @@ struct Inner {
     registration: Registration,
     outgoing: mpsc::Sender<Outgoing>,
     pending: Mutex<Pending>,
-    closed: watch::Receiver<Option<Closed>>,
+    closed: watch::Sender<Option<Closed>>,
     control: Arc<dyn Control>,
     exit: watch::Receiver<Option<Exit>>,
 }
@@ -381,7 +381,6 @@ impl Session {
         } else {
             format!("extension `{name}` {}", registration.hello.version)
         };
-        let (closed_tx, closed_rx) = watch::channel(None);
         let inner = Arc::new(Inner {
             name,
             label,
@@ -389,11 +388,11 @@ impl Session {
             registration,
             outgoing,
             pending: Mutex::new(Pending::default()),
-            closed: closed_rx,
+            closed: watch::Sender::new(None),
             control,
             exit,
         });
-        tokio::spawn(read_loop(inner.clone(), reader, events, closed_tx));
+        tokio::spawn(read_loop(inner.clone(), reader, events));
         Ok(Self { inner })
     }
 
@@ -419,10 +418,10 @@ impl Session {
 
     /// Resolves when the session has ended, with why.
     pub async fn closed(&self) -> Closed {
-        let mut closed = self.inner.closed.clone();
+        let mut closed = self.inner.closed.subscribe();
         match closed.wait_for(Option::is_some).await {
             Ok(reason) => reason.clone().unwrap_or(Closed::StreamEnded),
-            // The reader task is gone without a verdict: treat as ended.
+            // Unreachable while `self` holds the sender; be conservative.
             Err(_) => Closed::StreamEnded,
         }
     }
@@ -605,22 +604,15 @@ impl Session {
                 let _ = queued.await;
             }
             let _ = inner.outgoing.try_send(Outgoing::Close);
-            let steps: [(Duration, Option<fn(&dyn Control)>); 3] = [
-                (inner.config.shutdown_grace, Some(|c| c.terminate())),
-                (inner.config.kill_grace, Some(|c| c.kill())),
-                (inner.config.kill_grace, None),
-            ];
-            for (grace, next) in steps {
-                let mut exit = inner.exit.clone();
-                if timeout(grace, exit.wait_for(Option::is_some)).await.is_ok() {
-                    break;
-                }
-                match next {
-                    Some(step) => {
-                        tracing::debug!("{}: no exit after {grace:?}; escalating", inner.label);
-                        step(inner.control.as_ref());
+            if !inner.exited_within(inner.config.shutdown_grace).await {
+                tracing::debug!("{}: no exit after `shutdown`; terminating", inner.label);
+                inner.control.terminate();
+                if !inner.exited_within(inner.config.kill_grace).await {
+                    tracing::debug!("{}: no exit after terminate; killing", inner.label);
+                    inner.control.kill();
+                    if !inner.exited_within(inner.config.kill_grace).await {
+                        tracing::warn!("{}: still running after being killed", inner.label);
                     }
-                    None => tracing::warn!("{}: still running after SIGKILL", inner.label),
                 }
             }
         }
@@ -718,6 +710,11 @@ impl Session {
 }
 
 impl Inner {
+    async fn exited_within(&self, grace: Duration) -> bool {
+        let mut exit = self.exit.clone();
+        timeout(grace, exit.wait_for(Option::is_some)).await.is_ok()
+    }
+
     fn closed_error(&self, reason: Closed) -> CallError {
         CallError::Closed {
             extension: self.label.clone(),
@@ -754,6 +751,7 @@ impl Inner {
         for (_, call) in calls {
             let _ = call.reply.send(Err(self.closed_error(reason.clone())));
         }
+        self.closed.send_replace(Some(reason.clone()));
         Some(reason)
     }
 
@@ -965,7 +963,6 @@ async fn read_loop(
     inner: Arc<Inner>,
     mut reader: FrameReader,
     events: broadcast::Sender<HostEvent>,
-    closed: watch::Sender<Option<Closed>>,
 ) {
     let mut exit = inner.exit.clone();
     let mut exit_watch_live = true;
@@ -997,7 +994,6 @@ async fn read_loop(
     let reason = ended_reason(inner.exit.clone()).await;
     if let Some(reason) = inner.close(reason) {
         tracing::debug!("{}: session ended: {reason}", inner.label);
-        let _ = closed.send(Some(reason));
     }
 }
 

@@ -39,6 +39,16 @@ pub(crate) enum Command {
         /// The extension's name.
         name: String,
     },
+    /// Compile the Rust guest crate in DIR for wasm32-wasip2 and put the
+    /// component where its manifest's `wasm` field points.
+    ///
+    /// Installs the rustup target when it is missing, builds in release mode
+    /// without debug info, and precompiles the result into the cache.
+    Build {
+        /// The extension folder: its Cargo.toml and extension.json.
+        #[arg(default_value = ".")]
+        dir: PathBuf,
+    },
     /// Print an extension's stderr log ($ZOT_HOME/logs/ext-<name>.log).
     Logs {
         /// The extension's name.
@@ -57,6 +67,7 @@ impl Command {
             Self::Enable { name } => set_enabled(context, &name, true),
             Self::Disable { name } => set_enabled(context, &name, false),
             Self::Logs { name, follow } => logs(context, &name, follow).await,
+            Self::Build { dir } => build(context, &dir).await,
         }
     }
 }
@@ -68,6 +79,66 @@ fn report(context: &Context, action: &str, name: &str, path: &Path) -> Result<u8
         println!("{action} `{name}` at {}", path.display());
     }
     Ok(EXIT_OK)
+}
+
+async fn build(context: &Context, dir: &Path) -> Result<u8> {
+    let manifest = Manifest::load(&dir.join(MANIFEST_FILE))?;
+    let crate::manifest::Program::Wasm { path } = &manifest.program else {
+        bail!(
+            "`{}` has no `wasm` field; add `\"wasm\": \"./{}.wasm\"` to build a sandboxed extension",
+            manifest.path.display(),
+            manifest.name()
+        );
+    };
+    let artifacts = crate::build::CargoBuild::guest(dir).run()?;
+    let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned());
+    let built = match artifacts.len() {
+        1 => artifacts.values().next(),
+        _ => stem.as_ref().and_then(|stem| artifacts.get(stem)),
+    }
+    .with_context(|| {
+        format!(
+            "the crate builds several binaries ({}); name the wasm file after one of them",
+            artifacts.keys().cloned().collect::<Vec<_>>().join(", ")
+        )
+    })?;
+    install_file(built, path)?;
+    let launcher = crate::runtime::Launcher::new(
+        context.home()?,
+        std::io::IsTerminal::is_terminal(&std::io::stderr()),
+    );
+    let runtime = launcher.wasm()?;
+    let (name, target) = (manifest.name().to_owned(), path.clone());
+    tokio::task::spawn_blocking(move || runtime.prepare(&name, &target)).await??;
+    let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    if context.json {
+        json_line(
+            &serde_json::json!({"action": "built", "name": manifest.name(), "path": path, "bytes": size}),
+        )?;
+    } else {
+        println!(
+            "built `{}` → {} ({} KiB, precompiled)",
+            manifest.name(),
+            path.display(),
+            size / 1024
+        );
+    }
+    Ok(EXIT_OK)
+}
+
+/// Copies `from` over `to` through a temporary file and a rename, so a
+/// running host never reads half a file.
+pub(crate) fn install_file(from: &Path, to: &Path) -> Result<()> {
+    let staging = to.with_extension("wasm.tmp");
+    std::fs::copy(from, &staging).with_context(|| {
+        format!(
+            "cannot copy `{}` to `{}`",
+            from.display(),
+            staging.display()
+        )
+    })?;
+    std::fs::rename(&staging, to).with_context(|| format!("cannot replace `{}`", to.display()))?;
+    Ok(())
 }
 
 fn install(context: &Context, source: &Path) -> Result<u8> {
@@ -202,7 +273,10 @@ async fn logs(context: &Context, name: &str, follow: bool) -> Result<u8> {
     let mut stdout = std::io::stdout();
     let mut position = std::io::copy(&mut file, &mut stdout)?;
     stdout.flush()?;
-    while follow {
+    if !follow {
+        return Ok(EXIT_OK);
+    }
+    loop {
         tokio::time::sleep(Duration::from_millis(200)).await;
         let len = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
         if len < position {
@@ -216,5 +290,4 @@ async fn logs(context: &Context, name: &str, follow: bool) -> Result<u8> {
         stdout.write_all(&chunk)?;
         stdout.flush()?;
     }
-    Ok(EXIT_OK)
 }

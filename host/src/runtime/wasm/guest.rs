@@ -258,8 +258,8 @@ fn classify(err: &wasmtime::Error, out_of_memory: bool, limit_mb: u64, log: &Gue
             .unwrap_or("unknown failure")
             .to_owned(),
     };
-    match log.last_line() {
-        Some(line) => Exit::Trap(format!("{what} (last stderr line: {line})")),
+    match log.last_words() {
+        Some(words) => Exit::Trap(format!("{what} ({words})")),
         None => Exit::Trap(what),
     }
 }
@@ -389,16 +389,37 @@ impl GuestLog {
         }
     }
 
-    /// The last non-empty line the guest wrote to stderr, e.g. a panic message.
-    fn last_line(&self) -> Option<String> {
+    /// What the guest last said on stderr that explains a failure: a Rust
+    /// panic's message (the line after `panicked at …`), else the last line
+    /// that is not a hint about backtraces.
+    fn last_words(&self) -> Option<String> {
         let state = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         let tail: Vec<u8> = state.tail.iter().copied().collect();
-        String::from_utf8_lossy(&tail)
+        let text = String::from_utf8_lossy(&tail);
+        let lines: Vec<&str> = text
             .lines()
-            .rev()
             .map(str::trim)
-            .find(|line| !line.is_empty())
-            .map(str::to_owned)
+            .filter(|l| !l.is_empty())
+            .collect();
+        if let Some(at) = lines.iter().rposition(|l| l.contains("panicked at")) {
+            let location = lines[at]
+                .split("panicked at")
+                .nth(1)
+                .unwrap_or("")
+                .trim()
+                .trim_end_matches(':');
+            return Some(match lines.get(at + 1) {
+                Some(message) if !message.starts_with("note:") => {
+                    format!("panicked at {location}: {message}")
+                }
+                _ => format!("panicked at {location}"),
+            });
+        }
+        lines
+            .iter()
+            .rev()
+            .find(|l| !l.starts_with("note:"))
+            .map(|l| (*l).to_owned())
     }
 
     /// A line from zotbox itself, always written.

@@ -1,0 +1,124 @@
+//! A test guest that misbehaves on request, one tool per attack or fault.
+//!
+//! The sandbox tests call these tools and assert what the host does: a
+//! refusal the guest sees, a trap that ends the session, a kill at the
+//! deadline. Natively, the same tools show what an unsandboxed extension
+//! could do.
+
+use std::io::Write;
+
+use serde::Deserialize;
+use zotbox_guest::{Extension, ToolOutput, schema};
+
+#[derive(Deserialize)]
+struct PathArg {
+    path: String,
+}
+
+#[derive(Deserialize)]
+struct NameArg {
+    name: String,
+}
+
+#[derive(Deserialize)]
+struct TextArg {
+    text: String,
+}
+
+fn main() -> std::io::Result<()> {
+    Extension::new("hostile", "0.1.0")
+        .tool(
+            "echo",
+            "Answer with the text.",
+            schema::object(),
+            |_ctx, args: TextArg| ToolOutput::text(args.text),
+        )
+        .tool(
+            "spin",
+            "Loop forever.",
+            schema::object(),
+            |_ctx, _args: serde::de::IgnoredAny| {
+                let mut counter = 0u64;
+                loop {
+                    counter = std::hint::black_box(counter.wrapping_add(1));
+                }
+                #[allow(unreachable_code)]
+                ToolOutput::text(counter.to_string())
+            },
+        )
+        .tool(
+            "alloc",
+            "Allocate without bound.",
+            schema::object(),
+            |_ctx, _args: serde::de::IgnoredAny| {
+                let mut hoard: Vec<Vec<u8>> = Vec::new();
+                loop {
+                    hoard.push(vec![1u8; 1024 * 1024]);
+                    std::hint::black_box(&hoard);
+                }
+                #[allow(unreachable_code)]
+                ToolOutput::text(hoard.len().to_string())
+            },
+        )
+        .tool(
+            "flood",
+            "Write one endless line to stdout.",
+            schema::object(),
+            |_ctx, _args: serde::de::IgnoredAny| {
+                let chunk = vec![b'x'; 64 * 1024];
+                let mut stdout = std::io::stdout();
+                loop {
+                    if stdout.write_all(&chunk).is_err() {
+                        return ToolOutput::error("stdout closed");
+                    }
+                }
+            },
+        )
+        .tool(
+            "panic",
+            "Panic in the middle of a call.",
+            schema::object(),
+            |_ctx, _args: serde::de::IgnoredAny| {
+                let reason = std::hint::black_box("the hostile guest panicked on purpose");
+                if !reason.is_empty() {
+                    panic!("{reason}");
+                }
+                ToolOutput::text("unreachable")
+            },
+        )
+        .tool(
+            "read_file",
+            "Read a file with std::fs.",
+            schema::object(),
+            |_ctx, args: PathArg| match std::fs::read_to_string(&args.path) {
+                Ok(text) => ToolOutput::text(format!("read {} bytes", text.len())),
+                Err(err) => ToolOutput::error(format!("cannot read `{}`: {err}", args.path)),
+            },
+        )
+        .tool(
+            "env",
+            "Read an environment variable.",
+            schema::object(),
+            |_ctx, args: NameArg| match std::env::var(&args.name) {
+                Ok(value) => ToolOutput::text(format!("{}={value}", args.name)),
+                Err(err) => ToolOutput::error(format!("`{}`: {err}", args.name)),
+            },
+        )
+        .tool(
+            "env_count",
+            "Count environment variables.",
+            schema::object(),
+            |_ctx, _args: serde::de::IgnoredAny| {
+                ToolOutput::text(std::env::vars().count().to_string())
+            },
+        )
+        .tool(
+            "args",
+            "Show argv.",
+            schema::object(),
+            |_ctx, _args: serde::de::IgnoredAny| {
+                ToolOutput::text(std::env::args().collect::<Vec<_>>().join(" "))
+            },
+        )
+        .run()
+}
