@@ -38,8 +38,8 @@ pub enum BuildError {
         /// The crate or packages.
         what: String,
     },
-    /// cargo succeeded but produced no `.wasm` binary.
-    #[error("`cargo build` produced no wasm binary for {what}; is it a binary crate?")]
+    /// cargo succeeded but produced no binary.
+    #[error("`cargo build` produced no binary for {what}; is it a binary crate?")]
     NoArtifact {
         /// The crate or packages.
         what: String,
@@ -93,8 +93,8 @@ pub struct CargoBuild {
     pub manifest_path: PathBuf,
     /// Packages to build (`-p`); empty builds the manifest's own package.
     pub packages: Vec<String>,
-    /// The cargo target triple.
-    pub target: String,
+    /// The cargo target triple; `None` builds for the host (native binaries).
+    pub target: Option<String>,
     /// A separate target folder, if any.
     pub target_dir: Option<PathBuf>,
     /// Print cargo's progress (otherwise only errors).
@@ -107,7 +107,7 @@ impl CargoBuild {
         Self {
             manifest_path: dir.join("Cargo.toml"),
             packages: Vec::new(),
-            target: GUEST_TARGET.to_owned(),
+            target: Some(GUEST_TARGET.to_owned()),
             target_dir: None,
             verbose: false,
         }
@@ -123,27 +123,32 @@ impl CargoBuild {
 
     /// Runs cargo and returns each built binary's path by its name.
     ///
-    /// Guests are built in release mode without debug info (which would
-    /// multiply their size and compile time in the host).
+    /// Builds are in release mode without debug info (which would multiply
+    /// a guest's size and its compile time in the host).
     ///
     /// # Errors
     ///
     /// [`BuildError`] when the target, cargo or the artifacts are missing.
     pub fn run(&self) -> Result<BTreeMap<String, PathBuf>, BuildError> {
-        ensure_target(&self.target)?;
+        if let Some(target) = &self.target {
+            ensure_target(target)?;
+        }
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         let mut command = Command::new(&cargo);
         command
             .arg("build")
             .arg("--manifest-path")
             .arg(&self.manifest_path)
-            .args(["--release", "--target", &self.target])
+            .arg("--release")
             .args(["--config", "profile.release.debug=false"])
             .args(["--config", "profile.release.strip=true"])
             .args(["--message-format", "json-render-diagnostics"])
             .stdout(Stdio::piped());
         if !self.verbose {
             command.arg("--quiet");
+        }
+        if let Some(target) = &self.target {
+            command.args(["--target", target]);
         }
         for package in &self.packages {
             command.args(["--package", package]);
@@ -161,7 +166,7 @@ impl CargoBuild {
                 .lines()
                 .map_while(Result::ok)
             {
-                if let Some((name, path)) = wasm_artifact(&line) {
+                if let Some((name, path)) = bin_artifact(&line) {
                     artifacts.insert(name, path);
                 }
             }
@@ -180,8 +185,8 @@ impl CargoBuild {
     }
 }
 
-/// The `(bin name, .wasm path)` of a cargo `compiler-artifact` message, if it is one.
-fn wasm_artifact(line: &str) -> Option<(String, PathBuf)> {
+/// The `(bin name, executable)` of a cargo `compiler-artifact` message for a binary.
+fn bin_artifact(line: &str) -> Option<(String, PathBuf)> {
     let message: serde_json::Value = serde_json::from_str(line).ok()?;
     if message["reason"] != "compiler-artifact" {
         return None;
@@ -192,7 +197,7 @@ fn wasm_artifact(line: &str) -> Option<(String, PathBuf)> {
     }
     let name = message["target"]["name"].as_str()?.to_owned();
     let path = message["executable"].as_str()?;
-    path.ends_with(".wasm").then(|| (name, PathBuf::from(path)))
+    Some((name, PathBuf::from(path)))
 }
 
 #[cfg(test)]

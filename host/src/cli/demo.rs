@@ -134,7 +134,7 @@ fn build_rust_examples(examples: &Path) -> Result<Vec<PathBuf>> {
             .iter()
             .map(|name| format!("zotbox-example-{name}"))
             .collect(),
-        target: GUEST_TARGET.to_owned(),
+        target: Some(GUEST_TARGET.to_owned()),
         target_dir: None,
         verbose: true,
     };
