@@ -17,12 +17,12 @@ pub const GUEST_TARGET: &str = "wasm32-wasip2";
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
     /// A tool could not be run at all.
-    #[error("cannot run `{tool}`: {source}")]
+    #[error("cannot run `{tool}`: {error}")]
     Run {
         /// The program.
         tool: String,
         /// The OS error.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// The rustup target is missing and could not be added.
     #[error(
@@ -71,9 +71,9 @@ pub fn ensure_target(target: &str) -> Result<(), BuildError> {
             let status = Command::new("rustup")
                 .args(["target", "add", target])
                 .status()
-                .map_err(|source| BuildError::Run {
+                .map_err(|error| BuildError::Run {
                     tool: "rustup".to_owned(),
-                    source,
+                    error,
                 })?;
             if status.success() {
                 Ok(())
@@ -156,9 +156,9 @@ impl CargoBuild {
         if let Some(dir) = &self.target_dir {
             command.arg("--target-dir").arg(dir);
         }
-        let mut child = command.spawn().map_err(|source| BuildError::Run {
+        let mut child = command.spawn().map_err(|error| BuildError::Run {
             tool: cargo.to_string_lossy().into_owned(),
-            source,
+            error,
         })?;
         let mut artifacts = BTreeMap::new();
         if let Some(stdout) = child.stdout.take() {
@@ -171,9 +171,9 @@ impl CargoBuild {
                 }
             }
         }
-        let status = child.wait().map_err(|source| BuildError::Run {
+        let status = child.wait().map_err(|error| BuildError::Run {
             tool: "cargo".to_owned(),
-            source,
+            error,
         })?;
         if !status.success() {
             return Err(BuildError::Cargo { what: self.what() });

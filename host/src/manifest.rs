@@ -19,12 +19,12 @@ const MAX_NAME_LEN: usize = 64;
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
     /// The file could not be read.
-    #[error("cannot read `{}`: {source}", path.display())]
+    #[error("cannot read `{}`: {error}", path.display())]
     Read {
         /// The manifest's path.
         path: PathBuf,
         /// The I/O error.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// The file is not valid JSON or a field has the wrong type.
     #[error("`{}`: {detail}", path.display())]
@@ -215,9 +215,9 @@ impl Manifest {
     ///
     /// [`ManifestError`] naming the file and, where one is at fault, the field.
     pub fn load(path: &Path) -> Result<Self, ManifestError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ManifestError::Read {
+        let text = std::fs::read_to_string(path).map_err(|error| ManifestError::Read {
             path: path.to_owned(),
-            source,
+            error,
         })?;
         Self::parse(&text, path)
     }
@@ -299,7 +299,8 @@ impl Manifest {
 fn describe_parse_error(err: &serde_path_to_error::Error<serde_json::Error>) -> String {
     let inner = err.inner();
     let path = err.path().to_string();
-    if path == "." || path.is_empty() {
+    // serde_path_to_error says `?` when the failure is not inside a field.
+    if path == "." || path == "?" || path.is_empty() {
         format!("{inner}")
     } else {
         format!("field `{path}`: {inner}")

@@ -833,22 +833,24 @@ async fn handshake(
     let registration_deadline = Instant::now() + config.hello_timeout;
     loop {
         let idle = Instant::now() + config.ready_idle;
-        if idle > registration_deadline {
-            return Err(HandshakeFailure::Error(SessionError::RegistrationTimeout {
-                name: name.to_string(),
-                after: config.hello_timeout,
-            }));
-        }
-        let frame = match tokio::time::timeout_at(idle, reader.next()).await {
-            // Silence: zot's idle watchdog treats this as ready.
-            Err(_) => break,
-            Ok(None) => return Err(HandshakeFailure::Ended),
-            Ok(Some(Err(err))) => {
-                tracing::warn!("extension `{name}`: {err}");
-                continue;
-            }
-            Ok(Some(Ok(frame))) => frame,
-        };
+        let frame =
+            match tokio::time::timeout_at(idle.min(registration_deadline), reader.next()).await {
+                // Silence: zot's idle watchdog treats this as ready.
+                Err(_) if idle <= registration_deadline => break,
+                // Frames kept coming until the deadline.
+                Err(_) => {
+                    return Err(HandshakeFailure::Error(SessionError::RegistrationTimeout {
+                        name: name.to_string(),
+                        after: config.hello_timeout,
+                    }));
+                }
+                Ok(None) => return Err(HandshakeFailure::Ended),
+                Ok(Some(Err(err))) => {
+                    tracing::warn!("extension `{name}`: {err}");
+                    continue;
+                }
+                Ok(Some(Ok(frame))) => frame,
+            };
         match frame {
             ExtensionFrame::Ready(_) => {
                 registration.sent_ready = true;
@@ -994,6 +996,12 @@ async fn read_loop(
     let reason = ended_reason(inner.exit.clone()).await;
     if let Some(reason) = inner.close(reason) {
         tracing::debug!("{}: session ended: {reason}", inner.label);
+    }
+    // An extension that closed its output but kept running can no longer be
+    // talked to; leaving it would leak a process (and a restart would start
+    // a second copy beside it).
+    if inner.exit.borrow().is_none() {
+        inner.control.kill();
     }
 }
 

@@ -217,10 +217,23 @@ fn find_installed(context: &Context, name: &str) -> Result<Manifest> {
 }
 
 fn remove(context: &Context, name: &str) -> Result<u8> {
-    let manifest = find_installed(context, name)?;
-    std::fs::remove_dir_all(&manifest.dir)
-        .with_context(|| format!("cannot remove `{}`", manifest.dir.display()))?;
-    report(context, "removed", name, &manifest.dir)
+    let dir = match find_installed(context, name) {
+        Ok(manifest) => manifest.dir,
+        // A broken install has no valid manifest to find it by: fall back
+        // to its folder, so it can still be removed by name.
+        Err(err) => {
+            crate::manifest::validate_name(name)
+                .map_err(|problem| anyhow::anyhow!("extension name {problem}"))?;
+            let project = context.workspace()?.join(".zot/extensions").join(name);
+            let user = context.home()?.extensions_dir().join(name);
+            match [project, user].into_iter().find(|dir| dir.is_dir()) {
+                Some(dir) => dir,
+                None => return Err(err),
+            }
+        }
+    };
+    std::fs::remove_dir_all(&dir).with_context(|| format!("cannot remove `{}`", dir.display()))?;
+    report(context, "removed", name, &dir)
 }
 
 fn set_enabled(context: &Context, name: &str, enabled: bool) -> Result<u8> {

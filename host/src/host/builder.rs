@@ -47,12 +47,12 @@ pub enum BuildError {
     #[error("cannot find zot's home: set `ZOT_HOME` or `HOME`, or pass a zot home explicitly")]
     NoHome,
     /// The workspace folder is unusable.
-    #[error("workspace `{}`: {source}", path.display())]
+    #[error("workspace `{}`: {error}", path.display())]
     Workspace {
         /// The folder.
         path: PathBuf,
         /// Why.
-        source: std::io::Error,
+        error: std::io::Error,
     },
 }
 
@@ -162,15 +162,15 @@ impl HostBuilder {
     pub async fn build(self) -> Result<Host, BuildError> {
         let workspace = match self.workspace {
             Some(path) => path,
-            None => std::env::current_dir().map_err(|source| BuildError::Workspace {
+            None => std::env::current_dir().map_err(|error| BuildError::Workspace {
                 path: PathBuf::from("."),
-                source,
+                error,
             })?,
         };
         let workspace =
-            std::fs::canonicalize(&workspace).map_err(|source| BuildError::Workspace {
+            std::fs::canonicalize(&workspace).map_err(|error| BuildError::Workspace {
                 path: workspace,
-                source,
+                error,
             })?;
         let home = self
             .home

@@ -117,9 +117,6 @@ pub(super) async fn supervise(
                 reason
             }
         };
-        if let Some(started) = started.take() {
-            let _ = started.send(());
-        }
         let now = Instant::now();
         while recent
             .front()
@@ -150,6 +147,10 @@ pub(super) async fn supervise(
             break;
         }
         host.registry().count_restart(slot.id);
+        // The first attempt's outcome is recorded: `build` may return now.
+        if let Some(started) = started.take() {
+            let _ = started.send(());
+        }
         let _ = host.inner.events.send(HostEvent::Restarting {
             extension: name.as_str().into(),
             attempt,

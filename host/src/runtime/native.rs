@@ -21,12 +21,12 @@ pub enum SpawnError {
         exec: String,
     },
     /// The OS refused to start the program.
-    #[error("cannot start `{}`: {source}", program.display())]
+    #[error("cannot start `{}`: {error}", program.display())]
     Spawn {
         /// The resolved program.
         program: PathBuf,
         /// The OS error.
-        source: std::io::Error,
+        error: std::io::Error,
     },
 }
 
@@ -82,14 +82,14 @@ pub fn spawn(
         .stderr(stderr)
         .kill_on_drop(true)
         .spawn()
-        .map_err(|source| SpawnError::Spawn {
+        .map_err(|error| SpawnError::Spawn {
             program: program.clone(),
-            source,
+            error,
         })?;
     let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
         return Err(SpawnError::Spawn {
             program,
-            source: std::io::Error::other("the child's pipes were not created"),
+            error: std::io::Error::other("the child's pipes were not created"),
         });
     };
     let exited = Arc::new(AtomicBool::new(false));

@@ -50,12 +50,12 @@ const PROGRESS_AFTER: Duration = Duration::from_millis(300);
 #[derive(Debug, thiserror::Error)]
 pub enum WasmError {
     /// The file could not be read.
-    #[error("cannot read `{}`: {source}", path.display())]
+    #[error("cannot read `{}`: {error}", path.display())]
     Read {
         /// The wasm file.
         path: PathBuf,
         /// The I/O error.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// The file is not WebAssembly.
     #[error("`{}` is not a WebAssembly component or module", path.display())]
@@ -159,9 +159,9 @@ impl WasmRuntime {
     }
 
     fn load(&self, name: &str, path: &Path) -> Result<Prepared, WasmError> {
-        let meta = std::fs::metadata(path).map_err(|source| WasmError::Read {
+        let meta = std::fs::metadata(path).map_err(|error| WasmError::Read {
             path: path.to_owned(),
-            source,
+            error,
         })?;
         let stamp = FileStamp {
             path: path.to_owned(),
@@ -171,9 +171,9 @@ impl WasmRuntime {
         if let Some(prepared) = self.memo().get(&stamp) {
             return Ok(prepared.clone());
         }
-        let wasm = std::fs::read(path).map_err(|source| WasmError::Read {
+        let wasm = std::fs::read(path).map_err(|error| WasmError::Read {
             path: path.to_owned(),
-            source,
+            error,
         })?;
         let kind = detect_kind(&wasm).ok_or_else(|| WasmError::NotWasm {
             path: path.to_owned(),

@@ -1,0 +1,24 @@
+//! End-to-end tests of zotbox: the library (`zotbox::Host`) and the real
+//! `zotbox` binary, driving one configurable Python extension
+//! (`tests/fixtures/pyext/ext.py`) and the unmodified reference example
+//! (`tests/fixtures/hello-py`).
+//!
+//! Every test works in a fresh temp dir (its own `$ZOT_HOME` and
+//! workspace) and waits on host events or on the frames an extension
+//! recorded, never on sleeps.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "e2e/support.rs"]
+mod support;
+
+#[path = "e2e/cli.rs"]
+mod cli;
+#[path = "e2e/failure.rs"]
+mod failure;
+#[path = "e2e/intercept.rs"]
+mod intercept;
+#[path = "e2e/protocol.rs"]
+mod protocol;
+#[path = "e2e/registry.rs"]
+mod registry;

@@ -1,0 +1,518 @@
+//! The real `zotbox` binary, in a fresh temp dir per test.
+
+use std::path::Path;
+
+use serde_json::{Value, json};
+
+use crate::support::{Ext, Lab, ext, fixture, make_executable};
+
+/// A lab with one installed (user) extension `weather` that intercepts
+/// `tool_call`s mentioning `rm -rf` and subscribes to `turn_start`.
+fn weather_lab() -> (Lab, Ext) {
+    let lab = Lab::new();
+    let weather = ext("weather")
+        .flags(&["--subscribe", "turn_start"])
+        .flags(&["--intercept", "block", "--pattern", "rm -rf"])
+        .write_in(&lab.user_dir());
+    (lab, weather)
+}
+
+fn json_lines(text: &str) -> Vec<Value> {
+    text.lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("`{line}`: {e}")))
+        .collect()
+}
+
+#[test]
+fn list_prints_an_aligned_table_and_json_lines() {
+    let (lab, weather) = weather_lab();
+    let broken = lab.project_dir().join("x");
+    std::fs::create_dir_all(&broken).expect("folder");
+    std::fs::write(broken.join("extension.json"), "{").expect("write");
+
+    let run = lab.zotbox(&["list"]);
+    run.expect_code(0);
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    assert_eq!(
+        lines[0],
+        "NAME     VERSION  KIND    ORIGIN   STATE    COMMANDS  TOOLS         EVENTS      INTERCEPTS",
+        "{}",
+        run.stdout
+    );
+    let row: Vec<&str> = lines[1].split_whitespace().collect();
+    assert_eq!(
+        row,
+        [
+            "weather",
+            "1.0.0",
+            "native",
+            "user",
+            "ready",
+            "weather",
+            "weather_tool",
+            "turn_start",
+            "tool_call"
+        ]
+    );
+    // Columns line up under their headers.
+    assert_eq!(lines[1].find("ready"), lines[0].find("STATE"));
+    assert_eq!(lines[2].find("invalid"), lines[0].find("STATE"));
+    assert!(lines[2].starts_with("x "), "{}", run.stdout);
+    let manifest = broken.join("extension.json");
+    assert!(
+        lines[3].starts_with(&format!("x: `{}`: ", manifest.display())),
+        "{}",
+        run.stdout
+    );
+    assert!(lines[3].contains("EOF while parsing"), "{}", run.stdout);
+
+    let run = lab.zotbox(&["list", "--json"]);
+    run.expect_code(0);
+    let entries = json_lines(&run.stdout);
+    assert_eq!(entries.len(), 2, "{}", run.stdout);
+    assert_eq!(
+        entries[0],
+        json!({
+            "name": "weather",
+            "version": "1.0.0",
+            "kind": "native",
+            "origin": "user",
+            "path": weather.dir.join("extension.json"),
+            "state": "ready",
+            "commands": ["weather"],
+            "tools": ["weather_tool"],
+            "events": ["turn_start"],
+            "intercepts": ["tool_call"],
+            "restarts": 0,
+        })
+    );
+    assert_eq!(entries[1]["name"], "x");
+    assert_eq!(entries[1]["state"], "invalid");
+    assert_eq!(entries[1]["origin"], "project");
+    assert!(
+        entries[1]["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("EOF while parsing"),
+        "{}",
+        entries[1]
+    );
+}
+
+#[test]
+fn list_says_so_when_there_is_nothing() {
+    let lab = Lab::new();
+    let run = lab.zotbox(&["list"]);
+    run.expect_code(0);
+    assert_eq!(run.stdout, "no extensions found\n");
+}
+
+#[test]
+fn call_prints_the_result_and_exits_by_outcome() {
+    let (lab, _weather) = weather_lab();
+
+    let run = lab.zotbox(&["call", "weather_tool", r#"{"city":"Berlin"}"#]);
+    run.expect_code(0);
+    assert_eq!(run.stdout, "weather got {\"city\":\"Berlin\"}\n");
+
+    // `is_error` is a refusal.
+    let run = lab.zotbox(&["call", "weather_tool", r#"{"mode":"error"}"#]);
+    run.expect_code(3);
+    assert_eq!(run.stdout, "weather failed on purpose\n");
+
+    // So is a block by the guard chain.
+    let run = lab.zotbox(&["call", "weather_tool", r#"{"cmd":"rm -rf /"}"#]);
+    run.expect_code(3);
+    assert_eq!(
+        run.stderr,
+        "error: tool `weather_tool` blocked by weather: weather blocks 'rm -rf'\n"
+    );
+    assert_eq!(run.stdout, "");
+
+    let run = lab.zotbox(&["call", "nope", "{}"]);
+    run.expect_code(1);
+    assert_eq!(run.stderr, "error: no tool `nope` (known: weather_tool)\n");
+
+    let run = lab.zotbox(&["call", "weather_tool", "{oops"]);
+    run.expect_code(1);
+    assert!(
+        run.stderr
+            .starts_with("error: arguments `{oops` are not JSON: "),
+        "{}",
+        run.stderr
+    );
+    let run = lab.zotbox(&["call", "weather_tool", "[1, 2]"]);
+    run.expect_code(1);
+    assert_eq!(
+        run.stderr,
+        "error: arguments `[1, 2]` must be a JSON object\n"
+    );
+
+    let run = lab.zotbox(&["--json", "call", "weather_tool", r#"{"n":1}"#]);
+    run.expect_code(0);
+    let lines = json_lines(&run.stdout);
+    assert_eq!(lines.len(), 1, "{}", run.stdout);
+    assert_eq!(
+        lines[0]["content"],
+        json!([{"type": "text", "text": "weather got {\"n\":1}"}])
+    );
+}
+
+#[test]
+fn command_prints_the_action_and_its_text() {
+    let (lab, _weather) = weather_lab();
+
+    let run = lab.zotbox(&["command", "weather", "prompt", "Show", "the", "weather"]);
+    run.expect_code(0);
+    assert_eq!(run.stdout, "prompt: Show the weather\n");
+
+    // A leading slash is allowed, as typed in zot.
+    let run = lab.zotbox(&["command", "/weather"]);
+    run.expect_code(0);
+    assert_eq!(run.stdout, "prompt: hello from weather\n");
+
+    let run = lab.zotbox(&["command", "weather", "insert", "--flag-like", "text"]);
+    run.expect_code(0);
+    assert_eq!(run.stdout, "insert: --flag-like text\n");
+
+    let run = lab.zotbox(&["command", "weather", "error", "no", "such", "city"]);
+    run.expect_code(3);
+    assert_eq!(run.stdout, "noop\n");
+    assert_eq!(run.stderr, "error: no such city\n");
+
+    // Notes are printed on stderr, the response on stdout.
+    let run = lab.zotbox(&["command", "weather", "notify", "warn", "rain", "ahead"]);
+    run.expect_code(0);
+    assert_eq!(run.stdout, "display: notified\n");
+    assert_eq!(run.stderr, "[weather] warn: rain ahead\n");
+
+    let run = lab.zotbox(&["command", "nope"]);
+    run.expect_code(1);
+    assert_eq!(run.stderr, "error: no command `nope` (known: weather)\n");
+}
+
+#[test]
+fn check_asks_the_guard_chain() {
+    let (lab, _weather) = weather_lab();
+
+    let run = lab.zotbox(&["check", "bash", r#"{"command":"rm -rf /"}"#]);
+    run.expect_code(3);
+    assert_eq!(run.stdout, "block by weather: weather blocks 'rm -rf'\n");
+
+    let run = lab.zotbox(&["check", "bash", r#"{"command":"ls"}"#]);
+    run.expect_code(0);
+    assert_eq!(run.stdout, "allow\n");
+
+    let run = lab.zotbox(&["--json", "check", "bash", r#"{"command":"rm -rf /"}"#]);
+    run.expect_code(3);
+    assert_eq!(
+        json_lines(&run.stdout),
+        [
+            json!({"verdict": "block", "reason": "weather blocks 'rm -rf'", "decided_by": ["weather"]})
+        ]
+    );
+}
+
+fn read_manifest(dir: &Path) -> Value {
+    let text = std::fs::read_to_string(dir.join("extension.json")).expect("manifest");
+    serde_json::from_str(&text).expect("manifest json")
+}
+
+fn list_json(lab: &Lab) -> Vec<Value> {
+    let run = lab.zotbox(&["--json", "list"]);
+    run.expect_code(0);
+    json_lines(&run.stdout)
+}
+
+#[test]
+fn ext_install_enable_disable_logs_and_remove() {
+    let lab = Lab::new();
+    let source = ext("installme").copied().write_in(&lab.dev);
+    let installed = lab.user_dir().join("installme");
+
+    let run = lab.zotbox(&["ext", "install", &source.dir.display().to_string()]);
+    run.expect_code(0);
+    assert_eq!(
+        run.stdout,
+        format!("installed `installme` at {}\n", installed.display())
+    );
+    assert_eq!(read_manifest(&installed), read_manifest(&source.dir));
+    assert_eq!(
+        std::fs::read(installed.join("ext.py")).expect("copied script"),
+        std::fs::read(source.dir.join("ext.py")).expect("source script")
+    );
+    // The copy runs from its new folder (a relative `exec`).
+    let run = lab.zotbox(&["call", "installme_tool", "{}"]);
+    run.expect_code(0);
+    assert_eq!(run.stdout, "installme got {}\n");
+    let entries = list_json(&lab);
+    assert_eq!(entries.len(), 1);
+    assert_eq!(
+        (
+            &entries[0]["name"],
+            &entries[0]["origin"],
+            &entries[0]["state"]
+        ),
+        (&json!("installme"), &json!("user"), &json!("ready"))
+    );
+
+    let run = lab.zotbox(&["ext", "disable", "installme"]);
+    run.expect_code(0);
+    assert_eq!(
+        run.stdout,
+        format!(
+            "disabled `installme` at {}\n",
+            installed.join("extension.json").display()
+        )
+    );
+    // Only `enabled` changed.
+    let mut expected = read_manifest(&source.dir);
+    expected["enabled"] = json!(false);
+    assert_eq!(read_manifest(&installed), expected);
+    assert_eq!(list_json(&lab)[0]["state"], "disabled");
+    let run = lab.zotbox(&["call", "installme_tool", "{}"]);
+    run.expect_code(1);
+    assert_eq!(
+        run.stderr,
+        "error: no tool `installme_tool`; no extension registered any\n"
+    );
+
+    let run = lab.zotbox(&["ext", "enable", "installme"]);
+    run.expect_code(0);
+    assert_eq!(read_manifest(&installed)["enabled"], true);
+    assert_eq!(list_json(&lab)[0]["state"], "ready");
+
+    // What it wrote to stderr, across every run above.
+    let run = lab.zotbox(&["ext", "logs", "installme"]);
+    run.expect_code(0);
+    assert!(
+        run.stdout.contains("[installme] started as pid "),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains("[installme] shut down"),
+        "{}",
+        run.stdout
+    );
+    let log = lab.home.join("logs/ext-installme.log");
+    assert_eq!(
+        run.stdout,
+        std::fs::read_to_string(&log).expect("the log file")
+    );
+
+    let run = lab.zotbox(&["ext", "remove", "installme"]);
+    run.expect_code(0);
+    assert_eq!(
+        run.stdout,
+        format!("removed `installme` at {}\n", installed.display())
+    );
+    assert!(!installed.exists());
+    assert!(list_json(&lab).is_empty());
+    let run = lab.zotbox(&["ext", "remove", "installme"]);
+    run.expect_code(1);
+    assert!(
+        run.stderr
+            .starts_with("error: no installed extension `installme` in "),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn ext_install_of_an_invalid_manifest_leaves_nothing_behind() {
+    let lab = Lab::new();
+    let source = lab.dev.join("bad");
+    std::fs::create_dir_all(&source).expect("folder");
+    std::fs::write(
+        source.join("extension.json"),
+        r#"{"name": "bad name", "exec": "./x"}"#,
+    )
+    .expect("write");
+
+    let run = lab.zotbox(&["ext", "install", &source.display().to_string()]);
+    run.expect_code(1);
+    assert_eq!(
+        run.stderr,
+        format!(
+            "error: `{}`: field `name` `bad name` contains ` `; use letters, digits, `-`, `_` and `.`\n",
+            source.join("extension.json").display()
+        )
+    );
+    let left: Vec<_> = std::fs::read_dir(lab.user_dir())
+        .map(|dir| dir.filter_map(Result::ok).map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "left behind: {left:?}");
+
+    let run = lab.zotbox(&["ext", "install", "/no/such/folder"]);
+    run.expect_code(1);
+    assert_eq!(
+        run.stderr,
+        "error: `/no/such/folder` is not an extension folder\n"
+    );
+}
+
+#[test]
+fn ext_logs_refuses_a_name_that_walks_out_of_the_logs_folder() {
+    let lab = Lab::new();
+    // Attack: `ext logs ../../etc/passwd` to print any file.
+    let run = lab.zotbox(&["ext", "logs", "../../etc/passwd"]);
+    run.expect_code(1);
+    assert_eq!(
+        run.stderr,
+        "error: extension name `../../etc/passwd` must not start with a dot\n"
+    );
+    assert_eq!(run.stdout, "");
+    let run = lab.zotbox(&["ext", "logs", "a/../../x"]);
+    run.expect_code(1);
+    assert_eq!(
+        run.stderr,
+        "error: extension name `a/../../x` contains `/`; use letters, digits, `-`, `_` and `.`\n"
+    );
+}
+
+#[test]
+fn a_missing_workspace_is_reported_once() {
+    let lab = Lab::new();
+    let missing = lab.dev.join("no-such-workspace");
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_zotbox"))
+        .arg("--zot-home")
+        .arg(&lab.home)
+        .arg("--workspace")
+        .arg(&missing)
+        .arg("list")
+        .output()
+        .expect("run zotbox");
+    let run = crate::support::Run::from(output);
+    run.expect_code(1);
+    assert_eq!(
+        run.stderr,
+        format!(
+            "error: workspace `{}`: No such file or directory (os error 2)\n",
+            missing.display()
+        )
+    );
+}
+
+#[test]
+fn installing_a_folder_without_a_manifest_says_so_once() {
+    let lab = Lab::new();
+    let empty = lab.dev.join("empty");
+    std::fs::create_dir_all(&empty).expect("folder");
+    let run = lab.zotbox(&["ext", "install", &empty.display().to_string()]);
+    run.expect_code(1);
+    assert_eq!(
+        run.stderr,
+        format!(
+            "error: cannot read `{}`: No such file or directory (os error 2)\n",
+            empty.join("extension.json").display()
+        )
+    );
+}
+
+#[test]
+fn a_missing_ext_path_is_listed_under_its_own_name() {
+    let lab = Lab::new();
+    let typo = lab.dev.join("weathr");
+    let run = lab.zotbox(&["--ext", &typo.display().to_string(), "--json", "list"]);
+    run.expect_code(0);
+    let entries = json_lines(&run.stdout);
+    assert_eq!(entries.len(), 1, "{}", run.stdout);
+    assert_eq!(
+        (
+            &entries[0]["name"],
+            &entries[0]["origin"],
+            &entries[0]["state"]
+        ),
+        (&json!("weathr"), &json!("explicit"), &json!("invalid")),
+        "{}",
+        entries[0]
+    );
+}
+
+#[test]
+fn ext_logs_of_an_extension_that_never_ran() {
+    let lab = Lab::new();
+    let run = lab.zotbox(&["ext", "logs", "ghost"]);
+    run.expect_code(1);
+    assert_eq!(
+        run.stderr,
+        format!(
+            "error: no log for `ghost` at `{}` (it has not run yet)\n",
+            lab.home.join("logs/ext-ghost.log").display()
+        )
+    );
+}
+
+#[test]
+fn help_documents_the_exit_codes() {
+    let lab = Lab::new();
+    let run = lab.zotbox(&["--help"]);
+    run.expect_code(0);
+    for expected in [
+        "Exit status:",
+        "0  success",
+        "1  error",
+        "2  usage error",
+        "3  refused",
+    ] {
+        assert!(
+            run.stdout.contains(expected),
+            "no `{expected}` in:\n{}",
+            run.stdout
+        );
+    }
+    let run = lab.zotbox(&["frobnicate"]);
+    run.expect_code(2);
+}
+
+#[test]
+fn the_reference_python_example_runs_unmodified() {
+    let lab = Lab::new();
+    let installed = lab.user_dir().join("hello-py");
+    std::fs::create_dir_all(&installed).expect("folder");
+    for file in ["extension.json", "hello.py"] {
+        std::fs::copy(fixture("hello-py").join(file), installed.join(file)).expect("copy");
+    }
+    // The reference says `chmod +x hello.py`; a checkout may not keep the bit.
+    make_executable(&installed.join("hello.py"));
+
+    let run = lab.zotbox(&["command", "hellopy"]);
+    run.expect_code(0);
+    assert_eq!(run.stdout, "prompt: Say hi briefly.\n");
+
+    let entries = list_json(&lab);
+    assert_eq!(entries.len(), 1);
+    assert_eq!(entries[0]["name"], "hello-py");
+    assert_eq!(entries[0]["state"], "ready");
+    assert_eq!(entries[0]["commands"], json!(["hellopy"]));
+}
+
+#[test]
+fn an_explicit_ext_wins_over_an_installed_one() {
+    let (lab, _weather) = weather_lab();
+    let dev = ext("weather")
+        .flags(&["--tool", "dev_tool"])
+        .write_in(&lab.dev);
+    let run = lab.zotbox(&["--ext", &dev.dir.display().to_string(), "call", "dev_tool"]);
+    run.expect_code(0);
+    assert_eq!(run.stdout, "weather got {}\n");
+    // The manifest's own path works as well as its folder.
+    let manifest = dev.dir.join("extension.json");
+    let run = lab.zotbox(&["-e", &manifest.display().to_string(), "--json", "list"]);
+    run.expect_code(0);
+    let entries = json_lines(&run.stdout);
+    assert_eq!(entries.len(), 2, "{}", run.stdout);
+    assert_eq!(
+        (
+            &entries[0]["origin"],
+            &entries[0]["state"],
+            &entries[0]["tools"]
+        ),
+        (&json!("explicit"), &json!("ready"), &json!(["dev_tool"]))
+    );
+    assert_eq!(
+        (&entries[1]["origin"], &entries[1]["state"]),
+        (&json!("user"), &json!("shadowed"))
+    );
+}

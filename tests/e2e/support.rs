@@ -1,0 +1,396 @@
+//! Shared helpers: a fresh lab per test (zot home, workspace, extension
+//! folders), extensions built from the one configurable Python fixture, the
+//! real binary, and bounded waits on host events and recorded frames.
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::sync::broadcast::{self, error::RecvError};
+use zotbox::{HostBuilder, HostEvent};
+
+/// How long any wait for something that should happen promptly may take
+/// before the test fails. Generous: it bounds a hang, it measures nothing.
+pub const PATIENCE: Duration = Duration::from_secs(15);
+
+/// The configurable Python test extension.
+pub fn pyext_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/pyext/ext.py")
+}
+
+/// A fixture folder under `tests/fixtures`.
+pub fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures")
+        .join(name)
+}
+
+/// One test's private world: `$ZOT_HOME`, a workspace, and a folder for
+/// explicit extensions, all in a temp dir removed at the end.
+pub struct Lab {
+    _tmp: tempfile::TempDir,
+    /// `$ZOT_HOME`.
+    pub home: PathBuf,
+    /// The workspace (canonical).
+    pub workspace: PathBuf,
+    /// Where explicit (`--ext`) extensions are written.
+    pub dev: PathBuf,
+}
+
+impl Lab {
+    /// A fresh lab in a new temp dir.
+    pub fn new() -> Self {
+        let tmp = tempfile::Builder::new()
+            .prefix("zotbox-e2e-")
+            .tempdir()
+            .expect("temp dir");
+        let root = tmp.path().canonicalize().expect("canonical temp dir");
+        let lab = Self {
+            home: root.join("home"),
+            workspace: root.join("workspace"),
+            dev: root.join("dev"),
+            _tmp: tmp,
+        };
+        for dir in [&lab.home, &lab.workspace, &lab.dev] {
+            std::fs::create_dir_all(dir).expect("lab folder");
+        }
+        lab
+    }
+
+    /// `<workspace>/.zot/extensions`.
+    pub fn project_dir(&self) -> PathBuf {
+        self.workspace.join(".zot/extensions")
+    }
+
+    /// `$ZOT_HOME/extensions`.
+    pub fn user_dir(&self) -> PathBuf {
+        self.home.join("extensions")
+    }
+
+    /// A host builder over this lab, with timings short enough for tests.
+    pub fn builder(&self) -> HostBuilder {
+        zotbox::Host::builder()
+            .zot_home(&self.home)
+            .workspace(&self.workspace)
+            .hello_timeout(Duration::from_secs(5))
+            .tool_timeout(Duration::from_secs(10))
+            .intercept_timeout(Duration::from_secs(5))
+    }
+
+    /// Runs the real `zotbox` binary in the workspace with this lab's home.
+    pub fn zotbox(&self, args: &[&str]) -> Run {
+        let output = Command::new(env!("CARGO_BIN_EXE_zotbox"))
+            .arg("--zot-home")
+            .arg(&self.home)
+            .arg("--workspace")
+            .arg(&self.workspace)
+            .args(args)
+            .current_dir(&self.workspace)
+            .env("ZOT_HOME", &self.home)
+            .env_remove("ZOTBOX_LOG")
+            .env_remove("XDG_STATE_HOME")
+            .output()
+            .expect("run zotbox");
+        Run::from(output)
+    }
+}
+
+/// What a run of the binary did.
+#[derive(Debug)]
+pub struct Run {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl From<Output> for Run {
+    fn from(output: Output) -> Self {
+        Self {
+            code: output.status.code(),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }
+    }
+}
+
+impl Run {
+    /// Asserts the exit status, showing both streams when it differs.
+    pub fn expect_code(&self, code: i32) -> &Self {
+        assert_eq!(self.code, Some(code), "unexpected exit status: {self:#?}");
+        self
+    }
+}
+
+/// How the manifest launches the fixture.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Launch {
+    /// `"exec": "python3"` (a bare name, found on PATH) with the script's
+    /// absolute path as the first argument.
+    Python,
+    /// The script copied into the folder, `"exec": "./ext.py"`.
+    Copied,
+    /// The interpreter's absolute path, skipping launcher shims (pyenv's
+    /// costs ≈ 0.1 s of CPU per start): for tests that time starts.
+    Interpreter,
+}
+
+/// The absolute path of the `python3` found on PATH, past any shim.
+fn interpreter() -> &'static str {
+    static PATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PATH.get_or_init(|| {
+        let output = Command::new("python3")
+            .args(["-c", "import sys; print(sys.executable)"])
+            .output()
+            .expect("python3 on PATH");
+        String::from_utf8_lossy(&output.stdout).trim().to_owned()
+    })
+}
+
+/// An extension folder to write: a manifest running the fixture with flags.
+#[derive(Debug, Clone)]
+pub struct Spec {
+    name: String,
+    flags: Vec<String>,
+    launch: Launch,
+    enabled: bool,
+}
+
+/// A spec for an extension called `name` (also its `hello` name).
+pub fn ext(name: &str) -> Spec {
+    Spec {
+        name: name.to_owned(),
+        flags: Vec::new(),
+        launch: Launch::Python,
+        enabled: true,
+    }
+}
+
+impl Spec {
+    /// Adds flags, e.g. `["--intercept", "block"]`.
+    pub fn flags(mut self, flags: &[&str]) -> Self {
+        self.flags.extend(flags.iter().map(|f| (*f).to_owned()));
+        self
+    }
+
+    /// Launches through a copy of the script and a relative `exec`.
+    pub fn copied(mut self) -> Self {
+        self.launch = Launch::Copied;
+        self
+    }
+
+    /// Launches through the interpreter's absolute path.
+    pub fn direct(mut self) -> Self {
+        self.launch = Launch::Interpreter;
+        self
+    }
+
+    /// Writes `"enabled": false`.
+    pub fn disabled(mut self) -> Self {
+        self.enabled = false;
+        self
+    }
+
+    /// Writes the folder `<parent>/<name>/`; the extension records what it
+    /// receives in `<parent>/<name>.record.jsonl`.
+    pub fn write_in(&self, parent: &Path) -> Ext {
+        let dir = parent.join(&self.name);
+        std::fs::create_dir_all(&dir).expect("extension folder");
+        let record = parent.join(format!("{}.record.jsonl", self.name));
+        let mut args: Vec<String> = Vec::new();
+        let exec = match self.launch {
+            Launch::Python => {
+                args.push(pyext_script().display().to_string());
+                "python3".to_owned()
+            }
+            Launch::Interpreter => {
+                args.push(pyext_script().display().to_string());
+                interpreter().to_owned()
+            }
+            Launch::Copied => {
+                let script = dir.join("ext.py");
+                std::fs::copy(pyext_script(), &script).expect("copy ext.py");
+                make_executable(&script);
+                "./ext.py".to_owned()
+            }
+        };
+        args.extend(["--name".to_owned(), self.name.clone()]);
+        args.extend(["--record".to_owned(), record.display().to_string()]);
+        args.extend(self.flags.iter().cloned());
+        let manifest = json!({
+            "name": self.name,
+            "version": "1.0.0",
+            "exec": exec,
+            "args": args,
+            "language": "python",
+            "description": format!("test extension {}", self.name),
+            "enabled": self.enabled,
+        });
+        write_json(&dir.join("extension.json"), &manifest);
+        Ext {
+            name: self.name.clone(),
+            dir,
+            record,
+        }
+    }
+}
+
+/// Sets the exec bits of `path`.
+pub fn make_executable(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let mut perms = std::fs::metadata(path).expect("metadata").permissions();
+    perms.set_mode(0o755);
+    std::fs::set_permissions(path, perms).expect("chmod");
+}
+
+/// Writes pretty JSON to `path`.
+pub fn write_json(path: &Path, value: &Value) {
+    let text = serde_json::to_string_pretty(value).expect("encode json");
+    std::fs::write(path, text + "\n").expect("write json");
+}
+
+/// A written extension.
+#[derive(Debug, Clone)]
+pub struct Ext {
+    pub name: String,
+    /// Its folder.
+    pub dir: PathBuf,
+    /// Where it records the frames it receives.
+    pub record: PathBuf,
+}
+
+impl Ext {
+    /// Every recorded entry so far (frames received, and `_` markers).
+    pub fn recorded(&self) -> Vec<Value> {
+        let Ok(text) = std::fs::read_to_string(&self.record) else {
+            return Vec::new();
+        };
+        // A line being written right now may be incomplete: skip it.
+        text.lines()
+            .filter_map(|line| serde_json::from_str(line).ok())
+            .collect()
+    }
+
+    /// Recorded entries of one `type`.
+    pub fn recorded_of(&self, frame_type: &str) -> Vec<Value> {
+        self.recorded()
+            .into_iter()
+            .filter(|frame| frame["type"] == frame_type)
+            .collect()
+    }
+
+    /// Waits until at least `count` entries of `frame_type` are recorded.
+    pub async fn wait_for(&self, frame_type: &str, count: usize) -> Vec<Value> {
+        eventually(
+            &format!("`{}` to record {count} `{frame_type}`", self.name),
+            || {
+                let found = self.recorded_of(frame_type);
+                (found.len() >= count).then_some(found)
+            },
+        )
+        .await
+        .unwrap_or_else(|| panic!("recorded so far: {:#?}", self.recorded()))
+    }
+
+    /// The pid the extension reported at start (its latest start).
+    pub fn pid(&self) -> i32 {
+        let started = self.recorded_of("_started");
+        let last = started.last().expect("the extension never started");
+        i32::try_from(last["pid"].as_i64().expect("pid")).expect("pid fits")
+    }
+
+    /// Rewrites this extension's manifest (after `edit`).
+    pub fn edit_manifest(&self, edit: impl FnOnce(&mut Value)) {
+        let path = self.dir.join("extension.json");
+        let text = std::fs::read_to_string(&path).expect("read manifest");
+        let mut value: Value = serde_json::from_str(&text).expect("manifest json");
+        edit(&mut value);
+        write_json(&path, &value);
+    }
+}
+
+/// Polls `check` every 20 ms until it yields, for at most [`PATIENCE`].
+/// `None` when it never did; the caller panics with context.
+pub async fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        if let Some(found) = check() {
+            return Some(found);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            eprintln!("gave up waiting for {what}");
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The next host event matching `pred`, skipping others; panics after
+/// [`PATIENCE`] with the events seen.
+pub async fn next_event(
+    events: &mut broadcast::Receiver<HostEvent>,
+    what: &str,
+    mut pred: impl FnMut(&HostEvent) -> bool,
+) -> HostEvent {
+    let mut seen = Vec::new();
+    let wait = async {
+        loop {
+            match events.recv().await {
+                Ok(event) if pred(&event) => return event,
+                Ok(event) => seen.push(event),
+                Err(RecvError::Lagged(n)) => panic!("lagged by {n} events waiting for {what}"),
+                Err(RecvError::Closed) => panic!("event stream closed waiting for {what}"),
+            }
+        }
+    };
+    match tokio::time::timeout(PATIENCE, wait).await {
+        Ok(event) => event,
+        Err(_) => panic!("no {what} within {PATIENCE:?}; other events: {seen:#?}"),
+    }
+}
+
+/// Awaits `future` for at most [`PATIENCE`].
+pub async fn bounded<F: Future>(what: &str, future: F) -> F::Output {
+    tokio::time::timeout(PATIENCE, future)
+        .await
+        .unwrap_or_else(|_| panic!("{what} did not finish within {PATIENCE:?}"))
+}
+
+/// Whether process `pid` still exists (a zombie counts as gone: it has exited).
+pub fn process_alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesised command name.
+        Ok(stat) => !stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+/// The `list()` entry of extension `name`.
+pub fn info(host: &zotbox::Host, name: &str) -> zotbox::host::ExtensionInfo {
+    host.list()
+        .into_iter()
+        .find(|info| info.name == name)
+        .unwrap_or_else(|| panic!("no `{name}` in list: {:#?}", host.list()))
+}
+
+/// Names of every live tool.
+pub fn tool_names(host: &zotbox::Host) -> Vec<String> {
+    host.tools().into_iter().map(|t| t.name).collect()
+}
+
+/// The `list()` entry of `name` once it has left `starting`.
+///
+/// build() should only return once every first start has become ready or
+/// failed, but a failed start may be recorded just after it returns (see
+/// `failure::build_returns_only_once_a_failed_start_is_recorded`).
+pub async fn settled(host: &zotbox::Host, name: &str) -> zotbox::host::ExtensionInfo {
+    eventually(&format!("`{name}` to settle"), || {
+        let entry = info(host, name);
+        (entry.state != zotbox::host::ExtensionState::Starting).then_some(entry)
+    })
+    .await
+    .unwrap_or_else(|| panic!("`{name}` still starting: {:#?}", host.list()))
+}
