@@ -22,3 +22,5 @@ mod intercept;
 mod protocol;
 #[path = "e2e/registry.rs"]
 mod registry;
+#[path = "e2e/wasm.rs"]
+mod wasm;

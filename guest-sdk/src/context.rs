@@ -138,6 +138,12 @@ impl<'a> Context<'a> {
     }
 
     pub(crate) fn set_hello_ack(&mut self, ack: HelloAck) {
+        if !ack.cwd.is_empty() {
+            let mut workspace = WORKSPACE
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            *workspace = Some(std::path::PathBuf::from(&ack.cwd));
+        }
         self.hello_ack = Some(ack);
     }
 
@@ -175,4 +181,17 @@ impl<'a> Context<'a> {
             None => Ok(()),
         }
     }
+}
+
+/// The workspace from the last `hello_ack`, for the native capability calls,
+/// which are free functions without a [`Context`].
+static WORKSPACE: std::sync::Mutex<Option<std::path::PathBuf>> = std::sync::Mutex::new(None);
+
+/// The workspace root zot named in `hello_ack`, once it has arrived.
+#[cfg_attr(target_arch = "wasm32", allow(dead_code))]
+pub(crate) fn workspace() -> Option<std::path::PathBuf> {
+    WORKSPACE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone()
 }

@@ -98,11 +98,13 @@
 //! (`fs`, `http`, `shell`); until then, a wasm extension computes from its
 //! arguments alone.
 
+mod capability;
 mod context;
 mod extension;
 mod response;
 pub mod schema;
 
+pub use capability::{Error as CapabilityError, fs, http, shell};
 pub use context::{Context, Level};
 pub use extension::Extension;
 pub use response::{IntoResponse, IntoToolOutput, Panel, Response, ToolOutput, Verdict};

@@ -112,6 +112,9 @@ pub struct WasmRuntime {
     modules: ModuleLinker<ModuleState>,
     cache: ArtifactCache,
     prepared: Mutex<HashMap<FileStamp, Prepared>>,
+    // One lock per cache entry: identical guests starting together compile
+    // once; the others wait and load what the first one cached.
+    compiling: Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>,
     progress: bool,
 }
 
@@ -145,6 +148,7 @@ impl WasmRuntime {
             modules,
             cache: ArtifactCache::new(cache_dir),
             prepared: Mutex::new(HashMap::new()),
+            compiling: Mutex::new(HashMap::new()),
             progress,
         })
     }
@@ -179,6 +183,17 @@ impl WasmRuntime {
             path: path.to_owned(),
         })?;
         let entry = self.cache.entry(&self.engine, kind, &wasm);
+        let entry_lock = entry.as_ref().map(|entry| {
+            self.compiling
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .entry(entry.clone())
+                .or_default()
+                .clone()
+        });
+        let _compiling = entry_lock
+            .as_ref()
+            .map(|lock| lock.lock().unwrap_or_else(PoisonError::into_inner));
         let link_error = |e: wasmtime::Error| WasmError::Link {
             path: path.to_owned(),
             reason: format!("{e:#}"),

@@ -90,7 +90,10 @@ impl ArtifactCache {
             if let Some(dir) = path.parent() {
                 std::fs::create_dir_all(dir)?;
             }
-            let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+            // Unique per writer, so concurrent writers never share a file.
+            static WRITERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            let writer = WRITERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let tmp = path.with_extension(format!("tmp{}-{writer}", std::process::id()));
             let mut file = std::fs::File::create(&tmp)?;
             file.write_all(MAGIC)?;
             file.write_all(&Sha256::digest(payload))?;

@@ -1,0 +1,565 @@
+//! Team and user policy: ceilings on what any extension may be granted.
+//!
+//! A policy file is JSON. The system-wide one (`/etc/zotbox/policy.json`, or
+//! `$ZOTBOX_SYSTEM_POLICY`) is read first; the user's
+//! (`$ZOT_HOME/policy.json`) can only narrow it: booleans must both allow,
+//! lists must both contain, limits take the smaller value, and a closed
+//! intercept failure mode wins. An extension's effective grant is what it
+//! declared ∩ what every policy layer allows; one that declares more still
+//! loads, with the smaller grant, and `zotbox policy explain` shows the
+//! difference.
+//!
+//! ```json
+//! {
+//!   "native_extensions": false,
+//!   "http": ["https://api.open-meteo.com", "https://*.example.com"],
+//!   "fs_write": false,
+//!   "shell": false,
+//!   "env": ["LANG", "TZ"],
+//!   "max_memory_mb": 256,
+//!   "max_tool_timeout_ms": 30000,
+//!   "intercept_failure": "closed",
+//!   "require_approval": true,
+//!   "extra_root_certificates": ["/etc/ssl/corp-ca.pem"]
+//! }
+//! ```
+//!
+//! Every key is optional; an absent key sets no ceiling.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::manifest::Manifest;
+use crate::session::FailMode;
+
+/// The system-wide policy file, unless `$ZOTBOX_SYSTEM_POLICY` names another.
+pub const SYSTEM_POLICY: &str = "/etc/zotbox/policy.json";
+
+/// A policy file could not be used. A broken policy stops the host: running
+/// extensions without the ceilings a team set would fail open.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    /// The file exists but could not be read.
+    #[error("cannot read policy `{}`: {error}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        error: std::io::Error,
+    },
+    /// The file is not a valid policy.
+    #[error("policy `{}`: {detail}", path.display())]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, with the field.
+        detail: String,
+    },
+}
+
+/// What one policy file says. Every field is a ceiling; `None` sets none.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub struct PolicyFile {
+    /// Whether native (unsandboxed) extensions may run at all. Default: yes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub native_extensions: Option<bool>,
+    /// HTTPS origins an extension may be granted (`https://host[:port]`,
+    /// `*.domain` allowed; a ceiling without a port allows any port). Empty
+    /// allows none. Default: whatever is declared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<Vec<String>>,
+    /// Whether any extension may write workspace files. Default: yes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fs_write: Option<bool>,
+    /// Whether any extension may run shell commands. Default: yes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shell: Option<bool>,
+    /// Environment variables an extension may be granted. Default: any declared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<Vec<String>>,
+    /// Ceiling on a wasm guest's memory, MiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_memory_mb: Option<u64>,
+    /// Ceiling on a tool call's or command's deadline, ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tool_timeout_ms: Option<u64>,
+    /// Ceiling on an intercept's deadline, ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_intercept_timeout_ms: Option<u64>,
+    /// `open` (a missed intercept allows) or `closed` (it blocks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub intercept_failure: Option<FailModeName>,
+    /// Require `zotbox approve` for every data tool, whatever its manifest says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub require_approval: Option<bool>,
+    /// PEM files of extra root certificates trusted for HTTPS (for a
+    /// company proxy or a test server). Default: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extra_root_certificates: Vec<PathBuf>,
+}
+
+/// The intercept failure mode as written in a policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailModeName {
+    /// Allow when an interceptor misses its deadline.
+    Open,
+    /// Block when an interceptor misses its deadline.
+    Closed,
+}
+
+/// One loaded policy file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layer {
+    /// Where it came from.
+    pub path: PathBuf,
+    /// What it says.
+    pub file: PolicyFile,
+}
+
+/// Every policy layer in force, system first.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Policy {
+    layers: Vec<Layer>,
+}
+
+impl Policy {
+    /// No ceilings at all.
+    pub fn permissive() -> Self {
+        Self::default()
+    }
+
+    /// A policy of the given layers, system first.
+    pub fn from_layers(layers: Vec<Layer>) -> Self {
+        Self { layers }
+    }
+
+    /// Loads the system policy (if `system` exists) and then the user's.
+    /// Missing files are no layer; unreadable or invalid ones are errors.
+    ///
+    /// # Errors
+    ///
+    /// [`PolicyError`] naming the file and field at fault.
+    pub fn load(system: &Path, user: &Path) -> Result<Self, PolicyError> {
+        let mut layers = Vec::new();
+        for path in [system, user] {
+            let text = match std::fs::read_to_string(path) {
+                Ok(text) => text,
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(error) => {
+                    return Err(PolicyError::Read {
+                        path: path.to_owned(),
+                        error,
+                    });
+                }
+            };
+            layers.push(Layer {
+                path: path.to_owned(),
+                file: parse(&text, path)?,
+            });
+        }
+        Ok(Self { layers })
+    }
+
+    /// The system policy path: `$ZOTBOX_SYSTEM_POLICY` or [`SYSTEM_POLICY`].
+    pub fn system_path() -> PathBuf {
+        std::env::var_os("ZOTBOX_SYSTEM_POLICY")
+            .filter(|v| !v.is_empty())
+            .map_or_else(|| PathBuf::from(SYSTEM_POLICY), PathBuf::from)
+    }
+
+    /// The layers in force, system first.
+    pub fn layers(&self) -> &[Layer] {
+        &self.layers
+    }
+
+    /// The first layer that refuses native extensions, if any.
+    pub fn native_refused_by(&self) -> Option<&Path> {
+        self.layers
+            .iter()
+            .find(|layer| layer.file.native_extensions == Some(false))
+            .map(|layer| layer.path.as_path())
+    }
+
+    /// The intercept failure mode the policy imposes (closed wins).
+    pub fn intercept_failure(&self) -> Option<FailMode> {
+        let modes = self.layers.iter().filter_map(|l| l.file.intercept_failure);
+        modes.fold(None, |mode, next| match (mode, next) {
+            (Some(FailMode::Closed), _) | (_, FailModeName::Closed) => Some(FailMode::Closed),
+            _ => Some(FailMode::Open),
+        })
+    }
+
+    /// Whether every data tool needs approval.
+    pub fn require_approval(&self) -> bool {
+        self.layers
+            .iter()
+            .any(|l| l.file.require_approval == Some(true))
+    }
+
+    /// Extra root certificate files, from every layer.
+    pub fn extra_root_certificates(&self) -> Vec<PathBuf> {
+        self.layers
+            .iter()
+            .flat_map(|l| l.file.extra_root_certificates.iter().cloned())
+            .collect()
+    }
+
+    fn min_of(&self, field: impl Fn(&PolicyFile) -> Option<u64>) -> Option<u64> {
+        self.layers.iter().filter_map(|l| field(&l.file)).min()
+    }
+
+    /// `value` lowered to the policy's ceiling on memory, MiB.
+    pub fn cap_memory_mb(&self, value: u64) -> u64 {
+        self.min_of(|f| f.max_memory_mb)
+            .map_or(value, |cap| value.min(cap))
+    }
+
+    /// `value` lowered to the policy's ceiling on tool deadlines, ms.
+    pub fn cap_tool_timeout_ms(&self, value: u64) -> u64 {
+        self.min_of(|f| f.max_tool_timeout_ms)
+            .map_or(value, |cap| value.min(cap))
+    }
+
+    /// `value` lowered to the policy's ceiling on intercept deadlines, ms.
+    pub fn cap_intercept_timeout_ms(&self, value: u64) -> u64 {
+        self.min_of(|f| f.max_intercept_timeout_ms)
+            .map_or(value, |cap| value.min(cap))
+    }
+
+    /// What `manifest` is granted, capability by capability, with why.
+    pub fn grant(&self, manifest: &Manifest) -> Grant {
+        let declared = &manifest.raw.capabilities;
+        let mut rows = Vec::new();
+        let mut keep = |capability: &'static str,
+                        declared: &[String],
+                        refuse: &dyn Fn(&str) -> Option<String>|
+         -> Vec<String> {
+            let mut granted = Vec::new();
+            let mut refused = Vec::new();
+            for item in declared {
+                match refuse(item) {
+                    None => granted.push(item.clone()),
+                    Some(rule) => refused.push(Refusal {
+                        item: item.clone(),
+                        rule,
+                    }),
+                }
+            }
+            rows.push(GrantRow {
+                capability,
+                declared: declared.to_vec(),
+                granted: granted.clone(),
+                refused,
+            });
+            granted
+        };
+        let http = keep("http", &declared.http, &|origin| self.refuse_origin(origin));
+        let read = keep("fs-read", &declared.read, &|_| None);
+        let write = keep("fs-write", &declared.write, &|_| {
+            self.refuse_switch("fs_write", |f| f.fs_write)
+        });
+        let shell = keep("shell", &declared.shell, &|_| {
+            self.refuse_switch("shell", |f| f.shell)
+        });
+        let env = keep("env", &declared.env, &|name| self.refuse_env(name));
+        Grant {
+            http,
+            read,
+            write,
+            shell,
+            env,
+            rows,
+        }
+    }
+
+    fn refuse_switch(
+        &self,
+        key: &str,
+        field: impl Fn(&PolicyFile) -> Option<bool>,
+    ) -> Option<String> {
+        self.layers
+            .iter()
+            .find(|layer| field(&layer.file) == Some(false))
+            .map(|layer| format!("`{key}: false` in `{}`", layer.path.display()))
+    }
+
+    fn refuse_origin(&self, origin: &str) -> Option<String> {
+        self.layers.iter().find_map(|layer| {
+            let allowed = layer.file.http.as_ref()?;
+            if allowed.iter().any(|ceiling| origin_covers(ceiling, origin)) {
+                None
+            } else {
+                Some(format!(
+                    "not among the `http` origins of `{}`",
+                    layer.path.display()
+                ))
+            }
+        })
+    }
+
+    fn refuse_env(&self, name: &str) -> Option<String> {
+        self.layers.iter().find_map(|layer| {
+            let allowed = layer.file.env.as_ref()?;
+            if allowed.iter().any(|n| n == name) {
+                None
+            } else {
+                Some(format!(
+                    "not among the `env` names of `{}`",
+                    layer.path.display()
+                ))
+            }
+        })
+    }
+}
+
+fn parse(text: &str, path: &Path) -> Result<PolicyFile, PolicyError> {
+    let mut unknown = Vec::new();
+    let mut record = |key: serde_ignored::Path<'_>| unknown.push(key.to_string());
+    let deserializer = &mut serde_json::Deserializer::from_str(text);
+    let tracked = serde_ignored::Deserializer::new(deserializer, &mut record);
+    let file: PolicyFile = serde_path_to_error::deserialize(tracked).map_err(|err| {
+        let field = err.path().to_string();
+        let detail = if matches!(field.as_str(), "." | "?" | "") {
+            err.inner().to_string()
+        } else {
+            format!("field `{field}`: {}", err.inner())
+        };
+        PolicyError::Parse {
+            path: path.to_owned(),
+            detail,
+        }
+    })?;
+    // An unknown key in a policy may be a ceiling someone meant to set: say so loudly.
+    for key in unknown {
+        tracing::warn!("policy `{}`: unknown key `{key}` ignored", path.display());
+    }
+    Ok(file)
+}
+
+/// An origin, split: `https://*.example.com:8443` → (`https`, `*.example.com`, Some(8443)).
+fn split_origin(origin: &str) -> Option<(&str, &str, Option<u16>)> {
+    let (scheme, rest) = origin.split_once("://")?;
+    let authority = rest.trim_end_matches('/');
+    if authority.contains('/') || authority.contains('@') || authority.is_empty() {
+        return None;
+    }
+    // IPv6 literals keep their brackets; a port follows the closing one.
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(rest) => {
+            let (inside, after) = rest.split_once(']')?;
+            (&authority[..inside.len() + 2], after.strip_prefix(':'))
+        }
+        None => match authority.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (authority, None),
+        },
+    };
+    let port = match port {
+        Some(port) => Some(port.parse().ok()?),
+        None => None,
+    };
+    Some((scheme, host, port))
+}
+
+/// Whether a policy ceiling origin covers a declared origin.
+pub fn origin_covers(ceiling: &str, declared: &str) -> bool {
+    let (Some((c_scheme, c_host, c_port)), Some((d_scheme, d_host, d_port))) =
+        (split_origin(ceiling), split_origin(declared))
+    else {
+        return false;
+    };
+    if !c_scheme.eq_ignore_ascii_case(d_scheme) {
+        return false;
+    }
+    if c_port.is_some() && c_port != d_port {
+        return false;
+    }
+    let (c_host, d_host) = (c_host.to_ascii_lowercase(), d_host.to_ascii_lowercase());
+    match c_host.strip_prefix("*.") {
+        // `*.example.com` covers `a.example.com` and `*.a.example.com`, not `example.com`.
+        Some(domain) => d_host
+            .trim_start_matches("*.")
+            .strip_suffix(domain)
+            .is_some_and(|head| head.ends_with('.')),
+        None => c_host == d_host,
+    }
+}
+
+/// One declared item the policy took away, with the rule.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Refusal {
+    /// The declared item.
+    pub item: String,
+    /// The policy rule that refused it.
+    pub rule: String,
+}
+
+/// One capability of a grant, for `policy explain`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GrantRow {
+    /// `http`, `fs-read`, `fs-write`, `shell` or `env`.
+    pub capability: &'static str,
+    /// What the manifest declared.
+    pub declared: Vec<String>,
+    /// What is granted.
+    pub granted: Vec<String>,
+    /// What the policy refused, and by which rule.
+    pub refused: Vec<Refusal>,
+}
+
+/// An extension's effective grant: declared ∩ policy.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Grant {
+    /// HTTPS origins.
+    pub http: Vec<String>,
+    /// Workspace globs readable.
+    pub read: Vec<String>,
+    /// Workspace globs writable.
+    pub write: Vec<String>,
+    /// Command patterns.
+    pub shell: Vec<String>,
+    /// Environment variable names.
+    pub env: Vec<String>,
+    /// The reasoning, per capability.
+    pub rows: Vec<GrantRow>,
+}
+
+impl Grant {
+    /// The refusal rule for `item` of `capability` if the policy took it
+    /// away (so a refusal can say "declared, but the policy …").
+    pub fn policy_refusal(&self, capability: &str, item: &str) -> Option<&str> {
+        self.rows
+            .iter()
+            .find(|row| row.capability == capability)?
+            .refused
+            .iter()
+            .find(|refusal| refusal.item == item)
+            .map(|refusal| refusal.rule.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layer(path: &str, json: &str) -> Layer {
+        Layer {
+            path: PathBuf::from(path),
+            file: parse(json, Path::new(path)).unwrap_or_else(|e| panic!("{e}")),
+        }
+    }
+
+    fn manifest(capabilities: &str) -> Manifest {
+        let text = format!(r#"{{"name":"x","wasm":"x.wasm","capabilities":{capabilities}}}"#);
+        Manifest::parse(&text, Path::new("/e/x/extension.json")).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn origins_are_covered_by_exact_and_wildcard_ceilings() {
+        let cases = [
+            ("https://api.x.com", "https://api.x.com", true),
+            ("https://api.x.com", "https://API.x.com", true),
+            ("https://*.x.com", "https://api.x.com", true),
+            ("https://*.x.com", "https://*.api.x.com", true),
+            // The bare domain is not a subdomain of itself.
+            ("https://*.x.com", "https://x.com", false),
+            // A suffix that is not a label boundary.
+            ("https://*.x.com", "https://evilx.com", false),
+            // A ceiling without a port allows any port; with one, only that.
+            ("https://api.x.com", "https://api.x.com:8443", true),
+            ("https://api.x.com:443", "https://api.x.com:8443", false),
+            // Schemes must agree.
+            ("https://api.x.com", "http://api.x.com", false),
+            ("https://127.0.0.1:9000", "https://127.0.0.1:9000", true),
+            ("not an origin", "https://api.x.com", false),
+        ];
+        for (ceiling, declared, covered) in cases {
+            assert_eq!(
+                origin_covers(ceiling, declared),
+                covered,
+                "{ceiling} ⊇ {declared}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_grant_is_declared_intersected_with_every_layer() {
+        let policy = Policy::from_layers(vec![
+            layer(
+                "/etc/zotbox/policy.json",
+                r#"{"http":["https://*.x.com"],"shell":false}"#,
+            ),
+            layer(
+                "/home/u/policy.json",
+                r#"{"http":["https://api.x.com","https://evil.com"],"env":["LANG"]}"#,
+            ),
+        ]);
+        let grant = policy.grant(&manifest(
+            r#"{"http":["https://api.x.com","https://other.x.com","https://evil.com"],
+                "shell":["git status"],"env":["LANG","AWS_SECRET_ACCESS_KEY"],"read":["docs/**"],"write":["out/**"]}"#,
+        ));
+        assert_eq!(grant.http, vec!["https://api.x.com"]);
+        assert!(grant.shell.is_empty());
+        assert_eq!(grant.env, vec!["LANG"]);
+        assert_eq!(grant.read, vec!["docs/**"]);
+        assert_eq!(grant.write, vec!["out/**"]);
+        // The user layer cannot widen the system one: evil.com stays refused.
+        assert_eq!(
+            grant.policy_refusal("http", "https://evil.com"),
+            Some("not among the `http` origins of `/etc/zotbox/policy.json`")
+        );
+        assert_eq!(
+            grant.policy_refusal("shell", "git status"),
+            Some("`shell: false` in `/etc/zotbox/policy.json`")
+        );
+        assert_eq!(
+            grant.policy_refusal("env", "AWS_SECRET_ACCESS_KEY"),
+            Some("not among the `env` names of `/home/u/policy.json`")
+        );
+    }
+
+    #[test]
+    fn limits_take_the_smaller_value_and_closed_wins() {
+        let policy = Policy::from_layers(vec![
+            layer(
+                "/s",
+                r#"{"max_memory_mb":256,"intercept_failure":"closed"}"#,
+            ),
+            layer(
+                "/u",
+                r#"{"max_memory_mb":512,"intercept_failure":"open","native_extensions":false}"#,
+            ),
+        ]);
+        assert_eq!(policy.cap_memory_mb(1024), 256);
+        assert_eq!(policy.cap_memory_mb(64), 64);
+        assert_eq!(policy.intercept_failure(), Some(FailMode::Closed));
+        assert_eq!(policy.native_refused_by(), Some(Path::new("/u")));
+        assert!(Policy::permissive().intercept_failure().is_none());
+    }
+
+    #[test]
+    fn bad_policies_name_the_field() {
+        let cases = [
+            (r#"{"fs_write":"no"}"#, "field `fs_write`"),
+            (
+                r#"{"intercept_failure":"ajar"}"#,
+                "field `intercept_failure`: unknown variant `ajar`",
+            ),
+            (r#"{"max_memory_mb":-1}"#, "field `max_memory_mb`"),
+            ("[", "EOF while parsing"),
+        ];
+        for (json, expected) in cases {
+            let err = parse(json, Path::new("/p.json"))
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(
+                err.contains(expected) && err.contains("/p.json"),
+                "{json}: {err}"
+            );
+        }
+    }
+}

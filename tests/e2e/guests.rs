@@ -1,0 +1,247 @@
+//! The example and test guests, built once per test run and reused.
+//!
+//! The first test that needs a guest builds all of them: the Rust examples
+//! and test guests for `wasm32-wasip2` in one cargo run, the examples and
+//! `hostile`/`netprobe` natively in a second, and the C example with clang
+//! (wasm32-wasip1) and `cc`. Cargo writes to `target/wasm-guests`, a target
+//! folder of its own, so it never waits on the lock of the cargo that runs
+//! these tests. Every test then writes extension folders of its own that
+//! point at (or hold a copy of) these artifacts.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Instant;
+
+use serde_json::{Value, json};
+use zotbox::build::{CargoBuild, GUEST_TARGET};
+
+use crate::support::write_json;
+
+/// The Rust examples, `examples/<name>` holding package `zotbox-example-<name>`.
+pub const EXAMPLES: &[&str] = &["hello", "weather", "guard", "scratchpad"];
+
+/// The test guests, `tests/guests/<name>` holding package `zotbox-test-<name>`.
+const TEST_GUESTS: &[&str] = &["hostile", "netprobe"];
+
+/// The C example's name (its manifest name and its `hello` name).
+pub const C_SHOUT: &str = "c-shout";
+
+/// The Debian packages that give clang a wasm32-wasi sysroot.
+const CLANG_PACKAGES: &str = "clang lld wasi-libc libclang-rt-14-dev-wasm32";
+
+/// How an extension is run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Form {
+    /// A wasm guest in the sandbox.
+    Wasm,
+    /// A native subprocess.
+    Native,
+}
+
+impl Form {
+    /// What `list()` reports as the extension's kind.
+    pub fn kind(self) -> &'static str {
+        match self {
+            Self::Wasm => "wasm",
+            Self::Native => "native",
+        }
+    }
+}
+
+/// Every built artifact.
+#[derive(Debug)]
+pub struct Guests {
+    /// `.wasm` components by bin name.
+    wasm: BTreeMap<String, PathBuf>,
+    /// Native executables by bin name.
+    native: BTreeMap<String, PathBuf>,
+    /// The C example, or why it could not be built.
+    c_shout: Result<CShout, String>,
+}
+
+/// The C example built both ways.
+#[derive(Debug)]
+pub struct CShout {
+    /// The wasm32-wasip1 core module.
+    pub wasm: PathBuf,
+    /// The native executable.
+    pub native: PathBuf,
+}
+
+impl Guests {
+    /// The artifact of guest `name` in `form`; panics when it was not built.
+    pub fn artifact(&self, name: &str, form: Form) -> &Path {
+        let built = match form {
+            Form::Wasm => &self.wasm,
+            Form::Native => &self.native,
+        };
+        built.get(name).unwrap_or_else(|| {
+            panic!(
+                "no {form:?} build of `{name}`; built: {:?}",
+                built.keys().collect::<Vec<_>>()
+            )
+        })
+    }
+}
+
+/// The workspace root.
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .canonicalize()
+        .expect("the workspace folder")
+}
+
+/// Where the guests are built: a target folder of their own.
+fn target_dir() -> PathBuf {
+    workspace().join("target/wasm-guests")
+}
+
+/// The guests, built on first use. A failed build fails every test that
+/// needs a guest with the same message, without building again.
+pub fn guests() -> &'static Guests {
+    static GUESTS: OnceLock<Result<Guests, String>> = OnceLock::new();
+    match GUESTS.get_or_init(build_all) {
+        Ok(guests) => guests,
+        Err(why) => panic!("{why}"),
+    }
+}
+
+fn build_all() -> Result<Guests, String> {
+    let started = Instant::now();
+    let packages = |names: &[&str]| -> Vec<String> {
+        let examples = EXAMPLES.iter().map(|n| format!("zotbox-example-{n}"));
+        let tests = names.iter().map(|n| format!("zotbox-test-{n}"));
+        examples.chain(tests).collect()
+    };
+    let cargo = |target: Option<&str>, packages: Vec<String>| {
+        let build = CargoBuild {
+            manifest_path: workspace().join("Cargo.toml"),
+            packages,
+            target: target.map(str::to_owned),
+            target_dir: Some(target_dir()),
+            verbose: false,
+        };
+        // cargo's own errors went to stderr, which the test harness does not
+        // capture: they are printed right above this message.
+        build.run().map_err(|err| {
+            format!(
+                "building the test guests ({}) failed: {err}",
+                target.unwrap_or("native")
+            )
+        })
+    };
+    let wasm = cargo(Some(GUEST_TARGET), packages(TEST_GUESTS))?;
+    // `netprobe` natively too: it shows that only the sandbox keeps it off the network.
+    let native = cargo(None, packages(TEST_GUESTS))?;
+    let c_shout = build_c_shout();
+    eprintln!(
+        "built the test guests in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(Guests {
+        wasm,
+        native,
+        c_shout,
+    })
+}
+
+/// Compiles `examples/c-shout/shout.c` for wasm32-wasip1 with clang and
+/// natively with `cc`; the error says what is missing.
+fn build_c_shout() -> Result<CShout, String> {
+    let source = workspace().join("examples/c-shout/shout.c");
+    let out = target_dir().join(C_SHOUT);
+    std::fs::create_dir_all(&out).map_err(|e| format!("cannot create `{}`: {e}", out.display()))?;
+    let shout = CShout {
+        wasm: out.join("shout.wasm"),
+        native: out.join("shout"),
+    };
+    let compile = |tool: &str, flags: &[&str], output: &Path| -> Result<(), String> {
+        let result = Command::new(tool)
+            .args(flags)
+            .args(["-O2", "-o"])
+            .arg(output)
+            .arg(&source)
+            .output()
+            .map_err(|e| format!("cannot run `{tool}`: {e}"))?;
+        if result.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "`{tool}` failed to compile `{}`:\n{}",
+                source.display(),
+                String::from_utf8_lossy(&result.stderr).trim_end()
+            ))
+        }
+    };
+    compile(
+        "clang",
+        &[
+            "--target=wasm32-wasi",
+            "-I/usr/include/wasm32-wasi",
+            "-L/usr/lib/wasm32-wasi",
+        ],
+        &shout.wasm,
+    )?;
+    compile("cc", &[], &shout.native)?;
+    Ok(shout)
+}
+
+/// The C example, or `None` (after a note) when clang or wasi-libc is
+/// missing. With `ZOTBOX_REQUIRE_CLANG=1` a missing clang fails the test.
+pub fn c_shout() -> Option<&'static CShout> {
+    match &guests().c_shout {
+        Ok(shout) => Some(shout),
+        Err(why) if std::env::var("ZOTBOX_REQUIRE_CLANG").as_deref() == Ok("1") => panic!(
+            "ZOTBOX_REQUIRE_CLANG=1 but the C guest cannot be built: {why}\n\
+             install clang and a wasm32-wasi sysroot (Debian: apt-get install {CLANG_PACKAGES})"
+        ),
+        Err(why) => {
+            eprintln!(
+                "note: skipping the C guest's test: {why}\n\
+                 (Debian: apt-get install {CLANG_PACKAGES}; set ZOTBOX_REQUIRE_CLANG=1 to fail instead)"
+            );
+            None
+        }
+    }
+}
+
+/// Writes `<parent>/<name>/` for a wasm guest: a copy of `wasm` as
+/// `<name>.wasm` and a manifest naming it, with `limits` when given.
+pub fn wasm_folder(parent: &Path, name: &str, wasm: &Path, limits: Option<Value>) -> PathBuf {
+    let dir = parent.join(name);
+    std::fs::create_dir_all(&dir).expect("extension folder");
+    let file = format!("{name}.wasm");
+    std::fs::copy(wasm, dir.join(&file))
+        .unwrap_or_else(|e| panic!("cannot copy `{}`: {e}", wasm.display()));
+    let mut manifest = json!({"name": name, "wasm": format!("./{file}")});
+    if let Some(limits) = limits {
+        manifest["limits"] = limits;
+    }
+    write_json(&dir.join("extension.json"), &manifest);
+    dir
+}
+
+/// Writes `<parent>/<name>/` for a native extension: a manifest whose
+/// `exec` is the absolute path of `exec`, with `limits` when given.
+pub fn native_folder(parent: &Path, name: &str, exec: &Path, limits: Option<Value>) -> PathBuf {
+    let dir = parent.join(name);
+    std::fs::create_dir_all(&dir).expect("extension folder");
+    let mut manifest = json!({"name": name, "exec": exec});
+    if let Some(limits) = limits {
+        manifest["limits"] = limits;
+    }
+    write_json(&dir.join("extension.json"), &manifest);
+    dir
+}
+
+/// Writes the folder of Rust guest `name` (an example or a test guest) in `form`.
+pub fn folder(parent: &Path, name: &str, form: Form, limits: Option<Value>) -> PathBuf {
+    let artifact = guests().artifact(name, form);
+    match form {
+        Form::Wasm => wasm_folder(parent, name, artifact, limits),
+        Form::Native => native_folder(parent, name, artifact, limits),
+    }
+}
