@@ -210,14 +210,17 @@ mod tests {
         let lib = r#"{"reason":"compiler-artifact","target":{"kind":["lib"],"name":"x"},"executable":null}"#;
         let native = r#"{"reason":"compiler-artifact","target":{"kind":["bin"],"name":"n"},"executable":"/t/release/n"}"#;
         assert_eq!(
-            wasm_artifact(bin),
+            bin_artifact(bin),
             Some((
                 "hello".to_owned(),
                 PathBuf::from("/t/wasm32-wasip2/release/hello.wasm")
             ))
         );
-        assert_eq!(wasm_artifact(lib), None);
-        assert_eq!(wasm_artifact(native), None);
-        assert_eq!(wasm_artifact("not json"), None);
+        assert_eq!(bin_artifact(lib), None);
+        assert_eq!(
+            bin_artifact(native),
+            Some(("n".to_owned(), PathBuf::from("/t/release/n")))
+        );
+        assert_eq!(bin_artifact("not json"), None);
     }
 }
