@@ -25,14 +25,20 @@
 //! [`session`] speaks the protocol with one extension; [`host`] routes
 //! between all of them.
 
+pub mod audit;
 pub mod build;
+pub mod capability;
 pub mod cli;
+pub mod data;
 pub mod discovery;
 pub mod event;
+pub mod guard;
 pub mod home;
 pub mod host;
 pub mod manifest;
+pub mod policy;
 pub mod runtime;
+pub mod sandbox;
 pub mod session;
 
 pub use event::HostEvent;

@@ -1,0 +1,1409 @@
+//! Workspace files through a jail: the `zot:host/fs` interface.
+//!
+//! Every access is relative to the workspace root, opened once as a cap-std
+//! [`Dir`]. A call goes through four steps, and each one can refuse:
+//!
+//! 1. **Lexical check** of the path as written: not empty, no NUL, no `\`,
+//!    not absolute, no `..` component at all (simplest and safe: nothing to
+//!    normalise, nothing to get wrong).
+//! 2. **Grant check** of the path as written against the read or write globs,
+//!    before the file system is touched (so an ungranted path cannot even be
+//!    probed for existence).
+//! 3. **Resolution** inside the jail: the path is walked one component at a
+//!    time, symlinks are expanded by hand, and one that leads outside the root
+//!    (an absolute target elsewhere, `/proc/self/root`, too many `..`) is
+//!    refused. The grant is checked again on the resolved path, so a granted
+//!    folder holding a symlink to an ungranted file does not leak it.
+//! 4. **Open** by walking the *resolved* components from the root with
+//!    `O_NOFOLLOW` opens (directories with `O_DIRECTORY`, the final file with
+//!    `O_NONBLOCK` so a FIFO cannot block), then comparing each opened
+//!    handle's device and inode with what the directory holds under that
+//!    name. A component swapped for a symlink after step 3 fails to open or
+//!    fails the comparison, so the grant checked is the file used. Only
+//!    regular files are read or written; FIFOs, sockets and devices are
+//!    refused after `fstat` on the opened handle.
+//!
+//! The methods are synchronous; async callers wrap them in
+//! `tokio::task::spawn_blocking`.
+
+use std::collections::VecDeque;
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+
+use cap_std::fs::{Dir, Metadata as CapMetadata, MetadataExt, OpenOptions, OpenOptionsExt};
+use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
+use nix::libc;
+
+use super::{Capability, CapabilityError, granted_list};
+
+/// Default cap on a file read: 10 MiB.
+pub const DEFAULT_MAX_READ: u64 = 10 * 1024 * 1024;
+/// Default cap on a file write: 10 MiB.
+pub const DEFAULT_MAX_WRITE: u64 = 10 * 1024 * 1024;
+/// How many symlinks one resolution may expand before it gives up (as Linux's `ELOOP`).
+const MAX_SYMLINKS: usize = 40;
+
+/// Which workspace paths an extension may read and write, as globs.
+///
+/// Globs are relative to the workspace root and use `/`; `*` and `?` stay
+/// within one component, `**` spans any number of them. A glob `dir/**` also
+/// grants `dir` itself, so the folder can be listed and described; only a
+/// glob that is exactly `**` grants the workspace root. Read and write are
+/// separate: a write glob does not imply read. An empty grant allows nothing.
+#[derive(Debug, Clone)]
+pub struct FsGrant {
+    read: Globs,
+    write: Globs,
+}
+
+impl FsGrant {
+    /// Compiles the read and write globs.
+    ///
+    /// # Errors
+    ///
+    /// [`CapabilityError::Invalid`] for an empty, absolute or malformed glob,
+    /// or one with a `..` component.
+    pub fn new(read: &[String], write: &[String]) -> Result<Self, CapabilityError> {
+        Ok(Self {
+            read: Globs::new(read, "read")?,
+            write: Globs::new(write, "write")?,
+        })
+    }
+
+    /// A grant that allows nothing.
+    pub fn none() -> Self {
+        Self {
+            read: Globs::default(),
+            write: Globs::default(),
+        }
+    }
+
+    /// Whether the globs alone admit `path` (as written, without touching
+    /// the filesystem) for writing when `write`, else for reading.
+    pub fn admits(&self, write: bool, path: &str) -> bool {
+        let side = if write { &self.write } else { &self.read };
+        side.allows(path.strip_prefix("./").unwrap_or(path))
+    }
+
+    fn globs(&self, capability: Capability) -> &Globs {
+        match capability {
+            Capability::FsWrite => &self.write,
+            _ => &self.read,
+        }
+    }
+}
+
+/// One side (read or write) of an [`FsGrant`].
+#[derive(Debug, Clone, Default)]
+struct Globs {
+    /// The globs as declared, for messages.
+    declared: Vec<String>,
+    set: GlobSet,
+    /// Whether a `**` glob grants the root itself.
+    root: bool,
+}
+
+impl Globs {
+    fn new(patterns: &[String], side: &str) -> Result<Self, CapabilityError> {
+        let mut builder = GlobSetBuilder::new();
+        let mut root = false;
+        for pattern in patterns {
+            let invalid = |problem: &str| {
+                CapabilityError::Invalid(format!("{side} glob `{pattern}` {problem}"))
+            };
+            let trimmed = pattern.strip_prefix("./").unwrap_or(pattern);
+            if trimmed.is_empty() {
+                return Err(invalid("is empty"));
+            }
+            if trimmed.starts_with('/') {
+                return Err(invalid(
+                    "is absolute; globs are relative to the workspace root",
+                ));
+            }
+            if trimmed.split('/').any(|c| c == "..") {
+                return Err(invalid("contains `..`; globs stay inside the workspace"));
+            }
+            root |= trimmed == "**";
+            let mut add = |glob: &str| -> Result<(), CapabilityError> {
+                let compiled = GlobBuilder::new(glob)
+                    .literal_separator(true)
+                    .build()
+                    .map_err(|err| invalid(&format!("is not a valid glob: {}", err.kind())))?;
+                builder.add(compiled);
+                Ok(())
+            };
+            add(trimmed)?;
+            if let Some(dir) = trimmed.strip_suffix("/**") {
+                add(dir)?;
+            }
+        }
+        let set = builder
+            .build()
+            .map_err(|err| CapabilityError::Invalid(format!("{side} globs: {err}")))?;
+        Ok(Self {
+            declared: patterns.to_vec(),
+            set,
+            root,
+        })
+    }
+
+    fn allows(&self, relative: &str) -> bool {
+        if relative.is_empty() {
+            self.root
+        } else {
+            self.set.is_match(relative)
+        }
+    }
+
+    fn granted(&self) -> String {
+        granted_list(self.declared.iter().map(String::as_str))
+    }
+}
+
+/// Size caps on file access; they protect the host from memory exhaustion by
+/// a guest that reads or writes huge files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FsLimits {
+    /// The largest file `read` returns, in bytes. Default 10 MiB.
+    pub max_read: u64,
+    /// The largest contents `write` accepts, in bytes. Default 10 MiB.
+    pub max_write: u64,
+}
+
+impl Default for FsLimits {
+    fn default() -> Self {
+        Self {
+            max_read: DEFAULT_MAX_READ,
+            max_write: DEFAULT_MAX_WRITE,
+        }
+    }
+}
+
+/// What a directory entry or a path is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kind {
+    /// A regular file.
+    File,
+    /// A directory.
+    Directory,
+    /// A symbolic link (never followed when reported).
+    Symlink,
+    /// Anything else: a FIFO, a socket, a device.
+    Other,
+}
+
+/// One entry of a directory listing.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub struct Entry {
+    /// The entry's name within its directory (lossily decoded as UTF-8).
+    pub name: String,
+    /// Its kind; symlinks are not followed.
+    pub kind: Kind,
+    /// Its size in bytes (0 for directories).
+    pub size: u64,
+}
+
+/// What `stat` knows about a path.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub struct Metadata {
+    /// Its kind; a final symlink is not followed.
+    pub kind: Kind,
+    /// Its size in bytes.
+    pub size: u64,
+    /// Last modification, milliseconds since the Unix epoch, if known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub modified_ms: Option<u64>,
+}
+
+/// The workspace root, opened once; every access goes through it.
+#[derive(Debug)]
+pub struct Jail {
+    dir: Dir,
+    root: PathBuf,
+    /// The root's canonical path, to accept absolute symlinks that point
+    /// back inside the workspace.
+    canonical_root: Option<PathBuf>,
+}
+
+/// What an operation needs from the path's final component.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    Read,
+    Write,
+    List,
+    Stat,
+}
+
+impl Op {
+    fn capability(self) -> Capability {
+        match self {
+            Self::Write => Capability::FsWrite,
+            Self::Read | Self::List | Self::Stat => Capability::FsRead,
+        }
+    }
+
+    /// Whether a final symlink is expanded (read, list) or taken as itself
+    /// (write refuses it, stat describes it).
+    fn follows_last(self) -> bool {
+        matches!(self, Self::Read | Self::List)
+    }
+}
+
+/// A path that passed the lexical, grant and resolution checks.
+#[derive(Debug)]
+struct Resolved {
+    op: Op,
+    /// The path as the caller wrote it, for messages.
+    subject: String,
+    /// The resolved components from the root, none of them a symlink
+    /// (except a final one for `stat`/`write`).
+    components: Vec<String>,
+    /// The final component's metadata at resolution time; `None` when it
+    /// does not exist yet (only for `write`).
+    last: Option<CapMetadata>,
+}
+
+impl Jail {
+    /// Opens the workspace root.
+    ///
+    /// # Errors
+    ///
+    /// The I/O error when `root` cannot be opened as a directory.
+    pub fn open(root: &Path) -> io::Result<Self> {
+        let dir = Dir::open_ambient_dir(root, cap_std::ambient_authority())?;
+        Ok(Self {
+            dir,
+            root: root.to_owned(),
+            canonical_root: std::fs::canonicalize(root).ok(),
+        })
+    }
+
+    /// The workspace root as given to [`Jail::open`].
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Reads a whole regular file.
+    ///
+    /// # Errors
+    ///
+    /// [`CapabilityError::Denied`] (`fs-read`) when the path breaks a jail
+    /// rule or is outside the read globs, or is not a regular file;
+    /// [`CapabilityError::NotFound`]; [`CapabilityError::TooLarge`] when the
+    /// file is larger than `limits.max_read` (checked before reading);
+    /// [`CapabilityError::Invalid`] for a malformed path or a directory;
+    /// [`CapabilityError::Failed`] for other I/O errors.
+    pub fn read(
+        &self,
+        grant: &FsGrant,
+        limits: &FsLimits,
+        path: &str,
+    ) -> Result<Vec<u8>, CapabilityError> {
+        let resolved = self.resolve(Op::Read, grant, path)?;
+        self.read_resolved(limits, &resolved)
+    }
+
+    /// Creates or replaces a regular file; missing parent folders are not created.
+    ///
+    /// # Errors
+    ///
+    /// [`CapabilityError::TooLarge`] when `contents` is larger than
+    /// `limits.max_write` (nothing is written); [`CapabilityError::Denied`]
+    /// (`fs-write`) when the path breaks a jail rule, is outside the write
+    /// globs, or names an existing symlink or non-regular file;
+    /// [`CapabilityError::NotFound`] when the parent folder is missing;
+    /// otherwise as [`Jail::read`].
+    pub fn write(
+        &self,
+        grant: &FsGrant,
+        limits: &FsLimits,
+        path: &str,
+        contents: &[u8],
+    ) -> Result<(), CapabilityError> {
+        let size = u64::try_from(contents.len()).unwrap_or(u64::MAX);
+        let relative = lexical(Capability::FsWrite, path)?;
+        check_grant(grant, Op::Write, path, &relative.join("/"), None)?;
+        if size > limits.max_write {
+            return Err(CapabilityError::TooLarge {
+                what: format!("write of `{path}`"),
+                limit: limits.max_write,
+            });
+        }
+        let resolved = self.resolve_relative(Op::Write, grant, path, &relative)?;
+        self.write_resolved(&resolved, contents)
+    }
+
+    /// Lists a directory, sorted by name; entries are described without
+    /// following symlinks.
+    ///
+    /// # Errors
+    ///
+    /// As [`Jail::read`]; [`CapabilityError::Invalid`] when the path is not a
+    /// directory.
+    pub fn list(&self, grant: &FsGrant, path: &str) -> Result<Vec<Entry>, CapabilityError> {
+        let resolved = self.resolve(Op::List, grant, path)?;
+        self.list_resolved(&resolved)
+    }
+
+    /// Describes a path without following a final symlink.
+    ///
+    /// # Errors
+    ///
+    /// As [`Jail::read`], except that any kind of file may be described.
+    pub fn stat(&self, grant: &FsGrant, path: &str) -> Result<Metadata, CapabilityError> {
+        let resolved = self.resolve(Op::Stat, grant, path)?;
+        self.stat_resolved(&resolved)
+    }
+
+    /// Steps 1 to 3: the lexical check, the grant on the path as written,
+    /// resolution inside the jail, and the grant on the resolved path.
+    fn resolve(&self, op: Op, grant: &FsGrant, path: &str) -> Result<Resolved, CapabilityError> {
+        let relative = lexical(op.capability(), path)?;
+        check_grant(grant, op, path, &relative.join("/"), None)?;
+        self.resolve_relative(op, grant, path, &relative)
+    }
+
+    fn resolve_relative(
+        &self,
+        op: Op,
+        grant: &FsGrant,
+        path: &str,
+        relative: &[String],
+    ) -> Result<Resolved, CapabilityError> {
+        let capability = op.capability();
+        let mut done: Vec<String> = Vec::new();
+        let mut todo: VecDeque<String> = relative.iter().cloned().collect();
+        let mut expanded = 0usize;
+        let mut last = None;
+        let mut missing = false;
+        while let Some(component) = todo.pop_front() {
+            if component.is_empty() || component == "." {
+                continue;
+            }
+            if component == ".." {
+                // Only a symlink's target can bring `..` here; the lexical
+                // check refuses it in the path itself.
+                if done.pop().is_none() {
+                    return Err(CapabilityError::denied(
+                        capability,
+                        path,
+                        "a symlink on the way climbs out of the workspace with `..`",
+                    ));
+                }
+                last = None;
+                continue;
+            }
+            let is_last = todo.is_empty();
+            let candidate = join(&done, &component);
+            let meta = match self.dir.symlink_metadata(&candidate) {
+                Ok(meta) => meta,
+                Err(err) if is_missing(&err) && is_last && op == Op::Write => {
+                    done.push(component);
+                    last = None;
+                    missing = true;
+                    break;
+                }
+                Err(err) if is_missing(&err) => {
+                    return Err(CapabilityError::NotFound(path.to_owned()));
+                }
+                Err(err) => return Err(io_failure(op, path, &err)),
+            };
+            if meta.is_symlink() && (!is_last || op.follows_last()) {
+                expanded += 1;
+                if expanded > MAX_SYMLINKS {
+                    return Err(CapabilityError::Failed(format!(
+                        "cannot resolve `{path}`: more than {MAX_SYMLINKS} symlinks on the way \
+                         (a symlink loop?)"
+                    )));
+                }
+                let target = self
+                    .dir
+                    .read_link_contents(&candidate)
+                    .map_err(|err| io_failure(op, path, &err))?;
+                let inside = self.target_components(&target).ok_or_else(|| {
+                    CapabilityError::denied(
+                        capability,
+                        path,
+                        format!(
+                            "symlink `{candidate}` points outside the workspace (`{}`)",
+                            target.display()
+                        ),
+                    )
+                })?;
+                if inside.absolute {
+                    done.clear();
+                }
+                for component in inside.components.into_iter().rev() {
+                    todo.push_front(component);
+                }
+                continue;
+            }
+            if !is_last && !meta.is_dir() {
+                return Err(CapabilityError::NotFound(path.to_owned()));
+            }
+            done.push(component);
+            last = Some(meta);
+        }
+        if !missing && last.is_none() {
+            // The root, or a folder reached by a symlink's trailing `..`.
+            let meta = if done.is_empty() {
+                self.dir.dir_metadata()
+            } else {
+                self.dir.symlink_metadata(done.join("/"))
+            };
+            last = Some(meta.map_err(|err| io_failure(op, path, &err))?);
+        }
+        check_grant(grant, op, path, &done.join("/"), Some(relative))?;
+        let resolved = Resolved {
+            op,
+            subject: path.to_owned(),
+            components: done,
+            last,
+        };
+        check_last_kind(&resolved)?;
+        Ok(resolved)
+    }
+
+    /// The components of a symlink target, if it stays inside the jail.
+    /// `None` for an absolute target outside the root or a non-UTF-8 one.
+    fn target_components(&self, target: &Path) -> Option<Target> {
+        if target.is_absolute() {
+            let root = self.canonical_root.as_deref()?;
+            let inside = target.strip_prefix(root).ok()?;
+            Some(Target {
+                absolute: true,
+                components: split_components(inside.to_str()?),
+            })
+        } else {
+            Some(Target {
+                absolute: false,
+                components: split_components(target.to_str()?),
+            })
+        }
+    }
+
+    /// Step 4: opens the directory holding the resolved path's final
+    /// component (or the root itself for the empty path), walking with
+    /// no-follow opens. Returns it with the final component's name.
+    fn open_parent<'r>(
+        &self,
+        resolved: &'r Resolved,
+    ) -> Result<(Dir, Option<&'r str>), CapabilityError> {
+        let (last, parents) = match resolved.components.split_last() {
+            Some((last, parents)) => (Some(last.as_str()), parents),
+            None => (None, &[][..]),
+        };
+        let mut dir = self
+            .dir
+            .try_clone()
+            .map_err(|err| io_failure(resolved.op, &resolved.subject, &err))?;
+        for component in parents {
+            dir = open_dir_nofollow(&dir, component).map_err(|err| walk_error(resolved, err))?;
+        }
+        Ok((dir, last))
+    }
+
+    fn read_resolved(
+        &self,
+        limits: &FsLimits,
+        resolved: &Resolved,
+    ) -> Result<Vec<u8>, CapabilityError> {
+        let (dir, name) = self.open_parent(resolved)?;
+        let Some(name) = name else {
+            return Err(is_a_directory(&resolved.subject));
+        };
+        let mut options = OpenOptions::new();
+        options
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY);
+        let file = dir
+            .open_with(name, &options)
+            .map_err(|err| walk_error(resolved, err))?;
+        let meta = file
+            .metadata()
+            .map_err(|err| io_failure(resolved.op, &resolved.subject, &err))?;
+        check_opened(resolved, &dir, name, &meta)?;
+        if meta.len() > limits.max_read {
+            return Err(CapabilityError::TooLarge {
+                what: format!("read of `{}`", resolved.subject),
+                limit: limits.max_read,
+            });
+        }
+        let capacity = usize::try_from(meta.len()).unwrap_or(0);
+        let mut contents = Vec::with_capacity(capacity);
+        // The file may grow after the `fstat`; never take more than the cap.
+        file.take(limits.max_read.saturating_add(1))
+            .read_to_end(&mut contents)
+            .map_err(|err| io_failure(resolved.op, &resolved.subject, &err))?;
+        if u64::try_from(contents.len()).unwrap_or(u64::MAX) > limits.max_read {
+            return Err(CapabilityError::TooLarge {
+                what: format!("read of `{}`", resolved.subject),
+                limit: limits.max_read,
+            });
+        }
+        Ok(contents)
+    }
+
+    fn write_resolved(&self, resolved: &Resolved, contents: &[u8]) -> Result<(), CapabilityError> {
+        let (dir, name) = self.open_parent(resolved)?;
+        let Some(name) = name else {
+            return Err(is_a_directory(&resolved.subject));
+        };
+        let mut options = OpenOptions::new();
+        // No `truncate` here: the handle is checked to be a regular file first.
+        options
+            .write(true)
+            .create(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY);
+        let mut file = dir
+            .open_with(name, &options)
+            .map_err(|err| walk_error(resolved, err))?;
+        let meta = file
+            .metadata()
+            .map_err(|err| io_failure(resolved.op, &resolved.subject, &err))?;
+        check_opened(resolved, &dir, name, &meta)?;
+        file.set_len(0)
+            .and_then(|()| file.write_all(contents))
+            .and_then(|()| file.flush())
+            .map_err(|err| io_failure(resolved.op, &resolved.subject, &err))
+    }
+
+    fn list_resolved(&self, resolved: &Resolved) -> Result<Vec<Entry>, CapabilityError> {
+        let (parent, name) = self.open_parent(resolved)?;
+        let dir = match name {
+            Some(name) => {
+                open_dir_nofollow(&parent, name).map_err(|err| walk_error(resolved, err))?
+            }
+            None => parent,
+        };
+        let failed = |err: io::Error| io_failure(resolved.op, &resolved.subject, &err);
+        let mut entries = Vec::new();
+        for entry in dir.entries().map_err(failed)? {
+            let entry = entry.map_err(failed)?;
+            let meta = entry.metadata().map_err(failed)?;
+            let kind = kind_of(&meta);
+            entries.push(Entry {
+                name: entry.file_name().to_string_lossy().into_owned(),
+                kind,
+                size: if kind == Kind::Directory {
+                    0
+                } else {
+                    meta.len()
+                },
+            });
+        }
+        entries.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(entries)
+    }
+
+    fn stat_resolved(&self, resolved: &Resolved) -> Result<Metadata, CapabilityError> {
+        let (dir, name) = self.open_parent(resolved)?;
+        let meta = match name {
+            Some(name) => dir.symlink_metadata(name),
+            None => dir.dir_metadata(),
+        }
+        .map_err(|err| {
+            if is_missing(&err) {
+                CapabilityError::NotFound(resolved.subject.clone())
+            } else {
+                io_failure(resolved.op, &resolved.subject, &err)
+            }
+        })?;
+        let modified_ms = (meta.mtime() >= 0).then(|| {
+            let secs = u64::try_from(meta.mtime()).unwrap_or(0);
+            let millis = u64::try_from(meta.mtime_nsec() / 1_000_000).unwrap_or(0);
+            secs.saturating_mul(1000).saturating_add(millis)
+        });
+        Ok(Metadata {
+            kind: kind_of(&meta),
+            size: meta.len(),
+            modified_ms,
+        })
+    }
+}
+
+/// A symlink target split into components; an absolute one restarts at the root.
+struct Target {
+    absolute: bool,
+    components: Vec<String>,
+}
+
+/// Step 1: the path as written, split into components.
+fn lexical(capability: Capability, path: &str) -> Result<Vec<String>, CapabilityError> {
+    if path.is_empty() {
+        return Err(CapabilityError::Invalid(
+            "the path is empty; use `.` for the workspace root".to_owned(),
+        ));
+    }
+    if path.contains('\0') {
+        return Err(CapabilityError::Invalid(format!(
+            "path `{}` contains a NUL byte",
+            path.escape_default()
+        )));
+    }
+    if path.contains('\\') {
+        return Err(CapabilityError::Invalid(format!(
+            "path `{path}` contains `\\`; separate components with `/`"
+        )));
+    }
+    if path.starts_with('/') {
+        return Err(CapabilityError::denied(
+            capability,
+            path,
+            "absolute paths are not allowed; use a path relative to the workspace root",
+        ));
+    }
+    let components = split_components(path);
+    if components.iter().any(|c| c == "..") {
+        return Err(CapabilityError::denied(
+            capability,
+            path,
+            "`..` may not leave the workspace",
+        ));
+    }
+    Ok(components)
+}
+
+/// Splits on `/`, dropping empty and `.` components (but keeping `..`).
+fn split_components(path: &str) -> Vec<String> {
+    path.split('/')
+        .filter(|c| !c.is_empty() && *c != ".")
+        .map(str::to_owned)
+        .collect()
+}
+
+fn join(done: &[String], component: &str) -> String {
+    if done.is_empty() {
+        component.to_owned()
+    } else {
+        format!("{}/{component}", done.join("/"))
+    }
+}
+
+/// Steps 2 (written path) and 3 (resolved path, when `written` is given).
+fn check_grant(
+    grant: &FsGrant,
+    op: Op,
+    path: &str,
+    relative: &str,
+    written: Option<&[String]>,
+) -> Result<(), CapabilityError> {
+    let capability = op.capability();
+    let globs = grant.globs(capability);
+    let side = capability.verb();
+    if globs.allows(relative) {
+        return Ok(());
+    }
+    let shown = if relative.is_empty() { "." } else { relative };
+    let reason = match written {
+        Some(written) if written.join("/") != relative => format!(
+            "it resolves to `{shown}` through a symlink, which is not within the granted \
+             {side} paths (granted: {})",
+            globs.granted()
+        ),
+        _ => format!(
+            "not within the granted {side} paths (granted: {})",
+            globs.granted()
+        ),
+    };
+    Err(CapabilityError::denied(capability, path, reason))
+}
+
+/// Refuses a final component the operation cannot use, as found at resolution.
+fn check_last_kind(resolved: &Resolved) -> Result<(), CapabilityError> {
+    let Some(meta) = &resolved.last else {
+        return Ok(());
+    };
+    let kind = kind_of(meta);
+    let subject = &resolved.subject;
+    match (resolved.op, kind) {
+        (Op::Stat, _) | (Op::List, Kind::Directory) => Ok(()),
+        (Op::List, _) => Err(CapabilityError::Invalid(format!(
+            "`{subject}` is not a directory"
+        ))),
+        (Op::Read | Op::Write, Kind::File) => Ok(()),
+        (Op::Read | Op::Write, Kind::Directory) => Err(is_a_directory(subject)),
+        (Op::Write, Kind::Symlink) => Err(CapabilityError::denied(
+            Capability::FsWrite,
+            subject,
+            "it is a symlink; writes never follow a final symlink (remove the link first)",
+        )),
+        (_, _) => Err(not_regular(resolved.op, subject, meta)),
+    }
+}
+
+/// After the no-follow open: the handle must be a regular file and still be
+/// what the directory holds under `name`.
+fn check_opened(
+    resolved: &Resolved,
+    dir: &Dir,
+    name: &str,
+    opened: &CapMetadata,
+) -> Result<(), CapabilityError> {
+    if opened.is_dir() {
+        return Err(is_a_directory(&resolved.subject));
+    }
+    if !opened.is_file() {
+        return Err(not_regular(resolved.op, &resolved.subject, opened));
+    }
+    if !same_entry(dir, name, opened) {
+        return Err(changed(resolved));
+    }
+    Ok(())
+}
+
+/// Whether `dir` holds exactly the opened inode under `name`, not a symlink.
+///
+/// The `O_NOFOLLOW` open already refuses a symlink; this also covers
+/// cap-std's fallback resolver on kernels without `openat2`, which expands
+/// symlinks (inside the jail) by hand.
+fn same_entry(dir: &Dir, name: &str, opened: &CapMetadata) -> bool {
+    dir.symlink_metadata(name).is_ok_and(|now| {
+        !now.is_symlink() && now.dev() == opened.dev() && now.ino() == opened.ino()
+    })
+}
+
+/// Opens `name` in `parent` as a directory without following a symlink.
+fn open_dir_nofollow(parent: &Dir, name: &str) -> io::Result<Dir> {
+    let mut options = OpenOptions::new();
+    options
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW);
+    let file = parent.open_with(name, &options)?;
+    let opened = file.metadata()?;
+    if !opened.is_dir() || !same_entry(parent, name, &opened) {
+        return Err(io::Error::from_raw_os_error(libc::ELOOP));
+    }
+    Ok(Dir::from_std_file(file.into_std()))
+}
+
+fn kind_of(meta: &CapMetadata) -> Kind {
+    let file_type = meta.file_type();
+    if file_type.is_symlink() {
+        Kind::Symlink
+    } else if file_type.is_dir() {
+        Kind::Directory
+    } else if file_type.is_file() {
+        Kind::File
+    } else {
+        Kind::Other
+    }
+}
+
+fn is_missing(err: &io::Error) -> bool {
+    err.kind() == io::ErrorKind::NotFound || err.raw_os_error() == Some(libc::ENOTDIR)
+}
+
+fn is_a_directory(subject: &str) -> CapabilityError {
+    CapabilityError::Invalid(format!("`{subject}` is a directory"))
+}
+
+fn not_regular(op: Op, subject: &str, meta: &CapMetadata) -> CapabilityError {
+    use cap_std::fs::FileTypeExt;
+    let file_type = meta.file_type();
+    let what = if file_type.is_fifo() {
+        "a FIFO"
+    } else if file_type.is_socket() {
+        "a socket"
+    } else if file_type.is_block_device() || file_type.is_char_device() {
+        "a device"
+    } else {
+        "not a regular file"
+    };
+    CapabilityError::denied(
+        op.capability(),
+        subject,
+        format!("it is {what}; only regular files can be read or written"),
+    )
+}
+
+fn changed(resolved: &Resolved) -> CapabilityError {
+    CapabilityError::denied(
+        resolved.op.capability(),
+        &resolved.subject,
+        "the path changed while it was being opened (a symlink or special file was swapped \
+         in); nothing was accessed",
+    )
+}
+
+/// Maps an error of the no-follow walk: a symlink, a non-directory or a
+/// reader-less FIFO where the resolution saw something else means the tree
+/// changed under us.
+fn walk_error(resolved: &Resolved, err: io::Error) -> CapabilityError {
+    match err.raw_os_error() {
+        Some(libc::ELOOP | libc::ENOTDIR | libc::ENXIO) => changed(resolved),
+        _ if err.kind() == io::ErrorKind::NotFound => {
+            CapabilityError::NotFound(resolved.subject.clone())
+        }
+        _ => io_failure(resolved.op, &resolved.subject, &err),
+    }
+}
+
+fn io_failure(op: Op, subject: &str, err: &io::Error) -> CapabilityError {
+    let verb = match op {
+        Op::Read => "read",
+        Op::Write => "write",
+        Op::List => "list",
+        Op::Stat => "stat",
+    };
+    CapabilityError::Failed(format!("cannot {verb} `{subject}`: {err}"))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use std::os::unix::fs::symlink;
+
+    use super::*;
+
+    /// A workspace in a temp dir:
+    ///
+    /// ```text
+    /// docs/a.md            "alpha"
+    /// docs/sub/b.md        "beta"
+    /// private/secret.txt   "secret"
+    /// secret.txt           "top secret"
+    /// ```
+    struct Workspace {
+        _tmp: tempfile::TempDir,
+        root: PathBuf,
+        jail: Jail,
+    }
+
+    impl Workspace {
+        fn new() -> Self {
+            let tmp = tempfile::tempdir().unwrap();
+            let root = tmp.path().join("ws");
+            std::fs::create_dir_all(root.join("docs/sub")).unwrap();
+            std::fs::create_dir_all(root.join("private")).unwrap();
+            std::fs::write(root.join("docs/a.md"), "alpha").unwrap();
+            std::fs::write(root.join("docs/sub/b.md"), "beta").unwrap();
+            std::fs::write(root.join("private/secret.txt"), "secret").unwrap();
+            std::fs::write(root.join("secret.txt"), "top secret").unwrap();
+            let jail = Jail::open(&root).unwrap();
+            Self {
+                _tmp: tmp,
+                root,
+                jail,
+            }
+        }
+
+        fn path(&self, relative: &str) -> PathBuf {
+            self.root.join(relative)
+        }
+
+        fn read(&self, grant: &FsGrant, path: &str) -> Result<Vec<u8>, CapabilityError> {
+            self.jail.read(grant, &FsLimits::default(), path)
+        }
+
+        fn write(
+            &self,
+            grant: &FsGrant,
+            path: &str,
+            contents: &[u8],
+        ) -> Result<(), CapabilityError> {
+            self.jail.write(grant, &FsLimits::default(), path, contents)
+        }
+    }
+
+    fn grant_of(read: &[&str], write: &[&str]) -> FsGrant {
+        let owned = |list: &[&str]| list.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        FsGrant::new(&owned(read), &owned(write)).unwrap()
+    }
+
+    fn docs() -> FsGrant {
+        grant_of(&["docs/**"], &["docs/**"])
+    }
+
+    /// Asserts a refusal of `capability` whose reason contains `words`.
+    #[track_caller]
+    fn assert_denied<T: std::fmt::Debug>(
+        result: Result<T, CapabilityError>,
+        capability: Capability,
+        words: &str,
+    ) {
+        match result {
+            Err(CapabilityError::Denied {
+                capability: got,
+                reason,
+                ..
+            }) => {
+                assert_eq!(got, capability, "{reason}");
+                assert!(reason.contains(words), "`{reason}` lacks `{words}`");
+            }
+            other => panic!("expected a refusal with `{words}`, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn granted_paths_read_write_list_and_stat() {
+        let ws = Workspace::new();
+        let grant = docs();
+        let everything = grant_of(&["**"], &[]);
+        assert_eq!(ws.read(&grant, "docs/a.md").unwrap(), b"alpha");
+        // `.` and empty components are tidied away.
+        assert_eq!(ws.read(&grant, "./docs//sub/./b.md").unwrap(), b"beta");
+        ws.write(&grant, "docs/new.md", b"new").unwrap();
+        assert_eq!(std::fs::read(ws.path("docs/new.md")).unwrap(), b"new");
+        // Replacing truncates.
+        ws.write(&grant, "docs/a.md", b"A").unwrap();
+        assert_eq!(ws.read(&grant, "docs/a.md").unwrap(), b"A");
+        // `docs/**` grants listing `docs` itself; sorted by name.
+        let names: Vec<(String, Kind)> = ws
+            .jail
+            .list(&grant, "docs")
+            .unwrap()
+            .into_iter()
+            .map(|e| (e.name, e.kind))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("a.md".to_owned(), Kind::File),
+                ("new.md".to_owned(), Kind::File),
+                ("sub".to_owned(), Kind::Directory),
+            ]
+        );
+        let meta = ws.jail.stat(&grant, "docs/new.md").unwrap();
+        assert_eq!((meta.kind, meta.size), (Kind::File, 3));
+        assert!(meta.modified_ms.is_some_and(|ms| ms > 1_600_000_000_000));
+        // Only `**` grants the root.
+        assert!(ws.jail.list(&everything, ".").unwrap().len() >= 3);
+        assert_denied(ws.jail.list(&docs(), "."), Capability::FsRead, "not within");
+    }
+
+    #[test]
+    fn malformed_paths_are_invalid() {
+        let ws = Workspace::new();
+        let cases = [
+            // Empty path.
+            ("", "the path is empty"),
+            // Attack: a NUL byte to truncate the path in C.
+            ("docs/a.md\0.txt", "contains a NUL byte"),
+            // Backslashes are not separators here.
+            ("docs\\..\\secret.txt", "contains `\\`"),
+        ];
+        for (path, words) in cases {
+            match ws.read(&docs(), path) {
+                Err(CapabilityError::Invalid(message)) => {
+                    assert!(message.contains(words), "{path:?}: `{message}`");
+                }
+                other => panic!("{path:?}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn lexical_escapes_are_refused() {
+        let ws = Workspace::new();
+        let everything = grant_of(&["**"], &["**"]);
+        let cases = [
+            // Attack: an absolute path.
+            ("/etc/passwd", "absolute paths are not allowed"),
+            // Attack: `..` out of the root.
+            ("../etc/passwd", "`..` may not leave the workspace"),
+            // Attack: `..` after a granted prefix.
+            ("docs/../../etc/passwd", "`..` may not leave the workspace"),
+            // Even a `..` that would stay inside is refused outright.
+            ("docs/../secret.txt", "`..` may not leave the workspace"),
+        ];
+        for (path, words) in cases {
+            assert_denied(ws.read(&everything, path), Capability::FsRead, words);
+            assert_denied(
+                ws.write(&everything, path, b"x"),
+                Capability::FsWrite,
+                words,
+            );
+        }
+        let err = ws.read(&everything, "../etc/passwd").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "read of `../etc/passwd` refused: `..` may not leave the workspace"
+        );
+    }
+
+    #[test]
+    fn paths_outside_the_globs_are_refused() {
+        let ws = Workspace::new();
+        // (read globs, write globs, path, capability used, refusal words)
+        type Case<'a> = (&'a [&'a str], &'a [&'a str], &'a str, Capability, &'a str);
+        let cases: [Case<'_>; 6] = [
+            // Read outside the read globs.
+            (
+                &["docs/**"],
+                &[],
+                "secret.txt",
+                Capability::FsRead,
+                "not within the granted read paths (granted: docs/**)",
+            ),
+            // `*` does not cross `/`.
+            (
+                &["docs/*"],
+                &[],
+                "docs/sub/b.md",
+                Capability::FsRead,
+                "(granted: docs/*)",
+            ),
+            // An empty grant allows nothing.
+            (&[], &[], "docs/a.md", Capability::FsRead, "(granted: none)"),
+            // Write globs do not grant reading.
+            (
+                &[],
+                &["docs/**"],
+                "docs/a.md",
+                Capability::FsRead,
+                "granted read paths",
+            ),
+            // Read globs do not grant writing.
+            (
+                &["docs/**"],
+                &[],
+                "docs/a.md",
+                Capability::FsWrite,
+                "not within the granted write paths (granted: none)",
+            ),
+            // A prefix is not a folder: `docs/**` does not grant `docs2`.
+            (
+                &["docs/**"],
+                &[],
+                "docs2",
+                Capability::FsRead,
+                "granted read paths",
+            ),
+        ];
+        for (read, write, path, capability, words) in cases {
+            let g = grant_of(read, write);
+            if capability == Capability::FsWrite {
+                assert_denied(ws.write(&g, path, b"x"), capability, words);
+            } else {
+                assert_denied(ws.read(&g, path), capability, words);
+            }
+        }
+        assert_eq!(std::fs::read(ws.path("docs/a.md")).unwrap(), b"alpha");
+    }
+
+    #[test]
+    fn symlinks_leading_outside_are_refused() {
+        let ws = Workspace::new();
+        symlink("/etc", ws.path("docs/etc")).unwrap();
+        symlink("/proc/self/root", ws.path("docs/root")).unwrap();
+        symlink("../..", ws.path("docs/up")).unwrap();
+        symlink("/dev/null", ws.path("docs/null")).unwrap();
+        let everything = grant_of(&["**"], &["**"]);
+        let cases = [
+            // Attack: a symlink in the workspace to /etc.
+            (
+                "docs/etc/passwd",
+                "symlink `docs/etc` points outside the workspace (`/etc`)",
+            ),
+            // Attack: the magic link to the host's root.
+            ("docs/root/etc/passwd", "symlink `docs/root` points outside"),
+            // Attack: a relative symlink climbing out with `..`.
+            ("docs/up/etc/passwd", "climbs out of the workspace"),
+            // Attack: a device reached through a symlink.
+            ("docs/null", "symlink `docs/null` points outside"),
+        ];
+        for (path, words) in cases {
+            assert_denied(ws.read(&everything, path), Capability::FsRead, words);
+            assert_denied(ws.jail.list(&everything, path), Capability::FsRead, words);
+        }
+        // Writes through an outside symlink in the middle are refused too.
+        assert_denied(
+            ws.write(&everything, "docs/up/pwned", b"x"),
+            Capability::FsWrite,
+            "climbs out",
+        );
+    }
+
+    #[test]
+    fn symlinks_are_checked_against_the_globs_where_they_lead() {
+        let ws = Workspace::new();
+        symlink("../secret.txt", ws.path("docs/leak")).unwrap();
+        symlink("../private", ws.path("docs/private")).unwrap();
+        symlink("a.md", ws.path("docs/alias.md")).unwrap();
+        symlink(ws.path("docs/sub/b.md"), ws.path("docs/absolute.md")).unwrap();
+        symlink(ws.path("secret.txt"), ws.path("docs/absolute-leak")).unwrap();
+        symlink("loop2", ws.path("docs/loop1")).unwrap();
+        symlink("loop1", ws.path("docs/loop2")).unwrap();
+        let grant = docs();
+        // Attack: a granted folder holding a symlink to an ungranted file.
+        assert_denied(
+            ws.read(&grant, "docs/leak"),
+            Capability::FsRead,
+            "it resolves to `secret.txt` through a symlink, which is not within the granted \
+             read paths (granted: docs/**)",
+        );
+        // Attack: the same through a symlinked folder.
+        assert_denied(
+            ws.read(&grant, "docs/private/secret.txt"),
+            Capability::FsRead,
+            "resolves to `private/secret.txt`",
+        );
+        // Attack: an absolute symlink into the workspace, to an ungranted file.
+        assert_denied(
+            ws.read(&grant, "docs/absolute-leak"),
+            Capability::FsRead,
+            "resolves to `secret.txt`",
+        );
+        // Symlinks that stay within the grant work, relative or absolute.
+        assert_eq!(ws.read(&grant, "docs/alias.md").unwrap(), b"alpha");
+        assert_eq!(ws.read(&grant, "docs/absolute.md").unwrap(), b"beta");
+        // A symlink ending in `..` resolves to a folder.
+        symlink("..", ws.path("docs/sub/up")).unwrap();
+        assert!(
+            ws.jail
+                .list(&grant, "docs/sub/up")
+                .unwrap()
+                .iter()
+                .any(|e| e.name == "a.md")
+        );
+        assert!(matches!(
+            ws.read(&grant, "docs/sub/up"),
+            Err(CapabilityError::Invalid(m)) if m.contains("is a directory")
+        ));
+        // A symlink loop ends.
+        match ws.read(&grant, "docs/loop1") {
+            Err(CapabilityError::Failed(message)) => assert!(message.contains("symlink loop")),
+            other => panic!("{other:?}"),
+        }
+        // `stat` describes the link itself, `list` does not follow it.
+        assert_eq!(
+            ws.jail.stat(&grant, "docs/leak").unwrap().kind,
+            Kind::Symlink
+        );
+        let kinds: Vec<Kind> = ws
+            .jail
+            .list(&grant, "docs")
+            .unwrap()
+            .into_iter()
+            .filter(|e| e.name == "leak")
+            .map(|e| e.kind)
+            .collect();
+        assert_eq!(kinds, [Kind::Symlink]);
+    }
+
+    #[test]
+    fn a_folder_swapped_for_a_symlink_after_the_check_is_refused() {
+        let ws = Workspace::new();
+        let grant = docs();
+        // Attack: check `docs/sub/b.md`, then swap `docs/sub` for a symlink to
+        // `private/` before the open, hoping the open follows it.
+        let resolved = ws.jail.resolve(Op::Read, &grant, "docs/sub/b.md").unwrap();
+        std::fs::rename(ws.path("docs/sub"), ws.path("docs/sub.old")).unwrap();
+        std::fs::create_dir(ws.path("private/sub")).unwrap();
+        std::fs::write(ws.path("private/sub/b.md"), "stolen").unwrap();
+        symlink("../private/sub", ws.path("docs/sub")).unwrap();
+        assert_denied(
+            ws.jail.read_resolved(&FsLimits::default(), &resolved),
+            Capability::FsRead,
+            "the path changed while it was being opened",
+        );
+        // The same for a write: the ungranted file stays untouched.
+        let resolved = ws
+            .jail
+            .resolve(Op::Write, &grant, "docs/sub.old/b.md")
+            .unwrap();
+        std::fs::rename(ws.path("docs/sub.old"), ws.path("docs/sub.older")).unwrap();
+        symlink("../private/sub", ws.path("docs/sub.old")).unwrap();
+        assert_denied(
+            ws.jail.write_resolved(&resolved, b"pwned"),
+            Capability::FsWrite,
+            "the path changed",
+        );
+        assert_eq!(
+            std::fs::read(ws.path("private/sub/b.md")).unwrap(),
+            b"stolen"
+        );
+    }
+
+    #[test]
+    fn a_file_swapped_for_a_symlink_after_the_check_is_refused() {
+        let ws = Workspace::new();
+        let grant = docs();
+        // Attack: check `docs/a.md`, then replace it with a symlink to an
+        // ungranted file before the open.
+        let resolved = ws.jail.resolve(Op::Read, &grant, "docs/a.md").unwrap();
+        std::fs::remove_file(ws.path("docs/a.md")).unwrap();
+        symlink("../secret.txt", ws.path("docs/a.md")).unwrap();
+        assert_denied(
+            ws.jail.read_resolved(&FsLimits::default(), &resolved),
+            Capability::FsRead,
+            "the path changed",
+        );
+        // Attack: the same for a write to a name that did not exist yet.
+        let resolved = ws.jail.resolve(Op::Write, &grant, "docs/fresh.md").unwrap();
+        symlink("../secret.txt", ws.path("docs/fresh.md")).unwrap();
+        assert_denied(
+            ws.jail.write_resolved(&resolved, b"pwned"),
+            Capability::FsWrite,
+            "the path changed",
+        );
+        assert_eq!(std::fs::read(ws.path("secret.txt")).unwrap(), b"top secret");
+    }
+
+    fn mkfifo(path: &Path) {
+        // nix's `mkfifo` needs its `fs` feature, which the crate does not enable.
+        let status = std::process::Command::new("mkfifo")
+            .arg(path)
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    #[test]
+    fn fifos_and_sockets_are_refused_without_blocking() {
+        let ws = Workspace::new();
+        let grant = docs();
+        mkfifo(&ws.path("docs/fifo"));
+        let _socket = std::os::unix::net::UnixListener::bind(ws.path("docs/socket")).unwrap();
+        // Attack: a FIFO would block a reader (or writer) forever.
+        assert_denied(
+            ws.read(&grant, "docs/fifo"),
+            Capability::FsRead,
+            "it is a FIFO",
+        );
+        assert_denied(
+            ws.write(&grant, "docs/fifo", b"x"),
+            Capability::FsWrite,
+            "it is a FIFO",
+        );
+        assert_denied(
+            ws.read(&grant, "docs/socket"),
+            Capability::FsRead,
+            "it is a socket",
+        );
+        // Attack: a FIFO swapped in after the check; the open must not hang.
+        let resolved = ws.jail.resolve(Op::Read, &grant, "docs/a.md").unwrap();
+        std::fs::remove_file(ws.path("docs/a.md")).unwrap();
+        mkfifo(&ws.path("docs/a.md"));
+        assert_denied(
+            ws.jail.read_resolved(&FsLimits::default(), &resolved),
+            Capability::FsRead,
+            "it is a FIFO",
+        );
+        let resolved = ws.jail.resolve(Op::Write, &grant, "docs/late").unwrap();
+        mkfifo(&ws.path("docs/late"));
+        assert_denied(
+            ws.jail.write_resolved(&resolved, b"x"),
+            Capability::FsWrite,
+            "the path changed",
+        );
+        // `stat` may still describe it.
+        assert_eq!(ws.jail.stat(&grant, "docs/fifo").unwrap().kind, Kind::Other);
+    }
+
+    #[test]
+    fn size_caps_hold() {
+        let ws = Workspace::new();
+        let grant = docs();
+        let limits = FsLimits {
+            max_read: 16,
+            max_write: 16,
+        };
+        std::fs::write(ws.path("docs/exact"), [b'x'; 16]).unwrap();
+        std::fs::write(ws.path("docs/over"), [b'x'; 17]).unwrap();
+        assert_eq!(
+            ws.jail.read(&grant, &limits, "docs/exact").unwrap().len(),
+            16
+        );
+        // Attack: one byte over the cap.
+        assert_eq!(
+            ws.jail.read(&grant, &limits, "docs/over"),
+            Err(CapabilityError::TooLarge {
+                what: "read of `docs/over`".to_owned(),
+                limit: 16
+            })
+        );
+        // Attack: a sparse 64 GiB file; refused from its size, never read.
+        let huge = std::fs::File::create(ws.path("docs/huge")).unwrap();
+        huge.set_len(1 << 36).unwrap();
+        let started = std::time::Instant::now();
+        assert!(matches!(
+            ws.read(&grant, "docs/huge"),
+            Err(CapabilityError::TooLarge { limit, .. }) if limit == DEFAULT_MAX_READ
+        ));
+        assert!(started.elapsed() < std::time::Duration::from_secs(2));
+        // Attack: a write one byte over the cap leaves nothing behind.
+        assert_eq!(
+            ws.jail.write(&grant, &limits, "docs/big", &[b'x'; 17]),
+            Err(CapabilityError::TooLarge {
+                what: "write of `docs/big`".to_owned(),
+                limit: 16
+            })
+        );
+        assert!(!ws.path("docs/big").exists());
+        ws.jail
+            .write(&grant, &limits, "docs/big", &[b'x'; 16])
+            .unwrap();
+    }
+
+    #[test]
+    fn writes_never_follow_a_final_symlink() {
+        let ws = Workspace::new();
+        symlink("a.md", ws.path("docs/link.md")).unwrap();
+        // Attack: overwrite a granted file's target through a link to it.
+        assert_denied(
+            ws.write(&docs(), "docs/link.md", b"x"),
+            Capability::FsWrite,
+            "it is a symlink; writes never follow a final symlink",
+        );
+        assert_eq!(std::fs::read(ws.path("docs/a.md")).unwrap(), b"alpha");
+    }
+
+    #[test]
+    fn missing_things_are_not_found() {
+        let ws = Workspace::new();
+        let grant = docs();
+        let cases = [
+            // A missing file.
+            "docs/missing.md",
+            // A missing folder on the way.
+            "docs/nope/b.md",
+            // A file used as a folder.
+            "docs/a.md/b.md",
+        ];
+        for path in cases {
+            assert_eq!(
+                ws.read(&grant, path),
+                Err(CapabilityError::NotFound(path.to_owned()))
+            );
+        }
+        // Writes do not create missing parents.
+        assert_eq!(
+            ws.write(&grant, "docs/new/x.md", b"x"),
+            Err(CapabilityError::NotFound("docs/new/x.md".to_owned()))
+        );
+        // Reading a folder or listing a file is a malformed request.
+        assert!(
+            matches!(ws.read(&grant, "docs/sub"), Err(CapabilityError::Invalid(m)) if m.contains("is a directory"))
+        );
+        assert!(
+            matches!(ws.jail.list(&grant, "docs/a.md"), Err(CapabilityError::Invalid(m)) if m.contains("not a directory"))
+        );
+    }
+
+    #[test]
+    fn bad_globs_are_invalid() {
+        let cases = [
+            // Absolute globs would name host paths.
+            ("/etc/**", "is absolute"),
+            // `..` in a glob would reach outside.
+            ("../**", "contains `..`"),
+            ("", "is empty"),
+            // Not a glob at all.
+            ("docs/[", "is not a valid glob"),
+        ];
+        for (glob, words) in cases {
+            match FsGrant::new(&[glob.to_owned()], &[]) {
+                Err(CapabilityError::Invalid(message)) => {
+                    assert!(message.contains(words), "{glob}: `{message}`");
+                    assert!(message.starts_with("read glob"), "{message}");
+                }
+                other => panic!("{glob}: {other:?}"),
+            }
+        }
+    }
+}

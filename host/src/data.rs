@@ -1,0 +1,722 @@
+//! Data-only extensions: declarative tools, refusal plugins and Markdown skills.
+//!
+//! Everything here is data, never code. A *tool* describes one bounded
+//! operation the host performs itself ([`tool`]); a *plugin* carries deny
+//! rules the guard chain enforces ([`plugin`], [`crate::guard`]); a *skill*
+//! is Markdown instructions with a name ([`skill`]). Tools that are not
+//! auto-approved wait for the user's approval ([`approval`]).
+//!
+//! # Where the files live
+//!
+//! [`DataSearch::load`] reads `tools/*.json`, `plugins/*.json` and
+//! `skills/*.md` from four roots, in increasing precedence:
+//!
+//! | origin | root |
+//! |---|---|
+//! | user | `$ZOT_HOME` |
+//! | user | `~/.shiro-neko` |
+//! | project | `<workspace>/.zot` |
+//! | project | `<workspace>/.shiro` |
+//!
+//! A name found in a higher root shadows the same name in a lower one (the
+//! loser is kept in [`DataSet::shadowed`]); inside one folder the first file
+//! in name order wins. Skills also merge with the builtin and registry ones,
+//! with the precedence `builtin < registry < user < project`.
+//!
+//! A malformed file is reported in [`DataSet::problems`] and skipped, never
+//! fatal; unknown keys are reported in [`DataSet::warnings`].
+
+pub mod approval;
+pub mod plugin;
+pub mod skill;
+pub mod tool;
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use serde::de::DeserializeOwned;
+
+pub use approval::{ApprovalError, Approvals, NotApproved};
+pub use plugin::{DenyField, DenyRule, Plugin};
+pub use skill::Skill;
+pub use tool::{DataTool, Rendered, ToolKind};
+
+/// The largest data file read. Protects the host from memory exhaustion by a
+/// huge (or endless, like a FIFO) file dropped into a data folder.
+pub const MAX_FILE_BYTES: u64 = 1024 * 1024;
+
+/// Where a data extension came from, in increasing precedence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum DataOrigin {
+    /// Shipped inside zotbox.
+    Builtin,
+    /// Installed from the registry.
+    Registry,
+    /// The user's folders: `$ZOT_HOME` and `~/.shiro-neko`.
+    User,
+    /// The project's folders: `<workspace>/.zot` and `<workspace>/.shiro`.
+    Project,
+}
+
+impl DataOrigin {
+    /// The origin as shown to users.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Builtin => "builtin",
+            Self::Registry => "registry",
+            Self::User => "user",
+            Self::Project => "project",
+        }
+    }
+}
+
+impl std::fmt::Display for DataOrigin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A data file that could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum DataError {
+    /// The file could not be read.
+    #[error("cannot read `{}`: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is larger than [`MAX_FILE_BYTES`].
+    #[error("`{}`: file is larger than {limit} bytes", path.display())]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// The limit, in bytes.
+        limit: u64,
+    },
+    /// The file is not valid JSON (or frontmatter), or a field has the wrong type.
+    #[error("`{}`: {detail}", path.display())]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// What was wrong, with the field path or line.
+        detail: String,
+    },
+    /// A field has a value the host refuses.
+    #[error("`{}`: field `{field}` {problem}", path.display())]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// The field, as a path into the document (`deny[1].pathPattern`).
+        field: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+}
+
+impl DataError {
+    pub(crate) fn invalid(
+        path: &Path,
+        field: impl Into<String>,
+        problem: impl Into<String>,
+    ) -> Self {
+        Self::Invalid {
+            path: path.to_owned(),
+            field: field.into(),
+            problem: problem.into(),
+        }
+    }
+}
+
+/// A value parsed from a data file, with the warnings it raised.
+#[derive(Debug, Clone)]
+pub struct Parsed<T> {
+    /// The value.
+    pub value: T,
+    /// Non-fatal findings, such as unknown keys, as phrases.
+    pub warnings: Vec<String>,
+}
+
+/// A file reported while loading: a problem (skipped) or a warning (loaded).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DataProblem {
+    /// The file at fault.
+    pub path: PathBuf,
+    /// What was wrong, naming the file and field.
+    pub error: String,
+}
+
+/// Every data extension found.
+#[derive(Debug, Clone, Default)]
+pub struct DataSet {
+    /// The winning tools, highest precedence first.
+    pub tools: Vec<DataTool>,
+    /// The winning refusal plugins, highest precedence first; their deny
+    /// rules are checked in this order.
+    pub plugins: Vec<Plugin>,
+    /// The winning skills.
+    pub skills: Vec<Skill>,
+    /// The losers on name: `(kind, name, path)`, kind being `tool`, `plugin`
+    /// or `skill`.
+    pub shadowed: Vec<(String, String, PathBuf)>,
+    /// Files that failed to load and were skipped.
+    pub problems: Vec<DataProblem>,
+    /// Files that loaded with warnings (unknown keys, ignored fields).
+    pub warnings: Vec<DataProblem>,
+}
+
+impl DataSet {
+    /// The tool named `name`.
+    pub fn tool(&self, name: &str) -> Option<&DataTool> {
+        self.tools.iter().find(|t| t.name == name)
+    }
+
+    /// The plugin named `name`.
+    pub fn plugin(&self, name: &str) -> Option<&Plugin> {
+        self.plugins.iter().find(|p| p.name == name)
+    }
+
+    /// The skill named `name`.
+    pub fn skill(&self, name: &str) -> Option<&Skill> {
+        self.skills.iter().find(|s| s.name == name)
+    }
+
+    /// Adds a skill shipped inside zotbox; user and project skills of the
+    /// same name override it, whether added before or after. An empty path
+    /// becomes `builtin:<name>`.
+    pub fn add_builtin_skill(&mut self, mut skill: Skill) {
+        skill.origin = DataOrigin::Builtin;
+        if skill.path.as_os_str().is_empty() {
+            skill.path = PathBuf::from(format!("builtin:{}", skill.name));
+        }
+        self.add_skill(skill);
+    }
+
+    /// Adds a skill installed from the registry; it overrides a builtin of
+    /// the same name, and user and project skills override it.
+    pub fn add_registry_skill(&mut self, mut skill: Skill) {
+        skill.origin = DataOrigin::Registry;
+        self.add_skill(skill);
+    }
+
+    /// Adds a skill, merging by name: a higher [`DataOrigin`] replaces a
+    /// lower one; on a tie the skill already present stays. The loser is
+    /// recorded in [`DataSet::shadowed`].
+    pub fn add_skill(&mut self, skill: Skill) {
+        match self.skills.iter_mut().find(|s| s.name == skill.name) {
+            Some(existing) if existing.origin >= skill.origin => {
+                self.shadowed
+                    .push(("skill".to_owned(), skill.name.clone(), skill.path));
+            }
+            Some(existing) => {
+                let lost = std::mem::replace(existing, skill);
+                self.shadowed
+                    .push(("skill".to_owned(), lost.name, lost.path));
+            }
+            None => self.skills.push(skill),
+        }
+    }
+
+    fn add_tool(&mut self, tool: DataTool) {
+        if self.tools.iter().any(|t| t.name == tool.name) {
+            self.shadowed
+                .push(("tool".to_owned(), tool.name, tool.path));
+        } else {
+            self.tools.push(tool);
+        }
+    }
+
+    fn add_plugin(&mut self, plugin: Plugin) {
+        if self.plugins.iter().any(|p| p.name == plugin.name) {
+            self.shadowed
+                .push(("plugin".to_owned(), plugin.name, plugin.path));
+        } else {
+            self.plugins.push(plugin);
+        }
+    }
+
+    fn take<T>(&mut self, path: &Path, result: Result<Parsed<T>, DataError>) -> Option<T> {
+        match result {
+            Ok(parsed) => {
+                for warning in parsed.warnings {
+                    let error = format!("`{}`: {warning}", path.display());
+                    tracing::warn!("{error}");
+                    self.warnings.push(DataProblem {
+                        path: path.to_owned(),
+                        error,
+                    });
+                }
+                Some(parsed.value)
+            }
+            Err(error) => {
+                tracing::warn!("{error}");
+                self.problems.push(DataProblem {
+                    path: path.to_owned(),
+                    error: error.to_string(),
+                });
+                None
+            }
+        }
+    }
+}
+
+/// Where to look for data extensions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DataSearch {
+    /// The project (workspace) root.
+    pub workspace: PathBuf,
+    /// The user's `$ZOT_HOME`.
+    pub zot_home: PathBuf,
+    /// The user's home folder, for `~/.shiro-neko`; `None` skips it.
+    pub home_dir: Option<PathBuf>,
+}
+
+impl DataSearch {
+    /// A search of `workspace` and `zot_home`, with the home folder from `$HOME`.
+    pub fn new(workspace: impl Into<PathBuf>, zot_home: impl Into<PathBuf>) -> Self {
+        Self {
+            workspace: workspace.into(),
+            zot_home: zot_home.into(),
+            home_dir: std::env::var_os("HOME")
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from),
+        }
+    }
+
+    /// The roots that hold `tools/`, `plugins/` and `skills/`, in increasing
+    /// precedence. A folder listed twice (a workspace whose `.zot` is
+    /// `$ZOT_HOME`) keeps only its higher place, so its files do not shadow
+    /// themselves.
+    pub fn roots(&self) -> Vec<(PathBuf, DataOrigin)> {
+        let mut roots = vec![(self.zot_home.clone(), DataOrigin::User)];
+        if let Some(home) = &self.home_dir {
+            roots.push((home.join(".shiro-neko"), DataOrigin::User));
+        }
+        roots.push((self.workspace.join(".zot"), DataOrigin::Project));
+        roots.push((self.workspace.join(".shiro"), DataOrigin::Project));
+        let mut unique: Vec<(PathBuf, DataOrigin)> = Vec::with_capacity(roots.len());
+        for (index, root) in roots.iter().enumerate() {
+            if !roots[index + 1..].iter().any(|(later, _)| *later == root.0) {
+                unique.push(root.clone());
+            }
+        }
+        unique
+    }
+
+    /// Loads every tool, plugin and skill, applying precedence. Never fails:
+    /// bad files end up in [`DataSet::problems`].
+    pub fn load(&self) -> DataSet {
+        let mut set = DataSet::default();
+        // Highest precedence first, so that the first name found wins.
+        let roots: Vec<_> = self.roots().into_iter().rev().collect();
+        for (root, origin) in &roots {
+            for path in set.files_in(&root.join("tools"), "json") {
+                let result = tool::DataTool::load(&path, *origin);
+                if let Some(tool) = set.take(&path, result) {
+                    set.add_tool(tool);
+                }
+            }
+        }
+        for (root, origin) in &roots {
+            for path in set.files_in(&root.join("plugins"), "json") {
+                let result = plugin::Plugin::load(&path, *origin);
+                if let Some(plugin) = set.take(&path, result) {
+                    set.add_plugin(plugin);
+                }
+            }
+        }
+        for (root, origin) in &roots {
+            for path in set.files_in(&root.join("skills"), "md") {
+                let result = skill::Skill::load(&path, *origin);
+                if let Some(skill) = set.take(&path, result) {
+                    set.add_skill(skill);
+                }
+            }
+        }
+        set
+    }
+}
+
+impl DataSet {
+    /// The files of `dir` ending in `.extension`, sorted by name. Hidden files
+    /// (editor swap files and the like) are skipped. A folder that does not
+    /// exist holds nothing; one that cannot be read is a problem.
+    fn files_in(&mut self, dir: &Path, extension: &str) -> Vec<PathBuf> {
+        let entries = match std::fs::read_dir(dir) {
+            Ok(entries) => entries,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Vec::new(),
+            Err(source) => {
+                let error = DataError::Read {
+                    path: dir.to_owned(),
+                    source,
+                };
+                tracing::warn!("{error}");
+                self.problems.push(DataProblem {
+                    path: dir.to_owned(),
+                    error: error.to_string(),
+                });
+                return Vec::new();
+            }
+        };
+        let mut files: Vec<PathBuf> = entries
+            .filter_map(Result::ok)
+            .map(|entry| entry.path())
+            .filter(|path| {
+                let name = path.file_name().and_then(|n| n.to_str()).unwrap_or(".");
+                !name.starts_with('.')
+                    && path
+                        .extension()
+                        .and_then(|e| e.to_str())
+                        .is_some_and(|e| e.eq_ignore_ascii_case(extension))
+                    && path.is_file()
+            })
+            .collect();
+        files.sort();
+        files
+    }
+}
+
+/// Reads a data file, refusing one larger than [`MAX_FILE_BYTES`].
+pub(crate) fn read_file(path: &Path) -> Result<String, DataError> {
+    let read_err = |source| DataError::Read {
+        path: path.to_owned(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(read_err)?;
+    let mut bytes = Vec::new();
+    file.take(MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(read_err)?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(DataError::TooLarge {
+            path: path.to_owned(),
+            limit: MAX_FILE_BYTES,
+        });
+    }
+    String::from_utf8(bytes).map_err(|_| DataError::Parse {
+        path: path.to_owned(),
+        detail: "is not valid UTF-8".to_owned(),
+    })
+}
+
+/// Deserializes JSON, naming the field at fault and collecting unknown keys
+/// as warnings.
+pub(crate) fn parse_json<T: DeserializeOwned>(
+    text: &str,
+    path: &Path,
+) -> Result<Parsed<T>, DataError> {
+    let mut unknown = Vec::new();
+    let deserializer = &mut serde_json::Deserializer::from_str(text);
+    let mut record = |key: serde_ignored::Path<'_>| unknown.push(key.to_string());
+    let tracked = serde_ignored::Deserializer::new(deserializer, &mut record);
+    let value: T = serde_path_to_error::deserialize(tracked).map_err(|err| {
+        let inner = err.inner();
+        let field = err.path().to_string();
+        let detail = if field == "." || field.is_empty() {
+            format!("{inner}")
+        } else {
+            format!("field `{field}`: {inner}")
+        };
+        DataError::Parse {
+            path: path.to_owned(),
+            detail,
+        }
+    })?;
+    Ok(Parsed {
+        value,
+        warnings: unknown
+            .into_iter()
+            .map(|key| format!("unknown key `{key}` ignored"))
+            .collect(),
+    })
+}
+
+/// Checks a name the model or the user types: ASCII letters, digits, `-` and
+/// `_`, 1 to `max` characters.
+pub(crate) fn check_name(name: &str, max: usize) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("is empty".to_owned());
+    }
+    if let Some(bad) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_')))
+    {
+        return Err(format!(
+            "`{}` contains `{}`; use letters, digits, `-` and `_`",
+            name.escape_default(),
+            bad.escape_default()
+        ));
+    }
+    if name.len() > max {
+        return Err(format!("`{name}` is longer than {max} characters"));
+    }
+    Ok(())
+}
+
+/// Checks a free-text field: not blank, at most `max` characters.
+pub(crate) fn check_text(text: &str, max: usize) -> Result<(), String> {
+    if text.trim().is_empty() {
+        return Err("is empty".to_owned());
+    }
+    let len = text.chars().count();
+    if len > max {
+        return Err(format!("is {len} characters long; the limit is {max}"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, name: &str, text: &str) {
+        std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(dir.join(name), text).unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    fn tool_json(name: &str, command: &str) -> String {
+        format!(r#"{{"name":"{name}","description":"d","kind":"shell","command":"{command}"}}"#)
+    }
+
+    fn skill_md(name: &str, body: &str) -> String {
+        format!("---\nname: {name}\ndescription: d\n---\n{body}")
+    }
+
+    struct Fixture {
+        _tmp: tempfile::TempDir,
+        search: DataSearch,
+    }
+
+    fn fixture() -> Fixture {
+        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let search = DataSearch {
+            workspace: tmp.path().join("ws"),
+            zot_home: tmp.path().join("zot"),
+            home_dir: Some(tmp.path().join("home")),
+        };
+        Fixture { _tmp: tmp, search }
+    }
+
+    #[test]
+    fn roots_are_in_increasing_precedence() {
+        let f = fixture();
+        let roots: Vec<(PathBuf, DataOrigin)> = f.search.roots();
+        let base = f.search.workspace.parent().map(Path::to_path_buf);
+        let base = base.unwrap_or_default();
+        assert_eq!(
+            roots,
+            vec![
+                (base.join("zot"), DataOrigin::User),
+                (base.join("home/.shiro-neko"), DataOrigin::User),
+                (base.join("ws/.zot"), DataOrigin::Project),
+                (base.join("ws/.shiro"), DataOrigin::Project),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_folder_listed_twice_is_read_once() {
+        let f = fixture();
+        let mut s = f.search.clone();
+        s.zot_home = s.workspace.join(".zot");
+        write(&s.zot_home.join("tools"), "a.json", &tool_json("a", "x"));
+        assert_eq!(s.roots().len(), 3);
+        let set = s.load();
+        assert_eq!(set.tool("a").map(|t| t.origin), Some(DataOrigin::Project));
+        assert!(set.shadowed.is_empty(), "{:?}", set.shadowed);
+    }
+
+    #[test]
+    fn project_shadows_user_and_bad_files_are_reported_not_fatal() {
+        let f = fixture();
+        let s = &f.search;
+        let zot_tools = s.zot_home.join("tools");
+        let neko_tools = s
+            .home_dir
+            .clone()
+            .unwrap_or_default()
+            .join(".shiro-neko/tools");
+        let zot_proj = s.workspace.join(".zot/tools");
+        let shiro_proj = s.workspace.join(".shiro/tools");
+        // `a` everywhere: the highest root, `.shiro`, wins.
+        write(&zot_tools, "a.json", &tool_json("a", "zot-home"));
+        write(&neko_tools, "a.json", &tool_json("a", "neko"));
+        write(&zot_proj, "a.json", &tool_json("a", "dot-zot"));
+        write(&shiro_proj, "a.json", &tool_json("a", "dot-shiro"));
+        // `b` only in the user's folders: `~/.shiro-neko` beats `$ZOT_HOME`.
+        write(&zot_tools, "b.json", &tool_json("b", "zot-home"));
+        write(&neko_tools, "b.json", &tool_json("b", "neko"));
+        // A broken file and a file of the wrong extension.
+        write(
+            &zot_proj,
+            "broken.json",
+            r#"{"name":"c","description":"d","kind":"shell"}"#,
+        );
+        write(&zot_proj, "notes.txt", "not a tool");
+        // Hidden files are editor leftovers.
+        write(&zot_proj, ".a.json", &tool_json("hidden", "x"));
+        // An unknown key loads with a warning.
+        write(
+            &zot_proj,
+            "d.json",
+            &tool_json("d", "x").replace("{", r#"{"colour":1,"#),
+        );
+        let set = s.load();
+        let tools: Vec<(&str, String)> = set
+            .tools
+            .iter()
+            .map(|t| {
+                let ToolKind::Shell { command } = &t.kind else {
+                    panic!("not shell")
+                };
+                (t.name.as_str(), command.clone())
+            })
+            .collect();
+        assert_eq!(
+            tools,
+            vec![
+                ("a", "dot-shiro".to_owned()),
+                ("d", "x".to_owned()),
+                ("b", "neko".to_owned()),
+            ]
+        );
+        assert_eq!(set.tool("a").map(|t| t.origin), Some(DataOrigin::Project));
+        assert_eq!(set.tool("b").map(|t| t.origin), Some(DataOrigin::User));
+        let shadowed: Vec<&PathBuf> = set.shadowed.iter().map(|(_, _, p)| p).collect();
+        assert_eq!(
+            shadowed,
+            vec![
+                &zot_proj.join("a.json"),
+                &neko_tools.join("a.json"),
+                &zot_tools.join("a.json"),
+                &zot_tools.join("b.json"),
+            ]
+        );
+        assert!(set.shadowed.iter().all(|(kind, _, _)| kind == "tool"));
+        assert_eq!(set.problems.len(), 1, "{:?}", set.problems);
+        assert_eq!(set.problems[0].path, zot_proj.join("broken.json"));
+        assert!(set.problems[0].error.contains("`command` is missing"));
+        assert_eq!(set.warnings.len(), 1, "{:?}", set.warnings);
+        assert!(set.warnings[0].error.contains("unknown key `colour`"));
+    }
+
+    #[test]
+    fn plugins_and_skills_load_with_the_same_precedence() {
+        let f = fixture();
+        let s = &f.search;
+        let plugin = |name: &str, reason: &str| {
+            format!(
+                r#"{{"name":"{name}","description":"d","deny":[{{"tools":["bash"],"commandPattern":"x","reason":"{reason}"}}]}}"#
+            )
+        };
+        write(&s.zot_home.join("plugins"), "p.json", &plugin("p", "user"));
+        write(
+            &s.workspace.join(".shiro/plugins"),
+            "p.json",
+            &plugin("p", "project"),
+        );
+        write(&s.zot_home.join("plugins"), "q.json", &plugin("q", "user"));
+        write(
+            &s.zot_home.join("skills"),
+            "deploy.md",
+            &skill_md("deploy", "user"),
+        );
+        write(
+            &s.workspace.join(".zot/skills"),
+            "deploy.md",
+            &skill_md("deploy", "project"),
+        );
+        write(&s.workspace.join(".zot/skills"), "bad.md", "no frontmatter");
+        let set = s.load();
+        let plugins: Vec<(&str, &str)> = set
+            .plugins
+            .iter()
+            .map(|p| (p.name.as_str(), p.deny[0].reason.as_str()))
+            .collect();
+        assert_eq!(plugins, vec![("p", "project"), ("q", "user")]);
+        assert_eq!(
+            set.skill("deploy").map(|s| s.body.as_str()),
+            Some("project")
+        );
+        assert_eq!(set.problems.len(), 1, "{:?}", set.problems);
+        let kinds: Vec<&str> = set.shadowed.iter().map(|(k, _, _)| k.as_str()).collect();
+        assert_eq!(kinds, vec!["plugin", "skill"]);
+    }
+
+    #[test]
+    fn skills_merge_builtin_below_registry_below_user_below_project() {
+        let f = fixture();
+        let s = &f.search;
+        write(
+            &s.zot_home.join("skills"),
+            "debug.md",
+            &skill_md("debug", "user"),
+        );
+        let mut set = s.load();
+        let builtin = |name: &str, body: &str| Skill {
+            name: name.to_owned(),
+            description: "d".to_owned(),
+            body: body.to_owned(),
+            path: PathBuf::from(format!("builtin:{name}")),
+            origin: DataOrigin::Builtin,
+        };
+        // The user's `debug` overrides the bundled one, whatever the order.
+        set.add_builtin_skill(builtin("debug", "builtin"));
+        // A registry skill overrides a builtin added before it...
+        set.add_builtin_skill(builtin("review", "builtin"));
+        set.add_registry_skill(builtin("review", "registry"));
+        // ...and one added after it.
+        set.add_registry_skill(builtin("plan", "registry"));
+        set.add_builtin_skill(builtin("plan", "builtin"));
+        let bodies: Vec<(&str, &str, DataOrigin)> = set
+            .skills
+            .iter()
+            .map(|s| (s.name.as_str(), s.body.as_str(), s.origin))
+            .collect();
+        assert_eq!(
+            bodies,
+            vec![
+                ("debug", "user", DataOrigin::User),
+                ("review", "registry", DataOrigin::Registry),
+                ("plan", "registry", DataOrigin::Registry),
+            ]
+        );
+        assert_eq!(set.shadowed.len(), 3);
+    }
+
+    #[test]
+    fn oversized_files_are_refused() {
+        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = tmp.path().join("big.json");
+        let big = vec![b' '; (MAX_FILE_BYTES + 1) as usize];
+        std::fs::write(&path, big).unwrap_or_else(|e| panic!("{e}"));
+        let err = read_file(&path)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains("file is larger than 1048576 bytes"), "{err}");
+    }
+
+    #[test]
+    fn names_are_plain_words() {
+        let cases = [
+            ("recent-changes_2", None),
+            ("", Some("is empty")),
+            ("a b", Some("contains ` `")),
+            ("../x", Some("contains `.`")),
+            ("é", Some("contains `\\u{e9}`")),
+            (&"x".repeat(41), Some("longer than 40")),
+        ];
+        for (name, expected) in cases {
+            let got = check_name(name, 40).err();
+            match expected {
+                None => assert_eq!(got, None, "{name}"),
+                Some(expected) => {
+                    let got = got.unwrap_or_default();
+                    assert!(got.contains(expected), "{name}: `{got}` lacks `{expected}`");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,457 @@
+//! Refusal plugins: deny rules matched against tool input.
+//!
+//! ```json
+//! {
+//!   "name": "no-prod-config",
+//!   "description": "refuses to edit production config",
+//!   "appendix": "Production config is changed by hand, never by the agent.",
+//!   "deny": [
+//!     { "tools": ["write_file", "edit_file"], "pathPattern": "config/production",
+//!       "reason": "production config is hand-edited" },
+//!     { "tools": ["bash"], "commandPattern": "kubectl\\s+apply",
+//!       "reason": "deploys to the cluster" }
+//!   ]
+//! }
+//! ```
+//!
+//! Patterns are case-insensitive regexes searched anywhere in the value,
+//! compiled once on load; [`crate::guard::DenyRules`] enforces them. Rules are
+//! numbered from 1 in messages (`rule 2`) and from 0 in field paths
+//! (`deny[1]`).
+
+use std::path::{Path, PathBuf};
+
+use regex::{Regex, RegexBuilder};
+use serde::Deserialize;
+
+use super::{DataError, DataOrigin, Parsed, check_name, check_text, parse_json, read_file};
+
+/// The longest plugin name.
+pub const MAX_NAME_CHARS: usize = 64;
+
+/// The longest description.
+pub const MAX_DESCRIPTION_CHARS: usize = 300;
+
+/// The longest prompt appendix.
+pub const MAX_APPENDIX_CHARS: usize = 8_000;
+
+/// The longest `reason`.
+pub const MAX_REASON_CHARS: usize = 500;
+
+/// The longest `pathPattern` or `commandPattern`, in characters.
+pub const MAX_PATTERN_CHARS: usize = 1_000;
+
+/// The most memory one compiled pattern may take. Protects the host from a
+/// pattern such as `\w{1000}` whose compiled program would be huge.
+pub const PATTERN_SIZE_LIMIT: usize = 1024 * 1024;
+
+/// A refusal manifest as written on disk.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawPlugin {
+    name: String,
+    description: String,
+    #[serde(default)]
+    appendix: Option<String>,
+    #[serde(default)]
+    deny: Vec<RawRule>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawRule {
+    tools: Vec<String>,
+    #[serde(default)]
+    path_pattern: Option<String>,
+    #[serde(default)]
+    command_pattern: Option<String>,
+    reason: String,
+}
+
+/// The tool-call argument a rule looks at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DenyField {
+    /// The path a file tool carries: `path`, `file_path` or `filePath`.
+    Path,
+    /// A shell command: `command`.
+    Command,
+}
+
+impl DenyField {
+    /// The manifest key that sets a pattern on this field.
+    pub fn manifest_key(self) -> &'static str {
+        match self {
+            Self::Path => "pathPattern",
+            Self::Command => "commandPattern",
+        }
+    }
+
+    /// The tool-call arguments this field reads, in order.
+    pub fn arg_keys(self) -> &'static [&'static str] {
+        match self {
+            Self::Path => &["path", "file_path", "filePath"],
+            Self::Command => &["command"],
+        }
+    }
+}
+
+/// One compiled deny rule.
+#[derive(Debug, Clone)]
+pub struct DenyRule {
+    /// The tool names it covers (exact match).
+    pub tools: Vec<String>,
+    /// The argument its pattern is matched against.
+    pub field: DenyField,
+    /// What the model is told when it blocks.
+    pub reason: String,
+    regex: Regex,
+}
+
+impl DenyRule {
+    /// A rule from its parts, compiling `pattern` as [`compile_pattern`] does.
+    ///
+    /// # Errors
+    ///
+    /// A phrase saying what is wrong with the tools, pattern or reason.
+    pub fn new(
+        tools: Vec<String>,
+        field: DenyField,
+        pattern: &str,
+        reason: impl Into<String>,
+    ) -> Result<Self, String> {
+        if tools.is_empty() {
+            return Err("`tools` is empty; name the tools the rule covers".to_owned());
+        }
+        if let Some(blank) = tools.iter().position(|t| t.trim().is_empty()) {
+            return Err(format!("`tools[{blank}]` is empty"));
+        }
+        let reason = reason.into();
+        check_text(&reason, MAX_REASON_CHARS).map_err(|p| format!("`reason` {p}"))?;
+        let regex =
+            compile_pattern(pattern).map_err(|p| format!("`{}` {p}", field.manifest_key()))?;
+        Ok(Self {
+            tools,
+            field,
+            reason,
+            regex,
+        })
+    }
+
+    /// The pattern as written.
+    pub fn pattern(&self) -> &str {
+        self.regex.as_str()
+    }
+
+    /// The compiled, case-insensitive pattern.
+    pub fn regex(&self) -> &Regex {
+        &self.regex
+    }
+
+    /// Whether the rule covers `tool`.
+    pub fn covers(&self, tool: &str) -> bool {
+        self.tools.iter().any(|t| t == tool)
+    }
+}
+
+/// Compiles a deny pattern: case-insensitive, at most
+/// [`MAX_PATTERN_CHARS`] long and [`PATTERN_SIZE_LIMIT`] compiled.
+///
+/// # Errors
+///
+/// A phrase saying why the pattern is refused, with the regex error.
+pub fn compile_pattern(pattern: &str) -> Result<Regex, String> {
+    if pattern.is_empty() {
+        return Err("is empty; use `.*` to match every value".to_owned());
+    }
+    let len = pattern.chars().count();
+    if len > MAX_PATTERN_CHARS {
+        return Err(format!(
+            "is {len} characters long; the limit is {MAX_PATTERN_CHARS}"
+        ));
+    }
+    pattern_builder(pattern)
+        .build()
+        .map_err(|err| format!("is not a valid regex: {err}"))
+}
+
+/// The builder every deny pattern is compiled with, so that a
+/// [`regex::RegexSet`] of them matches exactly what each one does.
+pub(crate) fn pattern_builder(pattern: &str) -> RegexBuilder {
+    let mut builder = RegexBuilder::new(pattern);
+    builder
+        .case_insensitive(true)
+        .size_limit(PATTERN_SIZE_LIMIT)
+        .dfa_size_limit(PATTERN_SIZE_LIMIT);
+    builder
+}
+
+/// A validated refusal plugin.
+#[derive(Debug, Clone)]
+pub struct Plugin {
+    /// The plugin's unique name.
+    pub name: String,
+    /// One line about it.
+    pub description: String,
+    /// Text appended to the system prompt, if any.
+    pub appendix: Option<String>,
+    /// The deny rules, in file order.
+    pub deny: Vec<DenyRule>,
+    /// The manifest file.
+    pub path: PathBuf,
+    /// Where the manifest was found.
+    pub origin: DataOrigin,
+}
+
+impl Plugin {
+    /// Reads and validates the manifest at `path`, compiling its patterns.
+    ///
+    /// # Errors
+    ///
+    /// [`DataError`] naming the file and the field at fault; an invalid
+    /// pattern names its rule (`deny[1].pathPattern` (rule 2)) and the regex
+    /// error.
+    pub fn load(path: &Path, origin: DataOrigin) -> Result<Parsed<Self>, DataError> {
+        Self::parse(&read_file(path)?, path, origin)
+    }
+
+    /// Validates manifest text as if read from `path`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Plugin::load`].
+    pub fn parse(text: &str, path: &Path, origin: DataOrigin) -> Result<Parsed<Self>, DataError> {
+        let Parsed {
+            value: raw,
+            warnings,
+        } = parse_json::<RawPlugin>(text, path)?;
+        check_name(&raw.name, MAX_NAME_CHARS).map_err(|p| DataError::invalid(path, "name", p))?;
+        check_text(&raw.description, MAX_DESCRIPTION_CHARS)
+            .map_err(|p| DataError::invalid(path, "description", p))?;
+        if let Some(appendix) = &raw.appendix {
+            check_text(appendix, MAX_APPENDIX_CHARS)
+                .map_err(|p| DataError::invalid(path, "appendix", p))?;
+        }
+        let mut deny = Vec::with_capacity(raw.deny.len());
+        for (index, rule) in raw.deny.into_iter().enumerate() {
+            deny.push(compile_rule(rule, index, path)?);
+        }
+        Ok(Parsed {
+            value: Self {
+                name: raw.name,
+                description: raw.description,
+                appendix: raw.appendix,
+                deny,
+                path: path.to_owned(),
+                origin,
+            },
+            warnings,
+        })
+    }
+}
+
+fn compile_rule(rule: RawRule, index: usize, path: &Path) -> Result<DenyRule, DataError> {
+    let number = index + 1;
+    let invalid = |field: &str, problem: String| {
+        DataError::invalid(
+            path,
+            format!("deny[{index}].{field}"),
+            format!("(rule {number}) {problem}"),
+        )
+    };
+    if rule.tools.is_empty() {
+        return Err(invalid(
+            "tools",
+            "is empty; name the tools the rule covers".to_owned(),
+        ));
+    }
+    if let Some(blank) = rule.tools.iter().position(|t| t.trim().is_empty()) {
+        return Err(invalid(&format!("tools[{blank}]"), "is empty".to_owned()));
+    }
+    check_text(&rule.reason, MAX_REASON_CHARS).map_err(|p| invalid("reason", p))?;
+    let (field, pattern) = match (rule.path_pattern, rule.command_pattern) {
+        (Some(pattern), None) => (DenyField::Path, pattern),
+        (None, Some(pattern)) => (DenyField::Command, pattern),
+        (Some(_), Some(_)) => {
+            return Err(invalid(
+                "commandPattern",
+                "is set beside `pathPattern`; a rule matches one field, so split it in two"
+                    .to_owned(),
+            ));
+        }
+        (None, None) => {
+            return Err(invalid(
+                "pathPattern",
+                "is missing; a rule needs `pathPattern` or `commandPattern`".to_owned(),
+            ));
+        }
+    };
+    let regex = compile_pattern(&pattern).map_err(|p| invalid(field.manifest_key(), p))?;
+    Ok(DenyRule {
+        tools: rule.tools,
+        field,
+        reason: rule.reason,
+        regex,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FILE: &str = "/p/.zot/plugins/p.json";
+
+    fn parse(text: &str) -> Result<Parsed<Plugin>, String> {
+        Plugin::parse(text, Path::new(FILE), DataOrigin::Project).map_err(|e| e.to_string())
+    }
+
+    fn with_rules(rules: &str) -> String {
+        format!(r#"{{"name":"p","description":"d","deny":[{rules}]}}"#)
+    }
+
+    #[test]
+    fn accepts_the_reference_example() {
+        let plugin = parse(
+            r#"{
+              "name": "no-prod-config",
+              "description": "refuses to edit production config",
+              "appendix": "Production config is changed by hand, never by the agent.",
+              "deny": [
+                { "tools": ["write_file", "edit_file"], "pathPattern": "config/production", "reason": "production config is hand-edited" },
+                { "tools": ["bash"], "commandPattern": "kubectl\\s+apply", "reason": "deploys to the cluster" }
+              ]
+            }"#,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(plugin.warnings.is_empty());
+        let plugin = plugin.value;
+        assert_eq!(plugin.deny.len(), 2);
+        assert_eq!(plugin.deny[0].field, DenyField::Path);
+        assert_eq!(plugin.deny[1].field, DenyField::Command);
+        assert_eq!(plugin.deny[1].pattern(), "kubectl\\s+apply");
+        // Case-insensitive, searched anywhere.
+        assert!(plugin.deny[1].regex().is_match("sudo KUBECTL Apply -f x"));
+        assert!(plugin.deny[0].covers("edit_file"));
+        assert!(!plugin.deny[0].covers("Edit_File"));
+    }
+
+    #[test]
+    fn appendix_only_plugins_need_no_rules() {
+        let plugin = parse(r#"{"name":"p","description":"d","appendix":"Be brief."}"#)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(plugin.value.deny.is_empty());
+    }
+
+    #[test]
+    fn errors_name_the_file_rule_and_field() {
+        let ok = r#"{"tools":["bash"],"commandPattern":"x","reason":"r"}"#;
+        let long = "a".repeat(MAX_PATTERN_CHARS + 1);
+        let cases = [
+            // Invalid regex: the rule index and the regex error.
+            (
+                with_rules(&format!(
+                    r#"{ok},{{"tools":["bash"],"commandPattern":"(unclosed","reason":"r"}}"#
+                )),
+                "field `deny[1].commandPattern` (rule 2) is not a valid regex: regex parse error",
+            ),
+            (
+                with_rules(r#"{"tools":["w"],"pathPattern":"[z-a]","reason":"r"}"#),
+                "field `deny[0].pathPattern` (rule 1) is not a valid regex",
+            ),
+            // Overly long pattern.
+            (
+                with_rules(&format!(
+                    r#"{{"tools":["bash"],"commandPattern":"{long}","reason":"r"}}"#
+                )),
+                "field `deny[0].commandPattern` (rule 1) is 1001 characters long; the limit is 1000",
+            ),
+            // A pattern that compiles to something huge.
+            (
+                with_rules(
+                    r#"{"tools":["bash"],"commandPattern":"\\w{1000}\\w{1000}","reason":"r"}"#,
+                ),
+                "field `deny[0].commandPattern` (rule 1) is not a valid regex",
+            ),
+            // Exactly one pattern.
+            (
+                with_rules(
+                    r#"{"tools":["bash"],"commandPattern":"x","pathPattern":"y","reason":"r"}"#,
+                ),
+                "field `deny[0].commandPattern` (rule 1) is set beside `pathPattern`",
+            ),
+            (
+                with_rules(r#"{"tools":["bash"],"reason":"r"}"#),
+                "field `deny[0].pathPattern` (rule 1) is missing",
+            ),
+            (
+                with_rules(r#"{"tools":["bash"],"commandPattern":"","reason":"r"}"#),
+                "(rule 1) is empty; use `.*`",
+            ),
+            // Tools and reason.
+            (
+                with_rules(r#"{"tools":[],"commandPattern":"x","reason":"r"}"#),
+                "field `deny[0].tools` (rule 1) is empty",
+            ),
+            (
+                with_rules(r#"{"tools":["bash",""],"commandPattern":"x","reason":"r"}"#),
+                "field `deny[0].tools[1]` (rule 1) is empty",
+            ),
+            (
+                with_rules(r#"{"tools":["bash"],"commandPattern":"x","reason":""}"#),
+                "field `deny[0].reason` (rule 1) is empty",
+            ),
+            (
+                with_rules(r#"{"tools":["bash"],"commandPattern":"x"}"#),
+                "field `deny[0]`: missing field `reason`",
+            ),
+            (
+                with_rules(r#"{"tools":"bash","commandPattern":"x","reason":"r"}"#),
+                "field `deny[0].tools`: invalid type",
+            ),
+            // The plugin itself.
+            (
+                r#"{"name":"p q","description":"d"}"#.to_owned(),
+                "field `name` `p q` contains ` `",
+            ),
+            (r#"{"name":"p"}"#.to_owned(), "missing field `description`"),
+            (
+                r#"{"name":"p","description":"d","appendix":""}"#.to_owned(),
+                "field `appendix` is empty",
+            ),
+        ];
+        for (text, expected) in cases {
+            let err = parse(&text).err().unwrap_or_default();
+            assert!(err.contains(expected), "{text}: `{err}` lacks `{expected}`");
+            assert!(err.contains(FILE), "{err}");
+        }
+    }
+
+    #[test]
+    fn unknown_keys_are_warnings() {
+        let parsed = parse(&with_rules(
+            r#"{"tools":["bash"],"commandPattern":"x","reason":"r","severity":"high"}"#,
+        ))
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            parsed.warnings,
+            vec!["unknown key `deny.0.severity` ignored"]
+        );
+    }
+
+    #[test]
+    fn rules_can_be_built_in_code() {
+        let rule = DenyRule::new(
+            vec!["bash".to_owned()],
+            DenyField::Command,
+            "rm\\s+-rf",
+            "no",
+        );
+        assert!(rule.is_ok_and(|r| r.regex().is_match("RM -RF /")));
+        let err = DenyRule::new(vec!["bash".to_owned()], DenyField::Path, "(", "no").err();
+        assert!(
+            err.unwrap_or_default()
+                .starts_with("`pathPattern` is not a valid regex")
+        );
+        let err = DenyRule::new(Vec::new(), DenyField::Path, "x", "no").err();
+        assert!(err.unwrap_or_default().contains("`tools` is empty"));
+    }
+}

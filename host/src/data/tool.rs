@@ -1,0 +1,644 @@
+//! Declarative tools: one bounded `shell`, `http` or `read` operation.
+//!
+//! ```json
+//! {
+//!   "name": "recent-changes",
+//!   "description": "List the ten most recently changed files",
+//!   "kind": "shell",
+//!   "command": "git diff --name-only HEAD~10",
+//!   "autoApprove": true
+//! }
+//! ```
+//!
+//! The model passes one optional string, `arg`, substituted into every
+//! `{arg}` of the template. What it may become is bounded per kind:
+//!
+//! - `shell`: the capability layer inserts it as one shell-quoted word and
+//!   runs the command through the guard chain; nothing is rendered here.
+//! - `http`: it is percent-encoded, and the template must fix the scheme
+//!   (`https`), host and port, so the argument can only change the path,
+//!   query or fragment.
+//! - `read`: it is inserted as is; the workspace jail checks the result.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{DataError, DataOrigin, Parsed, check_name, check_text, parse_json, read_file};
+
+/// The placeholder the argument replaces.
+pub const ARG_PLACEHOLDER: &str = "{arg}";
+
+/// The longest tool name; tool names become part of model API calls.
+pub const MAX_NAME_CHARS: usize = 40;
+
+/// The longest description.
+pub const MAX_DESCRIPTION_CHARS: usize = 300;
+
+/// The longest `command`, `url` or `path` template.
+pub const MAX_TEMPLATE_CHARS: usize = 500;
+
+/// A tool manifest as written on disk.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawTool {
+    name: String,
+    description: String,
+    kind: RawKind,
+    #[serde(default)]
+    command: Option<String>,
+    #[serde(default)]
+    url: Option<String>,
+    #[serde(default)]
+    path: Option<String>,
+    #[serde(default = "default_true")]
+    auto_approve: bool,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum RawKind {
+    Shell,
+    Http,
+    Read,
+}
+
+/// What a tool does, with its template.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ToolKind {
+    /// Runs `command` through the guard chain and the platform shell.
+    Shell {
+        /// The command template.
+        command: String,
+    },
+    /// Fetches one HTTPS URL.
+    Http {
+        /// The URL template; scheme, host and port are fixed.
+        url: String,
+    },
+    /// Returns one workspace file.
+    Read {
+        /// The workspace-relative path template.
+        path: String,
+    },
+}
+
+/// A tool's operation with the argument applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rendered {
+    /// A shell command, not yet rendered: the capability layer quotes `arg`
+    /// as one word into each `{arg}` of `template`.
+    Shell {
+        /// The command template, as written.
+        template: String,
+        /// The argument, raw.
+        arg: Option<String>,
+    },
+    /// The URL to fetch, with the argument percent-encoded.
+    Http {
+        /// The URL.
+        url: String,
+    },
+    /// The workspace path to read, with the argument inserted as is.
+    Read {
+        /// The path, still to be checked by the workspace jail.
+        path: String,
+    },
+}
+
+impl ToolKind {
+    /// The kind as written in manifests: `shell`, `http` or `read`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Shell { .. } => "shell",
+            Self::Http { .. } => "http",
+            Self::Read { .. } => "read",
+        }
+    }
+
+    /// The template as written.
+    pub fn template(&self) -> &str {
+        match self {
+            Self::Shell { command } => command,
+            Self::Http { url } => url,
+            Self::Read { path } => path,
+        }
+    }
+
+    /// Whether the template uses the argument at all.
+    pub fn takes_arg(&self) -> bool {
+        self.template().contains(ARG_PLACEHOLDER)
+    }
+
+    /// Applies `arg` (absent means empty) to the template: percent-encoded
+    /// for `http`, raw for `read`, and left to the capability layer for
+    /// `shell`.
+    pub fn render(&self, arg: Option<&str>) -> Rendered {
+        match self {
+            Self::Shell { command } => Rendered::Shell {
+                template: command.clone(),
+                arg: arg.map(str::to_owned),
+            },
+            Self::Http { url } => Rendered::Http {
+                url: url.replace(ARG_PLACEHOLDER, &percent_encode(arg.unwrap_or(""))),
+            },
+            Self::Read { path } => Rendered::Read {
+                path: path.replace(ARG_PLACEHOLDER, arg.unwrap_or("")),
+            },
+        }
+    }
+}
+
+/// A validated tool manifest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DataTool {
+    /// The name the model calls.
+    pub name: String,
+    /// What the model reads to decide when to use it.
+    pub description: String,
+    /// What it does.
+    pub kind: ToolKind,
+    /// `false`: refused until the user approves this exact manifest
+    /// (see [`super::Approvals`]). Default `true`.
+    pub auto_approve: bool,
+    /// The manifest file.
+    pub path: PathBuf,
+    /// Where the manifest was found.
+    pub origin: DataOrigin,
+}
+
+impl DataTool {
+    /// Reads and validates the manifest at `path`.
+    ///
+    /// # Errors
+    ///
+    /// [`DataError`] naming the file and, where one is at fault, the field.
+    pub fn load(path: &Path, origin: DataOrigin) -> Result<Parsed<Self>, DataError> {
+        Self::parse(&read_file(path)?, path, origin)
+    }
+
+    /// Validates manifest text as if read from `path`.
+    ///
+    /// # Errors
+    ///
+    /// As [`DataTool::load`].
+    pub fn parse(text: &str, path: &Path, origin: DataOrigin) -> Result<Parsed<Self>, DataError> {
+        let Parsed {
+            value: raw,
+            mut warnings,
+        } = parse_json::<RawTool>(text, path)?;
+        check_name(&raw.name, MAX_NAME_CHARS).map_err(|p| DataError::invalid(path, "name", p))?;
+        check_text(&raw.description, MAX_DESCRIPTION_CHARS)
+            .map_err(|p| DataError::invalid(path, "description", p))?;
+        let (field, kind_name) = match raw.kind {
+            RawKind::Shell => ("command", "shell"),
+            RawKind::Http => ("url", "http"),
+            RawKind::Read => ("path", "read"),
+        };
+        let mut template = None;
+        for (name, value) in [
+            ("command", raw.command),
+            ("url", raw.url),
+            ("path", raw.path),
+        ] {
+            if name == field {
+                template = value;
+            } else if value.is_some() {
+                warnings.push(format!(
+                    "field `{name}` is ignored for a `{kind_name}` tool; it uses `{field}`"
+                ));
+            }
+        }
+        let template = template.ok_or_else(|| {
+            DataError::invalid(
+                path,
+                field,
+                format!("is missing; a `{kind_name}` tool needs it"),
+            )
+        })?;
+        check_text(&template, MAX_TEMPLATE_CHARS)
+            .map_err(|p| DataError::invalid(path, field, p))?;
+        let kind = match raw.kind {
+            RawKind::Shell => ToolKind::Shell { command: template },
+            RawKind::Http => {
+                check_url_template(&template).map_err(|p| DataError::invalid(path, field, p))?;
+                ToolKind::Http { url: template }
+            }
+            RawKind::Read => {
+                if template.contains('\0') {
+                    return Err(DataError::invalid(path, field, "contains a NUL byte"));
+                }
+                ToolKind::Read { path: template }
+            }
+        };
+        Ok(Parsed {
+            value: Self {
+                name: raw.name,
+                description: raw.description,
+                kind,
+                auto_approve: raw.auto_approve,
+                path: path.to_owned(),
+                origin,
+            },
+            warnings,
+        })
+    }
+
+    /// The JSON schema of the tool's input, as zot registers it: one optional
+    /// string, `arg`.
+    pub fn schema(&self) -> Value {
+        let template = self.kind.template();
+        let description = if !self.kind.takes_arg() {
+            "Ignored: this tool takes no argument.".to_owned()
+        } else {
+            match &self.kind {
+                ToolKind::Shell { .. } => {
+                    format!("Inserted as one quoted word into the command `{template}`.")
+                }
+                ToolKind::Http { .. } => {
+                    format!("Percent-encoded into the URL `{template}`.")
+                }
+                ToolKind::Read { .. } => {
+                    format!("Inserted into the workspace path `{template}`.")
+                }
+            }
+        };
+        json!({
+            "type": "object",
+            "properties": {
+                "arg": { "type": "string", "description": description }
+            }
+        })
+    }
+}
+
+/// Checks that an `http` template is `https://` and that no placeholder can
+/// reach the scheme, host or port: the argument must never choose where the
+/// request goes.
+fn check_url_template(url: &str) -> Result<(), String> {
+    if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!(
+            "`{url}` contains whitespace or a control character"
+        ));
+    }
+    let scheme = "https://";
+    let rest = match url.get(..scheme.len()) {
+        Some(prefix) if prefix.eq_ignore_ascii_case(scheme) => &url[scheme.len()..],
+        _ => {
+            return Err(format!("`{url}` is refused: only https URLs are allowed"));
+        }
+    };
+    // A URL parser ends the authority at `/`, `?` or `#` (and, for https,
+    // `\`, which the host check below refuses outright).
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority = &rest[..end];
+    if authority.contains('{') || authority.contains('}') {
+        return Err(format!(
+            "`{url}` is refused: `{{arg}}` may appear only in the path, query or fragment, \
+             after `https://host/`"
+        ));
+    }
+    if authority.contains('@') {
+        return Err(format!(
+            "`{url}` is refused: credentials in the URL are not allowed"
+        ));
+    }
+    let (host_ok, port) = match authority.strip_prefix('[') {
+        // An IPv6 literal: `[::1]:8443`.
+        Some(v6) => {
+            let Some((addr, tail)) = v6.split_once(']') else {
+                return Err(format!("`{url}` has an invalid IPv6 host"));
+            };
+            let port = match tail {
+                "" => None,
+                tail => Some(tail.strip_prefix(':').unwrap_or(tail)),
+            };
+            let ok = !addr.is_empty()
+                && addr
+                    .chars()
+                    .all(|c| c.is_ascii_hexdigit() || matches!(c, ':' | '.'));
+            (ok, port)
+        }
+        None => {
+            let (host, port) = match authority.split_once(':') {
+                Some((host, port)) => (host, Some(port)),
+                None => (authority, None),
+            };
+            let ok = !host.is_empty()
+                && host
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'));
+            (ok, port)
+        }
+    };
+    if !host_ok {
+        return Err(format!("`{url}` has no valid host"));
+    }
+    if let Some(port) = port
+        && !(port.len() <= 5
+            && port.bytes().all(|b| b.is_ascii_digit())
+            && port.parse::<u16>().is_ok_and(|p| p != 0))
+    {
+        return Err(format!("`{url}` has an invalid port"));
+    }
+    Ok(())
+}
+
+/// Percent-encodes `text` as one URL component: the RFC 3986 unreserved set
+/// (`A-Z a-z 0-9 - . _ ~`) is kept, every other byte of its UTF-8 becomes
+/// `%XX`, so the argument can never add a `/`, `?`, `#` or `&`.
+pub fn percent_encode(text: &str) -> String {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(byte));
+        } else {
+            out.push('%');
+            out.push(char::from(HEX[usize::from(byte >> 4)]));
+            out.push(char::from(HEX[usize::from(byte & 0x0f)]));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FILE: &str = "/p/.zot/tools/t.json";
+
+    fn parse(text: &str) -> Result<Parsed<DataTool>, String> {
+        DataTool::parse(text, Path::new(FILE), DataOrigin::Project).map_err(|e| e.to_string())
+    }
+
+    fn tool(text: &str) -> DataTool {
+        parse(text).unwrap_or_else(|e| panic!("{e}")).value
+    }
+
+    #[test]
+    fn accepts_the_three_kinds_and_defaults_auto_approve() {
+        let shell = tool(
+            r#"{"name":"recent-changes","description":"List","kind":"shell",
+                "command":"git diff --name-only HEAD~10"}"#,
+        );
+        assert!(shell.auto_approve);
+        assert_eq!(
+            shell.kind,
+            ToolKind::Shell {
+                command: "git diff --name-only HEAD~10".to_owned()
+            }
+        );
+        assert_eq!(shell.path, Path::new(FILE));
+        let http = tool(
+            r#"{"name":"w","description":"d","kind":"http","url":"https://api.x.dev/v1?q={arg}",
+                "autoApprove":false}"#,
+        );
+        assert!(!http.auto_approve);
+        assert_eq!(http.kind.as_str(), "http");
+        let read = tool(r#"{"name":"r","description":"d","kind":"read","path":"docs/{arg}.md"}"#);
+        assert_eq!(read.kind.template(), "docs/{arg}.md");
+    }
+
+    #[test]
+    fn errors_name_the_file_and_field() {
+        let cases = [
+            // Required fields.
+            (
+                r#"{"description":"d","kind":"read","path":"a"}"#,
+                "missing field `name`",
+            ),
+            (
+                r#"{"name":"a","kind":"read","path":"a"}"#,
+                "missing field `description`",
+            ),
+            (
+                r#"{"name":"a","description":"d","kind":"read"}"#,
+                "field `path` is missing; a `read` tool needs it",
+            ),
+            (
+                r#"{"name":"a","description":"d","kind":"shell","url":"https://x"}"#,
+                "field `command` is missing",
+            ),
+            (
+                r#"{"name":"a","description":"d","kind":"http"}"#,
+                "field `url` is missing",
+            ),
+            // Wrong types and values.
+            (
+                r#"{"name":"a","description":"d","kind":"exec","command":"x"}"#,
+                "field `kind`: unknown variant `exec`",
+            ),
+            (
+                r#"{"name":"a","description":"d","kind":"shell","command":1}"#,
+                "field `command`: invalid type",
+            ),
+            (
+                r#"{"name":"a","description":"d","kind":"shell","command":"x","autoApprove":"no"}"#,
+                "field `autoApprove`",
+            ),
+            (
+                r#"{"name":"a b","description":"d","kind":"shell","command":"x"}"#,
+                "field `name` `a b` contains ` `",
+            ),
+            (
+                r#"{"name":"a","description":" ","kind":"shell","command":"x"}"#,
+                "field `description` is empty",
+            ),
+            (
+                r#"{"name":"a","description":"d","kind":"shell","command":""}"#,
+                "field `command` is empty",
+            ),
+            ("[", "EOF while parsing"),
+        ];
+        for (text, expected) in cases {
+            let err = parse(text).err().unwrap_or_default();
+            assert!(err.contains(expected), "{text}: `{err}` lacks `{expected}`");
+            assert!(err.contains(FILE), "{err}");
+        }
+    }
+
+    #[test]
+    fn lengths_are_capped() {
+        let long = |field: &str, n: usize| {
+            let mut value =
+                serde_json::json!({"name":"a","description":"d","kind":"shell","command":"x"});
+            value[field] = Value::String("x".repeat(n));
+            value.to_string()
+        };
+        // At the limit: fine.
+        assert!(parse(&long("name", 40)).is_ok());
+        assert!(parse(&long("description", 300)).is_ok());
+        assert!(parse(&long("command", 500)).is_ok());
+        // One over: refused, naming the field.
+        let cases = [
+            (long("name", 41), "field `name`"),
+            (
+                long("description", 301),
+                "field `description` is 301 characters long; the limit is 300",
+            ),
+            (
+                long("command", 501),
+                "field `command` is 501 characters long; the limit is 500",
+            ),
+        ];
+        for (text, expected) in cases {
+            let err = parse(&text).err().unwrap_or_default();
+            assert!(err.contains(expected), "`{err}` lacks `{expected}`");
+        }
+    }
+
+    #[test]
+    fn other_kinds_fields_and_unknown_keys_are_warnings() {
+        let parsed = parse(
+            r#"{"name":"a","description":"d","kind":"read","path":"a","command":"rm -rf /","icon":"x"}"#,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            parsed.warnings,
+            vec![
+                "unknown key `icon` ignored".to_owned(),
+                "field `command` is ignored for a `read` tool; it uses `path`".to_owned(),
+            ]
+        );
+    }
+
+    #[test]
+    fn http_templates_fix_scheme_host_and_port() {
+        let cases = [
+            // Fine: the argument lands in the path, query or fragment.
+            ("https://api.x.dev/v1/{arg}", None),
+            ("https://api.x.dev?q={arg}", None),
+            ("https://api.x.dev#{arg}", None),
+            ("https://api.x.dev:8443/{arg}", None),
+            ("HTTPS://api.x.dev/", None),
+            ("https://[::1]:8443/{arg}", None),
+            ("https://api.x.dev", None),
+            // Plain http is refused.
+            (
+                "http://api.x.dev/{arg}",
+                Some("only https URLs are allowed"),
+            ),
+            ("ftp://x/{arg}", Some("only https URLs are allowed")),
+            // Attack: the argument picks the host.
+            ("https://{arg}/v1", Some("may appear only in the path")),
+            ("https://{arg}", Some("may appear only in the path")),
+            (
+                "https://api.{arg}.dev/",
+                Some("may appear only in the path"),
+            ),
+            (
+                "https://api.x.dev{arg}",
+                Some("may appear only in the path"),
+            ),
+            // Attack: the argument picks the port.
+            (
+                "https://api.x.dev:{arg}/",
+                Some("may appear only in the path"),
+            ),
+            // Attack: the argument picks the scheme.
+            ("{arg}://api.x.dev/", Some("only https URLs are allowed")),
+            ("{arg}", Some("only https URLs are allowed")),
+            // Attack: userinfo that hides the real host.
+            ("https://api.x.dev@evil.dev/", Some("credentials")),
+            ("https://api.x.dev\\@evil.dev/", Some("is refused")),
+            // Malformed.
+            ("https:///path", Some("no valid host")),
+            ("https://x.dev:99999/", Some("invalid port")),
+            ("https://x.dev:/", Some("invalid port")),
+            ("https://x.dev:+80/", Some("invalid port")),
+            ("https://x.dev/a b", Some("whitespace")),
+            ("https://[::1/", Some("invalid IPv6")),
+        ];
+        for (url, expected) in cases {
+            let got = check_url_template(url).err();
+            match expected {
+                None => assert_eq!(got, None, "{url}"),
+                Some(expected) => {
+                    let got = got.unwrap_or_default();
+                    assert!(got.contains(expected), "{url}: `{got}` lacks `{expected}`");
+                }
+            }
+        }
+        // And through the manifest, naming the field.
+        let err = parse(r#"{"name":"a","description":"d","kind":"http","url":"https://{arg}/"}"#)
+            .err()
+            .unwrap_or_default();
+        assert!(
+            err.contains("field `url` `https://{arg}/` is refused"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn render_encodes_http_and_keeps_read_raw() {
+        let http = ToolKind::Http {
+            url: "https://api.x.dev/search/{arg}?q={arg}".to_owned(),
+        };
+        let cases = [
+            // Unreserved characters pass.
+            (
+                Some("Berlin-1.0_~"),
+                "https://api.x.dev/search/Berlin-1.0_~?q=Berlin-1.0_~",
+            ),
+            // Separators cannot start a new segment, query or fragment.
+            (
+                Some("a/b?c#d&e=f"),
+                "https://api.x.dev/search/a%2Fb%3Fc%23d%26e%3Df?q=a%2Fb%3Fc%23d%26e%3Df",
+            ),
+            // Spaces, percent signs and non-ASCII are encoded byte by byte.
+            (
+                Some("50% ü"),
+                "https://api.x.dev/search/50%25%20%C3%BC?q=50%25%20%C3%BC",
+            ),
+            // Absent means empty.
+            (None, "https://api.x.dev/search/?q="),
+        ];
+        for (arg, expected) in cases {
+            assert_eq!(
+                http.render(arg),
+                Rendered::Http {
+                    url: expected.to_owned()
+                },
+                "{arg:?}"
+            );
+        }
+        let read = ToolKind::Read {
+            path: "docs/{arg}.md".to_owned(),
+        };
+        // Raw: the workspace jail, not this layer, refuses `..`.
+        assert_eq!(
+            read.render(Some("../secret")),
+            Rendered::Read {
+                path: "docs/../secret.md".to_owned()
+            }
+        );
+        let shell = ToolKind::Shell {
+            command: "git log {arg}".to_owned(),
+        };
+        assert_eq!(
+            shell.render(Some("; rm -rf /")),
+            Rendered::Shell {
+                template: "git log {arg}".to_owned(),
+                arg: Some("; rm -rf /".to_owned())
+            }
+        );
+    }
+
+    #[test]
+    fn schema_is_one_optional_string() {
+        let t = tool(r#"{"name":"a","description":"d","kind":"read","path":"docs/{arg}.md"}"#);
+        let schema = t.schema();
+        assert_eq!(schema["type"], "object");
+        assert_eq!(schema["properties"]["arg"]["type"], "string");
+        assert!(schema.get("required").is_none());
+        let none = tool(r#"{"name":"a","description":"d","kind":"read","path":"README.md"}"#);
+        let description = none.schema()["properties"]["arg"]["description"].clone();
+        assert_eq!(description, "Ignored: this tool takes no argument.");
+    }
+}

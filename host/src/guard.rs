@@ -1,0 +1,14 @@
+//! The guard chain: what every tool call passes before it runs.
+//!
+//! In order: the refusal plugins' deny rules ([`DenyRules`], case-insensitive
+//! regexes on the `path` / `command` arguments), then the extensions that
+//! intercept `tool_call`. The first block wins and its reason goes back to
+//! the caller. Data `shell` tools and the `shell` capability pass the same
+//! chain, so an installed tool cannot do what the agent itself may not.
+//!
+//! This module holds the deny-rule stage; the intercepting stage lives with
+//! the sessions in [`crate::host`].
+
+pub mod deny;
+
+pub use deny::{DenyHit, DenyRules};

@@ -1,0 +1,377 @@
+//! One extension's sandbox: its grant applied to the capability layer, audited.
+//!
+//! [`Sandbox`] is the single place where a capability use is decided. Both
+//! front ends call it: the WIT host functions of a wasm guest, and the data
+//! tools (which run a declared operation on the user's behalf). Each call is
+//! checked against the effective grant (declared ∩ policy), shell commands
+//! also pass the guard chain, and every decision — allowed or refused — is
+//! one line in the audit log.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use crate::audit::{AuditLog, AuditRecord, Decision};
+use crate::capability::fs::{Entry, FsGrant, FsLimits, Jail, Metadata};
+use crate::capability::http::{HttpClient, HttpConfig, HttpGrant, Request, Response};
+use crate::capability::shell::{Output, ShellGrant, ShellLimits};
+use crate::capability::{Capability, CapabilityError};
+use crate::policy::Grant;
+
+/// Asks the guard chain about a shell command before it runs.
+#[async_trait::async_trait]
+pub trait CommandGuard: Send + Sync {
+    /// `Err((who, why))` when the chain blocks `command`.
+    async fn check_command(&self, command: &str) -> Result<(), (String, String)>;
+}
+
+/// A guard that allows everything (for a host without plugins or interceptors).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoGuard;
+
+#[async_trait::async_trait]
+impl CommandGuard for NoGuard {
+    async fn check_command(&self, _command: &str) -> Result<(), (String, String)> {
+        Ok(())
+    }
+}
+
+/// What every sandbox of one host shares.
+pub struct Services {
+    workspace: PathBuf,
+    jail: OnceLock<Result<Arc<Jail>, String>>,
+    http: OnceLock<Result<Arc<HttpClient>, String>>,
+    http_config: HttpConfig,
+    /// Caps on file reads and writes.
+    pub fs_limits: FsLimits,
+    /// Caps on shell commands.
+    pub shell_limits: ShellLimits,
+    /// Where every decision is recorded.
+    pub audit: Arc<AuditLog>,
+    /// The guard chain shell commands pass.
+    pub guard: Arc<dyn CommandGuard>,
+}
+
+impl std::fmt::Debug for Services {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Services")
+            .field("workspace", &self.workspace)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Services {
+    /// Services for the workspace at `workspace`. The jail and the HTTP
+    /// client are set up on first use.
+    pub fn new(
+        workspace: PathBuf,
+        http_config: HttpConfig,
+        audit: Arc<AuditLog>,
+        guard: Arc<dyn CommandGuard>,
+    ) -> Self {
+        Self {
+            workspace,
+            jail: OnceLock::new(),
+            http: OnceLock::new(),
+            http_config,
+            fs_limits: FsLimits::default(),
+            shell_limits: ShellLimits::default(),
+            audit,
+            guard,
+        }
+    }
+
+    /// The workspace root.
+    pub fn workspace(&self) -> &Path {
+        &self.workspace
+    }
+
+    fn jail(&self) -> Result<Arc<Jail>, CapabilityError> {
+        self.jail
+            .get_or_init(|| {
+                Jail::open(&self.workspace).map(Arc::new).map_err(|err| {
+                    format!(
+                        "cannot open the workspace `{}`: {err}",
+                        self.workspace.display()
+                    )
+                })
+            })
+            .clone()
+            .map_err(CapabilityError::Failed)
+    }
+
+    fn http(&self) -> Result<Arc<HttpClient>, CapabilityError> {
+        self.http
+            .get_or_init(|| {
+                HttpClient::new(self.http_config.clone())
+                    .map(Arc::new)
+                    .map_err(|err| err.to_string())
+            })
+            .clone()
+            .map_err(CapabilityError::Failed)
+    }
+}
+
+/// What one extension (or data tool) may do.
+#[derive(Debug)]
+pub struct Sandbox {
+    who: String,
+    services: Arc<Services>,
+    grant: Grant,
+    fs: FsGrant,
+    fs_declared: FsGrant,
+    http: HttpGrant,
+    http_declared: HttpGrant,
+    shell: ShellGrant,
+    shell_declared: ShellGrant,
+}
+
+impl Sandbox {
+    /// The sandbox of `who` (an extension name, or `data:<tool>`), with its
+    /// effective `grant` and the capabilities it `declared`.
+    ///
+    /// # Errors
+    ///
+    /// [`CapabilityError::Invalid`] when a declared glob, origin or command
+    /// pattern does not parse.
+    pub fn new(
+        who: impl Into<String>,
+        services: Arc<Services>,
+        grant: Grant,
+        declared: &crate::manifest::Capabilities,
+    ) -> Result<Self, CapabilityError> {
+        Ok(Self {
+            who: who.into(),
+            fs: FsGrant::new(&grant.read, &grant.write)?,
+            fs_declared: FsGrant::new(&declared.read, &declared.write)?,
+            http: HttpGrant::new(&grant.http)?,
+            http_declared: HttpGrant::new(&declared.http)?,
+            shell: ShellGrant::new(&grant.shell)?,
+            shell_declared: ShellGrant::new(&declared.shell)?,
+            grant,
+            services,
+        })
+    }
+
+    /// Who this sandbox belongs to.
+    pub fn who(&self) -> &str {
+        &self.who
+    }
+
+    /// The effective grant.
+    pub fn grant(&self) -> &Grant {
+        &self.grant
+    }
+
+    /// The shared services.
+    pub fn services(&self) -> &Arc<Services> {
+        &self.services
+    }
+
+    fn audit<T>(
+        &self,
+        capability: Capability,
+        subject: &str,
+        outcome: &Result<T, CapabilityError>,
+    ) {
+        let (decision, reason) = match outcome {
+            Ok(_) => (Decision::Allow, String::new()),
+            Err(CapabilityError::Denied { reason, .. }) => (Decision::Deny, reason.clone()),
+            // Allowed, then failed: the use happened, so it is an allow.
+            Err(other) => (Decision::Allow, format!("failed: {other}")),
+        };
+        self.services.audit.record(AuditRecord::now(
+            &self.who,
+            capability.as_str(),
+            subject,
+            decision,
+            reason,
+        ));
+    }
+
+    /// A refusal by the effective grant that the declared grant would have
+    /// allowed is the policy's doing: say so, and which rule.
+    fn blame_policy(
+        &self,
+        err: CapabilityError,
+        capability: &str,
+        declared_allows: bool,
+    ) -> CapabilityError {
+        match err {
+            CapabilityError::Denied {
+                capability: cap,
+                subject,
+                reason,
+            } if declared_allows => {
+                let rule = self
+                    .grant
+                    .rows
+                    .iter()
+                    .find(|row| row.capability == capability)
+                    .and_then(|row| row.refused.first())
+                    .map_or_else(|| reason.clone(), |refusal| refusal.rule.clone());
+                CapabilityError::Denied {
+                    capability: cap,
+                    subject,
+                    reason: format!("declared by the extension but refused by policy: {rule}"),
+                }
+            }
+            other => other,
+        }
+    }
+
+    async fn blocking<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&Jail) -> Result<T, CapabilityError> + Send + 'static,
+    ) -> Result<T, CapabilityError> {
+        let jail = self.services.jail()?;
+        tokio::task::spawn_blocking(move || work(&jail))
+            .await
+            .map_err(|err| CapabilityError::Failed(format!("the file task failed: {err}")))?
+    }
+
+    /// Reads a workspace file.
+    ///
+    /// # Errors
+    ///
+    /// [`CapabilityError`]: refused, missing, too large, or failed.
+    pub async fn read(&self, path: &str) -> Result<Vec<u8>, CapabilityError> {
+        let (grant, limits, owned) = (self.fs.clone(), self.services.fs_limits, path.to_owned());
+        let mut outcome = self
+            .blocking(move |jail| jail.read(&grant, &limits, &owned))
+            .await;
+        if let Err(err) = outcome {
+            let declared_allows =
+                self.fs_declared.admits(false, path) && !self.fs.admits(false, path);
+            outcome = Err(self.blame_policy(err, "fs-read", declared_allows));
+        }
+        self.audit(Capability::FsRead, path, &outcome);
+        outcome
+    }
+
+    /// Creates or replaces a workspace file.
+    ///
+    /// # Errors
+    ///
+    /// [`CapabilityError`]: refused, too large, or failed.
+    pub async fn write(&self, path: &str, contents: Vec<u8>) -> Result<(), CapabilityError> {
+        let (grant, limits, owned) = (self.fs.clone(), self.services.fs_limits, path.to_owned());
+        let mut outcome = self
+            .blocking(move |jail| jail.write(&grant, &limits, &owned, &contents))
+            .await;
+        if let Err(err) = outcome {
+            // Only the grant differs; a write the declared grant would allow is the policy's refusal.
+            let declared_allows = err.is_denied()
+                && self.fs_declared.admits(true, path)
+                && !self.fs.admits(true, path);
+            outcome = Err(self.blame_policy(err, "fs-write", declared_allows));
+        }
+        self.audit(Capability::FsWrite, path, &outcome);
+        outcome
+    }
+
+    /// Lists a workspace directory.
+    ///
+    /// # Errors
+    ///
+    /// [`CapabilityError`]: refused, missing, or failed.
+    pub async fn list(&self, path: &str) -> Result<Vec<Entry>, CapabilityError> {
+        let (grant, owned) = (self.fs.clone(), path.to_owned());
+        let outcome = self.blocking(move |jail| jail.list(&grant, &owned)).await;
+        self.audit(Capability::FsRead, path, &outcome);
+        outcome
+    }
+
+    /// Describes a workspace path.
+    ///
+    /// # Errors
+    ///
+    /// [`CapabilityError`]: refused, missing, or failed.
+    pub async fn stat(&self, path: &str) -> Result<Metadata, CapabilityError> {
+        let (grant, owned) = (self.fs.clone(), path.to_owned());
+        let outcome = self.blocking(move |jail| jail.stat(&grant, &owned)).await;
+        self.audit(Capability::FsRead, path, &outcome);
+        outcome
+    }
+
+    /// Sends an HTTPS request to a granted host.
+    ///
+    /// # Errors
+    ///
+    /// [`CapabilityError`]: refused, too large, timed out, or failed.
+    pub async fn fetch(&self, request: Request) -> Result<Response, CapabilityError> {
+        let url = request.url.clone();
+        let mut outcome = match self.services.http() {
+            Ok(client) => client.fetch(&self.http, request).await,
+            Err(err) => Err(err),
+        };
+        if let Err(err) = outcome {
+            let declared_allows = self.http_declared.admits(&url) && !self.http.admits(&url);
+            outcome = Err(self.blame_policy(err, "http", declared_allows));
+        }
+        self.audit(Capability::Http, &url, &outcome);
+        outcome
+    }
+
+    /// Runs a shell command the grant allows, once the guard chain agrees.
+    ///
+    /// # Errors
+    ///
+    /// [`CapabilityError`]: refused by the grant or the guard, timed out, or failed.
+    pub async fn run_shell(&self, command: &str) -> Result<Output, CapabilityError> {
+        let outcome = self.shell_unaudited(command, true).await;
+        self.audit(Capability::Shell, command, &outcome);
+        outcome
+    }
+
+    /// Runs a command from a data tool's template: no pattern grant (the
+    /// user wrote the template), but the policy switch and the guard apply.
+    pub(crate) async fn run_template(&self, command: &str) -> Result<Output, CapabilityError> {
+        let outcome = self.shell_unaudited(command, false).await;
+        self.audit(Capability::Shell, command, &outcome);
+        outcome
+    }
+
+    async fn shell_unaudited(
+        &self,
+        command: &str,
+        check_grant: bool,
+    ) -> Result<Output, CapabilityError> {
+        if check_grant && let Err(err) = self.shell.allows(command) {
+            let declared_allows = self.shell_declared.allows(command).is_ok();
+            return Err(self.blame_policy(err, "shell", declared_allows));
+        }
+        if let Err((by, why)) = self.services.guard.check_command(command).await {
+            return Err(CapabilityError::denied(
+                Capability::Shell,
+                command,
+                format!("blocked by {by}: {why}"),
+            ));
+        }
+        crate::capability::shell::run(
+            command,
+            &self.services.workspace,
+            &self.services.shell_limits,
+        )
+        .await
+    }
+
+    /// The environment variables granted, with their values from this process.
+    pub fn env(&self) -> Vec<(String, String)> {
+        let granted =
+            crate::capability::granted_env(&self.grant.env, |name| std::env::var(name).ok());
+        let granted = granted.unwrap_or_else(|err| {
+            tracing::warn!("{}: {err}; no environment granted", self.who);
+            Vec::new()
+        });
+        for (name, _) in &granted {
+            self.services.audit.record(AuditRecord::now(
+                &self.who,
+                Capability::Env.as_str(),
+                name,
+                Decision::Allow,
+                "",
+            ));
+        }
+        granted
+    }
+}
