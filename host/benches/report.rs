@@ -88,7 +88,8 @@ fn fixture() -> Result<Fixture> {
 }
 
 async fn start(launcher: &Launcher, manifest: &Manifest) -> Result<Session> {
-    let transport = launcher.start(manifest).await?;
+    let limits = zotbox::runtime::wasm::limits_for(None);
+    let transport = launcher.start(manifest, limits, None).await?;
     let (events, _) = broadcast::channel(16);
     Ok(Session::start(
         manifest.name(),

@@ -1,12 +1,16 @@
 //! The `zotbox` command line: raw flags parsed by clap, one file per command.
 
+mod approve;
 mod call;
 mod check;
 mod command;
 mod demo;
+mod doctor;
 mod ext;
 mod list;
 mod output;
+mod policy;
+mod skills;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -76,6 +80,16 @@ enum Action {
     Command(command::Args),
     /// Ask the tool_call guard chain about a call without running it.
     Check(check::Args),
+    /// Approve a data tool whose manifest says `autoApprove: false`.
+    Approve(approve::Args),
+    /// Show the policy in force, or explain one extension's grant.
+    #[command(subcommand)]
+    Policy(policy::Command),
+    /// List the Markdown skills, or print one.
+    #[command(subcommand)]
+    Skills(skills::Command),
+    /// Check everything at once: extensions, data files, policy, logs.
+    Doctor(doctor::Args),
     /// Build the bundled examples for wasm and take a short tour of zotbox.
     Demo(demo::Args),
     /// Install, remove, enable, disable, build extensions, and read their logs.
@@ -143,6 +157,10 @@ impl Cli {
             Action::Check(args) => args.run(&context).await?,
             Action::Ext(command) => command.run(&context).await?,
             Action::Demo(args) => args.run(&context).await?,
+            Action::Approve(args) => args.run(&context).await?,
+            Action::Policy(command) => command.run(&context).await?,
+            Action::Skills(command) => command.run(&context).await?,
+            Action::Doctor(args) => args.run(&context).await?,
         };
         Ok(ExitCode::from(status))
     }

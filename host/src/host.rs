@@ -5,6 +5,7 @@
 //! calls, events and intercepts to whichever extension registered them.
 
 mod builder;
+mod data_tools;
 mod registry;
 mod supervisor;
 
@@ -18,8 +19,12 @@ use zotbox_protocol::{CommandResponse, Event, ToolResult};
 
 use crate::discovery::SearchPath;
 use crate::event::HostEvent;
-use crate::session::{CallError, Interceptable, Session, SessionConfig, Verdict};
+use crate::policy::Policy;
+use crate::sandbox::{Sandbox, Services};
+use crate::session::{CallError, FailMode, Interceptable, Session, SessionConfig, Verdict};
 pub use builder::HostBuilder;
+pub use data_tools::DATA_OUTPUT_CAP;
+use data_tools::DataState;
 use registry::Registry;
 pub use registry::{CommandInfo, ExtensionInfo, ExtensionState, ToolInfo};
 pub use supervisor::RestartPolicy;
@@ -59,6 +64,19 @@ pub enum HostError {
     /// No extension of that name.
     #[error("no extension `{0}`")]
     UnknownExtension(String),
+}
+
+/// One line for the audit log: `bash {"command":"ls"}`, at most 500 characters.
+fn describe(subject: &Interceptable) -> String {
+    let text = match subject {
+        Interceptable::ToolCall {
+            tool_name,
+            tool_args,
+        } => format!("{tool_name} {tool_args}"),
+        Interceptable::TurnStart { step } => format!("turn_start {step}"),
+        Interceptable::AssistantMessage { text } => format!("assistant_message {text}"),
+    };
+    text.chars().take(500).collect()
 }
 
 fn hint(known: &[String]) -> String {
@@ -110,6 +128,12 @@ impl Decision {
     }
 }
 
+/// Who answers a tool call.
+enum ToolOwner {
+    Extension(Session),
+    Data(Box<crate::data::DataTool>),
+}
+
 /// A running set of extensions. Cheap to clone; all clones share the sessions.
 #[derive(Clone)]
 pub struct Host {
@@ -125,6 +149,9 @@ impl std::fmt::Debug for Host {
 struct Inner {
     settings: Settings,
     launcher: crate::runtime::Launcher,
+    policy: Policy,
+    services: Arc<Services>,
+    data: std::sync::RwLock<DataState>,
     events: broadcast::Sender<HostEvent>,
     registry: Mutex<Registry>,
     // Flipped to true to stop every supervisor of the current generation.
@@ -159,6 +186,26 @@ impl Host {
         self.registry().list()
     }
 
+    /// The data extensions in force: tools, refusal plugins, skills, and the
+    /// files that failed to load.
+    pub fn data_set(&self) -> crate::data::DataSet {
+        self.data().set.clone()
+    }
+
+    /// The policy in force.
+    pub fn policy(&self) -> &Policy {
+        &self.inner.policy
+    }
+
+    /// Where the audit log is written, if anywhere.
+    pub fn audit_log(&self) -> Option<std::path::PathBuf> {
+        self.inner
+            .services
+            .audit
+            .path()
+            .map(std::path::Path::to_path_buf)
+    }
+
     /// Every live command, by name.
     pub fn commands(&self) -> Vec<CommandInfo> {
         self.registry().commands()
@@ -166,7 +213,19 @@ impl Host {
 
     /// Every live tool, by name.
     pub fn tools(&self) -> Vec<ToolInfo> {
-        self.registry().tools()
+        let mut tools = self.registry().tools();
+        // Data tools come after extensions' tools: first come, first served.
+        for tool in &self.data().set.tools {
+            if !tools.iter().any(|t| t.name == tool.name) {
+                tools.push(ToolInfo {
+                    name: tool.name.clone(),
+                    description: tool.description.clone(),
+                    schema: tool.schema(),
+                    extension: format!("data:{}", tool.kind.as_str()),
+                });
+            }
+        }
+        tools
     }
 
     /// Runs slash command `name` with `args` in the extension that registered it.
@@ -191,7 +250,23 @@ impl Host {
     /// [`HostError::UnknownTool`], [`HostError::Blocked`], or the extension's
     /// [`CallError`].
     pub async fn call_tool(&self, name: &str, args: Value) -> Result<ToolResult, HostError> {
-        let session = self.registry().tool_owner(name)?;
+        // Bound first: the registry lock must be released before the arms run.
+        let owned = self.registry().tool_owner(name);
+        let owner = match owned {
+            Ok(session) => ToolOwner::Extension(session),
+            Err(unknown) => match self.data_tool(name) {
+                Some(tool) => ToolOwner::Data(Box::new(tool)),
+                None => {
+                    return Err(match unknown {
+                        HostError::UnknownTool { name, .. } => HostError::UnknownTool {
+                            name,
+                            known: self.tools().into_iter().map(|t| t.name).collect(),
+                        },
+                        other => other,
+                    });
+                }
+            },
+        };
         let decision = self.intercept_tool_call(name, args.clone()).await;
         let args = match decision.verdict {
             DecisionVerdict::Block { reason } => {
@@ -206,7 +281,10 @@ impl Host {
         };
         let call_id = self.registry().next_call_id();
         self.emit_event(&Event::tool_call(call_id, name, args.clone()));
-        Ok(session.call_tool(name, args, None).await?)
+        match owner {
+            ToolOwner::Extension(session) => Ok(session.call_tool(name, args, None).await?),
+            ToolOwner::Data(tool) => Ok(self.run_data_tool(&tool, &args).await),
+        }
     }
 
     /// Delivers `event` to every extension subscribed to it. Never waits.
@@ -240,15 +318,57 @@ impl Host {
         .await
     }
 
-    /// Runs the intercept chain: subscribers one after another in a stable
-    /// order; the first block wins; rewrites chain, each interceptor seeing
-    /// the previous one's result.
-    pub async fn intercept(&self, mut subject: Interceptable) -> Decision {
+    /// Runs the guard chain: for a tool call, the refusal plugins' deny
+    /// rules first; then the extensions that intercept the event, one after
+    /// another in a stable order. The first block wins; rewrites chain, each
+    /// interceptor seeing the previous one's result, and a rewritten tool
+    /// call passes the deny rules again. Every decision is audited.
+    pub async fn intercept(&self, subject: Interceptable) -> Decision {
+        self.intercept_excluding(subject, None).await
+    }
+
+    /// [`Host::intercept`] without asking `exclude` (an extension blocked in
+    /// a capability call cannot answer an intercept).
+    pub(crate) async fn intercept_excluding(
+        &self,
+        subject: Interceptable,
+        exclude: Option<&str>,
+    ) -> Decision {
+        let described = describe(&subject);
+        let decision = self.run_chain(subject, exclude).await;
+        let (outcome, reason) = match &decision.verdict {
+            DecisionVerdict::Allow => (crate::audit::Decision::Allow, String::new()),
+            DecisionVerdict::Block { reason } => (crate::audit::Decision::Deny, reason.clone()),
+            DecisionVerdict::Rewrite { args } => {
+                (crate::audit::Decision::Rewrite, format!("args now {args}"))
+            }
+            DecisionVerdict::Replace { .. } => {
+                (crate::audit::Decision::Rewrite, "text replaced".to_owned())
+            }
+        };
+        let by = if decision.decided_by.is_empty() {
+            "guard".to_owned()
+        } else {
+            decision.decided_by.join(", ")
+        };
+        self.inner
+            .services
+            .audit
+            .record(crate::audit::AuditRecord::now(
+                by, "guard", described, outcome, reason,
+            ));
+        decision
+    }
+
+    async fn run_chain(&self, mut subject: Interceptable, exclude: Option<&str>) -> Decision {
+        if let Some(block) = self.deny_rules(&subject) {
+            return block;
+        }
         let interceptors: Vec<Session> = self
             .registry()
             .sessions()
             .into_iter()
-            .filter(|s| s.intercepts(subject.event()))
+            .filter(|s| s.intercepts(subject.event()) && Some(&**s.name()) != exclude)
             .collect();
         let mut rewritten_by = Vec::new();
         let mut changed = false;
@@ -277,6 +397,10 @@ impl Host {
                 }
             }
         }
+        // A rewrite must not smuggle past the deny rules.
+        if changed && let Some(block) = self.deny_rules(&subject) {
+            return block;
+        }
         let verdict = match (changed, subject) {
             (true, Interceptable::ToolCall { tool_args, .. }) => {
                 DecisionVerdict::Rewrite { args: tool_args }
@@ -288,6 +412,21 @@ impl Host {
             verdict,
             decided_by: rewritten_by,
         }
+    }
+
+    fn deny_rules(&self, subject: &Interceptable) -> Option<Decision> {
+        let Interceptable::ToolCall {
+            tool_name,
+            tool_args,
+        } = subject
+        else {
+            return None;
+        };
+        let hit = self.data().deny.check(tool_name, tool_args)?;
+        Some(Decision {
+            decided_by: vec![hit.decider()],
+            verdict: DecisionVerdict::Block { reason: hit.reason },
+        })
     }
 
     /// Sends a key press to `extension`'s panel.
@@ -361,6 +500,16 @@ impl Host {
     }
 
     async fn start_all(&self) {
+        let search = &self.inner.settings.search;
+        let data = DataState::load(&crate::data::DataSearch::new(
+            &search.workspace,
+            search.home.root(),
+        ));
+        *self
+            .inner
+            .data
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = data;
         let discovery = self.inner.settings.search.discover();
         let stop = {
             let (tx, rx) = watch::channel(false);
@@ -402,6 +551,7 @@ impl Host {
             stopping.spawn(async move { session.shutdown().await });
         }
         while stopping.join_next().await.is_some() {}
+        self.inner.services.audit.flush();
     }
 
     fn hello_ack(&self, manifest: &crate::manifest::Manifest) -> zotbox_protocol::HelloAck {
@@ -423,12 +573,69 @@ impl Host {
     fn session_config(&self, manifest: &crate::manifest::Manifest) -> SessionConfig {
         let mut config = self.inner.settings.session.clone();
         let limits = manifest.raw.limits;
-        if let Some(ms) = limits.tool_timeout_ms {
-            config.call_timeout = Duration::from_millis(ms);
-        }
-        if let Some(ms) = limits.intercept_timeout_ms {
-            config.intercept_timeout = Duration::from_millis(ms);
+        let policy = &self.inner.policy;
+        let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        let call = limits
+            .tool_timeout_ms
+            .unwrap_or_else(|| millis(config.call_timeout));
+        config.call_timeout = Duration::from_millis(policy.cap_tool_timeout_ms(call));
+        let intercept = limits
+            .intercept_timeout_ms
+            .unwrap_or_else(|| millis(config.intercept_timeout));
+        config.intercept_timeout =
+            Duration::from_millis(policy.cap_intercept_timeout_ms(intercept));
+        if let Some(mode) = policy.intercept_failure()
+            && mode == FailMode::Closed
+        {
+            config.intercept_failure = FailMode::Closed;
         }
         config
+    }
+
+    /// What an extension runs with: its guest limits and, for a wasm guest,
+    /// its sandbox (declared ∩ policy). A native extension the policy
+    /// refuses gets an error instead.
+    fn confine(
+        &self,
+        manifest: &crate::manifest::Manifest,
+    ) -> Result<(crate::runtime::wasm::GuestLimits, Option<Arc<Sandbox>>), String> {
+        let policy = &self.inner.policy;
+        let memory = manifest
+            .raw
+            .limits
+            .memory_mb
+            .unwrap_or(crate::runtime::wasm::DEFAULT_MEMORY_MB);
+        let limits = crate::runtime::wasm::limits_for(Some(policy.cap_memory_mb(memory)));
+        match manifest.program {
+            crate::manifest::Program::Native { .. } => match policy.native_refused_by() {
+                Some(path) => Err(format!(
+                    "native extensions are refused by policy `{}` (`native_extensions: false`)",
+                    path.display()
+                )),
+                None => Ok((limits, None)),
+            },
+            crate::manifest::Program::Wasm { .. } => {
+                let grant = policy.grant(manifest);
+                for row in &grant.rows {
+                    for refusal in &row.refused {
+                        tracing::info!(
+                            "extension `{}`: {} `{}` not granted: {}",
+                            manifest.name(),
+                            row.capability,
+                            refusal.item,
+                            refusal.rule
+                        );
+                    }
+                }
+                let sandbox = Sandbox::new(
+                    manifest.name(),
+                    self.inner.services.clone(),
+                    grant,
+                    &manifest.raw.capabilities,
+                )
+                .map_err(|err| format!("its capabilities do not parse: {err}"))?;
+                Ok((limits, Some(Arc::new(sandbox))))
+            }
+        }
     }
 }

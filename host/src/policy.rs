@@ -275,6 +275,38 @@ impl Policy {
         }
     }
 
+    /// What the policy allows for `capability`, in words, for `policy explain`.
+    pub fn describe(&self, capability: &str) -> String {
+        let lists = |field: fn(&PolicyFile) -> Option<&Vec<String>>| {
+            let layers: Vec<String> = self
+                .layers
+                .iter()
+                .filter_map(|l| {
+                    field(&l.file)
+                        .map(|list| format!("{} (`{}`)", list_or_none(list), l.path.display()))
+                })
+                .collect();
+            if layers.is_empty() {
+                "anything declared".to_owned()
+            } else {
+                layers.join(" and ")
+            }
+        };
+        let switch = |key: &str, field: fn(&PolicyFile) -> Option<bool>| match self
+            .refuse_switch(key, field)
+        {
+            Some(rule) => format!("nothing: {rule}"),
+            None => "anything declared".to_owned(),
+        };
+        match capability {
+            "http" => lists(|f| f.http.as_ref()),
+            "env" => lists(|f| f.env.as_ref()),
+            "fs-write" => switch("fs_write", |f| f.fs_write),
+            "shell" => switch("shell", |f| f.shell),
+            _ => "anything declared".to_owned(),
+        }
+    }
+
     fn refuse_switch(
         &self,
         key: &str,
@@ -312,6 +344,14 @@ impl Policy {
                 ))
             }
         })
+    }
+}
+
+fn list_or_none(list: &[String]) -> String {
+    if list.is_empty() {
+        "none".to_owned()
+    } else {
+        list.join(", ")
     }
 }
 

@@ -171,7 +171,9 @@ impl Launcher {
             .map_err(wasm::WasmError::Engine)
     }
 
-    /// Starts the extension `manifest` describes, its stderr appended to its log.
+    /// Starts the extension `manifest` describes, its stderr appended to its
+    /// log. A wasm guest gets `limits` and reaches the capability layer
+    /// through `sandbox` (none: every capability call is refused).
     ///
     /// # Errors
     ///
@@ -179,19 +181,18 @@ impl Launcher {
     pub async fn start(
         &self,
         manifest: &crate::manifest::Manifest,
+        limits: wasm::GuestLimits,
+        sandbox: Option<Arc<crate::sandbox::Sandbox>>,
     ) -> Result<Transport, StartError> {
         let log = open_log(&self.home.extension_log(manifest.name()));
         match &manifest.program {
             crate::manifest::Program::Native { exec, args } => {
                 Ok(native::spawn(exec, args, &manifest.dir, log)?)
             }
-            crate::manifest::Program::Wasm { path } => {
-                let limits = wasm::limits_for(manifest.raw.limits.memory_mb);
-                Ok(self
-                    .wasm()?
-                    .start(manifest.name(), path, limits, log)
-                    .await?)
-            }
+            crate::manifest::Program::Wasm { path } => Ok(self
+                .wasm()?
+                .start(manifest.name(), path, limits, log, sandbox)
+                .await?),
         }
     }
 }

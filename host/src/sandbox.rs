@@ -20,8 +20,8 @@ use crate::policy::Grant;
 /// Asks the guard chain about a shell command before it runs.
 #[async_trait::async_trait]
 pub trait CommandGuard: Send + Sync {
-    /// `Err((who, why))` when the chain blocks `command`.
-    async fn check_command(&self, command: &str) -> Result<(), (String, String)>;
+    /// `Err((who, why))` when the chain blocks `command`, run on behalf of `caller`.
+    async fn check_command(&self, caller: &str, command: &str) -> Result<(), (String, String)>;
 }
 
 /// A guard that allows everything (for a host without plugins or interceptors).
@@ -30,7 +30,7 @@ pub struct NoGuard;
 
 #[async_trait::async_trait]
 impl CommandGuard for NoGuard {
-    async fn check_command(&self, _command: &str) -> Result<(), (String, String)> {
+    async fn check_command(&self, _caller: &str, _command: &str) -> Result<(), (String, String)> {
         Ok(())
     }
 }
@@ -318,29 +318,17 @@ impl Sandbox {
     ///
     /// [`CapabilityError`]: refused by the grant or the guard, timed out, or failed.
     pub async fn run_shell(&self, command: &str) -> Result<Output, CapabilityError> {
-        let outcome = self.shell_unaudited(command, true).await;
+        let outcome = self.shell_unaudited(command).await;
         self.audit(Capability::Shell, command, &outcome);
         outcome
     }
 
-    /// Runs a command from a data tool's template: no pattern grant (the
-    /// user wrote the template), but the policy switch and the guard apply.
-    pub(crate) async fn run_template(&self, command: &str) -> Result<Output, CapabilityError> {
-        let outcome = self.shell_unaudited(command, false).await;
-        self.audit(Capability::Shell, command, &outcome);
-        outcome
-    }
-
-    async fn shell_unaudited(
-        &self,
-        command: &str,
-        check_grant: bool,
-    ) -> Result<Output, CapabilityError> {
-        if check_grant && let Err(err) = self.shell.allows(command) {
+    async fn shell_unaudited(&self, command: &str) -> Result<Output, CapabilityError> {
+        if let Err(err) = self.shell.allows(command) {
             let declared_allows = self.shell_declared.allows(command).is_ok();
             return Err(self.blame_policy(err, "shell", declared_allows));
         }
-        if let Err((by, why)) = self.services.guard.check_command(command).await {
+        if let Err((by, why)) = self.services.guard.check_command(&self.who, command).await {
             return Err(CapabilityError::denied(
                 Capability::Shell,
                 command,

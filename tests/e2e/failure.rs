@@ -630,8 +630,13 @@ async fn an_extension_that_closes_its_output_is_not_left_running() {
         err.to_string(),
         "extension `hollow` 1.0.0: closed its output"
     );
-    let entry = info(&host, "hollow");
-    assert_eq!(entry.state, ExtensionState::Failed);
+    // The supervisor records the end just after the call fails.
+    let entry = eventually("`hollow` to be marked failed", || {
+        let entry = info(&host, "hollow");
+        (entry.state == ExtensionState::Failed).then_some(entry)
+    })
+    .await
+    .unwrap_or_else(|| panic!("not failed: {:#?}", host.list()));
     assert_eq!(entry.reason.as_deref(), Some("closed its output"));
     // The session is over: the process must not outlive it, and certainly
     // not the host's shutdown.

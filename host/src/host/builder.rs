@@ -32,6 +32,7 @@ pub struct HostBuilder {
     provider: String,
     model: String,
     progress: bool,
+    policy: Option<crate::policy::Policy>,
 }
 
 impl Default for HostBuilder {
@@ -46,6 +47,9 @@ pub enum BuildError {
     /// No `$ZOT_HOME` given and none can be derived.
     #[error("cannot find zot's home: set `ZOT_HOME` or `HOME`, or pass a zot home explicitly")]
     NoHome,
+    /// A policy file is unreadable or invalid.
+    #[error(transparent)]
+    Policy(#[from] crate::policy::PolicyError),
     /// The workspace folder is unusable.
     #[error("workspace `{}`: {error}", path.display())]
     Workspace {
@@ -69,7 +73,14 @@ impl HostBuilder {
             provider: "none".to_owned(),
             model: "none".to_owned(),
             progress: false,
+            policy: None,
         }
+    }
+
+    /// Uses `policy` instead of reading the system and user policy files.
+    pub fn policy(mut self, policy: crate::policy::Policy) -> Self {
+        self.policy = Some(policy);
+        self
     }
 
     /// Show a note on stderr when a wasm extension's first compile is slow.
@@ -176,10 +187,38 @@ impl HostBuilder {
             .home
             .or_else(ZotHome::from_env)
             .ok_or(BuildError::NoHome)?;
+        let policy = match self.policy {
+            Some(policy) => policy,
+            None => crate::policy::Policy::load(
+                &crate::policy::Policy::system_path(),
+                &home.root().join("policy.json"),
+            )?,
+        };
+        let audit = std::sync::Arc::new(crate::audit::AuditLog::open(
+            &home.logs_dir().join("audit.jsonl"),
+        ));
+        let mut http_config = crate::capability::http::HttpConfig::default();
+        for path in policy.extra_root_certificates() {
+            match std::fs::read(&path) {
+                Ok(pem) => http_config.extra_roots.push(pem),
+                Err(err) => tracing::warn!(
+                    "policy: cannot read root certificate `{}`: {err}",
+                    path.display()
+                ),
+            }
+        }
         let (events, _) = broadcast::channel(EVENT_BACKLOG);
         let (stop, _) = watch::channel(false);
         let host = Host {
-            inner: std::sync::Arc::new(Inner {
+            inner: std::sync::Arc::new_cyclic(|weak| Inner {
+                services: std::sync::Arc::new(crate::sandbox::Services::new(
+                    workspace.clone(),
+                    http_config,
+                    audit,
+                    std::sync::Arc::new(super::data_tools::HostGuard(weak.clone())),
+                )),
+                policy,
+                data: std::sync::RwLock::default(),
                 settings: Settings {
                     search: SearchPath {
                         explicit: self.explicit,

@@ -181,10 +181,11 @@ fn fail(host: &Host, slot: &SlotHandle, name: &str, reason: String) {
 
 async fn start_once(host: &Host, slot: &SlotHandle) -> Result<Session, StartFailure> {
     let manifest = &slot.manifest;
+    let (limits, sandbox) = host.confine(manifest).map_err(StartFailure::Permanent)?;
     let transport = host
         .inner
         .launcher
-        .start(manifest)
+        .start(manifest, limits, sandbox)
         .await
         .map_err(|err| StartFailure::Permanent(format!("cannot start: {err}")))?;
     Session::start(

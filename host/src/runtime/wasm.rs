@@ -22,6 +22,7 @@
 
 mod cache;
 mod guest;
+mod host_api;
 mod pipe;
 
 use std::collections::HashMap;
@@ -308,6 +309,7 @@ impl WasmRuntime {
         path: &Path,
         limits: GuestLimits,
         log: Option<std::fs::File>,
+        sandbox: Option<Arc<crate::sandbox::Sandbox>>,
     ) -> Result<Transport, WasmError> {
         let prepared = {
             let runtime = self.clone();
@@ -333,6 +335,7 @@ impl WasmRuntime {
             stdout: guest_stdout,
             log,
             limits,
+            sandbox,
         };
         let engine = self.engine.clone();
         let task = tokio::spawn(guest::run(engine, prepared, io, exit_tx, control.clone()));

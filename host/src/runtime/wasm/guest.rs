@@ -28,6 +28,8 @@ pub(crate) struct ComponentState {
     ctx: WasiCtx,
     table: ResourceTable,
     limiter: MemoryLimiter,
+    /// What the guest may do through the `zot:host` imports.
+    pub(crate) sandbox: Option<Arc<crate::sandbox::Sandbox>>,
 }
 
 impl WasiView for ComponentState {
@@ -108,6 +110,7 @@ pub(crate) fn component_linker(
     cli::terminal_stderr::add_to_linker::<_, WasiCli>(l, ComponentState::cli)?;
     filesystem::types::add_to_linker::<_, WasiFilesystem>(l, ComponentState::filesystem)?;
     filesystem::preopens::add_to_linker::<_, WasiFilesystem>(l, ComponentState::filesystem)?;
+    super::host_api::add_to_linker(l)?;
     Ok(linker)
 }
 
@@ -136,12 +139,17 @@ pub(crate) struct GuestIo {
     pub(crate) stdout: GuestStdout,
     pub(crate) log: GuestLog,
     pub(crate) limits: GuestLimits,
+    pub(crate) sandbox: Option<Arc<crate::sandbox::Sandbox>>,
 }
 
 impl GuestIo {
-    /// The deny-by-default WASI context: stdio, argv = name, nothing else.
+    /// The deny-by-default WASI context: stdio, argv = name, and only the
+    /// environment variables the sandbox grants.
     fn wasi(&self) -> WasiCtxBuilder {
         let mut builder = WasiCtxBuilder::new();
+        if let Some(sandbox) = &self.sandbox {
+            builder.envs(&sandbox.env());
+        }
         builder
             .stdin(self.stdin.clone())
             .stdout(self.stdout.clone())
@@ -185,6 +193,7 @@ pub(crate) async fn run(
                 ctx: io.wasi().build(),
                 table: ResourceTable::new(),
                 limiter: io.limiter(),
+                sandbox: io.sandbox.clone(),
             };
             let mut store = new_store(&engine, state, |s| &mut s.limiter);
             let result = async {

@@ -1,0 +1,124 @@
+//! `zotbox doctor`: one summary of everything that is not right.
+
+use anyhow::Result;
+
+use super::output::json_line;
+use super::{Context, EXIT_ERROR, EXIT_OK};
+use crate::host::ExtensionState;
+
+/// Arguments of `zotbox doctor`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {}
+
+impl Args {
+    pub(crate) async fn run(self, context: &Context) -> Result<u8> {
+        let home = context.home()?;
+        let mut findings: Vec<(String, String)> = Vec::new();
+        let host = match context.host().await {
+            Ok(host) => Some(host),
+            Err(err) => {
+                findings.push(("host".to_owned(), format!("{err:#}")));
+                None
+            }
+        };
+        let mut notes = vec![
+            format!("zot home: {}", home.root().display()),
+            format!("workspace: {}", context.workspace()?.display()),
+        ];
+        if let Some(host) = &host {
+            for info in host.list() {
+                if matches!(
+                    info.state,
+                    ExtensionState::Failed | ExtensionState::Invalid | ExtensionState::Restarting
+                ) {
+                    findings.push((
+                        format!("extension `{}`", info.name),
+                        format!(
+                            "{}: {}",
+                            info.state.as_str(),
+                            info.reason.clone().unwrap_or_default()
+                        ),
+                    ));
+                }
+                for warning in &info.warnings {
+                    findings.push((
+                        format!("extension `{}`", info.name),
+                        format!("warning: {warning}"),
+                    ));
+                }
+            }
+            let data = host.data_set();
+            notes.push(format!(
+                "data: {} tools, {} refusal plugins, {} skills",
+                data.tools.len(),
+                data.plugins.len(),
+                data.skills.len()
+            ));
+            for problem in &data.problems {
+                findings.push((
+                    format!("`{}`", problem.path.display()),
+                    problem.error.clone(),
+                ));
+            }
+            let layers: Vec<String> = host
+                .policy()
+                .layers()
+                .iter()
+                .map(|l| l.path.display().to_string())
+                .collect();
+            notes.push(format!(
+                "policy: {}",
+                if layers.is_empty() {
+                    "none (no ceilings)".to_owned()
+                } else {
+                    layers.join(", ")
+                }
+            ));
+            if let Some(audit) = host.audit_log() {
+                notes.push(format!("audit log: {}", audit.display()));
+            } else {
+                findings.push((
+                    "audit log".to_owned(),
+                    "cannot be written; capability uses go unrecorded".to_owned(),
+                ));
+            }
+            host.shutdown().await;
+        }
+        let logs = home.logs_dir();
+        let probe = logs.join(".doctor-probe");
+        let writable =
+            std::fs::create_dir_all(&logs).is_ok() && std::fs::write(&probe, b"").is_ok();
+        let _ = std::fs::remove_file(&probe);
+        if !writable {
+            findings.push((
+                format!("`{}`", logs.display()),
+                "is not writable: extension logs are lost".to_owned(),
+            ));
+        }
+        if context.json {
+            for note in &notes {
+                json_line(&serde_json::json!({"note": note}))?;
+            }
+            for (subject, problem) in &findings {
+                json_line(&serde_json::json!({"subject": subject, "problem": problem}))?;
+            }
+        } else {
+            for note in &notes {
+                println!("{note}");
+            }
+            if findings.is_empty() {
+                println!("no problems found");
+            } else {
+                println!("\n{} problem(s):", findings.len());
+                for (subject, problem) in &findings {
+                    println!("  {subject}: {problem}");
+                }
+            }
+        }
+        Ok(if findings.is_empty() {
+            EXIT_OK
+        } else {
+            EXIT_ERROR
+        })
+    }
+}

@@ -1,0 +1,174 @@
+//! `zotbox policy explain NAME` and `zotbox policy show`.
+
+use anyhow::{Context as _, Result};
+
+use super::output::{json_line, table};
+use super::{Context, EXIT_OK};
+use crate::discovery::SearchPath;
+use crate::manifest::Program;
+use crate::policy::Policy;
+
+/// `zotbox policy` subcommands.
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum Command {
+    /// For one extension, per capability: what it declared, what the policy
+    /// allows, what is granted, and which rule decided.
+    Explain {
+        /// The extension's name.
+        name: String,
+    },
+    /// The policy files in force and what each says.
+    Show,
+}
+
+fn load(context: &Context) -> Result<Policy> {
+    Ok(Policy::load(
+        &Policy::system_path(),
+        &context.home()?.root().join("policy.json"),
+    )?)
+}
+
+impl Command {
+    pub(crate) async fn run(self, context: &Context) -> Result<u8> {
+        let policy = load(context)?;
+        match self {
+            Self::Show => show(context, &policy),
+            Self::Explain { name } => explain(context, &policy, &name),
+        }
+    }
+}
+
+fn show(context: &Context, policy: &Policy) -> Result<u8> {
+    if context.json {
+        for layer in policy.layers() {
+            json_line(&serde_json::json!({"path": layer.path, "policy": layer.file}))?;
+        }
+        return Ok(EXIT_OK);
+    }
+    println!("system policy: {}", Policy::system_path().display());
+    println!(
+        "user policy:   {}",
+        context.home()?.root().join("policy.json").display()
+    );
+    if policy.layers().is_empty() {
+        println!("no policy file exists: no ceilings beyond each extension's own declarations");
+    }
+    for layer in policy.layers() {
+        println!(
+            "\n{}:\n{}",
+            layer.path.display(),
+            serde_json::to_string_pretty(&layer.file)?
+        );
+    }
+    Ok(EXIT_OK)
+}
+
+fn explain(context: &Context, policy: &Policy, name: &str) -> Result<u8> {
+    let search = SearchPath {
+        explicit: context.ext.clone(),
+        workspace: context.workspace()?,
+        home: context.home()?,
+    };
+    let found = search
+        .discover()
+        .found
+        .into_iter()
+        .find(|found| found.manifest.name() == name)
+        .with_context(|| format!("no extension `{name}` (see `zotbox list`)"))?;
+    let manifest = found.manifest;
+    let grant = policy.grant(&manifest);
+    if context.json {
+        for row in &grant.rows {
+            json_line(&serde_json::json!({
+                "capability": row.capability,
+                "declared": row.declared,
+                "policy": policy.describe(row.capability),
+                "granted": row.granted,
+                "refused": row.refused,
+            }))?;
+        }
+        return Ok(EXIT_OK);
+    }
+    println!(
+        "extension `{name}` ({}, {})",
+        manifest.kind(),
+        manifest.path.display()
+    );
+    if let Program::Native { .. } = manifest.program {
+        match policy.native_refused_by() {
+            Some(path) => println!(
+                "native extensions are refused by `{}`: it will not run at all",
+                path.display()
+            ),
+            None => println!(
+                "native: it runs unsandboxed, with the user's permissions; grants below do not bind it"
+            ),
+        }
+    }
+    let list = |items: &[String]| {
+        if items.is_empty() {
+            "-".to_owned()
+        } else {
+            items.join(", ")
+        }
+    };
+    let rows: Vec<Vec<String>> = grant
+        .rows
+        .iter()
+        .map(|row| {
+            let decided = if row.refused.is_empty() {
+                if row.declared.is_empty() {
+                    "not declared".to_owned()
+                } else {
+                    "declared, allowed".to_owned()
+                }
+            } else {
+                row.refused
+                    .iter()
+                    .map(|r| format!("`{}` refused: {}", r.item, r.rule))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            };
+            vec![
+                row.capability.to_owned(),
+                list(&row.declared),
+                policy.describe(row.capability),
+                list(&row.granted),
+                decided,
+            ]
+        })
+        .collect();
+    print!(
+        "{}",
+        table(
+            &[
+                "CAPABILITY",
+                "DECLARED",
+                "POLICY ALLOWS",
+                "GRANTED",
+                "DECIDED BY"
+            ],
+            &rows
+        )
+    );
+    let limits = manifest.raw.limits;
+    let memory = limits
+        .memory_mb
+        .unwrap_or(crate::runtime::wasm::DEFAULT_MEMORY_MB);
+    println!(
+        "memory: {} MiB (declared or default {memory} MiB)",
+        policy.cap_memory_mb(memory)
+    );
+    let timeout = limits.tool_timeout_ms.unwrap_or(60_000);
+    println!(
+        "tool timeout: {} ms (declared or default {timeout} ms)",
+        policy.cap_tool_timeout_ms(timeout)
+    );
+    let narrowed = grant.rows.iter().any(|row| !row.refused.is_empty());
+    if narrowed {
+        println!(
+            "the extension declared more than the policy allows; it runs with the smaller grant"
+        );
+    }
+    Ok(EXIT_OK)
+}

@@ -1,0 +1,79 @@
+//! `zotbox skills list|show NAME`: the Markdown skills in force.
+
+use anyhow::{Context as _, Result};
+
+use super::output::{json_line, table};
+use super::{Context, EXIT_OK};
+use crate::data::DataSearch;
+
+/// `zotbox skills` subcommands.
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum Command {
+    /// List skills: name, origin, description (project beats user by name).
+    List,
+    /// Print one skill's body.
+    Show {
+        /// The skill's name.
+        name: String,
+    },
+}
+
+impl Command {
+    pub(crate) async fn run(self, context: &Context) -> Result<u8> {
+        let data = DataSearch::new(context.workspace()?, context.home()?.root()).load();
+        match self {
+            Self::List => {
+                if context.json {
+                    for skill in &data.skills {
+                        json_line(&serde_json::json!({
+                            "name": skill.name, "origin": skill.origin.as_str(),
+                            "description": skill.description, "path": skill.path,
+                        }))?;
+                    }
+                } else if data.skills.is_empty() {
+                    println!("no skills found");
+                } else {
+                    let rows: Vec<Vec<String>> = data
+                        .skills
+                        .iter()
+                        .map(|s| {
+                            vec![
+                                s.name.clone(),
+                                s.origin.as_str().to_owned(),
+                                s.description.clone(),
+                            ]
+                        })
+                        .collect();
+                    print!("{}", table(&["NAME", "ORIGIN", "DESCRIPTION"], &rows));
+                }
+                for problem in data
+                    .problems
+                    .iter()
+                    .filter(|p| p.path.extension().is_some_and(|e| e == "md"))
+                {
+                    eprintln!(
+                        "warning: skipped `{}`: {}",
+                        problem.path.display(),
+                        problem.error
+                    );
+                }
+            }
+            Self::Show { name } => {
+                let skill = data
+                    .skill(&name)
+                    .with_context(|| format!("no skill `{name}`"))?;
+                if context.json {
+                    json_line(&serde_json::json!({
+                        "name": skill.name, "description": skill.description, "body": skill.body,
+                    }))?;
+                } else {
+                    print!("{}", skill.body);
+                    if !skill.body.ends_with('\n') {
+                        println!();
+                    }
+                }
+            }
+        }
+        Ok(EXIT_OK)
+    }
+}

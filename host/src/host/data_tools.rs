@@ -1,0 +1,337 @@
+//! Data-only extensions inside the host: data tools as tools, refusal
+//! plugins as the first link of the guard chain, skills on request.
+
+use std::sync::{Arc, Weak};
+
+use serde_json::{Value, json};
+use zotbox_protocol::{Content, ToolResult};
+
+use super::{Host, Inner};
+use crate::capability::http::Request;
+use crate::capability::shell::render_template;
+use crate::data::{Approvals, DataSearch, DataSet, DataTool, Plugin, ToolKind};
+use crate::guard::DenyRules;
+use crate::manifest::Capabilities;
+use crate::sandbox::{CommandGuard, Sandbox};
+
+/// The most a data tool returns to the model, in characters.
+pub const DATA_OUTPUT_CAP: usize = 30_000;
+
+/// The data files in force and the deny rules compiled from their plugins.
+#[derive(Debug, Default)]
+pub(crate) struct DataState {
+    pub(crate) set: DataSet,
+    pub(crate) deny: DenyRules,
+}
+
+impl DataState {
+    /// Loads every data folder. A project plugin shadows a user plugin of
+    /// the same name for listing, but the user's deny rules stay in force:
+    /// a cloned repository must not be able to switch off the user's
+    /// refusals by shipping an empty plugin of the same name.
+    pub(crate) fn load(search: &DataSearch) -> Self {
+        let set = search.load();
+        for problem in &set.problems {
+            tracing::warn!("`{}`: {}", problem.path.display(), problem.error);
+        }
+        let mut plugins: Vec<Plugin> = set.plugins.clone();
+        for (kind, _, path) in &set.shadowed {
+            if kind == "plugin"
+                && let Ok(parsed) = Plugin::load(path, crate::data::DataOrigin::User)
+            {
+                plugins.push(parsed.value);
+            }
+        }
+        let deny = DenyRules::new(&plugins);
+        Self { set, deny }
+    }
+}
+
+/// The guard chain as the shell capability sees it: every command a
+/// sandbox runs is asked about as zot's `bash` tool.
+pub(crate) struct HostGuard(pub(crate) Weak<Inner>);
+
+#[async_trait::async_trait]
+impl CommandGuard for HostGuard {
+    async fn check_command(&self, who: &str, command: &str) -> Result<(), (String, String)> {
+        let Some(inner) = self.0.upgrade() else {
+            return Ok(());
+        };
+        let host = Host { inner };
+        let subject = crate::session::Interceptable::ToolCall {
+            tool_name: "bash".to_owned(),
+            tool_args: json!({ "command": command }),
+        };
+        // The caller is blocked in this very call: asking it to intercept
+        // would only wait out its deadline.
+        let decision = host.intercept_excluding(subject, Some(who)).await;
+        match decision.verdict {
+            super::DecisionVerdict::Block { reason } => {
+                Err((decision.decided_by.join(", "), reason))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+fn text_result(text: String, is_error: bool) -> ToolResult {
+    ToolResult {
+        id: String::new(),
+        content: vec![Content::text(cap_output(text))],
+        is_error,
+    }
+}
+
+/// Cuts `text` to [`DATA_OUTPUT_CAP`] characters, saying how much was cut.
+pub(crate) fn cap_output(text: String) -> String {
+    let total = text.chars().count();
+    if total <= DATA_OUTPUT_CAP {
+        return text;
+    }
+    let mut cut: String = text.chars().take(DATA_OUTPUT_CAP).collect();
+    cut.push_str(&format!(
+        "\n[truncated: {} more characters]",
+        total - DATA_OUTPUT_CAP
+    ));
+    cut
+}
+
+/// What a data tool of this kind and rendering must be allowed to do.
+fn declared_for(
+    kind: &ToolKind,
+    rendered_url: Option<&str>,
+    rendered_path: Option<&str>,
+) -> Capabilities {
+    let mut declared = Capabilities::default();
+    match kind {
+        // The template is the user's own; the policy switch and the guard
+        // still apply to whatever it becomes.
+        ToolKind::Shell { .. } => declared.shell = vec!["**".to_owned()],
+        ToolKind::Http { .. } => {
+            if let Some(origin) = rendered_url.and_then(origin_of) {
+                declared.http = vec![origin];
+            }
+        }
+        ToolKind::Read { .. } => {
+            if let Some(path) = rendered_path {
+                declared.read = vec![globset::escape(path)];
+            }
+        }
+    }
+    declared
+}
+
+/// `https://host[:port]` of a URL.
+fn origin_of(url: &str) -> Option<String> {
+    let parsed = reqwest::Url::parse(url).ok()?;
+    let host = parsed.host_str()?;
+    Some(match parsed.port() {
+        Some(port) => format!("{}://{host}:{port}", parsed.scheme()),
+        None => format!("{}://{host}", parsed.scheme()),
+    })
+}
+
+impl Host {
+    /// The data tool `name`, if one is in force (and not shadowed by an
+    /// extension's tool of the same name).
+    pub(crate) fn data_tool(&self, name: &str) -> Option<DataTool> {
+        self.data().set.tool(name).cloned()
+    }
+
+    pub(crate) fn data(&self) -> std::sync::RwLockReadGuard<'_, DataState> {
+        self.inner
+            .data
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Runs a data tool the guard chain already allowed: approval, then the
+    /// declared operation through a sandbox of its own, output capped.
+    pub(crate) async fn run_data_tool(&self, tool: &DataTool, args: &Value) -> ToolResult {
+        if !tool.auto_approve || self.inner.policy.require_approval() {
+            // Under a policy that requires approval, `autoApprove` counts for nothing.
+            let mut strict = tool.clone();
+            strict.auto_approve = false;
+            let refusal = match Approvals::load(self.inner.settings.search.home.root()) {
+                Ok(approvals) => approvals
+                    .check(&strict)
+                    .err()
+                    .map(|refusal| refusal.to_string()),
+                Err(err) => Some(format!("tool `{}`: {err}", tool.name)),
+            };
+            if let Some(refusal) = refusal {
+                self.inner
+                    .services
+                    .audit
+                    .record(crate::audit::AuditRecord::now(
+                        format!("data:{}", tool.name),
+                        "approval",
+                        &tool.name,
+                        crate::audit::Decision::Deny,
+                        &refusal,
+                    ));
+                return text_result(refusal, true);
+            }
+        }
+        let arg = match args.get("arg") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(arg)) => Some(arg.as_str()),
+            Some(other) => {
+                return text_result(
+                    format!(
+                        "tool `{}`: `arg` must be a string, got `{other}`",
+                        tool.name
+                    ),
+                    true,
+                );
+            }
+        };
+        match &tool.kind {
+            ToolKind::Shell { command } => {
+                let command = render_template(command, arg);
+                let sandbox = match self.data_sandbox(tool, None, None) {
+                    Ok(sandbox) => sandbox,
+                    Err(result) => return result,
+                };
+                match sandbox.run_shell(&command).await {
+                    Ok(output) => {
+                        let mut text = output.stdout;
+                        if !output.stderr.is_empty() {
+                            text.push_str(&format!("\n[stderr]\n{}", output.stderr));
+                        }
+                        let failed = output.exit_code != Some(0);
+                        if failed {
+                            let status = output.exit_code.map_or_else(
+                                || "killed by a signal".to_owned(),
+                                |c| format!("exit status {c}"),
+                            );
+                            text.push_str(&format!("\n[{status}]"));
+                        }
+                        text_result(text, failed)
+                    }
+                    Err(err) => text_result(err.to_string(), true),
+                }
+            }
+            ToolKind::Http { .. } => {
+                let crate::data::Rendered::Http { url } = tool.kind.render(arg) else {
+                    return text_result(format!("tool `{}`: not an http tool", tool.name), true);
+                };
+                if arg.is_some_and(|a| {
+                    matches!(a.trim(), "." | ".." | "%2e" | "%2E" | "%2e%2e" | "%2E%2E")
+                }) {
+                    return text_result(
+                        format!(
+                            "tool `{}`: `arg` may not be a `.` or `..` path segment",
+                            tool.name
+                        ),
+                        true,
+                    );
+                }
+                let sandbox = match self.data_sandbox(tool, Some(&url), None) {
+                    Ok(sandbox) => sandbox,
+                    Err(result) => return result,
+                };
+                match sandbox.fetch(Request::get(url.clone())).await {
+                    Ok(response) => {
+                        let body = String::from_utf8_lossy(&response.body).into_owned();
+                        if (200..300).contains(&response.status) {
+                            text_result(body, false)
+                        } else {
+                            text_result(
+                                format!("HTTP {} from `{url}`\n{body}", response.status),
+                                true,
+                            )
+                        }
+                    }
+                    Err(err) => text_result(err.to_string(), true),
+                }
+            }
+            ToolKind::Read { .. } => {
+                let crate::data::Rendered::Read { path } = tool.kind.render(arg) else {
+                    return text_result(format!("tool `{}`: not a read tool", tool.name), true);
+                };
+                let sandbox = match self.data_sandbox(tool, None, Some(&path)) {
+                    Ok(sandbox) => sandbox,
+                    Err(result) => return result,
+                };
+                match sandbox.read(&path).await {
+                    Ok(bytes) => text_result(String::from_utf8_lossy(&bytes).into_owned(), false),
+                    Err(err) => text_result(err.to_string(), true),
+                }
+            }
+        }
+    }
+
+    fn data_sandbox(
+        &self,
+        tool: &DataTool,
+        url: Option<&str>,
+        path: Option<&str>,
+    ) -> Result<Arc<Sandbox>, ToolResult> {
+        let declared = declared_for(&tool.kind, url, path);
+        let manifest = crate::manifest::Manifest {
+            raw: crate::manifest::RawManifest {
+                name: tool.name.clone(),
+                version: String::new(),
+                exec: None,
+                args: Vec::new(),
+                language: None,
+                description: None,
+                enabled: true,
+                wasm: None,
+                capabilities: declared.clone(),
+                limits: crate::manifest::Limits::default(),
+            },
+            path: tool.path.clone(),
+            dir: tool
+                .path
+                .parent()
+                .map(std::path::Path::to_path_buf)
+                .unwrap_or_default(),
+            program: crate::manifest::Program::Native {
+                exec: String::new(),
+                args: Vec::new(),
+            },
+            unknown_keys: Vec::new(),
+        };
+        let grant = self.inner.policy.grant(&manifest);
+        Sandbox::new(
+            format!("data:{}", tool.name),
+            self.inner.services.clone(),
+            grant,
+            &declared,
+        )
+        .map(Arc::new)
+        .map_err(|err| text_result(format!("tool `{}`: {err}", tool.name), true))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_is_capped_with_a_marker() {
+        assert_eq!(cap_output("short".to_owned()), "short");
+        let long = "é".repeat(DATA_OUTPUT_CAP + 5);
+        let capped = cap_output(long);
+        assert!(capped.ends_with("\n[truncated: 5 more characters]"));
+        assert_eq!(
+            capped.chars().filter(|&c| c == 'é').count(),
+            DATA_OUTPUT_CAP
+        );
+    }
+
+    #[test]
+    fn origins_are_taken_from_rendered_urls() {
+        assert_eq!(
+            origin_of("https://api.x.com/a?b=c").as_deref(),
+            Some("https://api.x.com")
+        );
+        assert_eq!(
+            origin_of("https://127.0.0.1:8443/x").as_deref(),
+            Some("https://127.0.0.1:8443")
+        );
+        assert_eq!(origin_of("not a url"), None);
+    }
+}
