@@ -10,6 +10,9 @@ mod ext;
 mod list;
 mod output;
 mod policy;
+mod run;
+mod serve;
+mod setup;
 mod skills;
 
 use std::path::PathBuf;
@@ -80,6 +83,13 @@ enum Action {
     Command(command::Args),
     /// Ask the tool_call guard chain about a call without running it.
     Check(check::Args),
+    /// Host the extension in DIR and bridge it to zot on stdio (zot's `exec`
+    /// for a sandboxed extension).
+    Run(run::Args),
+    /// Serve data tools, refusal plugins and skills to zot as one extension.
+    Serve(serve::Args),
+    /// Register `zotbox serve` in $ZOT_HOME/extensions/zotbox (or --remove it).
+    Setup(setup::Args),
     /// Approve a data tool whose manifest says `autoApprove: false`.
     Approve(approve::Args),
     /// Show the policy in force, or explain one extension's grant.
@@ -158,6 +168,9 @@ impl Cli {
             Action::Ext(command) => command.run(&context).await?,
             Action::Demo(args) => args.run(&context).await?,
             Action::Approve(args) => args.run(&context).await?,
+            Action::Run(args) => args.run(&context).await?,
+            Action::Serve(args) => args.run(&context).await?,
+            Action::Setup(args) => args.run(&context).await?,
             Action::Policy(command) => command.run(&context).await?,
             Action::Skills(command) => command.run(&context).await?,
             Action::Doctor(args) => args.run(&context).await?,

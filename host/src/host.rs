@@ -22,7 +22,7 @@ use crate::event::HostEvent;
 use crate::policy::Policy;
 use crate::sandbox::{Sandbox, Services};
 use crate::session::{CallError, FailMode, Interceptable, Session, SessionConfig, Verdict};
-pub use builder::HostBuilder;
+pub use builder::{BuildError, HostBuilder};
 pub use data_tools::DATA_OUTPUT_CAP;
 use data_tools::DataState;
 use registry::Registry;
@@ -162,6 +162,8 @@ struct Inner {
 #[derive(Debug, Clone)]
 struct Settings {
     search: SearchPath,
+    // `false` for `zotbox serve`: zot itself runs the extensions.
+    run_extensions: bool,
     session: SessionConfig,
     restart: RestartPolicy,
     zot_version: String,
@@ -510,7 +512,11 @@ impl Host {
             .data
             .write()
             .unwrap_or_else(PoisonError::into_inner) = data;
-        let discovery = self.inner.settings.search.discover();
+        let discovery = if self.inner.settings.run_extensions {
+            self.inner.settings.search.discover()
+        } else {
+            crate::discovery::Discovery::default()
+        };
         let stop = {
             let (tx, rx) = watch::channel(false);
             *self

@@ -26,6 +26,7 @@
 //! between all of them.
 
 pub mod audit;
+pub mod bridge;
 pub mod build;
 pub mod capability;
 pub mod cli;
@@ -39,6 +40,7 @@ pub mod manifest;
 pub mod policy;
 pub mod runtime;
 pub mod sandbox;
+pub mod serve;
 pub mod session;
 
 pub use event::HostEvent;

@@ -37,7 +37,9 @@ impl CommandGuard for NoGuard {
 
 /// What every sandbox of one host shares.
 pub struct Services {
-    workspace: PathBuf,
+    // Known at start for a standalone host; for `zotbox run`, only once zot's
+    // `hello_ack` names it (capability calls before that are refused).
+    workspace: OnceLock<PathBuf>,
     jail: OnceLock<Result<Arc<Jail>, String>>,
     http: OnceLock<Result<Arc<HttpClient>, String>>,
     http_config: HttpConfig,
@@ -60,16 +62,21 @@ impl std::fmt::Debug for Services {
 }
 
 impl Services {
-    /// Services for the workspace at `workspace`. The jail and the HTTP
-    /// client are set up on first use.
+    /// Services for the workspace at `workspace` (`None`: set it later with
+    /// [`Services::set_workspace`]). The jail and the HTTP client are set up
+    /// on first use.
     pub fn new(
-        workspace: PathBuf,
+        workspace: Option<PathBuf>,
         http_config: HttpConfig,
         audit: Arc<AuditLog>,
         guard: Arc<dyn CommandGuard>,
     ) -> Self {
+        let known = OnceLock::new();
+        if let Some(workspace) = workspace {
+            let _ = known.set(workspace);
+        }
         Self {
-            workspace,
+            workspace: known,
             jail: OnceLock::new(),
             http: OnceLock::new(),
             http_config,
@@ -80,19 +87,30 @@ impl Services {
         }
     }
 
-    /// The workspace root.
-    pub fn workspace(&self) -> &Path {
-        &self.workspace
+    /// The workspace root, once known.
+    pub fn workspace(&self) -> Option<&Path> {
+        self.workspace.get().map(PathBuf::as_path)
+    }
+
+    /// Names the workspace root; only the first call has an effect.
+    pub fn set_workspace(&self, workspace: PathBuf) {
+        let _ = self.workspace.set(workspace);
+    }
+
+    fn workspace_or_refuse(&self) -> Result<&Path, CapabilityError> {
+        self.workspace().ok_or_else(|| {
+            CapabilityError::Failed(
+                "the workspace is not known yet (no `hello_ack` from zot)".to_owned(),
+            )
+        })
     }
 
     fn jail(&self) -> Result<Arc<Jail>, CapabilityError> {
+        let workspace = self.workspace_or_refuse()?;
         self.jail
             .get_or_init(|| {
-                Jail::open(&self.workspace).map(Arc::new).map_err(|err| {
-                    format!(
-                        "cannot open the workspace `{}`: {err}",
-                        self.workspace.display()
-                    )
+                Jail::open(workspace).map(Arc::new).map_err(|err| {
+                    format!("cannot open the workspace `{}`: {err}", workspace.display())
                 })
             })
             .clone()
@@ -337,7 +355,7 @@ impl Sandbox {
         }
         crate::capability::shell::run(
             command,
-            &self.services.workspace,
+            self.services.workspace_or_refuse()?,
             &self.services.shell_limits,
         )
         .await

@@ -20,9 +20,21 @@ pub(crate) enum Command {
     /// The manifest is validated before and after the copy; an invalid
     /// install is rolled back and an existing one is replaced only once the
     /// new copy is valid.
+    ///
+    /// A sandboxed (wasm) extension first shows the capabilities it declares
+    /// and what the policy grants, and asks to go on (`--yes` accepts; without
+    /// a terminal and without `--yes` the install is refused). Its copy then
+    /// gets `exec`/`args` that make zot start it through `zotbox run`, and it
+    /// is precompiled into the cache.
     Install {
         /// The extension's folder (holding extension.json).
         path: PathBuf,
+        /// Install into <workspace>/.zot/extensions/ instead of $ZOT_HOME.
+        #[arg(long)]
+        project: bool,
+        /// Accept the capabilities without asking.
+        #[arg(long, short)]
+        yes: bool,
     },
     /// Delete an installed extension's folder.
     Remove {
@@ -62,7 +74,7 @@ pub(crate) enum Command {
 impl Command {
     pub(crate) async fn run(self, context: &Context) -> Result<u8> {
         match self {
-            Self::Install { path } => install(context, &path),
+            Self::Install { path, project, yes } => install(context, &path, project, yes).await,
             Self::Remove { name } => remove(context, &name),
             Self::Enable { name } => set_enabled(context, &name, true),
             Self::Disable { name } => set_enabled(context, &name, false),
@@ -141,7 +153,7 @@ pub(crate) fn install_file(from: &Path, to: &Path) -> Result<()> {
     Ok(())
 }
 
-fn install(context: &Context, source: &Path) -> Result<u8> {
+async fn install(context: &Context, source: &Path, project: bool, yes: bool) -> Result<u8> {
     let source_manifest = if source.is_dir() {
         source.join(MANIFEST_FILE)
     } else {
@@ -149,23 +161,55 @@ fn install(context: &Context, source: &Path) -> Result<u8> {
     };
     let manifest = Manifest::load(&source_manifest)?;
     let name = manifest.name().to_owned();
-    let extensions = context.home()?.extensions_dir();
+    let sandboxed = matches!(manifest.program, crate::manifest::Program::Wasm { .. });
+    if sandboxed {
+        let policy = crate::policy::Policy::load(
+            &crate::policy::Policy::system_path(),
+            &context.home()?.root().join("policy.json"),
+        )?;
+        super::policy::print_grant(&policy, &manifest);
+        consent(&name, yes)?;
+    }
+    let extensions = if project {
+        context.workspace()?.join(".zot").join("extensions")
+    } else {
+        context.home()?.extensions_dir()
+    };
     std::fs::create_dir_all(&extensions)
         .with_context(|| format!("cannot create `{}`", extensions.display()))?;
     let target = extensions.join(&name);
     let staging = extensions.join(format!(".installing-{name}"));
     let _ = std::fs::remove_dir_all(&staging);
-    copy_tree(source, &staging).with_context(|| {
-        format!(
-            "cannot copy `{}` to `{}`",
-            source.display(),
-            staging.display()
-        )
-    })?;
-    // The copy is what zot will load: validate it, not just the source.
-    if let Err(err) = Manifest::load(&staging.join(MANIFEST_FILE)) {
+    let staged = async {
+        copy_tree(source, &staging).with_context(|| {
+            format!(
+                "cannot copy `{}` to `{}`",
+                source.display(),
+                staging.display()
+            )
+        })?;
+        if sandboxed {
+            point_exec_at_zotbox(&staging.join(MANIFEST_FILE))?;
+        }
+        // The copy is what zot will load: validate it, not just the source.
+        let copy = Manifest::load(&staging.join(MANIFEST_FILE))
+            .context("the installed copy is invalid")?;
+        if let crate::manifest::Program::Wasm { path } = &copy.program {
+            let launcher = crate::runtime::Launcher::new(
+                context.home()?,
+                std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            );
+            let runtime = launcher.wasm()?;
+            let (name, wasm) = (name.clone(), path.clone());
+            tokio::task::spawn_blocking(move || runtime.prepare(&name, &wasm))
+                .await?
+                .context("the guest does not load")?;
+        }
+        anyhow::Ok(())
+    };
+    if let Err(err) = staged.await {
         let _ = std::fs::remove_dir_all(&staging);
-        return Err(err).context("the installed copy is invalid; install rolled back");
+        return Err(err.context("install rolled back"));
     }
     if target.exists() {
         std::fs::remove_dir_all(&target)
@@ -174,6 +218,50 @@ fn install(context: &Context, source: &Path) -> Result<u8> {
     std::fs::rename(&staging, &target)
         .with_context(|| format!("cannot move `{}` into place", staging.display()))?;
     report(context, "installed", &name, &target)
+}
+
+/// Asks whether to install `name` with the capabilities shown above.
+fn consent(name: &str, yes: bool) -> Result<()> {
+    if yes {
+        return Ok(());
+    }
+    if !std::io::IsTerminal::is_terminal(&std::io::stdin()) {
+        bail!(
+            "not installing `{name}` without confirmation: stdin is not a terminal; \
+             pass --yes to accept the capabilities shown above"
+        );
+    }
+    eprint!("install `{name}` with the grant above? [y/N] ");
+    let mut answer = String::new();
+    std::io::stdin().read_line(&mut answer)?;
+    if matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes") {
+        Ok(())
+    } else {
+        bail!("install of `{name}` cancelled")
+    }
+}
+
+/// Sets `exec`/`args` in a sandboxed extension's manifest so that zot
+/// starts it through `zotbox run` (a standalone zotbox sees `wasm` and
+/// ignores them).
+fn point_exec_at_zotbox(manifest: &Path) -> Result<()> {
+    let text = std::fs::read_to_string(manifest)
+        .with_context(|| format!("cannot read `{}`", manifest.display()))?;
+    let mut value: Value = serde_json::from_str(&text)
+        .with_context(|| format!("`{}` is not JSON", manifest.display()))?;
+    let Some(object) = value.as_object_mut() else {
+        bail!("`{}` is not a JSON object", manifest.display());
+    };
+    object.insert(
+        "exec".to_owned(),
+        Value::String(super::setup::launcher_exec()?),
+    );
+    object.insert("args".to_owned(), serde_json::json!(["run"]));
+    let mut out = serde_json::to_string_pretty(&value)?;
+    out.push('\n');
+    std::fs::write(manifest, out)
+        .with_context(|| format!("cannot write `{}`", manifest.display()))?;
+    Ok(())
 }
 
 /// Copies a folder tree; symlinks are copied as symlinks, never followed.

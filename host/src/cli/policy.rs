@@ -89,6 +89,15 @@ fn explain(context: &Context, policy: &Policy, name: &str) -> Result<u8> {
         }
         return Ok(EXIT_OK);
     }
+    print_grant(policy, &manifest);
+    Ok(EXIT_OK)
+}
+
+/// Prints, per capability, what `manifest` declared, what the policy allows,
+/// what is granted and which rule decided; then its limits.
+pub(crate) fn print_grant(policy: &Policy, manifest: &crate::manifest::Manifest) {
+    let name = manifest.name();
+    let grant = policy.grant(manifest);
     println!(
         "extension `{name}` ({}, {})",
         manifest.kind(),
@@ -170,5 +179,4 @@ fn explain(context: &Context, policy: &Policy, name: &str) -> Result<u8> {
             "the extension declared more than the policy allows; it runs with the smaller grant"
         );
     }
-    Ok(EXIT_OK)
 }

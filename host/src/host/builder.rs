@@ -33,6 +33,7 @@ pub struct HostBuilder {
     model: String,
     progress: bool,
     policy: Option<crate::policy::Policy>,
+    run_extensions: bool,
 }
 
 impl Default for HostBuilder {
@@ -74,7 +75,16 @@ impl HostBuilder {
             model: "none".to_owned(),
             progress: false,
             policy: None,
+            run_extensions: true,
         }
+    }
+
+    /// With `false`, no extension is discovered or started: the host serves
+    /// only the data side (data tools, refusal plugins, skills). `zotbox
+    /// serve` uses this, since zot runs the extensions itself.
+    pub fn run_extensions(mut self, run: bool) -> Self {
+        self.run_extensions = run;
+        self
     }
 
     /// Uses `policy` instead of reading the system and user policy files.
@@ -212,7 +222,7 @@ impl HostBuilder {
         let host = Host {
             inner: std::sync::Arc::new_cyclic(|weak| Inner {
                 services: std::sync::Arc::new(crate::sandbox::Services::new(
-                    workspace.clone(),
+                    Some(workspace.clone()),
                     http_config,
                     audit,
                     std::sync::Arc::new(super::data_tools::HostGuard(weak.clone())),
@@ -225,6 +235,7 @@ impl HostBuilder {
                         workspace,
                         home: home.clone(),
                     },
+                    run_extensions: self.run_extensions,
                     session: self.session,
                     restart: self.restart,
                     zot_version: self.zot_version,

@@ -1,0 +1,421 @@
+//! `zotbox run`: one extension hosted in the sandbox, bridged to zot's stdio.
+//!
+//! zot starts `zotbox run` as the extension's `exec`, in the extension's
+//! folder, and speaks the protocol on its stdin/stdout. The bridge starts
+//! the extension (a wasm guest, in the sandbox, or a native one, if the
+//! policy allows) and forwards every line, byte for byte, in both
+//! directions: it adds no frame and loses none. It only looks at what passes:
+//!
+//! - `hello_ack` names the workspace, which becomes the sandbox's root;
+//! - requests (`tool_call`, `command_invoked`, `event_intercept`) start a
+//!   deadline; a wasm guest still computing past it is killed;
+//! - `shutdown` or the end of zot's input ends the guest, gracefully first.
+//!
+//! When the extension ends, the bridge exits with its status, so zot sees
+//! exactly what it would see of a native extension.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Deserialize;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{Mutex, watch};
+use tokio::time::Instant;
+use zotbox_protocol::{DEFAULT_MAX_LINE, Line, LineSplitter};
+
+use crate::audit::AuditLog;
+use crate::capability::http::HttpConfig;
+use crate::home::ZotHome;
+use crate::manifest::{MANIFEST_FILE, Manifest, Program};
+use crate::policy::Policy;
+use crate::runtime::{Exit, Launcher, Transport};
+use crate::sandbox::{CommandGuard, Sandbox, Services};
+
+/// The bridge could not start the extension.
+#[derive(Debug, thiserror::Error)]
+pub enum BridgeError {
+    /// The manifest is missing or invalid.
+    #[error(transparent)]
+    Manifest(#[from] crate::manifest::ManifestError),
+    /// The policy is unreadable or invalid.
+    #[error(transparent)]
+    Policy(#[from] crate::policy::PolicyError),
+    /// The policy refuses this extension.
+    #[error("extension `{name}`: {reason}")]
+    Refused {
+        /// The extension.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+    /// It could not be started.
+    #[error("extension `{name}`: cannot start: {error}")]
+    Start {
+        /// The extension.
+        name: String,
+        /// Why.
+        error: crate::runtime::StartError,
+    },
+    /// Reading or writing zot's stdio failed.
+    #[error("the bridge to zot failed: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Deadlines the bridge enforces on requests it forwards (zot keeps its own).
+#[derive(Debug, Clone)]
+pub struct BridgeConfig {
+    /// A tool call or command.
+    pub call_timeout: Duration,
+    /// An intercept.
+    pub intercept_timeout: Duration,
+    /// After `shutdown` or end of input, before the extension is stopped.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for BridgeConfig {
+    fn default() -> Self {
+        Self {
+            call_timeout: Duration::from_secs(60),
+            intercept_timeout: Duration::from_secs(5),
+            shutdown_grace: Duration::from_secs(2),
+        }
+    }
+}
+
+/// The guard for shell commands inside `zotbox run`: the refusal plugins of
+/// the workspace (zot runs the intercepting extensions; they cannot be
+/// asked from here).
+struct PluginGuard {
+    services: std::sync::Weak<Services>,
+    home: ZotHome,
+    rules: std::sync::OnceLock<crate::guard::DenyRules>,
+}
+
+#[async_trait::async_trait]
+impl CommandGuard for PluginGuard {
+    async fn check_command(&self, _caller: &str, command: &str) -> Result<(), (String, String)> {
+        let rules = self.rules.get_or_init(|| {
+            let workspace = self
+                .services
+                .upgrade()
+                .and_then(|s| s.workspace().map(Path::to_path_buf))
+                .unwrap_or_default();
+            let set = crate::data::DataSearch::new(workspace, self.home.root()).load();
+            crate::guard::DenyRules::new(&set.plugins)
+        });
+        match rules.check("bash", &serde_json::json!({ "command": command })) {
+            Some(hit) => Err((hit.decider(), hit.reason)),
+            None => Ok(()),
+        }
+    }
+}
+
+/// What the bridge needs to know about a frame passing through.
+#[derive(Deserialize)]
+struct Peek {
+    #[serde(rename = "type")]
+    frame_type: String,
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    cwd: Option<String>,
+}
+
+/// Runs the extension in `dir` bridged to `input`/`output` until it ends;
+/// returns its exit status for the bridge's own.
+///
+/// # Errors
+///
+/// [`BridgeError`] when the extension cannot be started or stdio fails.
+pub async fn run(
+    dir: &Path,
+    home: ZotHome,
+    config: BridgeConfig,
+    input: impl AsyncRead + Unpin + Send + 'static,
+    output: impl AsyncWrite + Unpin + Send + 'static,
+) -> Result<Exit, BridgeError> {
+    let manifest = Manifest::load(&dir.join(MANIFEST_FILE))?;
+    let name = manifest.name().to_owned();
+    let policy = Policy::load(&Policy::system_path(), &home.root().join("policy.json"))?;
+    let services = services(&home, &policy);
+    let (limits, sandbox) = match &manifest.program {
+        Program::Native { .. } => {
+            if let Some(path) = policy.native_refused_by() {
+                return Err(BridgeError::Refused {
+                    name,
+                    reason: format!(
+                        "native extensions are refused by policy `{}` (`native_extensions: false`)",
+                        path.display()
+                    ),
+                });
+            }
+            (crate::runtime::wasm::limits_for(None), None)
+        }
+        Program::Wasm { .. } => {
+            let memory = manifest
+                .raw
+                .limits
+                .memory_mb
+                .unwrap_or(crate::runtime::wasm::DEFAULT_MEMORY_MB);
+            let sandbox = Sandbox::new(
+                &name,
+                services.clone(),
+                policy.grant(&manifest),
+                &manifest.raw.capabilities,
+            )
+            .map_err(|err| BridgeError::Refused {
+                name: name.clone(),
+                reason: format!("its capabilities do not parse: {err}"),
+            })?;
+            (
+                crate::runtime::wasm::limits_for(Some(policy.cap_memory_mb(memory))),
+                Some(Arc::new(sandbox)),
+            )
+        }
+    };
+    let launcher = Launcher::new(home, false);
+    let transport = launcher
+        .start(&manifest, limits, sandbox)
+        .await
+        .map_err(|error| BridgeError::Start {
+            name: name.clone(),
+            error,
+        })?;
+    let timeouts =
+        Timeouts {
+            call: Duration::from_millis(
+                policy.cap_tool_timeout_ms(
+                    manifest.raw.limits.tool_timeout_ms.unwrap_or(
+                        u64::try_from(config.call_timeout.as_millis()).unwrap_or(u64::MAX),
+                    ),
+                ),
+            ),
+            intercept: config.intercept_timeout,
+        };
+    let exit = bridge(
+        transport,
+        services,
+        timeouts,
+        config.shutdown_grace,
+        input,
+        output,
+    )
+    .await?;
+    Ok(exit)
+}
+
+fn services(home: &ZotHome, policy: &Policy) -> Arc<Services> {
+    let audit = Arc::new(AuditLog::open(&home.logs_dir().join("audit.jsonl")));
+    let mut http_config = HttpConfig::default();
+    for path in policy.extra_root_certificates() {
+        match std::fs::read(&path) {
+            Ok(pem) => http_config.extra_roots.push(pem),
+            Err(err) => tracing::warn!(
+                "policy: cannot read root certificate `{}`: {err}",
+                path.display()
+            ),
+        }
+    }
+    Arc::new_cyclic(|weak| {
+        Services::new(
+            None,
+            http_config,
+            audit,
+            Arc::new(PluginGuard {
+                services: weak.clone(),
+                home: home.clone(),
+                rules: std::sync::OnceLock::new(),
+            }),
+        )
+    })
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Timeouts {
+    call: Duration,
+    intercept: Duration,
+}
+
+/// Requests in flight to the extension, by id, with their deadlines.
+type Deadlines = Arc<Mutex<HashMap<String, Instant>>>;
+
+async fn bridge(
+    transport: Transport,
+    services: Arc<Services>,
+    timeouts: Timeouts,
+    shutdown_grace: Duration,
+    input: impl AsyncRead + Unpin + Send + 'static,
+    mut output: impl AsyncWrite + Unpin + Send + 'static,
+) -> Result<Exit, BridgeError> {
+    let Transport {
+        output: mut from_guest,
+        input: to_guest,
+        control,
+        exit,
+    } = transport;
+    let deadlines: Deadlines = Arc::default();
+    // Set once zot's input ends or says `shutdown`: the guest gets a grace period.
+    let (ending_tx, ending) = watch::channel(false);
+
+    let inbound = tokio::spawn(forward_inbound(
+        input,
+        to_guest,
+        services,
+        deadlines.clone(),
+        timeouts,
+        ending_tx,
+    ));
+
+    // Deadlines and the end of the guest are watched beside the copy out.
+    let watchdog = tokio::spawn({
+        let deadlines = deadlines.clone();
+        let control = control.clone();
+        let mut ending = ending.clone();
+        let mut exit = exit.clone();
+        async move {
+            let mut ended_at: Option<Instant> = None;
+            loop {
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_millis(50)) => {}
+                    _ = ending.changed(), if ended_at.is_none() => {}
+                    _ = exit.wait_for(Option::is_some) => return,
+                }
+                let now = Instant::now();
+                let expired = {
+                    let mut map = deadlines.lock().await;
+                    let before = map.len();
+                    map.retain(|_, at| *at > now);
+                    before != map.len()
+                };
+                if expired {
+                    control.deadline_missed();
+                }
+                if *ending.borrow() && ended_at.is_none() {
+                    ended_at = Some(now);
+                }
+                if let Some(at) = ended_at {
+                    if now.duration_since(at) > shutdown_grace * 2 {
+                        control.kill();
+                    } else if now.duration_since(at) > shutdown_grace {
+                        control.terminate();
+                    }
+                }
+            }
+        }
+    });
+
+    // Out: every line the guest writes goes to zot, verbatim.
+    let mut lines = LineSplitter::new(DEFAULT_MAX_LINE);
+    let mut chunk = vec![0u8; 64 * 1024];
+    let mut out = Vec::with_capacity(64 * 1024);
+    loop {
+        let n = match from_guest.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        lines.push(&chunk[..n]);
+        out.clear();
+        let mut answered = Vec::new();
+        while let Some(line) = lines.next() {
+            match line {
+                Line::Complete(bytes) => {
+                    if let Ok(peek) = serde_json::from_slice::<Peek>(bytes)
+                        && let Some(id) = peek.id
+                    {
+                        answered.push(id);
+                    }
+                    out.extend_from_slice(bytes);
+                    out.push(b'\n');
+                }
+                Line::TooLong { len } => {
+                    tracing::warn!(
+                        "the extension wrote a line of {len} bytes; discarded (limit {DEFAULT_MAX_LINE})"
+                    );
+                }
+            }
+        }
+        if !answered.is_empty() {
+            let mut map = deadlines.lock().await;
+            for id in answered {
+                map.remove(&id);
+            }
+        }
+        if !out.is_empty() {
+            output.write_all(&out).await?;
+            output.flush().await?;
+        }
+    }
+    if let Some(Line::Complete(bytes)) = lines.finish() {
+        output.write_all(bytes).await?;
+        output.write_all(b"\n").await?;
+    }
+    output.flush().await?;
+    let mut exit = exit;
+    let exit =
+        match tokio::time::timeout(Duration::from_secs(5), exit.wait_for(Option::is_some)).await {
+            Ok(Ok(exit)) => exit.clone().unwrap_or(Exit::Code(0)),
+            _ => {
+                control.kill();
+                Exit::Killed("closed its output but kept running".to_owned())
+            }
+        };
+    inbound.abort();
+    watchdog.abort();
+    Ok(exit)
+}
+
+async fn forward_inbound(
+    mut input: impl AsyncRead + Unpin,
+    mut to_guest: Box<dyn AsyncWrite + Send + Unpin>,
+    services: Arc<Services>,
+    deadlines: Deadlines,
+    timeouts: Timeouts,
+    ending: watch::Sender<bool>,
+) {
+    let mut lines = LineSplitter::new(DEFAULT_MAX_LINE);
+    let mut chunk = vec![0u8; 64 * 1024];
+    let mut out = Vec::with_capacity(64 * 1024);
+    loop {
+        let n = match input.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        lines.push(&chunk[..n]);
+        out.clear();
+        while let Some(line) = lines.next() {
+            let Line::Complete(bytes) = line else {
+                continue;
+            };
+            if let Ok(peek) = serde_json::from_slice::<Peek>(bytes) {
+                let timeout = match peek.frame_type.as_str() {
+                    "hello_ack" => {
+                        if let Some(cwd) = peek.cwd.filter(|cwd| !cwd.is_empty()) {
+                            services.set_workspace(cwd.into());
+                        }
+                        None
+                    }
+                    "shutdown" => {
+                        let _ = ending.send(true);
+                        None
+                    }
+                    "tool_call" | "command_invoked" => Some(timeouts.call),
+                    "event_intercept" => Some(timeouts.intercept),
+                    _ => None,
+                };
+                if let (Some(timeout), Some(id)) = (timeout, peek.id) {
+                    deadlines.lock().await.insert(id, Instant::now() + timeout);
+                }
+            }
+            out.extend_from_slice(bytes);
+            out.push(b'\n');
+        }
+        if to_guest.write_all(&out).await.is_err() || to_guest.flush().await.is_err() {
+            break;
+        }
+    }
+    // zot's input ended: so does the guest's.
+    let _ = to_guest.shutdown().await;
+    let _ = ending.send(true);
+}
