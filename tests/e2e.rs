@@ -12,8 +12,20 @@
 #[path = "e2e/support.rs"]
 mod support;
 
+// The guests again, for the attack suite: `wasm.rs` keeps its copy private.
+#[allow(dead_code, clippy::duplicate_mod)]
+#[path = "e2e/guests.rs"]
+mod guests;
+#[path = "e2e/https.rs"]
+mod https;
+
+#[path = "e2e/attack.rs"]
+mod attack;
+
 #[path = "e2e/cli.rs"]
 mod cli;
+#[path = "e2e/data.rs"]
+mod data;
 #[path = "e2e/failure.rs"]
 mod failure;
 #[path = "e2e/intercept.rs"]
@@ -24,3 +36,5 @@ mod protocol;
 mod registry;
 #[path = "e2e/wasm.rs"]
 mod wasm;
+#[path = "e2e/zot.rs"]
+mod zot;

@@ -16,7 +16,6 @@ mod setup;
 mod skills;
 
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand};
@@ -152,7 +151,7 @@ impl Cli {
     /// # Errors
     ///
     /// Whatever the command failed with; `main` prints the chain.
-    pub async fn run(self) -> Result<ExitCode> {
+    pub async fn run(self) -> Result<u8> {
         init_logging(self.verbose);
         let context = Context {
             workspace: self.workspace,
@@ -175,7 +174,7 @@ impl Cli {
             Action::Skills(command) => command.run(&context).await?,
             Action::Doctor(args) => args.run(&context).await?,
         };
-        Ok(ExitCode::from(status))
+        Ok(status)
     }
 }
 

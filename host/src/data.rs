@@ -406,22 +406,12 @@ pub(crate) fn parse_json<T: DeserializeOwned>(
     text: &str,
     path: &Path,
 ) -> Result<Parsed<T>, DataError> {
-    let mut unknown = Vec::new();
-    let deserializer = &mut serde_json::Deserializer::from_str(text);
-    let mut record = |key: serde_ignored::Path<'_>| unknown.push(key.to_string());
-    let tracked = serde_ignored::Deserializer::new(deserializer, &mut record);
-    let value: T = serde_path_to_error::deserialize(tracked).map_err(|err| {
-        let inner = err.inner();
-        let field = err.path().to_string();
-        let detail = if field == "." || field.is_empty() {
-            format!("{inner}")
-        } else {
-            format!("field `{field}`: {inner}")
-        };
-        DataError::Parse {
-            path: path.to_owned(),
-            detail,
-        }
+    let crate::user_json::WithUnknown {
+        value,
+        unknown_keys: unknown,
+    } = crate::user_json::parse::<T>(text).map_err(|detail| DataError::Parse {
+        path: path.to_owned(),
+        detail,
     })?;
     Ok(Parsed {
         value,

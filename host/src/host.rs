@@ -285,7 +285,7 @@ impl Host {
         self.emit_event(&Event::tool_call(call_id, name, args.clone()));
         match owner {
             ToolOwner::Extension(session) => Ok(session.call_tool(name, args, None).await?),
-            ToolOwner::Data(tool) => Ok(self.run_data_tool(&tool, &args).await),
+            ToolOwner::Data(tool) => self.run_data_tool(&tool, &args).await,
         }
     }
 

@@ -42,6 +42,7 @@ pub mod runtime;
 pub mod sandbox;
 pub mod serve;
 pub mod session;
+mod user_json;
 
 pub use event::HostEvent;
 pub use host::{Decision, DecisionVerdict, Host, HostBuilder, HostError};

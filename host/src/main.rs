@@ -1,18 +1,21 @@
 //! The `zotbox` binary: parse flags, run the command, print the error chain.
 
-use std::process::ExitCode;
-
 use clap::Parser;
 use zotbox::cli::{Cli, EXIT_ERROR};
 
 #[tokio::main]
-async fn main() -> ExitCode {
+async fn main() {
     let cli = Cli::parse();
-    match cli.run().await {
+    let code = match cli.run().await {
         Ok(code) => code,
         Err(err) => {
             eprintln!("error: {err:#}");
-            ExitCode::from(EXIT_ERROR)
+            EXIT_ERROR
         }
-    }
+    };
+    // Exit now rather than let the runtime wind down: a read of stdin (`run`,
+    // `serve`) sits on a blocking thread that nothing can cancel, and zot
+    // must see the process end as soon as the extension has.
+    let _ = std::io::Write::flush(&mut std::io::stdout());
+    std::process::exit(i32::from(code))
 }

@@ -228,15 +228,15 @@ impl Manifest {
     ///
     /// As [`Manifest::load`].
     pub fn parse(text: &str, path: &Path) -> Result<Self, ManifestError> {
-        let mut unknown_keys = Vec::new();
-        let deserializer = &mut serde_json::Deserializer::from_str(text);
-        let mut record = |key: serde_ignored::Path<'_>| unknown_keys.push(key.to_string());
-        let tracked = serde_ignored::Deserializer::new(deserializer, &mut record);
-        let raw: RawManifest =
-            serde_path_to_error::deserialize(tracked).map_err(|err| ManifestError::Parse {
+        let crate::user_json::WithUnknown {
+            value: raw,
+            unknown_keys,
+        } = crate::user_json::parse::<RawManifest>(text).map_err(|detail| {
+            ManifestError::Parse {
                 path: path.to_owned(),
-                detail: describe_parse_error(&err),
-            })?;
+                detail,
+            }
+        })?;
         let dir = path
             .parent()
             .map(Path::to_path_buf)
@@ -293,17 +293,6 @@ impl Manifest {
             program,
             unknown_keys,
         })
-    }
-}
-
-fn describe_parse_error(err: &serde_path_to_error::Error<serde_json::Error>) -> String {
-    let inner = err.inner();
-    let path = err.path().to_string();
-    // serde_path_to_error says `?` when the failure is not inside a field.
-    if path == "." || path == "?" || path.is_empty() {
-        format!("{inner}")
-    } else {
-        format!("field `{path}`: {inner}")
     }
 }
 

@@ -356,27 +356,16 @@ fn list_or_none(list: &[String]) -> String {
 }
 
 fn parse(text: &str, path: &Path) -> Result<PolicyFile, PolicyError> {
-    let mut unknown = Vec::new();
-    let mut record = |key: serde_ignored::Path<'_>| unknown.push(key.to_string());
-    let deserializer = &mut serde_json::Deserializer::from_str(text);
-    let tracked = serde_ignored::Deserializer::new(deserializer, &mut record);
-    let file: PolicyFile = serde_path_to_error::deserialize(tracked).map_err(|err| {
-        let field = err.path().to_string();
-        let detail = if matches!(field.as_str(), "." | "?" | "") {
-            err.inner().to_string()
-        } else {
-            format!("field `{field}`: {}", err.inner())
-        };
-        PolicyError::Parse {
+    let parsed =
+        crate::user_json::parse::<PolicyFile>(text).map_err(|detail| PolicyError::Parse {
             path: path.to_owned(),
             detail,
-        }
-    })?;
+        })?;
     // An unknown key in a policy may be a ceiling someone meant to set: say so loudly.
-    for key in unknown {
+    for key in parsed.unknown_keys {
         tracing::warn!("policy `{}`: unknown key `{key}` ignored", path.display());
     }
-    Ok(file)
+    Ok(parsed.value)
 }
 
 /// An origin, split: `https://*.example.com:8443` → (`https`, `*.example.com`, Some(8443)).

@@ -25,6 +25,10 @@ pub const EXAMPLES: &[&str] = &["hello", "weather", "guard", "scratchpad"];
 /// The test guests, `tests/guests/<name>` holding package `zotbox-test-<name>`.
 const TEST_GUESTS: &[&str] = &["hostile", "netprobe"];
 
+/// Test guests built for wasm only (`prober` exercises the sandbox, which a
+/// native build does not have).
+const WASM_ONLY_GUESTS: &[&str] = &["prober"];
+
 /// The C example's name (its manifest name and its `hello` name).
 pub const C_SHOUT: &str = "c-shout";
 
@@ -133,7 +137,12 @@ fn build_all() -> Result<Guests, String> {
             )
         })
     };
-    let wasm = cargo(Some(GUEST_TARGET), packages(TEST_GUESTS))?;
+    let wasm_guests: Vec<&str> = TEST_GUESTS
+        .iter()
+        .chain(WASM_ONLY_GUESTS)
+        .copied()
+        .collect();
+    let wasm = cargo(Some(GUEST_TARGET), packages(&wasm_guests))?;
     // `netprobe` natively too: it shows that only the sandbox keeps it off the network.
     let native = cargo(None, packages(TEST_GUESTS))?;
     let c_shout = build_c_shout();

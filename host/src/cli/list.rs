@@ -197,7 +197,8 @@ fn print_data(rows: &[DataRow]) {
         );
     }
     for row in rows.iter().filter(|row| row.state == "invalid") {
-        println!("skipped `{}`: {}", row.path.display(), row.detail);
+        // The detail names the file already.
+        println!("skipped {}", row.detail);
     }
     println!();
 }

@@ -97,11 +97,7 @@ pub(crate) fn cap_output(text: String) -> String {
 }
 
 /// What a data tool of this kind and rendering must be allowed to do.
-fn declared_for(
-    kind: &ToolKind,
-    rendered_url: Option<&str>,
-    rendered_path: Option<&str>,
-) -> Capabilities {
+fn declared_for(kind: &ToolKind, rendered_url: Option<&str>) -> Capabilities {
     let mut declared = Capabilities::default();
     match kind {
         // The template is the user's own; the policy switch and the guard
@@ -112,13 +108,23 @@ fn declared_for(
                 declared.http = vec![origin];
             }
         }
-        ToolKind::Read { .. } => {
-            if let Some(path) = rendered_path {
-                declared.read = vec![globset::escape(path)];
-            }
-        }
+        ToolKind::Read { path } => declared.read = vec![read_grant(path)],
     }
     declared
+}
+
+/// What a read template may reach: the folder it fixes before `{arg}`, at
+/// any depth (`docs/{arg}` → `docs/**`), or exactly its path when it takes
+/// no argument. The jail still refuses `..`, absolute paths and symlinks
+/// leading out; a symlink staying inside that folder is followed.
+fn read_grant(template: &str) -> String {
+    match template.split_once("{arg}") {
+        None => globset::escape(template),
+        Some((fixed, _)) => match fixed.rsplit_once('/') {
+            Some((folder, _)) if !folder.is_empty() => format!("{}/**", globset::escape(folder)),
+            _ => "**".to_owned(),
+        },
+    }
 }
 
 /// `https://host[:port]` of a URL.
@@ -147,7 +153,34 @@ impl Host {
 
     /// Runs a data tool the guard chain already allowed: approval, then the
     /// declared operation through a sandbox of its own, output capped.
-    pub(crate) async fn run_data_tool(&self, tool: &DataTool, args: &Value) -> ToolResult {
+    ///
+    /// # Errors
+    ///
+    /// [`HostError::Blocked`](super::HostError::Blocked) when a deny rule
+    /// naming the tool matches what it would run or read.
+    pub(crate) async fn run_data_tool(
+        &self,
+        tool: &DataTool,
+        args: &Value,
+    ) -> Result<ToolResult, super::HostError> {
+        let arg = args.get("arg").and_then(Value::as_str);
+        let rendered = match &tool.kind {
+            ToolKind::Shell { command } => {
+                Some(json!({ "command": render_template(command, arg) }))
+            }
+            ToolKind::Read { .. } => match tool.kind.render(arg) {
+                crate::data::Rendered::Read { path } => Some(json!({ "path": path })),
+                _ => None,
+            },
+            ToolKind::Http { .. } => None,
+        };
+        if let Some(blocked) = rendered.and_then(|subject| self.deny_rendered(tool, subject)) {
+            return Err(blocked);
+        }
+        Ok(self.run_data_tool_inner(tool, args).await)
+    }
+
+    async fn run_data_tool_inner(&self, tool: &DataTool, args: &Value) -> ToolResult {
         if !tool.auto_approve || self.inner.policy.require_approval() {
             // Under a policy that requires approval, `autoApprove` counts for nothing.
             let mut strict = tool.clone();
@@ -189,7 +222,7 @@ impl Host {
         match &tool.kind {
             ToolKind::Shell { command } => {
                 let command = render_template(command, arg);
-                let sandbox = match self.data_sandbox(tool, None, None) {
+                let sandbox = match self.data_sandbox(tool, None) {
                     Ok(sandbox) => sandbox,
                     Err(result) => return result,
                 };
@@ -227,7 +260,7 @@ impl Host {
                         true,
                     );
                 }
-                let sandbox = match self.data_sandbox(tool, Some(&url), None) {
+                let sandbox = match self.data_sandbox(tool, Some(&url)) {
                     Ok(sandbox) => sandbox,
                     Err(result) => return result,
                 };
@@ -250,7 +283,7 @@ impl Host {
                 let crate::data::Rendered::Read { path } = tool.kind.render(arg) else {
                     return text_result(format!("tool `{}`: not a read tool", tool.name), true);
                 };
-                let sandbox = match self.data_sandbox(tool, None, Some(&path)) {
+                let sandbox = match self.data_sandbox(tool, None) {
                     Ok(sandbox) => sandbox,
                     Err(result) => return result,
                 };
@@ -262,13 +295,38 @@ impl Host {
         }
     }
 
-    fn data_sandbox(
-        &self,
-        tool: &DataTool,
-        url: Option<&str>,
-        path: Option<&str>,
-    ) -> Result<Arc<Sandbox>, ToolResult> {
-        let declared = declared_for(&tool.kind, url, path);
+    /// The deny rules naming this data tool, matched against what it will
+    /// actually run or read: the model's raw `arg` carries neither a
+    /// `command` nor a `path` for the rules to see.
+    fn deny_rendered(&self, tool: &DataTool, subject: Value) -> Option<super::HostError> {
+        let subject = crate::session::Interceptable::ToolCall {
+            tool_name: tool.name.clone(),
+            tool_args: subject,
+        };
+        let decision = self.deny_rules(&subject)?;
+        let super::DecisionVerdict::Block { reason } = decision.verdict else {
+            return None;
+        };
+        let by = decision.decided_by.join(", ");
+        self.inner
+            .services
+            .audit
+            .record(crate::audit::AuditRecord::now(
+                &by,
+                "guard",
+                super::describe(&subject),
+                crate::audit::Decision::Deny,
+                &reason,
+            ));
+        Some(super::HostError::Blocked {
+            tool: tool.name.clone(),
+            by,
+            reason,
+        })
+    }
+
+    fn data_sandbox(&self, tool: &DataTool, url: Option<&str>) -> Result<Arc<Sandbox>, ToolResult> {
+        let declared = declared_for(&tool.kind, url);
         let manifest = crate::manifest::Manifest {
             raw: crate::manifest::RawManifest {
                 name: tool.name.clone(),
@@ -320,6 +378,21 @@ mod tests {
             capped.chars().filter(|&c| c == 'é').count(),
             DATA_OUTPUT_CAP
         );
+    }
+
+    #[test]
+    fn read_grants_cover_the_folder_a_template_fixes() {
+        let cases = [
+            ("docs/{arg}", "docs/**"),
+            ("docs/api/{arg}.md", "docs/api/**"),
+            ("notes-{arg}.md", "**"),
+            ("{arg}", "**"),
+            ("README.md", "README.md"),
+            ("a[1]/{arg}", "a[[]1[]]/**"),
+        ];
+        for (template, grant) in cases {
+            assert_eq!(read_grant(template), grant, "{template}");
+        }
     }
 
     #[test]

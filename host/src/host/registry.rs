@@ -159,14 +159,16 @@ impl Registry {
             .found
             .into_iter()
             .map(|found| Slot {
-                state: if found.manifest.raw.enabled {
-                    ExtensionState::Starting
-                } else {
+                state: if !found.manifest.raw.enabled || is_serve_launcher(&found.manifest) {
                     ExtensionState::Disabled
+                } else {
+                    ExtensionState::Starting
                 },
+                reason: is_serve_launcher(&found.manifest).then(|| {
+                    "zotbox's own `serve` launcher (for zot); this host serves the data side itself".to_owned()
+                }),
                 manifest: found.manifest,
                 origin: found.origin,
-                reason: None,
                 session: None,
                 restarts: 0,
                 shadowed_names: Vec::new(),
@@ -450,6 +452,14 @@ impl Registry {
             })
             .collect()
     }
+}
+
+/// The manifest `zotbox setup` writes so that zot starts `zotbox serve`. A
+/// standalone host already serves data tools, plugins and skills itself;
+/// starting it too would register every data tool twice.
+fn is_serve_launcher(manifest: &Manifest) -> bool {
+    manifest.name() == crate::serve::SERVE_NAME
+        && matches!(&manifest.program, crate::manifest::Program::Native { args, .. } if args.first().is_some_and(|a| a == "serve"))
 }
 
 fn owned(names: &BTreeMap<String, usize>, index: usize) -> Vec<String> {

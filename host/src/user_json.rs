@@ -1,0 +1,73 @@
+//! Parsing JSON that people write (manifests, policies, data files).
+//!
+//! One way for all of them: a wrong type names the field it is in
+//! (`field `limits.memory_mb`: invalid type …`), and unknown keys are
+//! collected for warnings rather than refused, so a file written for a newer
+//! version still loads.
+
+use serde::de::DeserializeOwned;
+
+/// A value with the unknown keys found beside it (as `a.b` paths).
+pub(crate) struct WithUnknown<T> {
+    pub(crate) value: T,
+    pub(crate) unknown_keys: Vec<String>,
+}
+
+/// Parses `text`; on failure, a phrase naming the field at fault.
+pub(crate) fn parse<T: DeserializeOwned>(text: &str) -> Result<WithUnknown<T>, String> {
+    let mut unknown_keys = Vec::new();
+    let deserializer = &mut serde_json::Deserializer::from_str(text);
+    let mut record = |key: serde_ignored::Path<'_>| unknown_keys.push(key.to_string());
+    let tracked = serde_ignored::Deserializer::new(deserializer, &mut record);
+    let value = serde_path_to_error::deserialize(tracked).map_err(|err| {
+        let field = err.path().to_string();
+        // serde_path_to_error says `.` or `?` when the fault is in no field.
+        if matches!(field.as_str(), "." | "?" | "") {
+            err.inner().to_string()
+        } else {
+            format!("field `{field}`: {}", err.inner())
+        }
+    })?;
+    Ok(WithUnknown {
+        value,
+        unknown_keys,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, serde::Deserialize)]
+    struct Sample {
+        #[allow(dead_code)]
+        name: String,
+        #[serde(default)]
+        #[allow(dead_code)]
+        inner: Option<Inner>,
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    struct Inner {
+        #[allow(dead_code)]
+        size: u32,
+    }
+
+    #[test]
+    fn errors_name_the_field_and_unknown_keys_are_collected() {
+        let cases = [
+            (r#"{"name":3}"#, "field `name`: invalid type: integer `3`"),
+            (r#"{"name":"a","inner":{"size":-1}}"#, "field `inner.size`"),
+            // Cut short at the top level: no made-up field.
+            (r#"{"name":"a""#, "EOF while parsing an object"),
+            ("[", "invalid type: sequence"),
+        ];
+        for (text, expected) in cases {
+            let err = parse::<Sample>(text).err().unwrap_or_default();
+            assert!(err.starts_with(expected), "{text}: {err}");
+        }
+        let parsed = parse::<Sample>(r#"{"name":"a","colour":1,"inner":{"size":1,"x":2}}"#)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(parsed.unknown_keys, vec!["colour", "inner.x"]);
+    }
+}

@@ -1,0 +1,186 @@
+//! A loopback HTTPS server for the attack suite: a self-signed certificate
+//! for `127.0.0.1` and `localhost` made at test time (rcgen), TLS by
+//! tokio-rustls, and a tiny HTTP/1.1 responder, one request per connection.
+//!
+//! Routes:
+//!
+//! | path | answer |
+//! |---|---|
+//! | `/ok` | `200`, body `hello` |
+//! | `/big` | `200` announcing (and sending) one byte more than the 10 MiB body cap |
+//! | `/big-stream` | `200` without a length, streaming past the body cap |
+//! | `/slow` | `200` announcing 50 bytes, one every 100 ms (5 s in all) |
+//! | `/redirect-http` | `302` to `http://127.0.0.1:PORT/ok` |
+//! | `/redirect-other` | `302` to `https://localhost:PORT/ok` |
+//! | `/redirect-ok` | `302` to `/ok` |
+//! | anything else | `404`, body `no route <path>` (so a test sees the path that arrived) |
+//!
+//! The host trusts the certificate through the policy key
+//! `extra_root_certificates` (see [`TestServer::write_ca`]).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+/// The host's default response body cap (`capability::http::DEFAULT_MAX_BODY`).
+pub const BODY_CAP: u64 = zotbox::capability::http::DEFAULT_MAX_BODY;
+
+/// A running server; it lives as long as the test's runtime.
+#[derive(Debug)]
+pub struct TestServer {
+    /// The port on 127.0.0.1.
+    pub port: u16,
+    /// The self-signed certificate, PEM.
+    pub ca_pem: String,
+}
+
+impl TestServer {
+    /// Starts a server on a free port of 127.0.0.1.
+    pub async fn start() -> Self {
+        let rcgen::CertifiedKey { cert, key_pair } = rcgen::generate_simple_self_signed(vec![
+            "localhost".to_owned(),
+            "127.0.0.1".to_owned(),
+        ])
+        .expect("self-signed certificate");
+        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(
+            rustls::pki_types::PrivatePkcs8KeyDer::from(key_pair.serialize_der()),
+        );
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .with_no_client_auth()
+        .with_single_cert(vec![cert.der().clone()], key)
+        .expect("server certificate");
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let port = listener.local_addr().expect("local address").port();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    if let Ok(tls) = acceptor.accept(tcp).await {
+                        // A client that hangs up early (a refused redirect, a
+                        // body over the cap) is the point of some routes.
+                        let _ = respond(tls, port).await;
+                    }
+                });
+            }
+        });
+        Self {
+            port,
+            ca_pem: cert.pem(),
+        }
+    }
+
+    /// `https://127.0.0.1:PORT`, the origin to grant.
+    pub fn origin(&self) -> String {
+        format!("https://127.0.0.1:{}", self.port)
+    }
+
+    /// `https://127.0.0.1:PORT<path>`.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.origin())
+    }
+
+    /// `https://localhost:PORT<path>`: the same server by a name.
+    pub fn localhost(&self, path: &str) -> String {
+        format!("https://localhost:{}{path}", self.port)
+    }
+
+    /// Writes the certificate to `dir/test-ca.pem` and returns its path.
+    pub fn write_ca(&self, dir: &Path) -> PathBuf {
+        let path = dir.join("test-ca.pem");
+        std::fs::write(&path, &self.ca_pem).expect("write the test CA");
+        path
+    }
+}
+
+/// Reads one request head and answers it by path.
+async fn respond<S>(mut stream: S, port: u16) -> std::io::Result<()>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut request = Vec::new();
+    let mut buffer = [0u8; 4096];
+    loop {
+        let read = stream.read(&mut buffer).await?;
+        if read == 0 {
+            return Ok(());
+        }
+        request.extend_from_slice(&buffer[..read]);
+        if request.windows(4).any(|w| w == b"\r\n\r\n") {
+            break;
+        }
+    }
+    let head = String::from_utf8_lossy(&request).into_owned();
+    let path = head.split_whitespace().nth(1).unwrap_or("").to_owned();
+    let simple = |status: &str, extra: &str, body: &str| {
+        format!(
+            "HTTP/1.1 {status}\r\n{extra}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    let redirect = |location: String| simple("302 Found", &format!("Location: {location}\r\n"), "");
+    let chunk = vec![b'x'; 64 * 1024];
+    match path.as_str() {
+        "/ok" => {
+            stream
+                .write_all(simple("200 OK", "", "hello").as_bytes())
+                .await?
+        }
+        "/big" => {
+            let length = BODY_CAP + 1;
+            let head =
+                format!("HTTP/1.1 200 OK\r\nContent-Length: {length}\r\nConnection: close\r\n\r\n");
+            stream.write_all(head.as_bytes()).await?;
+            let mut sent = 0u64;
+            while sent < length {
+                let part = usize::try_from((length - sent).min(chunk.len() as u64)).unwrap_or(0);
+                stream.write_all(&chunk[..part]).await?;
+                sent += part as u64;
+            }
+        }
+        "/big-stream" => {
+            stream
+                .write_all(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n")
+                .await?;
+            for _ in 0..=(BODY_CAP / chunk.len() as u64) {
+                stream.write_all(&chunk).await?;
+            }
+        }
+        "/slow" => {
+            stream
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 50\r\nConnection: close\r\n\r\n")
+                .await?;
+            for _ in 0..50 {
+                stream.write_all(b"x").await?;
+                stream.flush().await?;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        "/redirect-http" => {
+            let reply = redirect(format!("http://127.0.0.1:{port}/ok"));
+            stream.write_all(reply.as_bytes()).await?;
+        }
+        "/redirect-other" => {
+            let reply = redirect(format!("https://localhost:{port}/ok"));
+            stream.write_all(reply.as_bytes()).await?;
+        }
+        "/redirect-ok" => {
+            stream
+                .write_all(redirect("/ok".to_owned()).as_bytes())
+                .await?
+        }
+        other => {
+            let reply = simple("404 Not Found", "", &format!("no route {other}"));
+            stream.write_all(reply.as_bytes()).await?;
+        }
+    }
+    stream.flush().await?;
+    stream.shutdown().await
+}
