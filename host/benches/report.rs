@@ -1,22 +1,30 @@
-//! The benchmark report: wasm vs native, same guest source, side by side in one run.
+//! The benchmark report: every figure measured side by side in one run.
 //!
 //! `cargo bench -p zotbox --bench report` builds the test guest `hostile`
-//! twice (for `wasm32-wasip2` and natively, in release mode), then measures
-//! and prints one table:
+//! twice (for `wasm32-wasip2` and natively, in release mode, same source),
+//! then measures and prints one Markdown table:
 //!
 //! - start to ready: a wasm guest from its prepared artifact vs a native
-//!   subprocess; plus the first compile, and a load from the disk cache;
+//!   subprocess; plus the first compile and a load from the disk cache;
 //! - tool-call round trip through the session (`echo`), p50 and p99;
-//! - RSS per extra idle extension with 100 loaded.
+//! - aggregate throughput: 10 extensions called concurrently, frames/s;
+//! - RSS per extra idle extension with 1, 10 and 100 loaded;
+//! - the guard chain's cost per tool call with 0, 10 and 50 refusal
+//!   plugins of 10 rules each;
+//! - a data `read` tool on a 1 MiB file vs `std::fs::read`, and a data
+//!   `http` tool against a loopback HTTPS server vs a direct reqwest call.
 //!
-//! Figures are medians of many runs; the machine's load shows in them, so
-//! read ratios, not absolutes.
+//! Each figure is a median (or a percentile) over many runs, measured with
+//! its own warm-up; the machine's load shows in absolutes, so read ratios.
+//! Set `ZOTBOX_BENCH_QUICK=1` for a shorter run.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 use tokio::sync::broadcast;
+use zotbox::Host;
 use zotbox::build::{CargoBuild, GUEST_TARGET};
 use zotbox::home::ZotHome;
 use zotbox::manifest::Manifest;
@@ -25,15 +33,43 @@ use zotbox::runtime::Launcher;
 use zotbox::runtime::wasm::WasmRuntime;
 use zotbox::session::{Session, SessionConfig};
 
-type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 const GUEST: &str = "hostile";
-const STARTS: usize = 60;
-const CALLS: usize = 20_000;
-const IDLE: usize = 100;
+
+/// How much of each measurement to do.
+struct Scale {
+    starts: usize,
+    calls: usize,
+    throughput: Duration,
+    guard_calls: usize,
+    data_calls: usize,
+}
+
+impl Scale {
+    fn from_env() -> Self {
+        if std::env::var_os("ZOTBOX_BENCH_QUICK").is_some() {
+            Self {
+                starts: 20,
+                calls: 3_000,
+                throughput: Duration::from_secs(1),
+                guard_calls: 20_000,
+                data_calls: 100,
+            }
+        } else {
+            Self {
+                starts: 60,
+                calls: 20_000,
+                throughput: Duration::from_secs(3),
+                guard_calls: 200_000,
+                data_calls: 400,
+            }
+        }
+    }
+}
 
 struct Fixture {
-    _tmp: tempfile::TempDir,
+    tmp: tempfile::TempDir,
     home: ZotHome,
     wasm: Manifest,
     native: Manifest,
@@ -83,7 +119,7 @@ fn fixture() -> Result<Fixture> {
         wasm: Manifest::load(&wasm_dir.join("extension.json"))?,
         native: Manifest::load(&native_dir.join("extension.json"))?,
         wasm_file,
-        _tmp: tmp,
+        tmp,
     })
 }
 
@@ -101,38 +137,42 @@ async fn start(launcher: &Launcher, manifest: &Manifest) -> Result<Session> {
     .await?)
 }
 
-fn median(samples: &mut [Duration]) -> Duration {
-    percentile(samples, 50.0)
-}
-
 fn percentile(samples: &mut [Duration], p: f64) -> Duration {
     samples.sort_unstable();
     let rank = ((p / 100.0) * (samples.len() - 1) as f64).round() as usize;
     samples[rank.min(samples.len() - 1)]
 }
 
-async fn start_to_ready(launcher: &Launcher, manifest: &Manifest) -> Result<Duration> {
+async fn start_to_ready(
+    launcher: &Launcher,
+    manifest: &Manifest,
+    scale: &Scale,
+) -> Result<Duration> {
     // One start outside the measurement: the wasm artifact gets prepared.
     start(launcher, manifest).await?.shutdown().await;
-    let mut samples = Vec::with_capacity(STARTS);
-    for _ in 0..STARTS {
+    let mut samples = Vec::with_capacity(scale.starts);
+    for _ in 0..scale.starts {
         let begun = Instant::now();
         let session = start(launcher, manifest).await?;
         samples.push(begun.elapsed());
         session.kill();
         session.closed().await;
     }
-    Ok(median(&mut samples))
+    Ok(percentile(&mut samples, 50.0))
 }
 
-async fn round_trips(launcher: &Launcher, manifest: &Manifest) -> Result<(Duration, Duration)> {
+async fn round_trips(
+    launcher: &Launcher,
+    manifest: &Manifest,
+    scale: &Scale,
+) -> Result<(Duration, Duration)> {
     let session = start(launcher, manifest).await?;
     let args = json!({"text": "ping"});
     for _ in 0..1000 {
         session.call_tool("echo", args.clone(), None).await?;
     }
-    let mut samples = Vec::with_capacity(CALLS);
-    for _ in 0..CALLS {
+    let mut samples = Vec::with_capacity(scale.calls);
+    for _ in 0..scale.calls {
         let begun = Instant::now();
         session.call_tool("echo", args.clone(), None).await?;
         samples.push(begun.elapsed());
@@ -142,6 +182,41 @@ async fn round_trips(launcher: &Launcher, manifest: &Manifest) -> Result<(Durati
         percentile(&mut samples, 50.0),
         percentile(&mut samples, 99.0),
     ))
+}
+
+/// Frames per second (a call is two frames) with 10 extensions called
+/// concurrently, one caller each.
+async fn throughput(launcher: &Launcher, manifest: &Manifest, scale: &Scale) -> Result<f64> {
+    let mut sessions = Vec::new();
+    for _ in 0..10 {
+        sessions.push(start(launcher, manifest).await?);
+    }
+    let deadline = Instant::now() + scale.throughput;
+    let begun = Instant::now();
+    let mut callers = tokio::task::JoinSet::new();
+    for session in &sessions {
+        let session = session.clone();
+        callers.spawn(async move {
+            let args = json!({"text": "ping"});
+            let mut calls = 0u64;
+            while Instant::now() < deadline {
+                if session.call_tool("echo", args.clone(), None).await.is_ok() {
+                    calls += 1;
+                }
+            }
+            calls
+        });
+    }
+    let mut calls = 0;
+    while let Some(done) = callers.join_next().await {
+        calls += done?;
+    }
+    let elapsed = begun.elapsed().as_secs_f64();
+    for session in sessions {
+        session.kill();
+        session.closed().await;
+    }
+    Ok(2.0 * calls as f64 / elapsed)
 }
 
 fn rss_kib(pid: u32) -> u64 {
@@ -169,13 +244,14 @@ fn children_rss_kib() -> u64 {
     total
 }
 
-/// KiB of resident memory each extra idle extension costs, with `IDLE` loaded.
-async fn idle_rss(launcher: &Launcher, manifest: &Manifest) -> Result<u64> {
-    // Warm up allocator arenas and the prepared artifact.
+/// KiB of resident memory (this process and its children) each extra idle
+/// extension costs, with `count` loaded beside one warm-up extension.
+async fn idle_rss(launcher: &Launcher, manifest: &Manifest, count: usize) -> Result<u64> {
     let warm = start(launcher, manifest).await?;
+    tokio::time::sleep(Duration::from_millis(200)).await;
     let before = rss_kib(std::process::id()) + children_rss_kib();
-    let mut sessions = Vec::with_capacity(IDLE);
-    for _ in 0..IDLE {
+    let mut sessions = Vec::with_capacity(count);
+    for _ in 0..count {
         sessions.push(start(launcher, manifest).await?);
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -184,7 +260,187 @@ async fn idle_rss(launcher: &Launcher, manifest: &Manifest) -> Result<u64> {
         session.kill();
         session.closed().await;
     }
-    Ok(after.saturating_sub(before) / IDLE as u64)
+    Ok(after.saturating_sub(before) / count as u64)
+}
+
+/// A workspace holding `plugins` refusal plugins of 10 rules each, none of
+/// which matches the benchmark's command (every rule is evaluated).
+fn guard_workspace(base: &Path, plugins: usize) -> Result<PathBuf> {
+    let workspace = base.join(format!("guard-{plugins}"));
+    let dir = workspace.join(".zot/plugins");
+    std::fs::create_dir_all(&dir)?;
+    for p in 0..plugins {
+        let deny: Vec<_> = (0..10)
+            .map(|r| {
+                if r % 2 == 0 {
+                    json!({"tools": ["bash"], "commandPattern": format!("forbidden-{p}-{r}\\s+--now"), "reason": "no"})
+                } else {
+                    json!({"tools": ["write", "edit"], "pathPattern": format!("secret/{p}/{r}/.*\\.key$"), "reason": "no"})
+                }
+            })
+            .collect();
+        std::fs::write(
+            dir.join(format!("p{p:02}.json")),
+            json!({"name": format!("p{p:02}"), "description": "bench", "deny": deny}).to_string(),
+        )?;
+    }
+    Ok(workspace)
+}
+
+/// Mean cost of one `tool_call` through the guard chain (deny rules,
+/// no intercepting extension, audit record included).
+async fn guard_cost(base: &Path, plugins: usize, scale: &Scale) -> Result<Duration> {
+    let workspace = guard_workspace(base, plugins)?;
+    let host = Host::builder()
+        .workspace(&workspace)
+        .zot_home(base.join(format!("guard-home-{plugins}")))
+        .build()
+        .await?;
+    let args = json!({"command": "cargo test --workspace"});
+    for _ in 0..1000 {
+        host.intercept_tool_call("bash", args.clone()).await;
+    }
+    let begun = Instant::now();
+    for _ in 0..scale.guard_calls {
+        let decision = host.intercept_tool_call("bash", args.clone()).await;
+        std::hint::black_box(decision);
+    }
+    let per_call = begun.elapsed() / u32::try_from(scale.guard_calls).unwrap_or(u32::MAX);
+    host.shutdown().await;
+    Ok(per_call)
+}
+
+/// Median of `runs` timings of `work`.
+async fn median_of<F, Fut, T>(runs: usize, mut work: F) -> Result<Duration>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    work().await?;
+    let mut samples = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let begun = Instant::now();
+        std::hint::black_box(work().await?);
+        samples.push(begun.elapsed());
+    }
+    Ok(percentile(&mut samples, 50.0))
+}
+
+/// A loopback HTTPS server answering every request with `hello`, and the
+/// PEM of its self-signed certificate.
+async fn https_server() -> Result<(u16, Vec<u8>)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rcgen::CertifiedKey { cert, key_pair } =
+        rcgen::generate_simple_self_signed(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])?;
+    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(rustls::pki_types::PrivatePkcs8KeyDer::from(
+        key_pair.serialize_der(),
+    ));
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()?
+    .with_no_client_auth()
+    .with_single_cert(vec![cert.der().clone()], key)?;
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let port = listener.local_addr()?.port();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let mut request = Vec::new();
+                let mut buffer = [0u8; 4096];
+                // Keep-alive: answer each request head on the connection.
+                loop {
+                    match tls.read(&mut buffer).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buffer[..n]),
+                    }
+                    while let Some(end) = request.windows(4).position(|w| w == b"\r\n\r\n") {
+                        request.drain(..end + 4);
+                        let reply = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello";
+                        if tls.write_all(reply).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    Ok((port, cert.pem().into_bytes()))
+}
+
+struct DataFigures {
+    read_tool: Duration,
+    read_direct: Duration,
+    http_tool: Duration,
+    http_direct: Duration,
+}
+
+async fn data_tools(base: &Path, scale: &Scale) -> Result<DataFigures> {
+    let (port, pem) = https_server().await?;
+    let workspace = base.join("data-ws");
+    let home = base.join("data-home");
+    std::fs::create_dir_all(workspace.join(".zot/tools"))?;
+    std::fs::create_dir_all(&home)?;
+    let big = workspace.join("big.txt");
+    std::fs::write(&big, "x".repeat(1024 * 1024))?;
+    std::fs::write(
+        workspace.join(".zot/tools/read-big.json"),
+        json!({"name": "read-big", "description": "bench", "kind": "read", "path": "big.txt"})
+            .to_string(),
+    )?;
+    std::fs::write(
+        workspace.join(".zot/tools/fetch.json"),
+        json!({"name": "fetch", "description": "bench", "kind": "http", "url": format!("https://127.0.0.1:{port}/ok")})
+            .to_string(),
+    )?;
+    let ca = base.join("ca.pem");
+    std::fs::write(&ca, &pem)?;
+    std::fs::write(
+        home.join("policy.json"),
+        json!({"extra_root_certificates": [ca]}).to_string(),
+    )?;
+    let host = Host::builder()
+        .workspace(&workspace)
+        .zot_home(&home)
+        .build()
+        .await?;
+
+    let read_tool = median_of(scale.data_calls, || {
+        let host = host.clone();
+        async move { Ok(host.call_tool("read-big", json!({})).await?) }
+    })
+    .await?;
+    let read_direct = median_of(scale.data_calls, || {
+        let big = big.clone();
+        async move { Ok(tokio::task::spawn_blocking(move || std::fs::read(big)).await??) }
+    })
+    .await?;
+    let http_tool = median_of(scale.data_calls, || {
+        let host = host.clone();
+        async move { Ok(host.call_tool("fetch", json!({})).await?) }
+    })
+    .await?;
+    let client = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(&pem)?)
+        .build()?;
+    let url = format!("https://127.0.0.1:{port}/ok");
+    let http_direct = median_of(scale.data_calls, || {
+        let (client, url) = (client.clone(), url.clone());
+        async move { Ok(client.get(url).send().await?.bytes().await?) }
+    })
+    .await?;
+    host.shutdown().await;
+    Ok(DataFigures {
+        read_tool,
+        read_direct,
+        http_tool,
+        http_direct,
+    })
 }
 
 fn micros(d: Duration) -> String {
@@ -203,13 +459,22 @@ fn ratio(a: f64, b: f64) -> String {
     }
 }
 
+fn dur_ratio(a: Duration, b: Duration) -> String {
+    ratio(a.as_secs_f64(), b.as_secs_f64())
+}
+
 fn main() -> Result<()> {
+    let scale = Scale::from_env();
     let fixture = fixture()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
-    runtime.block_on(async {
+    let rows = runtime.block_on(async {
+        let mut rows: Vec<[String; 4]> = Vec::new();
+        let mut row = |name: &str, wasm: String, native: String, ratio: String| {
+            rows.push([name.to_owned(), wasm, native, ratio]);
+        };
         // First compile, with an empty cache; then a load from the disk cache.
         let cache = fixture.home.cache_dir();
         let _ = std::fs::remove_dir_all(&cache);
@@ -223,56 +488,97 @@ fn main() -> Result<()> {
         let disk_load = begun.elapsed();
 
         let launcher = Launcher::new(fixture.home.clone(), false);
-        let wasm_start = start_to_ready(&launcher, &fixture.wasm).await?;
-        let native_start = start_to_ready(&launcher, &fixture.native).await?;
-        let (wasm_p50, wasm_p99) = round_trips(&launcher, &fixture.wasm).await?;
-        let (native_p50, native_p99) = round_trips(&launcher, &fixture.native).await?;
-        let wasm_rss = idle_rss(&launcher, &fixture.wasm).await?;
-        let native_rss = idle_rss(&launcher, &fixture.native).await?;
+        eprintln!("start to ready…");
+        let wasm_start = start_to_ready(&launcher, &fixture.wasm, &scale).await?;
+        let native_start = start_to_ready(&launcher, &fixture.native, &scale).await?;
+        row(
+            "start to ready (median)",
+            millis(wasm_start),
+            millis(native_start),
+            dur_ratio(wasm_start, native_start),
+        );
+        row(
+            "first compile (no cache)",
+            millis(compile),
+            "-".into(),
+            "-".into(),
+        );
+        row(
+            "load from the disk cache",
+            millis(disk_load),
+            "-".into(),
+            "-".into(),
+        );
 
-        let rows = [
-            (
-                "start to ready (median)",
-                millis(wasm_start),
-                millis(native_start),
-                ratio(wasm_start.as_secs_f64(), native_start.as_secs_f64()),
-            ),
-            (
-                "first compile",
-                millis(compile),
-                "-".to_owned(),
-                "-".to_owned(),
-            ),
-            (
-                "load from disk cache",
-                millis(disk_load),
-                "-".to_owned(),
-                "-".to_owned(),
-            ),
-            (
-                "tool round trip p50",
-                micros(wasm_p50),
-                micros(native_p50),
-                ratio(wasm_p50.as_secs_f64(), native_p50.as_secs_f64()),
-            ),
-            (
-                "tool round trip p99",
-                micros(wasm_p99),
-                micros(native_p99),
-                ratio(wasm_p99.as_secs_f64(), native_p99.as_secs_f64()),
-            ),
-            (
-                "RSS per idle extension (100 loaded)",
-                format!("{wasm_rss} KiB"),
-                format!("{native_rss} KiB"),
-                ratio(wasm_rss as f64, native_rss as f64),
-            ),
-        ];
-        println!("\n| measure | wasm | native | wasm/native |\n|---|---:|---:|---:|");
-        for (name, wasm, native, ratio) in rows {
-            println!("| {name} | {wasm} | {native} | {ratio} |");
+        eprintln!("round trips…");
+        let (wasm_p50, wasm_p99) = round_trips(&launcher, &fixture.wasm, &scale).await?;
+        let (native_p50, native_p99) = round_trips(&launcher, &fixture.native, &scale).await?;
+        row(
+            "tool round trip p50",
+            micros(wasm_p50),
+            micros(native_p50),
+            dur_ratio(wasm_p50, native_p50),
+        );
+        row(
+            "tool round trip p99",
+            micros(wasm_p99),
+            micros(native_p99),
+            dur_ratio(wasm_p99, native_p99),
+        );
+
+        eprintln!("throughput…");
+        let wasm_fps = throughput(&launcher, &fixture.wasm, &scale).await?;
+        let native_fps = throughput(&launcher, &fixture.native, &scale).await?;
+        row(
+            "10 extensions called concurrently",
+            format!("{:.0} frames/s", wasm_fps),
+            format!("{:.0} frames/s", native_fps),
+            ratio(wasm_fps, native_fps),
+        );
+
+        eprintln!("idle memory…");
+        for count in [1, 10, 100] {
+            let wasm = idle_rss(&launcher, &fixture.wasm, count).await?;
+            let native = idle_rss(&launcher, &fixture.native, count).await?;
+            row(
+                &format!("RSS per extra idle extension, {count} loaded"),
+                format!("{wasm} KiB"),
+                format!("{native} KiB"),
+                ratio(wasm as f64, native as f64),
+            );
         }
-        Ok::<(), Box<dyn std::error::Error>>(())
+
+        eprintln!("guard chain…");
+        let base = fixture.tmp.path();
+        for plugins in [0, 10, 50] {
+            let cost = guard_cost(base, plugins, &scale).await?;
+            row(
+                &format!("guard chain per tool call, {plugins} plugins × 10 rules"),
+                micros(cost),
+                "-".into(),
+                "-".into(),
+            );
+        }
+
+        eprintln!("data tools…");
+        let data = data_tools(base, &scale).await?;
+        row(
+            "data `read` tool, 1 MiB file (vs std::fs::read)",
+            micros(data.read_tool),
+            micros(data.read_direct),
+            dur_ratio(data.read_tool, data.read_direct),
+        );
+        row(
+            "data `http` tool, loopback HTTPS (vs reqwest)",
+            micros(data.http_tool),
+            micros(data.http_direct),
+            dur_ratio(data.http_tool, data.http_direct),
+        );
+        Ok::<_, Box<dyn std::error::Error + Send + Sync>>(rows)
     })?;
+    println!("\n| measure | zotbox (wasm) | native / direct | ratio |\n|---|---:|---:|---:|");
+    for [name, wasm, native, ratio] in rows {
+        println!("| {name} | {wasm} | {native} | {ratio} |");
+    }
     Ok(())
 }
