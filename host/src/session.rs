@@ -4,6 +4,9 @@
 //! `ready`), then correlates requests with answers, delivers events, applies
 //! deadlines, and fails every pending call the moment the extension goes away.
 
+mod error;
+mod handshake;
+mod intercept;
 mod reader;
 
 use std::collections::{BTreeSet, HashMap};
@@ -16,13 +19,16 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio::time::{Instant, timeout};
 use zotbox_protocol::{
-    CommandInvoked, CommandResponse, DEFAULT_MAX_LINE, Event, EventIntercept, ExtensionFrame,
-    Hello, HelloAck, HostFrame, InterceptResponse, PanelClose, PanelKey, PanelResize,
-    RegisterCommand, Shutdown, ToolCall, ToolResult, encode_to_vec, event_name,
+    CommandInvoked, CommandResponse, DEFAULT_MAX_LINE, Event, ExtensionFrame, Hello, HelloAck,
+    HostFrame, InterceptResponse, PanelClose, PanelKey, PanelResize, RegisterCommand, Shutdown,
+    ToolCall, ToolResult, encode_to_vec,
 };
 
 use crate::event::HostEvent;
 use crate::runtime::{Control, Exit, Transport};
+pub use error::{CallError, Closed, SessionError};
+use handshake::{HandshakeFailure, handshake, publish_unsolicited};
+pub use intercept::{Interceptable, Verdict};
 use reader::FrameReader;
 
 /// How long to keep reading after the process exited, for frames still in the pipe.
@@ -78,107 +84,6 @@ impl Default for SessionConfig {
     }
 }
 
-/// A session could not be established.
-#[derive(Debug, thiserror::Error)]
-pub enum SessionError {
-    /// No frame arrived in time.
-    #[error("extension `{name}` sent no `hello` within {after:?}")]
-    NoHello {
-        /// The extension (manifest name).
-        name: String,
-        /// The deadline.
-        after: Duration,
-    },
-    /// The first frame was something else.
-    #[error("extension `{name}` sent `{found}` before `hello`; the first frame must be `hello`")]
-    NotHello {
-        /// The extension.
-        name: String,
-        /// The frame type it sent.
-        found: &'static str,
-    },
-    /// It stopped before finishing the handshake.
-    #[error("extension `{name}` ended before it was ready: {reason}")]
-    EndedEarly {
-        /// The extension.
-        name: String,
-        /// Why it ended.
-        reason: Closed,
-    },
-    /// Registration did not end in time.
-    #[error("extension `{name}` did not finish registering within {after:?}")]
-    RegistrationTimeout {
-        /// The extension.
-        name: String,
-        /// The deadline.
-        after: Duration,
-    },
-}
-
-/// Why a session ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Closed {
-    /// The extension stopped running.
-    Exited(Exit),
-    /// Its output stream ended while it kept running.
-    StreamEnded,
-    /// The host shut it down.
-    ShutDown,
-}
-
-impl fmt::Display for Closed {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Exited(exit) => exit.fmt(f),
-            Self::StreamEnded => f.write_str("closed its output"),
-            Self::ShutDown => f.write_str("was shut down"),
-        }
-    }
-}
-
-/// A request to an extension failed.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum CallError {
-    /// The extension went away before answering (or was already gone).
-    #[error("{extension}: {reason}")]
-    Closed {
-        /// The extension's identity.
-        extension: String,
-        /// Why it went away.
-        reason: Closed,
-    },
-    /// No answer within the deadline.
-    #[error("{extension}: {what} timed out after {}", humanize(*after))]
-    Timeout {
-        /// The extension's identity.
-        extension: String,
-        /// What was asked (`tool `x``).
-        what: String,
-        /// The deadline.
-        after: Duration,
-    },
-    /// The answer was of the wrong type.
-    #[error("{extension}: answered {what} with `{got}` instead of `{expected}`")]
-    WrongAnswer {
-        /// The extension's identity.
-        extension: String,
-        /// What was asked.
-        what: String,
-        /// The frame type expected.
-        expected: &'static str,
-        /// The frame type received.
-        got: &'static str,
-    },
-}
-
-fn humanize(duration: Duration) -> String {
-    if duration.as_millis().is_multiple_of(1000) {
-        format!("{}s", duration.as_secs())
-    } else {
-        format!("{}ms", duration.as_millis())
-    }
-}
-
 /// A registered tool, its schema checked.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RegisteredTool {
@@ -207,81 +112,6 @@ pub struct Registration {
     pub refused: Vec<String>,
     /// Whether it sent `ready` (rather than falling silent).
     pub sent_ready: bool,
-}
-
-/// What an interceptor decided.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Verdict {
-    /// Go ahead unchanged.
-    Allow,
-    /// Refuse, with the reason for the model.
-    Block {
-        /// Why.
-        reason: String,
-    },
-    /// Go ahead with these tool arguments instead (`tool_call` only).
-    Rewrite {
-        /// The new arguments, a JSON object.
-        args: Value,
-    },
-    /// Go ahead with this message text instead (`assistant_message` only).
-    Replace {
-        /// The new text.
-        text: String,
-    },
-}
-
-/// Something that can be intercepted.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Interceptable {
-    /// A tool call about to run.
-    ToolCall {
-        /// The tool.
-        tool_name: String,
-        /// Its arguments.
-        tool_args: Value,
-    },
-    /// A turn about to start.
-    TurnStart {
-        /// The step number.
-        step: u64,
-    },
-    /// An assistant message about to be shown.
-    AssistantMessage {
-        /// Its text.
-        text: String,
-    },
-}
-
-impl Interceptable {
-    /// The event name subscribers intercept.
-    pub fn event(&self) -> &'static str {
-        match self {
-            Self::ToolCall { .. } => event_name::TOOL_CALL,
-            Self::TurnStart { .. } => event_name::TURN_START,
-            Self::AssistantMessage { .. } => event_name::ASSISTANT_MESSAGE,
-        }
-    }
-
-    fn frame(&self, id: String) -> EventIntercept {
-        let mut frame = EventIntercept {
-            id,
-            event: self.event().to_owned(),
-            ..EventIntercept::default()
-        };
-        match self {
-            Self::ToolCall {
-                tool_name,
-                tool_args,
-            } => {
-                frame.tool_name = Some(tool_name.clone());
-                frame.tool_args = Some(tool_args.clone());
-            }
-            Self::TurnStart { step } => frame.step = Some(*step),
-            Self::AssistantMessage { text } => frame.text = Some(text.clone()),
-        }
-        frame
-    }
 }
 
 /// A live session with one extension. Cheap to clone.
@@ -786,179 +616,6 @@ impl Inner {
 fn lock(pending: &Mutex<Pending>) -> std::sync::MutexGuard<'_, Pending> {
     // A panic while holding the lock leaves the map consistent; keep going.
     pending.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-enum HandshakeFailure {
-    Error(SessionError),
-    Ended,
-}
-
-async fn handshake(
-    name: &Arc<str>,
-    hello_ack: HelloAck,
-    config: &SessionConfig,
-    reader: &mut FrameReader,
-    outgoing: &mpsc::Sender<Outgoing>,
-    events: &broadcast::Sender<HostEvent>,
-) -> Result<Registration, HandshakeFailure> {
-    let started = Instant::now();
-    let hello = loop {
-        let remaining = config.hello_timeout.saturating_sub(started.elapsed());
-        match timeout(remaining, reader.next()).await {
-            Err(_) => {
-                return Err(HandshakeFailure::Error(SessionError::NoHello {
-                    name: name.to_string(),
-                    after: config.hello_timeout,
-                }));
-            }
-            Ok(None) => return Err(HandshakeFailure::Ended),
-            Ok(Some(Ok(ExtensionFrame::Hello(hello)))) => break hello,
-            Ok(Some(Ok(other))) => {
-                return Err(HandshakeFailure::Error(SessionError::NotHello {
-                    name: name.to_string(),
-                    found: other.frame_type(),
-                }));
-            }
-            // Stray output before hello is reported and skipped.
-            Ok(Some(Err(err))) => tracing::warn!("extension `{name}`: {err}"),
-        }
-    };
-    if let Ok(line) = encode_to_vec(&HostFrame::HelloAck(hello_ack)) {
-        let _ = outgoing.send(Outgoing::Line(line)).await;
-    }
-    let mut registration = Registration {
-        hello,
-        ..Registration::default()
-    };
-    let registration_deadline = Instant::now() + config.hello_timeout;
-    loop {
-        let idle = Instant::now() + config.ready_idle;
-        let frame =
-            match tokio::time::timeout_at(idle.min(registration_deadline), reader.next()).await {
-                // Silence: zot's idle watchdog treats this as ready.
-                Err(_) if idle <= registration_deadline => break,
-                // Frames kept coming until the deadline.
-                Err(_) => {
-                    return Err(HandshakeFailure::Error(SessionError::RegistrationTimeout {
-                        name: name.to_string(),
-                        after: config.hello_timeout,
-                    }));
-                }
-                Ok(None) => return Err(HandshakeFailure::Ended),
-                Ok(Some(Err(err))) => {
-                    tracing::warn!("extension `{name}`: {err}");
-                    continue;
-                }
-                Ok(Some(Ok(frame))) => frame,
-            };
-        match frame {
-            ExtensionFrame::Ready(_) => {
-                registration.sent_ready = true;
-                break;
-            }
-            ExtensionFrame::RegisterCommand(command) => {
-                register_command(name, &mut registration, command)
-            }
-            ExtensionFrame::RegisterTool(tool) => {
-                if registration.tools.iter().any(|t| t.name == tool.name) {
-                    refuse(
-                        name,
-                        &mut registration,
-                        format!("tool `{}` registered twice", tool.name),
-                    );
-                    continue;
-                }
-                match tool.schema_object() {
-                    Ok(schema) => registration.tools.push(RegisteredTool {
-                        name: tool.name,
-                        description: tool.description,
-                        schema,
-                    }),
-                    Err(problem) => refuse(
-                        name,
-                        &mut registration,
-                        format!("tool `{}` refused: {problem}", tool.name),
-                    ),
-                }
-            }
-            ExtensionFrame::Subscribe(subscribe) => {
-                registration.events.extend(subscribe.events);
-                for event in subscribe.intercept {
-                    if event_name::INTERCEPTABLE.contains(&event.as_str()) {
-                        registration.intercepts.insert(event);
-                    } else {
-                        refuse(
-                            name,
-                            &mut registration,
-                            format!("`{event}` cannot be intercepted"),
-                        );
-                    }
-                }
-            }
-            other => publish_unsolicited(name, other, events),
-        }
-    }
-    Ok(registration)
-}
-
-fn register_command(name: &str, registration: &mut Registration, command: RegisterCommand) {
-    if command.name.trim().is_empty() {
-        refuse(
-            name,
-            registration,
-            "a command with an empty name".to_owned(),
-        );
-    } else if registration.commands.iter().any(|c| c.name == command.name) {
-        refuse(
-            name,
-            registration,
-            format!("command `{}` registered twice", command.name),
-        );
-    } else {
-        registration.commands.push(command);
-    }
-}
-
-fn refuse(name: &str, registration: &mut Registration, why: String) {
-    tracing::warn!("extension `{name}`: {why}");
-    registration.refused.push(why);
-}
-
-/// Frames an extension may send at any time; anything else outside the
-/// handshake is logged and dropped.
-fn publish_unsolicited(
-    name: &Arc<str>,
-    frame: ExtensionFrame,
-    events: &broadcast::Sender<HostEvent>,
-) {
-    let event = match frame {
-        ExtensionFrame::Notify(notify) => HostEvent::Notify {
-            extension: name.clone(),
-            level: notify.level,
-            message: notify.message,
-        },
-        ExtensionFrame::ClearNotes(_) => HostEvent::ClearNotes {
-            extension: name.clone(),
-        },
-        ExtensionFrame::PanelRender(panel) => HostEvent::PanelRender {
-            extension: name.clone(),
-            panel,
-        },
-        ExtensionFrame::PanelClose(close) => HostEvent::PanelClose {
-            extension: name.clone(),
-            panel_id: close.panel_id,
-        },
-        ExtensionFrame::ShutdownAck(_) => return,
-        other => {
-            tracing::warn!(
-                "extension `{name}`: unexpected `{}` ignored",
-                other.frame_type()
-            );
-            return;
-        }
-    };
-    // No subscriber is fine: events are advisory.
-    let _ = events.send(event);
 }
 
 async fn read_loop(
