@@ -60,7 +60,7 @@ mod tests {
             (r#"{"name":"a","inner":{"size":-1}}"#, "field `inner.size`"),
             // Cut short at the top level: no made-up field.
             (r#"{"name":"a""#, "EOF while parsing an object"),
-            ("[", "invalid type: sequence"),
+            ("[", "EOF while parsing a list"),
         ];
         for (text, expected) in cases {
             let err = parse::<Sample>(text).err().unwrap_or_default();
