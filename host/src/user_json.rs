@@ -17,7 +17,12 @@ pub(crate) struct WithUnknown<T> {
 pub(crate) fn parse<T: DeserializeOwned>(text: &str) -> Result<WithUnknown<T>, String> {
     let mut unknown_keys = Vec::new();
     let deserializer = &mut serde_json::Deserializer::from_str(text);
-    let mut record = |key: serde_ignored::Path<'_>| unknown_keys.push(key.to_string());
+    // serde_ignored marks an `Option` layer as `?`; people think `inner.x`.
+    let mut record = |key: serde_ignored::Path<'_>| {
+        let key = key.to_string();
+        let key = key.split('.').filter(|part| *part != "?").collect::<Vec<_>>().join(".");
+        unknown_keys.push(key);
+    };
     let tracked = serde_ignored::Deserializer::new(deserializer, &mut record);
     let value = serde_path_to_error::deserialize(tracked).map_err(|err| {
         let field = err.path().to_string();
