@@ -94,9 +94,26 @@
 //!
 //! Inside zotbox's sandbox a wasm guest reaches files, HTTP and the shell
 //! only through the host functions of the `zot:host` WIT package, for what
-//! its grant allows. Wrappers for them will live beside this module
-//! (`fs`, `http`, `shell`); until then, a wasm extension computes from its
-//! arguments alone.
+//! its manifest declares and the policy grants. [`fs`], [`http`] and
+//! [`shell`] wrap them as plain functions; a refusal comes back as a
+//! [`CapabilityError::Denied`] naming the rule, and the extension goes on:
+//!
+//! ```no_run
+//! use zotbox_guest::{CapabilityError, fs, http};
+//!
+//! fn readme() -> Result<String, CapabilityError> {
+//!     // Needs `"capabilities": {"read": ["README.md"]}` in extension.json.
+//!     fs::read_to_string("README.md")
+//! }
+//!
+//! fn forecast() -> Result<String, CapabilityError> {
+//!     // Needs `"http": ["https://api.open-meteo.com"]`.
+//!     Ok(http::get("https://api.open-meteo.com/v1/forecast?latitude=52.5&longitude=13.4")?.text())
+//! }
+//! ```
+//!
+//! Built natively, the same calls go straight to the OS (relative to the
+//! workspace zot names), except HTTP, which exists only in the sandbox.
 
 mod capability;
 mod context;
