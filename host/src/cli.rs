@@ -41,7 +41,14 @@ Exit status:
 
 Environment:
   ZOT_HOME        zot's home (default $XDG_STATE_HOME/zot, else ~/.local/state/zot)
-  ZOTBOX_LOG      log filter for zotbox's own diagnostics on stderr (default `warn`)";
+  ZOTBOX_LOG      log filter for zotbox's own diagnostics on stderr (default `warn`)
+  ZOTBOX_SYSTEM_POLICY
+                  the system-wide policy file (default /etc/zotbox/policy.json)
+
+Files:
+  $ZOT_HOME/policy.json          the user's policy (can only narrow the system one)
+  $ZOT_HOME/logs/ext-<name>.log  each extension's stderr
+  $ZOT_HOME/logs/audit.jsonl     every capability use and guard decision";
 
 /// A sandboxed plugin host for zot extensions.
 ///
