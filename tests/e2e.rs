@@ -28,8 +28,12 @@ mod cli;
 mod data;
 #[path = "e2e/failure.rs"]
 mod failure;
+#[path = "e2e/fault.rs"]
+mod fault;
 #[path = "e2e/intercept.rs"]
 mod intercept;
+#[path = "e2e/load.rs"]
+mod load;
 #[path = "e2e/protocol.rs"]
 mod protocol;
 #[path = "e2e/registry.rs"]

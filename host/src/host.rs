@@ -156,6 +156,8 @@ struct Inner {
     registry: Mutex<Registry>,
     // Flipped to true to stop every supervisor of the current generation.
     stop: Mutex<watch::Sender<bool>>,
+    // Serialises reload and shutdown: each sees the other's end state.
+    lifecycle: tokio::sync::Mutex<()>,
 }
 
 /// Everything fixed at build time.
@@ -477,12 +479,15 @@ impl Host {
     /// Stops every extension, rediscovers, and starts them again. Explicit
     /// paths given at build time are kept.
     pub async fn reload(&self) {
+        let _lifecycle = self.inner.lifecycle.lock().await;
         self.stop_all().await;
         self.start_all().await;
     }
 
     /// Stops every extension (shutdown, terminate, kill), in parallel.
     pub async fn shutdown(&self) {
+        // After a reload in progress, never in the middle of one.
+        let _lifecycle = self.inner.lifecycle.lock().await;
         self.stop_all().await;
     }
 

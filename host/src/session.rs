@@ -488,6 +488,9 @@ impl Session {
             pending.calls.insert(id, PendingCall { expected, reply });
             id
         };
+        // Whatever ends this call — an answer, the deadline, or the caller
+        // giving up on it — its entry leaves the table.
+        let _forget = Forget { inner, id };
         let started = Instant::now();
         let outcome = async {
             let line =
@@ -508,7 +511,6 @@ impl Session {
         match timeout(deadline, outcome).await {
             Ok(result) => result,
             Err(_) => {
-                lock(&inner.pending).calls.remove(&id);
                 inner.control.deadline_missed();
                 tracing::warn!(
                     "{}: {what} timed out after {:?}",
@@ -610,6 +612,18 @@ impl Inner {
             })
         };
         let _ = call.reply.send(result);
+    }
+}
+
+/// Removes a request's pending entry when the request ends, however it ends.
+struct Forget<'a> {
+    inner: &'a Inner,
+    id: u64,
+}
+
+impl Drop for Forget<'_> {
+    fn drop(&mut self) {
+        lock(&self.inner.pending).calls.remove(&self.id);
     }
 }
 

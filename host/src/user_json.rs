@@ -20,7 +20,11 @@ pub(crate) fn parse<T: DeserializeOwned>(text: &str) -> Result<WithUnknown<T>, S
     // serde_ignored marks an `Option` layer as `?`; people think `inner.x`.
     let mut record = |key: serde_ignored::Path<'_>| {
         let key = key.to_string();
-        let key = key.split('.').filter(|part| *part != "?").collect::<Vec<_>>().join(".");
+        let key = key
+            .split('.')
+            .filter(|part| *part != "?")
+            .collect::<Vec<_>>()
+            .join(".");
         unknown_keys.push(key);
     };
     let tracked = serde_ignored::Deserializer::new(deserializer, &mut record);

@@ -246,6 +246,7 @@ impl HostBuilder {
                 events,
                 registry: Mutex::new(super::Registry::default()),
                 stop: Mutex::new(stop),
+                lifecycle: tokio::sync::Mutex::new(()),
             }),
         };
         host.start_all().await;

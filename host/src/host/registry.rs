@@ -280,15 +280,20 @@ impl Registry {
     /// accepting new ones until the next reset.
     pub(crate) fn take_sessions(&mut self) -> Vec<Session> {
         self.stopped = true;
-        let sessions = self
-            .slots
-            .iter_mut()
-            .filter_map(|slot| {
-                let session = slot.session.take()?;
+        let mut sessions = Vec::new();
+        for slot in &mut self.slots {
+            if let Some(session) = slot.session.take() {
+                sessions.push(session);
+            }
+            // Also the ones starting or waiting to restart: their
+            // supervisors see the stop and give up.
+            if matches!(
+                slot.state,
+                ExtensionState::Ready | ExtensionState::Starting | ExtensionState::Restarting
+            ) {
                 slot.state = ExtensionState::Stopped;
-                Some(session)
-            })
-            .collect();
+            }
+        }
         self.commands.clear();
         self.tools.clear();
         sessions

@@ -62,6 +62,8 @@ enum StartFailure {
     Permanent(String),
     /// It may work next time (it crashed during the handshake).
     Transient(String),
+    /// The host stopped while it was starting; it was killed.
+    Stopped,
 }
 
 pub(super) async fn supervise(
@@ -78,7 +80,7 @@ pub(super) async fn supervise(
         if *stop.borrow() {
             break;
         }
-        let attempt = start_once(&host, &slot).await;
+        let attempt = start_once(&host, &slot, &stop).await;
         let reason = match attempt {
             Ok(session) => {
                 if !host.registry().install(slot.id, session.clone()) {
@@ -108,6 +110,7 @@ pub(super) async fn supervise(
                 });
                 reason
             }
+            Err(StartFailure::Stopped) => break,
             Err(StartFailure::Permanent(reason)) => {
                 fail(&host, &slot, &name, reason);
                 break;
@@ -179,7 +182,11 @@ fn fail(host: &Host, slot: &SlotHandle, name: &str, reason: String) {
     }
 }
 
-async fn start_once(host: &Host, slot: &SlotHandle) -> Result<Session, StartFailure> {
+async fn start_once(
+    host: &Host,
+    slot: &SlotHandle,
+    stop: &watch::Receiver<bool>,
+) -> Result<Session, StartFailure> {
     let manifest = &slot.manifest;
     let (limits, sandbox) = host.confine(manifest).map_err(StartFailure::Permanent)?;
     let transport = host
@@ -188,13 +195,21 @@ async fn start_once(host: &Host, slot: &SlotHandle) -> Result<Session, StartFail
         .start(manifest, limits, sandbox)
         .await
         .map_err(|err| StartFailure::Permanent(format!("cannot start: {err}")))?;
-    Session::start(
+    let control = transport.control.clone();
+    let handshake = Session::start(
         manifest.name(),
         host.hello_ack(manifest),
         host.session_config(manifest),
         transport,
         host.inner.events.clone(),
-    )
-    .await
-    .map_err(|err| StartFailure::Transient(err.to_string()))
+    );
+    // A shutdown must not wait out a handshake, nor leave its process behind.
+    let mut stop = stop.clone();
+    tokio::select! {
+        started = handshake => started.map_err(|err| StartFailure::Transient(err.to_string())),
+        _ = stop.wait_for(|stopping| *stopping) => {
+            control.kill();
+            Err(StartFailure::Stopped)
+        }
+    }
 }

@@ -112,7 +112,8 @@ pub struct WasmRuntime {
     components: ComponentLinker<ComponentState>,
     modules: ModuleLinker<ModuleState>,
     cache: ArtifactCache,
-    prepared: Mutex<HashMap<FileStamp, Prepared>>,
+    // One entry per wasm path: a rebuilt file replaces its old code.
+    prepared: Mutex<HashMap<PathBuf, (FileStamp, Prepared)>>,
     // One lock per cache entry: identical guests starting together compile
     // once; the others wait and load what the first one cached.
     compiling: Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>,
@@ -173,7 +174,9 @@ impl WasmRuntime {
             len: meta.len(),
             modified: meta.modified().ok(),
         };
-        if let Some(prepared) = self.memo().get(&stamp) {
+        if let Some((known, prepared)) = self.memo().get(path)
+            && *known == stamp
+        {
             return Ok(prepared.clone());
         }
         let wasm = std::fs::read(path).map_err(|error| WasmError::Read {
@@ -241,7 +244,8 @@ impl WasmRuntime {
                 Prepared::Module(self.modules.instantiate_pre(&module).map_err(link_error)?)
             }
         };
-        self.memo().insert(stamp, prepared.clone());
+        self.memo()
+            .insert(path.to_owned(), (stamp, prepared.clone()));
         Ok(prepared)
     }
 
@@ -293,7 +297,7 @@ impl WasmRuntime {
         Ok(compiled)
     }
 
-    fn memo(&self) -> std::sync::MutexGuard<'_, HashMap<FileStamp, Prepared>> {
+    fn memo(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, (FileStamp, Prepared)>> {
         self.prepared.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
