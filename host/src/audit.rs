@@ -81,15 +81,7 @@ impl AuditLog {
     /// says so once (a warning) and records are dropped: auditing never
     /// stops an extension from working.
     pub fn open(path: &Path) -> Self {
-        let file = (|| {
-            if let Some(dir) = path.parent() {
-                std::fs::create_dir_all(dir)?;
-            }
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)
-        })();
+        let file = crate::home::open_append(path);
         let file = match file {
             Ok(file) => file,
             Err(err) => {

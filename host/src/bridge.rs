@@ -26,7 +26,6 @@ use tokio::time::Instant;
 use zotbox_protocol::{DEFAULT_MAX_LINE, Line, LineSplitter};
 
 use crate::audit::AuditLog;
-use crate::capability::http::HttpConfig;
 use crate::home::ZotHome;
 use crate::manifest::{MANIFEST_FILE, Manifest, Program};
 use crate::policy::Policy;
@@ -208,16 +207,7 @@ pub async fn run(
 
 fn services(home: &ZotHome, policy: &Policy) -> Arc<Services> {
     let audit = Arc::new(AuditLog::open(&home.logs_dir().join("audit.jsonl")));
-    let mut http_config = HttpConfig::default();
-    for path in policy.extra_root_certificates() {
-        match std::fs::read(&path) {
-            Ok(pem) => http_config.extra_roots.push(pem),
-            Err(err) => tracing::warn!(
-                "policy: cannot read root certificate `{}`: {err}",
-                path.display()
-            ),
-        }
-    }
+    let http_config = policy.http_config();
     Arc::new_cyclic(|weak| {
         Services::new(
             None,

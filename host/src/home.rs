@@ -52,3 +52,15 @@ impl ZotHome {
         self.root.join("cache")
     }
 }
+
+/// Opens `path` for appending, creating it and its folder: how every log
+/// under `$ZOT_HOME/logs` is written.
+pub(crate) fn open_append(path: &Path) -> std::io::Result<std::fs::File> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+}

@@ -98,28 +98,9 @@ pub struct Decision {
     pub decided_by: Vec<String>,
 }
 
-/// The verdict part of a [`Decision`], serialisable for `--json`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(tag = "verdict", rename_all = "snake_case")]
-pub enum DecisionVerdict {
-    /// Nothing objected.
-    Allow,
-    /// Refused.
-    Block {
-        /// Why.
-        reason: String,
-    },
-    /// Allowed with rewritten tool arguments.
-    Rewrite {
-        /// The final arguments.
-        args: Value,
-    },
-    /// Allowed with replaced message text.
-    Replace {
-        /// The final text.
-        text: String,
-    },
-}
+/// The verdict of a [`Decision`]: the chain's combined verdict, in the same
+/// terms as one interceptor's.
+pub use crate::session::Verdict as DecisionVerdict;
 
 impl Decision {
     /// Whether the chain blocked.

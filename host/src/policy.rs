@@ -207,6 +207,22 @@ impl Policy {
             .collect()
     }
 
+    /// The HTTP client settings the policy implies: the defaults, plus its
+    /// extra root certificates (an unreadable file is warned about and skipped).
+    pub fn http_config(&self) -> crate::capability::http::HttpConfig {
+        let mut config = crate::capability::http::HttpConfig::default();
+        for path in self.extra_root_certificates() {
+            match std::fs::read(&path) {
+                Ok(pem) => config.extra_roots.push(pem),
+                Err(err) => tracing::warn!(
+                    "policy: cannot read root certificate `{}`: {err}",
+                    path.display()
+                ),
+            }
+        }
+        config
+    }
+
     fn min_of(&self, field: impl Fn(&PolicyFile) -> Option<u64>) -> Option<u64> {
         self.layers.iter().filter_map(|l| field(&l.file)).min()
     }

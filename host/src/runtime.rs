@@ -104,15 +104,7 @@ impl fmt::Debug for Transport {
 /// When the log cannot be opened, the output is discarded and a warning says
 /// why: a broken log folder must not stop an extension from starting.
 pub fn open_log(path: &std::path::Path) -> Option<std::fs::File> {
-    let open = || {
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)?;
-        }
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-    };
+    let open = || crate::home::open_append(path);
     match open() {
         Ok(file) => Some(file),
         Err(err) => {

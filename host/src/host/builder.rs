@@ -207,16 +207,7 @@ impl HostBuilder {
         let audit = std::sync::Arc::new(crate::audit::AuditLog::open(
             &home.logs_dir().join("audit.jsonl"),
         ));
-        let mut http_config = crate::capability::http::HttpConfig::default();
-        for path in policy.extra_root_certificates() {
-            match std::fs::read(&path) {
-                Ok(pem) => http_config.extra_roots.push(pem),
-                Err(err) => tracing::warn!(
-                    "policy: cannot read root certificate `{}`: {err}",
-                    path.display()
-                ),
-            }
-        }
+        let http_config = policy.http_config();
         let (events, _) = broadcast::channel(EVENT_BACKLOG);
         let (stop, _) = watch::channel(false);
         let host = Host {

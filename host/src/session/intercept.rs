@@ -3,8 +3,9 @@
 use serde_json::Value;
 use zotbox_protocol::{EventIntercept, event_name};
 
-/// What an interceptor decided.
-#[derive(Debug, Clone, PartialEq)]
+/// What an interceptor (or the whole guard chain) decided.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(tag = "verdict", rename_all = "snake_case")]
 pub enum Verdict {
     /// Go ahead unchanged.
     Allow,

@@ -78,6 +78,18 @@ impl Shared {
         Poll::Pending
     }
 
+    /// `AsyncRead::poll_read` for whichever end reads: no bytes at the end of stream.
+    fn poll_read(&self, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        match self.poll_take(cx, buf.remaining()) {
+            Poll::Ready(Some(bytes)) => {
+                buf.put_slice(&bytes);
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(None) => Poll::Ready(Ok(())),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
     /// Waits until the reader could take bytes or the stream ended.
     fn poll_readable(&self, cx: &mut Context<'_>) -> Poll<()> {
         let mut state = self.lock();
@@ -221,14 +233,7 @@ impl AsyncRead for HostReader {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        match self.0.poll_take(cx, buf.remaining()) {
-            Poll::Ready(Some(bytes)) => {
-                buf.put_slice(&bytes);
-                Poll::Ready(Ok(()))
-            }
-            Poll::Ready(None) => Poll::Ready(Ok(())),
-            Poll::Pending => Poll::Pending,
-        }
+        self.0.poll_read(cx, buf)
     }
 }
 
@@ -299,14 +304,7 @@ impl AsyncRead for GuestAsyncStdin {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        match self.0.poll_take(cx, buf.remaining()) {
-            Poll::Ready(Some(bytes)) => {
-                buf.put_slice(&bytes);
-                Poll::Ready(Ok(()))
-            }
-            Poll::Ready(None) => Poll::Ready(Ok(())),
-            Poll::Pending => Poll::Pending,
-        }
+        self.0.poll_read(cx, buf)
     }
 }
 
