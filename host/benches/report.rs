@@ -16,7 +16,8 @@
 //!
 //! Each figure is a median (or a percentile) over many runs, measured with
 //! its own warm-up; the machine's load shows in absolutes, so read ratios.
-//! Set `ZOTBOX_BENCH_QUICK=1` for a shorter run.
+//! Set `ZOTBOX_BENCH_QUICK=1` for a shorter run, `ZOTBOX_BENCH_WORKERS=N`
+//! for another number of tokio workers (default 2).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -161,18 +162,26 @@ async fn start_to_ready(
     Ok(percentile(&mut samples, 50.0))
 }
 
+/// Round trips from a caller that is itself a task on the runtime, as a
+/// host's callers usually are (a caller blocking a thread outside the
+/// runtime pays an extra futex wake-up per call).
 async fn round_trips(
     launcher: &Launcher,
     manifest: &Manifest,
     scale: &Scale,
 ) -> Result<(Duration, Duration)> {
     let session = start(launcher, manifest).await?;
+    let calls = scale.calls;
+    tokio::spawn(measure_round_trips(session, calls)).await?
+}
+
+async fn measure_round_trips(session: Session, calls: usize) -> Result<(Duration, Duration)> {
     let args = json!({"text": "ping"});
     for _ in 0..1000 {
         session.call_tool("echo", args.clone(), None).await?;
     }
-    let mut samples = Vec::with_capacity(scale.calls);
-    for _ in 0..scale.calls {
+    let mut samples = Vec::with_capacity(calls);
+    for _ in 0..calls {
         let begun = Instant::now();
         session.call_tool("echo", args.clone(), None).await?;
         samples.push(begun.elapsed());
@@ -466,10 +475,29 @@ fn dur_ratio(a: Duration, b: Duration) -> String {
 fn main() -> Result<()> {
     let scale = Scale::from_env();
     let fixture = fixture()?;
+    // Two workers, as on the machines this is written for; override to see
+    // what cross-thread wake-ups cost (`ZOTBOX_BENCH_WORKERS=1`).
+    let workers = std::env::var("ZOTBOX_BENCH_WORKERS")
+        .ok()
+        .and_then(|w| w.parse().ok())
+        .unwrap_or(2);
     let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(workers)
         .enable_all()
         .build()?;
+    // `ZOTBOX_BENCH_PROFILE=1`: only wasm round trips, long enough for a profiler.
+    if std::env::var_os("ZOTBOX_BENCH_PROFILE").is_some() {
+        return runtime.block_on(async {
+            let launcher = Launcher::new(fixture.home.clone(), false);
+            let long = Scale {
+                calls: 200_000,
+                ..Scale::from_env()
+            };
+            let (p50, p99) = round_trips(&launcher, &fixture.wasm, &long).await?;
+            println!("wasm round trip p50 {} p99 {}", micros(p50), micros(p99));
+            Ok(())
+        });
+    }
     let rows = runtime.block_on(async {
         let mut rows: Vec<[String; 4]> = Vec::new();
         let mut row = |name: &str, wasm: String, native: String, ratio: String| {

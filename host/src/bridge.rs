@@ -161,7 +161,7 @@ pub async fn run(
             let sandbox = Sandbox::new(
                 &name,
                 services.clone(),
-                policy.grant(&manifest),
+                policy.grant(&manifest.raw.capabilities),
                 &manifest.raw.capabilities,
             )
             .map_err(|err| BridgeError::Refused {

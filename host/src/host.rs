@@ -607,7 +607,7 @@ impl Host {
                 None => Ok((limits, None)),
             },
             crate::manifest::Program::Wasm { .. } => {
-                let grant = policy.grant(manifest);
+                let grant = policy.grant(&manifest.raw.capabilities);
                 for row in &grant.rows {
                     for refusal in &row.refused {
                         tracing::info!(

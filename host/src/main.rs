@@ -6,10 +6,18 @@ use zotbox::cli::{Cli, EXIT_ERROR};
 #[tokio::main]
 async fn main() {
     let cli = Cli::parse();
-    let code = match cli.run().await {
-        Ok(code) => code,
-        Err(err) => {
+    // Run as a task on the runtime's workers rather than on this thread:
+    // waking a thread parked outside the runtime costs a futex round trip
+    // on every frame exchanged with an extension.
+    let outcome = tokio::spawn(cli.run()).await;
+    let code = match outcome {
+        Ok(Ok(code)) => code,
+        Ok(Err(err)) => {
             eprintln!("error: {err:#}");
+            EXIT_ERROR
+        }
+        Err(panicked) => {
+            eprintln!("error: zotbox failed: {panicked}");
             EXIT_ERROR
         }
     };

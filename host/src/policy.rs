@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::manifest::Manifest;
+use crate::manifest::Capabilities;
 use crate::session::FailMode;
 
 /// The system-wide policy file, unless `$ZOTBOX_SYSTEM_POLICY` names another.
@@ -245,9 +245,9 @@ impl Policy {
             .map_or(value, |cap| value.min(cap))
     }
 
-    /// What `manifest` is granted, capability by capability, with why.
-    pub fn grant(&self, manifest: &Manifest) -> Grant {
-        let declared = &manifest.raw.capabilities;
+    /// What an extension that `declared` these capabilities is granted,
+    /// capability by capability, with why.
+    pub fn grant(&self, declared: &Capabilities) -> Grant {
         let mut rows = Vec::new();
         let mut keep = |capability: &'static str,
                         declared: &[String],
@@ -497,9 +497,8 @@ mod tests {
         }
     }
 
-    fn manifest(capabilities: &str) -> Manifest {
-        let text = format!(r#"{{"name":"x","wasm":"x.wasm","capabilities":{capabilities}}}"#);
-        Manifest::parse(&text, Path::new("/e/x/extension.json")).unwrap_or_else(|e| panic!("{e}"))
+    fn capabilities(json: &str) -> Capabilities {
+        serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}"))
     }
 
     #[test]
@@ -542,7 +541,7 @@ mod tests {
                 r#"{"http":["https://api.x.com","https://evil.com"],"env":["LANG"]}"#,
             ),
         ]);
-        let grant = policy.grant(&manifest(
+        let grant = policy.grant(&capabilities(
             r#"{"http":["https://api.x.com","https://other.x.com","https://evil.com"],
                 "shell":["git status"],"env":["LANG","AWS_SECRET_ACCESS_KEY"],"read":["docs/**"],"write":["out/**"]}"#,
         ));

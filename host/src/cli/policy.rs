@@ -76,7 +76,7 @@ fn explain(context: &Context, policy: &Policy, name: &str) -> Result<u8> {
         .find(|found| found.manifest.name() == name)
         .with_context(|| format!("no extension `{name}` (see `zotbox list`)"))?;
     let manifest = found.manifest;
-    let grant = policy.grant(&manifest);
+    let grant = policy.grant(&manifest.raw.capabilities);
     if context.json {
         for row in &grant.rows {
             json_line(&serde_json::json!({
@@ -97,7 +97,7 @@ fn explain(context: &Context, policy: &Policy, name: &str) -> Result<u8> {
 /// what is granted and which rule decided; then its limits.
 pub(crate) fn print_grant(policy: &Policy, manifest: &crate::manifest::Manifest) {
     let name = manifest.name();
-    let grant = policy.grant(manifest);
+    let grant = policy.grant(&manifest.raw.capabilities);
     println!(
         "extension `{name}` ({}, {})",
         manifest.kind(),

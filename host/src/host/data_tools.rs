@@ -22,6 +22,8 @@ pub const DATA_OUTPUT_CAP: usize = 30_000;
 pub(crate) struct DataState {
     pub(crate) set: DataSet,
     pub(crate) deny: DenyRules,
+    // Each data tool's sandbox, by tool and grant, made on first use.
+    sandboxes: std::sync::Mutex<std::collections::HashMap<String, Arc<Sandbox>>>,
 }
 
 impl DataState {
@@ -43,7 +45,11 @@ impl DataState {
             }
         }
         let deny = DenyRules::new(&plugins);
-        Self { set, deny }
+        Self {
+            set,
+            deny,
+            sandboxes: std::sync::Mutex::default(),
+        }
     }
 }
 
@@ -83,17 +89,24 @@ fn text_result(text: String, is_error: bool) -> ToolResult {
 }
 
 /// Cuts `text` to [`DATA_OUTPUT_CAP`] characters, saying how much was cut.
-pub(crate) fn cap_output(text: String) -> String {
-    let total = text.chars().count();
-    if total <= DATA_OUTPUT_CAP {
+pub(crate) fn cap_output(mut text: String) -> String {
+    // No more characters than bytes: short texts need no counting.
+    if text.len() <= DATA_OUTPUT_CAP {
         return text;
     }
-    let mut cut: String = text.chars().take(DATA_OUTPUT_CAP).collect();
-    cut.push_str(&format!(
-        "\n[truncated: {} more characters]",
-        total - DATA_OUTPUT_CAP
-    ));
-    cut
+    let Some((cut, _)) = text.char_indices().nth(DATA_OUTPUT_CAP) else {
+        return text;
+    };
+    let more = text[cut..].chars().count();
+    text.truncate(cut);
+    text.push_str(&format!("\n[truncated: {more} more characters]"));
+    text
+}
+
+/// Bytes as text, without a copy when they are valid UTF-8.
+fn into_text(bytes: Vec<u8>) -> String {
+    String::from_utf8(bytes)
+        .unwrap_or_else(|err| String::from_utf8_lossy(err.as_bytes()).into_owned())
 }
 
 /// What a data tool of this kind and rendering must be allowed to do.
@@ -266,7 +279,7 @@ impl Host {
                 };
                 match sandbox.fetch(Request::get(url.clone())).await {
                     Ok(response) => {
-                        let body = String::from_utf8_lossy(&response.body).into_owned();
+                        let body = into_text(response.body);
                         if (200..300).contains(&response.status) {
                             text_result(body, false)
                         } else {
@@ -288,7 +301,7 @@ impl Host {
                     Err(result) => return result,
                 };
                 match sandbox.read(&path).await {
-                    Ok(bytes) => text_result(String::from_utf8_lossy(&bytes).into_owned(), false),
+                    Ok(bytes) => text_result(into_text(bytes), false),
                     Err(err) => text_result(err.to_string(), true),
                 }
             }
@@ -325,42 +338,30 @@ impl Host {
         })
     }
 
+    /// The sandbox a data tool runs in: made once per tool and what it
+    /// reaches (its grant depends on nothing else), then reused.
     fn data_sandbox(&self, tool: &DataTool, url: Option<&str>) -> Result<Arc<Sandbox>, ToolResult> {
         let declared = declared_for(&tool.kind, url);
-        let manifest = crate::manifest::Manifest {
-            raw: crate::manifest::RawManifest {
-                name: tool.name.clone(),
-                version: String::new(),
-                exec: None,
-                args: Vec::new(),
-                language: None,
-                description: None,
-                enabled: true,
-                wasm: None,
-                capabilities: declared.clone(),
-                limits: crate::manifest::Limits::default(),
-            },
-            path: tool.path.clone(),
-            dir: tool
-                .path
-                .parent()
-                .map(std::path::Path::to_path_buf)
-                .unwrap_or_default(),
-            program: crate::manifest::Program::Native {
-                exec: String::new(),
-                args: Vec::new(),
-            },
-            unknown_keys: Vec::new(),
-        };
-        let grant = self.inner.policy.grant(&manifest);
-        Sandbox::new(
+        let key = format!("{}\0{:?}", tool.name, declared);
+        let data = self.data();
+        let mut cache = data
+            .sandboxes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(sandbox) = cache.get(&key) {
+            return Ok(sandbox.clone());
+        }
+        let grant = self.inner.policy.grant(&declared);
+        let sandbox = Sandbox::new(
             format!("data:{}", tool.name),
             self.inner.services.clone(),
             grant,
             &declared,
         )
         .map(Arc::new)
-        .map_err(|err| text_result(format!("tool `{}`: {err}", tool.name), true))
+        .map_err(|err| text_result(format!("tool `{}`: {err}", tool.name), true))?;
+        cache.insert(key, sandbox.clone());
+        Ok(sandbox)
     }
 }
 
