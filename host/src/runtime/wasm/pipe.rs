@@ -60,22 +60,15 @@ impl Shared {
     /// Takes up to `max` bytes. `Ready(None)` at end of stream.
     fn poll_take(&self, cx: &mut Context<'_>, max: usize) -> Poll<Option<Bytes>> {
         let mut state = self.lock();
-        if !state.buf.is_empty() {
-            let n = max.min(state.buf.len());
-            let bytes = state.buf.split_to(n).freeze();
-            state.reader_parked = false;
-            if let Some(waker) = state.write_waker.take() {
-                waker.wake();
+        match take(&mut state, max) {
+            Took::Bytes(bytes) => Poll::Ready(Some(bytes)),
+            Took::End => Poll::Ready(None),
+            Took::Nothing => {
+                state.reader_parked = true;
+                state.read_waker = Some(cx.waker().clone());
+                Poll::Pending
             }
-            return Poll::Ready(Some(bytes));
         }
-        if state.writer_closed {
-            state.reader_parked = false;
-            return Poll::Ready(None);
-        }
-        state.reader_parked = true;
-        state.read_waker = Some(cx.waker().clone());
-        Poll::Pending
     }
 
     /// `AsyncRead::poll_read` for whichever end reads: no bytes at the end of stream.
@@ -127,16 +120,7 @@ impl Shared {
         if state.reader_closed {
             return Err(());
         }
-        let n = bytes
-            .len()
-            .min(state.capacity.saturating_sub(state.buf.len()));
-        state.buf.extend_from_slice(&bytes[..n]);
-        if n > 0
-            && let Some(waker) = state.read_waker.take()
-        {
-            waker.wake();
-        }
-        Ok(n)
+        Ok(put(&mut state, bytes))
     }
 
     fn poll_put(&self, cx: &mut Context<'_>, bytes: &[u8]) -> Poll<io::Result<usize>> {
@@ -147,18 +131,53 @@ impl Shared {
         if state.reader_closed {
             return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
         }
-        let room = state.capacity.saturating_sub(state.buf.len());
-        if room == 0 {
-            state.write_waker = Some(cx.waker().clone());
-            return Poll::Pending;
+        match put(&mut state, bytes) {
+            0 => {
+                state.write_waker = Some(cx.waker().clone());
+                Poll::Pending
+            }
+            n => Poll::Ready(Ok(n)),
         }
-        let n = bytes.len().min(room);
-        state.buf.extend_from_slice(&bytes[..n]);
-        if let Some(waker) = state.read_waker.take() {
+    }
+}
+
+/// What a reader found without waiting.
+enum Took {
+    Bytes(Bytes),
+    End,
+    Nothing,
+}
+
+/// Takes up to `max` bytes from a locked pipe, waking a waiting writer.
+fn take(state: &mut State, max: usize) -> Took {
+    if !state.buf.is_empty() {
+        let n = max.min(state.buf.len());
+        let bytes = state.buf.split_to(n).freeze();
+        state.reader_parked = false;
+        if let Some(waker) = state.write_waker.take() {
             waker.wake();
         }
-        Poll::Ready(Ok(n))
+        return Took::Bytes(bytes);
     }
+    if state.writer_closed {
+        state.reader_parked = false;
+        return Took::End;
+    }
+    Took::Nothing
+}
+
+/// Appends as much of `bytes` as there is room for, waking a waiting reader.
+fn put(state: &mut State, bytes: &[u8]) -> usize {
+    let n = bytes
+        .len()
+        .min(state.capacity.saturating_sub(state.buf.len()));
+    state.buf.extend_from_slice(&bytes[..n]);
+    if n > 0
+        && let Some(waker) = state.read_waker.take()
+    {
+        waker.wake();
+    }
+    n
 }
 
 /// A bounded in-memory pipe of `capacity` bytes.
@@ -272,19 +291,11 @@ impl StdinStream for GuestStdin {
 #[async_trait::async_trait]
 impl InputStream for GuestStdin {
     fn read(&mut self, size: usize) -> StreamResult<Bytes> {
-        let mut state = self.0.lock();
-        if !state.buf.is_empty() {
-            let n = size.min(state.buf.len());
-            let bytes = state.buf.split_to(n).freeze();
-            if let Some(waker) = state.write_waker.take() {
-                waker.wake();
-            }
-            return Ok(bytes);
+        match take(&mut self.0.lock(), size) {
+            Took::Bytes(bytes) => Ok(bytes),
+            Took::End => Err(StreamError::Closed),
+            Took::Nothing => Ok(Bytes::new()),
         }
-        if state.writer_closed {
-            return Err(StreamError::Closed);
-        }
-        Ok(Bytes::new())
     }
 }
 
