@@ -211,13 +211,16 @@ async fn registration_frames_spread_over_time_all_count() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn registration_that_ends_within_the_deadline_succeeds() {
     let lab = Lab::new();
-    // After hello: four registration frames 150 ms apart (each gap well under
-    // the 250 ms idle watchdog), then `ready` at once: registration is done
-    // about 600 ms after hello, inside the 750 ms deadline.
+    // After hello: four registration frames 400 ms apart (each gap well under
+    // a 1 s idle watchdog), then `ready` at once: registration is done about
+    // 1.6 s after hello, inside a 2.2 s deadline, with its last frames
+    // arriving less than one idle period before the deadline (the case the
+    // deadline once mishandled). The margins are wide so that a loaded
+    // machine does not turn the timings over.
     let steady = ext("steady")
         .flags(&[
             "--register-gap",
-            "0.15",
+            "0.4",
             "--bad-schema",
             "--subscribe",
             "turn_start",
@@ -225,7 +228,11 @@ async fn registration_that_ends_within_the_deadline_succeeds() {
         .write_in(&lab.dev);
     let host = lab
         .builder()
-        .hello_timeout(Duration::from_millis(750))
+        .session_config(zotbox::SessionConfig {
+            hello_timeout: Duration::from_millis(2200),
+            ready_idle: Duration::from_secs(1),
+            ..zotbox::SessionConfig::default()
+        })
         .restart_policy(RestartPolicy::never())
         .extension(&steady.dir)
         .build()
