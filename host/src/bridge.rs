@@ -266,6 +266,7 @@ async fn bridge(
         let mut exit = exit.clone();
         async move {
             let mut ended_at: Option<Instant> = None;
+            let mut escalated = 0u8;
             loop {
                 tokio::select! {
                     () = tokio::time::sleep(Duration::from_millis(50)) => {}
@@ -285,11 +286,16 @@ async fn bridge(
                 if *ending.borrow() && ended_at.is_none() {
                     ended_at = Some(now);
                 }
+                // After the grace period, terminate once; after twice
+                // that, kill (as a session's shutdown does).
                 if let Some(at) = ended_at {
-                    if now.duration_since(at) > shutdown_grace * 2 {
+                    let waited = now.duration_since(at);
+                    if waited > shutdown_grace * 2 && escalated < 2 {
                         control.kill();
-                    } else if now.duration_since(at) > shutdown_grace {
+                        escalated = 2;
+                    } else if waited > shutdown_grace && escalated < 1 {
                         control.terminate();
+                        escalated = 1;
                     }
                 }
             }
