@@ -27,10 +27,10 @@ use zotbox_protocol::{DEFAULT_MAX_LINE, Line, LineSplitter};
 
 use crate::audit::AuditLog;
 use crate::home::ZotHome;
-use crate::manifest::{MANIFEST_FILE, Manifest, Program};
+use crate::manifest::{MANIFEST_FILE, Manifest};
 use crate::policy::Policy;
 use crate::runtime::{Exit, Launcher, Transport};
-use crate::sandbox::{CommandGuard, Sandbox, Services};
+use crate::sandbox::{CommandGuard, Services};
 
 /// The bridge could not start the extension.
 #[derive(Debug, thiserror::Error)]
@@ -139,41 +139,13 @@ pub async fn run(
     let name = manifest.name().to_owned();
     let policy = Policy::load(&Policy::system_path(), &home.root().join("policy.json"))?;
     let services = services(&home, &policy);
-    let (limits, sandbox) = match &manifest.program {
-        Program::Native { .. } => {
-            if let Some(path) = policy.native_refused_by() {
-                return Err(BridgeError::Refused {
-                    name,
-                    reason: format!(
-                        "native extensions are refused by policy `{}` (`native_extensions: false`)",
-                        path.display()
-                    ),
-                });
-            }
-            (crate::runtime::wasm::limits_for(None), None)
-        }
-        Program::Wasm { .. } => {
-            let memory = manifest
-                .raw
-                .limits
-                .memory_mb
-                .unwrap_or(crate::runtime::wasm::DEFAULT_MEMORY_MB);
-            let sandbox = Sandbox::new(
-                &name,
-                services.clone(),
-                policy.grant(&manifest.raw.capabilities),
-                &manifest.raw.capabilities,
-            )
-            .map_err(|err| BridgeError::Refused {
+    let (limits, sandbox) =
+        crate::sandbox::confine(&policy, &services, &manifest).map_err(|reason| {
+            BridgeError::Refused {
                 name: name.clone(),
-                reason: format!("its capabilities do not parse: {err}"),
-            })?;
-            (
-                crate::runtime::wasm::limits_for(Some(policy.cap_memory_mb(memory))),
-                Some(Arc::new(sandbox)),
-            )
-        }
-    };
+                reason,
+            }
+        })?;
     let launcher = Launcher::new(home, false);
     let transport = launcher
         .start(&manifest, limits, sandbox)

@@ -584,50 +584,11 @@ impl Host {
         config
     }
 
-    /// What an extension runs with: its guest limits and, for a wasm guest,
-    /// its sandbox (declared ∩ policy). A native extension the policy
-    /// refuses gets an error instead.
+    /// What an extension runs with under this host's policy.
     fn confine(
         &self,
         manifest: &crate::manifest::Manifest,
     ) -> Result<(crate::runtime::wasm::GuestLimits, Option<Arc<Sandbox>>), String> {
-        let policy = &self.inner.policy;
-        let memory = manifest
-            .raw
-            .limits
-            .memory_mb
-            .unwrap_or(crate::runtime::wasm::DEFAULT_MEMORY_MB);
-        let limits = crate::runtime::wasm::limits_for(Some(policy.cap_memory_mb(memory)));
-        match manifest.program {
-            crate::manifest::Program::Native { .. } => match policy.native_refused_by() {
-                Some(path) => Err(format!(
-                    "native extensions are refused by policy `{}` (`native_extensions: false`)",
-                    path.display()
-                )),
-                None => Ok((limits, None)),
-            },
-            crate::manifest::Program::Wasm { .. } => {
-                let grant = policy.grant(&manifest.raw.capabilities);
-                for row in &grant.rows {
-                    for refusal in &row.refused {
-                        tracing::info!(
-                            "extension `{}`: {} `{}` not granted: {}",
-                            manifest.name(),
-                            row.capability,
-                            refusal.item,
-                            refusal.rule
-                        );
-                    }
-                }
-                let sandbox = Sandbox::new(
-                    manifest.name(),
-                    self.inner.services.clone(),
-                    grant,
-                    &manifest.raw.capabilities,
-                )
-                .map_err(|err| format!("its capabilities do not parse: {err}"))?;
-                Ok((limits, Some(Arc::new(sandbox))))
-            }
-        }
+        crate::sandbox::confine(&self.inner.policy, &self.inner.services, manifest)
     }
 }

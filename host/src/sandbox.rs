@@ -381,3 +381,52 @@ impl Sandbox {
         granted
     }
 }
+
+/// What an extension runs with under `policy`: its guest limits and, for a
+/// wasm guest, its sandbox (declared ∩ policy). A native extension the
+/// policy refuses gets the reason instead. The standalone host and
+/// `zotbox run` both start extensions through this.
+///
+/// # Errors
+///
+/// Why the extension may not run: refused by policy, or capabilities that
+/// do not parse.
+pub fn confine(
+    policy: &crate::policy::Policy,
+    services: &Arc<Services>,
+    manifest: &crate::manifest::Manifest,
+) -> Result<(crate::runtime::wasm::GuestLimits, Option<Arc<Sandbox>>), String> {
+    let memory = manifest
+        .raw
+        .limits
+        .memory_mb
+        .unwrap_or(crate::runtime::wasm::DEFAULT_MEMORY_MB);
+    let limits = crate::runtime::wasm::limits_for(Some(policy.cap_memory_mb(memory)));
+    match manifest.program {
+        crate::manifest::Program::Native { .. } => match policy.native_refused_by() {
+            Some(path) => Err(format!(
+                "native extensions are refused by policy `{}` (`native_extensions: false`)",
+                path.display()
+            )),
+            None => Ok((limits, None)),
+        },
+        crate::manifest::Program::Wasm { .. } => {
+            let declared = &manifest.raw.capabilities;
+            let grant = policy.grant(declared);
+            for row in &grant.rows {
+                for refusal in &row.refused {
+                    tracing::info!(
+                        "extension `{}`: {} `{}` not granted: {}",
+                        manifest.name(),
+                        row.capability,
+                        refusal.item,
+                        refusal.rule
+                    );
+                }
+            }
+            let sandbox = Sandbox::new(manifest.name(), services.clone(), grant, declared)
+                .map_err(|err| format!("its capabilities do not parse: {err}"))?;
+            Ok((limits, Some(Arc::new(sandbox))))
+        }
+    }
+}

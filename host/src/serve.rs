@@ -18,15 +18,16 @@
 use std::path::PathBuf;
 
 use serde_json::Value;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use zotbox_protocol::{
-    CommandAction, CommandResponse, Content, Decoder, ExtensionFrame, Hello, HelloAck, HostFrame,
-    InterceptResponse, Notify, Ready, RegisterCommand, RegisterTool, ShutdownAck, Subscribe,
-    ToolResult, encode_frame, event_name,
+    CommandAction, CommandResponse, Content, DEFAULT_MAX_LINE, ExtensionFrame, Hello, HelloAck,
+    HostFrame, InterceptResponse, Notify, Ready, RegisterCommand, RegisterTool, ShutdownAck,
+    Subscribe, ToolResult, encode_frame, event_name,
 };
 
 use crate::home::ZotHome;
 use crate::host::{DecisionVerdict, Host};
+use crate::session::reader::FrameReader;
 
 /// The name `serve` introduces itself with.
 pub const SERVE_NAME: &str = "zotbox";
@@ -55,11 +56,8 @@ pub enum ServeError {
 }
 
 struct Wire<R, W> {
-    input: R,
+    input: FrameReader<HostFrame, R>,
     output: W,
-    decoder: Decoder,
-    chunk: Vec<u8>,
-    ended: bool,
 }
 
 impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Wire<R, W> {
@@ -70,28 +68,12 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Wire<R, W> {
         self.output.flush().await
     }
 
+    /// The next frame from zot; lines that do not decode are logged and skipped.
     async fn next(&mut self) -> Option<HostFrame> {
         loop {
-            match self.decoder.next_frame::<HostFrame>() {
-                Some(Ok(frame)) => return Some(frame),
-                Some(Err(err)) => {
-                    tracing::warn!("serve: {err}");
-                    continue;
-                }
-                None => {}
-            }
-            if self.ended {
-                return match self.decoder.finish::<HostFrame>() {
-                    Some(Ok(frame)) => Some(frame),
-                    _ => None,
-                };
-            }
-            match self.input.read(&mut self.chunk).await {
-                Ok(0) | Err(_) => self.ended = true,
-                Ok(n) => {
-                    let bytes = self.chunk[..n].to_vec();
-                    self.decoder.push(&bytes);
-                }
+            match self.input.next().await? {
+                Ok(frame) => return Some(frame),
+                Err(err) => tracing::warn!("serve: {err}"),
             }
         }
     }
@@ -108,11 +90,8 @@ pub async fn serve(
     output: impl AsyncWrite + Unpin,
 ) -> Result<(), ServeError> {
     let mut wire = Wire {
-        input,
+        input: FrameReader::new(input, DEFAULT_MAX_LINE),
         output,
-        decoder: Decoder::default(),
-        chunk: vec![0; 64 * 1024],
-        ended: false,
     };
     wire.send(&ExtensionFrame::Hello(Hello {
         name: SERVE_NAME.to_owned(),

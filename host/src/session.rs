@@ -7,7 +7,7 @@
 mod error;
 mod handshake;
 mod intercept;
-mod reader;
+pub(crate) mod reader;
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
@@ -29,7 +29,9 @@ use crate::runtime::{Control, Exit, Transport};
 pub use error::{CallError, Closed, SessionError};
 use handshake::{HandshakeFailure, handshake, publish_unsolicited};
 pub use intercept::{Interceptable, Verdict};
-use reader::FrameReader;
+/// What a session reads: an extension's output.
+type ExtensionReader =
+    reader::FrameReader<ExtensionFrame, Box<dyn tokio::io::AsyncRead + Send + Unpin>>;
 
 /// How long to keep reading after the process exited, for frames still in the pipe.
 const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(500);
@@ -182,7 +184,7 @@ impl Session {
             exit,
         } = transport;
         let name: Arc<str> = Arc::from(name);
-        let mut reader = FrameReader::new(output, config.max_line);
+        let mut reader = ExtensionReader::new(output, config.max_line);
         let (outgoing, outgoing_rx) = mpsc::channel(OUTGOING_QUEUE);
         tokio::spawn(write_loop(input, outgoing_rx));
 
@@ -634,7 +636,7 @@ fn lock(pending: &Mutex<Pending>) -> std::sync::MutexGuard<'_, Pending> {
 
 async fn read_loop(
     inner: Arc<Inner>,
-    mut reader: FrameReader,
+    mut reader: ExtensionReader,
     events: broadcast::Sender<HostEvent>,
 ) {
     let mut exit = inner.exit.clone();

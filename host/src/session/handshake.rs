@@ -8,7 +8,6 @@ use zotbox_protocol::{
     ExtensionFrame, HelloAck, HostFrame, RegisterCommand, encode_to_vec, event_name,
 };
 
-use super::reader::FrameReader;
 use super::{Outgoing, RegisteredTool, Registration, SessionConfig, SessionError};
 use crate::event::HostEvent;
 
@@ -21,7 +20,7 @@ pub(super) async fn handshake(
     name: &Arc<str>,
     hello_ack: HelloAck,
     config: &SessionConfig,
-    reader: &mut FrameReader,
+    reader: &mut super::ExtensionReader,
     outgoing: &mpsc::Sender<Outgoing>,
     events: &broadcast::Sender<HostEvent>,
 ) -> Result<Registration, HandshakeFailure> {

@@ -1,26 +1,31 @@
-//! Reads frames from an extension's output, over the protocol crate's codec.
+//! Reads frames from a byte stream, over the protocol crate's codec: an
+//! extension's output for a session, zot's input for `zotbox serve`.
+
+use std::marker::PhantomData;
 
 use tokio::io::{AsyncRead, AsyncReadExt};
-use zotbox_protocol::{DecodeError, Decoder, ExtensionFrame};
+use zotbox_protocol::{DecodeError, Decoder, Frame};
 
 /// Bytes asked of the transport per read.
 const READ_CHUNK: usize = 64 * 1024;
 
-/// An extension's output, frame by frame.
-pub(super) struct FrameReader {
-    source: Box<dyn AsyncRead + Send + Unpin>,
+/// A stream of frames of type `F`, read from `R`.
+pub(crate) struct FrameReader<F, R> {
+    source: R,
     decoder: Decoder,
     chunk: Box<[u8]>,
     ended: bool,
+    frames: PhantomData<fn() -> F>,
 }
 
-impl FrameReader {
-    pub(super) fn new(source: Box<dyn AsyncRead + Send + Unpin>, max_line: usize) -> Self {
+impl<F: Frame, R: AsyncRead + Unpin> FrameReader<F, R> {
+    pub(crate) fn new(source: R, max_line: usize) -> Self {
         Self {
             source,
             decoder: Decoder::new(max_line),
             chunk: vec![0; READ_CHUNK].into_boxed_slice(),
             ended: false,
+            frames: PhantomData,
         }
     }
 
@@ -28,7 +33,7 @@ impl FrameReader {
     ///
     /// Cancel-safe: bytes read are kept in the decoder, so dropping this
     /// future (in a `select!`) loses nothing.
-    pub(super) async fn next(&mut self) -> Option<Result<ExtensionFrame, DecodeError>> {
+    pub(crate) async fn next(&mut self) -> Option<Result<F, DecodeError>> {
         loop {
             if let Some(item) = self.decoder.next_frame() {
                 return Some(item);
@@ -40,7 +45,7 @@ impl FrameReader {
                 Ok(0) => self.ended = true,
                 Ok(n) => self.decoder.push(&self.chunk[..n]),
                 Err(err) => {
-                    tracing::debug!("reading extension output failed: {err}");
+                    tracing::debug!("reading frames failed: {err}");
                     self.ended = true;
                 }
             }
