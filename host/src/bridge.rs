@@ -178,7 +178,7 @@ pub async fn run(
 }
 
 fn services(home: &ZotHome, policy: &Policy) -> Arc<Services> {
-    let audit = Arc::new(AuditLog::open(&home.logs_dir().join("audit.jsonl")));
+    let audit = Arc::new(AuditLog::open(&home.audit_log()));
     let http_config = policy.http_config();
     Arc::new_cyclic(|weak| {
         Services::new(

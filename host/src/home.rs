@@ -47,6 +47,11 @@ impl ZotHome {
         self.logs_dir().join(format!("ext-{name}.log"))
     }
 
+    /// `logs/audit.jsonl`: every capability use and guard decision.
+    pub fn audit_log(&self) -> PathBuf {
+        self.logs_dir().join("audit.jsonl")
+    }
+
     /// `cache/`: compiled wasm artifacts.
     pub fn cache_dir(&self) -> PathBuf {
         self.root.join("cache")

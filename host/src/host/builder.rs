@@ -204,9 +204,7 @@ impl HostBuilder {
                 &home.root().join("policy.json"),
             )?,
         };
-        let audit = std::sync::Arc::new(crate::audit::AuditLog::open(
-            &home.logs_dir().join("audit.jsonl"),
-        ));
+        let audit = std::sync::Arc::new(crate::audit::AuditLog::open(&home.audit_log()));
         let http_config = policy.http_config();
         let (events, _) = broadcast::channel(EVENT_BACKLOG);
         let (stop, _) = watch::channel(false);
