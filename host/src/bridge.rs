@@ -102,7 +102,7 @@ impl CommandGuard for PluginGuard {
                 .and_then(|s| s.workspace().map(Path::to_path_buf))
                 .unwrap_or_default();
             let set = crate::data::DataSearch::new(workspace, self.home.root()).load();
-            crate::guard::DenyRules::new(&set.plugins)
+            crate::guard::DenyRules::for_data(&set)
         });
         match rules.check("bash", &serde_json::json!({ "command": command })) {
             Some(hit) => Err((hit.decider(), hit.reason)),
@@ -137,7 +137,7 @@ pub async fn run(
 ) -> Result<Exit, BridgeError> {
     let manifest = Manifest::load(&dir.join(MANIFEST_FILE))?;
     let name = manifest.name().to_owned();
-    let policy = Policy::load(&Policy::system_path(), &home.root().join("policy.json"))?;
+    let policy = Policy::load_for(&home)?;
     let services = services(&home, &policy);
     let (limits, sandbox) =
         crate::sandbox::confine(&policy, &services, &manifest).map_err(|reason| {

@@ -185,6 +185,13 @@ impl Cli {
     }
 }
 
+/// Prints `err` and its causes on stderr as one line, with every character
+/// an author could have put in it (a name, a path, a guest's message)
+/// escaped.
+pub fn print_error(err: &anyhow::Error) {
+    eprintln!("error: {}", crate::text::shown(&format!("{err:#}")));
+}
+
 fn init_logging(verbose: u8) {
     let default = match verbose {
         0 => "warn",
@@ -193,11 +200,13 @@ fn init_logging(verbose: u8) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("ZOTBOX_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    // No colours: every control character in a record is escaped, since
+    // records quote what authors wrote (names, paths, errors).
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(|| crate::text::EscapedLines(std::io::stderr()))
         .with_target(false)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_ansi(false)
         .without_time()
         .try_init();
 }

@@ -160,6 +160,10 @@ pub struct DataSet {
     /// The losers on name: `(kind, name, path)`, kind being `tool`, `plugin`
     /// or `skill`.
     pub shadowed: Vec<(String, String, PathBuf)>,
+    /// Plugins that lost on name. Their deny rules stay in force (see
+    /// [`DataSet::guard_plugins`]): a refusal plugin can only be added to,
+    /// never switched off by another file of the same name.
+    pub shadowed_plugins: Vec<Plugin>,
     /// Files that failed to load and were skipped.
     pub problems: Vec<DataProblem>,
     /// Files that loaded with warnings (unknown keys, ignored fields).
@@ -227,10 +231,27 @@ impl DataSet {
         }
     }
 
+    /// Every plugin whose deny rules the guard chain enforces, in the order
+    /// they decide: the winners on name, then the plugins they shadow. A
+    /// workspace plugin named like a user plugin therefore adds its rules
+    /// and removes none. Every front end (`call`, `serve`, `run`, the
+    /// library) builds its chain from this.
+    pub fn guard_plugins(&self) -> Vec<Plugin> {
+        self.plugins
+            .iter()
+            .chain(&self.shadowed_plugins)
+            .cloned()
+            .collect()
+    }
+
     fn add_plugin(&mut self, plugin: Plugin) {
         if self.plugins.iter().any(|p| p.name == plugin.name) {
-            self.shadowed
-                .push(("plugin".to_owned(), plugin.name, plugin.path));
+            self.shadowed.push((
+                "plugin".to_owned(),
+                plugin.name.clone(),
+                plugin.path.clone(),
+            ));
+            self.shadowed_plugins.push(plugin);
         } else {
             self.plugins.push(plugin);
         }
@@ -434,12 +455,15 @@ pub(crate) fn check_name(name: &str, max: usize) -> Result<(), String> {
     {
         return Err(format!(
             "`{}` contains `{}`; use letters, digits, `-` and `_`",
-            name.escape_default(),
+            crate::text::Shown(name),
             bad.escape_default()
         ));
     }
     if name.len() > max {
-        return Err(format!("`{name}` is longer than {max} characters"));
+        return Err(format!(
+            "`{}` is longer than {max} characters",
+            crate::text::Shown(name)
+        ));
     }
     Ok(())
 }

@@ -52,6 +52,11 @@ impl ZotHome {
         self.logs_dir().join("audit.jsonl")
     }
 
+    /// `policy.json`: the user's policy, which can only narrow the system one.
+    pub fn user_policy(&self) -> PathBuf {
+        self.root.join("policy.json")
+    }
+
     /// `cache/`: compiled wasm artifacts.
     pub fn cache_dir(&self) -> PathBuf {
         self.root.join("cache")

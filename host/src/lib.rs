@@ -42,6 +42,8 @@ pub mod runtime;
 pub mod sandbox;
 pub mod serve;
 pub mod session;
+pub mod store;
+mod text;
 mod user_json;
 
 pub use event::HostEvent;

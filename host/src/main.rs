@@ -1,7 +1,7 @@
 //! The `zotbox` binary: parse flags, run the command, print the error chain.
 
 use clap::Parser;
-use zotbox::cli::{Cli, EXIT_ERROR};
+use zotbox::cli::{Cli, EXIT_ERROR, print_error};
 
 #[tokio::main]
 async fn main() {
@@ -13,7 +13,7 @@ async fn main() {
     let code = match outcome {
         Ok(Ok(code)) => code,
         Ok(Err(err)) => {
-            eprintln!("error: {err:#}");
+            print_error(&err);
             EXIT_ERROR
         }
         Err(panicked) => {

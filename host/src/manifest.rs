@@ -246,6 +246,11 @@ impl Manifest {
             field: "name",
             problem,
         })?;
+        validate_version(&raw.version).map_err(|problem| ManifestError::Invalid {
+            path: path.to_owned(),
+            field: "version",
+            problem,
+        })?;
         raw.limits.validate(path)?;
         let program = match (&raw.wasm, &raw.exec) {
             (Some(wasm), _) => {
@@ -309,17 +314,33 @@ pub fn validate_name(name: &str) -> Result<(), String> {
     if name.len() > MAX_NAME_LEN {
         return Err(format!("is longer than {MAX_NAME_LEN} characters"));
     }
+    let shown = crate::text::Shown(name);
     if name.starts_with('.') {
-        return Err(format!("`{name}` must not start with a dot"));
+        return Err(format!("`{shown}` must not start with a dot"));
     }
     if let Some(bad) = name
         .chars()
         .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
     {
         return Err(format!(
-            "`{name}` contains `{}`; use letters, digits, `-`, `_` and `.`",
+            "`{shown}` contains `{}`; use letters, digits, `-`, `_` and `.`",
             bad.escape_default()
         ));
+    }
+    Ok(())
+}
+
+/// Checks a version string: shown in every listing, so it must not carry
+/// characters a terminal acts on.
+fn validate_version(version: &str) -> Result<(), String> {
+    if crate::text::has_unsafe(version) {
+        return Err(format!(
+            "`{}` contains control or invisible formatting characters",
+            crate::text::Shown(version)
+        ));
+    }
+    if version.chars().count() > MAX_NAME_LEN {
+        return Err(format!("is longer than {MAX_NAME_LEN} characters"));
     }
     Ok(())
 }

@@ -20,16 +20,34 @@
 //!   "max_tool_timeout_ms": 30000,
 //!   "intercept_failure": "closed",
 //!   "require_approval": true,
-//!   "extra_root_certificates": ["/etc/ssl/corp-ca.pem"]
+//!   "extra_root_certificates": ["/etc/ssl/corp-ca.pem"],
+//!   "workspace_trust": "ask",
+//!   "confine_native": true,
+//!   "require_confinement": true,
+//!   "shell_network": false
 //! }
 //! ```
 //!
-//! Every key is optional; an absent key sets no ceiling.
+//! Every key is optional; an absent key sets no ceiling. A key the host
+//! does not know, or anything after the JSON object, makes the file fail to
+//! load: a misspelt ceiling (`"Shell": false`) silently not applying would
+//! fail open, so the host refuses to start instead, naming the key and the
+//! keys it knows.
+//!
+//! Three keys only ever tighten, whichever layer sets them:
+//! `workspace_trust` (the stricter of the layers wins, and the user file
+//! cannot go below the system's setting or the default `ask`),
+//! `confine_native` and `require_confinement` (either layer's `true` holds).
+//! `shell_network` is a switch like `shell`: network for shell commands
+//! needs one layer to grant it and none to refuse it. Root certificates from
+//! the user file apply only when there is no system policy, or the system
+//! policy says `"user_root_certificates": true`.
 
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::home::ZotHome;
 use crate::manifest::Capabilities;
 use crate::session::FailMode;
 
@@ -60,7 +78,7 @@ pub enum PolicyError {
 
 /// What one policy file says. Every field is a ceiling; `None` sets none.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub struct PolicyFile {
     /// Whether native (unsandboxed) extensions may run at all. Default: yes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -98,6 +116,61 @@ pub struct PolicyFile {
     /// company proxy or a test server). Default: none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub extra_root_certificates: Vec<PathBuf>,
+    /// System policy only: whether the user file's `extra_root_certificates`
+    /// apply. Default: only when there is no system policy at all, since a
+    /// root certificate widens whom every HTTPS grant trusts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_root_certificates: Option<bool>,
+    /// Whether workspace extensions and data tools may run: `ask` (only once
+    /// the user ran `zotbox trust`), `never`, or `always`. Default `ask`; the
+    /// stricter layer wins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace_trust: Option<WorkspaceTrust>,
+    /// Run native extensions under the same kernel confinement as shell
+    /// commands. Default: no.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confine_native: Option<bool>,
+    /// Refuse to run shell commands and native extensions where the kernel
+    /// cannot confine them. Default: no (run, and `doctor` says what is missing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub require_confinement: Option<bool>,
+    /// Whether shell commands (the capability and data shell tools) may open
+    /// network connections. Default: no.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shell_network: Option<bool>,
+}
+
+/// Whether a workspace's own extensions and data tools may run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkspaceTrust {
+    /// Trusted without asking (a team that vets its repositories).
+    Always,
+    /// Trusted once the user has run `zotbox trust` on this exact content.
+    Ask,
+    /// Never: workspace extensions and data tools stay inert.
+    Never,
+}
+
+impl WorkspaceTrust {
+    /// The setting as written in a policy.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Always => "always",
+            Self::Ask => "ask",
+            Self::Never => "never",
+        }
+    }
+}
+
+/// Which file a policy layer came from: the team's or the user's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scope {
+    /// `/etc/zotbox/policy.json` or `$ZOTBOX_SYSTEM_POLICY`.
+    System,
+    /// `$ZOT_HOME/policy.json`.
+    User,
 }
 
 /// The intercept failure mode as written in a policy.
@@ -113,6 +186,8 @@ pub enum FailModeName {
 /// One loaded policy file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layer {
+    /// Whose file it is.
+    pub scope: Scope,
     /// Where it came from.
     pub path: PathBuf,
     /// What it says.
@@ -144,7 +219,7 @@ impl Policy {
     /// [`PolicyError`] naming the file and field at fault.
     pub fn load(system: &Path, user: &Path) -> Result<Self, PolicyError> {
         let mut layers = Vec::new();
-        for path in [system, user] {
+        for (scope, path) in [(Scope::System, system), (Scope::User, user)] {
             let text = match std::fs::read_to_string(path) {
                 Ok(text) => text,
                 Err(err) if err.kind() == std::io::ErrorKind::NotFound => continue,
@@ -156,11 +231,21 @@ impl Policy {
                 }
             };
             layers.push(Layer {
+                scope,
                 path: path.to_owned(),
                 file: parse(&text, path)?,
             });
         }
         Ok(Self { layers })
+    }
+
+    /// [`Policy::load`] of the system file and the user file of `home`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Policy::load`].
+    pub fn load_for(home: &ZotHome) -> Result<Self, PolicyError> {
+        Self::load(&Self::system_path(), &home.user_policy())
     }
 
     /// The system policy path: `$ZOTBOX_SYSTEM_POLICY` or [`SYSTEM_POLICY`].
@@ -199,12 +284,90 @@ impl Policy {
             .any(|l| l.file.require_approval == Some(true))
     }
 
-    /// Extra root certificate files, from every layer.
+    /// Extra root certificate files in force: the system layer's, and the
+    /// user layer's only where the system allows them (see
+    /// [`PolicyFile::user_root_certificates`]).
     pub fn extra_root_certificates(&self) -> Vec<PathBuf> {
+        let user_allowed = self.user_roots_allowed();
         self.layers
             .iter()
+            .filter(|l| l.scope == Scope::System || user_allowed)
             .flat_map(|l| l.file.extra_root_certificates.iter().cloned())
             .collect()
+    }
+
+    /// Whether the user file's root certificates apply.
+    pub fn user_roots_allowed(&self) -> bool {
+        let mut system = self.layers.iter().filter(|l| l.scope == Scope::System);
+        match system.next() {
+            None => true,
+            Some(layer) => layer.file.user_root_certificates == Some(true),
+        }
+    }
+
+    /// The user file's root certificates that the system policy set aside,
+    /// for `doctor` and `policy show`.
+    pub fn ignored_root_certificates(&self) -> Vec<PathBuf> {
+        if self.user_roots_allowed() {
+            return Vec::new();
+        }
+        self.layers
+            .iter()
+            .filter(|l| l.scope == Scope::User)
+            .flat_map(|l| l.file.extra_root_certificates.iter().cloned())
+            .collect()
+    }
+
+    /// Whether workspace extensions and data tools may run, and which file
+    /// decided (`None`: the default, `ask`). The stricter setting wins; a
+    /// user file below the system's setting (or below the default, when the
+    /// system sets none) has no effect.
+    pub fn workspace_trust(&self) -> (WorkspaceTrust, Option<&Path>) {
+        let mut decided: (WorkspaceTrust, Option<&Path>) = (WorkspaceTrust::Ask, None);
+        let system = self
+            .layers
+            .iter()
+            .find(|l| l.scope == Scope::System)
+            .and_then(|l| l.file.workspace_trust.map(|t| (t, l.path.as_path())));
+        if let Some((trust, path)) = system {
+            decided = (trust, Some(path));
+        }
+        for layer in self.layers.iter().filter(|l| l.scope == Scope::User) {
+            if let Some(trust) = layer.file.workspace_trust
+                && trust > decided.0
+            {
+                decided = (trust, Some(layer.path.as_path()));
+            }
+        }
+        decided
+    }
+
+    /// Whether native extensions run under kernel confinement (any layer
+    /// saying so is enough).
+    pub fn confine_native(&self) -> bool {
+        self.layers
+            .iter()
+            .any(|l| l.file.confine_native == Some(true))
+    }
+
+    /// The first layer that requires kernel confinement, if any.
+    pub fn confinement_required_by(&self) -> Option<&Path> {
+        self.layers
+            .iter()
+            .find(|l| l.file.require_confinement == Some(true))
+            .map(|l| l.path.as_path())
+    }
+
+    /// Whether shell commands may use the network: one layer grants it and
+    /// none refuses it.
+    pub fn shell_network(&self) -> bool {
+        self.layers
+            .iter()
+            .any(|l| l.file.shell_network == Some(true))
+            && !self
+                .layers
+                .iter()
+                .any(|l| l.file.shell_network == Some(false))
     }
 
     /// The HTTP client settings the policy implies: the defaults, plus its
@@ -372,15 +535,13 @@ fn list_or_none(list: &[String]) -> String {
 }
 
 fn parse(text: &str, path: &Path) -> Result<PolicyFile, PolicyError> {
+    // Unknown keys are refused by the type itself (`deny_unknown_fields`):
+    // an unknown key in a policy may be a ceiling someone meant to set.
     let parsed =
         crate::user_json::parse::<PolicyFile>(text).map_err(|detail| PolicyError::Parse {
             path: path.to_owned(),
             detail,
         })?;
-    // An unknown key in a policy may be a ceiling someone meant to set: say so loudly.
-    for key in parsed.unknown_keys {
-        tracing::warn!("policy `{}`: unknown key `{key}` ignored", path.display());
-    }
     Ok(parsed.value)
 }
 
@@ -492,6 +653,11 @@ mod tests {
 
     fn layer(path: &str, json: &str) -> Layer {
         Layer {
+            scope: if path.starts_with("/etc") || path == "/s" {
+                Scope::System
+            } else {
+                Scope::User
+            },
             path: PathBuf::from(path),
             file: parse(json, Path::new(path)).unwrap_or_else(|e| panic!("{e}")),
         }
@@ -594,6 +760,22 @@ mod tests {
             ),
             (r#"{"max_memory_mb":-1}"#, "field `max_memory_mb`"),
             ("[", "EOF while parsing"),
+            // A misspelt ceiling fails closed, naming the key and the known ones.
+            (
+                r#"{"Shell":false}"#,
+                "unknown field `Shell`, expected one of",
+            ),
+            (
+                r#"{"native-extensions":false}"#,
+                "unknown field `native-extensions`, expected one of `native_extensions`",
+            ),
+            (
+                r#"{"workspace_trust":"sometimes"}"#,
+                "unknown variant `sometimes`",
+            ),
+            // Anything after the object is refused, not ignored.
+            (r#"{"shell":true} {"shell":false}"#, "trailing characters"),
+            (r#"{"shell":true}x"#, "trailing characters"),
         ];
         for (json, expected) in cases {
             let err = parse(json, Path::new("/p.json"))
@@ -605,5 +787,92 @@ mod tests {
                 "{json}: {err}"
             );
         }
+    }
+
+    #[test]
+    fn workspace_trust_only_tightens_below_the_system_setting() {
+        let trust = |layers: Vec<Layer>| {
+            let policy = Policy::from_layers(layers);
+            let (trust, by) = policy.workspace_trust();
+            (trust, by.map(|p| p.display().to_string()))
+        };
+        // Nothing set: the default, decided by no file.
+        assert_eq!(trust(vec![]), (WorkspaceTrust::Ask, None));
+        // The user may tighten the default…
+        assert_eq!(
+            trust(vec![layer("/u", r#"{"workspace_trust":"never"}"#)]),
+            (WorkspaceTrust::Never, Some("/u".to_owned()))
+        );
+        // …but not loosen it on their own, nor below the system's setting.
+        assert_eq!(
+            trust(vec![layer("/u", r#"{"workspace_trust":"always"}"#)]),
+            (WorkspaceTrust::Ask, None)
+        );
+        assert_eq!(
+            trust(vec![
+                layer("/s", r#"{"workspace_trust":"never"}"#),
+                layer("/u", r#"{"workspace_trust":"always"}"#),
+            ]),
+            (WorkspaceTrust::Never, Some("/s".to_owned()))
+        );
+        // A team may decide `always`; the user may still tighten it.
+        assert_eq!(
+            trust(vec![layer("/s", r#"{"workspace_trust":"always"}"#)]),
+            (WorkspaceTrust::Always, Some("/s".to_owned()))
+        );
+        assert_eq!(
+            trust(vec![
+                layer("/s", r#"{"workspace_trust":"always"}"#),
+                layer("/u", r#"{"workspace_trust":"ask"}"#),
+            ]),
+            (WorkspaceTrust::Ask, Some("/u".to_owned()))
+        );
+    }
+
+    #[test]
+    fn user_root_certificates_need_the_system_policy_to_allow_them() {
+        let roots = |layers: Vec<Layer>| Policy::from_layers(layers).extra_root_certificates();
+        let user = || layer("/u", r#"{"extra_root_certificates":["/u.pem"]}"#);
+        // No system policy: the user decides.
+        assert_eq!(roots(vec![user()]), vec![PathBuf::from("/u.pem")]);
+        // A system policy that says nothing about it: the user's roots are set aside.
+        let narrower = layer("/s", r#"{"http":["https://api.x.com"]}"#);
+        let policy = Policy::from_layers(vec![narrower.clone(), user()]);
+        assert!(policy.extra_root_certificates().is_empty());
+        assert_eq!(
+            policy.ignored_root_certificates(),
+            vec![PathBuf::from("/u.pem")]
+        );
+        // The system's own roots always apply; the user's once allowed.
+        let allowing = layer(
+            "/s",
+            r#"{"extra_root_certificates":["/s.pem"],"user_root_certificates":true}"#,
+        );
+        assert_eq!(
+            roots(vec![allowing, user()]),
+            vec![PathBuf::from("/s.pem"), PathBuf::from("/u.pem")]
+        );
+    }
+
+    #[test]
+    fn confinement_switches_hold_from_either_layer() {
+        let policy = |json_s: &str, json_u: &str| {
+            Policy::from_layers(vec![layer("/s", json_s), layer("/u", json_u)])
+        };
+        let p = policy(
+            r#"{}"#,
+            r#"{"confine_native":true,"require_confinement":true}"#,
+        );
+        assert!(p.confine_native());
+        assert_eq!(p.confinement_required_by(), Some(Path::new("/u")));
+        let p = policy(
+            r#"{"require_confinement":true}"#,
+            r#"{"require_confinement":false}"#,
+        );
+        assert_eq!(p.confinement_required_by(), Some(Path::new("/s")));
+        // Network for the shell: granted by one, refused by none.
+        assert!(!policy("{}", "{}").shell_network());
+        assert!(policy("{}", r#"{"shell_network":true}"#).shell_network());
+        assert!(!policy(r#"{"shell_network":false}"#, r#"{"shell_network":true}"#).shell_network());
     }
 }

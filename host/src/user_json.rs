@@ -1,9 +1,10 @@
 //! Parsing JSON that people write (manifests, policies, data files).
 //!
 //! One way for all of them: a wrong type names the field it is in
-//! (`field `limits.memory_mb`: invalid type …`), and unknown keys are
-//! collected for warnings rather than refused, so a file written for a newer
-//! version still loads.
+//! (`field `limits.memory_mb`: invalid type …`), anything after the JSON
+//! value is refused, and unknown keys are collected for warnings rather than
+//! refused (unless the type denies them, as policies do), so a manifest
+//! written for a newer version still loads.
 
 use serde::de::DeserializeOwned;
 
@@ -16,7 +17,7 @@ pub(crate) struct WithUnknown<T> {
 /// Parses `text`; on failure, a phrase naming the field at fault.
 pub(crate) fn parse<T: DeserializeOwned>(text: &str) -> Result<WithUnknown<T>, String> {
     let mut unknown_keys = Vec::new();
-    let deserializer = &mut serde_json::Deserializer::from_str(text);
+    let mut deserializer = serde_json::Deserializer::from_str(text);
     // serde_ignored marks an `Option` layer as `?`; people think `inner.x`.
     let mut record = |key: serde_ignored::Path<'_>| {
         let key = key.to_string();
@@ -27,7 +28,7 @@ pub(crate) fn parse<T: DeserializeOwned>(text: &str) -> Result<WithUnknown<T>, S
             .join(".");
         unknown_keys.push(key);
     };
-    let tracked = serde_ignored::Deserializer::new(deserializer, &mut record);
+    let tracked = serde_ignored::Deserializer::new(&mut deserializer, &mut record);
     let value = serde_path_to_error::deserialize(tracked).map_err(|err| {
         let field = err.path().to_string();
         // serde_path_to_error says `.` or `?` when the fault is in no field.
@@ -37,6 +38,9 @@ pub(crate) fn parse<T: DeserializeOwned>(text: &str) -> Result<WithUnknown<T>, S
             format!("field `{field}`: {}", err.inner())
         }
     })?;
+    // A second object after the first is not "ignored": it is a file that
+    // does not say what its author may think it says.
+    deserializer.end().map_err(|err| err.to_string())?;
     Ok(WithUnknown {
         value,
         unknown_keys,
@@ -70,6 +74,9 @@ mod tests {
             // Cut short at the top level: no made-up field.
             (r#"{"name":"a""#, "EOF while parsing an object"),
             ("[", "EOF while parsing a list"),
+            // Trailing content is an error, whatever it is.
+            (r#"{"name":"a"} {"name":"b"}"#, "trailing characters"),
+            (r#"{"name":"a"}]"#, "trailing characters"),
         ];
         for (text, expected) in cases {
             let err = parse::<Sample>(text).err().unwrap_or_default();

@@ -1771,11 +1771,12 @@ async fn require_approval_makes_an_auto_approved_tool_wait_for_approval() {
 /// refuses stays refused, and the refusal names the system file.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_policy_cannot_widen_the_system_policy() {
-    use zotbox::policy::{Layer, PolicyFile};
+    use zotbox::policy::{Layer, PolicyFile, Scope};
     let lab = Lab::new();
     let server = TestServer::start().await;
     let system = lab.home.join("system/policy.json");
     let system_layer = Layer {
+        scope: Scope::System,
         path: system.clone(),
         file: PolicyFile {
             http: Some(vec!["https://api.example.com".to_owned()]),
@@ -1785,6 +1786,7 @@ async fn a_user_policy_cannot_widen_the_system_policy() {
         },
     };
     let user_layer = Layer {
+        scope: Scope::User,
         path: user_policy_path(&lab),
         file: PolicyFile {
             http: Some(vec![server.origin()]),

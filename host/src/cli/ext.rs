@@ -163,10 +163,7 @@ async fn install(context: &Context, source: &Path, project: bool, yes: bool) -> 
     let name = manifest.name().to_owned();
     let sandboxed = matches!(manifest.program, crate::manifest::Program::Wasm { .. });
     if sandboxed {
-        let policy = crate::policy::Policy::load(
-            &crate::policy::Policy::system_path(),
-            &context.home()?.root().join("policy.json"),
-        )?;
+        let policy = crate::policy::Policy::load_for(&context.home()?)?;
         super::policy::print_grant(&policy, &manifest);
         consent(&name, yes)?;
     }

@@ -22,10 +22,7 @@ pub(crate) enum Command {
 }
 
 fn load(context: &Context) -> Result<Policy> {
-    Ok(Policy::load(
-        &Policy::system_path(),
-        &context.home()?.root().join("policy.json"),
-    )?)
+    Ok(Policy::load_for(&context.home()?)?)
 }
 
 impl Command {
@@ -46,10 +43,7 @@ fn show(context: &Context, policy: &Policy) -> Result<u8> {
         return Ok(EXIT_OK);
     }
     println!("system policy: {}", Policy::system_path().display());
-    println!(
-        "user policy:   {}",
-        context.home()?.root().join("policy.json").display()
-    );
+    println!("user policy:   {}", context.home()?.user_policy().display());
     if policy.layers().is_empty() {
         println!("no policy file exists: no ceilings beyond each extension's own declarations");
     }

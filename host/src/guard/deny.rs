@@ -21,7 +21,7 @@ use regex::{Regex, RegexSet, RegexSetBuilder};
 use serde_json::Value;
 
 use crate::data::plugin::PATTERN_SIZE_LIMIT;
-use crate::data::{DenyField, Plugin};
+use crate::data::{DataSet, DenyField, Plugin};
 
 /// The most memory one tool's combined set of patterns may take; past it
 /// the patterns are tried one by one instead.
@@ -164,6 +164,13 @@ impl DenyRules {
             }
         }
         Self { rules, by_tool }
+    }
+
+    /// The deny rules of the guard chain for the data files in force: every
+    /// plugin, shadowed ones included (see [`DataSet::guard_plugins`]). The
+    /// one way every front end assembles them.
+    pub fn for_data(set: &DataSet) -> Self {
+        Self::new(&set.guard_plugins())
     }
 
     /// The number of rules.

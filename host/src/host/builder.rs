@@ -199,10 +199,7 @@ impl HostBuilder {
             .ok_or(BuildError::NoHome)?;
         let policy = match self.policy {
             Some(policy) => policy,
-            None => crate::policy::Policy::load(
-                &crate::policy::Policy::system_path(),
-                &home.root().join("policy.json"),
-            )?,
+            None => crate::policy::Policy::load_for(&home)?,
         };
         let audit = std::sync::Arc::new(crate::audit::AuditLog::open(&home.audit_log()));
         let http_config = policy.http_config();

@@ -9,7 +9,7 @@ use zotbox_protocol::{Content, ToolResult};
 use super::{Host, Inner};
 use crate::capability::http::Request;
 use crate::capability::shell::render_template;
-use crate::data::{Approvals, DataSearch, DataSet, DataTool, Plugin, ToolKind};
+use crate::data::{Approvals, DataSearch, DataSet, DataTool, ToolKind};
 use crate::guard::DenyRules;
 use crate::manifest::Capabilities;
 use crate::sandbox::{CommandGuard, Sandbox};
@@ -28,23 +28,14 @@ pub(crate) struct DataState {
 
 impl DataState {
     /// Loads every data folder. A project plugin shadows a user plugin of
-    /// the same name for listing, but the user's deny rules stay in force:
-    /// a cloned repository must not be able to switch off the user's
-    /// refusals by shipping an empty plugin of the same name.
+    /// the same name for listing, but the user's deny rules stay in force
+    /// (see [`DenyRules::for_data`]).
     pub(crate) fn load(search: &DataSearch) -> Self {
         let set = search.load();
         for problem in &set.problems {
             tracing::warn!("`{}`: {}", problem.path.display(), problem.error);
         }
-        let mut plugins: Vec<Plugin> = set.plugins.clone();
-        for (kind, _, path) in &set.shadowed {
-            if kind == "plugin"
-                && let Ok(parsed) = Plugin::load(path, crate::data::DataOrigin::User)
-            {
-                plugins.push(parsed.value);
-            }
-        }
-        let deny = DenyRules::new(&plugins);
+        let deny = DenyRules::for_data(&set);
         Self {
             set,
             deny,

@@ -1,0 +1,15 @@
+//! What the user decided, kept under `$ZOT_HOME`: installed extensions and
+//! trusted workspaces.
+//!
+//! Everything here writes only inside `$ZOT_HOME` (or, for a project install,
+//! the workspace's `.zot/extensions/`), through one atomic-write path, and
+//! never reads a decision from the workspace: a cloned repository cannot
+//! install, trust or approve anything by itself (see `THREATS.md`).
+//!
+//! - [`install`]: copy an extension folder into place, exactly as shown on
+//!   the consent screen, or not at all;
+//! - [`trust`]: the records of workspaces the user trusted, bound to the
+//!   workspace's canonical path and a hash of every file that can run.
+
+pub mod install;
+pub mod trust;

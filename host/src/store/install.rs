@@ -1,0 +1,1 @@
+//! Installing an extension folder into `$ZOT_HOME/extensions/` or a project.

@@ -1,0 +1,138 @@
+//! Strings written by an author, made safe to show on a terminal.
+//!
+//! A manifest, a data file or a guest can put any character in a name, a
+//! glob, a template or a reason. Printed raw, a backspace hides the text
+//! before it (`"\b\b\b\bdocs/**"` shows as `docs/**` while the grant is
+//! `**`), an escape sequence clears the screen or rewrites a line, and a
+//! `\r` or `\n` forges a row of a table. [`shown`] escapes every character
+//! that moves the cursor, changes how text is drawn, or reorders it, so
+//! what a person reads is what the string holds. JSON output needs none of
+//! this: JSON escapes control characters itself.
+
+use std::borrow::Cow;
+use std::fmt::{self, Write as _};
+
+/// Whether `c` must not reach a terminal raw: C0 and C1 controls, DEL,
+/// the line and paragraph separators, and the invisible formatting
+/// characters that reorder or hide text (bidi overrides and isolates,
+/// zero-width characters, the byte-order mark).
+pub(crate) fn is_unsafe(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{061C}'
+                | '\u{200B}'..='\u{200F}'
+                | '\u{2028}'..='\u{202E}'
+                | '\u{2060}'..='\u{2069}'
+                | '\u{FEFF}'
+        )
+}
+
+/// Whether `text` holds any character [`shown`] would escape.
+pub(crate) fn has_unsafe(text: &str) -> bool {
+    text.chars().any(is_unsafe)
+}
+
+/// `text` with every unsafe character written as `\u{..}` (and a
+/// backslash doubled only where it would otherwise start such an escape),
+/// borrowed when there is nothing to escape.
+pub(crate) fn shown(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(|c| is_unsafe(c) || c == '\\') {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if is_unsafe(c) {
+            let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+        } else if c == '\\' && chars.peek() == Some(&'u') {
+            // A literal `\u{1b}` typed by the author must not read as an
+            // escape this function made.
+            out.push_str("\\\\");
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// A [`fmt::Display`] of a string through [`shown`], for `format!` arguments.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Shown<'a>(pub(crate) &'a str);
+
+impl fmt::Display for Shown<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&shown(self.0))
+    }
+}
+
+/// A writer for diagnostics on a terminal: every record written through it
+/// is one line, with the unsafe characters of its text escaped (log lines
+/// quote names, paths and errors an author wrote). A record's final `\n`
+/// is kept.
+pub(crate) struct EscapedLines<W>(pub(crate) W);
+
+impl<W: std::io::Write> std::io::Write for EscapedLines<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let text = String::from_utf8_lossy(buf);
+        let (body, end) = match text.strip_suffix('\n') {
+            Some(body) => (body, "\n"),
+            None => (&*text, ""),
+        };
+        let line = format!("{}{end}", shown(body));
+        self.0.write_all(line.as_bytes())?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_a_terminal_would_act_on_is_escaped() {
+        let cases = [
+            // Nothing to do: borrowed as is.
+            ("docs/**", "docs/**"),
+            ("café ünïcode", "café ünïcode"),
+            // Backspaces that would hide `docs/` on screen.
+            ("\u{8}\u{8}docs/**", "\\u{8}\\u{8}docs/**"),
+            // Clear screen, and an OSC title change ended by BEL.
+            ("\u{1b}[2Jx", "\\u{1b}[2Jx"),
+            ("\u{1b}]0;pwned\u{7}", "\\u{1b}]0;pwned\\u{7}"),
+            // Row forgery.
+            ("a\r\nb", "a\\u{d}\\u{a}b"),
+            // C1 control (single-byte CSI) and DEL.
+            ("\u{9b}2J\u{7f}", "\\u{9b}2J\\u{7f}"),
+            // A right-to-left override that reorders what follows.
+            ("txt\u{202e}exe.sh", "txt\\u{202e}exe.sh"),
+            // Zero-width and line separators.
+            ("a\u{200b}b\u{2028}c", "a\\u{200b}b\\u{2028}c"),
+            // An author's own `\u{1b}` text stays distinguishable.
+            ("\\u{1b}", "\\\\u{1b}"),
+            ("C:\\dir", "C:\\dir"),
+        ];
+        for (raw, expected) in cases {
+            assert_eq!(shown(raw), expected, "{raw:?}");
+            assert_eq!(Shown(raw).to_string(), expected, "{raw:?}");
+            assert!(!has_unsafe(&shown(raw)), "{raw:?}");
+        }
+        assert!(matches!(shown("plain"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn log_records_stay_one_line_each() {
+        use std::io::Write as _;
+        let mut out = EscapedLines(Vec::new());
+        out.write_all(b"WARN skipped `\x1b[2Jevil\nforged`\n")
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            String::from_utf8_lossy(&out.0),
+            "WARN skipped `\\u{1b}[2Jevil\\u{a}forged`\n"
+        );
+    }
+}
