@@ -47,6 +47,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::capability::http::Origin;
 use crate::home::ZotHome;
 use crate::manifest::Capabilities;
 use crate::session::FailMode;
@@ -84,8 +85,8 @@ pub struct PolicyFile {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub native_extensions: Option<bool>,
     /// HTTPS origins an extension may be granted (`https://host[:port]`,
-    /// `*.domain` allowed; a ceiling without a port allows any port). Empty
-    /// allows none. Default: whatever is declared.
+    /// `*.domain` allowed; no port means 443, as in a grant). Empty allows
+    /// none. Default: whatever is declared.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http: Option<Vec<String>>,
     /// Whether any extension may write workspace files. Default: yes.
@@ -545,52 +546,13 @@ fn parse(text: &str, path: &Path) -> Result<PolicyFile, PolicyError> {
     Ok(parsed.value)
 }
 
-/// An origin, split: `https://*.example.com:8443` → (`https`, `*.example.com`, Some(8443)).
-fn split_origin(origin: &str) -> Option<(&str, &str, Option<u16>)> {
-    let (scheme, rest) = origin.split_once("://")?;
-    let authority = rest.trim_end_matches('/');
-    if authority.contains('/') || authority.contains('@') || authority.is_empty() {
-        return None;
-    }
-    // IPv6 literals keep their brackets; a port follows the closing one.
-    let (host, port) = match authority.strip_prefix('[') {
-        Some(rest) => {
-            let (inside, after) = rest.split_once(']')?;
-            (&authority[..inside.len() + 2], after.strip_prefix(':'))
-        }
-        None => match authority.rsplit_once(':') {
-            Some((host, port)) => (host, Some(port)),
-            None => (authority, None),
-        },
-    };
-    let port = match port {
-        Some(port) => Some(port.parse().ok()?),
-        None => None,
-    };
-    Some((scheme, host, port))
-}
-
-/// Whether a policy ceiling origin covers a declared origin.
+/// Whether a policy ceiling origin covers a declared origin: one rule for
+/// both, [`Origin::covers`] (a missing port means 443 on either side). An
+/// origin that does not parse covers nothing and is covered by nothing.
 pub fn origin_covers(ceiling: &str, declared: &str) -> bool {
-    let (Some((c_scheme, c_host, c_port)), Some((d_scheme, d_host, d_port))) =
-        (split_origin(ceiling), split_origin(declared))
-    else {
-        return false;
-    };
-    if !c_scheme.eq_ignore_ascii_case(d_scheme) {
-        return false;
-    }
-    if c_port.is_some() && c_port != d_port {
-        return false;
-    }
-    let (c_host, d_host) = (c_host.to_ascii_lowercase(), d_host.to_ascii_lowercase());
-    match c_host.strip_prefix("*.") {
-        // `*.example.com` covers `a.example.com` and `*.a.example.com`, not `example.com`.
-        Some(domain) => d_host
-            .trim_start_matches("*.")
-            .strip_suffix(domain)
-            .is_some_and(|head| head.ends_with('.')),
-        None => c_host == d_host,
+    match (Origin::parse(ceiling), Origin::parse(declared)) {
+        (Ok(ceiling), Ok(declared)) => ceiling.covers(&declared),
+        _ => false,
     }
 }
 
@@ -678,11 +640,19 @@ mod tests {
             ("https://*.x.com", "https://x.com", false),
             // A suffix that is not a label boundary.
             ("https://*.x.com", "https://evilx.com", false),
-            // A ceiling without a port allows any port; with one, only that.
-            ("https://api.x.com", "https://api.x.com:8443", true),
+            // No port means 443 on both sides, as in a grant: a ceiling
+            // names the ports it allows.
+            ("https://api.x.com", "https://api.x.com:8443", false),
+            ("https://api.x.com:443", "https://api.x.com", true),
+            ("https://api.x.com", "https://api.x.com:443", true),
             ("https://api.x.com:443", "https://api.x.com:8443", false),
-            // Schemes must agree.
+            ("https://*.x.com:8443", "https://a.x.com:8443", true),
+            // Only https origins exist.
             ("https://api.x.com", "http://api.x.com", false),
+            ("http://api.x.com", "http://api.x.com", false),
+            // IP literals, v4 and v6.
+            ("https://[::1]:9000", "https://[::1]:9000", true),
+            ("https://[::1]:9000", "https://[::2]:9000", false),
             ("https://127.0.0.1:9000", "https://127.0.0.1:9000", true),
             ("not an origin", "https://api.x.com", false),
         ];

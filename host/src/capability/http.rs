@@ -64,12 +64,33 @@ pub struct HttpGrant {
     origins: Vec<Origin>,
 }
 
+/// One granted origin: `https://host[:port]`, where a missing port means
+/// 443. The one parser for origins, used by grants and by policy ceilings
+/// alike ([`Origin::covers`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Origin {
+pub struct Origin {
     host: HostPattern,
     port: u16,
     /// As declared, without the scheme, for messages.
     shown: String,
+}
+
+impl Origin {
+    /// Parses `https://host[:port]` (`*.domain` and IP literals allowed).
+    ///
+    /// # Errors
+    ///
+    /// [`CapabilityError::Invalid`] naming the origin and what is wrong.
+    pub fn parse(origin: &str) -> Result<Self, CapabilityError> {
+        parse_origin(origin)
+    }
+
+    /// Whether every URL this origin admits is admitted by `self` too: the
+    /// same port, and a host pattern that includes `other`'s (`*.x.com`
+    /// includes `a.x.com` and `*.a.x.com`, never `x.com`).
+    pub fn covers(&self, other: &Origin) -> bool {
+        self.port == other.port && self.host.includes(&other.host)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -173,6 +194,19 @@ impl HttpGrant {
 }
 
 impl HostPattern {
+    /// Whether every host `other` matches is matched by `self`.
+    fn includes(&self, other: &HostPattern) -> bool {
+        match (self, other) {
+            (Self::Exact(a), Self::Exact(b)) => a == b,
+            (Self::Ip(a), Self::Ip(b)) => a == b,
+            (Self::Subdomains(_), Self::Exact(name)) => self.matches(&Host::Name(name.clone())),
+            (Self::Subdomains(domain), Self::Subdomains(sub)) => {
+                sub == domain || Self::Subdomains(domain.clone()).matches(&Host::Name(sub.clone()))
+            }
+            _ => false,
+        }
+    }
+
     fn matches(&self, host: &Host) -> bool {
         match (self, host) {
             (Self::Exact(name), Host::Name(host)) => name == host,
