@@ -200,7 +200,10 @@ impl Session {
                     HandshakeFailure::Error(err) => err,
                     HandshakeFailure::Ended => SessionError::EndedEarly {
                         name: name.to_string(),
-                        reason: ended_reason(exit.clone()).await,
+                        reason: match reader.cut_at() {
+                            Some(limit) => Closed::Exited(Exit::Killed(over_cap(limit))),
+                            None => ended_reason(exit.clone()).await,
+                        },
                     },
                 });
             }
@@ -659,7 +662,7 @@ async fn read_loop(
                 Some(Err(Undecoded { error: DecodeError::TooLong { limit, .. }, .. })) => {
                     // Stop it at once rather than read an endless line to its
                     // end: its calls fail now, naming the cap.
-                    let why = format!("wrote a line over the {limit}-byte frame cap");
+                    let why = over_cap(limit);
                     tracing::error!("{}: {why}; stopping it", inner.label);
                     inner.control.kill();
                     inner.close(Closed::Exited(Exit::Killed(why)));
@@ -688,6 +691,11 @@ async fn read_loop(
     if inner.exit.borrow().is_none() {
         inner.control.kill();
     }
+}
+
+/// Why an extension that wrote a line over the frame cap was stopped.
+fn over_cap(limit: usize) -> String {
+    format!("wrote a line over the {limit}-byte frame cap")
 }
 
 /// Why the stream ended: the exit status if it comes promptly.

@@ -22,7 +22,7 @@ use zotbox::host::{ExtensionState, RestartPolicy};
 use zotbox::protocol::DEFAULT_MAX_LINE;
 
 use crate::guests::{self, Form};
-use crate::support::{Lab, PATIENCE, Peer, bounded, eventually, info, write_json};
+use crate::support::{Lab, PATIENCE, Peer, bounded, eventually, info, process_alive, write_json};
 
 /// How soon a check must be answered here: generous (a loaded machine
 /// cannot overturn it), and still half of zot's 5 s intercept deadline and
@@ -377,10 +377,19 @@ async fn zotbox_run_blocks_every_check_its_guard_could_not_read() {
     for (_, line, _) in &checks {
         zot.send_bytes(line).await;
     }
+    // A tool call over the cap, which the guest could never see.
+    zot.send_bytes(
+        format!(
+            "{{\"type\":\"tool_call\",\"id\":\"6\",\"name\":\"x\",\"args\":\"{}\"}}\n",
+            "y".repeat(DEFAULT_MAX_LINE)
+        )
+        .as_bytes(),
+    )
+    .await;
     // A readable check after them: the guard itself refuses it.
     zot.send(&bash_check("5", "rm -rf /")).await;
     let mut answers = Vec::new();
-    for _ in 0..=checks.len() {
+    for _ in 0..checks.len() + 2 {
         answers.push(zot.recv().await);
     }
     answers.sort_by_key(|answer| answer["id"].as_str().unwrap_or_default().to_owned());
@@ -392,6 +401,9 @@ async fn zotbox_run_blocks_every_check_its_guard_could_not_read() {
         "5",
         "refused: `rm -rf /` deletes the whole filesystem",
     ));
+    expected.push(json!({"type": "tool_result", "id": "6", "is_error": true,
+        "content": [{"type": "text",
+            "text": "zotbox could not read this tool call (a line over the 4194304-byte frame cap)"}]}));
     assert_eq!(answers, expected);
     // The guard never saw the unreadable ones: nothing more comes before
     // its `shutdown_ack` (it answers in order, so it would have by now).
@@ -491,6 +503,66 @@ async fn a_hosted_guest_writing_an_endless_line_ends_at_once_naming_the_cap() {
     assert_eq!(
         entry.reason.as_deref(),
         Some("killed: wrote a line over the 4194304-byte frame cap")
+    );
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extension_flooding_its_registration_is_stopped_at_once_naming_the_cap() {
+    let lab = Lab::new();
+    let dir = lab.dev.join("gush");
+    std::fs::create_dir_all(&dir).expect("extension folder");
+    let pid_file = dir.join("pid");
+    // One process: `hello`, then 5 MB without a newline, then a long wait.
+    let program = format!(
+        "import os, sys, time\n\
+         open({pid:?}, 'w').write(str(os.getpid()))\n\
+         sys.stdout.write('{{\"type\":\"hello\",\"name\":\"gush\"}}\\n')\n\
+         sys.stdout.flush()\n\
+         sys.stdout.write('x' * 5000000)\n\
+         sys.stdout.flush()\n\
+         time.sleep(60)\n",
+        pid = pid_file.display().to_string(),
+    );
+    write_json(
+        &dir.join("extension.json"),
+        &json!({"name": "gush", "exec": "python3", "args": ["-c", program]}),
+    );
+    let host = bounded(
+        "starting the host",
+        lab.builder()
+            .restart_policy(RestartPolicy::never())
+            .extension(&dir)
+            .build(),
+    )
+    .await
+    .expect("build");
+    let entry = eventually("`gush` to fail", || {
+        let entry = info(&host, "gush");
+        (entry.state == ExtensionState::Failed).then_some(entry)
+    })
+    .await
+    .unwrap_or_else(|| panic!("{:#?}", host.list()));
+    assert_eq!(
+        entry.reason.as_deref(),
+        Some(
+            "extension `gush` ended before it was ready: killed: wrote a line over the \
+             4194304-byte frame cap"
+        )
+    );
+    // Stopped, not taken as registered once the line went quiet: the
+    // process is gone.
+    let pid: i32 = std::fs::read_to_string(&pid_file)
+        .expect("pid file")
+        .trim()
+        .parse()
+        .expect("pid");
+    assert!(
+        eventually("the process to be gone", || (!process_alive(pid))
+            .then_some(()))
+        .await
+        .is_some(),
+        "pid {pid} still runs"
     );
     host.shutdown().await;
 }
