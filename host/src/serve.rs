@@ -28,7 +28,8 @@
 //!    at most [`MAX_RUNNING`] at once, at most [`MAX_ADMITTED`] admitted
 //!    (running or waiting for a slot); past that a call is refused at once
 //!    with an error result, so neither memory nor the loop grows with zot's
-//!    call rate. Answers go out through one writer, one whole line at a time.
+//!    call rate. A slash command is a skill lookup, answered in place. Answers
+//!    go out through one writer, one whole line at a time.
 //! 3. **A check that cannot be read is blocked.** A line that does not decode
 //!    (nested past the parser's limit, not UTF-8, a lone surrogate, over the
 //!    4 MiB frame cap) is answered by the `id` a lenient scan finds: a check
