@@ -30,6 +30,8 @@ mod data;
 mod failure;
 #[path = "e2e/fault.rs"]
 mod fault;
+#[path = "e2e/guard_liveness.rs"]
+mod guard_liveness;
 #[path = "e2e/intercept.rs"]
 mod intercept;
 #[path = "e2e/load.rs"]

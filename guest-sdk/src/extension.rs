@@ -8,9 +8,9 @@ use std::panic::{self, AssertUnwindSafe};
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 use zotbox_protocol::{
-    CommandInvoked, DecodeError, Decoder, Event, EventIntercept, ExtensionFrame, Hello, HostFrame,
+    CommandInvoked, Decoder, Event, EventIntercept, ExtensionFrame, Hello, HostFrame,
     InterceptResponse, PanelKey, PanelResize, Ready, RegisterCommand, RegisterTool, ShutdownAck,
-    Subscribe, ToolCall, event_name,
+    Subscribe, ToolCall, Undecoded, event_name,
 };
 
 use crate::context::Context;
@@ -367,8 +367,10 @@ impl Extension {
     /// Writes `hello`, the registrations, `subscribe` (when anything was
     /// subscribed or intercepted) and `ready` at once, without waiting for
     /// `hello_ack`; then answers frames until `shutdown` (answered with
-    /// `shutdown_ack`) or the end of input. Lines that do not decode are
-    /// logged and skipped.
+    /// `shutdown_ack`) or the end of input. A request that does not decode
+    /// is still answered when its `id` can be read (a check with a block, a
+    /// tool call or a command with an error); other lines that do not decode
+    /// are logged and skipped.
     ///
     /// # Errors
     ///
@@ -479,12 +481,25 @@ impl Extension {
     fn handle(
         &mut self,
         ctx: &mut Context<'_>,
-        item: Result<HostFrame, DecodeError>,
+        item: Result<HostFrame, Undecoded>,
     ) -> io::Result<Flow> {
         let frame = match item {
             Ok(frame) => frame,
-            Err(err) => {
-                ctx.log(format_args!("skipped a frame from the host: {err}"));
+            Err(undecoded) => {
+                // A check left unanswered is a check passed: answer what can
+                // be answered (a check with a block), and skip the rest.
+                let reader = format!("extension `{}`", self.name);
+                match undecoded.answer(&reader) {
+                    Some(answer) => {
+                        ctx.log(format_args!(
+                            "answered a `{}` from the host it could not read: {undecoded}",
+                            undecoded.peek.frame_type.as_deref().unwrap_or_default()
+                        ));
+                        ctx.send(&answer);
+                        ctx.check()?;
+                    }
+                    None => ctx.log(format_args!("skipped a frame from the host: {undecoded}")),
+                }
                 return Ok(Flow::Continue);
             }
         };

@@ -77,7 +77,11 @@
 //! - `event_intercept` asks the interceptors of its kind (none: allow);
 //! - `hello_ack` is kept for [`Context::hello_ack`];
 //! - panel frames run the panel handlers;
-//! - lines that do not decode are logged and skipped.
+//! - a request that does not decode (nested past the parser's limit, not
+//!   UTF-8, over the 4 MiB frame cap, …) is still answered by its `id`: an
+//!   `event_intercept` with a **block** naming why (a guard that stays
+//!   silent lets the call through), a `tool_call` or `command_invoked` with
+//!   an error; other lines that do not decode are logged and skipped.
 //!
 //! Stdout carries frames only; log with [`Context::log`] (stderr, which the
 //! host keeps in the extension's log file), never `println!`.

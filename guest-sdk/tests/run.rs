@@ -8,7 +8,8 @@ use std::rc::Rc;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use zotbox_guest::{
-    Context, Event, Extension, Level, Panel, Response, ToolOutput, Verdict, event_name, schema,
+    Context, Event, Extension, Level, Panel, Response, ToolOutput, Verdict, event_name, protocol,
+    schema,
 };
 
 /// A writer the test keeps a handle on after the extension took it.
@@ -80,13 +81,16 @@ fn parse_output(bytes: &[u8]) -> Vec<Value> {
         .collect()
 }
 
-/// Runs `extension` on `input` (raw bytes, fed in one piece).
+/// Runs `extension` on `input` (text, fed in one piece).
 fn drive_raw(extension: Extension, input: &str) -> Run {
+    drive_bytes(extension, input.as_bytes())
+}
+
+/// Runs `extension` on `input` (raw bytes, fed in one piece).
+fn drive_bytes(extension: Extension, input: &[u8]) -> Run {
     let log = Shared::default();
     let mut out = Vec::new();
-    let result = extension
-        .log_to(log.clone())
-        .run_with(input.as_bytes(), &mut out);
+    let result = extension.log_to(log.clone()).run_with(input, &mut out);
     Run {
         result,
         frames: parse_output(&out),
@@ -621,6 +625,91 @@ fn lines_that_do_not_decode_are_logged_and_skipped() {
     );
     assert!(
         skipped[3].contains("invalid `tool_call` frame"),
+        "{}",
+        run.log
+    );
+}
+
+#[test]
+fn a_check_the_sdk_cannot_read_is_answered_with_a_block_never_skipped() {
+    // A guard that counts what reaches it: an unreadable check must not.
+    let asked = Rc::new(RefCell::new(Vec::<String>::new()));
+    let seen = asked.clone();
+    let extension = Extension::new("guard", "1")
+        .intercept_tool_call(move |_ctx, _tool, args| {
+            seen.borrow_mut().push(args["command"].to_string());
+            Verdict::Allow
+        })
+        .tool_json("t", "a tool", schema::object(), |_ctx, _args| "ran")
+        .command("c", "a command", |_ctx, _args| Response::noop());
+    let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
+    let check = |id: &str, command: &str| {
+        format!(
+            r#"{{"type":"event_intercept","id":"{id}","event":"tool_call","tool_name":"bash","tool_args":{{"command":{command}}}}}"#
+        )
+        .into_bytes()
+    };
+    // The `?` of a line becomes a byte that is not UTF-8.
+    let with_byte_ff = |mut line: Vec<u8>| {
+        if let Some(at) = line.iter().position(|&b| b == b'?') {
+            line[at] = 0xFF;
+        }
+        line
+    };
+    let mut wire = Vec::new();
+    for line in [
+        // Nested past the parser's recursion limit.
+        check("1", &deep),
+        // A byte that is not UTF-8.
+        with_byte_ff(check("2", "\"rm -rf /x?\"")),
+        // A lone surrogate.
+        check("3", r#""\ud800""#),
+        // Over the 4 MiB frame cap.
+        check(
+            "4",
+            &format!("\"{}\"", "x".repeat(protocol::DEFAULT_MAX_LINE)),
+        ),
+        // A tool call and a command that cannot be read get errors.
+        format!(r#"{{"type":"tool_call","id":"5","name":"t","args":{deep}}}"#).into_bytes(),
+        [
+            &br#"{"type":"command_invoked","id":"6","name":"c","args":""#[..],
+            &[0xFF],
+            b"\"}",
+        ]
+        .concat(),
+        // A readable check after all that is asked as usual.
+        check("7", r#""ls""#),
+    ] {
+        wire.extend_from_slice(&line);
+        wire.push(b'\n');
+    }
+    let run = drive_bytes(extension, &wire);
+    ok(&run);
+    let block = |id: &str, why: &str| {
+        json!({"type":"event_intercept_response","id":id,"block":true,
+               "reason":format!("extension `guard` could not read this check ({why}); blocked to be safe")})
+    };
+    assert_eq!(
+        run.answers(),
+        [
+            block("1", "recursion limit exceeded at line 1 column 223"),
+            block("2", "invalid unicode code point at line 1 column 108"),
+            block("3", "unexpected end of hex escape at line 1 column 105"),
+            block("4", "a line over the 4194304-byte frame cap"),
+            json!({"type":"tool_result","id":"5","is_error":true,"content":[{"type":"text",
+                   "text":"extension `guard` could not read this tool call (recursion limit exceeded at line 1 column 174)"}]}),
+            json!({"type":"command_response","id":"6","action":"noop",
+                   "error":"extension `guard` could not read this command (invalid unicode code point at line 1 column 55)"}),
+            json!({"type":"event_intercept_response","id":"7"}),
+        ]
+    );
+    assert_eq!(*asked.borrow(), [r#""ls""#]);
+    assert_eq!(
+        run.log
+            .lines()
+            .filter(|line| line.starts_with("guard: answered a `"))
+            .count(),
+        6,
         "{}",
         run.log
     );

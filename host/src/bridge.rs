@@ -13,17 +13,32 @@
 //!
 //! When the extension ends, the bridge exits with its status, so zot sees
 //! exactly what it would see of a native extension.
+//!
+//! Two rules keep the guard from going silent (zot allows a tool call whose
+//! check goes unanswered for 5 s):
+//!
+//! 1. **A check that cannot be read is blocked by the bridge.** An
+//!    `event_intercept` that does not decode (nested past the parser's limit,
+//!    not UTF-8, a lone surrogate, over the 4 MiB frame cap) is not forwarded:
+//!    the bridge answers it with a block naming why, written to zot between
+//!    the guest's lines, never inside one. A tool call or command over the cap,
+//!    which the guest could never see, gets an error the same way.
+//! 2. **A guest line over the frame cap ends the guest at once.** The bridge
+//!    stops it, logs an error naming the cap, and exits as a crashed extension
+//!    would, rather than reading an endless line to its end.
 
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::Deserialize;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{Mutex, watch};
 use tokio::time::Instant;
-use zotbox_protocol::{DEFAULT_MAX_LINE, Line, LineSplitter};
+use zotbox_protocol::{
+    DEFAULT_MAX_LINE, DecodeError, HostFrame, Line, LineSplitter, Undecoded, decode_line,
+    encode_to_vec, peek,
+};
 
 use crate::audit::AuditLog;
 use crate::home::ZotHome;
@@ -111,16 +126,8 @@ impl CommandGuard for PluginGuard {
     }
 }
 
-/// What the bridge needs to know about a frame passing through.
-#[derive(Deserialize)]
-struct Peek {
-    #[serde(rename = "type")]
-    frame_type: String,
-    #[serde(default)]
-    id: Option<String>,
-    #[serde(default)]
-    cwd: Option<String>,
-}
+/// How the bridge names itself in answers to frames it could not read.
+const READER: &str = "zotbox";
 
 /// Runs the extension in `dir` bridged to `input`/`output` until it ends;
 /// returns its exit status for the bridge's own.
@@ -203,14 +210,25 @@ struct Timeouts {
 /// Requests in flight to the extension, by id, with their deadlines.
 type Deadlines = Arc<Mutex<HashMap<String, Instant>>>;
 
+/// zot's stdout, shared by the copy out and the bridge's own answers: each
+/// writer holds it for whole lines, so no answer lands inside a guest's line.
+type ZotOut = Arc<Mutex<Box<dyn AsyncWrite + Send + Unpin>>>;
+
+async fn write_to_zot(out: &ZotOut, lines: &[u8]) -> std::io::Result<()> {
+    let mut out = out.lock().await;
+    out.write_all(lines).await?;
+    out.flush().await
+}
+
 async fn bridge(
     transport: Transport,
     services: Arc<Services>,
     timeouts: Timeouts,
     shutdown_grace: Duration,
     input: impl AsyncRead + Unpin + Send + 'static,
-    mut output: impl AsyncWrite + Unpin + Send + 'static,
+    output: impl AsyncWrite + Unpin + Send + 'static,
 ) -> Result<Exit, BridgeError> {
+    let output: ZotOut = Arc::new(Mutex::new(Box::new(output)));
     let Transport {
         output: mut from_guest,
         input: to_guest,
@@ -224,6 +242,7 @@ async fn bridge(
     let inbound = tokio::spawn(forward_inbound(
         input,
         to_guest,
+        output.clone(),
         services,
         deadlines.clone(),
         timeouts,
@@ -278,6 +297,7 @@ async fn bridge(
     let mut lines = LineSplitter::new(DEFAULT_MAX_LINE);
     let mut chunk = vec![0u8; 64 * 1024];
     let mut out = Vec::with_capacity(64 * 1024);
+    let mut over_cap = false;
     loop {
         let n = match from_guest.read(&mut chunk).await {
             Ok(0) | Err(_) => break,
@@ -289,18 +309,15 @@ async fn bridge(
         while let Some(line) = lines.next() {
             match line {
                 Line::Complete(bytes) => {
-                    if let Ok(peek) = serde_json::from_slice::<Peek>(bytes)
-                        && let Some(id) = peek.id
-                    {
+                    if let Some(id) = peek(bytes).id {
                         answered.push(id);
                     }
                     out.extend_from_slice(bytes);
                     out.push(b'\n');
                 }
-                Line::TooLong { len } => {
-                    tracing::warn!(
-                        "the extension wrote a line of {len} bytes; discarded (limit {DEFAULT_MAX_LINE})"
-                    );
+                Line::TooLong { .. } => {
+                    over_cap = true;
+                    break;
                 }
             }
         }
@@ -311,15 +328,31 @@ async fn bridge(
             }
         }
         if !out.is_empty() {
-            output.write_all(&out).await?;
-            output.flush().await?;
+            write_to_zot(&output, &out).await?;
+        }
+        if over_cap {
+            break;
         }
     }
-    if let Some(Line::Complete(bytes)) = lines.finish() {
-        output.write_all(bytes).await?;
-        output.write_all(b"\n").await?;
+    if over_cap {
+        // Stop it now: reading an endless line to its end would let it
+        // keep running (and keep zot waiting) for as long as it likes.
+        let why = format!("wrote a line over the {DEFAULT_MAX_LINE}-byte frame cap");
+        tracing::error!("the extension {why}; stopping it");
+        control.kill();
+        let mut exit = exit;
+        let _ = tokio::time::timeout(Duration::from_secs(5), exit.wait_for(Option::is_some)).await;
+        inbound.abort();
+        watchdog.abort();
+        output.lock().await.flush().await?;
+        return Ok(Exit::Killed(why));
     }
-    output.flush().await?;
+    if let Some(Line::Complete(bytes)) = lines.finish() {
+        let mut last = bytes.to_vec();
+        last.push(b'\n');
+        write_to_zot(&output, &last).await?;
+    }
+    output.lock().await.flush().await?;
     let mut exit = exit;
     let exit =
         match tokio::time::timeout(Duration::from_secs(5), exit.wait_for(Option::is_some)).await {
@@ -337,6 +370,7 @@ async fn bridge(
 async fn forward_inbound(
     mut input: impl AsyncRead + Unpin,
     mut to_guest: Box<dyn AsyncWrite + Send + Unpin>,
+    to_zot: ZotOut,
     services: Arc<Services>,
     deadlines: Deadlines,
     timeouts: Timeouts,
@@ -345,6 +379,7 @@ async fn forward_inbound(
     let mut lines = LineSplitter::new(DEFAULT_MAX_LINE);
     let mut chunk = vec![0u8; 64 * 1024];
     let mut out = Vec::with_capacity(64 * 1024);
+    let mut answers = Vec::new();
     loop {
         let n = match input.read(&mut chunk).await {
             Ok(0) | Err(_) => break,
@@ -352,32 +387,58 @@ async fn forward_inbound(
         };
         lines.push(&chunk[..n]);
         out.clear();
+        answers.clear();
         while let Some(line) = lines.next() {
-            let Line::Complete(bytes) = line else {
-                continue;
-            };
-            if let Ok(peek) = serde_json::from_slice::<Peek>(bytes) {
-                let timeout = match peek.frame_type.as_str() {
-                    "hello_ack" => {
-                        if let Some(cwd) = peek.cwd.filter(|cwd| !cwd.is_empty()) {
-                            services.set_workspace(cwd.into());
-                        }
-                        None
-                    }
-                    "shutdown" => {
-                        let _ = ending.send(true);
-                        None
-                    }
-                    "tool_call" | "command_invoked" => Some(timeouts.call),
-                    "event_intercept" => Some(timeouts.intercept),
-                    _ => None,
-                };
-                if let (Some(timeout), Some(id)) = (timeout, peek.id) {
-                    deadlines.lock().await.insert(id, Instant::now() + timeout);
+            let (bytes, seen) = match line {
+                Line::Complete(bytes) => (bytes, peek(bytes)),
+                Line::TooLong { len, head } => {
+                    // Never forwarded (the guest could not take it either):
+                    // a request is answered here, anything else dropped.
+                    let undecoded = Undecoded {
+                        error: DecodeError::TooLong {
+                            len,
+                            limit: DEFAULT_MAX_LINE,
+                        },
+                        peek: peek(head),
+                    };
+                    answer_unreadable(&undecoded, &mut answers);
+                    continue;
                 }
+            };
+            let timeout = match seen.frame_type.as_deref() {
+                Some("hello_ack") => {
+                    if let Ok(HostFrame::HelloAck(ack)) = decode_line::<HostFrame>(bytes)
+                        && !ack.cwd.is_empty()
+                    {
+                        services.set_workspace(ack.cwd.into());
+                    }
+                    None
+                }
+                Some("shutdown") => {
+                    let _ = ending.send(true);
+                    None
+                }
+                Some("tool_call" | "command_invoked") => Some(timeouts.call),
+                Some("event_intercept") => match decode_line::<HostFrame>(bytes) {
+                    Ok(_) => Some(timeouts.intercept),
+                    Err(error) => {
+                        // The guest could not read it either: a guard that
+                        // skips it lets the call through. Block it here.
+                        let undecoded = Undecoded { error, peek: seen };
+                        answer_unreadable(&undecoded, &mut answers);
+                        continue;
+                    }
+                },
+                _ => None,
+            };
+            if let (Some(timeout), Some(id)) = (timeout, seen.id) {
+                deadlines.lock().await.insert(id, Instant::now() + timeout);
             }
             out.extend_from_slice(bytes);
             out.push(b'\n');
+        }
+        if !answers.is_empty() && write_to_zot(&to_zot, &answers).await.is_err() {
+            break;
         }
         if to_guest.write_all(&out).await.is_err() || to_guest.flush().await.is_err() {
             break;
@@ -386,4 +447,17 @@ async fn forward_inbound(
     // zot's input ended: so does the guest's.
     let _ = to_guest.shutdown().await;
     let _ = ending.send(true);
+}
+
+/// Queues the bridge's own answer to a request it could not read, if the
+/// request can be answered; logs it either way.
+fn answer_unreadable(undecoded: &Undecoded, answers: &mut Vec<u8>) {
+    let frame_type = undecoded.peek.frame_type.as_deref().unwrap_or_default();
+    match undecoded.answer(READER).map(|frame| encode_to_vec(&frame)) {
+        Some(Ok(line)) => {
+            tracing::warn!("answered a `{frame_type}` zotbox could not read: {undecoded}");
+            answers.extend_from_slice(&line);
+        }
+        _ => tracing::warn!("dropped a line from zot: {undecoded}"),
+    }
 }

@@ -14,17 +14,49 @@
 //!   with fresh files.
 //!
 //! It does not run the extensions in zot's folders: zot already does.
+//!
+//! # The guard never waits and never stays silent
+//!
+//! zot allows a tool call whose `event_intercept` is not answered within
+//! 5 s, so a late or missing answer is a refusal lost. These rules keep every
+//! check answered, at once:
+//!
+//! 1. **Checks are answered on the spot.** One loop reads zot's frames and
+//!    answers each `event_intercept` itself, from the deny rules (synchronous
+//!    and fast); it never waits on a tool or a command.
+//! 2. **Tools run beside the loop, bounded.** Each `tool_call` runs as a task:
+//!    at most [`MAX_RUNNING`] at once, at most [`MAX_ADMITTED`] admitted
+//!    (running or waiting for a slot); past that a call is refused at once
+//!    with an error result, so neither memory nor the loop grows with zot's
+//!    call rate. A slash command is a skill lookup, answered in place. Answers
+//!    go out through one writer, one whole line at a time.
+//! 3. **A check that cannot be read is blocked.** A line that does not decode
+//!    (nested past the parser's limit, not UTF-8, a lone surrogate, over the
+//!    4 MiB frame cap) is answered by the `id` a lenient scan finds: a check
+//!    with a block that says why, a tool call or a command with an error.
+//! 4. **The workspace is the one `hello_ack` names**, however late it comes;
+//!    there is no fallback to serve's own directory (which would drop the
+//!    workspace's refusal plugins). Frames that arrive before it are held, at
+//!    most [`MAX_HELD`], and answered, in order, once the host for that
+//!    workspace is built; past the cap a check is blocked and a request
+//!    refused at once.
 
+use std::collections::VecDeque;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{Semaphore, mpsc};
+use tokio::task::JoinSet;
 use zotbox_protocol::{
-    CommandAction, CommandResponse, Content, DEFAULT_MAX_LINE, ExtensionFrame, Hello, HelloAck,
-    HostFrame, InterceptResponse, Notify, Ready, RegisterCommand, RegisterTool, ShutdownAck,
-    Subscribe, ToolResult, encode_frame, event_name,
+    CommandAction, CommandInvoked, CommandResponse, Content, DEFAULT_MAX_LINE, EventIntercept,
+    ExtensionFrame, Hello, HelloAck, HostFrame, InterceptResponse, Notify, Ready, RegisterCommand,
+    RegisterTool, ShutdownAck, Subscribe, ToolCall, ToolResult, Undecoded, encode_to_vec,
+    event_name,
 };
 
+use crate::data::DataSet;
 use crate::home::ZotHome;
 use crate::host::{DecisionVerdict, Host};
 use crate::session::reader::FrameReader;
@@ -40,9 +72,22 @@ const TOOL_ALIASES: &[(&str, &str)] = &[
     ("read", "read_file"),
 ];
 
-/// How long to wait for zot's `hello_ack` (which names the workspace)
-/// before registering with the current directory as the workspace.
-const HELLO_ACK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+/// Tool calls running at once.
+pub const MAX_RUNNING: usize = 16;
+
+/// Tool calls admitted at once, running or waiting for one of the
+/// [`MAX_RUNNING`] slots; a call past this is refused at once.
+pub const MAX_ADMITTED: usize = 64;
+
+/// Frames held while waiting for `hello_ack`.
+pub const MAX_HELD: usize = 256;
+
+/// Encoded lines queued for the writer; past this the reading loop waits
+/// for zot to read its stdout.
+const OUTBOX: usize = 256;
+
+/// How `serve` names itself in answers to frames it could not read.
+const READER: &str = "zotbox";
 
 /// Serving failed.
 #[derive(Debug, thiserror::Error)]
@@ -55,28 +100,42 @@ pub enum ServeError {
     Io(#[from] std::io::Error),
 }
 
-struct Wire<R, W> {
-    input: FrameReader<HostFrame, R>,
-    output: W,
+/// The one way to zot's stdout: whole lines, queued for the writer.
+#[derive(Clone)]
+struct Outbox(mpsc::Sender<Vec<u8>>);
+
+impl Outbox {
+    async fn send(&self, frame: &ExtensionFrame) -> Result<(), ServeError> {
+        let line = encode_to_vec(frame).map_err(std::io::Error::other)?;
+        self.0.send(line).await.map_err(|_| {
+            ServeError::Io(std::io::Error::new(
+                std::io::ErrorKind::BrokenPipe,
+                "the writer to zot has stopped",
+            ))
+        })
+    }
 }
 
-impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Wire<R, W> {
-    async fn send(&mut self, frame: &ExtensionFrame) -> std::io::Result<()> {
-        let mut line = Vec::with_capacity(256);
-        encode_frame(frame, &mut line).map_err(std::io::Error::other)?;
-        self.output.write_all(&line).await?;
-        self.output.flush().await
-    }
-
-    /// The next frame from zot; lines that do not decode are logged and skipped.
-    async fn next(&mut self) -> Option<HostFrame> {
-        loop {
-            match self.input.next().await? {
-                Ok(frame) => return Some(frame),
-                Err(err) => tracing::warn!("serve: {err}"),
-            }
+/// Writes queued lines to `output` until every [`Outbox`] is gone,
+/// coalescing what is queued into one write and one flush.
+async fn write_loop(
+    mut output: impl AsyncWrite + Unpin,
+    mut queue: mpsc::Receiver<Vec<u8>>,
+) -> std::io::Result<()> {
+    const BATCH: usize = 1024 * 1024;
+    let mut batch = Vec::new();
+    while let Some(line) = queue.recv().await {
+        batch.clear();
+        batch.extend_from_slice(&line);
+        while batch.len() < BATCH
+            && let Ok(line) = queue.try_recv()
+        {
+            batch.extend_from_slice(&line);
         }
+        output.write_all(&batch).await?;
+        output.flush().await?;
     }
+    output.flush().await
 }
 
 /// Serves zot on `input`/`output` until `shutdown` or end of input.
@@ -89,150 +148,320 @@ pub async fn serve(
     input: impl AsyncRead + Unpin,
     output: impl AsyncWrite + Unpin,
 ) -> Result<(), ServeError> {
-    let mut wire = Wire {
-        input: FrameReader::new(input, DEFAULT_MAX_LINE),
-        output,
-    };
-    wire.send(&ExtensionFrame::Hello(Hello {
+    let (outbox, queue) = mpsc::channel(OUTBOX);
+    let writer = write_loop(output, queue);
+    let work = session(home, input, Outbox(outbox));
+    tokio::pin!(writer, work);
+    tokio::select! {
+        biased;
+        // Done reading: every outbox is gone, so the writer drains and ends.
+        served = &mut work => {
+            served?;
+            writer.await?;
+        }
+        // The writer only ends early when zot's stdout fails.
+        written = &mut writer => written?,
+    }
+    Ok(())
+}
+
+/// Whether the reading loop goes on after a frame.
+#[derive(Debug, PartialEq, Eq)]
+enum Flow {
+    Continue,
+    Stop,
+}
+
+async fn session(
+    home: ZotHome,
+    input: impl AsyncRead + Unpin,
+    out: Outbox,
+) -> Result<(), ServeError> {
+    let mut input = FrameReader::<HostFrame, _>::new(input, DEFAULT_MAX_LINE);
+    out.send(&ExtensionFrame::Hello(Hello {
         name: SERVE_NAME.to_owned(),
         version: env!("CARGO_PKG_VERSION").to_owned(),
         capabilities: vec!["commands".into(), "tools".into(), "events".into()],
     }))
     .await?;
-    // The workspace decides which project files count: wait for zot to name it.
-    let mut early = Vec::new();
-    let ack = tokio::time::timeout(HELLO_ACK_WAIT, async {
-        while let Some(frame) = wire.next().await {
-            match frame {
-                HostFrame::HelloAck(ack) => return Some(ack),
-                other => early.push(other),
+    // The workspace decides which refusal plugins apply: wait for zot to
+    // name it, however long that takes, holding what comes first.
+    let mut held = VecDeque::new();
+    let ack = loop {
+        match input.next().await {
+            None => return Ok(()),
+            Some(Ok(HostFrame::HelloAck(ack))) => break ack,
+            Some(Ok(HostFrame::Shutdown(_))) => {
+                return out.send(&ExtensionFrame::ShutdownAck(ShutdownAck {})).await;
             }
+            Some(Ok(frame)) => hold(&mut held, frame, &out).await?,
+            Some(Err(undecoded)) => unreadable(&undecoded, &out).await?,
         }
-        None
-    })
-    .await
-    .ok()
-    .flatten();
-    let workspace = workspace_of(ack.as_ref());
+    };
     let host = Host::builder()
-        .workspace(&workspace)
+        .workspace(workspace_of(&ack))
         .zot_home(home.root())
         .run_extensions(false)
         .build()
         .await?;
-    let data = host.data_set();
-    for tool in &host.tools() {
-        wire.send(&ExtensionFrame::RegisterTool(RegisterTool {
-            name: tool.name.clone(),
-            description: tool.description.clone(),
-            schema: tool.schema.clone(),
-        }))
-        .await?;
+    let mut serving = Serving::new(host, out);
+    serving.register().await?;
+
+    let mut flow = Flow::Continue;
+    while flow == Flow::Continue {
+        if let Some(frame) = held.pop_front() {
+            flow = serving.handle(frame).await?;
+            continue;
+        }
+        tokio::select! {
+            item = input.next() => match item {
+                None => break,
+                Some(Ok(frame)) => flow = serving.handle(frame).await?,
+                Some(Err(undecoded)) => unreadable(&undecoded, &serving.out).await?,
+            },
+            // Finished calls leave the set, so it holds only live ones.
+            Some(_) = serving.calls.join_next(), if !serving.calls.is_empty() => {}
+        }
     }
-    for skill in &data.skills {
-        wire.send(&ExtensionFrame::RegisterCommand(RegisterCommand {
-            name: skill.name.clone(),
-            description: skill.description.clone(),
-        }))
-        .await?;
+    serving.stop().await;
+    Ok(())
+}
+
+/// Keeps a frame that came before `hello_ack`, or, past [`MAX_HELD`],
+/// answers it at once: a check with a block, a request with an error.
+async fn hold(
+    held: &mut VecDeque<HostFrame>,
+    frame: HostFrame,
+    out: &Outbox,
+) -> Result<(), ServeError> {
+    if held.len() < MAX_HELD {
+        held.push_back(frame);
+        return Ok(());
     }
-    wire.send(&ExtensionFrame::Subscribe(Subscribe {
-        events: vec![event_name::SESSION_START.to_owned()],
-        intercept: vec![event_name::TOOL_CALL.to_owned()],
-    }))
-    .await?;
-    wire.send(&ExtensionFrame::Ready(Ready {})).await?;
-    for problem in &data.problems {
-        tracing::warn!("skipped `{}`: {}", problem.path.display(), problem.error);
+    let why = format!("zotbox already holds {MAX_HELD} frames while it waits for `hello_ack`");
+    tracing::warn!("serve: {why}; refused a `{}`", frame.frame_type());
+    let answer = match frame {
+        HostFrame::EventIntercept(intercept) => block(intercept.id, &why),
+        HostFrame::ToolCall(call) => tool_error(call.id, why),
+        HostFrame::CommandInvoked(invoked) => ExtensionFrame::CommandResponse(CommandResponse {
+            id: invoked.id,
+            error: Some(why),
+            ..CommandResponse::default()
+        }),
+        _ => return Ok(()),
+    };
+    out.send(&answer).await
+}
+
+/// Answers a line that did not decode, when it was a request (see
+/// [`Undecoded::answer`]); logs it either way.
+async fn unreadable(undecoded: &Undecoded, out: &Outbox) -> Result<(), ServeError> {
+    match undecoded.answer(READER) {
+        Some(answer) => {
+            tracing::warn!(
+                "serve: answered a `{}` it could not read: {undecoded}",
+                undecoded.peek.frame_type.as_deref().unwrap_or_default()
+            );
+            out.send(&answer).await
+        }
+        None => {
+            tracing::warn!("serve: {undecoded}");
+            Ok(())
+        }
+    }
+}
+
+fn block(id: String, why: &str) -> ExtensionFrame {
+    ExtensionFrame::EventInterceptResponse(InterceptResponse {
+        id,
+        block: true,
+        reason: Some(format!("{why}; blocked to be safe")),
+        ..InterceptResponse::default()
+    })
+}
+
+fn tool_error(id: String, text: String) -> ExtensionFrame {
+    ExtensionFrame::ToolResult(ToolResult {
+        id,
+        content: vec![Content::text(text)],
+        is_error: true,
+    })
+}
+
+/// Serving, once the host for zot's workspace is built.
+struct Serving {
+    host: Host,
+    data: DataSet,
+    out: Outbox,
+    calls: JoinSet<()>,
+    admitted: Arc<Semaphore>,
+    running: Arc<Semaphore>,
+}
+
+impl Serving {
+    fn new(host: Host, out: Outbox) -> Self {
+        Self {
+            data: host.data_set(),
+            host,
+            out,
+            calls: JoinSet::new(),
+            admitted: Arc::new(Semaphore::new(MAX_ADMITTED)),
+            running: Arc::new(Semaphore::new(MAX_RUNNING)),
+        }
     }
 
-    let mut pending = early.into_iter();
-    loop {
-        let frame = match pending.next() {
-            Some(frame) => frame,
-            None => match wire.next().await {
-                Some(frame) => frame,
-                None => break,
-            },
-        };
+    /// Tools, skills as commands, the `tool_call` intercept, then `ready`.
+    async fn register(&self) -> Result<(), ServeError> {
+        for tool in &self.host.tools() {
+            self.out
+                .send(&ExtensionFrame::RegisterTool(RegisterTool {
+                    name: tool.name.clone(),
+                    description: tool.description.clone(),
+                    schema: tool.schema.clone(),
+                }))
+                .await?;
+        }
+        for skill in &self.data.skills {
+            self.out
+                .send(&ExtensionFrame::RegisterCommand(RegisterCommand {
+                    name: skill.name.clone(),
+                    description: skill.description.clone(),
+                }))
+                .await?;
+        }
+        self.out
+            .send(&ExtensionFrame::Subscribe(Subscribe {
+                events: vec![event_name::SESSION_START.to_owned()],
+                intercept: vec![event_name::TOOL_CALL.to_owned()],
+            }))
+            .await?;
+        self.out.send(&ExtensionFrame::Ready(Ready {})).await?;
+        for problem in &self.data.problems {
+            tracing::warn!(
+                "skipped `{}`: {}",
+                crate::text::Shown(&problem.path.display().to_string()),
+                problem.error
+            );
+        }
+        Ok(())
+    }
+
+    async fn handle(&mut self, frame: HostFrame) -> Result<Flow, ServeError> {
         match frame {
             HostFrame::Shutdown(_) => {
-                wire.send(&ExtensionFrame::ShutdownAck(ShutdownAck {}))
+                self.out
+                    .send(&ExtensionFrame::ShutdownAck(ShutdownAck {}))
                     .await?;
-                break;
-            }
-            HostFrame::ToolCall(call) => {
-                let result = match host.call_tool(&call.name, call.args).await {
-                    Ok(mut result) => {
-                        result.id = call.id;
-                        result
-                    }
-                    Err(err) => ToolResult {
-                        id: call.id,
-                        content: vec![Content::text(err.to_string())],
-                        is_error: true,
-                    },
-                };
-                wire.send(&ExtensionFrame::ToolResult(result)).await?;
-            }
-            HostFrame::CommandInvoked(invoked) => {
-                let response = match data.skill(&invoked.name) {
-                    Some(skill) => {
-                        let mut prompt = skill.body.trim_end().to_owned();
-                        if !invoked.args.trim().is_empty() {
-                            prompt.push_str("\n\n");
-                            prompt.push_str(invoked.args.trim());
-                        }
-                        CommandResponse {
-                            id: invoked.id,
-                            action: CommandAction::Prompt,
-                            prompt: Some(prompt),
-                            ..CommandResponse::default()
-                        }
-                    }
-                    None => CommandResponse {
-                        id: invoked.id,
-                        error: Some(format!("no skill `{}`", invoked.name)),
-                        ..CommandResponse::default()
-                    },
-                };
-                wire.send(&ExtensionFrame::CommandResponse(response))
-                    .await?;
+                return Ok(Flow::Stop);
             }
             HostFrame::EventIntercept(intercept) => {
-                let mut response = InterceptResponse {
-                    id: intercept.id,
-                    ..InterceptResponse::default()
-                };
-                if intercept.event == event_name::TOOL_CALL {
-                    let tool = intercept.tool_name.unwrap_or_default();
-                    let args = intercept.tool_args.unwrap_or(Value::Null);
-                    if let Some(reason) = refusal(&host, &tool, &args).await {
-                        response.block = true;
-                        response.reason = Some(reason);
-                    }
-                }
-                wire.send(&ExtensionFrame::EventInterceptResponse(response))
+                let response = self.check(intercept).await;
+                self.out
+                    .send(&ExtensionFrame::EventInterceptResponse(response))
+                    .await?;
+            }
+            HostFrame::ToolCall(call) => self.call(call).await?,
+            HostFrame::CommandInvoked(invoked) => {
+                let response = self.command(invoked);
+                self.out
+                    .send(&ExtensionFrame::CommandResponse(response))
                     .await?;
             }
             HostFrame::Event(event) if event.event == event_name::SESSION_START => {
-                for plugin in &data.plugins {
+                for plugin in &self.data.plugins {
                     if let Some(appendix) =
                         plugin.appendix.as_deref().filter(|a| !a.trim().is_empty())
                     {
-                        wire.send(&ExtensionFrame::Notify(Notify {
-                            level: "info".to_owned(),
-                            message: format!("{}: {}", plugin.name, appendix.trim()),
-                        }))
-                        .await?;
+                        self.out
+                            .send(&ExtensionFrame::Notify(Notify {
+                                level: "info".to_owned(),
+                                message: format!("{}: {}", plugin.name, appendix.trim()),
+                            }))
+                            .await?;
                     }
                 }
             }
             _ => {}
         }
+        Ok(Flow::Continue)
     }
-    host.shutdown().await;
-    Ok(())
+
+    /// The verdict on one of zot's checks: the deny rules, right here.
+    async fn check(&self, intercept: EventIntercept) -> InterceptResponse {
+        let mut response = InterceptResponse {
+            id: intercept.id,
+            ..InterceptResponse::default()
+        };
+        if intercept.event == event_name::TOOL_CALL {
+            let tool = intercept.tool_name.unwrap_or_default();
+            let args = intercept.tool_args.unwrap_or(Value::Null);
+            if let Some(reason) = refusal(&self.host, &tool, &args).await {
+                response.block = true;
+                response.reason = Some(reason);
+            }
+        }
+        response
+    }
+
+    /// Starts a tool call beside the loop, or refuses it at once when
+    /// [`MAX_ADMITTED`] calls are in already.
+    async fn call(&mut self, call: ToolCall) -> Result<(), ServeError> {
+        let Ok(admitted) = self.admitted.clone().try_acquire_owned() else {
+            tracing::warn!("serve: {MAX_ADMITTED} tool calls in flight; refused another");
+            let text = format!(
+                "zotbox is running {MAX_ADMITTED} tool calls already; try again once one has finished"
+            );
+            return self.out.send(&tool_error(call.id, text)).await;
+        };
+        let running = self.running.clone();
+        let host = self.host.clone();
+        let out = self.out.clone();
+        self.calls.spawn(async move {
+            let _admitted = admitted;
+            let Ok(_running) = running.acquire_owned().await else {
+                return;
+            };
+            let result = match host.call_tool(&call.name, call.args).await {
+                Ok(mut result) => {
+                    result.id = call.id;
+                    ExtensionFrame::ToolResult(result)
+                }
+                Err(err) => tool_error(call.id, err.to_string()),
+            };
+            // zot gone: nothing to answer.
+            let _ = out.send(&result).await;
+        });
+        Ok(())
+    }
+
+    fn command(&self, invoked: CommandInvoked) -> CommandResponse {
+        match self.data.skill(&invoked.name) {
+            Some(skill) => {
+                let mut prompt = skill.body.trim_end().to_owned();
+                if !invoked.args.trim().is_empty() {
+                    prompt.push_str("\n\n");
+                    prompt.push_str(invoked.args.trim());
+                }
+                CommandResponse {
+                    id: invoked.id,
+                    action: CommandAction::Prompt,
+                    prompt: Some(prompt),
+                    ..CommandResponse::default()
+                }
+            }
+            None => CommandResponse {
+                id: invoked.id,
+                error: Some(format!("no skill `{}`", invoked.name)),
+                ..CommandResponse::default()
+            },
+        }
+    }
+
+    /// Ends every call still running (zot has gone or asked us to), then the host.
+    async fn stop(mut self) {
+        self.calls.shutdown().await;
+        self.host.shutdown().await;
+    }
 }
 
 /// The deny rules' verdict on one of zot's tool calls, trying the common
@@ -253,12 +482,12 @@ async fn refusal(host: &Host, tool: &str, args: &Value) -> Option<String> {
     None
 }
 
-fn workspace_of(ack: Option<&HelloAck>) -> PathBuf {
-    match ack
-        .map(|ack| ack.cwd.as_str())
-        .filter(|cwd| !cwd.is_empty())
-    {
-        Some(cwd) => PathBuf::from(cwd),
-        None => std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")),
+/// The workspace `hello_ack` names; zot always names one, but an empty
+/// `cwd` means the directory zot started us in, as for any extension.
+fn workspace_of(ack: &HelloAck) -> PathBuf {
+    if ack.cwd.is_empty() {
+        std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."))
+    } else {
+        PathBuf::from(&ack.cwd)
     }
 }

@@ -19,9 +19,9 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio::time::{Instant, timeout};
 use zotbox_protocol::{
-    CommandInvoked, CommandResponse, DEFAULT_MAX_LINE, Event, ExtensionFrame, Hello, HelloAck,
-    HostFrame, InterceptResponse, PanelClose, PanelKey, PanelResize, RegisterCommand, Shutdown,
-    ToolCall, ToolResult, encode_to_vec,
+    CommandInvoked, CommandResponse, DEFAULT_MAX_LINE, DecodeError, Event, ExtensionFrame, Hello,
+    HelloAck, HostFrame, InterceptResponse, PanelClose, PanelKey, PanelResize, RegisterCommand,
+    Shutdown, ToolCall, ToolResult, Undecoded, encode_to_vec,
 };
 
 use crate::event::HostEvent;
@@ -67,7 +67,8 @@ pub struct SessionConfig {
     pub shutdown_grace: Duration,
     /// After terminating, how long to wait before killing. Default 1 s.
     pub kill_grace: Duration,
-    /// The longest accepted line. Default 4 MiB.
+    /// The frame cap: the longest line the extension may write. A line over
+    /// it ends the extension at once. Default 4 MiB.
     pub max_line: usize,
 }
 
@@ -184,7 +185,9 @@ impl Session {
             exit,
         } = transport;
         let name: Arc<str> = Arc::from(name);
-        let mut reader = ExtensionReader::new(output, config.max_line);
+        // An extension may not write a line over the frame cap: its stream
+        // ends there, and the session with it (see `read_loop`).
+        let mut reader = ExtensionReader::new(output, config.max_line).ending_at_overlong_line();
         let (outgoing, outgoing_rx) = mpsc::channel(OUTGOING_QUEUE);
         tokio::spawn(write_loop(input, outgoing_rx));
 
@@ -197,7 +200,10 @@ impl Session {
                     HandshakeFailure::Error(err) => err,
                     HandshakeFailure::Ended => SessionError::EndedEarly {
                         name: name.to_string(),
-                        reason: ended_reason(exit.clone()).await,
+                        reason: match reader.cut_at() {
+                            Some(limit) => Closed::Exited(Exit::Killed(over_cap(limit))),
+                            None => ended_reason(exit.clone()).await,
+                        },
                     },
                 });
             }
@@ -653,6 +659,15 @@ async fn read_loop(
             biased;
             item = reader.next() => match item {
                 None => break,
+                Some(Err(Undecoded { error: DecodeError::TooLong { limit, .. }, .. })) => {
+                    // Stop it at once rather than read an endless line to its
+                    // end: its calls fail now, naming the cap.
+                    let why = over_cap(limit);
+                    tracing::error!("{}: {why}; stopping it", inner.label);
+                    inner.control.kill();
+                    inner.close(Closed::Exited(Exit::Killed(why)));
+                    break;
+                }
                 Some(Err(err)) => tracing::warn!("{}: {err}", inner.label),
                 Some(Ok(frame)) => dispatch(&inner, frame, &events),
             },
@@ -676,6 +691,11 @@ async fn read_loop(
     if inner.exit.borrow().is_none() {
         inner.control.kill();
     }
+}
+
+/// Why an extension that wrote a line over the frame cap was stopped.
+fn over_cap(limit: usize) -> String {
+    format!("wrote a line over the {limit}-byte frame cap")
 }
 
 /// Why the stream ended: the exit status if it comes promptly.

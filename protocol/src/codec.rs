@@ -10,6 +10,8 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::frame::{ExtensionFrame, HostFrame};
+use crate::peek::peek;
+use crate::undecoded::Undecoded;
 
 /// The longest line accepted by default: 4 MiB, as zot.
 pub const DEFAULT_MAX_LINE: usize = 4 * 1024 * 1024;
@@ -78,14 +80,27 @@ pub enum DecodeError {
         /// What was wrong.
         error: String,
     },
-    /// The line was longer than the limit; its bytes were discarded.
-    #[error("line of {len} bytes exceeds the {limit}-byte limit and was discarded")]
+    /// The line was longer than the limit (the frame cap); its bytes were discarded.
+    #[error("a line over the {limit}-byte frame cap was discarded ({len} bytes and counting)")]
     TooLong {
-        /// Bytes discarded (at least; the line may go on past end of stream).
+        /// Bytes of the line seen when it passed the limit (it may go on).
         len: usize,
         /// The limit in force.
         limit: usize,
     },
+}
+
+impl DecodeError {
+    /// Why the line did not decode, as a phrase for an answer to the peer:
+    /// what the parser said, never the line's own bytes.
+    pub fn cause(&self) -> String {
+        match self {
+            Self::Malformed { error, .. } => error.clone(),
+            Self::UnknownType { frame_type } => format!("unknown frame type `{frame_type}`"),
+            Self::Invalid { frame_type, error } => format!("invalid `{frame_type}` frame: {error}"),
+            Self::TooLong { limit, .. } => format!("a line over the {limit}-byte frame cap"),
+        }
+    }
 }
 
 /// Decodes one line (without its newline) into a frame.
@@ -176,10 +191,19 @@ pub fn encode_to_vec<F: Serialize>(frame: &F) -> Result<Vec<u8>, serde_json::Err
     Ok(out)
 }
 
+/// How much of the start of a line over the cap [`LineSplitter`] hands back
+/// with its report: enough for [`peek`] to find the `type` and `id` that a
+/// peer writes first.
+pub const TOO_LONG_HEAD: usize = 64 * 1024;
+
 /// Splits a byte stream into lines, bounded by a maximum line length.
 ///
-/// A line over the limit is discarded up to its newline and reported once as
-/// [`DecodeError::TooLong`]; the lines after it come through unharmed.
+/// A line over the limit is reported once, as [`Line::TooLong`], **as soon as
+/// it passes the limit** (a peer writing one endless line is caught at once,
+/// not when it stops), with the first [`TOO_LONG_HEAD`] bytes of the line;
+/// the rest of it is discarded up to its newline, and the lines after it come
+/// through unharmed. The splitter never holds more than the limit plus the
+/// last chunk pushed.
 #[derive(Debug)]
 pub struct LineSplitter {
     buf: Vec<u8>,
@@ -187,8 +211,8 @@ pub struct LineSplitter {
     start: usize,
     scanned: usize,
     max_line: usize,
-    // Some(n): inside an over-long line, n bytes discarded so far.
-    discarding: Option<usize>,
+    // Inside an over-long line already reported: drop bytes up to its newline.
+    discarding: bool,
 }
 
 /// One item out of a [`LineSplitter`].
@@ -196,10 +220,12 @@ pub struct LineSplitter {
 pub enum Line<'a> {
     /// A complete line without its `\n` (and without a trailing `\r`).
     Complete(&'a [u8]),
-    /// An over-long line was discarded.
+    /// A line passed the limit; the rest of it will be discarded.
     TooLong {
-        /// Bytes discarded.
+        /// Bytes of the line seen when it passed the limit (it may go on).
         len: usize,
+        /// Its first bytes, at most [`TOO_LONG_HEAD`].
+        head: &'a [u8],
     },
 }
 
@@ -211,7 +237,7 @@ impl LineSplitter {
             start: 0,
             scanned: 0,
             max_line: max_line.max(1),
-            discarding: None,
+            discarding: false,
         }
     }
 
@@ -230,10 +256,29 @@ impl LineSplitter {
         self.buf.extend_from_slice(bytes);
     }
 
-    /// The next line, if a complete one (or a discard report) is available.
+    /// The next line, if a complete one (or a report of one over the limit)
+    /// is available.
     #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> Option<Line<'_>> {
         loop {
+            if self.discarding {
+                let pending = &self.buf[self.start..];
+                match pending.iter().position(|&b| b == b'\n') {
+                    Some(offset) => {
+                        self.start += offset + 1;
+                        self.scanned = self.start;
+                        self.discarding = false;
+                        self.compact();
+                        continue;
+                    }
+                    None => {
+                        self.buf.clear();
+                        self.start = 0;
+                        self.scanned = 0;
+                        return None;
+                    }
+                }
+            }
             let pending = &self.buf[self.scanned..];
             match pending.iter().position(|&b| b == b'\n') {
                 Some(offset) => {
@@ -241,13 +286,12 @@ impl LineSplitter {
                     let begin = self.start;
                     self.start = end + 1;
                     self.scanned = self.start;
-                    if let Some(discarded) = self.discarding.take() {
-                        let len = discarded + (end - begin);
-                        self.compact();
-                        return Some(Line::TooLong { len });
-                    }
                     if end - begin > self.max_line {
-                        return Some(Line::TooLong { len: end - begin });
+                        let head = begin + TOO_LONG_HEAD.min(end - begin);
+                        return Some(Line::TooLong {
+                            len: end - begin,
+                            head: &self.buf[begin..head],
+                        });
                     }
                     let end = if self.buf[begin..end].ends_with(b"\r") {
                         end - 1
@@ -263,28 +307,31 @@ impl LineSplitter {
                     self.scanned = self.buf.len();
                     let partial = self.buf.len() - self.start;
                     if partial > self.max_line {
-                        // Drop what we hold of the over-long line; remember how much.
-                        *self.discarding.get_or_insert(0) += partial;
-                        self.buf.clear();
-                        self.start = 0;
-                        self.scanned = 0;
-                    } else {
-                        self.compact();
+                        // Report now; what follows of this line is dropped.
+                        let begin = self.start;
+                        self.start = self.buf.len();
+                        self.discarding = true;
+                        let head = begin + TOO_LONG_HEAD.min(partial);
+                        return Some(Line::TooLong {
+                            len: partial,
+                            head: &self.buf[begin..head],
+                        });
                     }
+                    self.compact();
                     return None;
                 }
             }
         }
     }
 
-    /// At end of stream: the last line if it had no newline, or a discard report.
+    /// At end of stream: the last line if it had no newline.
     pub fn finish(&mut self) -> Option<Line<'_>> {
-        if let Some(discarded) = self.discarding.take() {
-            let len = discarded + (self.buf.len() - self.start);
+        if self.discarding {
+            self.discarding = false;
             self.buf.clear();
             self.start = 0;
             self.scanned = 0;
-            return Some(Line::TooLong { len });
+            return None;
         }
         if self.start >= self.buf.len() {
             return None;
@@ -305,6 +352,10 @@ impl LineSplitter {
 }
 
 /// Bytes in, frames out: a [`LineSplitter`] plus [`decode_line`].
+///
+/// Every line that yields no frame comes out as [`Undecoded`]: why, and the
+/// `type` and `id` a lenient [`peek`] found in it, so that a request that
+/// cannot be read can still be answered.
 #[derive(Debug)]
 pub struct Decoder {
     lines: LineSplitter,
@@ -331,21 +382,28 @@ impl Decoder {
 
     /// The next frame, or the fault of the next line; `None` when more bytes
     /// are needed.
-    pub fn next_frame<F: Frame>(&mut self) -> Option<Result<F, DecodeError>> {
+    pub fn next_frame<F: Frame>(&mut self) -> Option<Result<F, Undecoded>> {
         let limit = self.lines.max_line();
-        match self.lines.next()? {
-            Line::Complete(line) => Some(decode_known(line)),
-            Line::TooLong { len } => Some(Err(DecodeError::TooLong { len, limit })),
-        }
+        self.lines.next().map(|line| decode_item(line, limit))
     }
 
     /// At end of stream: the last frame if it lacked a newline.
-    pub fn finish<F: Frame>(&mut self) -> Option<Result<F, DecodeError>> {
+    pub fn finish<F: Frame>(&mut self) -> Option<Result<F, Undecoded>> {
         let limit = self.lines.max_line();
-        match self.lines.finish()? {
-            Line::Complete(line) => Some(decode_known(line)),
-            Line::TooLong { len } => Some(Err(DecodeError::TooLong { len, limit })),
-        }
+        self.lines.finish().map(|line| decode_item(line, limit))
+    }
+}
+
+fn decode_item<F: Frame>(line: Line<'_>, limit: usize) -> Result<F, Undecoded> {
+    match line {
+        Line::Complete(bytes) => decode_known(bytes).map_err(|error| Undecoded {
+            error,
+            peek: peek(bytes),
+        }),
+        Line::TooLong { len, head } => Err(Undecoded {
+            error: DecodeError::TooLong { len, limit },
+            peek: peek(head),
+        }),
     }
 }
 
@@ -357,7 +415,7 @@ mod tests {
     fn decode_all(decoder: &mut Decoder) -> Vec<Result<ExtensionFrame, DecodeError>> {
         let mut out = Vec::new();
         while let Some(item) = decoder.next_frame() {
-            out.push(item);
+            out.push(item.map_err(|undecoded| undecoded.error));
         }
         out
     }
@@ -410,33 +468,89 @@ mod tests {
     }
 
     #[test]
-    fn an_over_long_line_is_discarded_and_the_stream_goes_on() {
+    fn an_over_long_line_is_reported_as_soon_as_it_passes_the_limit() {
         let mut decoder = Decoder::new(64);
         decoder.push(b"{\"type\":\"ready\"}\n");
-        // 10 000 bytes without a newline, pushed in pieces, then the rest of the stream.
+        assert_eq!(
+            decoder.next_frame::<ExtensionFrame>().map(|r| r.is_ok()),
+            Some(true)
+        );
+        // A line that starts like a check, then never ends: reported once,
+        // at the first push past the limit, with the head that names it.
+        decoder.push(b"{\"type\":\"event_intercept\",\"id\":\"7\",\"text\":\"");
+        assert!(decoder.next_frame::<ExtensionFrame>().is_none());
+        decoder.push(&[b'x'; 100]);
+        let reported = decoder.next_frame::<ExtensionFrame>();
+        let Some(Err(Undecoded { error, peek })) = reported else {
+            panic!("not reported at once: {reported:?}");
+        };
+        assert_eq!(
+            error,
+            DecodeError::TooLong {
+                len: 143,
+                limit: 64
+            }
+        );
+        assert_eq!(
+            (peek.frame_type.as_deref(), peek.id.as_deref()),
+            (Some("event_intercept"), Some("7"))
+        );
+        // The rest of it is dropped, never reported again, never held.
         for _ in 0..100 {
             decoder.push(&[b'x'; 100]);
-            assert!(
-                decoder
-                    .next_frame::<ExtensionFrame>()
-                    .map(|r| r.is_ok())
-                    .unwrap_or(true)
-            );
+            assert!(decoder.next_frame::<ExtensionFrame>().is_none());
         }
-        decoder.push(b"yy\n{\"type\":\"shutdown_ack\"}\n");
-        let items = decode_all(&mut decoder);
-        assert_eq!(
-            items,
-            vec![
-                Err(DecodeError::TooLong {
-                    len: 10_002,
-                    limit: 64
-                }),
-                Ok(ExtensionFrame::ShutdownAck(ShutdownAck {})),
-            ]
-        );
-        // The buffer never held the whole line.
         assert!(decoder.lines.buf.capacity() < 10_000);
+        decoder.push(b"yy\n{\"type\":\"shutdown_ack\"}\n");
+        assert_eq!(
+            decode_all(&mut decoder),
+            vec![Ok(ExtensionFrame::ShutdownAck(ShutdownAck {}))]
+        );
+    }
+
+    #[test]
+    fn an_over_long_line_in_one_push_is_reported_with_its_head_only() {
+        let mut decoder = Decoder::new(64);
+        let mut line = b"{\"type\":\"tool_call\",\"id\":\"9\",\"args\":\"".to_vec();
+        line.extend_from_slice(&vec![b'y'; 2 * TOO_LONG_HEAD]);
+        line.extend_from_slice(b"\"}\n{\"type\":\"ready\"}\n");
+        let mut splitter = LineSplitter::new(64);
+        splitter.push(&line);
+        match splitter.next() {
+            Some(Line::TooLong { len, head }) => {
+                assert_eq!((len, head.len()), (line.len() - 18, TOO_LONG_HEAD));
+                assert!(head.starts_with(b"{\"type\":\"tool_call\""));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            splitter.next(),
+            Some(Line::Complete(b"{\"type\":\"ready\"}"))
+        );
+        decoder.push(&line);
+        assert!(matches!(
+            decoder.next_frame::<ExtensionFrame>(),
+            Some(Err(Undecoded {
+                error: DecodeError::TooLong { .. },
+                ..
+            }))
+        ));
+    }
+
+    #[test]
+    fn a_line_still_over_the_limit_at_end_of_stream_is_reported_once() {
+        let mut decoder = Decoder::new(8);
+        decoder.push(b"0123456789");
+        assert!(matches!(
+            decoder.next_frame::<ExtensionFrame>(),
+            Some(Err(Undecoded {
+                error: DecodeError::TooLong { len: 10, limit: 8 },
+                ..
+            }))
+        ));
+        decoder.push(b"more");
+        assert!(decoder.next_frame::<ExtensionFrame>().is_none());
+        assert!(decoder.finish::<ExtensionFrame>().is_none());
     }
 
     #[test]
@@ -454,7 +568,10 @@ mod tests {
         decoder.push(b"\n");
         assert!(matches!(
             decoder.next_frame::<ExtensionFrame>(),
-            Some(Err(DecodeError::TooLong { .. }))
+            Some(Err(Undecoded {
+                error: DecodeError::TooLong { .. },
+                ..
+            }))
         ));
     }
 
@@ -467,6 +584,12 @@ mod tests {
             decoder.finish::<ExtensionFrame>(),
             Some(Ok(ExtensionFrame::Ready(Ready {})))
         );
+        // And an unreadable last line still shows what it was.
+        decoder.push(b"{\"type\":\"event_intercept\",\"id\":\"3\"");
+        match decoder.finish::<HostFrame>() {
+            Some(Err(undecoded)) => assert!(undecoded.peek.is("event_intercept")),
+            other => panic!("{other:?}"),
+        }
         assert!(decoder.finish::<ExtensionFrame>().is_none());
     }
 

@@ -14,8 +14,15 @@
 //!
 //! A receiver survives every bad line: a line that is not a JSON object, an
 //! object whose `type` it does not know, a known frame with wrong fields, and a
-//! line longer than the limit ([`DEFAULT_MAX_LINE`], 4 MiB) are each reported
-//! ([`DecodeError`]) and skipped, and the frames after them are read as usual.
+//! line longer than the limit ([`DEFAULT_MAX_LINE`], 4 MiB, the frame cap) are
+//! each reported ([`DecodeError`]) and skipped, and the frames after them are
+//! read as usual. A **request** it cannot read is still answered, by the `id`
+//! a lenient [`peek`] finds ([`Undecoded::answer`]): a check with a block that
+//! says why, a tool call or a command with an error. zot allows a tool call
+//! whose check is not answered in 5 s, so a guard that stays silent consents.
+//!
+//! zot may hold an extension to the frame cap: a host that reads a line over
+//! the cap from an extension ends that extension at once.
 //!
 //! Stdout is reserved for frames; an extension logs to stderr, which the host
 //! appends to `$ZOT_HOME/logs/ext-<name>.log`.
@@ -76,9 +83,13 @@
 
 mod codec;
 mod frame;
+mod peek;
+mod undecoded;
 
 pub use codec::{
-    DEFAULT_MAX_LINE, DecodeError, Decoder, Frame, Line, LineSplitter, decode_line, encode_frame,
-    encode_to_vec,
+    DEFAULT_MAX_LINE, DecodeError, Decoder, Frame, Line, LineSplitter, TOO_LONG_HEAD, decode_line,
+    encode_frame, encode_to_vec,
 };
 pub use frame::*;
+pub use peek::{Peek, peek};
+pub use undecoded::Undecoded;

@@ -271,25 +271,43 @@ async fn a_wrong_first_frame_fails_the_extension() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_ten_mib_line_is_discarded_and_the_result_still_arrives() {
+async fn a_ten_mib_line_ends_the_extension_at_once_naming_the_frame_cap() {
     let lab = Lab::new();
     let flood = ext("flood")
         .flags(&["--flood-line", &(10 * 1024 * 1024).to_string()])
         .write_in(&lab.dev);
     let host = lab
         .builder()
+        .restart_policy(RestartPolicy::never())
         .extension(&flood.dir)
         .build()
         .await
         .expect("build");
-    for n in 1..=2 {
-        let result = bounded("the call", host.call_tool("flood_tool", json!({"n": n})))
-            .await
-            .expect("the result after the flood");
-        assert_eq!(result.text(), format!(r#"flood got {{"n":{n}}}"#));
-        assert!(!result.is_error);
-    }
-    assert_eq!(info(&host, "flood").state, ExtensionState::Ready);
+    let pid = flood.pid();
+    let err = bounded("the call", host.call_tool("flood_tool", json!({"n": 1})))
+        .await
+        .expect_err("no result after a line over the cap");
+    assert_eq!(
+        err.to_string(),
+        "extension `flood` 1.0.0: killed: wrote a line over the 4194304-byte frame cap"
+    );
+    let entry = eventually("`flood` to fail", || {
+        let entry = info(&host, "flood");
+        (entry.state == ExtensionState::Failed).then_some(entry)
+    })
+    .await
+    .unwrap_or_else(|| panic!("{:#?}", host.list()));
+    assert_eq!(
+        entry.reason.as_deref(),
+        Some("killed: wrote a line over the 4194304-byte frame cap")
+    );
+    assert!(
+        eventually("the process to be gone", || (!process_alive(pid))
+            .then_some(()))
+        .await
+        .is_some(),
+        "pid {pid} still runs"
+    );
     host.shutdown().await;
 }
 

@@ -394,3 +394,204 @@ pub async fn settled(host: &zotbox::Host, name: &str) -> zotbox::host::Extension
     .await
     .unwrap_or_else(|| panic!("`{name}` still starting: {:#?}", host.list()))
 }
+
+/// The longest line a [`Peer`] keeps; the rest of a longer line is dropped.
+const PEER_LINE_CAP: usize = 8 * 1024 * 1024;
+
+/// The other end of a process's stdio, as zot holds an extension: raw
+/// bytes in (anything, including what no encoder would write), lines out
+/// with the time each arrived, every wait bounded.
+pub struct Peer {
+    child: tokio::process::Child,
+    stdin: Option<tokio::process::ChildStdin>,
+    lines: tokio::sync::mpsc::UnboundedReceiver<(tokio::time::Instant, Vec<u8>)>,
+    stderr: Option<tokio::task::JoinHandle<String>>,
+    /// Every line received so far, lossily decoded, for failure messages.
+    pub transcript: Vec<String>,
+}
+
+/// How a [`Peer`]'s process ended.
+#[derive(Debug)]
+pub struct PeerEnd {
+    pub status: std::process::ExitStatus,
+    pub stderr: String,
+    /// Lines that arrived while it was ending.
+    pub last_lines: Vec<String>,
+}
+
+impl Lab {
+    /// Starts the real `zotbox` with `args` in `cwd` as zot starts an
+    /// extension: this lab's `ZOT_HOME`, `HOME` an empty folder (so the
+    /// runner's own `~/.shiro-neko` adds nothing), stdio piped.
+    pub fn spawn_zotbox(&self, args: &[&str], cwd: &Path) -> Peer {
+        let home = self.dev.join("user-home");
+        std::fs::create_dir_all(&home).expect("user home");
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_zotbox"));
+        command
+            .args(args)
+            .current_dir(cwd)
+            .env("ZOT_HOME", &self.home)
+            .env("HOME", &home)
+            .env_remove("ZOTBOX_LOG")
+            .env_remove("XDG_STATE_HOME");
+        Peer::spawn(command)
+    }
+}
+
+impl Peer {
+    /// Spawns `command` with piped stdio.
+    pub fn spawn(mut command: tokio::process::Command) -> Self {
+        use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+        let mut child = command
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn the peer's process");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, lines) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            let mut reader = BufReader::new(stdout);
+            let mut line = Vec::new();
+            while let Ok(buffer) = reader.fill_buf().await {
+                if buffer.is_empty() {
+                    break;
+                }
+                let (taken, complete) = match buffer.iter().position(|&b| b == b'\n') {
+                    Some(at) => (at + 1, true),
+                    None => (buffer.len(), false),
+                };
+                let room = PEER_LINE_CAP.saturating_sub(line.len());
+                let keep = taken - usize::from(complete);
+                line.extend_from_slice(&buffer[..keep.min(room)]);
+                reader.consume(taken);
+                if complete {
+                    let done = std::mem::take(&mut line);
+                    if tx.send((tokio::time::Instant::now(), done)).is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+        let mut stderr = child.stderr.take().expect("piped stderr");
+        let stderr = tokio::spawn(async move {
+            let mut bytes = Vec::new();
+            let _ = stderr.read_to_end(&mut bytes).await;
+            String::from_utf8_lossy(&bytes).into_owned()
+        });
+        Self {
+            stdin: child.stdin.take(),
+            child,
+            lines,
+            stderr: Some(stderr),
+            transcript: Vec::new(),
+        }
+    }
+
+    /// Writes `frame` as one line.
+    pub async fn send(&mut self, frame: &Value) {
+        let mut line = serde_json::to_vec(frame).expect("encode frame");
+        line.push(b'\n');
+        self.send_bytes(&line).await;
+    }
+
+    /// Writes raw bytes, as they are.
+    pub async fn send_bytes(&mut self, bytes: &[u8]) {
+        use tokio::io::AsyncWriteExt;
+        let stdin = self.stdin.as_mut().expect("stdin is still open");
+        let written = async {
+            stdin.write_all(bytes).await?;
+            stdin.flush().await
+        };
+        match tokio::time::timeout(PATIENCE, written).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => panic!("cannot write to the peer: {e}; {}", self.describe()),
+            Err(_) => panic!("the peer reads nothing: {}", self.describe()),
+        }
+    }
+
+    /// The next line within `wait`, as JSON, with the time it arrived:
+    /// `Ok(None)` at the end of the output, `Err(())` when nothing came.
+    /// A line that is not JSON fails the test.
+    pub async fn recv_within(
+        &mut self,
+        wait: Duration,
+    ) -> Result<Option<(tokio::time::Instant, Value)>, ()> {
+        match tokio::time::timeout(wait, self.lines.recv()).await {
+            Err(_) => Err(()),
+            Ok(None) => Ok(None),
+            Ok(Some((at, line))) => {
+                let text = String::from_utf8_lossy(&line).into_owned();
+                self.transcript.push(text.clone());
+                match serde_json::from_slice(&line) {
+                    Ok(frame) => Ok(Some((at, frame))),
+                    Err(e) => panic!("not a JSON line ({e}): {text}\n{}", self.describe()),
+                }
+            }
+        }
+    }
+
+    /// The next frame (within [`PATIENCE`]); panics at the end of output.
+    pub async fn recv(&mut self) -> Value {
+        match self.recv_within(PATIENCE).await {
+            Ok(Some((_, frame))) => frame,
+            Ok(None) => panic!("the peer's output ended: {}", self.describe()),
+            Err(()) => panic!(
+                "nothing from the peer within {PATIENCE:?}: {}",
+                self.describe()
+            ),
+        }
+    }
+
+    /// Frames up to and including the first of `frame_type` (within [`PATIENCE`]).
+    pub async fn recv_through(&mut self, frame_type: &str) -> Vec<Value> {
+        let mut frames = Vec::new();
+        loop {
+            let frame = self.recv().await;
+            let done = frame["type"] == frame_type;
+            frames.push(frame);
+            if done {
+                return frames;
+            }
+        }
+    }
+
+    /// Waits for the end of the output and the exit, each within [`PATIENCE`].
+    pub async fn end(mut self) -> PeerEnd {
+        let mut last_lines = Vec::new();
+        loop {
+            match tokio::time::timeout(PATIENCE, self.lines.recv()).await {
+                Ok(Some((_, line))) => last_lines.push(String::from_utf8_lossy(&line).into_owned()),
+                Ok(None) => break,
+                Err(_) => panic!("output still open after {PATIENCE:?}: {}", self.describe()),
+            }
+        }
+        let status = match tokio::time::timeout(PATIENCE, self.child.wait()).await {
+            Ok(Ok(status)) => status,
+            Ok(Err(e)) => panic!("cannot wait for the peer: {e}"),
+            Err(_) => panic!("output closed but no exit within {PATIENCE:?}"),
+        };
+        let stderr = match self.stderr.take() {
+            Some(task) => tokio::time::timeout(PATIENCE, task)
+                .await
+                .expect("stderr closes with the process")
+                .expect("stderr reader"),
+            None => String::new(),
+        };
+        PeerEnd {
+            status,
+            stderr,
+            last_lines,
+        }
+    }
+
+    /// The state for a failure message.
+    pub fn describe(&self) -> String {
+        format!(
+            "pid {:?}, lines so far:\n{}",
+            self.child.id(),
+            self.transcript.join("\n")
+        )
+    }
+}

@@ -1,0 +1,568 @@
+//! THREATS rule 7, "the guard never sleeps and never stays silent", as an
+//! attacker meets it: zot allows a tool call whose `event_intercept` is not
+//! answered within 5 s, so every way of delaying or muting a check is a way
+//! past the refusal plugins.
+//!
+//! - `zotbox serve` answers checks while a 10 s tool runs, blocks every check
+//!   it cannot read (nested past the parser's limit, a 0xFF byte, a lone
+//!   surrogate, a line over the 4 MiB frame cap), waits for a late
+//!   `hello_ack` instead of falling back to its own directory, and bounds
+//!   what it holds and runs;
+//! - `zotbox run` (the bridge) blocks the checks its guard guest could not
+//!   read, and ends a guest that writes an endless line at once;
+//! - a hosted guest writing an endless line ends at once, naming the cap,
+//!   with the host's memory flat.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::time::Instant;
+use zotbox::host::{ExtensionState, RestartPolicy};
+use zotbox::protocol::DEFAULT_MAX_LINE;
+
+use crate::guests::{self, Form};
+use crate::support::{Lab, PATIENCE, Peer, bounded, eventually, info, process_alive, write_json};
+
+/// How soon a check must be answered here: generous (a loaded machine
+/// cannot overturn it), and still half of zot's 5 s intercept deadline and
+/// far below the 10 s tool it must not wait for.
+const PROMPTLY: Duration = Duration::from_millis(2_500);
+
+/// The refusal the workspace's plugin gives `rm -rf`.
+const WIPE_REFUSED: &str = "deletes recursively (plugin `safety` rule 1)";
+
+/// The workspace's refusal plugin: no `rm -rf` through `bash`.
+fn safety_plugin(lab: &Lab) {
+    let path = lab.workspace.join(".zot/plugins/safety.json");
+    std::fs::create_dir_all(path.parent().expect("parent")).expect("plugins folder");
+    write_json(
+        &path,
+        &json!({
+            "name": "safety",
+            "description": "no wipes",
+            "deny": [{"tools": ["bash"], "commandPattern": "rm\\s+-rf", "reason": "deletes recursively"}],
+        }),
+    );
+}
+
+/// The user's data tool `slow`: a shell tool that sleeps 10 s.
+fn slow_tool(lab: &Lab) {
+    let path = lab.home.join("tools/slow.json");
+    std::fs::create_dir_all(path.parent().expect("parent")).expect("tools folder");
+    write_json(
+        &path,
+        &json!({"name": "slow", "description": "Take ten seconds", "kind": "shell",
+                "command": "sleep 10"}),
+    );
+}
+
+/// A folder of its own for `serve` to start in, with no data files: what
+/// it would wrongly use if it fell back to its own directory.
+fn elsewhere(lab: &Lab) -> PathBuf {
+    let dir = lab.dev.join("serve-cwd");
+    std::fs::create_dir_all(&dir).expect("serve's folder");
+    dir
+}
+
+/// zot's `hello_ack` naming this lab's workspace.
+fn hello_ack(lab: &Lab, dir: &Path) -> Value {
+    json!({
+        "type": "hello_ack",
+        "protocol_version": 1,
+        "zot_version": "0.0.0-zotbox-e2e",
+        "provider": "anthropic",
+        "model": "claude-test",
+        "cwd": lab.workspace,
+        "extension_dir": dir,
+        "data_dir": dir,
+    })
+}
+
+/// `zotbox serve` as zot runs it, through `ready`.
+async fn start_serve(lab: &Lab) -> Peer {
+    let dir = elsewhere(lab);
+    let mut zot = lab.spawn_zotbox(&["serve"], &dir);
+    assert_eq!(zot.recv().await["type"], "hello", "{}", zot.describe());
+    zot.send(&hello_ack(lab, &dir)).await;
+    zot.recv_through("ready").await;
+    zot
+}
+
+/// `zotbox run DIR` as zot runs an installed launcher, through `ready`.
+async fn start_run(lab: &Lab, dir: &Path) -> Peer {
+    let mut zot = lab.spawn_zotbox(&["run", &dir.display().to_string()], dir);
+    assert_eq!(zot.recv().await["type"], "hello", "{}", zot.describe());
+    zot.send(&hello_ack(lab, dir)).await;
+    zot.recv_through("ready").await;
+    zot
+}
+
+/// zot's check of a `bash` call whose `command` is the raw JSON `command`.
+fn check(id: &str, command: &[u8]) -> Vec<u8> {
+    [
+        format!(
+            r#"{{"type":"event_intercept","id":"{id}","event":"tool_call","tool_name":"bash","tool_args":{{"command":"#
+        )
+        .as_bytes(),
+        command,
+        b"}}\n",
+    ]
+    .concat()
+}
+
+/// The checks no parser reads, each with why, as serde_json says it. The
+/// over-long one would be allowed by the plugin if it were read (`ls`); the
+/// others would be refused (`rm -rf`): both must come back blocked.
+fn unreadable_checks() -> Vec<(&'static str, Vec<u8>, String)> {
+    let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
+    vec![
+        (
+            "1",
+            check("1", deep.as_bytes()),
+            "recursion limit exceeded at line 1 column 223".to_owned(),
+        ),
+        (
+            "2",
+            {
+                let mut line = check("2", b"\"rm -rf /x?\"");
+                if let Some(at) = line.iter().position(|&b| b == b'?') {
+                    line[at] = 0xFF;
+                }
+                line
+            },
+            "invalid unicode code point at line 1 column 108".to_owned(),
+        ),
+        (
+            "3",
+            check("3", br#""\ud800""#),
+            "unexpected end of hex escape at line 1 column 105".to_owned(),
+        ),
+        (
+            "4",
+            check(
+                "4",
+                format!("\"ls {}\"", " ".repeat(DEFAULT_MAX_LINE)).as_bytes(),
+            ),
+            format!("a line over the {DEFAULT_MAX_LINE}-byte frame cap"),
+        ),
+    ]
+}
+
+fn blocked(id: &str, reason: &str) -> Value {
+    json!({"type": "event_intercept_response", "id": id, "block": true, "reason": reason})
+}
+
+fn unreadable_block(id: &str, why: &str) -> Value {
+    blocked(
+        id,
+        &format!("zotbox could not read this check ({why}); blocked to be safe"),
+    )
+}
+
+fn bash_check(id: &str, command: &str) -> Value {
+    json!({"type": "event_intercept", "id": id, "event": "tool_call", "tool_name": "bash",
+           "tool_args": {"command": command}})
+}
+
+// ---------------------------------------------------------------------------
+// `zotbox serve`
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_answers_checks_while_a_ten_second_tool_runs() {
+    let lab = Lab::new();
+    safety_plugin(&lab);
+    slow_tool(&lab);
+    let mut zot = start_serve(&lab).await;
+    zot.send(&json!({"type": "tool_call", "id": "slow", "name": "slow", "args": {}}))
+        .await;
+    let asked = Instant::now();
+    zot.send(&bash_check("wipe", "rm -rf /")).await;
+    zot.send(&bash_check("list", "ls")).await;
+
+    // Both checks, at once, before the tool's result.
+    let Ok(Some((wipe_at, wipe))) = zot.recv_within(PATIENCE).await else {
+        panic!("no answer: {}", zot.describe());
+    };
+    assert_eq!(wipe, blocked("wipe", WIPE_REFUSED));
+    assert_eq!(
+        zot.recv().await,
+        json!({"type": "event_intercept_response", "id": "list"})
+    );
+    assert!(
+        wipe_at.duration_since(asked) < PROMPTLY,
+        "the check waited {:?}",
+        wipe_at.duration_since(asked)
+    );
+    // Then the tool, which ran all along.
+    let Ok(Some((_, result))) = zot.recv_within(Duration::from_secs(40)).await else {
+        panic!("no tool result: {}", zot.describe());
+    };
+    assert_eq!(
+        result,
+        json!({"type": "tool_result", "id": "slow", "content": [{"type": "text", "text": ""}]})
+    );
+    zot.send(&json!({"type": "shutdown"})).await;
+    assert_eq!(zot.recv().await, json!({"type": "shutdown_ack"}));
+    let end = zot.end().await;
+    assert_eq!(end.status.code(), Some(0), "{end:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_blocks_every_check_it_cannot_read_and_answers_requests_it_cannot_read() {
+    let lab = Lab::new();
+    safety_plugin(&lab);
+    let mut zot = start_serve(&lab).await;
+    let checks = unreadable_checks();
+    for (_, line, _) in &checks {
+        zot.send_bytes(line).await;
+    }
+    let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
+    zot.send_bytes(
+        format!("{{\"type\":\"tool_call\",\"id\":\"5\",\"name\":\"slow\",\"args\":{deep}}}\n")
+            .as_bytes(),
+    )
+    .await;
+    zot.send_bytes(
+        &[
+            &br#"{"type":"command_invoked","id":"6","name":"c","args":""#[..],
+            &[0xFF],
+            b"\"}\n",
+        ]
+        .concat(),
+    )
+    .await;
+    zot.send_bytes(b"\n").await;
+    // A readable check after them all is read by the plugin as usual.
+    zot.send(&bash_check("7", "rm -rf /")).await;
+
+    let mut expected: Vec<Value> = checks
+        .iter()
+        .map(|(id, _, why)| unreadable_block(id, why))
+        .collect();
+    expected.push(json!({"type": "tool_result", "id": "5", "is_error": true, "content": [{"type": "text",
+        "text": "zotbox could not read this tool call (recursion limit exceeded at line 1 column 177)"}]}));
+    expected.push(json!({"type": "command_response", "id": "6", "action": "noop",
+        "error": "zotbox could not read this command (invalid unicode code point at line 1 column 55)"}));
+    expected.push(blocked("7", WIPE_REFUSED));
+    let mut answers = Vec::new();
+    for _ in &expected {
+        answers.push(zot.recv().await);
+    }
+    assert_eq!(answers, expected);
+    zot.send(&json!({"type": "shutdown"})).await;
+    assert_eq!(zot.recv().await, json!({"type": "shutdown_ack"}));
+    let end = zot.end().await;
+    assert_eq!(end.status.code(), Some(0), "{end:#?}");
+    assert!(end.last_lines.is_empty(), "{end:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_waits_for_a_late_hello_ack_and_checks_by_the_workspace_it_names() {
+    let lab = Lab::new();
+    safety_plugin(&lab);
+    let dir = elsewhere(&lab);
+    let mut zot = lab.spawn_zotbox(&["serve"], &dir);
+    assert_eq!(zot.recv().await["type"], "hello");
+    // A check before zot names the workspace: held, not answered by the
+    // rules of serve's own folder (which has none, and would allow it).
+    zot.send(&bash_check("early", "rm -rf /")).await;
+    assert!(
+        zot.recv_within(Duration::from_secs(3)).await.is_err(),
+        "answered before `hello_ack`: {}",
+        zot.describe()
+    );
+    zot.send(&hello_ack(&lab, &dir)).await;
+    let frames = zot.recv_through("event_intercept_response").await;
+    assert_eq!(
+        frames[frames.len() - 3..],
+        [
+            json!({"type": "subscribe", "events": ["session_start"], "intercept": ["tool_call"]}),
+            json!({"type": "ready"}),
+            blocked("early", WIPE_REFUSED),
+        ]
+    );
+    // And later checks by the same rules.
+    zot.send(&bash_check("later", "rm -rf ~")).await;
+    assert_eq!(zot.recv().await, blocked("later", WIPE_REFUSED));
+    zot.send(&json!({"type": "shutdown"})).await;
+    assert_eq!(zot.recv().await, json!({"type": "shutdown_ack"}));
+    assert_eq!(zot.end().await.status.code(), Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_blocks_checks_past_what_it_holds_before_hello_ack() {
+    let lab = Lab::new();
+    safety_plugin(&lab);
+    let dir = elsewhere(&lab);
+    let mut zot = lab.spawn_zotbox(&["serve"], &dir);
+    assert_eq!(zot.recv().await["type"], "hello");
+    let held = zotbox::serve::MAX_HELD;
+    let mut burst = Vec::new();
+    for n in 0..=held {
+        burst.extend(serde_json::to_vec(&bash_check(&format!("h{n}"), "ls")).expect("json"));
+        burst.push(b'\n');
+    }
+    zot.send_bytes(&burst).await;
+    // The one past the cap: blocked at once, even though `ls` is allowed.
+    assert_eq!(
+        zot.recv().await,
+        blocked(
+            &format!("h{held}"),
+            &format!(
+                "zotbox already holds {held} frames while it waits for `hello_ack`; blocked to be safe"
+            )
+        )
+    );
+    zot.send(&hello_ack(&lab, &dir)).await;
+    zot.recv_through("ready").await;
+    for n in 0..held {
+        assert_eq!(
+            zot.recv().await,
+            json!({"type": "event_intercept_response", "id": format!("h{n}")})
+        );
+    }
+    zot.send(&json!({"type": "shutdown"})).await;
+    assert_eq!(zot.recv().await, json!({"type": "shutdown_ack"}));
+    assert_eq!(zot.end().await.status.code(), Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_refuses_tool_calls_past_its_cap_and_still_answers_checks_at_once() {
+    let lab = Lab::new();
+    safety_plugin(&lab);
+    slow_tool(&lab);
+    let mut zot = start_serve(&lab).await;
+    let admitted = zotbox::serve::MAX_ADMITTED;
+    let mut burst = Vec::new();
+    for n in 0..=admitted {
+        let call = json!({"type": "tool_call", "id": format!("t{n}"), "name": "slow", "args": {}});
+        burst.extend(serde_json::to_vec(&call).expect("json"));
+        burst.push(b'\n');
+    }
+    zot.send_bytes(&burst).await;
+    let asked = Instant::now();
+    zot.send(&bash_check("wipe", "rm -rf /")).await;
+    assert_eq!(
+        zot.recv().await,
+        json!({"type": "tool_result", "id": format!("t{admitted}"), "is_error": true,
+               "content": [{"type": "text", "text": format!(
+                   "zotbox is running {admitted} tool calls already; try again once one has finished")}]})
+    );
+    let Ok(Some((at, answer))) = zot.recv_within(PATIENCE).await else {
+        panic!("no answer: {}", zot.describe());
+    };
+    assert_eq!(answer, blocked("wipe", WIPE_REFUSED));
+    assert!(
+        at.duration_since(asked) < PROMPTLY,
+        "{:?}",
+        at.duration_since(asked)
+    );
+    // zot leaves: the calls still running are dropped with it.
+    zot.send(&json!({"type": "shutdown"})).await;
+    assert_eq!(zot.recv().await, json!({"type": "shutdown_ack"}));
+    let end = bounded("serve's exit", zot.end()).await;
+    assert_eq!(end.status.code(), Some(0), "{end:#?}");
+}
+
+// ---------------------------------------------------------------------------
+// `zotbox run`
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zotbox_run_blocks_every_check_its_guard_could_not_read() {
+    let lab = Lab::new();
+    let dir = guests::folder(&lab.dev, "guard", Form::Wasm, None);
+    let mut zot = start_run(&lab, &dir).await;
+    let checks = unreadable_checks();
+    for (_, line, _) in &checks {
+        zot.send_bytes(line).await;
+    }
+    // A tool call over the cap, which the guest could never see.
+    zot.send_bytes(
+        format!(
+            "{{\"type\":\"tool_call\",\"id\":\"6\",\"name\":\"x\",\"args\":\"{}\"}}\n",
+            "y".repeat(DEFAULT_MAX_LINE)
+        )
+        .as_bytes(),
+    )
+    .await;
+    // A readable check after them: the guard itself refuses it.
+    zot.send(&bash_check("5", "rm -rf /")).await;
+    let mut answers = Vec::new();
+    for _ in 0..checks.len() + 2 {
+        answers.push(zot.recv().await);
+    }
+    answers.sort_by_key(|answer| answer["id"].as_str().unwrap_or_default().to_owned());
+    let mut expected: Vec<Value> = checks
+        .iter()
+        .map(|(id, _, why)| unreadable_block(id, why))
+        .collect();
+    expected.push(blocked(
+        "5",
+        "refused: `rm -rf /` deletes the whole filesystem",
+    ));
+    expected.push(json!({"type": "tool_result", "id": "6", "is_error": true,
+        "content": [{"type": "text",
+            "text": "zotbox could not read this tool call (a line over the 4194304-byte frame cap)"}]}));
+    assert_eq!(answers, expected);
+    // The guard never saw the unreadable ones: nothing more comes before
+    // its `shutdown_ack` (it answers in order, so it would have by now).
+    zot.send(&json!({"type": "shutdown"})).await;
+    assert_eq!(zot.recv().await, json!({"type": "shutdown_ack"}));
+    let end = zot.end().await;
+    assert_eq!(end.status.code(), Some(0), "{end:#?}");
+    assert!(end.last_lines.is_empty(), "{end:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_writing_an_endless_line_ends_zotbox_run_at_once_naming_the_cap() {
+    for form in [Form::Wasm, Form::Native] {
+        let lab = Lab::new();
+        let dir = guests::folder(&lab.dev, "hostile", form, None);
+        let mut zot = start_run(&lab, &dir).await;
+        zot.send(&json!({"type": "tool_call", "id": "doomed", "name": "flood", "args": {}}))
+            .await;
+        let started = Instant::now();
+        let end = zot.end().await;
+        // Long before the call's 60 s deadline; nothing of the line reached zot.
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{form:?}: {:?}",
+            started.elapsed()
+        );
+        assert!(end.last_lines.is_empty(), "{form:?}: {end:#?}");
+        assert_eq!(end.status.code(), Some(1), "{form:?}: {end:#?}");
+        assert!(
+            end.stderr.ends_with(
+                "zotbox: the extension killed: wrote a line over the 4194304-byte frame cap\n"
+            ),
+            "{form:?}: {end:#?}"
+        );
+        assert!(
+            end.stderr.contains(
+                "the extension wrote a line over the 4194304-byte frame cap; stopping it"
+            ),
+            "{form:?}: {end:#?}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Hosted sessions
+
+fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS in /proc/self/status")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hosted_guest_writing_an_endless_line_ends_at_once_naming_the_cap() {
+    let lab = Lab::new();
+    let dir = guests::folder(
+        &lab.dev,
+        "hostile",
+        Form::Wasm,
+        Some(json!({"tool_timeout_ms": 60_000})),
+    );
+    let host = bounded(
+        "starting the host",
+        lab.builder()
+            .restart_policy(RestartPolicy::never())
+            .extension(&dir)
+            .build(),
+    )
+    .await
+    .expect("build");
+    let before = rss_kib();
+    let started = Instant::now();
+    let err = bounded("flood", host.call_tool("flood", json!({})))
+        .await
+        .expect_err("flood never answers");
+    assert_eq!(
+        err.to_string(),
+        "extension `hostile` 0.1.0: killed: wrote a line over the 4194304-byte frame cap"
+    );
+    // At once, not at the call's 60 s deadline.
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+    let grown_mib = rss_kib().saturating_sub(before) / 1024;
+    assert!(grown_mib < 64, "the host grew by {grown_mib} MiB");
+    let entry = eventually("`hostile` to fail", || {
+        let entry = info(&host, "hostile");
+        (entry.state == ExtensionState::Failed).then_some(entry)
+    })
+    .await
+    .unwrap_or_else(|| panic!("{:#?}", host.list()));
+    assert_eq!(
+        entry.reason.as_deref(),
+        Some("killed: wrote a line over the 4194304-byte frame cap")
+    );
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extension_flooding_its_registration_is_stopped_at_once_naming_the_cap() {
+    let lab = Lab::new();
+    let dir = lab.dev.join("gush");
+    std::fs::create_dir_all(&dir).expect("extension folder");
+    let pid_file = dir.join("pid");
+    // One process: `hello`, then 5 MB without a newline, then a long wait.
+    let program = format!(
+        "import os, sys, time\n\
+         open({pid:?}, 'w').write(str(os.getpid()))\n\
+         sys.stdout.write('{{\"type\":\"hello\",\"name\":\"gush\"}}\\n')\n\
+         sys.stdout.flush()\n\
+         sys.stdout.write('x' * 5000000)\n\
+         sys.stdout.flush()\n\
+         time.sleep(60)\n",
+        pid = pid_file.display().to_string(),
+    );
+    write_json(
+        &dir.join("extension.json"),
+        &json!({"name": "gush", "exec": "python3", "args": ["-c", program]}),
+    );
+    let host = bounded(
+        "starting the host",
+        lab.builder()
+            .restart_policy(RestartPolicy::never())
+            .extension(&dir)
+            .build(),
+    )
+    .await
+    .expect("build");
+    let entry = eventually("`gush` to fail", || {
+        let entry = info(&host, "gush");
+        (entry.state == ExtensionState::Failed).then_some(entry)
+    })
+    .await
+    .unwrap_or_else(|| panic!("{:#?}", host.list()));
+    assert_eq!(
+        entry.reason.as_deref(),
+        Some(
+            "extension `gush` ended before it was ready: killed: wrote a line over the \
+             4194304-byte frame cap"
+        )
+    );
+    // Stopped, not taken as registered once the line went quiet: the
+    // process is gone.
+    let pid: i32 = std::fs::read_to_string(&pid_file)
+        .expect("pid file")
+        .trim()
+        .parse()
+        .expect("pid");
+    assert!(
+        eventually("the process to be gone", || (!process_alive(pid))
+            .then_some(()))
+        .await
+        .is_some(),
+        "pid {pid} still runs"
+    );
+    host.shutdown().await;
+}
