@@ -28,6 +28,10 @@ use crate::event::HostEvent;
 use crate::runtime::{Control, Exit, Transport};
 pub use error::{CallError, Closed, SessionError};
 use handshake::{HandshakeFailure, handshake, publish_unsolicited};
+pub use handshake::{
+    MAX_NAME_CHARS, MAX_NOTE_BYTES, MAX_PANEL_BYTES, MAX_REFUSALS_LISTED, MAX_SUBSCRIPTIONS,
+    RegistrationLimits,
+};
 pub use intercept::{Interceptable, Verdict};
 /// What a session reads: an extension's output.
 type ExtensionReader =
@@ -69,6 +73,8 @@ pub struct SessionConfig {
     pub kill_grace: Duration,
     /// The longest accepted line. Default 4 MiB.
     pub max_line: usize,
+    /// What one extension may register. Default [`RegistrationLimits::default`].
+    pub registrations: RegistrationLimits,
 }
 
 impl Default for SessionConfig {
@@ -82,6 +88,7 @@ impl Default for SessionConfig {
             shutdown_grace: Duration::from_secs(2),
             kill_grace: Duration::from_secs(1),
             max_line: DEFAULT_MAX_LINE,
+            registrations: RegistrationLimits::default(),
         }
     }
 }
