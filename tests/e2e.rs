@@ -32,6 +32,8 @@ mod failure;
 mod fault;
 #[path = "e2e/intercept.rs"]
 mod intercept;
+#[path = "e2e/limits.rs"]
+mod limits;
 #[path = "e2e/load.rs"]
 mod load;
 #[path = "e2e/protocol.rs"]

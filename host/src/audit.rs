@@ -386,21 +386,21 @@ impl Writer {
 
     /// Moves the full file aside (`.1`, older ones shifting up to `keep`)
     /// and starts a new one. If another process already did (the path now
-    /// names another file), only reopens.
+    /// names another file), only reopens. When the file cannot be moved,
+    /// it is appended to rather than records lost, and a warning says so.
     fn rotate(&mut self) {
         let _ = self.out.flush();
-        let rotated = self.still_ours() && self.shift().is_ok();
+        if self.still_ours()
+            && let Err(err) = self.shift()
+        {
+            self.rotation_failed(&err);
+        }
         match crate::home::open_append(&self.path) {
             Ok(file) => {
                 self.out = std::io::BufWriter::new(file);
                 self.refresh_len();
             }
             Err(err) => self.rotation_failed(&err),
-        }
-        if !rotated && self.len > 0 && self.len >= self.config.max_file_bytes {
-            // Neither ours to rotate nor rotated by someone else: keep
-            // appending rather than lose records, and say so once.
-            self.rotation_failed(&std::io::Error::other("the file did not change"));
         }
     }
 
@@ -413,17 +413,14 @@ impl Writer {
         }
     }
 
-    fn shift(&mut self) -> std::io::Result<()> {
+    fn shift(&self) -> std::io::Result<()> {
         let numbered = |n: usize| {
             let mut name = self.path.clone().into_os_string();
             name.push(format!(".{n}"));
             PathBuf::from(name)
         };
         if self.config.keep == 0 {
-            return std::fs::remove_file(&self.path).map_err(|err| {
-                self.rotation_failed(&err);
-                err
-            });
+            return std::fs::remove_file(&self.path);
         }
         for n in (1..self.config.keep).rev() {
             let from = numbered(n);
@@ -431,10 +428,7 @@ impl Writer {
                 std::fs::rename(&from, numbered(n + 1))?;
             }
         }
-        std::fs::rename(&self.path, numbered(1)).map_err(|err| {
-            self.rotation_failed(&err);
-            err
-        })
+        std::fs::rename(&self.path, numbered(1))
     }
 
     fn rotation_failed(&mut self, err: &std::io::Error) {
