@@ -12,7 +12,7 @@
 //!    creates at most [`MAX_MEMORIES`] memories and [`MAX_TABLES`] tables
 //!    (wasmtime allows 10 000 of each by default, and every memory reserves
 //!    gigabytes of address space). A program that declares more is refused
-//!    when it is loaded, naming the cap ([`check_declared`]); the store
+//!    when it is loaded, naming the cap (`check_declared`); the store
 //!    enforces the same caps while it runs.
 //! 3. A growth past the limit fails as the guest sees it (`memory.grow`
 //!    returns -1); the guest's end then says it ran out of memory, naming the
