@@ -34,6 +34,8 @@ mod fault;
 mod guard_liveness;
 #[path = "e2e/intercept.rs"]
 mod intercept;
+#[path = "e2e/limits.rs"]
+mod limits;
 #[path = "e2e/load.rs"]
 mod load;
 #[path = "e2e/protocol.rs"]

@@ -4,12 +4,38 @@
 //! path only pays for a channel send. [`AuditLog::flush`] waits until every
 //! line sent so far is on disk; the host calls it at shutdown, and dropping
 //! the log flushes too, so no line is lost on a normal exit.
+//!
+//! # Rules
+//!
+//! A guest decides how often it calls, and what it passes: a refused call
+//! costs it nothing, so the log must not grow with its call rate.
+//!
+//! 1. **Fields are cut.** A subject or reason longer than
+//!    [`AuditConfig::max_field`] (default 1 KiB) is cut at a character
+//!    boundary and ends in `…`; the record then says how long it was
+//!    (`subject_len`, `reason_len`, in bytes). The extension name is cut the
+//!    same way.
+//! 2. **The queue is bounded.** At most [`AuditConfig::queue`] records
+//!    (default 4096) wait for the writer. A record that finds the queue full
+//!    is dropped, never waited for (the call path never blocks on disk), and
+//!    counted per extension; the writer then records each count as a line
+//!    of its own: `{"extension":"x","capability":"audit","subject":"12
+//!    records dropped","decision":"deny",…}`.
+//! 3. **The file rotates.** A line that would take the file past
+//!    [`AuditConfig::max_file_bytes`] (default 64 MiB) first renames it to
+//!    `audit.jsonl.1` (the older ones moving to `.2` …, up to
+//!    [`AuditConfig::keep`], default 2) and starts a new file. The log never
+//!    takes more than `(keep + 1) × max_file_bytes` on disk. Other processes
+//!    appending to the same file (`zotbox run` beside a host) are allowed
+//!    for: the size is re-read before every batch, and a file someone else
+//!    already rotated is reopened rather than rotated again.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
-use std::sync::{Mutex, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
@@ -34,13 +60,19 @@ pub struct AuditRecord {
     pub extension: String,
     /// `fs-read`, `fs-write`, `http`, `shell`, `env` or `guard`.
     pub capability: String,
-    /// The path, URL or command line.
+    /// The path, URL or command line (cut to [`AuditConfig::max_field`]).
     pub subject: String,
+    /// The subject's length in bytes, when it was cut.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub subject_len: Option<usize>,
     /// What was decided.
     pub decision: Decision,
-    /// Why; for a refusal, the rule that refused.
+    /// Why; for a refusal, the rule that refused (cut like the subject).
     #[serde(skip_serializing_if = "String::is_empty")]
     pub reason: String,
+    /// The reason's length in bytes, when it was cut.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason_len: Option<usize>,
 }
 
 impl AuditRecord {
@@ -57,11 +89,77 @@ impl AuditRecord {
             extension: extension.into(),
             capability: capability.into(),
             subject: subject.into(),
+            subject_len: None,
             decision,
             reason: reason.into(),
+            reason_len: None,
+        }
+    }
+
+    /// Cuts the fields to `max` bytes each, noting the lengths cut from.
+    fn bounded(mut self, max: usize) -> Self {
+        cut(&mut self.extension, max);
+        if let Some(len) = cut(&mut self.subject, max) {
+            self.subject_len.get_or_insert(len);
+        }
+        if let Some(len) = cut(&mut self.reason, max) {
+            self.reason_len.get_or_insert(len);
+        }
+        self
+    }
+}
+
+/// Cuts `text` to at most `max` bytes at a character boundary, marking the
+/// cut with `…`; the original length when it was cut.
+fn cut(text: &mut String, max: usize) -> Option<usize> {
+    if text.len() <= max {
+        return None;
+    }
+    let len = text.len();
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    text.push('…');
+    Some(len)
+}
+
+/// The bounds of an audit log. The defaults keep a guest calling at any
+/// rate within a few MiB of memory and `(keep + 1) × max_file_bytes` of disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditConfig {
+    /// Records waiting for the writer; past this, records are dropped and
+    /// counted. Default 4096.
+    pub queue: usize,
+    /// The longest subject, reason or extension name kept, bytes. Default 1024.
+    pub max_field: usize,
+    /// The file is rotated before a line would take it past this, bytes.
+    /// Default 64 MiB.
+    pub max_file_bytes: u64,
+    /// Rotated files kept (`audit.jsonl.1` … `audit.jsonl.<keep>`); 0 keeps
+    /// none. Default 2.
+    pub keep: usize,
+}
+
+impl Default for AuditConfig {
+    fn default() -> Self {
+        Self {
+            queue: 4096,
+            max_field: 1024,
+            max_file_bytes: 64 * 1024 * 1024,
+            keep: 2,
         }
     }
 }
+
+/// Drops counted per extension since the writer last recorded them.
+type Dropped = Arc<Mutex<BTreeMap<String, u64>>>;
+
+/// Extensions counted apart in [`Dropped`]; the rest share one count.
+const DROP_KEYS: usize = 64;
+/// The name the shared count of drops is recorded under.
+const OTHERS: &str = "(other extensions)";
 
 enum Message {
     Record(AuditRecord),
@@ -72,17 +170,23 @@ enum Message {
 #[derive(Debug)]
 pub struct AuditLog {
     path: Option<PathBuf>,
-    sender: Mutex<Option<mpsc::Sender<Message>>>,
+    config: AuditConfig,
+    sender: Mutex<Option<mpsc::SyncSender<Message>>>,
+    dropped: Dropped,
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl AuditLog {
-    /// A log appending to `path`. When the file cannot be opened, the log
-    /// says so once (a warning) and records are dropped: auditing never
-    /// stops an extension from working.
+    /// A log appending to `path` with the default [`AuditConfig`]. When the
+    /// file cannot be opened, the log says so once (a warning) and records
+    /// are dropped: auditing never stops an extension from working.
     pub fn open(path: &Path) -> Self {
-        let file = crate::home::open_append(path);
-        let file = match file {
+        Self::open_with(path, AuditConfig::default())
+    }
+
+    /// A log appending to `path` within `config`'s bounds.
+    pub fn open_with(path: &Path, config: AuditConfig) -> Self {
+        let file = match crate::home::open_append(path) {
             Ok(file) => file,
             Err(err) => {
                 tracing::warn!(
@@ -92,15 +196,26 @@ impl AuditLog {
                 return Self::disabled();
             }
         };
-        let (sender, receiver) = mpsc::channel();
-        let writer = std::thread::Builder::new()
+        let (sender, receiver) = mpsc::sync_channel(config.queue.max(1));
+        let dropped = Dropped::default();
+        let writer = Writer {
+            path: path.to_owned(),
+            out: std::io::BufWriter::new(file),
+            len: 0,
+            config: config.clone(),
+            dropped: dropped.clone(),
+            rotation_failed: false,
+        };
+        let spawned = std::thread::Builder::new()
             .name("zotbox-audit".to_owned())
-            .spawn(move || write_loop(file, receiver));
-        match writer {
-            Ok(writer) => Self {
+            .spawn(move || writer.run(receiver));
+        match spawned {
+            Ok(handle) => Self {
                 path: Some(path.to_owned()),
+                config,
                 sender: Mutex::new(Some(sender)),
-                writer: Mutex::new(Some(writer)),
+                dropped,
+                writer: Mutex::new(Some(handle)),
             },
             Err(err) => {
                 tracing::warn!("cannot start the audit writer: {err}; audit records are dropped");
@@ -113,7 +228,9 @@ impl AuditLog {
     pub fn disabled() -> Self {
         Self {
             path: None,
+            config: AuditConfig::default(),
             sender: Mutex::new(None),
+            dropped: Dropped::default(),
             writer: Mutex::new(None),
         }
     }
@@ -123,21 +240,54 @@ impl AuditLog {
         self.path.as_deref()
     }
 
-    /// Queues a record; never blocks on disk.
+    /// Queues a record, its fields cut to the configured size; never blocks.
+    /// When the queue is full the record is dropped and counted.
     pub fn record(&self, record: AuditRecord) {
-        if let Some(sender) = &*self.sender.lock().unwrap_or_else(PoisonError::into_inner) {
-            let _ = sender.send(Message::Record(record));
+        let sender = self.sender.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(sender) = sender.as_ref() else {
+            return;
+        };
+        let record = record.bounded(self.config.max_field);
+        match sender.try_send(Message::Record(record)) {
+            Ok(()) | Err(mpsc::TrySendError::Disconnected(_)) => {}
+            Err(mpsc::TrySendError::Full(Message::Record(record))) => {
+                let mut dropped = self.dropped.lock().unwrap_or_else(PoisonError::into_inner);
+                let key = if dropped.len() < DROP_KEYS || dropped.contains_key(&record.extension) {
+                    record.extension
+                } else {
+                    OTHERS.to_owned()
+                };
+                *dropped.entry(key).or_default() += 1;
+            }
+            Err(mpsc::TrySendError::Full(Message::Flush(_))) => {}
         }
     }
 
     /// Waits (up to 5 s) until every record queued so far is written.
     pub fn flush(&self) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let Some(sender) = self
+            .sender
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+        else {
+            return;
+        };
         let (done, wait) = mpsc::channel();
-        if let Some(sender) = &*self.sender.lock().unwrap_or_else(PoisonError::into_inner)
-            && sender.send(Message::Flush(done)).is_ok()
-        {
-            let _ = wait.recv_timeout(Duration::from_secs(5));
+        let mut message = Message::Flush(done);
+        // The queue may be full: wait for room, but not past the deadline.
+        loop {
+            match sender.try_send(message) {
+                Ok(()) => break,
+                Err(mpsc::TrySendError::Full(back)) if Instant::now() < deadline => {
+                    message = back;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(_) => return,
+            }
         }
+        let _ = wait.recv_timeout(deadline.saturating_duration_since(Instant::now()));
     }
 }
 
@@ -159,31 +309,138 @@ impl Drop for AuditLog {
     }
 }
 
-fn write_loop(file: std::fs::File, receiver: mpsc::Receiver<Message>) {
-    let mut out = std::io::BufWriter::new(file);
-    let write = |out: &mut std::io::BufWriter<std::fs::File>, record: &AuditRecord| {
-        if serde_json::to_writer(&mut *out, record).is_ok() {
-            let _ = out.write_all(b"\n");
+/// The writer thread's state: the open file and how big it is.
+struct Writer {
+    path: PathBuf,
+    out: std::io::BufWriter<std::fs::File>,
+    len: u64,
+    config: AuditConfig,
+    dropped: Dropped,
+    rotation_failed: bool,
+}
+
+impl Writer {
+    fn run(mut self, receiver: mpsc::Receiver<Message>) {
+        while let Ok(message) = receiver.recv() {
+            self.refresh_len();
+            let mut acks = Vec::new();
+            let mut next = Some(message);
+            // Write everything already queued, then flush once.
+            while let Some(message) = next {
+                match message {
+                    Message::Record(record) => self.write(&record),
+                    Message::Flush(ack) => acks.push(ack),
+                }
+                next = receiver.try_recv().ok();
+            }
+            self.record_drops();
+            let _ = self.out.flush();
+            for ack in acks {
+                let _ = ack.send(());
+            }
         }
-    };
-    while let Ok(message) = receiver.recv() {
-        let mut acks = Vec::new();
-        let mut handle =
-            |message: Message, out: &mut std::io::BufWriter<std::fs::File>| match message {
-                Message::Record(record) => write(out, &record),
-                Message::Flush(ack) => acks.push(ack),
-            };
-        handle(message, &mut out);
-        // Write everything already queued, then flush once.
-        while let Ok(message) = receiver.try_recv() {
-            handle(message, &mut out);
-        }
-        let _ = out.flush();
-        for ack in acks {
-            let _ = ack.send(());
+        self.record_drops();
+        let _ = self.out.flush();
+    }
+
+    /// The file's size as it is now: other processes may append too.
+    fn refresh_len(&mut self) {
+        let _ = self.out.flush();
+        if let Ok(meta) = self.out.get_ref().metadata() {
+            self.len = meta.len();
         }
     }
-    let _ = out.flush();
+
+    fn write(&mut self, record: &AuditRecord) {
+        let Ok(mut line) = serde_json::to_vec(record) else {
+            return;
+        };
+        line.push(b'\n');
+        let size = line.len() as u64;
+        if self.len > 0 && self.len.saturating_add(size) > self.config.max_file_bytes {
+            self.rotate();
+        }
+        if self.out.write_all(&line).is_ok() {
+            self.len = self.len.saturating_add(size);
+        }
+    }
+
+    /// One `deny` line per extension whose records were dropped.
+    fn record_drops(&mut self) {
+        let dropped =
+            std::mem::take(&mut *self.dropped.lock().unwrap_or_else(PoisonError::into_inner));
+        for (extension, count) in dropped {
+            let record = AuditRecord::now(
+                extension,
+                "audit",
+                format!("{count} records dropped"),
+                Decision::Deny,
+                format!(
+                    "the audit queue was full ({} records waiting for the disk)",
+                    self.config.queue
+                ),
+            );
+            self.write(&record.bounded(self.config.max_field));
+        }
+    }
+
+    /// Moves the full file aside (`.1`, older ones shifting up to `keep`)
+    /// and starts a new one. If another process already did (the path now
+    /// names another file), only reopens. When the file cannot be moved,
+    /// it is appended to rather than records lost, and a warning says so.
+    fn rotate(&mut self) {
+        let _ = self.out.flush();
+        if self.still_ours()
+            && let Err(err) = self.shift()
+        {
+            self.rotation_failed(&err);
+        }
+        match crate::home::open_append(&self.path) {
+            Ok(file) => {
+                self.out = std::io::BufWriter::new(file);
+                self.refresh_len();
+            }
+            Err(err) => self.rotation_failed(&err),
+        }
+    }
+
+    /// Whether the path still names the file this writer has open.
+    fn still_ours(&self) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        match (self.out.get_ref().metadata(), std::fs::metadata(&self.path)) {
+            (Ok(open), Ok(named)) => open.dev() == named.dev() && open.ino() == named.ino(),
+            _ => false,
+        }
+    }
+
+    fn shift(&self) -> std::io::Result<()> {
+        let numbered = |n: usize| {
+            let mut name = self.path.clone().into_os_string();
+            name.push(format!(".{n}"));
+            PathBuf::from(name)
+        };
+        if self.config.keep == 0 {
+            return std::fs::remove_file(&self.path);
+        }
+        for n in (1..self.config.keep).rev() {
+            let from = numbered(n);
+            if from.exists() {
+                std::fs::rename(&from, numbered(n + 1))?;
+            }
+        }
+        std::fs::rename(&self.path, numbered(1))
+    }
+
+    fn rotation_failed(&mut self, err: &std::io::Error) {
+        if !self.rotation_failed {
+            self.rotation_failed = true;
+            tracing::warn!(
+                "cannot rotate the audit log `{}`: {err}; it grows past {} bytes",
+                self.path.display(),
+                self.config.max_file_bytes
+            );
+        }
+    }
 }
 
 /// Formats a time as RFC 3339 UTC with milliseconds, e.g. `2026-11-30T03:04:05.678Z`.
@@ -264,5 +521,181 @@ mod tests {
         assert_eq!(last["decision"], "deny");
         assert_eq!(last["capability"], "fs-read");
         assert_eq!(last["reason"], "`..` may not leave");
+    }
+
+    fn lines_of(path: &Path) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+            .collect()
+    }
+
+    #[test]
+    fn long_subjects_and_reasons_are_cut_with_their_length_noted() {
+        // (subject, reason, subject kept, subject_len, reason_len)
+        let mib = "a".repeat(1024 * 1024);
+        let wide = "é".repeat(600); // 1200 bytes; 1024 falls inside a character
+        let cases = [
+            ("short", "why", "short".to_owned(), None, None),
+            (
+                mib.as_str(),
+                mib.as_str(),
+                format!("{}…", "a".repeat(1024)),
+                Some(1024 * 1024),
+                Some(1024 * 1024),
+            ),
+            (
+                wide.as_str(),
+                "",
+                format!("{}…", "é".repeat(512)),
+                Some(1200),
+                None,
+            ),
+        ];
+        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = tmp.path().join("audit.jsonl");
+        let log = AuditLog::open(&path);
+        for (subject, reason, ..) in &cases {
+            log.record(AuditRecord::now(
+                "prober",
+                "fs-read",
+                *subject,
+                Decision::Deny,
+                *reason,
+            ));
+        }
+        drop(log);
+        let lines = lines_of(&path);
+        assert_eq!(lines.len(), cases.len());
+        for (line, (_, _, kept, subject_len, reason_len)) in lines.iter().zip(&cases) {
+            assert_eq!(line["subject"], kept.as_str());
+            assert_eq!(line["subject_len"].as_u64(), subject_len.map(|n| n as u64));
+            assert_eq!(line["reason_len"].as_u64(), reason_len.map(|n| n as u64));
+            assert!(line.to_string().len() < 3 * 1024, "{line}");
+        }
+    }
+
+    #[test]
+    fn a_full_queue_drops_records_without_blocking_and_the_count_is_recorded() {
+        const SENT: usize = 1000;
+        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        // A FIFO nobody reads yet: the writer blocks on it as on a hung disk.
+        let fifo = tmp.path().join("audit.jsonl");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap_or_else(|e| panic!("mkfifo: {e}"));
+        assert!(made.success());
+        let (start_reading, reading) = mpsc::channel::<()>();
+        let reader = std::thread::spawn({
+            let fifo = fifo.clone();
+            move || {
+                let mut file = std::fs::File::open(&fifo).unwrap_or_else(|e| panic!("{e}"));
+                let _ = reading.recv();
+                let mut text = String::new();
+                std::io::Read::read_to_string(&mut file, &mut text)
+                    .unwrap_or_else(|e| panic!("{e}"));
+                text
+            }
+        });
+        let config = AuditConfig {
+            queue: 8,
+            ..AuditConfig::default()
+        };
+        let log = Arc::new(AuditLog::open_with(&fifo, config));
+        // Every record call returns although nothing is written.
+        let (done, finished) = mpsc::channel();
+        std::thread::spawn({
+            let log = log.clone();
+            move || {
+                for i in 0..SENT {
+                    log.record(AuditRecord::now(
+                        "hostile",
+                        "fs-read",
+                        format!("{i} {}", "x".repeat(1000)),
+                        Decision::Deny,
+                        "not granted",
+                    ));
+                }
+                let _ = done.send(());
+            }
+        });
+        assert!(
+            finished.recv_timeout(Duration::from_secs(30)).is_ok(),
+            "recording blocked on a writer that cannot write"
+        );
+        let _ = start_reading.send(());
+        drop(Arc::into_inner(log));
+        let text = reader.join().unwrap_or_else(|_| panic!("the reader"));
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}")))
+            .collect();
+        let (drops, written): (Vec<_>, Vec<_>) =
+            lines.iter().partition(|line| line["capability"] == "audit");
+        // One line per batch that found drops: usually one, all of them.
+        let mut dropped = 0;
+        for line in &drops {
+            assert_eq!(line["extension"], "hostile");
+            assert_eq!(line["decision"], "deny");
+            assert_eq!(
+                line["reason"],
+                "the audit queue was full (8 records waiting for the disk)"
+            );
+            let subject = line["subject"].as_str().unwrap_or_default();
+            let count = subject.strip_suffix(" records dropped").unwrap_or_default();
+            dropped += count
+                .parse::<usize>()
+                .unwrap_or_else(|_| panic!("{subject}"));
+        }
+        assert!(dropped > 0, "nothing was dropped");
+        assert_eq!(written.len() + dropped, SENT);
+    }
+
+    #[test]
+    fn the_file_rotates_at_its_cap_and_keeps_two_old_files() {
+        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = tmp.path().join("audit.jsonl");
+        let config = AuditConfig {
+            max_file_bytes: 4096,
+            ..AuditConfig::default()
+        };
+        let log = AuditLog::open_with(&path, config);
+        for i in 0..200 {
+            log.record(AuditRecord::now(
+                "prober",
+                "fs-read",
+                format!("file-{i:03}"),
+                Decision::Deny,
+                "not granted",
+            ));
+            // Batches of one or many: rotation holds either way.
+            if i % 50 == 0 {
+                log.flush();
+            }
+        }
+        drop(log);
+        let file = |suffix: &str| tmp.path().join(format!("audit.jsonl{suffix}"));
+        assert!(!file(".3").exists(), "a third old file was kept");
+        let mut subjects = Vec::new();
+        for suffix in [".2", ".1", ""] {
+            let size = std::fs::metadata(file(suffix)).map_or(0, |m| m.len());
+            assert!(
+                size > 0 && size <= 4096,
+                "audit.jsonl{suffix}: {size} bytes"
+            );
+            subjects.extend(
+                lines_of(&file(suffix))
+                    .iter()
+                    .map(|line| line["subject"].as_str().unwrap_or_default().to_owned()),
+            );
+        }
+        // What is kept is the most recent records, in order, without a gap.
+        let last = subjects.last().cloned().unwrap_or_default();
+        assert_eq!(last, "file-199");
+        let first: usize = subjects[0]["file-".len()..].parse().unwrap_or(0);
+        let expected: Vec<String> = (first..200).map(|i| format!("file-{i:03}")).collect();
+        assert_eq!(subjects, expected);
     }
 }

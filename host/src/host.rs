@@ -581,6 +581,7 @@ impl Host {
         {
             config.intercept_failure = FailMode::Closed;
         }
+        config.registrations = config.registrations.within(policy);
         config
     }
 

@@ -18,6 +18,9 @@
 //!   "env": ["LANG", "TZ"],
 //!   "max_memory_mb": 256,
 //!   "max_tool_timeout_ms": 30000,
+//!   "max_registrations": 64,
+//!   "max_description_bytes": 2048,
+//!   "max_schema_bytes": 16384,
 //!   "intercept_failure": "closed",
 //!   "require_approval": true,
 //!   "extra_root_certificates": ["/etc/ssl/corp-ca.pem"],
@@ -107,6 +110,18 @@ pub struct PolicyFile {
     /// Ceiling on an intercept's deadline, ms.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_intercept_timeout_ms: Option<u64>,
+    /// Ceiling on the tools and commands one extension may register
+    /// (together). The host's own cap is 256.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_registrations: Option<u64>,
+    /// Ceiling on one tool's or command's description, bytes. The host's
+    /// own cap is 4096.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_description_bytes: Option<u64>,
+    /// Ceiling on one tool's schema serialized as JSON, bytes. The host's
+    /// own cap is 65 536.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_schema_bytes: Option<u64>,
     /// `open` (a missed intercept allows) or `closed` (it blocks).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub intercept_failure: Option<FailModeName>,
@@ -406,6 +421,24 @@ impl Policy {
     /// `value` lowered to the policy's ceiling on intercept deadlines, ms.
     pub fn cap_intercept_timeout_ms(&self, value: u64) -> u64 {
         self.min_of(|f| f.max_intercept_timeout_ms)
+            .map_or(value, |cap| value.min(cap))
+    }
+
+    /// `value` lowered to the policy's ceiling on registrations per extension.
+    pub fn cap_registrations(&self, value: u64) -> u64 {
+        self.min_of(|f| f.max_registrations)
+            .map_or(value, |cap| value.min(cap))
+    }
+
+    /// `value` lowered to the policy's ceiling on a description, bytes.
+    pub fn cap_description_bytes(&self, value: u64) -> u64 {
+        self.min_of(|f| f.max_description_bytes)
+            .map_or(value, |cap| value.min(cap))
+    }
+
+    /// `value` lowered to the policy's ceiling on a tool schema, bytes.
+    pub fn cap_schema_bytes(&self, value: u64) -> u64 {
+        self.min_of(|f| f.max_schema_bytes)
             .map_or(value, |cap| value.min(cap))
     }
 
@@ -715,9 +748,51 @@ mod tests {
         ]);
         assert_eq!(policy.cap_memory_mb(1024), 256);
         assert_eq!(policy.cap_memory_mb(64), 64);
+        // Absent keys set no ceiling.
+        assert_eq!(policy.cap_registrations(256), 256);
+        assert_eq!(policy.cap_schema_bytes(65_536), 65_536);
         assert_eq!(policy.intercept_failure(), Some(FailMode::Closed));
         assert_eq!(policy.native_refused_by(), Some(Path::new("/u")));
         assert!(Policy::permissive().intercept_failure().is_none());
+    }
+
+    #[test]
+    fn registration_ceilings_take_the_smaller_value_of_every_layer() {
+        let policy = Policy::from_layers(vec![
+            layer(
+                "/s",
+                r#"{"max_registrations":64,"max_description_bytes":8192}"#,
+            ),
+            layer(
+                "/u",
+                r#"{"max_registrations":128,"max_description_bytes":1024,"max_schema_bytes":2048}"#,
+            ),
+        ]);
+        // (ceiling, the host's value, what applies)
+        let cases = [
+            (
+                Policy::cap_registrations as fn(&Policy, u64) -> u64,
+                256,
+                64,
+            ),
+            (Policy::cap_registrations, 10, 10),
+            (Policy::cap_description_bytes, 4096, 1024),
+            (Policy::cap_schema_bytes, 65_536, 2048),
+        ];
+        for (cap, value, expected) in cases {
+            assert_eq!(cap(&policy, value), expected);
+        }
+        let limits = crate::session::RegistrationLimits::default().within(&policy);
+        assert_eq!(
+            limits,
+            crate::session::RegistrationLimits {
+                max_registrations: 64,
+                max_description_bytes: 1024,
+                max_schema_bytes: 2048,
+                ..crate::session::RegistrationLimits::default()
+            }
+        );
+        assert!(parse(r#"{"max_registrations":"many"}"#, Path::new("/p")).is_err());
     }
 
     #[test]

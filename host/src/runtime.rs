@@ -25,7 +25,7 @@ pub enum Exit {
     Trap(String),
     /// A wasm guest ran out of memory.
     OutOfMemory {
-        /// The limit it hit, in MiB.
+        /// The limit it hit, in MiB, across all its memories and tables.
         limit_mb: u64,
     },
     /// The host stopped it after a deadline.
@@ -48,7 +48,10 @@ impl fmt::Display for Exit {
             }
             Self::Trap(reason) => write!(f, "trapped: {reason}"),
             Self::OutOfMemory { limit_mb } => {
-                write!(f, "ran out of memory (limit {limit_mb} MiB)")
+                write!(
+                    f,
+                    "ran out of memory (limit {limit_mb} MiB across all memories and tables)"
+                )
             }
             Self::Killed(why) => write!(f, "killed: {why}"),
         }

@@ -28,6 +28,10 @@ use crate::event::HostEvent;
 use crate::runtime::{Control, Exit, Transport};
 pub use error::{CallError, Closed, SessionError};
 use handshake::{HandshakeFailure, handshake, publish_unsolicited};
+pub use handshake::{
+    MAX_NAME_CHARS, MAX_NOTE_BYTES, MAX_PANEL_BYTES, MAX_REFUSALS_LISTED, MAX_SUBSCRIPTIONS,
+    RegistrationLimits,
+};
 pub use intercept::{Interceptable, Verdict};
 /// What a session reads: an extension's output.
 type ExtensionReader =
@@ -70,6 +74,8 @@ pub struct SessionConfig {
     /// The frame cap: the longest line the extension may write. A line over
     /// it ends the extension at once. Default 4 MiB.
     pub max_line: usize,
+    /// What one extension may register. Default [`RegistrationLimits::default`].
+    pub registrations: RegistrationLimits,
 }
 
 impl Default for SessionConfig {
@@ -83,6 +89,7 @@ impl Default for SessionConfig {
             shutdown_grace: Duration::from_secs(2),
             kill_grace: Duration::from_secs(1),
             max_line: DEFAULT_MAX_LINE,
+            registrations: RegistrationLimits::default(),
         }
     }
 }

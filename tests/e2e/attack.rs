@@ -1696,7 +1696,7 @@ async fn a_policy_memory_ceiling_lowers_a_guests_memory() {
         answer(&host, "alloc", json!({})).await,
         (
             true,
-            "host error: extension `hostile` 0.1.0: ran out of memory (limit 32 MiB)".to_owned()
+            "host error: extension `hostile` 0.1.0: ran out of memory (limit 32 MiB across all memories and tables)".to_owned()
         )
     );
     assert!(

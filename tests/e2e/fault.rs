@@ -458,14 +458,14 @@ async fn a_memory_bomb_fails_for_good_while_the_others_keep_answering() {
         ),
         "{err:?}"
     );
-    let message = "extension `hostile` 0.1.0: ran out of memory (limit 32 MiB)";
+    let message = "extension `hostile` 0.1.0: ran out of memory (limit 32 MiB across all memories and tables)";
     assert_eq!(err.to_string(), message);
     for follower in followers {
         assert_follower(follower, &[message]);
     }
     assert!(!slow.is_finished(), "the slow call ended with the fault");
 
-    let reason = "ran out of memory (limit 32 MiB)";
+    let reason = "ran out of memory (limit 32 MiB across all memories and tables)";
     let failed = next_event(&mut events, "hostile's failure", |e| {
         matches!(e, HostEvent::Failed { .. })
     })

@@ -594,4 +594,28 @@ impl Peer {
             self.transcript.join("\n")
         )
     }
+
+/// One value of `/proc/self/status`, in KiB (`VmRSS`, `VmHWM`).
+fn status_kib(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in /proc/self/status"))
+}
+
+/// Runs `work` and says how far this process's resident memory rose above
+/// where it stood when `work` began, at its peak, in MiB. Measurements take
+/// turns (the peak is the whole process's); tests running meanwhile count
+/// too, so a bound must leave them room.
+pub async fn peak_rss_growth_mib<F: Future>(work: F) -> (F::Output, u64) {
+    static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let _turn = ONE_AT_A_TIME.lock().await;
+    // Writing 5 resets the peak (VmHWM) to the current resident size.
+    std::fs::write("/proc/self/clear_refs", "5").expect("reset the peak resident size");
+    let before = status_kib("VmRSS");
+    let output = work.await;
+    let peak = status_kib("VmHWM");
+    (output, peak.saturating_sub(before) / 1024)
 }

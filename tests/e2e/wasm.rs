@@ -507,12 +507,14 @@ async fn a_memory_bomb_hits_the_limit_and_only_that_guest_dies() {
     );
     assert_eq!(
         err.to_string(),
-        "extension `hostile` 0.1.0: ran out of memory (limit 32 MiB)"
+        "extension `hostile` 0.1.0: ran out of memory (limit 32 MiB across all memories and tables)"
     );
     let log_path = lab.home.join("logs/ext-hostile.log");
     let log = std::fs::read_to_string(&log_path).expect("hostile's log");
     assert!(
-        log.contains("zotbox: guest ran out of memory (limit 32 MiB)"),
+        log.contains(
+            "zotbox: guest ran out of memory (limit 32 MiB across all memories and tables)"
+        ),
         "{log}"
     );
 
@@ -520,7 +522,7 @@ async fn a_memory_bomb_hits_the_limit_and_only_that_guest_dies() {
     assert_result(&berlin, false, "Berlin: 1°C, light fog (fake)");
     assert_eq!(
         restarted(&mut events).await,
-        "ran out of memory (limit 32 MiB)"
+        "ran out of memory (limit 32 MiB across all memories and tables)"
     );
     assert_echoes(&host).await;
     host.shutdown().await;

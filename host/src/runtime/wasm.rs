@@ -14,8 +14,11 @@
 //!
 //! # Limits
 //!
-//! - memory: linear memory beyond `memory_mb` is refused; a guest that needs
-//!   it traps and its exit says it ran out of memory;
+//! - memory: `memory_mb` covers all of a guest's linear memories and tables
+//!   together; a growth beyond it is refused, and a guest that needs it traps
+//!   and its exit says it ran out of memory, naming the limit. A guest has at
+//!   most 100 core instances, 16 memories and 100 tables; a program that
+//!   declares more fails to load ([`limiter`] has the rules);
 //! - time: when a request misses its deadline while the guest is computing
 //!   (not parked waiting on stdin), the guest is killed;
 //! - output: stdout is a bounded pipe, so a flooding guest waits for the host.
@@ -23,6 +26,7 @@
 mod cache;
 mod guest;
 mod host_api;
+pub mod limiter;
 mod pipe;
 
 use std::collections::HashMap;
@@ -80,6 +84,14 @@ pub enum WasmError {
         /// wasmtime's reason, naming the import.
         reason: String,
     },
+    /// The program declares more memories or tables than a guest may have.
+    #[error("cannot load `{}`: {reason}", path.display())]
+    Limit {
+        /// The file.
+        path: PathBuf,
+        /// What it declares, and the cap.
+        reason: String,
+    },
     /// The engine could not be configured.
     #[error("cannot set up the wasm engine: {0}")]
     Engine(String),
@@ -88,7 +100,7 @@ pub enum WasmError {
 /// Per-guest settings.
 #[derive(Debug, Clone)]
 pub struct GuestLimits {
-    /// Ceiling of linear memory, bytes.
+    /// Ceiling of all linear memories and tables together, bytes.
     pub memory_bytes: usize,
 }
 
@@ -202,6 +214,10 @@ impl WasmRuntime {
             path: path.to_owned(),
             reason: format!("{e:#}"),
         };
+        let limit_error = |reason: String| WasmError::Limit {
+            path: path.to_owned(),
+            reason,
+        };
         let prepared = match kind {
             Kind::Component => {
                 let component = self.compiled(
@@ -219,6 +235,8 @@ impl WasmRuntime {
                     |wasm| Component::new(&self.engine, wasm),
                     Component::serialize,
                 )?;
+                limiter::check_declared(component.resources_required().as_ref())
+                    .map_err(limit_error)?;
                 Prepared::Component(
                     self.components
                         .instantiate_pre(&component)
@@ -241,6 +259,7 @@ impl WasmRuntime {
                     |wasm| Module::new(&self.engine, wasm),
                     Module::serialize,
                 )?;
+                limiter::check_declared(Some(&module.resources_required())).map_err(limit_error)?;
                 Prepared::Module(self.modules.instantiate_pre(&module).map_err(link_error)?)
             }
         };

@@ -1,15 +1,30 @@
-//! The handshake: `hello`, `hello_ack`, registrations, `ready`.
+//! The handshake: `hello`, `hello_ack`, registrations, `ready`; and the
+//! frames an extension may send at any time, bounded before they reach the
+//! host's event bus.
+
+mod registrar;
 
 use std::sync::Arc;
 
 use tokio::sync::{broadcast, mpsc};
 use tokio::time::{Instant, timeout};
-use zotbox_protocol::{
-    ExtensionFrame, HelloAck, HostFrame, RegisterCommand, encode_to_vec, event_name,
-};
+use zotbox_protocol::{ExtensionFrame, HelloAck, HostFrame, PanelRender, encode_to_vec};
 
-use super::{Outgoing, RegisteredTool, Registration, SessionConfig, SessionError};
+use super::{Outgoing, Registration, SessionConfig, SessionError};
 use crate::event::HostEvent;
+use registrar::Registrar;
+pub use registrar::{MAX_NAME_CHARS, MAX_REFUSALS_LISTED, MAX_SUBSCRIPTIONS, RegistrationLimits};
+
+/// The longest note (`notify` message) passed on, bytes.
+pub const MAX_NOTE_BYTES: usize = 4096;
+/// The most text one `panel_render` passes on (title, lines, footer), bytes.
+pub const MAX_PANEL_BYTES: usize = 64 * 1024;
+/// The most lines one `panel_render` passes on.
+const MAX_PANEL_LINES: usize = 500;
+/// The longest panel line, title, footer or id passed on, bytes.
+const MAX_PANEL_LINE_BYTES: usize = 1024;
+/// The longest note level passed on, bytes.
+const MAX_LEVEL_BYTES: usize = 16;
 
 pub(super) enum HandshakeFailure {
     Error(SessionError),
@@ -49,10 +64,7 @@ pub(super) async fn handshake(
     if let Ok(line) = encode_to_vec(&HostFrame::HelloAck(hello_ack)) {
         let _ = outgoing.send(Outgoing::Line(line)).await;
     }
-    let mut registration = Registration {
-        hello,
-        ..Registration::default()
-    };
+    let mut registrar = Registrar::new(name, &config.registrations, hello);
     let registration_deadline = Instant::now() + config.hello_timeout;
     loop {
         let idle = Instant::now() + config.ready_idle;
@@ -76,79 +88,23 @@ pub(super) async fn handshake(
             };
         match frame {
             ExtensionFrame::Ready(_) => {
-                registration.sent_ready = true;
+                registrar.ready();
                 break;
             }
-            ExtensionFrame::RegisterCommand(command) => {
-                register_command(name, &mut registration, command)
-            }
-            ExtensionFrame::RegisterTool(tool) => {
-                if registration.tools.iter().any(|t| t.name == tool.name) {
-                    refuse(
-                        name,
-                        &mut registration,
-                        format!("tool `{}` registered twice", tool.name),
-                    );
-                    continue;
-                }
-                match tool.schema_object() {
-                    Ok(schema) => registration.tools.push(RegisteredTool {
-                        name: tool.name,
-                        description: tool.description,
-                        schema,
-                    }),
-                    Err(problem) => refuse(
-                        name,
-                        &mut registration,
-                        format!("tool `{}` refused: {problem}", tool.name),
-                    ),
-                }
-            }
-            ExtensionFrame::Subscribe(subscribe) => {
-                registration.events.extend(subscribe.events);
-                for event in subscribe.intercept {
-                    if event_name::INTERCEPTABLE.contains(&event.as_str()) {
-                        registration.intercepts.insert(event);
-                    } else {
-                        refuse(
-                            name,
-                            &mut registration,
-                            format!("`{event}` cannot be intercepted"),
-                        );
-                    }
-                }
-            }
+            ExtensionFrame::RegisterCommand(command) => registrar.command(command),
+            ExtensionFrame::RegisterTool(tool) => registrar.tool(tool),
+            ExtensionFrame::Subscribe(subscribe) => registrar.subscribe(subscribe),
             other => publish_unsolicited(name, other, events),
         }
     }
-    Ok(registration)
-}
-
-fn register_command(name: &str, registration: &mut Registration, command: RegisterCommand) {
-    if command.name.trim().is_empty() {
-        refuse(
-            name,
-            registration,
-            "a command with an empty name".to_owned(),
-        );
-    } else if registration.commands.iter().any(|c| c.name == command.name) {
-        refuse(
-            name,
-            registration,
-            format!("command `{}` registered twice", command.name),
-        );
-    } else {
-        registration.commands.push(command);
-    }
-}
-
-fn refuse(name: &str, registration: &mut Registration, why: String) {
-    tracing::warn!("extension `{name}`: {why}");
-    registration.refused.push(why);
+    Ok(registrar.finish())
 }
 
 /// Frames an extension may send at any time; anything else outside the
-/// handshake is logged and dropped.
+/// handshake is logged and dropped. What is published is cut to a bounded
+/// size ([`MAX_NOTE_BYTES`], [`MAX_PANEL_BYTES`]): the event bus keeps a
+/// backlog of events for slow subscribers, and a guest must not fill it
+/// with frames of 4 MiB each.
 pub(super) fn publish_unsolicited(
     name: &Arc<str>,
     frame: ExtensionFrame,
@@ -157,19 +113,19 @@ pub(super) fn publish_unsolicited(
     let event = match frame {
         ExtensionFrame::Notify(notify) => HostEvent::Notify {
             extension: name.clone(),
-            level: notify.level,
-            message: notify.message,
+            level: cut(notify.level, MAX_LEVEL_BYTES),
+            message: cut(notify.message, MAX_NOTE_BYTES),
         },
         ExtensionFrame::ClearNotes(_) => HostEvent::ClearNotes {
             extension: name.clone(),
         },
         ExtensionFrame::PanelRender(panel) => HostEvent::PanelRender {
             extension: name.clone(),
-            panel,
+            panel: bounded_panel(panel),
         },
         ExtensionFrame::PanelClose(close) => HostEvent::PanelClose {
             extension: name.clone(),
-            panel_id: close.panel_id,
+            panel_id: cut(close.panel_id, MAX_PANEL_LINE_BYTES),
         },
         ExtensionFrame::ShutdownAck(_) => return,
         other => {
@@ -182,4 +138,112 @@ pub(super) fn publish_unsolicited(
     };
     // No subscriber is fine: events are advisory.
     let _ = events.send(event);
+}
+
+/// A panel cut to [`MAX_PANEL_LINES`] lines and [`MAX_PANEL_BYTES`] of text,
+/// each line to [`MAX_PANEL_LINE_BYTES`]; a last line says what was left out.
+fn bounded_panel(panel: PanelRender) -> PanelRender {
+    let panel_id = cut(panel.panel_id, MAX_PANEL_LINE_BYTES);
+    let title = panel.title.map(|t| cut(t, MAX_PANEL_LINE_BYTES));
+    let footer = panel.footer.map(|f| cut(f, MAX_PANEL_LINE_BYTES));
+    let mut budget = MAX_PANEL_BYTES
+        .saturating_sub(title.as_ref().map_or(0, String::len))
+        .saturating_sub(footer.as_ref().map_or(0, String::len));
+    let total = panel.lines.len();
+    let mut lines = Vec::with_capacity(total.min(MAX_PANEL_LINES));
+    for line in panel.lines {
+        let line = cut(line, MAX_PANEL_LINE_BYTES);
+        if lines.len() >= MAX_PANEL_LINES || line.len() > budget {
+            break;
+        }
+        budget -= line.len();
+        lines.push(line);
+    }
+    if lines.len() < total {
+        lines.push(format!("[{} more lines not shown]", total - lines.len()));
+    }
+    PanelRender {
+        panel_id,
+        title,
+        lines,
+        footer,
+    }
+}
+
+/// `text` cut to at most `max` bytes at a character boundary, ending in `…`
+/// when it was cut.
+fn cut(mut text: String, max: usize) -> String {
+    if text.len() > max {
+        let mut end = max;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push('…');
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn notes_and_panels_reach_the_event_bus_cut_to_size() {
+        let (events, mut seen) = broadcast::channel(8);
+        let name: Arc<str> = Arc::from("hostile");
+        let huge = "x".repeat(4 * 1024 * 1024);
+        publish_unsolicited(
+            &name,
+            ExtensionFrame::Notify(zotbox_protocol::Notify {
+                level: huge.clone(),
+                message: huge.clone(),
+            }),
+            &events,
+        );
+        publish_unsolicited(
+            &name,
+            ExtensionFrame::PanelRender(PanelRender {
+                panel_id: "p".to_owned(),
+                title: Some(huge.clone()),
+                lines: vec!["y".repeat(2000); 10_000],
+                footer: None,
+            }),
+            &events,
+        );
+        let Ok(HostEvent::Notify { level, message, .. }) = seen.try_recv() else {
+            panic!("no note");
+        };
+        assert_eq!(level, format!("{}…", "x".repeat(MAX_LEVEL_BYTES)));
+        assert_eq!(message, format!("{}…", "x".repeat(MAX_NOTE_BYTES)));
+        let Ok(HostEvent::PanelRender { panel, .. }) = seen.try_recv() else {
+            panic!("no panel");
+        };
+        let text: usize = panel.lines.iter().map(String::len).sum::<usize>()
+            + panel.title.as_ref().map_or(0, String::len);
+        // The budget, plus the line that says what was left out.
+        assert!(text <= MAX_PANEL_BYTES + 64, "{text} bytes");
+        assert_eq!(
+            panel.lines.last().map(String::as_str),
+            Some("[9938 more lines not shown]")
+        );
+        assert_eq!(
+            panel.lines[0],
+            format!("{}…", "y".repeat(MAX_PANEL_LINE_BYTES))
+        );
+    }
+
+    #[test]
+    fn a_cut_never_splits_a_character() {
+        // (text, max bytes, what is kept)
+        let cases = [
+            ("short", 16, "short"),
+            ("ééé", 3, "é…"),
+            ("ééé", 4, "éé…"),
+            ("abc", 0, "…"),
+        ];
+        for (text, max, expected) in cases {
+            assert_eq!(cut(text.to_owned(), max), expected, "{text} {max}");
+        }
+    }
 }

@@ -14,6 +14,7 @@ use wasmtime_wasi::p1::WasiP1Ctx;
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 use wasmtime_wasi::{I32Exit, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
+use super::limiter::Limiter;
 use super::pipe::{GuestStdin, GuestStdout};
 use super::{GuestLimits, Prepared};
 use crate::runtime::{Control, Exit};
@@ -27,7 +28,7 @@ const LOG_TAIL: usize = 4096;
 pub(crate) struct ComponentState {
     ctx: WasiCtx,
     table: ResourceTable,
-    limiter: MemoryLimiter,
+    limiter: Limiter,
     /// What the guest may do through the `zot:host` imports.
     pub(crate) sandbox: Option<Arc<crate::sandbox::Sandbox>>,
 }
@@ -44,38 +45,7 @@ impl WasiView for ComponentState {
 /// Store data of a core-module (WASI preview 1) guest.
 pub(crate) struct ModuleState {
     p1: WasiP1Ctx,
-    limiter: MemoryLimiter,
-}
-
-/// Refuses linear memory past the limit, and remembers that it did.
-struct MemoryLimiter {
-    max_bytes: usize,
-    hit: bool,
-}
-
-impl ResourceLimiter for MemoryLimiter {
-    fn memory_growing(
-        &mut self,
-        _current: usize,
-        desired: usize,
-        _maximum: Option<usize>,
-    ) -> wasmtime::Result<bool> {
-        if desired > self.max_bytes {
-            self.hit = true;
-            return Ok(false);
-        }
-        Ok(true)
-    }
-
-    fn table_growing(
-        &mut self,
-        _current: usize,
-        desired: usize,
-        _maximum: Option<usize>,
-    ) -> wasmtime::Result<bool> {
-        // Tables hold function references; a million is far beyond any real guest.
-        Ok(desired <= 1_000_000)
-    }
+    limiter: Limiter,
 }
 
 /// The WASI interfaces a component may import: io, clocks, random, cli and
@@ -161,11 +131,8 @@ impl GuestIo {
         builder
     }
 
-    fn limiter(&self) -> MemoryLimiter {
-        MemoryLimiter {
-            max_bytes: self.limits.memory_bytes,
-            hit: false,
-        }
+    fn limiter(&self) -> Limiter {
+        Limiter::new(self.limits.memory_bytes)
     }
 }
 
@@ -203,7 +170,7 @@ pub(crate) async fn run(
                 command.wasi_cli_run().call_run(&mut store).await
             }
             .await;
-            let out_of_memory = store.data().limiter.hit;
+            let out_of_memory = store.data().limiter.hit();
             match result {
                 Ok(Ok(())) => Exit::Code(0),
                 Ok(Err(())) => Exit::Code(1),
@@ -222,7 +189,7 @@ pub(crate) async fn run(
                 start.call_async(&mut store, ()).await
             }
             .await;
-            let out_of_memory = store.data().limiter.hit;
+            let out_of_memory = store.data().limiter.hit();
             match result {
                 Ok(()) => Exit::Code(0),
                 Err(err) => classify(&err, out_of_memory, limit_mb, &io.log),
@@ -235,7 +202,7 @@ pub(crate) async fn run(
 fn new_store<T: Send + 'static>(
     engine: &Engine,
     state: T,
-    limiter: impl (FnMut(&mut T) -> &mut MemoryLimiter) + Send + Sync + 'static,
+    limiter: impl (FnMut(&mut T) -> &mut Limiter) + Send + Sync + 'static,
 ) -> Store<T> {
     let mut store = Store::new(engine, state);
     let mut limiter = limiter;

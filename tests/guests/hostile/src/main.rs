@@ -3,12 +3,15 @@
 //! The sandbox tests call these tools and assert what the host does: a
 //! refusal the guest sees, a trap that ends the session, a kill at the
 //! deadline. Natively, the same tools show what an unsandboxed extension
-//! could do.
+//! could do. Attacks on the handshake itself are [`startup`] modes.
+
+mod startup;
 
 use std::io::Write;
 
 use serde::Deserialize;
-use zotbox_guest::{Extension, ToolOutput, schema};
+use startup::Startup;
+use zotbox_guest::{Extension, ToolOutput, fs, schema};
 
 #[derive(Deserialize)]
 struct PathArg {
@@ -25,7 +28,36 @@ struct TextArg {
     text: String,
 }
 
+#[derive(Deserialize)]
+struct FloodArg {
+    count: usize,
+    len: usize,
+}
+
 fn main() -> std::io::Result<()> {
+    let extension = match Startup::from_args() {
+        Startup::Register { count, bytes } => return startup::register_flood(count, bytes),
+        Startup::EvilNames => startup::EVIL_NAMES.iter().fold(tools(), |extension, name| {
+            extension
+                .tool(
+                    *name,
+                    "A tool whose name a terminal would act on.",
+                    schema::object(),
+                    |_ctx, _args: serde::de::IgnoredAny| ToolOutput::text("evil"),
+                )
+                .command(
+                    *name,
+                    "A command whose name a terminal would act on.",
+                    |_ctx, _args| zotbox_guest::Response::display("evil"),
+                )
+        }),
+        Startup::Normal => tools(),
+    };
+    extension.run()
+}
+
+/// The ordinary tool set, one tool per attack or fault.
+fn tools() -> Extension {
     Extension::new("hostile", "0.1.0")
         .tool(
             "echo",
@@ -120,5 +152,21 @@ fn main() -> std::io::Result<()> {
                 ToolOutput::text(std::env::args().collect::<Vec<_>>().join(" "))
             },
         )
-        .run()
+        .tool(
+            "stat_flood",
+            "Stat one `len`-byte path `count` times; count the refusals.",
+            schema::object(),
+            |_ctx, args: FloodArg| {
+                let path = "a".repeat(args.len);
+                let refused = (0..args.count)
+                    .filter(|_| {
+                        matches!(
+                            fs::stat(&path),
+                            Err(zotbox_guest::CapabilityError::Denied { .. })
+                        )
+                    })
+                    .count();
+                ToolOutput::text(format!("{refused} refused"))
+            },
+        )
 }
