@@ -594,6 +594,7 @@ impl Peer {
             self.transcript.join("\n")
         )
     }
+}
 
 /// One value of `/proc/self/status`, in KiB (`VmRSS`, `VmHWM`).
 fn status_kib(field: &str) -> u64 {
