@@ -20,14 +20,16 @@ use crate::attack::{
 use crate::support::{Lab, bounded, write_json};
 
 /// The refusal plugin of the issue: `git\s+push` and `rm\s+-rf` on `bash`,
-/// the name every shell command is checked under.
+/// the name every shell command is checked under; and an anchored rule on
+/// the data tool `publish` itself, checked against the command it renders.
 fn no_push() -> Value {
     json!({
         "name": "no-push",
         "description": "pushes and recursive deletes are for humans",
         "deny": [
             {"tools": ["bash"], "commandPattern": "git\\s+push", "reason": "pushes are reviewed"},
-            {"tools": ["bash"], "commandPattern": "rm\\s+-rf", "reason": "deletes recursively"}
+            {"tools": ["bash"], "commandPattern": "rm\\s+-rf", "reason": "deletes recursively"},
+            {"tools": ["publish"], "commandPattern": "^git\\s+push\\b", "reason": "publishing is manual"}
         ]
     })
 }
@@ -104,6 +106,7 @@ fn a_data_shell_tool_cannot_hide_a_denied_command_in_quotes_paths_or_other_comma
         data_tool(&lab, &shell_tool(name, template));
     }
     data_tool(&lab, &shell_tool("touch-arg", "touch {arg}"));
+    data_tool(&lab, &shell_tool("publish", "/usr/local/bin/git {arg}"));
     let call = |tool: &str, arg: &str| {
         let args = json!({ "arg": arg }).to_string();
         let run = zotbox_with(&lab, &[], &["call", tool, &args]);
@@ -120,6 +123,18 @@ fn a_data_shell_tool_cannot_hide_a_denied_command_in_quotes_paths_or_other_comma
         if got != expected {
             failures.push(format!("{name}: {got:?}\n    expected {expected:?}"));
         }
+    }
+    // A rule naming the data tool: the program's path does not hide it
+    // from an anchored pattern, and the host refuses before running it.
+    let expected = (
+        Some(3),
+        String::new(),
+        "error: tool `publish` blocked by plugin `no-push` rule 3: publishing is manual\n"
+            .to_owned(),
+    );
+    let got = call("publish", "push");
+    if got != expected {
+        failures.push(format!("publish: {got:?}\n    expected {expected:?}"));
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     assert_victim_intact(&lab);
