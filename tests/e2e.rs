@@ -26,6 +26,8 @@ mod attack;
 mod cli;
 #[path = "e2e/data.rs"]
 mod data;
+#[path = "e2e/deny_rules.rs"]
+mod deny_rules;
 #[path = "e2e/failure.rs"]
 mod failure;
 #[path = "e2e/fault.rs"]

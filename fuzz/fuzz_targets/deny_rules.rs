@@ -1,5 +1,6 @@
 //! Deny-rule compilation and matching: any pattern compiles or is refused
-//! (length- and size-capped), and matching any subject never panics.
+//! (length-capped on load, within the chain's budget when compiled), and
+//! matching any subject, read as a shell command or a path, never panics.
 #![no_main]
 
 use std::path::Path;
@@ -24,6 +25,8 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let rules = DenyRules::new(&[parsed.value]);
+    // Refused for the budget or compiled: either way, no panic.
+    let _ = rules.problems().len() + rules.len();
     let _ = rules.check("bash", &serde_json::json!({ "command": subject }));
     let _ = rules.check("write", &serde_json::json!({ "path": subject }));
     let _ = rules.check("bash", &serde_json::json!({ "command": 7 }));

@@ -11,6 +11,8 @@
 //! - RSS per extra idle extension with 1, 10 and 100 loaded;
 //! - the guard chain's cost per tool call with 0, 10 and 50 refusal
 //!   plugins of 10 rules each;
+//! - the deny check of a command read as shell words (vs a plain one), and
+//!   loading the heavy plugins the deny-rule budget refuses;
 //! - a data `read` tool on a 1 MiB file vs `std::fs::read`, and a data
 //!   `http` tool against a loopback HTTPS server vs a direct reqwest call.
 //!
@@ -319,6 +321,80 @@ async fn guard_cost(base: &Path, plugins: usize, scale: &Scale) -> Result<Durati
     Ok(per_call)
 }
 
+/// The deny stage on its own, as rows of the report: one check of a
+/// command with quotes and operators (read as shell words, every form
+/// tried) against the same command plain, with 50 plugins × 10 rules; and
+/// loading the issue's heavy plugins (12 KB: 16 rules × 100 tools; 69 KB:
+/// 1 000 rules), which the chain's budget refuses.
+fn deny_figures(base: &Path, scale: &Scale) -> Result<Vec<[String; 4]>> {
+    use zotbox::data::DataSearch;
+    use zotbox::guard::DenyRules;
+    let load = |workspace: &Path| {
+        let set = DataSearch::new(workspace, base.join("deny-home")).load();
+        DenyRules::for_data(&set)
+    };
+    let mut rows = Vec::new();
+    let rules = load(&guard_workspace(base, 50)?);
+    let quoted =
+        json!({"command": "cd 'sub dir' && \"cargo\" te''st --workspace; /usr/bin/git status"});
+    let plain = json!({"command": "cargo test --workspace"});
+    let per_check = |args: &serde_json::Value| {
+        for _ in 0..1000 {
+            std::hint::black_box(rules.check("bash", args));
+        }
+        let begun = Instant::now();
+        for _ in 0..scale.guard_calls {
+            std::hint::black_box(rules.check("bash", std::hint::black_box(args)));
+        }
+        begun.elapsed() / u32::try_from(scale.guard_calls).unwrap_or(u32::MAX)
+    };
+    let (normalised, raw) = (per_check(&quoted), per_check(&plain));
+    rows.push([
+        "deny check, quoted command normalised (vs plain), 50 × 10 rules".to_owned(),
+        micros(normalised),
+        micros(raw),
+        dur_ratio(normalised, raw),
+    ]);
+    let heavy = [
+        ("12 KB plugin, 16 rules × 100 tools", 16, 100),
+        ("69 KB plugin, 1 000 rules", 1000, 1),
+    ];
+    for (name, count, tools) in heavy {
+        let workspace = base.join(format!("deny-heavy-{count}"));
+        let dir = workspace.join(".zot/plugins");
+        std::fs::create_dir_all(&dir)?;
+        let tools: Vec<String> = (0..tools).map(|t| format!("to{t:02}")).collect();
+        let deny: Vec<_> = (0..count)
+            .map(|r| json!({"tools": tools, "commandPattern": format!("\\w{{30}}{r:04}"), "reason": "r"}))
+            .collect();
+        std::fs::write(
+            dir.join("heavy.json"),
+            json!({"name": "heavy", "description": "bench", "deny": deny}).to_string(),
+        )?;
+        let rss_before = rss_kib(std::process::id());
+        let mut samples = Vec::new();
+        let mut outcome = String::new();
+        for _ in 0..5 {
+            let begun = Instant::now();
+            let rules = load(&workspace);
+            samples.push(begun.elapsed());
+            outcome = format!(
+                "{} refused, {} KiB compiled",
+                rules.problems().len(),
+                rules.compiled_bytes() / 1024
+            );
+        }
+        let grown = rss_kib(std::process::id()).saturating_sub(rss_before);
+        rows.push([
+            format!("load the {name} (median)"),
+            millis(percentile(&mut samples, 50.0)),
+            format!("{outcome}, RSS +{grown} KiB"),
+            "-".into(),
+        ]);
+    }
+    Ok(rows)
+}
+
 /// Median of `runs` timings of `work`.
 async fn median_of<F, Fut, T>(runs: usize, mut work: F) -> Result<Duration>
 where
@@ -586,6 +662,11 @@ fn main() -> Result<()> {
                 "-".into(),
                 "-".into(),
             );
+        }
+
+        eprintln!("deny rules…");
+        for [name, figure, other, ratio] in deny_figures(base, &scale)? {
+            row(&name, figure, other, ratio);
         }
 
         eprintln!("data tools…");

@@ -1,8 +1,9 @@
 //! The guard chain: what every tool call passes before it runs.
 //!
 //! In order: the refusal plugins' deny rules ([`DenyRules`], case-insensitive
-//! regexes on the `path` / `command` arguments), then the extensions that
-//! intercept `tool_call`. The first block wins and its reason goes back to
+//! regexes on the `path` / `command` arguments, tried on what will run as
+//! well as on what was written, compiled once for the chain within a
+//! budget), then the extensions that intercept `tool_call`. The first block wins and its reason goes back to
 //! the caller. Data `shell` tools and the `shell` capability pass the same
 //! chain, so an installed tool cannot do what the agent itself may not.
 //!
@@ -11,4 +12,4 @@
 
 pub mod deny;
 
-pub use deny::{DenyHit, DenyRules};
+pub use deny::{Budget, BudgetError, DenyHit, DenyRules};

@@ -14,14 +14,17 @@
 //! }
 //! ```
 //!
-//! Patterns are case-insensitive regexes searched anywhere in the value,
-//! compiled once on load; [`crate::guard::DenyRules`] enforces them. Rules are
-//! numbered from 1 in messages (`rule 2`) and from 0 in field paths
+//! Patterns are case-insensitive regexes searched anywhere in the value.
+//! Loading a plugin only parses them (a syntax error is the file's problem);
+//! compiling is [`crate::guard::DenyRules`]'s job, once for the whole guard
+//! chain and within its budget, because what one pattern costs only shows
+//! when it is compiled and a workspace may hold any number of plugins. Rules
+//! are numbered from 1 in messages (`rule 2`) and from 0 in field paths
 //! (`deny[1]`).
 
 use std::path::{Path, PathBuf};
 
-use regex::{Regex, RegexBuilder};
+use regex_automata::util::syntax;
 use serde::Deserialize;
 
 use super::{DataError, DataOrigin, Parsed, check_name, check_text, parse_json, read_file};
@@ -40,10 +43,6 @@ pub const MAX_REASON_CHARS: usize = 500;
 
 /// The longest `pathPattern` or `commandPattern`, in characters.
 pub const MAX_PATTERN_CHARS: usize = 1_000;
-
-/// The most memory one compiled pattern may take. Protects the host from a
-/// pattern such as `\w{1000}` whose compiled program would be huge.
-pub const PATTERN_SIZE_LIMIT: usize = 1024 * 1024;
 
 /// A refusal manifest as written on disk.
 #[derive(Debug, Deserialize)]
@@ -95,7 +94,7 @@ impl DenyField {
     }
 }
 
-/// One compiled deny rule.
+/// One validated deny rule.
 #[derive(Debug, Clone)]
 pub struct DenyRule {
     /// The tool names it covers (exact match).
@@ -104,11 +103,11 @@ pub struct DenyRule {
     pub field: DenyField,
     /// What the model is told when it blocks.
     pub reason: String,
-    regex: Regex,
+    pattern: String,
 }
 
 impl DenyRule {
-    /// A rule from its parts, compiling `pattern` as [`compile_pattern`] does.
+    /// A rule from its parts, checking `pattern` as [`check_pattern`] does.
     ///
     /// # Errors
     ///
@@ -127,24 +126,18 @@ impl DenyRule {
         }
         let reason = reason.into();
         check_text(&reason, MAX_REASON_CHARS).map_err(|p| format!("`reason` {p}"))?;
-        let regex =
-            compile_pattern(pattern).map_err(|p| format!("`{}` {p}", field.manifest_key()))?;
+        check_pattern(pattern).map_err(|p| format!("`{}` {p}", field.manifest_key()))?;
         Ok(Self {
             tools,
             field,
             reason,
-            regex,
+            pattern: pattern.to_owned(),
         })
     }
 
     /// The pattern as written.
     pub fn pattern(&self) -> &str {
-        self.regex.as_str()
-    }
-
-    /// The compiled, case-insensitive pattern.
-    pub fn regex(&self) -> &Regex {
-        &self.regex
+        &self.pattern
     }
 
     /// Whether the rule covers `tool`.
@@ -153,13 +146,15 @@ impl DenyRule {
     }
 }
 
-/// Compiles a deny pattern: case-insensitive, at most
-/// [`MAX_PATTERN_CHARS`] long and [`PATTERN_SIZE_LIMIT`] compiled.
+/// Checks a deny pattern: not empty, at most [`MAX_PATTERN_CHARS`] long,
+/// and valid regex syntax under [`pattern_syntax`]. What it costs compiled
+/// is checked where it is compiled, against the guard chain's budget
+/// ([`crate::guard::deny::Budget`]).
 ///
 /// # Errors
 ///
 /// A phrase saying why the pattern is refused, with the regex error.
-pub fn compile_pattern(pattern: &str) -> Result<Regex, String> {
+pub fn check_pattern(pattern: &str) -> Result<(), String> {
     if pattern.is_empty() {
         return Err("is empty; use `.*` to match every value".to_owned());
     }
@@ -169,20 +164,15 @@ pub fn compile_pattern(pattern: &str) -> Result<Regex, String> {
             "is {len} characters long; the limit is {MAX_PATTERN_CHARS}"
         ));
     }
-    pattern_builder(pattern)
-        .build()
+    syntax::parse_with(pattern, &pattern_syntax())
+        .map(drop)
         .map_err(|err| format!("is not a valid regex: {err}"))
 }
 
-/// The builder every deny pattern is compiled with, so that a
-/// [`regex::RegexSet`] of them matches exactly what each one does.
-pub(crate) fn pattern_builder(pattern: &str) -> RegexBuilder {
-    let mut builder = RegexBuilder::new(pattern);
-    builder
-        .case_insensitive(true)
-        .size_limit(PATTERN_SIZE_LIMIT)
-        .dfa_size_limit(PATTERN_SIZE_LIMIT);
-    builder
+/// The syntax every deny pattern is read with (case-insensitive, Unicode),
+/// so that what [`check_pattern`] accepts is what the guard compiles.
+pub fn pattern_syntax() -> syntax::Config {
+    syntax::Config::new().case_insensitive(true)
 }
 
 /// A validated refusal plugin.
@@ -203,7 +193,7 @@ pub struct Plugin {
 }
 
 impl Plugin {
-    /// Reads and validates the manifest at `path`, compiling its patterns.
+    /// Reads and validates the manifest at `path`, parsing its patterns.
     ///
     /// # Errors
     ///
@@ -285,12 +275,12 @@ fn compile_rule(rule: RawRule, index: usize, path: &Path) -> Result<DenyRule, Da
             ));
         }
     };
-    let regex = compile_pattern(&pattern).map_err(|p| invalid(field.manifest_key(), p))?;
+    check_pattern(&pattern).map_err(|p| invalid(field.manifest_key(), p))?;
     Ok(DenyRule {
         tools: rule.tools,
         field,
         reason: rule.reason,
-        regex,
+        pattern,
     })
 }
 
@@ -328,8 +318,10 @@ mod tests {
         assert_eq!(plugin.deny[0].field, DenyField::Path);
         assert_eq!(plugin.deny[1].field, DenyField::Command);
         assert_eq!(plugin.deny[1].pattern(), "kubectl\\s+apply");
-        // Case-insensitive, searched anywhere.
-        assert!(plugin.deny[1].regex().is_match("sudo KUBECTL Apply -f x"));
+        // Case-insensitive, searched anywhere, once the guard compiles it.
+        let rules = crate::guard::DenyRules::new(std::slice::from_ref(&plugin));
+        let args = serde_json::json!({"command": "sudo KUBECTL Apply -f x"});
+        assert!(rules.check("bash", &args).is_some());
         assert!(plugin.deny[0].covers("edit_file"));
         assert!(!plugin.deny[0].covers("Edit_File"));
     }
@@ -363,13 +355,6 @@ mod tests {
                     r#"{{"tools":["bash"],"commandPattern":"{long}","reason":"r"}}"#
                 )),
                 "field `deny[0].commandPattern` (rule 1) is 1001 characters long; the limit is 1000",
-            ),
-            // A pattern that compiles to something huge.
-            (
-                with_rules(
-                    r#"{"tools":["bash"],"commandPattern":"\\w{1000}\\w{1000}","reason":"r"}"#,
-                ),
-                "field `deny[0].commandPattern` (rule 1) is not a valid regex",
             ),
             // Exactly one pattern.
             (
@@ -425,6 +410,16 @@ mod tests {
         }
     }
 
+    /// What a pattern costs compiled shows only when it is compiled, which
+    /// the guard chain does within its budget: parsing accepts it.
+    #[test]
+    fn a_pattern_that_would_compile_huge_is_left_to_the_guard_budget() {
+        let parsed = parse(&with_rules(
+            r#"{"tools":["bash"],"commandPattern":"\\w{1000}\\w{1000}","reason":"r"}"#,
+        ));
+        assert!(parsed.is_ok(), "{parsed:?}");
+    }
+
     #[test]
     fn unknown_keys_are_warnings() {
         let parsed = parse(&with_rules(
@@ -445,7 +440,7 @@ mod tests {
             "rm\\s+-rf",
             "no",
         );
-        assert!(rule.is_ok_and(|r| r.regex().is_match("RM -RF /")));
+        assert!(rule.is_ok_and(|r| r.pattern() == "rm\\s+-rf"));
         let err = DenyRule::new(vec!["bash".to_owned()], DenyField::Path, "(", "no").err();
         assert!(
             err.unwrap_or_default()

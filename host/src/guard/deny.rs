@@ -1,31 +1,39 @@
-//! The deny-rule stage: the refusal plugins' rules, compiled once.
+//! The deny-rule stage: the refusal plugins' rules, compiled once for the
+//! whole chain.
 //!
-//! A rule applies when the called tool's name is in its `tools` (exact
-//! match). A `pathPattern` is searched in the path a file tool carries
-//! (`path`, `file_path`, `filePath`), a `commandPattern` in `command`; a
-//! missing or non-string argument matches nothing. The first matching rule,
-//! plugins in load order and rules in file order, decides.
+//! Rules:
 //!
-//! Paths are matched as written and, when different, lexically normalised
-//! (`./`, `//`, `a/..` and `\` resolved), so that `config/./production.yml`
-//! does not slip past `config/production`.
-//!
-//! Rules are grouped per (tool, field) into one [`RegexSet`], so a call costs
-//! one hash lookup and one automaton pass per argument whatever the number of
-//! rules; only a call that does match asks the set which rules did.
+//! 1. A rule applies when the called tool's name is in its `tools` (exact
+//!    match). A `pathPattern` is searched in the path a file tool carries
+//!    (`path`, `file_path`, `filePath`), a `commandPattern` in `command`; a
+//!    missing or non-string argument matches nothing. The first matching
+//!    rule, plugins in the order given and rules in file order, decides.
+//! 2. A rule sees what will run. A command is tried as written and in its
+//!    normalised forms ([`command`]: shell words without quotes and escapes,
+//!    every simple command, programs by basename), a path as written and
+//!    lexically normalised ([`path`]). A match on any form blocks. This holds
+//!    for data tools and the `shell` capability alike: both ask this stage.
+//! 3. Rules compile within a budget ([`compile`]): each distinct pattern once
+//!    per field, the whole chain within [`Budget::CHAIN`]. A plugin over
+//!    budget is refused whole and reported ([`DenyRules::problems`]); the
+//!    others keep guarding, the user's served before the workspace's.
+//! 4. A call costs one hash lookup when no rule names its tool, and one
+//!    automaton pass per form of each argument otherwise; only a call that
+//!    does match asks the set which rules did.
+
+mod command;
+mod compile;
+mod path;
 
 use std::collections::HashMap;
 use std::fmt;
 
-use regex::{Regex, RegexSet, RegexSetBuilder};
 use serde_json::Value;
 
-use crate::data::plugin::PATTERN_SIZE_LIMIT;
-use crate::data::{DataSet, DenyField, Plugin};
+pub use compile::{Budget, BudgetError};
+use compile::{FieldSet, field_slot};
 
-/// The most memory one tool's combined set of patterns may take; past it
-/// the patterns are tried one by one instead.
-const SET_SIZE_LIMIT: usize = 32 * PATTERN_SIZE_LIMIT;
+use crate::data::{DataProblem, DataSet, DenyField, Plugin};
 
 /// The rule that blocked a tool call.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,60 +71,13 @@ struct RuleRef {
     field: DenyField,
 }
 
-/// Every pattern one tool has on one field.
-#[derive(Debug, Clone)]
-struct FieldRules {
-    /// Global rule positions, ascending, parallel to the matcher's patterns.
-    ids: Vec<usize>,
-    matcher: Matcher,
-}
-
-#[derive(Debug, Clone)]
-enum Matcher {
-    Set(RegexSet),
-    /// Fallback when the combined set would be too large.
-    Each(Vec<Regex>),
-}
-
-impl FieldRules {
-    fn build(rules: Vec<(usize, Regex)>) -> Self {
-        let ids = rules.iter().map(|(id, _)| *id).collect();
-        let regexes: Vec<Regex> = rules.into_iter().map(|(_, regex)| regex).collect();
-        // Same flags as each rule's own regex (see `data::plugin`).
-        let set = RegexSetBuilder::new(regexes.iter().map(Regex::as_str))
-            .case_insensitive(true)
-            .size_limit(SET_SIZE_LIMIT)
-            .dfa_size_limit(SET_SIZE_LIMIT)
-            .build();
-        let matcher = match set {
-            Ok(set) => Matcher::Set(set),
-            Err(err) => {
-                tracing::debug!("deny rules tried one by one: {err}");
-                Matcher::Each(regexes)
-            }
-        };
-        Self { ids, matcher }
-    }
-
-    /// The global position of the first rule matching `text`.
-    fn first_match(&self, text: &str) -> Option<usize> {
-        let index = match &self.matcher {
-            Matcher::Set(set) => {
-                if !set.is_match(text) {
-                    return None;
-                }
-                set.matches(text).iter().next()?
-            }
-            Matcher::Each(regexes) => regexes.iter().position(|r| r.is_match(text))?,
-        };
-        self.ids.get(index).copied()
-    }
-}
-
+/// The rules naming one tool.
 #[derive(Debug, Clone, Default)]
 struct ToolRules {
-    path: Option<FieldRules>,
-    command: Option<FieldRules>,
+    /// Global rule positions, ascending.
+    rules: Vec<usize>,
+    path: bool,
+    command: bool,
 }
 
 /// The compiled deny rules of a set of plugins.
@@ -124,14 +85,60 @@ struct ToolRules {
 pub struct DenyRules {
     rules: Vec<RuleRef>,
     by_tool: HashMap<String, ToolRules>,
+    /// One set per field, indexed by [`field_slot`].
+    sets: [Option<FieldSet>; 2],
+    refusals: Vec<BudgetError>,
+    problems: Vec<DataProblem>,
 }
 
 impl DenyRules {
-    /// Compiles the rules of `plugins`, in order: earlier plugins decide first.
+    /// Compiles the rules of `plugins` within [`Budget::CHAIN`]; earlier
+    /// plugins decide first. Plugins over budget are left out and listed
+    /// in [`DenyRules::problems`].
     pub fn new(plugins: &[Plugin]) -> Self {
+        Self::with_budget(plugins, Budget::CHAIN)
+    }
+
+    /// As [`DenyRules::new`], within `budget`.
+    pub fn with_budget(plugins: &[Plugin], budget: Budget) -> Self {
+        let mut allotment = compile::allot(plugins, budget);
+        let mut rules = loop {
+            match Self::assemble(plugins, &allotment.accepted, budget) {
+                Ok(rules) => break rules,
+                // Measured to fit, yet the engine refused the union: let
+                // the plugin the budget served last go, and try again.
+                Err(detail) => {
+                    tracing::warn!("deny rules could not be compiled together: {detail}");
+                    if !allotment.refuse_last(plugins, &detail) {
+                        break Self::default();
+                    }
+                }
+            }
+        };
+        rules.problems = allotment
+            .refusals
+            .iter()
+            .map(|refusal| DataProblem {
+                path: refusal.path().clone(),
+                error: refusal.to_string(),
+            })
+            .collect();
+        rules.refusals = allotment.refusals;
+        rules
+    }
+
+    /// Numbers the accepted plugins' rules and compiles each field's set.
+    fn assemble(plugins: &[Plugin], accepted: &[bool], budget: Budget) -> Result<Self, String> {
         let mut rules = Vec::new();
-        let mut grouped: HashMap<(String, DenyField), Vec<(usize, Regex)>> = HashMap::new();
-        for plugin in plugins {
+        let mut by_tool: HashMap<String, ToolRules> = HashMap::new();
+        let mut patterns: [Vec<&str>; 2] = [Vec::new(), Vec::new()];
+        let mut positions: [HashMap<&str, usize>; 2] = [HashMap::new(), HashMap::new()];
+        let mut rules_of: [Vec<Vec<usize>>; 2] = [Vec::new(), Vec::new()];
+        let admitted = plugins
+            .iter()
+            .zip(accepted)
+            .filter_map(|(plugin, ok)| ok.then_some(plugin));
+        for plugin in admitted {
             for (index, rule) in plugin.deny.iter().enumerate() {
                 let id = rules.len();
                 rules.push(RuleRef {
@@ -140,30 +147,40 @@ impl DenyRules {
                     reason: rule.reason.clone(),
                     field: rule.field,
                 });
-                let mut seen = Vec::new();
+                let slot = field_slot(rule.field);
+                let pattern = rule.pattern();
+                let position = *positions[slot].entry(pattern).or_insert_with(|| {
+                    patterns[slot].push(pattern);
+                    rules_of[slot].push(Vec::new());
+                    patterns[slot].len() - 1
+                });
+                rules_of[slot][position].push(id);
                 for tool in &rule.tools {
-                    // A tool listed twice in one rule needs the pattern once.
-                    if seen.contains(&tool) {
-                        continue;
+                    let entry = by_tool.entry(tool.clone()).or_default();
+                    // A tool listed twice in one rule needs the rule once.
+                    if entry.rules.last() != Some(&id) {
+                        entry.rules.push(id);
                     }
-                    seen.push(tool);
-                    grouped
-                        .entry((tool.clone(), rule.field))
-                        .or_default()
-                        .push((id, rule.regex().clone()));
+                    match rule.field {
+                        DenyField::Path => entry.path = true,
+                        DenyField::Command => entry.command = true,
+                    }
                 }
             }
         }
-        let mut by_tool: HashMap<String, ToolRules> = HashMap::new();
-        for ((tool, field), list) in grouped {
-            let entry = by_tool.entry(tool).or_default();
-            let compiled = Some(FieldRules::build(list));
-            match field {
-                DenyField::Path => entry.path = compiled,
-                DenyField::Command => entry.command = compiled,
+        let mut sets: [Option<FieldSet>; 2] = [None, None];
+        for (slot, (patterns, rules_of)) in patterns.iter().zip(rules_of).enumerate() {
+            if !patterns.is_empty() {
+                sets[slot] = Some(FieldSet::build(patterns, rules_of, budget)?);
             }
         }
-        Self { rules, by_tool }
+        Ok(Self {
+            rules,
+            by_tool,
+            sets,
+            refusals: Vec::new(),
+            problems: Vec::new(),
+        })
     }
 
     /// The deny rules of the guard chain for the data files in force: every
@@ -173,12 +190,33 @@ impl DenyRules {
         Self::new(&set.guard_plugins())
     }
 
-    /// The number of rules.
+    /// The plugins refused for the budget, as problems of their files, for
+    /// `list` and `doctor` to show.
+    pub fn problems(&self) -> &[DataProblem] {
+        &self.problems
+    }
+
+    /// Why each refused plugin was refused.
+    pub fn refusals(&self) -> &[BudgetError] {
+        &self.refusals
+    }
+
+    /// Records in `set` what compiling refused: each refused plugin leaves
+    /// `plugins` (and `shadowed_plugins`) and becomes a problem of its file,
+    /// so that listings show it refused rather than in force.
+    pub fn report_to(&self, set: &mut DataSet) {
+        let refused = |plugin: &Plugin| self.refusals.iter().any(|r| *r.path() == plugin.path);
+        set.plugins.retain(|plugin| !refused(plugin));
+        set.shadowed_plugins.retain(|plugin| !refused(plugin));
+        set.problems.extend(self.problems.iter().cloned());
+    }
+
+    /// The number of rules in force.
     pub fn len(&self) -> usize {
         self.rules.len()
     }
 
-    /// Whether there are no rules.
+    /// Whether no rule is in force.
     pub fn is_empty(&self) -> bool {
         self.rules.is_empty()
     }
@@ -188,32 +226,38 @@ impl DenyRules {
         self.by_tool.contains_key(tool_name)
     }
 
+    /// The heap the compiled sets take, in bytes (search caches aside).
+    pub fn compiled_bytes(&self) -> usize {
+        self.sets.iter().flatten().map(FieldSet::memory_usage).sum()
+    }
+
     /// The first rule that blocks a call of `tool_name` with `args`, if any.
     pub fn check(&self, tool_name: &str, args: &Value) -> Option<DenyHit> {
         let tool = self.by_tool.get(tool_name)?;
         let args = args.as_object()?;
+        let covers = |id: usize| tool.rules.binary_search(&id).is_ok();
         let mut first: Option<usize> = None;
-        let mut consider = |id: Option<usize>| {
-            if let Some(id) = id
-                && first.is_none_or(|f| id < f)
-            {
-                first = Some(id);
-            }
-        };
-        if let Some(rules) = &tool.path {
+        if tool.path
+            && let Some(set) = &self.sets[field_slot(DenyField::Path)]
+        {
             for key in DenyField::Path.arg_keys() {
                 if let Some(Value::String(path)) = args.get(*key) {
-                    consider(rules.first_match(path));
-                    if let Some(normal) = normalize_path(path) {
-                        consider(rules.first_match(&normal));
+                    set.first_rule(path, &covers, &mut first);
+                    if let Some(normal) = path::normalize_path(path) {
+                        set.first_rule(&normal, &covers, &mut first);
                     }
                 }
             }
         }
-        if let Some(rules) = &tool.command {
+        if tool.command
+            && let Some(set) = &self.sets[field_slot(DenyField::Command)]
+        {
             for key in DenyField::Command.arg_keys() {
                 if let Some(Value::String(command)) = args.get(*key) {
-                    consider(rules.first_match(command));
+                    set.first_rule(command, &covers, &mut first);
+                    for form in command::normal_forms(command) {
+                        set.first_rule(&form, &covers, &mut first);
+                    }
                 }
             }
         }
@@ -225,42 +269,6 @@ impl DenyRules {
             field: rule.field,
         })
     }
-}
-
-/// `path` with `\` as `/`, empty and `.` segments dropped and `..` resolved
-/// lexically; `None` when that changes nothing.
-fn normalize_path(path: &str) -> Option<String> {
-    let needs = path.contains('\\')
-        || path.contains("//")
-        || path
-            .split(['/', '\\'])
-            .any(|segment| segment == "." || segment == "..");
-    if !needs {
-        return None;
-    }
-    let unified = path.replace('\\', "/");
-    let absolute = unified.starts_with('/');
-    let mut segments: Vec<&str> = Vec::new();
-    for segment in unified.split('/') {
-        match segment {
-            "" | "." => {}
-            ".." => {
-                if segments.last().is_some_and(|s| *s != "..") {
-                    segments.pop();
-                } else if !absolute {
-                    segments.push("..");
-                }
-            }
-            segment => segments.push(segment),
-        }
-    }
-    let joined = segments.join("/");
-    let normal = if absolute {
-        format!("/{joined}")
-    } else {
-        joined
-    };
-    (normal != path).then_some(normal)
 }
 
 #[cfg(test)]
@@ -432,42 +440,6 @@ mod tests {
         );
     }
 
-    #[test]
-    fn the_fallback_matcher_agrees_with_the_set() {
-        let rules = vec![(3, compile("b+")), (7, compile("A"))];
-        let set = FieldRules::build(rules.clone());
-        assert!(matches!(set.matcher, Matcher::Set(_)));
-        let each = FieldRules {
-            ids: vec![3, 7],
-            matcher: Matcher::Each(rules.into_iter().map(|(_, r)| r).collect()),
-        };
-        for (text, expected) in [("xa", Some(7)), ("aBB", Some(3)), ("z", None)] {
-            assert_eq!(set.first_match(text), expected, "{text}");
-            assert_eq!(each.first_match(text), expected, "{text}");
-        }
-    }
-
-    fn compile(pattern: &str) -> Regex {
-        crate::data::plugin::compile_pattern(pattern).unwrap_or_else(|e| panic!("{e}"))
-    }
-
-    #[test]
-    fn paths_normalize_lexically() {
-        let cases = [
-            ("config/production.yml", None),
-            ("./config/production.yml", Some("config/production.yml")),
-            ("a//b/./c", Some("a/b/c")),
-            ("a/b/../../c", Some("c")),
-            ("../x", None),
-            ("../a/../x", Some("../x")),
-            ("/../etc/passwd", Some("/etc/passwd")),
-            ("a\\b", Some("a/b")),
-        ];
-        for (path, expected) in cases {
-            assert_eq!(normalize_path(path).as_deref(), expected, "{path}");
-        }
-    }
-
     /// 50 plugins of 10 rules each: 250 command and 250 path patterns.
     fn fifty_by_ten() -> Vec<Plugin> {
         (0..50)
@@ -490,14 +462,7 @@ mod tests {
     fn fifty_plugins_of_ten_rules_compile_and_decide() {
         let rules = DenyRules::new(&fifty_by_ten());
         assert_eq!(rules.len(), 500);
-        let tool = rules
-            .by_tool
-            .get("bash")
-            .unwrap_or_else(|| panic!("no bash"));
-        assert!(matches!(
-            tool.command.as_ref().map(|r| &r.matcher),
-            Some(Matcher::Set(_))
-        ));
+        assert!(rules.problems().is_empty(), "{:?}", rules.problems());
         let some = |plugin: &str, rule: usize| Some((plugin.to_owned(), rule));
         let cases = [
             (
@@ -525,6 +490,93 @@ mod tests {
         for (tool, args, expected) in cases {
             assert_eq!(hit(&rules, tool, args.clone()), expected, "{tool} {args}");
         }
+    }
+
+    /// The issue's plugin: `git\s+push` and `rm\s+-rf` on `bash` and on the
+    /// data tool `run`, plus an anchored rule, which only the basename of
+    /// the program can meet.
+    fn no_push() -> Vec<Plugin> {
+        vec![plugin(
+            r#"{"name":"no-push","description":"d","deny":[
+              {"tools":["bash","run"],"commandPattern":"git\\s+push","reason":"pushes are reviewed"},
+              {"tools":["bash","run"],"commandPattern":"rm\\s+-rf","reason":"deletes recursively"},
+              {"tools":["bash"],"commandPattern":"^curl\\b","reason":"no downloads"}
+            ]}"#,
+        )]
+    }
+
+    /// A grant of `git **` sees the words `git push` in every spelling; the
+    /// deny rules see them too, whatever quoting, path or command position
+    /// hides them.
+    #[test]
+    fn a_deny_rule_blocks_what_the_grant_lets_through_in_any_spelling() {
+        let rules = DenyRules::new(&no_push());
+        let grant = crate::capability::shell::ShellGrant::new(&["git **".to_owned()])
+            .unwrap_or_else(|e| panic!("{e}"));
+        let push = Some(("no-push".to_owned(), 0));
+        let rm = Some(("no-push".to_owned(), 1));
+        let curl = Some(("no-push".to_owned(), 2));
+        // `(command, whether grant `git **` lets it run, expected hit)`.
+        let cases = [
+            // Quotes and escapes: the grant sees `git push`, as git will.
+            ("git 'push'", true, push.clone()),
+            ("git pu''sh", true, push.clone()),
+            ("git \"push\"", true, push.clone()),
+            ("git pu\\sh", true, push.clone()),
+            ("git $'\\x70ush' origin", false, push.clone()),
+            // A path to the program, other commands before it, inside a
+            // substitution.
+            ("/usr/bin/git push", false, push.clone()),
+            ("x; git push", false, push.clone()),
+            ("true && git push", false, push.clone()),
+            ("$(git push)", false, push.clone()),
+            ("echo \"`git 'push'`\"", false, push.clone()),
+            ("(cd sub && git pu\\sh)", false, push.clone()),
+            ("rm '-rf' x", false, rm.clone()),
+            ("/bin/rm -rf x", false, rm.clone()),
+            ("rm -r''f x", false, rm.clone()),
+            ("x\nrm -r\"f\" y", false, rm.clone()),
+            // An anchored rule meets the program wherever it stands.
+            ("/usr/bin/curl -O x", false, curl.clone()),
+            ("X=1 curl x", false, curl.clone()),
+            ("echo; exec /usr/bin/curl x", false, curl.clone()),
+            ("git status && curl x", false, curl.clone()),
+            // An unclosed quote: what `sh` would read before failing.
+            ("git 'push", false, push.clone()),
+            // Innocent commands pass.
+            ("git status", true, None),
+            ("git log --grep 'push'", true, None),
+            ("echo curl", false, None),
+            ("echo x; echo curl", false, None),
+            ("rm -r x", false, None),
+        ];
+        let mut failures = Vec::new();
+        for (command, granted, expected) in cases {
+            let args = json!({ "command": command });
+            let got = hit(&rules, "bash", args.clone());
+            if got != expected {
+                failures.push(format!("{command:?}: {got:?}, expected {expected:?}"));
+            }
+            if grant.allows(command).is_ok() != granted {
+                failures.push(format!("{command:?}: grant `git **` allows: {}", !granted));
+            }
+            // The same rules name the data tool `run`, whose rendered
+            // command is checked the same way.
+            if expected.as_ref().is_some_and(|(_, rule)| *rule < 2) {
+                assert_eq!(hit(&rules, "run", args), expected, "{command:?} as `run`");
+            }
+        }
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
+
+    /// The normalised forms are computed only for a tool some rule names;
+    /// a covered tool with a plain command costs no extra pass.
+    #[test]
+    fn uncovered_tools_and_plain_commands_need_no_normalising() {
+        assert!(command::normal_forms("cargo test --workspace").is_empty());
+        let rules = DenyRules::new(&no_push());
+        assert!(!rules.covers("glob"));
+        assert_eq!(hit(&rules, "glob", json!({"command": "git 'push'"})), None);
     }
 
     #[test]
@@ -577,9 +629,14 @@ mod tests {
     #[test]
     #[ignore = "timing, not correctness"]
     fn timing() {
+        let plugins = fifty_by_ten();
         let started = std::time::Instant::now();
-        let rules = DenyRules::new(&fifty_by_ten());
+        let allotment = compile::allot(&plugins, Budget::CHAIN);
+        println!("measure 50x10: {:?}", started.elapsed());
+        let started = std::time::Instant::now();
+        let rules = DenyRules::new(&plugins);
         println!("compile 50x10: {:?}", started.elapsed());
+        drop(allotment);
         let calls = [
             (
                 "bash",
@@ -596,7 +653,17 @@ mod tests {
             ),
             ("read_file", json!({"path": "README.md"})),
         ];
-        for (tool, args) in &calls {
+        let calls = calls.into_iter().chain([
+            (
+                "bash",
+                json!({"command": "git 'status' --porcelain && \"cargo\" test --workspace"}),
+            ),
+            (
+                "bash",
+                json!({"command": "cd deploy; /usr/bin/tool42x6 'apply' -f all.yaml"}),
+            ),
+        ]);
+        for (tool, args) in &calls.collect::<Vec<_>>() {
             let n = 20_000;
             let started = std::time::Instant::now();
             let mut hits = 0;

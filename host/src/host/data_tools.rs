@@ -31,11 +31,12 @@ impl DataState {
     /// the same name for listing, but the user's deny rules stay in force
     /// (see [`DenyRules::for_data`]).
     pub(crate) fn load(search: &DataSearch) -> Self {
-        let set = search.load();
+        let mut set = search.load();
         for problem in &set.problems {
             tracing::warn!("`{}`: {}", problem.path.display(), problem.error);
         }
         let deny = DenyRules::for_data(&set);
+        deny.report_to(&mut set);
         Self {
             set,
             deny,

@@ -1,0 +1,715 @@
+//! A shell command line in the forms a `commandPattern` is tried on.
+//!
+//! Rules:
+//!
+//! 1. A deny rule sees what will run, not only what was typed. A command is
+//!    read as `sh` reads it: quotes and backslashes are removed (`git 'push'`,
+//!    `git pu''sh`, `git "push"`, `git pu\sh` are all `git push`), `$'…'`
+//!    escapes are decoded, and the words are joined by single spaces.
+//! 2. Every simple command counts. The line is split where `sh` starts
+//!    another command (`;`, `&&`, `||`, `|`, `&`, newlines, `(`, `)`) and
+//!    where it runs one inside another (`$(…)`, backticks, also inside double
+//!    quotes), so `x; /bin/rm -rf y` or `echo "$(git push)"` is caught.
+//! 3. The program is reduced to its basename (`/usr/bin/git` is `git`), past
+//!    leading assignments, redirections, reserved words (`if`, `{`, `!`, …)
+//!    and the wrappers that run their argument (`exec`, `command`, `env`,
+//!    `sudo`, …).
+//! 4. A line `sh` would reject (an unclosed quote) is read as far as it goes
+//!    and, conservatively, also with every quote character and backslash
+//!    removed: the lines before the error may still run.
+//!
+//! The forms returned are the whole line normalised (commands joined by
+//! their operators), each list inside a substitution likewise, and each
+//! simple command from its program on. A rule matching the raw line or any
+//! form blocks. What this cannot see — the value of a variable, a command
+//! built at run time, `sh -c '…'` nested in an argument, an alias — is the
+//! kernel sandbox's to contain: deny rules are a filter, not the sandbox.
+
+/// Reserved words that may stand before a simple command's program.
+const RESERVED: &[&str] = &[
+    "!", "{", "}", "if", "then", "else", "elif", "fi", "do", "done", "while", "until", "time",
+];
+
+/// Programs that run the next word as a program.
+const WRAPPERS: &[&str] = &[
+    "builtin", "command", "env", "exec", "nice", "nohup", "sudo", "time", "xargs",
+];
+
+/// Characters after which a command needs reading as the shell would; a
+/// line without any of them (and without a path, a doubled space or a
+/// leading wrapper) is its own only form.
+const SPECIAL: &[char] = &[
+    '\'', '"', '\\', '$', '`', ';', '&', '|', '(', ')', '<', '>', '\n', '\r', '\t', '#', '=', '/',
+    '{', '}', '!',
+];
+
+/// The normalised forms of `command` that differ from it, without
+/// duplicates; empty when `command` is already its only form (the common
+/// case costs no allocation).
+pub(super) fn normal_forms(command: &str) -> Vec<String> {
+    if is_plain(command) {
+        return Vec::new();
+    }
+    let parsed = Lexer::run(command);
+    let mut forms: Vec<String> = Vec::new();
+    let mut add = |form: String| {
+        if !form.is_empty() && form != command && !forms.contains(&form) {
+            forms.push(form);
+        }
+    };
+    for list in &parsed.lists {
+        let mut whole = String::new();
+        for (index, simple) in list.commands.iter().enumerate() {
+            if index > 0 {
+                push_word(
+                    &mut whole,
+                    list.operators.get(index - 1).copied().unwrap_or(";"),
+                );
+            }
+            for word in &simple.words {
+                push_word(&mut whole, word);
+            }
+        }
+        for simple in &list.commands {
+            let mut from_program = String::new();
+            for word in simple.words.get(simple.program..).unwrap_or_default() {
+                push_word(&mut from_program, word);
+            }
+            add(from_program);
+        }
+        add(whole);
+    }
+    if parsed.unbalanced {
+        add(conservative(command));
+    }
+    forms
+}
+
+/// Whether `command` needs no reading: its normal form is itself.
+fn is_plain(command: &str) -> bool {
+    if command.contains(SPECIAL) || command.contains("  ") {
+        return false;
+    }
+    if command.starts_with(' ') || command.ends_with(' ') {
+        return false;
+    }
+    let first = command.split(' ').next().unwrap_or_default();
+    !(RESERVED.contains(&first) || WRAPPERS.contains(&first))
+}
+
+/// Appends `word` after a space; an empty word (`''`) adds nothing, so
+/// that it cannot split what a rule reads as one phrase.
+fn push_word(line: &mut String, word: &str) {
+    if word.is_empty() {
+        return;
+    }
+    if !line.is_empty() {
+        line.push(' ');
+    }
+    line.push_str(word);
+}
+
+/// `command` with every quote character and backslash removed and runs of
+/// whitespace as single spaces: for a line the lexer could not close.
+fn conservative(command: &str) -> String {
+    let stripped: String = command
+        .chars()
+        .filter(|c| !matches!(c, '\'' | '"' | '\\'))
+        .collect();
+    stripped.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// How deep substitutions may nest before the rest of the line is read
+/// as text (and the conservative form added): bounds the lexer's memory
+/// whatever the line holds.
+const MAX_DEPTH: usize = 64;
+
+/// One simple command: its words, and where its program is.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Simple {
+    words: Vec<String>,
+    /// Index of the (innermost) program word; `words.len()` when none.
+    program: usize,
+}
+
+/// Commands joined by operators: the whole line, or one substitution.
+#[derive(Debug, Default)]
+struct List {
+    commands: Vec<Simple>,
+    /// `operators[i]` joins `commands[i]` and `commands[i + 1]`.
+    operators: Vec<&'static str>,
+    /// The operator that will join the next command, once there is one.
+    pending: Option<&'static str>,
+}
+
+impl List {
+    fn push(&mut self, words: Vec<String>) {
+        if !self.commands.is_empty() {
+            self.operators.push(self.pending.take().unwrap_or(";"));
+        }
+        self.pending = None;
+        self.commands.push(simple(words));
+    }
+}
+
+/// What [`Lexer::run`] read.
+#[derive(Debug, Default)]
+struct Parsed {
+    /// The top-level list first, then each substitution as it closed.
+    lists: Vec<List>,
+    /// The line ended inside a quote, or nested too deep to follow.
+    unbalanced: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Closer {
+    /// The line itself.
+    End,
+    /// `$(…)`: closed by the `)` at paren depth 0.
+    Paren,
+    /// `` `…` ``.
+    Backtick,
+}
+
+/// A list being read, and what to resume when it closes.
+#[derive(Debug)]
+struct Frame {
+    closer: Closer,
+    /// Plain `(` opened inside a `$(…)` and not yet closed.
+    depth: usize,
+    list: List,
+    /// The enclosing list's words and word, resumed when this closes.
+    outer_words: Vec<String>,
+    outer_word: Option<String>,
+    /// The enclosing word was inside double quotes when this opened.
+    in_double: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Quote {
+    None,
+    Single,
+    Double,
+    /// `$'…'`.
+    AnsiC,
+}
+
+/// A POSIX `sh` reader, far enough to know the words of every command.
+struct Lexer<'a> {
+    chars: std::iter::Peekable<std::str::Chars<'a>>,
+    /// Innermost last; the bottom one is the line itself.
+    frames: Vec<Frame>,
+    /// The innermost list's finished words and the word being read.
+    words: Vec<String>,
+    word: Option<String>,
+    quote: Quote,
+    parsed: Parsed,
+}
+
+impl<'a> Lexer<'a> {
+    fn run(command: &'a str) -> Parsed {
+        let mut lexer = Lexer {
+            chars: command.chars().peekable(),
+            frames: vec![Frame {
+                closer: Closer::End,
+                depth: 0,
+                list: List::default(),
+                outer_words: Vec::new(),
+                outer_word: None,
+                in_double: false,
+            }],
+            words: Vec::new(),
+            word: None,
+            quote: Quote::None,
+            parsed: Parsed::default(),
+        };
+        while let Some(c) = lexer.chars.next() {
+            match lexer.quote {
+                Quote::None => lexer.plain(c),
+                Quote::Single => lexer.single(c),
+                Quote::Double => lexer.double(c),
+                Quote::AnsiC => lexer.ansi_c(c),
+            }
+        }
+        if lexer.quote != Quote::None {
+            lexer.parsed.unbalanced = true;
+            lexer.quote = Quote::None;
+        }
+        // Close whatever is still open, innermost first: an unclosed `$(`
+        // still names a command the shell may have started reading.
+        while lexer.frames.len() > 1 {
+            lexer.close_frame();
+        }
+        lexer.end_command(None);
+        if let Some(frame) = lexer.frames.pop() {
+            lexer.parsed.lists.insert(0, frame.list);
+        }
+        lexer.parsed
+    }
+
+    fn word(&mut self) -> &mut String {
+        self.word.get_or_insert_with(String::new)
+    }
+
+    fn end_word(&mut self) {
+        if let Some(word) = self.word.take() {
+            self.words.push(word);
+        }
+    }
+
+    /// Ends the current simple command; `operator` joins it to the next.
+    fn end_command(&mut self, operator: Option<&'static str>) {
+        self.end_word();
+        let words = std::mem::take(&mut self.words);
+        let Some(frame) = self.frames.last_mut() else {
+            return;
+        };
+        if !words.is_empty() {
+            frame.list.push(words);
+        }
+        if operator.is_some() && !frame.list.commands.is_empty() {
+            frame.list.pending = operator;
+        }
+    }
+
+    fn open_frame(&mut self, closer: Closer) {
+        if self.frames.len() > MAX_DEPTH {
+            self.parsed.unbalanced = true;
+            self.word()
+                .push_str(if closer == Closer::Paren { "$(" } else { "`" });
+            return;
+        }
+        let frame = Frame {
+            closer,
+            depth: 0,
+            list: List::default(),
+            outer_words: std::mem::take(&mut self.words),
+            outer_word: self.word.take(),
+            in_double: self.quote == Quote::Double,
+        };
+        self.frames.push(frame);
+        self.quote = Quote::None;
+    }
+
+    fn close_frame(&mut self) {
+        self.end_command(None);
+        let Some(frame) = self.frames.pop() else {
+            return;
+        };
+        self.parsed.lists.push(frame.list);
+        // The enclosing word goes on around the substitution as if it
+        // expanded to nothing: `pu$(true)sh` runs as `push`.
+        self.words = frame.outer_words;
+        self.word = frame.outer_word;
+        if frame.in_double {
+            self.word();
+            self.quote = Quote::Double;
+        }
+    }
+
+    fn top(&self) -> (Closer, usize) {
+        self.frames
+            .last()
+            .map_or((Closer::End, 0), |f| (f.closer, f.depth))
+    }
+
+    fn plain(&mut self, c: char) {
+        match c {
+            ' ' | '\t' | '\r' => self.end_word(),
+            '\n' | ';' => self.end_command(Some(";")),
+            '&' => {
+                let operator = if self.chars.next_if_eq(&'&').is_some() {
+                    "&&"
+                } else {
+                    "&"
+                };
+                self.end_command(Some(operator));
+            }
+            '|' => {
+                let operator = if self.chars.next_if_eq(&'|').is_some() {
+                    "||"
+                } else {
+                    "|"
+                };
+                self.end_command(Some(operator));
+            }
+            // A subshell: its commands are commands like the others.
+            '(' => {
+                if let Some(frame) = self.frames.last_mut() {
+                    frame.depth += 1;
+                }
+                self.end_command(None);
+            }
+            ')' => match self.top() {
+                (Closer::Paren, 0) => self.close_frame(),
+                _ => {
+                    if let Some(frame) = self.frames.last_mut() {
+                        frame.depth = frame.depth.saturating_sub(1);
+                    }
+                    self.end_command(None);
+                }
+            },
+            '`' => {
+                if self.top().0 == Closer::Backtick {
+                    self.close_frame();
+                } else {
+                    self.open_frame(Closer::Backtick);
+                }
+            }
+            '<' | '>' => self.redirection(c),
+            '\'' => {
+                self.word();
+                self.quote = Quote::Single;
+            }
+            '"' => {
+                self.word();
+                self.quote = Quote::Double;
+            }
+            '\\' => match self.chars.next() {
+                // A line continuation joins the lines.
+                Some('\n') | None => {}
+                Some(escaped) => self.word().push(escaped),
+            },
+            '$' => self.dollar(),
+            '#' if self.word.is_none() => {
+                // A comment, to the end of the line.
+                while self.chars.next_if(|n| *n != '\n').is_some() {}
+            }
+            c => self.word().push(c),
+        }
+    }
+
+    /// A redirection stays in its command as one word (`>>`, `2>&`, `<<-`,
+    /// `>|`), its target as the next.
+    fn redirection(&mut self, c: char) {
+        let mut operator = match self.word.take() {
+            Some(fd) if !fd.is_empty() && fd.chars().all(|d| d.is_ascii_digit()) => fd,
+            other => {
+                self.word = other;
+                self.end_word();
+                String::new()
+            }
+        };
+        operator.push(c);
+        while let Some(next) = self
+            .chars
+            .next_if(|n| matches!(n, '<' | '>' | '&' | '|' | '-'))
+        {
+            operator.push(next);
+        }
+        self.words.push(operator);
+    }
+
+    /// After a `$` outside single quotes.
+    fn dollar(&mut self) {
+        match self.chars.peek() {
+            Some('(') => {
+                self.chars.next();
+                self.open_frame(Closer::Paren);
+            }
+            Some('\'') if self.quote == Quote::None => {
+                self.chars.next();
+                self.word();
+                self.quote = Quote::AnsiC;
+            }
+            Some('"') if self.quote == Quote::None => {
+                self.chars.next();
+                self.word();
+                self.quote = Quote::Double;
+            }
+            Some('{') => {
+                // A parameter expansion: its value is unknown; keep it as
+                // written.
+                let word = self.word.get_or_insert_with(String::new);
+                word.push('$');
+                for c in self.chars.by_ref() {
+                    word.push(c);
+                    if c == '}' {
+                        break;
+                    }
+                }
+            }
+            _ => self.word().push('$'),
+        }
+    }
+
+    fn single(&mut self, c: char) {
+        if c == '\'' {
+            self.quote = Quote::None;
+        } else {
+            self.word().push(c);
+        }
+    }
+
+    fn double(&mut self, c: char) {
+        match c {
+            '"' => self.quote = Quote::None,
+            '\\' => match self.chars.peek().copied() {
+                Some('\n') => {
+                    self.chars.next();
+                }
+                Some(escaped @ ('$' | '`' | '"' | '\\')) => {
+                    self.chars.next();
+                    self.word().push(escaped);
+                }
+                // Before any other character a backslash in double quotes
+                // is itself.
+                _ => self.word().push('\\'),
+            },
+            '$' => self.dollar(),
+            '`' => self.open_frame(Closer::Backtick),
+            c => self.word().push(c),
+        }
+    }
+
+    fn ansi_c(&mut self, c: char) {
+        match c {
+            '\'' => self.quote = Quote::None,
+            '\\' => {
+                if let Some(decoded) = self.ansi_escape() {
+                    self.word().push(decoded);
+                }
+            }
+            c => self.word().push(c),
+        }
+    }
+
+    /// The character a `$'…'` escape stands for (after the backslash).
+    fn ansi_escape(&mut self) -> Option<char> {
+        let c = self.chars.next()?;
+        let (radix, max_digits, mut value) = match c {
+            'a' => return Some('\u{7}'),
+            'b' => return Some('\u{8}'),
+            'e' | 'E' => return Some('\u{1b}'),
+            'f' => return Some('\u{c}'),
+            'n' => return Some('\n'),
+            'r' => return Some('\r'),
+            't' => return Some('\t'),
+            'v' => return Some('\u{b}'),
+            'c' => {
+                return self
+                    .chars
+                    .next()
+                    .and_then(|n| char::from_u32(u32::from(n) & 0x1f));
+            }
+            'x' => (16, 2, 0),
+            'u' => (16, 4, 0),
+            'U' => (16, 8, 0),
+            '0'..='7' => (8, 2, c.to_digit(8).unwrap_or(0)),
+            // `\\`, `\'`, `\"`, `\?` and unknown escapes: the character.
+            other => return Some(other),
+        };
+        for _ in 0..max_digits {
+            let Some(digit) = self.chars.peek().and_then(|d| d.to_digit(radix)) else {
+                break;
+            };
+            self.chars.next();
+            value = value.saturating_mul(radix).saturating_add(digit);
+        }
+        char::from_u32(value)
+    }
+}
+
+/// A simple command from its words: its program found and basenamed.
+fn simple(mut words: Vec<String>) -> Simple {
+    let mut index = 0;
+    let mut program = words.len();
+    let mut after_wrapper = false;
+    while let Some(word) = words.get(index) {
+        if is_redirection(word) {
+            // The operator and its target.
+            index += 2;
+            continue;
+        }
+        let skip = is_assignment(word)
+            || (!after_wrapper && RESERVED.contains(&word.as_str()))
+            || (after_wrapper && word.starts_with('-'));
+        if skip {
+            index += 1;
+            continue;
+        }
+        let base = basename(word);
+        if base.len() != word.len() {
+            words[index] = base.to_owned();
+        }
+        program = index;
+        if !WRAPPERS.contains(&words[index].as_str()) {
+            break;
+        }
+        after_wrapper = true;
+        index += 1;
+    }
+    Simple { words, program }
+}
+
+/// A redirection operator as [`Lexer::redirection`] keeps it: an optional
+/// descriptor number, then `<` or `>` and the operator's other characters.
+fn is_redirection(word: &str) -> bool {
+    let operator = word.trim_start_matches(|c: char| c.is_ascii_digit());
+    operator.starts_with(['<', '>'])
+        && operator
+            .chars()
+            .all(|c| matches!(c, '<' | '>' | '&' | '|' | '-'))
+}
+
+/// `NAME=value`.
+fn is_assignment(word: &str) -> bool {
+    let Some((name, _)) = word.split_once('=') else {
+        return false;
+    };
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// The last `/`-separated part of `word`, unless that is empty.
+fn basename(word: &str) -> &str {
+    match word.rsplit_once('/') {
+        Some((_, base)) if !base.is_empty() => base,
+        _ => word,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The forms of `command`, sorted, for comparing as a set.
+    fn forms(command: &str) -> Vec<String> {
+        let mut forms = normal_forms(command);
+        forms.sort();
+        forms
+    }
+
+    #[test]
+    fn commands_are_read_as_the_shell_reads_them() {
+        let cases: &[(&str, &[&str])] = &[
+            // Plain commands are their own only form: nothing to add.
+            ("git status", &[]),
+            ("cargo test --workspace", &[]),
+            // Quotes and escapes removed.
+            ("git 'push'", &["git push"]),
+            ("git pu''sh", &["git push"]),
+            ("git \"push\"", &["git push"]),
+            ("git pu\\sh", &["git push"]),
+            ("rm '-rf' x", &["rm -rf x"]),
+            ("rm -r''f x", &["rm -rf x"]),
+            ("git '' push", &["git push"]),
+            // Inside double quotes a backslash before an ordinary character
+            // stays, as `sh` keeps it.
+            ("git \"pu\\sh\"", &["git pu\\sh"]),
+            ("echo \"a\\\"b\"", &["echo a\"b"]),
+            // `$'…'` decoded; `$"…"` is a double-quoted string.
+            ("git $'\\x70ush'", &["git push"]),
+            ("git $'pu\\163h'", &["git push"]),
+            ("git $\"push\"", &["git push"]),
+            // A parameter expansion stays as written.
+            ("git ${X}push", &[]),
+            // Whitespace runs become single spaces.
+            ("git  push", &["git push"]),
+            (" git\tpush ", &["git push"]),
+            // The program's basename.
+            ("/usr/bin/git push", &["git push"]),
+            ("./rm -rf x", &["rm -rf x"]),
+            ("/bin/rm -rf x", &["rm -rf x"]),
+            ("cat /etc/passwd", &[]),
+            // Every simple command, and the line with its operators.
+            ("x; git push", &["git push", "x", "x ; git push"]),
+            // (The whole line, already in normal form, is the raw form.)
+            ("true && git push", &["git push", "true"]),
+            ("a || b | c & d", &["a", "b", "c", "d"]),
+            ("a ||b|c", &["a", "a || b | c", "b", "c"]),
+            ("a\ngit push", &["a", "a ; git push", "git push"]),
+            ("(git push)", &["git push"]),
+            ("a && (/bin/rm -rf x)", &["a", "a && rm -rf x", "rm -rf x"]),
+            // Substitutions are commands of their own; the word around one
+            // goes on as if it expanded to nothing.
+            ("$(git push)", &["git push"]),
+            ("echo \"$(git push)\"", &["echo", "git push"]),
+            ("echo `/usr/bin/git push`", &["echo", "git push"]),
+            ("git pu$(true)sh", &["git push", "true"]),
+            ("echo $(a $(git push) b)", &["a b", "echo", "git push"]),
+            ("echo $((1 + 2))", &["1 + 2", "echo"]),
+            // Past assignments, redirections, reserved words and wrappers.
+            ("X=1 /usr/bin/git push", &["X=1 git push", "git push"]),
+            ("exec /usr/bin/git push", &["exec git push", "git push"]),
+            ("env -i A=b git push", &["git push"]),
+            ("sudo rm -rf /", &["rm -rf /"]),
+            (
+                "if /usr/bin/git push; then :; fi",
+                &[":", "git push", "if git push ; then : ; fi"],
+            ),
+            (
+                ">log /usr/bin/git push 2>&1",
+                &["> log git push 2>& 1", "git push 2>& 1"],
+            ),
+            // A comment ends the line for the shell.
+            ("git status # '; git push", &["git status"]),
+            // Unclosed quotes: as far as it goes, and without quotes at all.
+            ("git 'push", &["git push"]),
+            (
+                "rm -rf x; echo \"un closed",
+                &[
+                    "echo un closed",
+                    "rm -rf x",
+                    "rm -rf x ; echo un closed",
+                    "rm -rf x; echo un closed",
+                ],
+            ),
+            ("$(git push", &["git push"]),
+        ];
+        let failures: Vec<String> = cases
+            .iter()
+            .filter(|(command, expected)| forms(command) != *expected)
+            .map(|(command, expected)| {
+                format!("{command:?}: {:?}, expected {expected:?}", forms(command))
+            })
+            .collect();
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
+
+    #[test]
+    fn deep_nesting_is_read_as_text_past_the_limit() {
+        let deep = format!("{}git 'push'{}", "$(".repeat(200), ")".repeat(200));
+        let forms = normal_forms(&deep);
+        assert!(forms.iter().any(|f| f.ends_with("git push")), "{forms:?}");
+    }
+
+    #[test]
+    fn hostile_input_never_panics() {
+        for command in [
+            "",
+            " ",
+            "'",
+            "\"",
+            "\\",
+            "$",
+            "$(",
+            ")",
+            "`",
+            "$'\\",
+            "$'\\x",
+            "$'\\u{",
+            "$'\\c",
+            "${",
+            "((((",
+            "))))",
+            "$((1+2))",
+            ">",
+            "2>",
+            "<<<",
+            "a;;;b",
+            "&&&&",
+            "\u{0}",
+            "é'ü\"`$(ß",
+            "$'\\U0011ffff'",
+            "$'\\777'",
+            "\"`\"`",
+            "$(`)`",
+        ] {
+            let _ = normal_forms(command);
+        }
+    }
+}
