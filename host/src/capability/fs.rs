@@ -1017,7 +1017,7 @@ fn same_entry(dir: &Dir, name: &str, opened: &CapMetadata) -> bool {
 }
 
 /// Opens `name` in `parent` as a directory without following a symlink.
-fn open_dir_nofollow(parent: &Dir, name: &str) -> io::Result<Dir> {
+pub(crate) fn open_dir_nofollow(parent: &Dir, name: &str) -> io::Result<Dir> {
     let mut options = OpenOptions::new();
     options
         .read(true)
