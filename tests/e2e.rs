@@ -32,6 +32,8 @@ mod data;
 mod failure;
 #[path = "e2e/fault.rs"]
 mod fault;
+#[path = "e2e/install.rs"]
+mod install;
 #[path = "e2e/intercept.rs"]
 mod intercept;
 #[path = "e2e/load.rs"]

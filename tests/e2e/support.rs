@@ -528,3 +528,69 @@ pub fn zotbox_run_calls(lab: &Lab, dir: &Path, calls: &[(&str, Value)]) -> Vec<(
     }
     answers
 }
+
+/// Runs the real binary like [`Lab::zotbox`], but ends it (and fails the
+/// test) if it has not finished within [`PATIENCE`]: for runs that must not hang.
+pub fn zotbox_bounded(lab: &Lab, args: &[&str]) -> Run {
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_zotbox"))
+        .arg("--zot-home")
+        .arg(&lab.home)
+        .arg("--workspace")
+        .arg(&lab.workspace)
+        .args(args)
+        .current_dir(&lab.workspace)
+        .env("ZOT_HOME", &lab.home)
+        .env_remove("ZOTBOX_LOG")
+        .env_remove("XDG_STATE_HOME")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run zotbox");
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while child.try_wait().expect("wait for zotbox").is_none() {
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("`zotbox {}` hung for {PATIENCE:?}", args.join(" "));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Run::from(child.wait_with_output().expect("zotbox output"))
+}
+
+/// Every entry under `dir` by relative path: a file's bytes, a symlink's
+/// target (`-> target`), a folder or special file by its kind. Never opens
+/// anything but regular files (a FIFO would block).
+pub fn tree(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    let mut found = std::collections::BTreeMap::new();
+    let mut pending = vec![dir.to_owned()];
+    while let Some(current) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&current) else {
+            continue;
+        };
+        for entry in entries {
+            let path = entry.expect("a folder entry").path();
+            let key = path
+                .strip_prefix(dir)
+                .expect("under the root")
+                .display()
+                .to_string();
+            let meta = std::fs::symlink_metadata(&path).expect("metadata");
+            let value = if meta.is_symlink() {
+                let target = std::fs::read_link(&path).expect("read link");
+                format!("-> {}", target.display()).into_bytes()
+            } else if meta.is_dir() {
+                pending.push(path);
+                b"folder".to_vec()
+            } else if meta.is_file() {
+                std::fs::read(&path).expect("read a file")
+            } else {
+                b"special".to_vec()
+            };
+            found.insert(key, value);
+        }
+    }
+    found
+}

@@ -390,8 +390,8 @@ fn walk(root: &Dir, source: &Path) -> Result<Vec<PlannedEntry>, InstallError> {
                     identity: Identity::of(&meta),
                 });
             } else if file_type.is_symlink() {
-                let (target, meta) = resolve_link(root, &dir, &prefix, &name, &path)
-                    .map_err(&refused)?;
+                let (target, meta) =
+                    resolve_link(root, &dir, &prefix, &name, &path).map_err(&refused)?;
                 planned.push(PlannedEntry {
                     path,
                     kind: EntryKind::Link { target },
