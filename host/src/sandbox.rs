@@ -144,12 +144,13 @@ fn entries(dir: &Path) -> Vec<PathBuf> {
 
 /// The program a native extension in `folder` names by path, if any (a
 /// bare name is found on `PATH`, outside any workspace it could write).
+/// zot's rule: a path with a separator is relative to the folder.
 fn native_program(folder: &Path) -> Option<PathBuf> {
     let manifest =
         crate::manifest::Manifest::load(&folder.join(crate::manifest::MANIFEST_FILE)).ok()?;
     match &manifest.program {
         crate::manifest::Program::Native { exec, .. } if exec.contains('/') => {
-            crate::runtime::native::resolve_exec(exec, folder).ok()
+            Some(folder.join(exec))
         }
         _ => None,
     }

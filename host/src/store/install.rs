@@ -592,6 +592,12 @@ pub fn commit(
         .prefix(&format!(".installing-{name}-"))
         .tempdir_in(&extensions)
         .map_err(io_error("create a staging folder in", &extensions))?;
+    // A temporary folder is private (0700); the install is an ordinary folder.
+    std::fs::set_permissions(
+        staging.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .map_err(io_error("set the mode of", staging.path()))?;
     let manifest_text = match plan.manifest.program {
         Program::Wasm { .. } => with_launcher(plan, launcher)?,
         Program::Native { .. } => plan.manifest_text.clone(),
