@@ -24,6 +24,8 @@ mod attack;
 
 #[path = "e2e/cli.rs"]
 mod cli;
+#[path = "e2e/control_paths.rs"]
+mod control_paths;
 #[path = "e2e/data.rs"]
 mod data;
 #[path = "e2e/deny_rules.rs"]
@@ -34,6 +36,8 @@ mod failure;
 mod fault;
 #[path = "e2e/guard_liveness.rs"]
 mod guard_liveness;
+#[path = "e2e/install.rs"]
+mod install;
 #[path = "e2e/intercept.rs"]
 mod intercept;
 #[path = "e2e/limits.rs"]

@@ -145,7 +145,7 @@ pub async fn run(
     let manifest = Manifest::load(&dir.join(MANIFEST_FILE))?;
     let name = manifest.name().to_owned();
     let policy = Policy::load_for(&home)?;
-    let services = services(&home, &policy);
+    let services = services(&home, &policy, dir);
     let (limits, sandbox) =
         crate::sandbox::confine(&policy, &services, &manifest).map_err(|reason| {
             BridgeError::Refused {
@@ -184,7 +184,7 @@ pub async fn run(
     Ok(exit)
 }
 
-fn services(home: &ZotHome, policy: &Policy) -> Arc<Services> {
+fn services(home: &ZotHome, policy: &Policy, dir: &Path) -> Arc<Services> {
     let audit = Arc::new(AuditLog::open(&home.audit_log()));
     let http_config = policy.http_config();
     Arc::new_cyclic(|weak| {
@@ -198,6 +198,10 @@ fn services(home: &ZotHome, policy: &Policy) -> Arc<Services> {
                 rules: std::sync::OnceLock::new(),
             }),
         )
+        .with_control(crate::sandbox::ControlSources::new(
+            home.root(),
+            &[dir.to_path_buf()],
+        ))
     })
 }
 

@@ -7,15 +7,18 @@
 //! that checks the grant before it touches anything:
 //!
 //! - [`fs`]: workspace files through a cap-std jail, read and write globs;
+//!   control paths (`.git`, `.zot`, `.shiro`, `$ZOT_HOME` and extension
+//!   folders inside the workspace) never written, hard-linked files refused;
 //! - [`http`]: HTTPS only, to granted origins, never to private addresses by name;
 //! - [`shell`]: command patterns, one-word argument quoting, a scrubbed
 //!   environment, a timeout and an output cap;
 //! - [`granted_env`]: only the named environment variables.
 //!
 //! Every failure is a [`CapabilityError`], which maps one to one onto the WIT
-//! `types.error` variant; a refusal is always [`CapabilityError::Denied`], so
-//! the guard chain, the audit log and the wire error read it without parsing
-//! strings.
+//! `types.error` variant; a refusal is always [`CapabilityError::Denied`]
+//! (also when the kernel or cap-std caught it: `EACCES`, `EPERM`, an escape
+//! from the jail's directory handle), so the guard chain, the audit log and
+//! the wire error read it without parsing strings.
 
 pub mod fs;
 pub mod http;

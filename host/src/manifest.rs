@@ -261,6 +261,11 @@ impl Manifest {
                         problem: "is empty".to_owned(),
                     });
                 }
+                validate_wasm_path(wasm).map_err(|problem| ManifestError::Invalid {
+                    path: path.to_owned(),
+                    field: "wasm",
+                    problem,
+                })?;
                 // `./x.wasm` and `x.wasm` name the same file; keep paths tidy.
                 let relative: PathBuf = Path::new(wasm)
                     .components()
@@ -325,6 +330,28 @@ pub fn validate_name(name: &str) -> Result<(), String> {
         return Err(format!(
             "`{shown}` contains `{}`; use letters, digits, `-`, `_` and `.`",
             bad.escape_default()
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a `wasm` path: relative, and without `..`, so it names a file
+/// inside the extension's folder. What was approved at install is that
+/// folder's content; a path leading elsewhere would let the code change
+/// after approval (`THREATS.md` rule 3).
+fn validate_wasm_path(wasm: &str) -> Result<(), String> {
+    let shown = crate::text::Shown(wasm);
+    if Path::new(wasm).is_absolute() {
+        return Err(format!(
+            "`{shown}` is absolute; name a file inside the extension's folder, relative to it"
+        ));
+    }
+    if Path::new(wasm)
+        .components()
+        .any(|c| matches!(c, std::path::Component::ParentDir))
+    {
+        return Err(format!(
+            "`{shown}` contains `..`; name a file inside the extension's folder"
         ));
     }
     Ok(())
@@ -406,6 +433,19 @@ mod tests {
             ),
             (r#"{"name":"a/b","exec":"x"}"#, "contains `/`"),
             (r#"{"name":"","exec":"x"}"#, "field `name` is empty"),
+            // Attack: code outside the folder, which can change after approval.
+            (
+                r#"{"name":"a","wasm":"/tmp/x.wasm"}"#,
+                "field `wasm` `/tmp/x.wasm` is absolute; name a file inside the extension's folder",
+            ),
+            (
+                r#"{"name":"a","wasm":"../x.wasm"}"#,
+                "field `wasm` `../x.wasm` contains `..`; name a file inside the extension's folder",
+            ),
+            (
+                r#"{"name":"a","wasm":"./sub/../../x.wasm"}"#,
+                "field `wasm` `./sub/../../x.wasm` contains `..`",
+            ),
             // Limits out of range.
             (
                 r#"{"name":"a","wasm":"a.wasm","limits":{"memory_mb":0}}"#,

@@ -6,12 +6,25 @@
 //! checked against the effective grant (declared ∩ policy), shell commands
 //! also pass the guard chain, and every decision — allowed or refused — is
 //! one line in the audit log.
+//!
+//! Rules:
+//!
+//! - **A refusal is a `deny` line** (`THREATS.md` rule 9), whichever layer
+//!   caught it: the grant, the policy, the guard, the jail (cap-std or the
+//!   kernel), a request refused as malformed, a capability used before the
+//!   workspace is known, a declared variable the policy took away. Only an
+//!   allowed use that then failed (a missing file, a network error, a cap
+//!   hit) is an `allow` line with `failed: …`.
+//! - **No grant reaches a control path** (rule 3): the jail is opened with
+//!   [`ControlSources::control_paths`] of its workspace, computed when the
+//!   jail is opened (for `zotbox run`, once zot's `hello_ack` names the
+//!   workspace).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use crate::audit::{AuditLog, AuditRecord, Decision};
-use crate::capability::fs::{Entry, FsGrant, FsLimits, Jail, Metadata};
+use crate::capability::fs::{ControlPaths, Entry, FsGrant, FsLimits, Jail, Metadata};
 use crate::capability::http::{HttpClient, HttpConfig, HttpGrant, Request, Response};
 use crate::capability::shell::{Output, ShellGrant, ShellLimits};
 use crate::capability::{Capability, CapabilityError};
@@ -35,6 +48,114 @@ impl CommandGuard for NoGuard {
     }
 }
 
+/// Where the files that decide grants and what runs live, beside the
+/// workspace's own `.git`, `.zot` and `.shiro`: the jail refuses writes to
+/// those that lie inside the workspace.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ControlSources {
+    /// `$ZOT_HOME`: extensions, policy, approvals, trust records, the
+    /// compile cache, logs.
+    pub home: Option<PathBuf>,
+    /// Extension folders named explicitly (`--ext`, `zotbox run`'s folder);
+    /// a manifest file stands for its folder.
+    pub extension_dirs: Vec<PathBuf>,
+}
+
+/// What an extension's folder is, in refusals.
+const EXTENSION_FOLDER: &str = "an extension's folder: it decides grants and what runs";
+
+impl ControlSources {
+    /// The sources of a host with `$ZOT_HOME` at `home` and explicit
+    /// extension folders `extension_dirs`.
+    pub fn new(home: &Path, extension_dirs: &[PathBuf]) -> Self {
+        Self {
+            home: Some(home.to_owned()),
+            extension_dirs: extension_dirs.to_vec(),
+        }
+    }
+
+    /// Every folder and file that decides grants or what runs, absolute,
+    /// as `(path, is a folder, what it is)`: `$ZOT_HOME`, every extension
+    /// folder (explicit, installed for the user, installed in `workspace`
+    /// and linked from elsewhere), a native extension's program named by
+    /// path, the system policy and `~/.shiro-neko`.
+    pub fn outside(&self, workspace: &Path) -> Vec<(PathBuf, bool, String)> {
+        let mut found: Vec<(PathBuf, bool, String)> = Vec::new();
+        let mut folders: Vec<PathBuf> = Vec::new();
+        for dir in &self.extension_dirs {
+            let is_manifest = dir
+                .file_name()
+                .is_some_and(|name| name == crate::manifest::MANIFEST_FILE);
+            folders.push(match dir.parent() {
+                Some(parent) if is_manifest => parent.to_owned(),
+                _ => dir.clone(),
+            });
+        }
+        if let Some(home) = &self.home {
+            found.push((
+                home.clone(),
+                true,
+                "$ZOT_HOME: it decides grants and what runs".to_owned(),
+            ));
+            let installed = home.join("extensions");
+            found.push((installed.clone(), true, EXTENSION_FOLDER.to_owned()));
+            folders.extend(entries(&installed));
+        }
+        // A project's extension may be a link to a folder elsewhere in the
+        // workspace, which `.zot/` alone would not cover.
+        folders.extend(entries(&workspace.join(".zot").join("extensions")));
+        for folder in folders {
+            if let Some(program) = native_program(&folder) {
+                found.push((
+                    program,
+                    false,
+                    "an extension's program: it runs outside the sandbox".to_owned(),
+                ));
+            }
+            found.push((folder, true, EXTENSION_FOLDER.to_owned()));
+        }
+        found.push((
+            crate::policy::Policy::system_path(),
+            false,
+            "the system policy".to_owned(),
+        ));
+        if let Some(user) = std::env::var_os("HOME").filter(|home| !home.is_empty()) {
+            found.push((
+                PathBuf::from(user).join(".shiro-neko"),
+                true,
+                "`~/.shiro-neko`: the user's tools and plugins".to_owned(),
+            ));
+        }
+        found
+    }
+
+    /// The control paths of `workspace`.
+    pub fn control_paths(&self, workspace: &Path) -> ControlPaths {
+        ControlPaths::new(workspace, &self.outside(workspace))
+    }
+}
+
+/// The entries of folder `dir` (none when it cannot be read).
+fn entries(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .map(|read| read.filter_map(Result::ok).map(|e| e.path()).collect())
+        .unwrap_or_default()
+}
+
+/// The program a native extension in `folder` names by path, if any (a
+/// bare name is found on `PATH`, outside any workspace it could write).
+/// zot's rule: a path with a separator is relative to the folder.
+fn native_program(folder: &Path) -> Option<PathBuf> {
+    let manifest =
+        crate::manifest::Manifest::load(&folder.join(crate::manifest::MANIFEST_FILE)).ok()?;
+    match &manifest.program {
+        crate::manifest::Program::Native { exec, .. } if exec.contains('/') => {
+            Some(folder.join(exec))
+        }
+        _ => None,
+    }
+}
+
 /// What every sandbox of one host shares.
 pub struct Services {
     // Known at start for a standalone host; for `zotbox run`, only once zot's
@@ -43,6 +164,7 @@ pub struct Services {
     jail: OnceLock<Result<Arc<Jail>, String>>,
     http: OnceLock<Result<Arc<HttpClient>, String>>,
     http_config: HttpConfig,
+    control: ControlSources,
     /// Caps on file reads and writes.
     pub fs_limits: FsLimits,
     /// Caps on shell commands.
@@ -80,11 +202,19 @@ impl Services {
             jail: OnceLock::new(),
             http: OnceLock::new(),
             http_config,
+            control: ControlSources::default(),
             fs_limits: FsLimits::default(),
             shell_limits: ShellLimits::default(),
             audit,
             guard,
         }
+    }
+
+    /// Services whose jail also refuses writes to what `control` names
+    /// (the workspace's `.git`, `.zot` and `.shiro` are refused anyway).
+    pub fn with_control(mut self, control: ControlSources) -> Self {
+        self.control = control;
+        self
     }
 
     /// The workspace root, once known.
@@ -97,21 +227,31 @@ impl Services {
         let _ = self.workspace.set(workspace);
     }
 
-    fn workspace_or_refuse(&self) -> Result<&Path, CapabilityError> {
+    /// The workspace, or a refusal of `capability` on `subject`: nothing
+    /// can be used before zot names the workspace.
+    fn workspace_or_refuse(
+        &self,
+        capability: Capability,
+        subject: &str,
+    ) -> Result<&Path, CapabilityError> {
         self.workspace().ok_or_else(|| {
-            CapabilityError::Failed(
-                "the workspace is not known yet (no `hello_ack` from zot)".to_owned(),
+            CapabilityError::denied(
+                capability,
+                subject,
+                "the workspace is not known yet (no `hello_ack` from zot)",
             )
         })
     }
 
-    fn jail(&self) -> Result<Arc<Jail>, CapabilityError> {
-        let workspace = self.workspace_or_refuse()?;
+    fn jail(&self, capability: Capability, subject: &str) -> Result<Arc<Jail>, CapabilityError> {
+        let workspace = self.workspace_or_refuse(capability, subject)?;
         self.jail
             .get_or_init(|| {
-                Jail::open(workspace).map(Arc::new).map_err(|err| {
-                    format!("cannot open the workspace `{}`: {err}", workspace.display())
-                })
+                Jail::open(workspace)
+                    .map(|jail| Arc::new(jail.with_control(self.control.control_paths(workspace))))
+                    .map_err(|err| {
+                        format!("cannot open the workspace `{}`: {err}", workspace.display())
+                    })
             })
             .clone()
             .map_err(CapabilityError::Failed)
@@ -141,6 +281,7 @@ pub struct Sandbox {
     http_declared: HttpGrant,
     shell: ShellGrant,
     shell_declared: ShellGrant,
+    env_declared: Vec<String>,
 }
 
 impl Sandbox {
@@ -165,6 +306,7 @@ impl Sandbox {
             http_declared: HttpGrant::new(&declared.http)?,
             shell: ShellGrant::new(&grant.shell)?,
             shell_declared: ShellGrant::new(&declared.shell)?,
+            env_declared: declared.env.clone(),
             grant,
             services,
         })
@@ -194,6 +336,9 @@ impl Sandbox {
         let (decision, reason) = match outcome {
             Ok(_) => (Decision::Allow, String::new()),
             Err(CapabilityError::Denied { reason, .. }) => (Decision::Deny, reason.clone()),
+            // Refused before anything was touched: a path with a NUL or `\`,
+            // a header the host manages.
+            Err(invalid @ CapabilityError::Invalid(_)) => (Decision::Deny, invalid.to_string()),
             // Allowed, then failed: the use happened, so it is an allow.
             Err(other) => (Decision::Allow, format!("failed: {other}")),
         };
@@ -239,9 +384,11 @@ impl Sandbox {
 
     async fn blocking<T: Send + 'static>(
         &self,
+        capability: Capability,
+        subject: &str,
         work: impl FnOnce(&Jail) -> Result<T, CapabilityError> + Send + 'static,
     ) -> Result<T, CapabilityError> {
-        let jail = self.services.jail()?;
+        let jail = self.services.jail(capability, subject)?;
         tokio::task::spawn_blocking(move || work(&jail))
             .await
             .map_err(|err| CapabilityError::Failed(format!("the file task failed: {err}")))?
@@ -255,7 +402,9 @@ impl Sandbox {
     pub async fn read(&self, path: &str) -> Result<Vec<u8>, CapabilityError> {
         let (grant, limits, owned) = (self.fs.clone(), self.services.fs_limits, path.to_owned());
         let mut outcome = self
-            .blocking(move |jail| jail.read(&grant, &limits, &owned))
+            .blocking(Capability::FsRead, path, move |jail| {
+                jail.read(&grant, &limits, &owned)
+            })
             .await;
         if let Err(err) = outcome {
             let declared_allows =
@@ -274,7 +423,9 @@ impl Sandbox {
     pub async fn write(&self, path: &str, contents: Vec<u8>) -> Result<(), CapabilityError> {
         let (grant, limits, owned) = (self.fs.clone(), self.services.fs_limits, path.to_owned());
         let mut outcome = self
-            .blocking(move |jail| jail.write(&grant, &limits, &owned, &contents))
+            .blocking(Capability::FsWrite, path, move |jail| {
+                jail.write(&grant, &limits, &owned, &contents)
+            })
             .await;
         if let Err(err) = outcome {
             // Only the grant differs; a write the declared grant would allow is the policy's refusal.
@@ -294,7 +445,11 @@ impl Sandbox {
     /// [`CapabilityError`]: refused, missing, or failed.
     pub async fn list(&self, path: &str) -> Result<Vec<Entry>, CapabilityError> {
         let (grant, owned) = (self.fs.clone(), path.to_owned());
-        let outcome = self.blocking(move |jail| jail.list(&grant, &owned)).await;
+        let outcome = self
+            .blocking(Capability::FsRead, path, move |jail| {
+                jail.list(&grant, &owned)
+            })
+            .await;
         self.audit(Capability::FsRead, path, &outcome);
         outcome
     }
@@ -306,7 +461,11 @@ impl Sandbox {
     /// [`CapabilityError`]: refused, missing, or failed.
     pub async fn stat(&self, path: &str) -> Result<Metadata, CapabilityError> {
         let (grant, owned) = (self.fs.clone(), path.to_owned());
-        let outcome = self.blocking(move |jail| jail.stat(&grant, &owned)).await;
+        let outcome = self
+            .blocking(Capability::FsRead, path, move |jail| {
+                jail.stat(&grant, &owned)
+            })
+            .await;
         self.audit(Capability::FsRead, path, &outcome);
         outcome
     }
@@ -355,18 +514,45 @@ impl Sandbox {
         }
         crate::capability::shell::run(
             command,
-            self.services.workspace_or_refuse()?,
+            self.services
+                .workspace_or_refuse(Capability::Shell, command)?,
             &self.services.shell_limits,
         )
         .await
     }
 
-    /// The environment variables granted, with their values from this process.
+    /// The environment variables granted, with their values from this
+    /// process. Each is an `allow` line; each declared name the policy
+    /// took away, and each name of a grant that does not parse, a `deny`.
     pub fn env(&self) -> Vec<(String, String)> {
+        let deny = |name: &str, reason: String| {
+            self.services.audit.record(AuditRecord::now(
+                &self.who,
+                Capability::Env.as_str(),
+                name,
+                Decision::Deny,
+                reason,
+            ));
+        };
+        for name in &self.env_declared {
+            if !self.grant.env.contains(name) {
+                let rule = self
+                    .grant
+                    .policy_refusal("env", name)
+                    .unwrap_or("not granted");
+                deny(
+                    name,
+                    format!("declared by the extension but refused by policy: {rule}"),
+                );
+            }
+        }
         let granted =
             crate::capability::granted_env(&self.grant.env, |name| std::env::var(name).ok());
         let granted = granted.unwrap_or_else(|err| {
             tracing::warn!("{}: {err}; no environment granted", self.who);
+            for name in &self.grant.env {
+                deny(name, format!("no environment granted: {err}"));
+            }
             Vec::new()
         });
         for (name, _) in &granted {
@@ -428,5 +614,61 @@ pub fn confine(
                 .map_err(|err| format!("its capabilities do not parse: {err}"))?;
             Ok((limits, Some(Arc::new(sandbox))))
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use std::os::unix::fs::symlink;
+
+    use super::*;
+
+    #[test]
+    fn control_sources_name_every_folder_that_decides_grants_or_runs() {
+        let tmp = tempfile::tempdir().unwrap();
+        let ws = tmp.path().canonicalize().unwrap().join("ws");
+        let home = ws.join("home");
+        for dir in [
+            "home/extensions",
+            "tools/linked",
+            "proj",
+            "dev/x",
+            ".zot/extensions",
+        ] {
+            std::fs::create_dir_all(ws.join(dir)).unwrap();
+        }
+        // A user extension installed as a link to a folder in the workspace,
+        // whose native program is a file beside its manifest.
+        symlink(ws.join("tools/linked"), home.join("extensions/linked")).unwrap();
+        std::fs::write(
+            ws.join("tools/linked/extension.json"),
+            r#"{"name":"linked","exec":"./run.sh"}"#,
+        )
+        .unwrap();
+        // A project extension linked from elsewhere in the workspace.
+        symlink("../../proj", ws.join(".zot/extensions/proj")).unwrap();
+        // An explicit extension named by its manifest file.
+        let sources = ControlSources::new(&home, &[ws.join("dev/x/extension.json")]);
+        let shown: Vec<String> = sources
+            .control_paths(&ws)
+            .paths()
+            .iter()
+            .map(|path| path.shown())
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                "dev/x/",
+                "home/",
+                "home/extensions/",
+                "proj/",
+                "tools/linked/",
+                "tools/linked/run.sh"
+            ]
+        );
+        // Without a home and with nothing inside, only the names remain.
+        let none = ControlSources::default().control_paths(&ws.join("dev"));
+        assert_eq!(none.paths(), &[][..]);
     }
 }

@@ -620,3 +620,203 @@ pub async fn peak_rss_growth_mib<F: Future>(work: F) -> (F::Output, u64) {
     let peak = status_kib("VmHWM");
     (output, peak.saturating_sub(before) / 1024)
 }
+
+/// Writes `<parent>/prober/`: the prober wasm guest (see `tests/guests/prober`)
+/// with a manifest declaring `capabilities`; returns the folder. Unlike
+/// `attack::prober`, the folder may be anywhere, the workspace included.
+pub fn prober_in(parent: &Path, capabilities: &Value) -> PathBuf {
+    let dir = parent.join("prober");
+    std::fs::create_dir_all(&dir).expect("prober folder");
+    let wasm = crate::guests::guests().artifact("prober", crate::guests::Form::Wasm);
+    std::fs::copy(wasm, dir.join("prober.wasm")).expect("copy prober.wasm");
+    let manifest = json!({
+        "name": "prober",
+        "version": "0.1.0",
+        "wasm": "./prober.wasm",
+        "capabilities": capabilities,
+    });
+    write_json(&dir.join("extension.json"), &manifest);
+    dir
+}
+
+/// Runs the real binary with `$ZOT_HOME` at `home` (not the lab's), the
+/// lab's workspace, and a system policy that does not exist.
+pub fn zotbox_with_home(lab: &Lab, home: &Path, args: &[&str]) -> Run {
+    let output = Command::new(env!("CARGO_BIN_EXE_zotbox"))
+        .arg("--zot-home")
+        .arg(home)
+        .arg("--workspace")
+        .arg(&lab.workspace)
+        .args(args)
+        .current_dir(&lab.workspace)
+        .env("ZOT_HOME", home)
+        .env(
+            "ZOTBOX_SYSTEM_POLICY",
+            lab.home.join("no-system-policy.json"),
+        )
+        .env_remove("ZOTBOX_LOG")
+        .env_remove("XDG_STATE_HOME")
+        .output()
+        .expect("run zotbox");
+    Run::from(output)
+}
+
+/// Starts `zotbox run DIR` as zot does (in DIR, `$ZOT_HOME` the lab's),
+/// answers its `hello` with the lab's workspace as `cwd`, makes each tool
+/// call in turn and returns each answer as `(is_error, text)`; then shuts
+/// it down. Every wait is bounded by [`PATIENCE`].
+pub fn zotbox_run_calls(lab: &Lab, dir: &Path, calls: &[(&str, Value)]) -> Vec<(bool, String)> {
+    use std::io::{BufRead, Write};
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_zotbox"))
+        .args(["run", &dir.display().to_string()])
+        .current_dir(dir)
+        .env("ZOT_HOME", &lab.home)
+        .env(
+            "ZOTBOX_SYSTEM_POLICY",
+            lab.home.join("no-system-policy.json"),
+        )
+        .env_remove("ZOTBOX_LOG")
+        .env_remove("XDG_STATE_HOME")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start zotbox run");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let (tx, lines) = std::sync::mpsc::channel::<Value>();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if let Ok(frame) = serde_json::from_str(&line)
+                && tx.send(frame).is_err()
+            {
+                break;
+            }
+        }
+    });
+    let next = |what: &str, pred: &dyn Fn(&Value) -> bool| -> Value {
+        let deadline = std::time::Instant::now() + PATIENCE;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match lines.recv_timeout(left) {
+                Ok(frame) if pred(&frame) => return frame,
+                Ok(_) => {}
+                Err(err) => panic!("no {what} from `zotbox run`: {err}"),
+            }
+        }
+    };
+    let mut stdin = child.stdin.take().expect("piped stdin");
+    let mut send = |frame: Value| {
+        writeln!(stdin, "{frame}").expect("write a frame");
+        stdin.flush().expect("flush");
+    };
+    next("hello", &|frame| frame["type"] == "hello");
+    send(json!({
+        "type": "hello_ack",
+        "protocol_version": 1,
+        "capabilities": ["call_tool"],
+        "zot_version": "0.0.0-zotbox-e2e",
+        "provider": "anthropic",
+        "model": "claude-test",
+        "cwd": lab.workspace,
+        "extension_dir": dir,
+        "data_dir": dir,
+    }));
+    let mut answers = Vec::new();
+    for (index, (tool, args)) in calls.iter().enumerate() {
+        let id = format!("call-{index}");
+        send(json!({"type": "tool_call", "id": id, "name": tool, "args": args}));
+        let result = next(&format!("answer to `{tool}`"), &|frame| {
+            frame["type"] == "tool_result" && frame["id"] == id.as_str()
+        });
+        let text = result["content"]
+            .as_array()
+            .map(|blocks| {
+                blocks
+                    .iter()
+                    .filter_map(|b| b["text"].as_str())
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            })
+            .unwrap_or_default();
+        answers.push((result["is_error"] == json!(true), text));
+    }
+    send(json!({"type": "shutdown"}));
+    drop(stdin);
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while child.try_wait().expect("wait for zotbox run").is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "`zotbox run` did not end after shutdown"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    answers
+}
+
+/// Runs the real binary like [`Lab::zotbox`], but ends it (and fails the
+/// test) if it has not finished within [`PATIENCE`]: for runs that must not hang.
+pub fn zotbox_bounded(lab: &Lab, args: &[&str]) -> Run {
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_zotbox"))
+        .arg("--zot-home")
+        .arg(&lab.home)
+        .arg("--workspace")
+        .arg(&lab.workspace)
+        .args(args)
+        .current_dir(&lab.workspace)
+        .env("ZOT_HOME", &lab.home)
+        .env_remove("ZOTBOX_LOG")
+        .env_remove("XDG_STATE_HOME")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run zotbox");
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while child.try_wait().expect("wait for zotbox").is_none() {
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("`zotbox {}` hung for {PATIENCE:?}", args.join(" "));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Run::from(child.wait_with_output().expect("zotbox output"))
+}
+
+/// Every entry under `dir` by relative path: a file's bytes, a symlink's
+/// target (`-> target`), a folder or special file by its kind. Never opens
+/// anything but regular files (a FIFO would block).
+pub fn tree(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    let mut found = std::collections::BTreeMap::new();
+    let mut pending = vec![dir.to_owned()];
+    while let Some(current) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&current) else {
+            continue;
+        };
+        for entry in entries {
+            let path = entry.expect("a folder entry").path();
+            let key = path
+                .strip_prefix(dir)
+                .expect("under the root")
+                .display()
+                .to_string();
+            let meta = std::fs::symlink_metadata(&path).expect("metadata");
+            let value = if meta.is_symlink() {
+                let target = std::fs::read_link(&path).expect("read link");
+                format!("-> {}", target.display()).into_bytes()
+            } else if meta.is_dir() {
+                pending.push(path);
+                b"folder".to_vec()
+            } else if meta.is_file() {
+                std::fs::read(&path).expect("read a file")
+            } else {
+                b"special".to_vec()
+            };
+            found.insert(key, value);
+        }
+    }
+    found
+}

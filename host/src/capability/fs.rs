@@ -22,6 +22,36 @@
 //!    fails the comparison, so the grant checked is the file used. Only
 //!    regular files are read or written; FIFOs, sockets and devices are
 //!    refused after `fstat` on the opened handle.
+//! 5. **Control paths** are never written, whatever the grant says
+//!    (`THREATS.md` rule 3: a write grant of `**` means "the project's
+//!    files", never "the configuration"). A component named `.git`, `.zot`
+//!    or `.shiro` at any depth (nested repositories and submodules have
+//!    their own `.git`; a file named `.git` is a gitfile), compared ASCII
+//!    case-insensitively (a case-folding file system opens `.GIT` as
+//!    `.git`), and every folder the jail is given as [`ControlPaths`]
+//!    (`$ZOT_HOME` and every extension's folder when they lie inside the
+//!    workspace, the policy files) are refused for writing. Both the path
+//!    as written and the resolved path are checked, so a symlink
+//!    `out -> .git` does not reach `.git/config`. Every operation that
+//!    changes the tree (today `write`, which also creates; any future
+//!    rename or delete) is a mutating [`Op`] and passes this check. Reads
+//!    of control paths stay governed by the read grant.
+//! 6. **Hard links**: a regular file with more than one link is neither
+//!    read nor written, checked with `fstat` on the opened handle. The jail
+//!    checks names, and a hard link is a second name for a file whose
+//!    other name may lie outside the workspace (a link to `~/.ssh/id_ed25519`
+//!    or a user's other extension), or inside it under a control path: the
+//!    name in the workspace says nothing about what the file is. Refusing
+//!    reads as well costs little: git checkouts never create hard links, so
+//!    a project's own files have one link. What it does cost, and why it is
+//!    still right: build trees that hard-link artifacts (`cargo`'s
+//!    `target/`) and package stores that hard-link into the workspace
+//!    (`pnpm`'s `node_modules`) are refused; those links really are names
+//!    of files that live elsewhere.
+//! 7. **Every refusal is a [`CapabilityError::Denied`]**, whichever layer
+//!    caught it: an escape caught by cap-std (`a path led outside of the
+//!    filesystem`) and `EACCES`/`EPERM` from the kernel are refusals, not
+//!    failures of an allowed use, so the audit log records them as `deny`.
 //!
 //! The methods are synchronous; async callers wrap them in
 //! `tokio::task::spawn_blocking`.
@@ -179,6 +209,158 @@ impl Default for FsLimits {
     }
 }
 
+/// Names refused for writing as a component at any depth, compared ASCII
+/// case-insensitively: git's folder (hooks, `core.fsmonitor`) and gitfile,
+/// and the two folders that hold a workspace's extensions, tools and plugins.
+pub const CONTROL_NAMES: [&str; 3] = [".git", ".zot", ".shiro"];
+
+/// Why the names in [`CONTROL_NAMES`] are control paths, for messages.
+const CONTROL_NAMES_WHY: &str = "it decides what runs";
+
+/// One path inside the workspace that decides grants or what runs.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub struct ControlPath {
+    /// Relative to the workspace root, `/`-separated; empty when the whole
+    /// workspace lies inside a control folder.
+    pub path: String,
+    /// Whether it is a folder (everything under it is refused too).
+    pub folder: bool,
+    /// What it is and why it matters: `$ZOT_HOME: it decides grants and what runs`.
+    pub what: String,
+}
+
+impl ControlPath {
+    /// The path as shown in messages: `home/`, `policy.json`, or `.` for the
+    /// whole workspace.
+    pub fn shown(&self) -> String {
+        if self.path.is_empty() {
+            ".".to_owned()
+        } else if self.folder {
+            format!("{}/", self.path)
+        } else {
+            self.path.clone()
+        }
+    }
+}
+
+/// The control paths of one workspace: what no write grant reaches.
+///
+/// [`CONTROL_NAMES`] are refused at any depth in every workspace; the
+/// paths given to [`ControlPaths::new`] (absolute, canonicalised here) are
+/// refused when they lie inside the workspace, and all of it when the
+/// workspace lies inside one of them. Prefixes are compared ASCII
+/// case-insensitively, like the names.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ControlPaths {
+    inside: Vec<ControlPath>,
+}
+
+impl ControlPaths {
+    /// The control paths of `workspace`: the fixed names, plus each of
+    /// `outside` (an absolute folder or file, with what it is) that lies
+    /// inside the workspace or holds it. A path that does not exist yet is
+    /// placed by its nearest existing ancestor.
+    pub fn new(workspace: &Path, outside: &[(PathBuf, bool, String)]) -> Self {
+        let Some(root) = canonical_lenient(workspace) else {
+            return Self::default();
+        };
+        let mut inside: Vec<ControlPath> = Vec::new();
+        for (path, folder, what) in outside {
+            let Some(canonical) = canonical_lenient(path) else {
+                continue;
+            };
+            let relative = if let Ok(rest) = canonical.strip_prefix(&root) {
+                rest
+            } else if *folder && root.starts_with(&canonical) {
+                // The workspace lies inside it: every write is refused.
+                Path::new("")
+            } else {
+                continue;
+            };
+            let Some(relative) = relative.to_str() else {
+                // A guest names paths in UTF-8; it cannot name this one.
+                continue;
+            };
+            let entry = ControlPath {
+                path: relative.to_owned(),
+                folder: *folder || relative.is_empty(),
+                what: what.clone(),
+            };
+            if !inside.iter().any(|seen| seen.path == entry.path) {
+                inside.push(entry);
+            }
+        }
+        inside.sort_by(|a, b| a.path.cmp(&b.path));
+        Self { inside }
+    }
+
+    /// The workspace's own control paths (beside [`CONTROL_NAMES`]), sorted.
+    pub fn paths(&self) -> &[ControlPath] {
+        &self.inside
+    }
+
+    /// Why writing the workspace-relative `components` is refused, if it is.
+    fn refusal(&self, components: &[String]) -> Option<String> {
+        for (index, component) in components.iter().enumerate() {
+            if CONTROL_NAMES
+                .iter()
+                .any(|name| component.eq_ignore_ascii_case(name))
+            {
+                let mut shown = components[..=index].join("/");
+                if index + 1 < components.len() {
+                    shown.push('/');
+                }
+                return Some(format!(
+                    "`{shown}` is a control path ({CONTROL_NAMES_WHY}); no grant reaches it"
+                ));
+            }
+        }
+        self.inside
+            .iter()
+            .find(|control| {
+                let prefix = split_components(&control.path);
+                prefix.len() <= components.len()
+                    && (control.folder || prefix.len() == components.len())
+                    && prefix
+                        .iter()
+                        .zip(components)
+                        .all(|(a, b)| a.eq_ignore_ascii_case(b))
+            })
+            .map(|control| {
+                if control.path.is_empty() {
+                    format!(
+                        "the whole workspace lies inside a control path ({}); no grant reaches it",
+                        control.what
+                    )
+                } else {
+                    format!(
+                        "`{}` is a control path ({}); no grant reaches it",
+                        control.shown(),
+                        control.what
+                    )
+                }
+            })
+    }
+}
+
+/// `path` made absolute and canonical; a missing tail is kept as written
+/// after its nearest existing ancestor. `None` when that cannot be done
+/// (a `..` in the missing tail, no ancestor at all).
+fn canonical_lenient(path: &Path) -> Option<PathBuf> {
+    let absolute = std::path::absolute(path).ok()?;
+    let mut base = absolute.as_path();
+    let mut missing = Vec::new();
+    loop {
+        if let Ok(mut canonical) = std::fs::canonicalize(base) {
+            canonical.extend(missing.iter().rev());
+            return Some(canonical);
+        }
+        missing.push(base.file_name()?);
+        base = base.parent()?;
+    }
+}
+
 /// What a directory entry or a path is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -226,6 +408,8 @@ pub struct Jail {
     /// The root's canonical path, to accept absolute symlinks that point
     /// back inside the workspace.
     canonical_root: Option<PathBuf>,
+    /// What no write reaches.
+    control: ControlPaths,
 }
 
 /// What an operation needs from the path's final component.
@@ -238,6 +422,12 @@ enum Op {
 }
 
 impl Op {
+    /// Whether it changes the tree: such an operation never reaches a
+    /// control path (rule 5). A rename or delete added later is one too.
+    fn mutates(self) -> bool {
+        matches!(self, Self::Write)
+    }
+
     fn capability(self) -> Capability {
         match self {
             Self::Write => Capability::FsWrite,
@@ -267,7 +457,8 @@ struct Resolved {
 }
 
 impl Jail {
-    /// Opens the workspace root.
+    /// Opens the workspace root. Only [`CONTROL_NAMES`] are control paths;
+    /// [`Jail::with_control`] adds the workspace's own.
     ///
     /// # Errors
     ///
@@ -278,12 +469,24 @@ impl Jail {
             dir,
             root: root.to_owned(),
             canonical_root: std::fs::canonicalize(root).ok(),
+            control: ControlPaths::default(),
         })
+    }
+
+    /// The jail with `control` as its control paths (beside [`CONTROL_NAMES`]).
+    pub fn with_control(mut self, control: ControlPaths) -> Self {
+        self.control = control;
+        self
     }
 
     /// The workspace root as given to [`Jail::open`].
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// The workspace's control paths.
+    pub fn control(&self) -> &ControlPaths {
+        &self.control
     }
 
     /// Reads a whole regular file.
@@ -325,6 +528,7 @@ impl Jail {
     ) -> Result<(), CapabilityError> {
         let size = u64::try_from(contents.len()).unwrap_or(u64::MAX);
         let relative = lexical(Capability::FsWrite, path)?;
+        self.check_control(Op::Write, path, &relative, None)?;
         check_grant(grant, Op::Write, path, &relative.join("/"), None)?;
         if size > limits.max_write {
             return Err(CapabilityError::TooLarge {
@@ -362,6 +566,7 @@ impl Jail {
     /// resolution inside the jail, and the grant on the resolved path.
     fn resolve(&self, op: Op, grant: &FsGrant, path: &str) -> Result<Resolved, CapabilityError> {
         let relative = lexical(op.capability(), path)?;
+        self.check_control(op, path, &relative, None)?;
         check_grant(grant, op, path, &relative.join("/"), None)?;
         self.resolve_relative(op, grant, path, &relative)
     }
@@ -456,6 +661,7 @@ impl Jail {
             };
             last = Some(meta.map_err(|err| io_failure(op, path, &err))?);
         }
+        self.check_control(op, path, &done, Some(relative))?;
         check_grant(grant, op, path, &done.join("/"), Some(relative))?;
         let resolved = Resolved {
             op,
@@ -465,6 +671,31 @@ impl Jail {
         };
         check_last_kind(&resolved)?;
         Ok(resolved)
+    }
+
+    /// Step 5: a mutating operation on a control path is refused, for the
+    /// path as written and (with `written`) as resolved.
+    fn check_control(
+        &self,
+        op: Op,
+        path: &str,
+        components: &[String],
+        written: Option<&[String]>,
+    ) -> Result<(), CapabilityError> {
+        if !op.mutates() {
+            return Ok(());
+        }
+        let Some(reason) = self.control.refusal(components) else {
+            return Ok(());
+        };
+        let reason = match written {
+            Some(written) if written != components => format!(
+                "it resolves to `{}` through a symlink; {reason}",
+                components.join("/")
+            ),
+            _ => reason,
+        };
+        Err(CapabilityError::denied(op.capability(), path, reason))
     }
 
     /// The components of a symlink target, if it stays inside the jail.
@@ -526,6 +757,7 @@ impl Jail {
             .metadata()
             .map_err(|err| io_failure(resolved.op, &resolved.subject, &err))?;
         check_opened(resolved, &dir, name, &meta)?;
+        check_links(resolved, &meta)?;
         if meta.len() > limits.max_read {
             return Err(CapabilityError::TooLarge {
                 what: format!("read of `{}`", resolved.subject),
@@ -565,6 +797,7 @@ impl Jail {
             .metadata()
             .map_err(|err| io_failure(resolved.op, &resolved.subject, &err))?;
         check_opened(resolved, &dir, name, &meta)?;
+        check_links(resolved, &meta)?;
         file.set_len(0)
             .and_then(|()| file.write_all(contents))
             .and_then(|()| file.flush())
@@ -755,6 +988,23 @@ fn check_opened(
     Ok(())
 }
 
+/// Rule 6: a regular file with more than one link is refused, from the
+/// opened handle's `fstat`, before a byte is read or the file truncated.
+fn check_links(resolved: &Resolved, opened: &CapMetadata) -> Result<(), CapabilityError> {
+    let links = opened.nlink();
+    if links <= 1 {
+        return Ok(());
+    }
+    Err(CapabilityError::denied(
+        resolved.op.capability(),
+        &resolved.subject,
+        format!(
+            "it has {links} hard links; a file with another name may be one outside the \
+             workspace, so it is neither read nor written (replace the link with a copy)"
+        ),
+    ))
+}
+
 /// Whether `dir` holds exactly the opened inode under `name`, not a symlink.
 ///
 /// The `O_NOFOLLOW` open already refuses a symlink; this also covers
@@ -767,7 +1017,7 @@ fn same_entry(dir: &Dir, name: &str, opened: &CapMetadata) -> bool {
 }
 
 /// Opens `name` in `parent` as a directory without following a symlink.
-fn open_dir_nofollow(parent: &Dir, name: &str) -> io::Result<Dir> {
+pub(crate) fn open_dir_nofollow(parent: &Dir, name: &str) -> io::Result<Dir> {
     let mut options = OpenOptions::new();
     options
         .read(true)
@@ -842,7 +1092,21 @@ fn walk_error(resolved: &Resolved, err: io::Error) -> CapabilityError {
     }
 }
 
+/// The message of cap-std's refusal of a path that leads out of its `Dir`.
+const CAP_STD_ESCAPE: &str = "a path led outside of the filesystem";
+
+/// Maps an I/O error of an allowed use; `EACCES`/`EPERM` and cap-std's
+/// escape are refusals (rule 7), everything else a failure.
 fn io_failure(op: Op, subject: &str, err: &io::Error) -> CapabilityError {
+    if err.kind() == io::ErrorKind::PermissionDenied {
+        let reason = if err.to_string() == CAP_STD_ESCAPE {
+            "the path leads outside the workspace (caught by the jail's directory handle)"
+                .to_owned()
+        } else {
+            format!("the system refused access ({err})")
+        };
+        return CapabilityError::denied(op.capability(), subject, reason);
+    }
     let verb = match op {
         Op::Read => "read",
         Op::Write => "write",
@@ -1383,6 +1647,223 @@ mod tests {
         assert!(
             matches!(ws.jail.list(&grant, "docs/a.md"), Err(CapabilityError::Invalid(m)) if m.contains("not a directory"))
         );
+    }
+
+    #[test]
+    fn a_guest_with_write_all_cannot_write_control_paths() {
+        let ws = Workspace::new();
+        for dir in [
+            ".git",
+            "sub/.git",
+            ".zot/tools",
+            ".shiro/plugins",
+            "home",
+            "ext",
+        ] {
+            std::fs::create_dir_all(ws.path(dir)).unwrap();
+        }
+        std::fs::write(ws.path(".git/config"), "[core]").unwrap();
+        std::fs::write(ws.path("sub/.git/config"), "[core]").unwrap();
+        std::fs::write(ws.path("ext/extension.json"), "{}").unwrap();
+        symlink(".git", ws.path("out")).unwrap();
+        symlink("sub", ws.path("nested")).unwrap();
+        let control = ControlPaths::new(
+            &ws.root,
+            &[
+                (ws.path("home"), true, "$ZOT_HOME".to_owned()),
+                (ws.path("ext"), true, "an extension's folder".to_owned()),
+            ],
+        );
+        let jail = Jail::open(&ws.root).unwrap().with_control(control);
+        let everything = grant_of(&["**"], &["**"]);
+        let names = "is a control path (it decides what runs); no grant reaches it";
+        let cases: [(&str, String); 12] = [
+            // Attack: a shell data tool that runs outside the sandbox.
+            (".zot/tools/x.json", format!("`.zot/` {names}")),
+            // Attack: a shiro plugin that would replace the user's rules.
+            (".shiro/plugins/p.json", format!("`.shiro/` {names}")),
+            // Attack: `core.fsmonitor` runs at the next `git status`.
+            (".git/config", format!("`.git/` {names}")),
+            // Attack: a nested repository's own `.git`.
+            ("sub/.git/config", format!("`sub/.git/` {names}")),
+            // Attack: a case-folding file system opens `.GIT` as `.git`.
+            (".GIT/config", format!("`.GIT/` {names}")),
+            // Attack: a gitfile pointing git at a folder the guest controls.
+            ("sub/.git", format!("`sub/.git` {names}")),
+            ("x/.Git", format!("`x/.Git` {names}")),
+            // Attack: through a symlink to `.git`.
+            (
+                "out/config",
+                format!("it resolves to `.git/config` through a symlink; `.git/` {names}"),
+            ),
+            ("nested/.git/config", format!("`nested/.git/` {names}")),
+            // Attack: `$ZOT_HOME` inside the workspace holds the user's policy.
+            (
+                "home/policy.json",
+                "`home/` is a control path ($ZOT_HOME); no grant reaches it".to_owned(),
+            ),
+            // Attack: an extension rewriting a manifest to grant itself more.
+            (
+                "ext/extension.json",
+                "`ext/` is a control path (an extension's folder); no grant reaches it".to_owned(),
+            ),
+            // Case differs, still the same folder on a case-folding file system.
+            (
+                "EXT/extension.json",
+                "`ext/` is a control path (an extension's folder); no grant reaches it".to_owned(),
+            ),
+        ];
+        for (path, reason) in cases {
+            let got = jail.write(&everything, &FsLimits::default(), path, b"pwned");
+            assert_eq!(
+                got,
+                Err(CapabilityError::denied(Capability::FsWrite, path, reason)),
+                "{path}"
+            );
+        }
+        assert_eq!(std::fs::read(ws.path(".git/config")).unwrap(), b"[core]");
+        assert_eq!(
+            std::fs::read(ws.path("sub/.git/config")).unwrap(),
+            b"[core]"
+        );
+        assert_eq!(std::fs::read(ws.path("ext/extension.json")).unwrap(), b"{}");
+        for absent in [
+            ".zot/tools/x.json",
+            ".shiro/plugins/p.json",
+            "home/policy.json",
+            "sub/.git/x",
+        ] {
+            assert!(!ws.path(absent).exists(), "{absent}");
+        }
+        // Reads of control paths are governed by the read grant alone.
+        assert_eq!(
+            jail.read(&everything, &FsLimits::default(), ".git/config")
+                .unwrap(),
+            b"[core]"
+        );
+        // The project's own files stay writable.
+        std::fs::create_dir_all(ws.path("src")).unwrap();
+        jail.write(&everything, &FsLimits::default(), "src/x.txt", b"ok")
+            .unwrap();
+        // Names that only start like a control name are ordinary.
+        jail.write(&everything, &FsLimits::default(), "src/.gitignore", b"ok")
+            .unwrap();
+        jail.write(&everything, &FsLimits::default(), "home.txt", b"ok")
+            .unwrap();
+        // A plain jail knows the names, not the workspace's own folders.
+        assert_denied(
+            ws.write(&everything, ".git/config", b"x"),
+            Capability::FsWrite,
+            "`.git/` is a control path",
+        );
+        ws.write(&everything, "home/policy.json", b"{}").unwrap();
+    }
+
+    #[test]
+    fn control_paths_are_placed_relative_to_the_workspace() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().canonicalize().unwrap();
+        let ws = root.join("ws");
+        std::fs::create_dir_all(ws.join("real")).unwrap();
+        symlink(ws.join("real"), root.join("link-in")).unwrap();
+        let what = |s: &str| s.to_owned();
+        let control = ControlPaths::new(
+            &ws,
+            &[
+                // Inside, not created yet: placed by its existing parent.
+                (ws.join("home/zot"), true, what("$ZOT_HOME")),
+                // Outside: not a control path of this workspace.
+                (root.join("elsewhere"), true, what("outside")),
+                // Reached through a symlink from outside: its real place counts.
+                (root.join("link-in"), true, what("linked")),
+                // A file, not a folder.
+                (ws.join("policy.json"), false, what("the system policy")),
+            ],
+        );
+        let got: Vec<(String, bool)> = control
+            .paths()
+            .iter()
+            .map(|c| (c.shown(), c.folder))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("home/zot/".to_owned(), true),
+                ("policy.json".to_owned(), false),
+                ("real/".to_owned(), true),
+            ]
+        );
+        // A file control path refuses itself, not names below or beside it.
+        assert!(control.refusal(&["policy.json".to_owned()]).is_some());
+        assert!(control.refusal(&["policy.json5".to_owned()]).is_none());
+        // A folder holding the workspace makes all of it a control path.
+        let holding = ControlPaths::new(&ws, &[(root.clone(), true, what("$ZOT_HOME"))]);
+        assert_eq!(
+            holding
+                .refusal(&["src".to_owned(), "x".to_owned()])
+                .as_deref(),
+            Some("the whole workspace lies inside a control path ($ZOT_HOME); no grant reaches it")
+        );
+    }
+
+    #[test]
+    fn hard_links_are_neither_read_nor_written() {
+        let ws = Workspace::new();
+        let outside = ws._tmp.path().join("outside.txt");
+        std::fs::write(&outside, "outside").unwrap();
+        // Attack: a workspace name for a file outside the workspace.
+        std::fs::hard_link(&outside, ws.path("docs/leak.md")).unwrap();
+        let reason = "it has 2 hard links; a file with another name may be one outside the \
+                      workspace, so it is neither read nor written (replace the link with a copy)";
+        assert_eq!(
+            ws.write(&docs(), "docs/leak.md", b"pwned"),
+            Err(CapabilityError::denied(
+                Capability::FsWrite,
+                "docs/leak.md",
+                reason
+            ))
+        );
+        assert_eq!(
+            ws.read(&docs(), "docs/leak.md"),
+            Err(CapabilityError::denied(
+                Capability::FsRead,
+                "docs/leak.md",
+                reason
+            ))
+        );
+        assert_eq!(std::fs::read(&outside).unwrap(), b"outside");
+        // `stat` and `list` still describe it.
+        assert_eq!(ws.jail.stat(&docs(), "docs/leak.md").unwrap().size, 7);
+        // Once the other name is gone, it is an ordinary file again.
+        std::fs::remove_file(&outside).unwrap();
+        ws.write(&docs(), "docs/leak.md", b"mine").unwrap();
+        assert_eq!(ws.read(&docs(), "docs/leak.md").unwrap(), b"mine");
+    }
+
+    #[test]
+    fn an_escape_caught_by_cap_std_is_a_refusal() {
+        let ws = Workspace::new();
+        symlink("/", ws.path("root")).unwrap();
+        // The real error cap-std gives for a path that leads out of its `Dir`.
+        let err = ws.jail.dir.symlink_metadata("root/etc").unwrap_err();
+        assert_eq!(err.to_string(), CAP_STD_ESCAPE);
+        assert_eq!(
+            io_failure(Op::Read, "root/etc", &err),
+            CapabilityError::denied(
+                Capability::FsRead,
+                "root/etc",
+                "the path leads outside the workspace (caught by the jail's directory handle)"
+            )
+        );
+        // EACCES from the kernel (a sandbox, a mode) is a refusal too.
+        let err = io::Error::from_raw_os_error(libc::EACCES);
+        assert!(io_failure(Op::Write, "x", &err).is_denied());
+        // Anything else stays a failure of an allowed use.
+        let err = io::Error::from_raw_os_error(libc::EIO);
+        assert!(matches!(
+            io_failure(Op::Read, "x", &err),
+            CapabilityError::Failed(_)
+        ));
     }
 
     #[test]

@@ -7,25 +7,30 @@ use std::time::Duration;
 use anyhow::{Context as _, Result, bail};
 use serde_json::Value;
 
-use super::output::json_line;
+use super::output::{json_line, table};
 use super::{Context, EXIT_OK};
 use crate::discovery::{Origin, SearchPath};
-use crate::manifest::{MANIFEST_FILE, Manifest};
+use crate::manifest::{MANIFEST_FILE, Manifest, Program};
+use crate::store::install;
+use crate::text::{Shown, shown};
 
 /// `zotbox ext` subcommands.
 #[derive(Debug, clap::Subcommand)]
 pub(crate) enum Command {
     /// Copy the extension folder PATH into $ZOT_HOME/extensions/<name>/.
     ///
-    /// The manifest is validated before and after the copy; an invalid
-    /// install is rolled back and an existing one is replaced only once the
-    /// new copy is valid.
+    /// Exactly what the folder held when it was read lands: symlinks leaving
+    /// the folder, FIFOs, sockets and devices are refused, a link to a file
+    /// inside it is copied as that file, and a file changed after it was
+    /// read stops the install. The copy is validated, and an existing
+    /// install is replaced only once the new copy is in place (it is back
+    /// as it was on any failure).
     ///
-    /// A sandboxed (wasm) extension first shows the capabilities it declares
-    /// and what the policy grants, and asks to go on (`--yes` accepts; without
-    /// a terminal and without `--yes` the install is refused). Its copy then
-    /// gets `exec`/`args` that make zot start it through `zotbox run`, and it
-    /// is precompiled into the cache.
+    /// A sandboxed (wasm) extension first shows its files, the capabilities
+    /// it declares and what the policy grants, and asks to go on (`--yes`
+    /// accepts; without a terminal and without `--yes` the install is
+    /// refused). Its copy then gets `exec`/`args` that make zot start it
+    /// through `zotbox run`, and it is precompiled into the cache.
     Install {
         /// The extension's folder (holding extension.json).
         path: PathBuf,
@@ -154,67 +159,108 @@ pub(crate) fn install_file(from: &Path, to: &Path) -> Result<()> {
 }
 
 async fn install(context: &Context, source: &Path, project: bool, yes: bool) -> Result<u8> {
-    let source_manifest = if source.is_dir() {
-        source.join(MANIFEST_FILE)
+    let home = context.home()?;
+    let extensions = if project {
+        install::project_extensions_dir(&context.workspace()?)?
     } else {
-        bail!("`{}` is not an extension folder", source.display());
+        home.extensions_dir()
     };
-    let manifest = Manifest::load(&source_manifest)?;
-    let name = manifest.name().to_owned();
-    let sandboxed = matches!(manifest.program, crate::manifest::Program::Wasm { .. });
+    let plan = install::plan(source, &extensions)?;
+    let name = plan.manifest().name().to_owned();
+    let sandboxed = matches!(plan.manifest().program, Program::Wasm { .. });
     if sandboxed {
-        let policy = crate::policy::Policy::load_for(&context.home()?)?;
-        super::policy::print_grant(&policy, &manifest);
+        let policy = crate::policy::Policy::load_for(&home)?;
+        print_plan(&plan);
+        super::policy::print_grant(&policy, plan.manifest());
         consent(&name, yes)?;
     }
-    let extensions = if project {
-        context.workspace()?.join(".zot").join("extensions")
+    // Only a sandboxed extension uses these: its launcher and its precompile.
+    let launcher = if sandboxed {
+        super::setup::launcher_exec()?
     } else {
-        context.home()?.extensions_dir()
+        String::new()
     };
-    std::fs::create_dir_all(&extensions)
-        .with_context(|| format!("cannot create `{}`", extensions.display()))?;
-    let target = extensions.join(&name);
-    let staging = extensions.join(format!(".installing-{name}"));
-    let _ = std::fs::remove_dir_all(&staging);
-    let staged = async {
-        copy_tree(source, &staging).with_context(|| {
-            format!(
-                "cannot copy `{}` to `{}`",
-                source.display(),
-                staging.display()
-            )
-        })?;
-        if sandboxed {
-            point_exec_at_zotbox(&staging.join(MANIFEST_FILE))?;
-        }
-        // The copy is what zot will load: validate it, not just the source.
-        let copy = Manifest::load(&staging.join(MANIFEST_FILE))
-            .context("the installed copy is invalid")?;
-        if let crate::manifest::Program::Wasm { path } = &copy.program {
-            let launcher = crate::runtime::Launcher::new(
-                context.home()?,
-                std::io::IsTerminal::is_terminal(&std::io::stderr()),
-            );
-            let runtime = launcher.wasm()?;
-            let (name, wasm) = (name.clone(), path.clone());
-            tokio::task::spawn_blocking(move || runtime.prepare(&name, &wasm))
-                .await?
-                .context("the guest does not load")?;
-        }
-        anyhow::Ok(())
+    let runtime = if sandboxed {
+        let launcher = crate::runtime::Launcher::new(
+            home,
+            std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        );
+        Some(launcher.wasm()?)
+    } else {
+        None
     };
-    if let Err(err) = staged.await {
-        let _ = std::fs::remove_dir_all(&staging);
-        return Err(err.context("install rolled back"));
-    }
-    if target.exists() {
-        std::fs::remove_dir_all(&target)
-            .with_context(|| format!("cannot replace `{}`", target.display()))?;
-    }
-    std::fs::rename(&staging, &target)
-        .with_context(|| format!("cannot move `{}` into place", staging.display()))?;
+    let target = tokio::task::spawn_blocking(move || {
+        install::commit(&plan, &launcher, &|name, wasm| match &runtime {
+            Some(runtime) => runtime.prepare(name, wasm).map_err(|err| err.to_string()),
+            None => Ok(()),
+        })
+    })
+    .await??;
     report(context, "installed", &name, &target)
+}
+
+/// How many planned files the consent screen lists before summing up the rest.
+const LISTED_FILES: usize = 40;
+
+/// The consent screen's first part: what lands where, file by file.
+fn print_plan(plan: &install::Plan) {
+    let manifest = plan.manifest();
+    let shown_path = |path: &Path| shown(&path.display().to_string()).into_owned();
+    let version = if manifest.raw.version.is_empty() {
+        String::new()
+    } else {
+        format!(" {}", Shown(&manifest.raw.version))
+    };
+    println!(
+        "install `{}`{version} ({}) from {} into {}{}",
+        Shown(manifest.name()),
+        manifest.kind(),
+        shown_path(plan.source()),
+        shown_path(plan.destination()),
+        if plan.replaces() {
+            ", replacing the installed copy"
+        } else {
+            ""
+        }
+    );
+    let files: Vec<&install::PlannedEntry> = plan
+        .entries()
+        .iter()
+        .filter(|entry| entry.kind != install::EntryKind::Folder)
+        .collect();
+    println!(
+        "files: {} ({}); `extension.json` gets zot's launcher as its `exec`",
+        files.len(),
+        size(plan.total_size())
+    );
+    let rows: Vec<Vec<String>> = files
+        .iter()
+        .take(LISTED_FILES)
+        .map(|entry| {
+            let note = match &entry.kind {
+                install::EntryKind::Link { target } => {
+                    format!("a copy of `{}` (a symlink in the folder)", Shown(target))
+                }
+                _ if entry.executable => "executable".to_owned(),
+                _ => String::new(),
+            };
+            vec![shown(&entry.path).into_owned(), size(entry.size), note]
+        })
+        .collect();
+    print!("{}", table(&["FILE", "SIZE", "NOTE"], &rows));
+    if files.len() > LISTED_FILES {
+        println!("… and {} more files", files.len() - LISTED_FILES);
+    }
+}
+
+/// A byte count for people: `812 B`, `118.3 KiB`, `4.0 MiB`.
+fn size(bytes: u64) -> String {
+    const KIB: u64 = 1024;
+    match bytes {
+        b if b < KIB => format!("{b} B"),
+        b if b < KIB * KIB => format!("{:.1} KiB", b as f64 / KIB as f64),
+        b => format!("{:.1} MiB", b as f64 / (KIB * KIB) as f64),
+    }
 }
 
 /// Asks whether to install `name` with the capabilities shown above.
@@ -222,6 +268,7 @@ fn consent(name: &str, yes: bool) -> Result<()> {
     if yes {
         return Ok(());
     }
+    let name = Shown(name);
     if !std::io::IsTerminal::is_terminal(&std::io::stdin()) {
         bail!(
             "not installing `{name}` without confirmation: stdin is not a terminal; \
@@ -236,47 +283,6 @@ fn consent(name: &str, yes: bool) -> Result<()> {
     } else {
         bail!("install of `{name}` cancelled")
     }
-}
-
-/// Sets `exec`/`args` in a sandboxed extension's manifest so that zot
-/// starts it through `zotbox run` (a standalone zotbox sees `wasm` and
-/// ignores them).
-fn point_exec_at_zotbox(manifest: &Path) -> Result<()> {
-    let text = std::fs::read_to_string(manifest)
-        .with_context(|| format!("cannot read `{}`", manifest.display()))?;
-    let mut value: Value = serde_json::from_str(&text)
-        .with_context(|| format!("`{}` is not JSON", manifest.display()))?;
-    let Some(object) = value.as_object_mut() else {
-        bail!("`{}` is not a JSON object", manifest.display());
-    };
-    object.insert(
-        "exec".to_owned(),
-        Value::String(super::setup::launcher_exec()?),
-    );
-    object.insert("args".to_owned(), serde_json::json!(["run"]));
-    let mut out = serde_json::to_string_pretty(&value)?;
-    out.push('\n');
-    std::fs::write(manifest, out)
-        .with_context(|| format!("cannot write `{}`", manifest.display()))?;
-    Ok(())
-}
-
-/// Copies a folder tree; symlinks are copied as symlinks, never followed.
-fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(to)?;
-    for entry in std::fs::read_dir(from)? {
-        let entry = entry?;
-        let kind = entry.file_type()?;
-        let dest = to.join(entry.file_name());
-        if kind.is_symlink() {
-            std::os::unix::fs::symlink(std::fs::read_link(entry.path())?, &dest)?;
-        } else if kind.is_dir() {
-            copy_tree(&entry.path(), &dest)?;
-        } else {
-            std::fs::copy(entry.path(), &dest)?;
-        }
-    }
-    Ok(())
 }
 
 /// The manifest of the installed (project or user) extension called `name`.
@@ -334,12 +340,10 @@ fn set_enabled(context: &Context, name: &str, enabled: bool) -> Result<u8> {
     object.insert("enabled".to_owned(), Value::Bool(enabled));
     let mut out = serde_json::to_string_pretty(&value)?;
     out.push('\n');
-    // Write beside and rename, so a crash never leaves half a manifest.
-    let staging = path.with_extension("json.tmp");
-    std::fs::write(&staging, out)
-        .with_context(|| format!("cannot write `{}`", staging.display()))?;
-    std::fs::rename(&staging, path)
-        .with_context(|| format!("cannot replace `{}`", path.display()))?;
+    // A new file renamed over the old: never half a manifest, and never a
+    // write through a link to some other file.
+    crate::store::write_atomic(path, out.as_bytes())
+        .with_context(|| format!("cannot write `{}`", path.display()))?;
     report(
         context,
         if enabled { "enabled" } else { "disabled" },

@@ -1,12 +1,18 @@
 //! `zotbox policy explain NAME` and `zotbox policy show`.
+//!
+//! `explain` also lists the control paths of the workspace: what no write
+//! grant reaches, whatever the extension declared (`THREATS.md` rule 3).
 
 use anyhow::{Context as _, Result};
 
 use super::output::{json_line, table};
 use super::{Context, EXIT_OK};
+use crate::capability::fs::{CONTROL_NAMES, ControlPaths};
 use crate::discovery::SearchPath;
 use crate::manifest::Program;
 use crate::policy::Policy;
+use crate::sandbox::ControlSources;
+use crate::text::{Shown, shown};
 
 /// `zotbox policy` subcommands.
 #[derive(Debug, clap::Subcommand)]
@@ -71,6 +77,8 @@ fn explain(context: &Context, policy: &Policy, name: &str) -> Result<u8> {
         .with_context(|| format!("no extension `{name}` (see `zotbox list`)"))?;
     let manifest = found.manifest;
     let grant = policy.grant(&manifest.raw.capabilities);
+    let control =
+        ControlSources::new(search.home.root(), &search.explicit).control_paths(&search.workspace);
     if context.json {
         for row in &grant.rows {
             json_line(&serde_json::json!({
@@ -81,10 +89,45 @@ fn explain(context: &Context, policy: &Policy, name: &str) -> Result<u8> {
                 "refused": row.refused,
             }))?;
         }
+        for (path, what) in control_rows(&control) {
+            json_line(&serde_json::json!({"control_path": path, "what": what}))?;
+        }
         return Ok(EXIT_OK);
     }
     print_grant(policy, &manifest);
+    print_control(&control);
     Ok(EXIT_OK)
+}
+
+/// The control paths as `(path, what it is)`: the names refused at any
+/// depth, then the workspace's own.
+fn control_rows(control: &ControlPaths) -> Vec<(String, String)> {
+    let mut rows: Vec<(String, String)> = CONTROL_NAMES
+        .iter()
+        .map(|name| {
+            (
+                format!("{name}/"),
+                "at any depth, in any case: it decides what runs".to_owned(),
+            )
+        })
+        .collect();
+    rows.extend(
+        control
+            .paths()
+            .iter()
+            .map(|path| (path.shown(), path.what.clone())),
+    );
+    rows
+}
+
+/// Prints what no write grant reaches in this workspace.
+fn print_control(control: &ControlPaths) {
+    println!("control paths: no write grant reaches them, whatever was declared");
+    let rows: Vec<Vec<String>> = control_rows(control)
+        .into_iter()
+        .map(|(path, what)| vec![shown(&path).into_owned(), shown(&what).into_owned()])
+        .collect();
+    print!("{}", table(&["CONTROL PATH", "WHAT"], &rows));
 }
 
 /// Prints, per capability, what `manifest` declared, what the policy allows,
@@ -93,9 +136,10 @@ pub(crate) fn print_grant(policy: &Policy, manifest: &crate::manifest::Manifest)
     let name = manifest.name();
     let grant = policy.grant(&manifest.raw.capabilities);
     println!(
-        "extension `{name}` ({}, {})",
+        "extension `{}` ({}, {})",
+        Shown(name),
         manifest.kind(),
-        manifest.path.display()
+        Shown(&manifest.path.display().to_string())
     );
     if let Program::Native { .. } = manifest.program {
         match policy.native_refused_by() {
@@ -108,11 +152,17 @@ pub(crate) fn print_grant(policy: &Policy, manifest: &crate::manifest::Manifest)
             ),
         }
     }
+    // Globs, origins and patterns are the author's: escaped, so a
+    // backspace or a line break cannot hide what is granted.
     let list = |items: &[String]| {
         if items.is_empty() {
             "-".to_owned()
         } else {
-            items.join(", ")
+            items
+                .iter()
+                .map(|item| shown(item).into_owned())
+                .collect::<Vec<_>>()
+                .join(", ")
         }
     };
     let rows: Vec<Vec<String>> = grant
@@ -128,14 +178,14 @@ pub(crate) fn print_grant(policy: &Policy, manifest: &crate::manifest::Manifest)
             } else {
                 row.refused
                     .iter()
-                    .map(|r| format!("`{}` refused: {}", r.item, r.rule))
+                    .map(|r| format!("`{}` refused: {}", Shown(&r.item), Shown(&r.rule)))
                     .collect::<Vec<_>>()
                     .join("; ")
             };
             vec![
                 row.capability.to_owned(),
                 list(&row.declared),
-                policy.describe(row.capability),
+                shown(&policy.describe(row.capability)).into_owned(),
                 list(&row.granted),
                 decided,
             ]

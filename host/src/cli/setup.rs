@@ -63,11 +63,9 @@ impl Args {
         }
         std::fs::create_dir_all(&dir)
             .with_context(|| format!("cannot create `{}`", dir.display()))?;
-        let staging = manifest_path.with_extension("json.tmp");
-        std::fs::write(&staging, &text)
-            .with_context(|| format!("cannot write `{}`", staging.display()))?;
-        std::fs::rename(&staging, &manifest_path)
-            .with_context(|| format!("cannot replace `{}`", manifest_path.display()))?;
+        // A new file renamed into place: never written through a link.
+        crate::store::write_atomic(&manifest_path, text.as_bytes())
+            .with_context(|| format!("cannot write `{}`", manifest_path.display()))?;
         say(context, "wrote", &manifest_path)
     }
 }

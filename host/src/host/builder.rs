@@ -203,16 +203,20 @@ impl HostBuilder {
         };
         let audit = std::sync::Arc::new(crate::audit::AuditLog::open(&home.audit_log()));
         let http_config = policy.http_config();
+        let control = crate::sandbox::ControlSources::new(home.root(), &self.explicit);
         let (events, _) = broadcast::channel(EVENT_BACKLOG);
         let (stop, _) = watch::channel(false);
         let host = Host {
             inner: std::sync::Arc::new_cyclic(|weak| Inner {
-                services: std::sync::Arc::new(crate::sandbox::Services::new(
-                    Some(workspace.clone()),
-                    http_config,
-                    audit,
-                    std::sync::Arc::new(super::data_tools::HostGuard(weak.clone())),
-                )),
+                services: std::sync::Arc::new(
+                    crate::sandbox::Services::new(
+                        Some(workspace.clone()),
+                        http_config,
+                        audit,
+                        std::sync::Arc::new(super::data_tools::HostGuard(weak.clone())),
+                    )
+                    .with_control(control),
+                ),
                 policy,
                 data: std::sync::RwLock::default(),
                 settings: Settings {

@@ -1,1 +1,1165 @@
 //! Installing an extension folder into `$ZOT_HOME/extensions/` or a project.
+//!
+//! What the consent screen shows is exactly what lands (`THREATS.md` rules
+//! 2 and 3). An install is a [`plan`] (read and check the source, nothing
+//! written), which the CLI shows and asks about, then a [`commit`] of
+//! exactly that plan. Rules:
+//!
+//! 1. **The manifest is a regular file** in the folder, read once, validated,
+//!    and what lands is that text (for a wasm extension with zot's launcher
+//!    written into it): a symlinked `extension.json` is refused, so an
+//!    install can never rewrite the file a link points to (a user's other
+//!    extension, say).
+//! 2. **Links stay inside.** A symlink to a regular file inside the folder,
+//!    reached without another link, is copied as that file's content (so the
+//!    folder works as it did, and what lands is what the folder held). Every
+//!    other link is refused: absolute, climbing out with `..`, to a folder,
+//!    to another link, dangling.
+//! 3. **Only files and folders.** FIFOs, sockets and devices are refused
+//!    while planning, from `lstat`, without ever being opened: a FIFO cannot
+//!    hang an install.
+//! 4. **The code is in the folder.** A `wasm` path that is absolute or has
+//!    `..` is refused by the manifest itself (for every manifest, not only
+//!    here), and it must name a planned file. A native manifest whose `exec`
+//!    is zotbox itself is refused: it would start `zotbox run` on its own
+//!    folder, again and again (a wasm extension's launcher is written here,
+//!    and the `serve` launcher by `zotbox setup`).
+//! 5. **No swap between consent and copy.** Each planned file is opened
+//!    again with `O_NOFOLLOW | O_NONBLOCK` by a no-follow walk from the
+//!    source folder, and its kind, device, inode, size and times must be
+//!    those of the plan, before and after the copy; anything else stops the
+//!    install with nothing installed.
+//! 6. **Writes go only to the destination.** Files are created new
+//!    (`O_EXCL`) in a fresh staging folder beside the destination; nothing is
+//!    ever written through a link. A project install refuses a workspace
+//!    whose `.zot` or `.zot/extensions` is a link.
+//! 7. **All or nothing.** The staged copy is validated and precompiled, then
+//!    swapped in: a previous install is moved aside and moved back on any
+//!    failure, and removed only once the new one is in place. The staging
+//!    folder never outlives a failed install.
+
+use std::io::{self, Read as _, Write as _};
+use std::os::unix::fs::OpenOptionsExt as _;
+use std::path::{Path, PathBuf};
+
+use cap_std::fs::{Dir, Metadata, MetadataExt as _, OpenOptions, OpenOptionsExt as _};
+use nix::libc;
+
+use crate::capability::fs::open_dir_nofollow;
+use crate::manifest::{MANIFEST_FILE, Manifest, ManifestError, Program};
+use crate::text::Shown;
+
+/// The largest manifest read: 1 MiB.
+const MAX_MANIFEST: u64 = 1024 * 1024;
+/// How many entries one extension folder may hold.
+const MAX_ENTRIES: usize = 100_000;
+/// How deep its folders may nest.
+const MAX_DEPTH: usize = 64;
+
+/// Why an install did not happen. After any of these, nothing was installed
+/// and a previous install is as it was.
+#[derive(Debug, thiserror::Error)]
+pub enum InstallError {
+    /// The source is not a folder.
+    #[error("`{}` is not an extension folder", Shown(&.0.display().to_string()))]
+    NotAFolder(PathBuf),
+    /// The source's manifest cannot be read or is invalid.
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+    /// The source holds something an install does not copy.
+    #[error("install of `{}` refused: {reason}", Shown(&folder.display().to_string()))]
+    Refused {
+        /// The source folder.
+        folder: PathBuf,
+        /// What was refused and why, naming the rule.
+        reason: String,
+    },
+    /// A planned file changed between the plan (what was shown) and the copy.
+    #[error(
+        "install of `{}` stopped: `{}` changed after it was shown ({what}); nothing was \
+         installed, run the install again to see the new content",
+        Shown(&folder.display().to_string()),
+        Shown(path)
+    )]
+    Changed {
+        /// The source folder.
+        folder: PathBuf,
+        /// The file, relative to the source folder.
+        path: String,
+        /// What differs.
+        what: &'static str,
+    },
+    /// The staged copy's manifest does not load.
+    #[error("the installed copy is invalid: {0}; nothing was installed")]
+    Invalid(ManifestError),
+    /// The staged guest does not compile or link.
+    #[error("the guest does not load: {0}; nothing was installed")]
+    NotLoaded(String),
+    /// A file system operation failed.
+    #[error("cannot {action} `{}`: {error}", path.display())]
+    Io {
+        /// What was being done.
+        action: &'static str,
+        /// On which path.
+        path: PathBuf,
+        /// The I/O error.
+        error: io::Error,
+    },
+}
+
+fn io_error(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> InstallError {
+    let path = path.to_owned();
+    move |error| InstallError::Io {
+        action,
+        path,
+        error,
+    }
+}
+
+/// What one planned entry is.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum EntryKind {
+    /// A folder.
+    Folder,
+    /// A regular file.
+    File,
+    /// A symlink to a regular file inside the folder, installed as a copy of it.
+    Link {
+        /// The file it points to, relative to the folder.
+        target: String,
+    },
+}
+
+/// Who a file is: compared between the plan and the copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+struct Identity {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl Identity {
+    fn of(meta: &Metadata) -> Self {
+        Self {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.len(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
+        }
+    }
+}
+
+/// One entry of the source folder, as it will land.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct PlannedEntry {
+    /// Its path inside the folder, `/`-separated.
+    pub path: String,
+    /// What it is.
+    #[serde(flatten)]
+    pub kind: EntryKind,
+    /// Its size in bytes (0 for a folder).
+    pub size: u64,
+    /// Whether it is installed executable.
+    pub executable: bool,
+    #[serde(skip)]
+    identity: Identity,
+}
+
+/// An install, planned and checked, not yet done.
+#[derive(Debug)]
+pub struct Plan {
+    source: PathBuf,
+    manifest: Manifest,
+    manifest_text: String,
+    entries: Vec<PlannedEntry>,
+    destination: PathBuf,
+}
+
+impl Plan {
+    /// The source folder.
+    pub fn source(&self) -> &Path {
+        &self.source
+    }
+
+    /// The validated manifest, as read from the source.
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    /// Every entry that will land, sorted by path (a folder before its content).
+    pub fn entries(&self) -> &[PlannedEntry] {
+        &self.entries
+    }
+
+    /// Where the extension lands: `<extensions>/<name>`.
+    pub fn destination(&self) -> &Path {
+        &self.destination
+    }
+
+    /// Whether an install is already there (it is replaced, or kept on failure).
+    pub fn replaces(&self) -> bool {
+        std::fs::symlink_metadata(&self.destination).is_ok()
+    }
+
+    /// The bytes of every file that will land.
+    pub fn total_size(&self) -> u64 {
+        self.entries.iter().map(|entry| entry.size).sum()
+    }
+
+    fn refused(&self, reason: String) -> InstallError {
+        InstallError::Refused {
+            folder: self.source.clone(),
+            reason,
+        }
+    }
+}
+
+/// The folder a project install goes to: `<workspace>/.zot/extensions`.
+///
+/// # Errors
+///
+/// [`InstallError::Refused`] when `.zot` or `.zot/extensions` is a symlink:
+/// a repository could point it anywhere, and the install would write there.
+pub fn project_extensions_dir(workspace: &Path) -> Result<PathBuf, InstallError> {
+    let mut path = workspace.to_owned();
+    for part in [".zot", "extensions"] {
+        path.push(part);
+        if let Ok(meta) = std::fs::symlink_metadata(&path)
+            && !meta.is_dir()
+        {
+            let shown = path.display().to_string();
+            return Err(InstallError::Refused {
+                folder: workspace.to_owned(),
+                reason: format!(
+                    "`{}` is not a folder (a symlink?); a project install writes only into the \
+                     workspace's own `.zot/extensions/` (remove it, or install for the user)",
+                    Shown(&shown)
+                ),
+            });
+        }
+    }
+    Ok(path)
+}
+
+/// Reads and checks the extension folder `source` for an install into
+/// `extensions` (rules 1 to 4). Nothing is written.
+///
+/// # Errors
+///
+/// [`InstallError::NotAFolder`], [`InstallError::Manifest`] for a missing
+/// or invalid manifest, [`InstallError::Refused`] naming the entry and the
+/// rule, [`InstallError::Io`].
+pub fn plan(source: &Path, extensions: &Path) -> Result<Plan, InstallError> {
+    if !source.is_dir() {
+        return Err(InstallError::NotAFolder(source.to_owned()));
+    }
+    let root = Dir::open_ambient_dir(source, cap_std::ambient_authority())
+        .map_err(io_error("open", source))?;
+    let manifest_path = source.join(MANIFEST_FILE);
+    let manifest_text = read_manifest(&root, source, &manifest_path)?;
+    let manifest = Manifest::parse(&manifest_text, &manifest_path)?;
+    let entries = walk(&root, source)?;
+    let plan = Plan {
+        destination: extensions.join(manifest.name()),
+        source: source.to_owned(),
+        manifest,
+        manifest_text,
+        entries,
+    };
+    check_program(&plan)?;
+    Ok(plan)
+}
+
+/// Rule 1: the manifest, a regular file of bounded size, read without
+/// following a link.
+fn read_manifest(root: &Dir, source: &Path, path: &Path) -> Result<String, InstallError> {
+    let refused = |reason: String| InstallError::Refused {
+        folder: source.to_owned(),
+        reason,
+    };
+    let meta = root
+        .symlink_metadata(MANIFEST_FILE)
+        .map_err(|error| ManifestError::Read {
+            path: path.to_owned(),
+            error,
+        })?;
+    if meta.is_symlink() {
+        let target = root
+            .read_link_contents(MANIFEST_FILE)
+            .map(|t| t.display().to_string())
+            .unwrap_or_default();
+        return Err(refused(format!(
+            "`{MANIFEST_FILE}` is a symlink (to `{}`); the manifest must be a regular file in \
+             the folder (copy the file it points to)",
+            Shown(&target)
+        )));
+    }
+    if !meta.is_file() {
+        return Err(refused(format!(
+            "`{MANIFEST_FILE}` is {}; the manifest must be a regular file",
+            describe(&meta)
+        )));
+    }
+    if meta.len() > MAX_MANIFEST {
+        return Err(refused(format!(
+            "`{MANIFEST_FILE}` is larger than {MAX_MANIFEST} bytes"
+        )));
+    }
+    let mut file = open_nofollow(root, MANIFEST_FILE).map_err(|error| ManifestError::Read {
+        path: path.to_owned(),
+        error,
+    })?;
+    let mut bytes = Vec::new();
+    (&mut file)
+        .take(MAX_MANIFEST)
+        .read_to_end(&mut bytes)
+        .map_err(|error| ManifestError::Read {
+            path: path.to_owned(),
+            error,
+        })?;
+    String::from_utf8(bytes).map_err(|_| {
+        InstallError::Manifest(ManifestError::Parse {
+            path: path.to_owned(),
+            detail: "is not UTF-8".to_owned(),
+        })
+    })
+}
+
+/// Rules 2 and 3: every entry of the folder, without following a link.
+fn walk(root: &Dir, source: &Path) -> Result<Vec<PlannedEntry>, InstallError> {
+    let refused = |reason: String| InstallError::Refused {
+        folder: source.to_owned(),
+        reason,
+    };
+    let mut planned: Vec<PlannedEntry> = Vec::new();
+    let mut pending: Vec<(Vec<String>, Dir)> = vec![(
+        Vec::new(),
+        root.try_clone().map_err(io_error("open", source))?,
+    )];
+    while let Some((prefix, dir)) = pending.pop() {
+        if prefix.len() > MAX_DEPTH {
+            return Err(refused(format!(
+                "its folders nest deeper than {MAX_DEPTH} levels"
+            )));
+        }
+        let folder = source.join(prefix.join("/"));
+        let mut children: Vec<(String, Metadata)> = Vec::new();
+        for entry in dir.entries().map_err(io_error("list", &folder))? {
+            let entry = entry.map_err(io_error("list", &folder))?;
+            let raw = entry.file_name();
+            let Some(name) = raw.to_str() else {
+                return Err(refused(format!(
+                    "`{}` has a name that is not UTF-8",
+                    Shown(&folder.join(&raw).display().to_string())
+                )));
+            };
+            let meta = entry
+                .metadata()
+                .map_err(io_error("describe", &folder.join(name)))?;
+            children.push((name.to_owned(), meta));
+        }
+        children.sort_by(|a, b| a.0.cmp(&b.0));
+        for (name, meta) in children {
+            let mut parts = prefix.clone();
+            parts.push(name.clone());
+            let path = parts.join("/");
+            if planned.len() >= MAX_ENTRIES {
+                return Err(refused(format!("it holds more than {MAX_ENTRIES} entries")));
+            }
+            let file_type = meta.file_type();
+            if file_type.is_dir() {
+                let sub = open_dir_nofollow(&dir, &name).map_err(io_error("open", &folder))?;
+                planned.push(PlannedEntry {
+                    path,
+                    kind: EntryKind::Folder,
+                    size: 0,
+                    executable: false,
+                    identity: Identity::of(&meta),
+                });
+                pending.push((parts, sub));
+            } else if file_type.is_file() {
+                planned.push(PlannedEntry {
+                    path,
+                    kind: EntryKind::File,
+                    size: meta.len(),
+                    executable: meta.mode() & 0o111 != 0,
+                    identity: Identity::of(&meta),
+                });
+            } else if file_type.is_symlink() {
+                let (target, meta) =
+                    resolve_link(root, &dir, &prefix, &name, &path).map_err(&refused)?;
+                planned.push(PlannedEntry {
+                    path,
+                    kind: EntryKind::Link { target },
+                    size: meta.len(),
+                    executable: meta.mode() & 0o111 != 0,
+                    identity: Identity::of(&meta),
+                });
+            } else {
+                return Err(refused(format!(
+                    "`{}` is {}; an extension folder holds only files, folders and links to \
+                     files inside it",
+                    Shown(&path),
+                    describe(&meta)
+                )));
+            }
+        }
+    }
+    planned.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(planned)
+}
+
+/// Rule 2: the regular file inside the folder that the link `path` (named
+/// `name` in `dir`, at `prefix`) points to, reached without another link;
+/// otherwise why it is refused.
+fn resolve_link(
+    root: &Dir,
+    dir: &Dir,
+    prefix: &[String],
+    name: &str,
+    path: &str,
+) -> Result<(String, Metadata), String> {
+    let target = dir
+        .read_link_contents(name)
+        .map_err(|err| format!("cannot read the symlink `{}`: {err}", Shown(path)))?;
+    let written = target.display().to_string();
+    let outside = || {
+        format!(
+            "`{}` is a symlink leading outside the extension's folder (to `{}`); an install \
+             copies only the folder's own files",
+            Shown(path),
+            Shown(&written)
+        )
+    };
+    let Some(text) = target.to_str().filter(|_| !target.is_absolute()) else {
+        return Err(outside());
+    };
+    let mut parts: Vec<&str> = prefix.iter().map(String::as_str).collect();
+    for part in text.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                if parts.pop().is_none() {
+                    return Err(outside());
+                }
+            }
+            other => parts.push(other),
+        }
+    }
+    if parts.is_empty() {
+        return Err(format!(
+            "`{}` is a symlink to the extension's folder itself; only links to files are copied",
+            Shown(path)
+        ));
+    }
+    for index in 0..parts.len() {
+        let reached = parts[..=index].join("/");
+        let meta = root.symlink_metadata(&reached).map_err(|_| {
+            format!(
+                "`{}` is a symlink to `{}`, which does not exist",
+                Shown(path),
+                Shown(&written)
+            )
+        })?;
+        let is_last = index + 1 == parts.len();
+        if meta.is_symlink() {
+            return Err(format!(
+                "`{}` is a symlink reaching `{}`, another symlink; only a link straight to a file \
+                 inside the folder is copied",
+                Shown(path),
+                Shown(&reached)
+            ));
+        }
+        if !is_last && !meta.is_dir() {
+            return Err(format!(
+                "`{}` is a symlink to `{}`, which does not exist",
+                Shown(path),
+                Shown(&written)
+            ));
+        }
+        if is_last {
+            if meta.is_dir() {
+                return Err(format!(
+                    "`{}` is a symlink to the folder `{}`; only links to files inside the folder \
+                     are copied (as their content)",
+                    Shown(path),
+                    Shown(&reached)
+                ));
+            }
+            if !meta.is_file() {
+                return Err(format!(
+                    "`{}` is a symlink to `{}`, which is {}; an extension folder holds only \
+                     files, folders and links to files inside it",
+                    Shown(path),
+                    Shown(&reached),
+                    describe(&meta)
+                ));
+            }
+            return Ok((reached, meta));
+        }
+    }
+    Err(outside())
+}
+
+/// Rule 4: the program is in the plan, and a native one is not zotbox.
+fn check_program(plan: &Plan) -> Result<(), InstallError> {
+    match &plan.manifest.program {
+        Program::Wasm { .. } => {
+            let written = plan.manifest.raw.wasm.as_deref().unwrap_or_default();
+            let relative = wasm_relative(written);
+            let planned = plan
+                .entries
+                .iter()
+                .any(|entry| entry.path == relative && entry.kind != EntryKind::Folder);
+            if !planned {
+                return Err(plan.refused(format!(
+                    "field `wasm` names `{}`, which is not a file in the extension's folder",
+                    Shown(written)
+                )));
+            }
+            Ok(())
+        }
+        Program::Native { exec, .. } => {
+            if starts_zotbox(exec, &plan.manifest.dir) {
+                return Err(plan.refused(format!(
+                    "its `exec` `{}` is zotbox itself; a native extension that starts zotbox \
+                     would start `zotbox run` on its own folder, again and again (a sandboxed \
+                     extension names its `wasm` file and gets its launcher from `ext install`)",
+                    Shown(exec)
+                )));
+            }
+            Ok(())
+        }
+    }
+}
+
+/// A `wasm` field as a folder-relative path (`./x.wasm` → `x.wasm`).
+fn wasm_relative(written: &str) -> String {
+    written
+        .split('/')
+        .filter(|part| !part.is_empty() && *part != ".")
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+/// Whether `exec` (resolved by zot's rules from `dir`) is this zotbox
+/// binary, by any name or link, or the bare name `zotbox`.
+fn starts_zotbox(exec: &str, dir: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    if exec == "zotbox" {
+        return true;
+    }
+    let Ok(me) = std::env::current_exe().and_then(std::fs::metadata) else {
+        return false;
+    };
+    crate::runtime::native::resolve_exec(exec, dir)
+        .ok()
+        .and_then(|program| std::fs::metadata(program).ok())
+        .is_some_and(|it| it.dev() == me.dev() && it.ino() == me.ino())
+}
+
+/// Copies exactly `plan` into place (rules 5 to 7). A wasm extension's
+/// manifest gets `exec: launcher, args: ["run"]` so that zot starts it
+/// through `zotbox run`; its guest is then checked with `prepare(name, wasm)`
+/// (compile and link, into the cache). Returns the installed folder.
+///
+/// # Errors
+///
+/// [`InstallError::Changed`] when a planned file is not what was planned;
+/// [`InstallError::Invalid`], [`InstallError::NotLoaded`],
+/// [`InstallError::Io`]. On every error nothing was installed and a
+/// previous install is as it was.
+pub fn commit(
+    plan: &Plan,
+    launcher: &str,
+    prepare: &dyn Fn(&str, &Path) -> Result<(), String>,
+) -> Result<PathBuf, InstallError> {
+    let name = plan.manifest.name();
+    let extensions = plan
+        .destination
+        .parent()
+        .unwrap_or_else(|| Path::new("."))
+        .to_owned();
+    std::fs::create_dir_all(&extensions).map_err(io_error("create", &extensions))?;
+    let root = Dir::open_ambient_dir(&plan.source, cap_std::ambient_authority())
+        .map_err(io_error("open", &plan.source))?;
+    // Dropped on every early return: a failed install leaves no staging folder.
+    let staging = tempfile::Builder::new()
+        .prefix(&format!(".installing-{name}-"))
+        .tempdir_in(&extensions)
+        .map_err(io_error("create a staging folder in", &extensions))?;
+    // A temporary folder is private (0700); the install is an ordinary folder.
+    std::fs::set_permissions(
+        staging.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .map_err(io_error("set the mode of", staging.path()))?;
+    let manifest_text = match plan.manifest.program {
+        Program::Wasm { .. } => with_launcher(plan, launcher)?,
+        Program::Native { .. } => plan.manifest_text.clone(),
+    };
+    for entry in &plan.entries {
+        let dest = staging.path().join(&entry.path);
+        match &entry.kind {
+            EntryKind::Folder => std::fs::create_dir(&dest).map_err(io_error("create", &dest))?,
+            EntryKind::File if entry.path == MANIFEST_FILE => {
+                let mut file = create_new(&dest, false)?;
+                file.write_all(manifest_text.as_bytes())
+                    .and_then(|()| file.sync_all())
+                    .map_err(io_error("write", &dest))?;
+            }
+            EntryKind::File => copy_planned(plan, &root, &entry.path, entry, &dest)?,
+            EntryKind::Link { target } => copy_planned(plan, &root, target, entry, &dest)?,
+        }
+    }
+    let staged =
+        Manifest::load(&staging.path().join(MANIFEST_FILE)).map_err(InstallError::Invalid)?;
+    if let Program::Wasm { path } = &staged.program {
+        prepare(name, path).map_err(InstallError::NotLoaded)?;
+    }
+    swap(staging, &plan.destination, name)?;
+    Ok(plan.destination.clone())
+}
+
+/// The plan's manifest text with zot's launcher as `exec`/`args`.
+fn with_launcher(plan: &Plan, launcher: &str) -> Result<String, InstallError> {
+    let mut value: serde_json::Value =
+        serde_json::from_str(&plan.manifest_text).map_err(|err| {
+            InstallError::Manifest(ManifestError::Parse {
+                path: plan.manifest.path.clone(),
+                detail: err.to_string(),
+            })
+        })?;
+    let Some(object) = value.as_object_mut() else {
+        return Err(InstallError::Manifest(ManifestError::Parse {
+            path: plan.manifest.path.clone(),
+            detail: "is not a JSON object".to_owned(),
+        }));
+    };
+    object.insert("exec".to_owned(), serde_json::Value::from(launcher));
+    object.insert("args".to_owned(), serde_json::json!(["run"]));
+    let mut text = serde_json::to_string_pretty(&value).map_err(|err| {
+        InstallError::Manifest(ManifestError::Parse {
+            path: plan.manifest.path.clone(),
+            detail: err.to_string(),
+        })
+    })?;
+    text.push('\n');
+    Ok(text)
+}
+
+/// Creates `path` anew (never through a link, never over a file).
+fn create_new(path: &Path, executable: bool) -> Result<std::fs::File, InstallError> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(if executable { 0o755 } else { 0o644 })
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(io_error("create", path))
+}
+
+/// Rule 5: copies the planned file `from` (relative to the source) to
+/// `dest`, if it is still the file that was planned.
+fn copy_planned(
+    plan: &Plan,
+    root: &Dir,
+    from: &str,
+    entry: &PlannedEntry,
+    dest: &Path,
+) -> Result<(), InstallError> {
+    let changed = |what: &'static str| InstallError::Changed {
+        folder: plan.source.clone(),
+        path: from.to_owned(),
+        what,
+    };
+    let parts: Vec<&str> = from.split('/').collect();
+    let Some((name, parents)) = parts.split_last() else {
+        return Err(changed("it is gone"));
+    };
+    let mut dir = root.try_clone().map_err(io_error("open", &plan.source))?;
+    for parent in parents {
+        dir =
+            open_dir_nofollow(&dir, parent).map_err(|_| changed("a folder on its way changed"))?;
+    }
+    let file = open_nofollow(&dir, name).map_err(|err| match err.raw_os_error() {
+        Some(libc::ELOOP) => changed("it became a symlink"),
+        _ if err.kind() == io::ErrorKind::NotFound => changed("it is gone"),
+        _ => InstallError::Io {
+            action: "open",
+            path: plan.source.join(from),
+            error: err,
+        },
+    })?;
+    let before = file
+        .metadata()
+        .map_err(io_error("describe", &plan.source.join(from)))?;
+    if !before.is_file() {
+        return Err(changed("it is no longer a regular file"));
+    }
+    if Identity::of(&before) != entry.identity {
+        return Err(changed("its size, inode or times differ"));
+    }
+    let mut out = create_new(dest, entry.executable)?;
+    // One byte more than planned tells a file that grew.
+    let copied = io::copy(&mut (&file).take(entry.size.saturating_add(1)), &mut out)
+        .map_err(io_error("copy", &plan.source.join(from)))?;
+    let after = file
+        .metadata()
+        .map_err(io_error("describe", &plan.source.join(from)))?;
+    if copied != entry.size || Identity::of(&after) != entry.identity {
+        return Err(changed("it was written while it was copied"));
+    }
+    Ok(())
+}
+
+/// Opens `name` in `dir` for reading without following a link, without
+/// blocking on a FIFO and without taking a terminal.
+fn open_nofollow(dir: &Dir, name: &str) -> io::Result<cap_std::fs::File> {
+    let mut options = OpenOptions::new();
+    options
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY);
+    dir.open_with(name, &options)
+}
+
+/// Rule 7: moves `staging` to `destination`; a previous install is moved
+/// aside first, moved back if the move fails, and removed once it succeeded.
+fn swap(staging: tempfile::TempDir, destination: &Path, name: &str) -> Result<(), InstallError> {
+    let parent = destination.parent().unwrap_or_else(|| Path::new("."));
+    let aside = match std::fs::symlink_metadata(destination) {
+        Ok(_) => {
+            let aside = unused(parent, &format!(".replaced-{name}"));
+            std::fs::rename(destination, &aside).map_err(io_error("move aside", destination))?;
+            Some(aside)
+        }
+        Err(_) => None,
+    };
+    if let Err(error) = std::fs::rename(staging.path(), destination) {
+        if let Some(aside) = &aside
+            && let Err(restore) = std::fs::rename(aside, destination)
+        {
+            return Err(InstallError::Io {
+                action: "restore the previous install (it is kept aside) at",
+                path: aside.clone(),
+                error: io::Error::new(
+                    restore.kind(),
+                    format!("{restore}, after the new copy could not be moved into place: {error}"),
+                ),
+            });
+        }
+        return Err(InstallError::Io {
+            action: "move the new copy to",
+            path: destination.to_owned(),
+            error,
+        });
+    }
+    // The staging folder is now the install: it must not be cleaned up.
+    let _ = staging.keep();
+    if let Some(aside) = aside {
+        let removed = match std::fs::symlink_metadata(&aside) {
+            Ok(meta) if meta.is_dir() => std::fs::remove_dir_all(&aside),
+            _ => std::fs::remove_file(&aside),
+        };
+        if let Err(err) = removed {
+            tracing::warn!(
+                "installed `{name}`, but the previous copy at `{}` could not be removed: {err}",
+                aside.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// A name under `parent` starting with `stem` that nothing holds yet.
+fn unused(parent: &Path, stem: &str) -> PathBuf {
+    let pid = std::process::id();
+    let mut counter = 0u32;
+    loop {
+        let candidate = parent.join(format!("{stem}-{pid}-{counter}"));
+        if std::fs::symlink_metadata(&candidate).is_err() {
+            return candidate;
+        }
+        counter += 1;
+    }
+}
+
+/// What a non-regular, non-folder entry is, for messages.
+fn describe(meta: &Metadata) -> &'static str {
+    use cap_std::fs::FileTypeExt as _;
+    let file_type = meta.file_type();
+    if file_type.is_symlink() {
+        "a symlink"
+    } else if file_type.is_dir() {
+        "a folder"
+    } else if file_type.is_fifo() {
+        "a FIFO"
+    } else if file_type.is_socket() {
+        "a socket"
+    } else if file_type.is_block_device() || file_type.is_char_device() {
+        "a device"
+    } else if file_type.is_file() {
+        "a regular file"
+    } else {
+        "not a regular file"
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::os::unix::fs::symlink;
+
+    use super::*;
+
+    /// A temp dir with `src/` (an extension folder) and `extensions/`.
+    struct Setup {
+        tmp: tempfile::TempDir,
+    }
+
+    impl Setup {
+        /// `src/` holds a native manifest and `run.sh`, `lib/b.txt`.
+        fn new() -> Self {
+            let tmp = tempfile::tempdir().unwrap();
+            let src = tmp.path().join("src");
+            std::fs::create_dir_all(src.join("lib")).unwrap();
+            std::fs::write(
+                src.join(MANIFEST_FILE),
+                r#"{"name":"demo","version":"1.0.0","exec":"./run.sh"}"#,
+            )
+            .unwrap();
+            std::fs::write(src.join("run.sh"), "#!/bin/sh\n").unwrap();
+            std::fs::set_permissions(
+                src.join("run.sh"),
+                std::os::unix::fs::PermissionsExt::from_mode(0o755),
+            )
+            .unwrap();
+            std::fs::write(src.join("lib/b.txt"), "bee").unwrap();
+            Self { tmp }
+        }
+
+        fn src(&self) -> PathBuf {
+            self.tmp.path().join("src")
+        }
+
+        fn extensions(&self) -> PathBuf {
+            self.tmp.path().join("extensions")
+        }
+
+        fn plan(&self) -> Result<Plan, InstallError> {
+            plan(&self.src(), &self.extensions())
+        }
+
+        fn refusal(&self) -> String {
+            match self.plan() {
+                Err(InstallError::Refused { reason, .. }) => reason,
+                other => panic!("expected a refusal, got {other:?}"),
+            }
+        }
+    }
+
+    fn no_prepare(_: &str, _: &Path) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// Every file under `dir`, by relative path, with its bytes (links as `-> target`).
+    fn snapshot(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+        let mut found = BTreeMap::new();
+        let mut pending = vec![dir.to_owned()];
+        while let Some(current) = pending.pop() {
+            for entry in std::fs::read_dir(&current).unwrap() {
+                let path = entry.unwrap().path();
+                let key = path.strip_prefix(dir).unwrap().display().to_string();
+                let meta = std::fs::symlink_metadata(&path).unwrap();
+                if meta.is_symlink() {
+                    let target = std::fs::read_link(&path).unwrap();
+                    found.insert(key, format!("-> {}", target.display()).into_bytes());
+                } else if meta.is_dir() {
+                    pending.push(path);
+                } else if meta.is_file() {
+                    found.insert(key, std::fs::read(&path).unwrap());
+                } else {
+                    // A FIFO or socket: never opened (that would block).
+                    found.insert(key, b"special".to_vec());
+                }
+            }
+        }
+        found
+    }
+
+    #[test]
+    fn what_lands_is_what_the_plan_listed() {
+        let setup = Setup::new();
+        symlink("b.txt", setup.src().join("lib/a.txt")).unwrap();
+        let plan = setup.plan().unwrap();
+        let listed: Vec<(&str, &EntryKind, u64)> = plan
+            .entries()
+            .iter()
+            .map(|e| (e.path.as_str(), &e.kind, e.size))
+            .collect();
+        let link = EntryKind::Link {
+            target: "lib/b.txt".to_owned(),
+        };
+        assert_eq!(
+            listed,
+            [
+                (MANIFEST_FILE, &EntryKind::File, 51),
+                ("lib", &EntryKind::Folder, 0),
+                ("lib/a.txt", &link, 3),
+                ("lib/b.txt", &EntryKind::File, 3),
+                ("run.sh", &EntryKind::File, 10),
+            ]
+        );
+        let installed = commit(&plan, "zotbox", &no_prepare).unwrap();
+        assert_eq!(installed, setup.extensions().join("demo"));
+        // A link to a file inside is installed as a copy of that file.
+        let mut expected = snapshot(&setup.src());
+        expected.insert("lib/a.txt".to_owned(), b"bee".to_vec());
+        assert_eq!(snapshot(&installed), expected);
+        assert!(
+            !std::fs::symlink_metadata(installed.join("lib/a.txt"))
+                .unwrap()
+                .is_symlink()
+        );
+        let mode = std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(installed.join("run.sh"))
+                .unwrap()
+                .permissions(),
+        );
+        assert_eq!(mode & 0o777, 0o755);
+        // Nothing else in the extensions folder: no staging left behind.
+        assert_eq!(snapshot(&setup.extensions()).len(), 4);
+    }
+
+    #[test]
+    fn links_leaving_the_folder_and_special_files_are_refused() {
+        // (what to plant in `src/`, the refusal)
+        type Plant = fn(&Path);
+        let cases: [(Plant, &str); 9] = [
+            // Attack: the manifest is a link to a user's other extension.
+            (
+                |src| {
+                    let other = src.parent().unwrap().join("other.json");
+                    std::fs::rename(src.join(MANIFEST_FILE), &other).unwrap();
+                    symlink("../other.json", src.join(MANIFEST_FILE)).unwrap();
+                },
+                "`extension.json` is a symlink (to `../other.json`); the manifest must be a \
+                 regular file in the folder (copy the file it points to)",
+            ),
+            // Attack: a link climbing out of the folder.
+            (
+                |src| symlink("../../etc/passwd", src.join("lib/p")).unwrap(),
+                "`lib/p` is a symlink leading outside the extension's folder (to \
+                 `../../etc/passwd`); an install copies only the folder's own files",
+            ),
+            // Attack: an absolute link, even one into the folder itself.
+            (
+                |src| symlink(src.join("run.sh"), src.join("abs")).unwrap(),
+                "is a symlink leading outside the extension's folder",
+            ),
+            // A link to a folder would copy a tree (or loop).
+            (
+                |src| symlink("lib", src.join("dir")).unwrap(),
+                "`dir` is a symlink to the folder `lib`; only links to files inside the folder \
+                 are copied (as their content)",
+            ),
+            // A link to a link.
+            (
+                |src| {
+                    symlink("b.txt", src.join("lib/a")).unwrap();
+                    symlink("lib/a", src.join("c")).unwrap();
+                },
+                "`c` is a symlink reaching `lib/a`, another symlink",
+            ),
+            // A dangling link.
+            (
+                |src| symlink("nope", src.join("gone")).unwrap(),
+                "`gone` is a symlink to `nope`, which does not exist",
+            ),
+            // Attack: a FIFO would hang the copy forever.
+            (
+                |src| {
+                    let status = std::process::Command::new("mkfifo")
+                        .arg(src.join("lib/pipe"))
+                        .status()
+                        .unwrap();
+                    assert!(status.success());
+                },
+                "`lib/pipe` is a FIFO; an extension folder holds only files, folders and links \
+                 to files inside it",
+            ),
+            (
+                |src| {
+                    let _ = std::os::unix::net::UnixListener::bind(src.join("sock")).unwrap();
+                },
+                "`sock` is a socket; an extension folder holds only",
+            ),
+            // A link to a FIFO inside the folder.
+            (
+                |src| {
+                    let status = std::process::Command::new("mkfifo")
+                        .arg(src.join("pipe"))
+                        .status()
+                        .unwrap();
+                    assert!(status.success());
+                    symlink("pipe", src.join("lib/to-pipe")).unwrap();
+                },
+                "is a FIFO",
+            ),
+        ];
+        for (plant, words) in cases {
+            let setup = Setup::new();
+            plant(&setup.src());
+            let before = snapshot(setup.tmp.path());
+            let refusal = setup.refusal();
+            assert!(refusal.contains(words), "`{refusal}` lacks `{words}`");
+            assert_eq!(snapshot(setup.tmp.path()), before, "{words}");
+            assert!(!setup.extensions().exists());
+        }
+    }
+
+    #[test]
+    fn the_program_must_be_in_the_folder_and_not_zotbox() {
+        let setup = Setup::new();
+        let write = |text: &str| std::fs::write(setup.src().join(MANIFEST_FILE), text).unwrap();
+        write(r#"{"name":"demo","wasm":"./missing.wasm"}"#);
+        assert_eq!(
+            setup.refusal(),
+            "field `wasm` names `./missing.wasm`, which is not a file in the extension's folder"
+        );
+        write(r#"{"name":"demo","wasm":"./lib"}"#);
+        assert!(
+            setup
+                .refusal()
+                .contains("names `./lib`, which is not a file")
+        );
+        // Attack: a native extension that starts zotbox on itself, by its
+        // path (here the running binary) or by its bare name.
+        let me = std::env::current_exe().unwrap();
+        for exec in [me.display().to_string(), "zotbox".to_owned()] {
+            write(&format!(
+                r#"{{"name":"demo","exec":"{exec}","args":["run"]}}"#
+            ));
+            assert!(
+                setup
+                    .refusal()
+                    .starts_with(&format!("its `exec` `{exec}` is zotbox itself;")),
+                "{exec}"
+            );
+        }
+        // Any path reaching the same file is the same program.
+        let depth = setup.src().components().count() - 1;
+        let relative = format!(
+            "{}{}",
+            "../".repeat(depth),
+            me.display().to_string().trim_start_matches('/')
+        );
+        write(&format!(r#"{{"name":"demo","exec":"{relative}"}}"#));
+        assert!(setup.refusal().contains("is zotbox itself"));
+    }
+
+    #[test]
+    fn a_file_changed_after_the_plan_stops_the_commit() {
+        // (what changes between plan and commit, the reason)
+        type Change = fn(&Path);
+        let cases: [(Change, &str); 3] = [
+            // Attack: new code after the user said yes.
+            (
+                |src| std::fs::write(src.join("run.sh"), "#!/bin/sh\nrm -rf ~\n").unwrap(),
+                "its size, inode or times differ",
+            ),
+            // Attack: the file swapped for a link to another file.
+            (
+                |src| {
+                    std::fs::remove_file(src.join("lib/b.txt")).unwrap();
+                    symlink("/etc/passwd", src.join("lib/b.txt")).unwrap();
+                },
+                "it became a symlink",
+            ),
+            // Attack: its folder swapped for a link.
+            (
+                |src| {
+                    std::fs::rename(src.join("lib"), src.join("lib.old")).unwrap();
+                    symlink("/etc", src.join("lib")).unwrap();
+                },
+                "a folder on its way changed",
+            ),
+        ];
+        for (change, what) in cases {
+            let setup = Setup::new();
+            let plan = setup.plan().unwrap();
+            change(&setup.src());
+            match commit(&plan, "zotbox", &no_prepare) {
+                Err(InstallError::Changed { what: got, .. }) => assert_eq!(got, what),
+                other => panic!("{what}: {other:?}"),
+            }
+            // Nothing installed, no staging left.
+            assert_eq!(snapshot(&setup.extensions()).len(), 0, "{what}");
+        }
+    }
+
+    #[test]
+    fn a_failed_install_leaves_the_previous_one_as_it_was() {
+        let setup = Setup::new();
+        let first = commit(&setup.plan().unwrap(), "zotbox", &no_prepare).unwrap();
+        let before = snapshot(&first);
+        // A new version whose guest does not load.
+        std::fs::write(
+            setup.src().join(MANIFEST_FILE),
+            r#"{"name":"demo","version":"2.0.0","wasm":"./demo.wasm"}"#,
+        )
+        .unwrap();
+        std::fs::write(setup.src().join("demo.wasm"), "junk").unwrap();
+        let plan = setup.plan().unwrap();
+        assert!(plan.replaces());
+        let failed = commit(&plan, "zotbox", &|_, _| Err("not wasm".to_owned()));
+        assert!(
+            matches!(&failed, Err(InstallError::NotLoaded(why)) if why == "not wasm"),
+            "{failed:?}"
+        );
+        assert_eq!(snapshot(&first), before);
+        assert_eq!(snapshot(&setup.extensions()).len(), before.len());
+        // A good one replaces it, with zot's launcher, and leaves nothing aside.
+        let second = commit(&plan, "/usr/bin/zotbox", &no_prepare).unwrap();
+        let manifest: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(second.join(MANIFEST_FILE)).unwrap()).unwrap();
+        assert_eq!(manifest["exec"], "/usr/bin/zotbox");
+        assert_eq!(manifest["args"], serde_json::json!(["run"]));
+        assert_eq!(manifest["version"], "2.0.0");
+        let names: Vec<String> = std::fs::read_dir(setup.extensions())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, ["demo"]);
+    }
+
+    #[test]
+    fn a_project_install_refuses_a_linked_dot_zot() {
+        let tmp = tempfile::tempdir().unwrap();
+        let ws = tmp.path().join("ws");
+        let elsewhere = tmp.path().join("elsewhere");
+        std::fs::create_dir_all(&ws).unwrap();
+        std::fs::create_dir_all(elsewhere.join("extensions")).unwrap();
+        assert_eq!(
+            project_extensions_dir(&ws).unwrap(),
+            ws.join(".zot/extensions")
+        );
+        // Attack: a repository whose `.zot` leads somewhere else.
+        symlink(&elsewhere, ws.join(".zot")).unwrap();
+        match project_extensions_dir(&ws) {
+            Err(InstallError::Refused { reason, .. }) => assert!(
+                reason.ends_with(
+                    "/ws/.zot` is not a folder (a symlink?); a project install writes only into \
+                     the workspace's own `.zot/extensions/` (remove it, or install for the user)"
+                ),
+                "{reason}"
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -1,0 +1,471 @@
+//! Control paths, hard links and refusals audited as refusals (`THREATS.md`
+//! rules 3 and 9), tried as a hostile guest would: the prober with a write
+//! grant of `**` aims at every file that decides grants or runs code, through
+//! the library host and through `zotbox run` as zot starts it. After each
+//! attack the target is unchanged and the audit log says `deny`.
+
+use std::os::unix::fs::symlink;
+use std::path::Path;
+
+use serde_json::{Value, json};
+use zotbox::host::RestartPolicy;
+use zotbox::policy::Policy;
+
+use crate::attack::{
+    Case, answered, audit_lines, data_tool, refused, run_cases, start, user_policy,
+};
+use crate::support::{Lab, prober_in, write_json, zotbox_run_calls, zotbox_with_home};
+
+/// The guest's rendering of a refused write of `path`.
+fn write_refused(name: &'static str, path: &str, reason: &str) -> Case {
+    refused(
+        name,
+        "fs_write",
+        json!({"path": path, "text": "pwned"}),
+        format!("fs-write `{path}` refused: {reason}"),
+    )
+}
+
+const NAMES: &str = "is a control path (it decides what runs); no grant reaches it";
+const EXTENSION_FOLDER: &str = "an extension's folder: it decides grants and what runs";
+
+/// A workspace holding every kind of control path:
+///
+/// ```text
+/// .git/config                        "[core]"
+/// .zot/tools/                        (empty)
+/// .zot/extensions/prober/extension.json  (disabled: never started)
+/// .shiro/plugins/                    (empty)
+/// sub/.git/config                    "[core]"   a nested repository
+/// plain/                             a folder without `.git`
+/// out -> .git                        a symlink to a control folder
+/// src/                               the project's files
+/// ```
+fn control_workspace(ws: &Path) {
+    for dir in [
+        ".git",
+        ".zot/tools",
+        ".zot/extensions/prober",
+        ".shiro/plugins",
+        "sub/.git",
+        "plain",
+        "src",
+    ] {
+        std::fs::create_dir_all(ws.join(dir)).expect("folder");
+    }
+    std::fs::write(ws.join(".git/config"), "[core]").expect("git config");
+    std::fs::write(ws.join("sub/.git/config"), "[core]").expect("nested git config");
+    write_json(
+        &ws.join(".zot/extensions/prober/extension.json"),
+        &json!({"name": "prober", "wasm": "./prober.wasm", "enabled": false}),
+    );
+    symlink(".git", ws.join("out")).expect("symlink");
+}
+
+/// Asserts that nothing a control-path attack aimed at changed or appeared.
+fn assert_untouched(ws: &Path, manifests: &[&Path]) {
+    for config in [".git/config", "sub/.git/config"] {
+        assert_eq!(
+            std::fs::read_to_string(ws.join(config)).expect("config"),
+            "[core]",
+            "{config}"
+        );
+    }
+    for absent in [
+        ".zot/tools/x.json",
+        ".shiro/plugins/p.json",
+        "plain/.git",
+        ".git/pwned",
+        "home/policy.json",
+    ] {
+        assert!(!ws.join(absent).exists(), "`{absent}` was written");
+    }
+    for manifest in manifests {
+        let text = std::fs::read_to_string(manifest).expect("manifest");
+        assert!(!text.contains("pwned"), "{}", manifest.display());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_with_write_all_cannot_write_any_control_path() {
+    let lab = Lab::new();
+    let ws = lab.workspace.clone();
+    control_workspace(&ws);
+    // `$ZOT_HOME` inside the workspace, and the guest's own folder too.
+    let home = ws.join("home");
+    std::fs::create_dir_all(&home).expect("home");
+    let dir = prober_in(&ws.join("tools"), &json!({"read": ["**"], "write": ["**"]}));
+    let policy =
+        Policy::load(&lab.home.join("none.json"), &home.join("policy.json")).expect("no policy");
+    let host = {
+        let builder = lab
+            .builder()
+            .zot_home(&home)
+            .policy(policy)
+            .restart_policy(RestartPolicy::never())
+            .extension(&dir);
+        crate::support::bounded("starting the host", builder.build())
+            .await
+            .expect("build the host")
+    };
+    let cases = vec![
+        // Attack: a shell data tool, which runs outside the sandbox.
+        write_refused(
+            "a data tool",
+            ".zot/tools/x.json",
+            &format!("`.zot/` {NAMES}"),
+        ),
+        // Attack: its own project manifest, to grant itself more.
+        write_refused(
+            "its project manifest",
+            ".zot/extensions/prober/extension.json",
+            &format!("`.zot/` {NAMES}"),
+        ),
+        // Attack: a refusal plugin that would shadow the user's.
+        write_refused(
+            "a shiro plugin",
+            ".shiro/plugins/p.json",
+            &format!("`.shiro/` {NAMES}"),
+        ),
+        // Attack: `core.fsmonitor`, run by the next `git status`.
+        write_refused("git config", ".git/config", &format!("`.git/` {NAMES}")),
+        write_refused(
+            "a new file in .git",
+            ".git/pwned",
+            &format!("`.git/` {NAMES}"),
+        ),
+        // Attack: a nested repository's (or submodule's) own `.git`.
+        write_refused(
+            "nested git config",
+            "sub/.git/config",
+            &format!("`sub/.git/` {NAMES}"),
+        ),
+        // Attack: another case, for a case-folding file system.
+        write_refused(
+            "upper-case .GIT",
+            ".GIT/config",
+            &format!("`.GIT/` {NAMES}"),
+        ),
+        // Attack: a gitfile pointing git at a folder the guest wrote.
+        write_refused("a gitfile", "plain/.git", &format!("`plain/.git` {NAMES}")),
+        // Attack: a symlink in the workspace that leads into `.git`.
+        write_refused(
+            "through a symlink to .git",
+            "out/config",
+            &format!("it resolves to `.git/config` through a symlink; `.git/` {NAMES}"),
+        ),
+        // Attack: the user's policy, when `$ZOT_HOME` lies in the workspace.
+        write_refused(
+            "$ZOT_HOME inside the workspace",
+            "home/policy.json",
+            "`home/` is a control path ($ZOT_HOME: it decides grants and what runs); no grant \
+             reaches it",
+        ),
+        // Attack: its own (explicit) folder inside the workspace.
+        write_refused(
+            "its own folder",
+            "tools/prober/extension.json",
+            &format!("`tools/prober/` is a control path ({EXTENSION_FOLDER}); no grant reaches it"),
+        ),
+        // Control: reads of control paths follow the read grant.
+        answered(
+            "control: read .git",
+            "fs_read",
+            json!({"path": ".git/config"}),
+            "[core]",
+        ),
+        // Control: the project's files are writable.
+        answered(
+            "control: a project file",
+            "fs_write",
+            json!({"path": "src/x.txt", "text": "fine"}),
+            "written",
+        ),
+    ];
+    run_cases(&host, cases).await;
+    host.shutdown().await;
+    assert_untouched(&ws, &[&dir.join("extension.json")]);
+    assert_eq!(
+        std::fs::read_to_string(ws.join("src/x.txt")).expect("the project file"),
+        "fine"
+    );
+    // Every refused write is a `deny` line naming the rule.
+    let audit = audit_from(&home);
+    let denied: Vec<&str> = audit
+        .iter()
+        .filter(|line| line["capability"] == "fs-write" && line["decision"] == "deny")
+        .filter_map(|line| line["reason"].as_str())
+        .collect();
+    assert_eq!(denied.len(), 11, "{audit:#?}");
+    assert!(
+        denied
+            .iter()
+            .all(|reason| reason.contains("is a control path")),
+        "{denied:#?}"
+    );
+}
+
+/// Every line of `<home>/logs/audit.jsonl`.
+fn audit_from(home: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(home.join("logs/audit.jsonl")).unwrap_or_default();
+    text.lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("`{line}`: {e}")))
+        .collect()
+}
+
+#[test]
+fn a_guest_started_by_zot_cannot_rewrite_its_own_folder() {
+    let lab = Lab::new();
+    control_workspace(&lab.workspace);
+    // zot starts `zotbox run` in the guest's folder, which lies in the workspace.
+    let dir = prober_in(
+        &lab.workspace.join("ext"),
+        &json!({"read": ["**"], "write": ["**"]}),
+    );
+    let manifest = std::fs::read(dir.join("extension.json")).expect("manifest");
+    let answers = zotbox_run_calls(
+        &lab,
+        &dir,
+        &[
+            (
+                "fs_write",
+                json!({"path": "ext/prober/extension.json", "text": "pwned"}),
+            ),
+            (
+                "fs_write",
+                json!({"path": "ext/prober/prober.wasm", "text": "pwned"}),
+            ),
+            ("fs_write", json!({"path": ".git/config", "text": "pwned"})),
+            ("fs_write", json!({"path": "src/ok.txt", "text": "fine"})),
+        ],
+    );
+    let folder =
+        format!("`ext/prober/` is a control path ({EXTENSION_FOLDER}); no grant reaches it");
+    assert_eq!(
+        answers,
+        [
+            (
+                true,
+                format!("fs-write `ext/prober/extension.json` refused: {folder}")
+            ),
+            (
+                true,
+                format!("fs-write `ext/prober/prober.wasm` refused: {folder}")
+            ),
+            (
+                true,
+                format!("fs-write `.git/config` refused: `.git/` {NAMES}")
+            ),
+            (false, "written".to_owned()),
+        ]
+    );
+    assert_eq!(
+        std::fs::read(dir.join("extension.json")).expect("manifest"),
+        manifest
+    );
+    assert_untouched(&lab.workspace, &[]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hard_link_to_a_file_outside_is_neither_read_nor_written() {
+    let lab = Lab::new();
+    let outside = lab.dev.join("outside.txt");
+    std::fs::write(&outside, "outside").expect("outside file");
+    std::fs::create_dir_all(lab.workspace.join("docs")).expect("docs");
+    std::fs::write(lab.workspace.join("docs/own.txt"), "own").expect("own file");
+    // Attack: a second name, inside the workspace, for a file outside it.
+    std::fs::hard_link(&outside, lab.workspace.join("docs/leak.txt")).expect("hard link");
+    let dir = prober_in(
+        &lab.dev,
+        &json!({"read": ["docs/**"], "write": ["docs/**"]}),
+    );
+    let host = start(&lab, &[dir]).await;
+    let reason = "it has 2 hard links; a file with another name may be one outside the \
+                  workspace, so it is neither read nor written (replace the link with a copy)";
+    run_cases(
+        &host,
+        vec![
+            write_refused("write through a hard link", "docs/leak.txt", reason),
+            refused(
+                "read through a hard link",
+                "fs_read",
+                json!({"path": "docs/leak.txt"}),
+                format!("fs-read `docs/leak.txt` refused: {reason}"),
+            ),
+            answered(
+                "control: an own file",
+                "fs_read",
+                json!({"path": "docs/own.txt"}),
+                "own",
+            ),
+        ],
+    )
+    .await;
+    host.shutdown().await;
+    assert_eq!(
+        std::fs::read_to_string(&outside).expect("outside"),
+        "outside"
+    );
+    let audit = audit_lines(&lab);
+    for capability in ["fs-write", "fs-read"] {
+        assert!(
+            audit.iter().any(|line| line["capability"] == capability
+                && line["subject"] == "docs/leak.txt"
+                && line["decision"] == "deny"
+                && line["reason"] == reason),
+            "no `deny` line for the {capability}: {audit:#?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_refusal_is_audited_as_deny_whichever_layer_caught_it() {
+    let lab = Lab::new();
+    std::fs::create_dir_all(lab.workspace.join("docs")).expect("docs");
+    // Attack: a symlink to the host's root, for the jail to catch.
+    symlink("/", lab.workspace.join("docs/root")).expect("symlink");
+    data_tool(
+        &lab,
+        &json!({"name": "peek", "description": "read a workspace file", "kind": "read", "path": "{arg}"}),
+    );
+    let user = user_policy(&lab, &json!({"env": ["LANG"]}));
+    let dir = prober_in(
+        &lab.dev,
+        &json!({"read": ["docs/**"], "write": ["docs/**"], "env": ["LANG", "ZOTBOX_TEST_HIDDEN"]}),
+    );
+    let host = start(&lab, &[dir]).await;
+    let outside = "symlink `docs/root` points outside the workspace (`/`)";
+    let calls: [(&str, Value); 5] = [
+        ("fs_read", json!({"path": "docs/root/etc/passwd"})),
+        ("fs_list", json!({"path": "docs/root"})),
+        (
+            "fs_write",
+            json!({"path": "docs/root/tmp/pwned", "text": "x"}),
+        ),
+        // A request refused as malformed is refused too: nothing was used.
+        ("fs_read", json!({"path": "docs\\..\\..\\etc\\passwd"})),
+        ("peek", json!({"arg": "docs/root/etc/passwd"})),
+    ];
+    for (tool, args) in &calls {
+        let (is_error, _) = crate::attack::answer(&host, tool, args.clone()).await;
+        assert!(is_error, "{tool} {args}");
+    }
+    host.shutdown().await;
+    let rows: Vec<(String, String, String, String)> = audit_lines(&lab)
+        .iter()
+        .filter(|line| line["extension"] != "guard")
+        .map(|line| {
+            let field = |key: &str| line[key].as_str().unwrap_or("").to_owned();
+            (
+                field("extension"),
+                field("capability"),
+                field("subject"),
+                format!("{}: {}", field("decision"), field("reason")),
+            )
+        })
+        .collect();
+    let row = |who: &str, capability: &str, subject: &str, outcome: String| {
+        (
+            who.to_owned(),
+            capability.to_owned(),
+            subject.to_owned(),
+            outcome,
+        )
+    };
+    // The declared variable the policy took away is a `deny` line; `LANG`,
+    // granted, an `allow` line when this process has it.
+    let mut expected = vec![row(
+        "prober",
+        "env",
+        "ZOTBOX_TEST_HIDDEN",
+        format!(
+            "deny: declared by the extension but refused by policy: not among the `env` \
+             names of `{}`",
+            user.display()
+        ),
+    )];
+    if std::env::var_os("LANG").is_some() {
+        expected.push(row("prober", "env", "LANG", "allow: ".to_owned()));
+    }
+    expected.extend([
+        row(
+            "prober",
+            "fs-read",
+            "docs/root/etc/passwd",
+            format!("deny: {outside}"),
+        ),
+        row("prober", "fs-read", "docs/root", format!("deny: {outside}")),
+        row(
+            "prober",
+            "fs-write",
+            "docs/root/tmp/pwned",
+            format!("deny: {outside}"),
+        ),
+        row(
+            "prober",
+            "fs-read",
+            "docs\\..\\..\\etc\\passwd",
+            "deny: invalid request: path `docs\\..\\..\\etc\\passwd` contains `\\`; separate \
+                 components with `/`"
+                .to_owned(),
+        ),
+        row(
+            "data:peek",
+            "fs-read",
+            "docs/root/etc/passwd",
+            format!("deny: {outside}"),
+        ),
+    ]);
+    assert_eq!(rows, expected);
+    assert!(!Path::new("/tmp/pwned").exists());
+}
+
+#[test]
+fn policy_explain_lists_the_control_paths_that_apply() {
+    let lab = Lab::new();
+    let home = lab.workspace.join("home");
+    std::fs::create_dir_all(&home).expect("home");
+    let dir = prober_in(&lab.workspace.join("tools"), &json!({"write": ["**"]}));
+    let ext = dir.display().to_string();
+    let run = zotbox_with_home(&lab, &home, &["--ext", &ext, "policy", "explain", "prober"]);
+    run.expect_code(0);
+    let listed: Vec<&str> = run
+        .stdout
+        .lines()
+        .skip_while(|line| !line.starts_with("control paths"))
+        .collect();
+    let names = "at any depth, in any case: it decides what runs";
+    let home_what = "$ZOT_HOME: it decides grants and what runs";
+    assert_eq!(
+        listed,
+        [
+            "control paths: no write grant reaches them, whatever was declared".to_owned(),
+            format!("{:<18}WHAT", "CONTROL PATH"),
+            format!("{:<18}{names}", ".git/"),
+            format!("{:<18}{names}", ".zot/"),
+            format!("{:<18}{names}", ".shiro/"),
+            format!("{:<18}{home_what}", "home/"),
+            format!("{:<18}{EXTENSION_FOLDER}", "home/extensions/"),
+            format!("{:<18}{EXTENSION_FOLDER}", "tools/prober/"),
+        ],
+        "{}",
+        run.stdout
+    );
+    let run = zotbox_with_home(
+        &lab,
+        &home,
+        &["--ext", &ext, "--json", "policy", "explain", "prober"],
+    );
+    run.expect_code(0);
+    let control: Vec<Value> = run
+        .stdout
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|line| line.get("control_path").is_some())
+        .collect();
+    assert_eq!(control.len(), 6, "{}", run.stdout);
+    assert_eq!(
+        control[5],
+        json!({"control_path": "tools/prober/", "what": EXTENSION_FOLDER})
+    );
+}

@@ -1,0 +1,301 @@
+//! `zotbox ext install` as an attacker who wrote the extension folder would
+//! try it (`THREATS.md` rule 3: what is installed is byte for byte what was
+//! shown). Each test runs the real binary, asserts the exact refusal, and
+//! that nothing outside the destination changed and nothing was installed.
+
+use std::os::unix::fs::symlink;
+use std::path::Path;
+
+use serde_json::{Value, json};
+
+use crate::support::{Lab, ext, prober_in, tree, write_json, zotbox_bounded};
+
+/// Names in `$ZOT_HOME/extensions` (none when it does not exist).
+fn installed_names(lab: &Lab) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(lab.user_dir())
+        .map(|dir| {
+            dir.filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// `zotbox ext install SOURCE --yes` (plus `more`), bounded in time.
+fn install(lab: &Lab, source: &Path, more: &[&str]) -> crate::support::Run {
+    let source = source.display().to_string();
+    let mut args = vec!["ext", "install", source.as_str(), "--yes"];
+    args.extend(more);
+    zotbox_bounded(lab, &args)
+}
+
+/// The exact error line of a refused install of `source`.
+fn refused(source: &Path, reason: &str) -> String {
+    format!(
+        "error: install of `{}` refused: {reason}\n",
+        source.display()
+    )
+}
+
+#[test]
+fn a_symlinked_manifest_is_refused_and_the_file_it_points_to_is_untouched() {
+    let lab = Lab::new();
+    // The user's other extension, which the old install rewrote through the link.
+    let other = ext("other").write_in(&lab.user_dir());
+    let other_manifest = other.dir.join("extension.json");
+    let before = tree(&lab.user_dir());
+    // Attack: a wasm folder whose manifest is a link to that manifest.
+    let source = prober_in(&lab.dev, &json!({}));
+    std::fs::remove_file(source.join("extension.json")).expect("remove manifest");
+    symlink(&other_manifest, source.join("extension.json")).expect("symlink");
+    let run = install(&lab, &source, &[]);
+    run.expect_code(1);
+    assert_eq!(
+        run.stderr,
+        refused(
+            &source,
+            &format!(
+                "`extension.json` is a symlink (to `{}`); the manifest must be a regular file in \
+                 the folder (copy the file it points to)",
+                other_manifest.display()
+            )
+        )
+    );
+    assert_eq!(tree(&lab.user_dir()), before);
+    assert_eq!(installed_names(&lab), ["other"]);
+}
+
+#[test]
+fn a_link_to_a_file_inside_is_installed_as_that_files_content_and_one_leaving_is_refused() {
+    let lab = Lab::new();
+    let source = prober_in(&lab.dev, &json!({"read": ["docs/**"]}));
+    std::fs::create_dir_all(source.join("docs")).expect("docs");
+    std::fs::write(source.join("docs/readme.md"), "read me").expect("readme");
+    symlink("docs/readme.md", source.join("README")).expect("symlink");
+    let run = install(&lab, &source, &[]);
+    run.expect_code(0);
+    // The consent screen says what the link becomes.
+    assert!(
+        run.stdout.lines().any(|line| line.starts_with("README")
+            && line.ends_with("a copy of `docs/readme.md` (a symlink in the folder)")),
+        "{run:#?}"
+    );
+    let installed = lab.user_dir().join("prober");
+    let readme = installed.join("README");
+    assert!(
+        !std::fs::symlink_metadata(&readme)
+            .expect("README")
+            .is_symlink()
+    );
+    assert_eq!(std::fs::read_to_string(&readme).expect("README"), "read me");
+
+    // Attack: a link that leaves the folder, to copy (and show) what it reaches.
+    let secret = lab.dev.join("secret.txt");
+    std::fs::write(&secret, "secret").expect("secret");
+    symlink("../../secret.txt", source.join("docs/leak")).expect("symlink");
+    let before = tree(&installed);
+    let run = install(&lab, &source, &[]);
+    run.expect_code(1);
+    assert_eq!(
+        run.stderr,
+        refused(
+            &source,
+            "`docs/leak` is a symlink leading outside the extension's folder (to \
+             `../../secret.txt`); an install copies only the folder's own files"
+        )
+    );
+    assert_eq!(tree(&installed), before);
+}
+
+#[test]
+fn a_wasm_path_leaving_the_folder_is_refused_naming_the_field() {
+    let lab = Lab::new();
+    let outside = lab.dev.join("outside.wasm");
+    let source = prober_in(&lab.dev, &json!({}));
+    std::fs::copy(source.join("prober.wasm"), &outside).expect("outside wasm");
+    let manifest = source.join("extension.json");
+    let absolute = outside.display().to_string();
+    let cases = [
+        // Attack: code outside the folder, free to change after approval.
+        (
+            absolute.as_str(),
+            format!(
+                "field `wasm` `{absolute}` is absolute; name a file inside the extension's \
+                 folder, relative to it"
+            ),
+        ),
+        (
+            "../outside.wasm",
+            "field `wasm` `../outside.wasm` contains `..`; name a file inside the extension's \
+             folder"
+                .to_owned(),
+        ),
+    ];
+    for (wasm, problem) in cases {
+        write_json(&manifest, &json!({"name": "prober", "wasm": wasm}));
+        let run = install(&lab, &source, &[]);
+        run.expect_code(1);
+        assert_eq!(
+            run.stderr,
+            format!("error: `{}`: {problem}\n", manifest.display())
+        );
+        assert_eq!(installed_names(&lab), Vec::<String>::new());
+        // Every manifest load refuses it, not only the install.
+        let ext = source.display().to_string();
+        let listed = lab.zotbox(&["--ext", &ext, "--json", "list"]);
+        listed.expect_code(0);
+        let entry: Value = serde_json::from_str(listed.stdout.lines().next().unwrap_or("{}"))
+            .expect("a list line");
+        assert_eq!(entry["state"], "invalid", "{}", listed.stdout);
+        assert!(listed.stdout.contains(&problem), "{}", listed.stdout);
+    }
+}
+
+#[test]
+fn a_fifo_in_the_folder_is_refused_at_once() {
+    let lab = Lab::new();
+    let source = prober_in(&lab.dev, &json!({}));
+    // Attack: a FIFO that the old install opened, and waited on forever.
+    let status = std::process::Command::new("mkfifo")
+        .arg(source.join("pipe"))
+        .status()
+        .expect("run mkfifo");
+    assert!(status.success());
+    let run = install(&lab, &source, &[]);
+    run.expect_code(1);
+    assert_eq!(
+        run.stderr,
+        refused(
+            &source,
+            "`pipe` is a FIFO; an extension folder holds only files, folders and links to files \
+             inside it"
+        )
+    );
+    assert_eq!(installed_names(&lab), Vec::<String>::new());
+}
+
+#[test]
+fn a_device_node_in_the_folder_is_refused() {
+    let lab = Lab::new();
+    let source = prober_in(&lab.dev, &json!({}));
+    // Attack: `/dev/zero` under another name, which a copy would read forever.
+    let made = std::process::Command::new("mknod")
+        .arg(source.join("zero"))
+        .args(["c", "1", "5"])
+        .status();
+    if !made.is_ok_and(|status| status.success()) {
+        eprintln!("note: skipping: cannot create a device node here (not root, or no CAP_MKNOD)");
+        return;
+    }
+    let run = install(&lab, &source, &[]);
+    run.expect_code(1);
+    assert_eq!(
+        run.stderr,
+        refused(
+            &source,
+            "`zero` is a device; an extension folder holds only files, folders and links to \
+             files inside it"
+        )
+    );
+    assert_eq!(installed_names(&lab), Vec::<String>::new());
+}
+
+#[test]
+fn a_failed_install_over_an_existing_one_leaves_it_byte_identical() {
+    let lab = Lab::new();
+    let first = prober_in(&lab.dev.join("v1"), &json!({"read": ["docs/**"]}));
+    install(&lab, &first, &[]).expect_code(0);
+    let installed = lab.user_dir().join("prober");
+    let before = tree(&installed);
+    // A new version whose guest does not load, with a wider grant.
+    let second = prober_in(&lab.dev.join("v2"), &json!({"read": ["**"]}));
+    std::fs::write(second.join("prober.wasm"), "not wasm at all").expect("junk");
+    let run = install(&lab, &second, &[]);
+    run.expect_code(1);
+    assert!(
+        run.stderr.starts_with("error: the guest does not load: ")
+            && run.stderr.ends_with("; nothing was installed\n"),
+        "{run:#?}"
+    );
+    assert_eq!(tree(&installed), before);
+    assert_eq!(installed_names(&lab), ["prober"]);
+}
+
+#[test]
+fn a_native_manifest_that_starts_zotbox_is_refused() {
+    let lab = Lab::new();
+    let source = lab.dev.join("loop");
+    std::fs::create_dir_all(&source).expect("folder");
+    let zotbox = env!("CARGO_BIN_EXE_zotbox");
+    // Attack: a native extension that starts `zotbox run` on its own folder,
+    // which starts it again, and again.
+    for exec in [zotbox, "zotbox"] {
+        write_json(
+            &source.join("extension.json"),
+            &json!({"name": "loop", "exec": exec, "args": ["run"]}),
+        );
+        let run = install(&lab, &source, &[]);
+        run.expect_code(1);
+        assert_eq!(
+            run.stderr,
+            refused(
+                &source,
+                &format!(
+                    "its `exec` `{exec}` is zotbox itself; a native extension that starts zotbox \
+                     would start `zotbox run` on its own folder, again and again (a sandboxed \
+                     extension names its `wasm` file and gets its launcher from `ext install`)"
+                )
+            ),
+        );
+        assert_eq!(installed_names(&lab), Vec::<String>::new());
+    }
+}
+
+#[test]
+fn a_project_install_into_a_linked_dot_zot_is_refused() {
+    let lab = Lab::new();
+    let elsewhere = lab.dev.join("elsewhere");
+    std::fs::create_dir_all(elsewhere.join("extensions")).expect("elsewhere");
+    // Attack: the repository's `.zot` leads out of the workspace.
+    symlink(&elsewhere, lab.workspace.join(".zot")).expect("symlink");
+    let source = prober_in(&lab.dev, &json!({}));
+    let run = install(&lab, &source, &["--project"]);
+    run.expect_code(1);
+    assert_eq!(
+        run.stderr,
+        refused(
+            &lab.workspace,
+            &format!(
+                "`{}` is not a folder (a symlink?); a project install writes only into the \
+                 workspace's own `.zot/extensions/` (remove it, or install for the user)",
+                lab.workspace.join(".zot").display()
+            )
+        )
+    );
+    assert_eq!(tree(&elsewhere).len(), 1, "{:?}", tree(&elsewhere));
+}
+
+#[test]
+fn ext_disable_replaces_a_linked_manifest_instead_of_writing_through_it() {
+    let lab = Lab::new();
+    let other = ext("other").write_in(&lab.dev);
+    let target = other.dir.join("extension.json");
+    let before = std::fs::read(&target).expect("manifest");
+    // The user's install is a link to a manifest kept elsewhere.
+    let installed = lab.user_dir().join("other");
+    std::fs::create_dir_all(&installed).expect("folder");
+    symlink(&target, installed.join("extension.json")).expect("symlink");
+    lab.zotbox(&["ext", "disable", "other"]).expect_code(0);
+    assert_eq!(std::fs::read(&target).expect("manifest"), before);
+    let written = installed.join("extension.json");
+    assert!(
+        !std::fs::symlink_metadata(&written)
+            .expect("manifest")
+            .is_symlink()
+    );
+    let value: Value =
+        serde_json::from_slice(&std::fs::read(&written).expect("manifest")).expect("json");
+    assert_eq!(value["enabled"], false);
+}
