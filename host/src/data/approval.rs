@@ -241,7 +241,7 @@ pub fn fingerprint(tool: &DataTool) -> String {
 }
 
 /// Now as RFC 3339 in UTC, to the second.
-fn rfc3339_now() -> String {
+pub(crate) fn rfc3339_now() -> String {
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
