@@ -191,7 +191,7 @@ impl Host {
             strict.auto_approve = false;
             let refusal = match Approvals::load(self.inner.settings.search.home.root()) {
                 Ok(approvals) => approvals
-                    .check(&strict)
+                    .check(&strict, &self.inner.settings.search.workspace)
                     .err()
                     .map(|refusal| refusal.to_string()),
                 Err(err) => Some(format!("tool `{}`: {err}", tool.name)),
