@@ -227,6 +227,12 @@ impl Host {
         self.workspace_view().assessment.standing.allows()
     }
 
+    /// Where the workspace stands, in a few words: ``trusted on …``,
+    /// ``not trusted: …``.
+    pub fn workspace_summary(&self) -> String {
+        self.workspace_view().assessment.standing.summary()
+    }
+
     /// Why the workspace's extensions and data tools stay off:
     /// ``comes from the workspace `…`, which you have not trusted: run
     /// `zotbox trust` to review and trust it``; `None` when they may run.

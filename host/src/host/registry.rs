@@ -90,8 +90,9 @@ pub struct ExtensionInfo {
     /// Restarts since it was loaded.
     pub restarts: u32,
     /// What zot itself starts for this manifest outside any sandbox (its
-    /// `exec` and `args`), when it would: a native extension, or a wasm one
-    /// whose `exec` is not `zotbox run`.
+    /// `exec` and `args`), for the cases a reader could miss: a wasm
+    /// extension whose `exec` is not `zotbox run` (zotbox sandboxes it, zot
+    /// does not), and any workspace extension zot runs natively.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub zot_runs_natively: Option<String>,
 }
@@ -247,7 +248,9 @@ impl Registry {
                     ExtensionState::Shadowed,
                     reason,
                 );
-                info.zot_runs_natively = manifest.as_ref().and_then(natively);
+                info.zot_runs_natively = manifest
+                    .as_ref()
+                    .and_then(|manifest| natively(manifest, shadowed.origin));
                 info
             }))
             .collect();
@@ -430,7 +433,7 @@ impl Registry {
                 );
                 info.kind = slot.manifest.kind();
                 info.version = slot.manifest.raw.version.clone();
-                info.zot_runs_natively = natively(&slot.manifest);
+                info.zot_runs_natively = natively(&slot.manifest, slot.origin);
                 info.restarts = slot.restarts;
                 info.shadowed = slot.shadowed_names.clone();
                 info.warnings = slot
@@ -501,8 +504,12 @@ impl Registry {
     }
 }
 
-/// What zot runs natively for `manifest`, if anything.
-fn natively(manifest: &Manifest) -> Option<String> {
+/// What zot runs natively for `manifest`, where `list` must say so: a
+/// wasm manifest (whose kind reads as sandboxed) or a workspace's.
+fn natively(manifest: &Manifest, origin: Origin) -> Option<String> {
+    if manifest.kind() != "wasm" && origin != Origin::Project {
+        return None;
+    }
     match zot_launch(manifest) {
         ZotLaunch::Native(command) => Some(command),
         ZotLaunch::Sandboxed | ZotLaunch::Nothing => None,

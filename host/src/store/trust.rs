@@ -770,6 +770,22 @@ impl Standing {
         !matches!(self, Self::Untrusted(_))
     }
 
+    /// The standing in a few words, for `doctor`: ``trusted on …``,
+    /// ``not trusted: …``.
+    pub fn summary(&self) -> String {
+        match self {
+            Self::NothingToTrust => "nothing to trust (no extensions or data tools)".to_owned(),
+            Self::Trusted { at } => format!("trusted on {at}"),
+            Self::TrustedByPolicy { by } => {
+                format!("trusted by `workspace_trust: always` in `{}`", by.display())
+            }
+            Self::Untrusted(Untrusted::Never { by }) => {
+                format!("off by `workspace_trust: never` in `{}`", by.display())
+            }
+            Self::Untrusted(why) => format!("not trusted: the workspace, {why}"),
+        }
+    }
+
     /// Why not, when they may not.
     pub fn untrusted(&self) -> Option<&Untrusted> {
         match self {
