@@ -6,7 +6,7 @@ use super::output::json_line;
 use super::{Context, EXIT_ERROR, EXIT_OK};
 use crate::discovery::ZotLaunch;
 use crate::host::{ExtensionState, Host};
-use crate::text::{Shown, shown};
+use crate::text::shown;
 
 /// Arguments of `zotbox doctor`.
 #[derive(Debug, clap::Args)]
@@ -138,14 +138,15 @@ impl Args {
 /// which of its tools stay off, and what zot itself does with its manifests
 /// (zot starts them without asking, natively unless they are `zotbox run`,
 /// and a workspace manifest replaces the user's of the same folder or name,
-/// zotbox's `serve` launcher above all).
+/// zotbox's `serve` launcher above all). The text is escaped where it is
+/// printed, like every finding.
 fn workspace_findings(host: &Host, findings: &mut Vec<(String, String)>, notes: &mut Vec<String>) {
     let trusted = host.workspace_trusted();
     notes.push(format!("workspace trust: {}", host.workspace_summary()));
     if let Some(refusal) = host.workspace_refusal() {
         for tool in &host.data_set().untrusted_tools {
             findings.push((
-                format!("data tool `{}`", Shown(&tool.name)),
+                format!("data tool `{}`", tool.name),
                 format!("untrusted: {refusal}"),
             ));
         }
@@ -158,10 +159,10 @@ fn workspace_findings(host: &Host, findings: &mut Vec<(String, String)>, notes: 
         let ZotLaunch::Native(command) = crate::discovery::zot_launch(&manifest) else {
             continue;
         };
-        let subject = format!("extension `{}`", Shown(manifest.name()));
+        let subject = format!("extension `{}`", manifest.name());
         let what = format!(
             "zot would run natively, outside the sandbox: `{}` (from `{}`)",
-            Shown(&command),
+            command,
             path.display()
         );
         if trusted {
@@ -174,7 +175,7 @@ fn workspace_findings(host: &Host, findings: &mut Vec<(String, String)>, notes: 
         }
     }
     for shadow in search.zot_shadows() {
-        let subject = format!("extension `{}`", Shown(&shadow.name));
+        let subject = format!("extension `{}`", shadow.name);
         let problem = if shadow.serve_launcher {
             format!(
                 "the workspace's `{}` shadows zotbox's serve launcher inside zot: zot runs it \

@@ -782,7 +782,14 @@ impl Standing {
             Self::Untrusted(Untrusted::Never { by }) => {
                 format!("off by `workspace_trust: never` in `{}`", by.display())
             }
-            Self::Untrusted(why) => format!("not trusted: the workspace, {why}"),
+            Self::Untrusted(Untrusted::NotTrusted) => {
+                "not trusted: run `zotbox trust` to review and trust it".to_owned()
+            }
+            Self::Untrusted(Untrusted::Changed { at }) => format!(
+                "changed since you trusted it on {at}: run `zotbox trust` to review and trust it"
+            ),
+            Self::Untrusted(Untrusted::Unhashable(err)) => format!("cannot be trusted: {err}"),
+            Self::Untrusted(Untrusted::Store(err)) => format!("cannot be checked: {err}"),
         }
     }
 
