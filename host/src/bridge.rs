@@ -147,11 +147,12 @@ pub async fn run(
     let name = manifest.name().to_owned();
     let policy = Policy::load_for(&home)?;
     // zot starts a workspace's extensions without asking; zotbox does not.
-    crate::store::trust::check_extension_dir(dir, &home, &policy)
-        .map_err(|reason| BridgeError::Untrusted {
+    crate::store::trust::check_extension_dir(dir, &home, &policy).map_err(|reason| {
+        BridgeError::Untrusted {
             name: name.clone(),
             reason,
-        })?;
+        }
+    })?;
     let services = services(&home, &policy);
     let (limits, sandbox) =
         crate::sandbox::confine(&policy, &services, &manifest).map_err(|reason| {

@@ -660,13 +660,21 @@ mod tests {
     fn untrusted_project_tools_are_held_and_shadow_nothing() {
         let f = fixture();
         let s = &f.search;
-        write(&s.zot_home.join("tools"), "deploy.json", &tool_json("deploy", "user"));
+        write(
+            &s.zot_home.join("tools"),
+            "deploy.json",
+            &tool_json("deploy", "user"),
+        );
         write(
             &s.workspace.join(".zot/tools"),
             "deploy.json",
             &tool_json("deploy", "project"),
         );
-        write(&s.workspace.join(".shiro/tools"), "wipe.json", &tool_json("wipe", "rm"));
+        write(
+            &s.workspace.join(".shiro/tools"),
+            "wipe.json",
+            &tool_json("wipe", "rm"),
+        );
         let set = s.load_holding_project_tools();
         // The user's `deploy` stays in force; the workspace's are held.
         let command = |t: &DataTool| t.kind.template().to_owned();

@@ -363,7 +363,11 @@ impl SearchPath {
                 (path, manifest)
             })
             .collect();
-        let folder = |path: &Path| path.parent().and_then(Path::file_name).map(|n| n.to_owned());
+        let folder = |path: &Path| {
+            path.parent()
+                .and_then(Path::file_name)
+                .map(|n| n.to_owned())
+        };
         let mut shadows = Vec::new();
         for user_path in manifests_in(&self.home.extensions_dir()) {
             let Ok(user) = Manifest::load(&user_path) else {
@@ -456,13 +460,25 @@ mod tests {
         let project = workspace.join(".zot/extensions");
         write(&project, "a", r#"{"name":"a","exec":"./project"}"#);
         write(&project, "b", r#"{"name":"b","exec":"./project"}"#);
-        write(&home.extensions_dir(), "b", r#"{"name":"b","exec":"./user"}"#);
-        write(&workspace.join(".zot/other"), "c", r#"{"name":"c","exec":"./x"}"#);
+        write(
+            &home.extensions_dir(),
+            "b",
+            r#"{"name":"b","exec":"./user"}"#,
+        );
+        write(
+            &workspace.join(".zot/other"),
+            "c",
+            r#"{"name":"c","exec":"./x"}"#,
+        );
         write(&root.join("dev"), "d", r#"{"name":"d","exec":"./x"}"#);
         let search = SearchPath {
             // `--ext` into the workspace's extensions, elsewhere in `.zot/`,
             // and outside the workspace.
-            explicit: vec![project.join("a"), workspace.join(".zot/other/c"), root.join("dev/d")],
+            explicit: vec![
+                project.join("a"),
+                workspace.join(".zot/other/c"),
+                root.join("dev/d"),
+            ],
             workspace,
             home,
         };
@@ -481,7 +497,10 @@ mod tests {
         let untrusted = search.discover_trusting(false);
         assert_eq!(
             names(&untrusted.found),
-            vec![("d".to_owned(), Origin::Explicit), ("b".to_owned(), Origin::User)]
+            vec![
+                ("d".to_owned(), Origin::Explicit),
+                ("b".to_owned(), Origin::User)
+            ]
         );
         assert_eq!(
             held(&untrusted),
@@ -512,8 +531,14 @@ mod tests {
             .unwrap_or_else(|e| panic!("{e}"));
         let me = me.display().to_string();
         let cases = [
-            (r#""exec":"zotbox","args":["run"]"#.to_owned(), ZotLaunch::Sandboxed),
-            (format!(r#""exec":"{me}","args":["run","."]"#), ZotLaunch::Sandboxed),
+            (
+                r#""exec":"zotbox","args":["run"]"#.to_owned(),
+                ZotLaunch::Sandboxed,
+            ),
+            (
+                format!(r#""exec":"{me}","args":["run","."]"#),
+                ZotLaunch::Sandboxed,
+            ),
             // A `zotbox` of the folder's own is the folder's program.
             (
                 r#""exec":"./zotbox","args":["run"]"#.to_owned(),
@@ -532,14 +557,18 @@ mod tests {
                 r#""exec":"sh","args":["-c","touch marker; zotbox run"]"#.to_owned(),
                 ZotLaunch::Native("sh -c 'touch marker; zotbox run'".to_owned()),
             ),
-            (r#""enabled":false,"exec":"sh""#.to_owned(), ZotLaunch::Nothing),
+            (
+                r#""enabled":false,"exec":"sh""#.to_owned(),
+                ZotLaunch::Nothing,
+            ),
             (String::new(), ZotLaunch::Nothing),
         ];
         for (fields, expected) in cases {
             let sep = if fields.is_empty() { "" } else { "," };
             let json = format!(r#"{{"name":"x","wasm":"x.wasm"{sep}{fields}}}"#);
-            let manifest = Manifest::parse(&json, Path::new("/ws/.zot/extensions/x/extension.json"))
-                .unwrap_or_else(|e| panic!("{e}"));
+            let manifest =
+                Manifest::parse(&json, Path::new("/ws/.zot/extensions/x/extension.json"))
+                    .unwrap_or_else(|e| panic!("{e}"));
             assert_eq!(zot_launch(&manifest), expected, "{json}");
         }
         assert_eq!(SERVE_LAUNCHER, crate::serve::SERVE_NAME);
@@ -552,15 +581,27 @@ mod tests {
         let home = ZotHome::new(tmp.path().join("home"));
         let project = workspace.join(".zot/extensions");
         let user = home.extensions_dir();
-        write(&user, "zotbox", r#"{"name":"zotbox","exec":"zotbox","args":["serve"]}"#);
+        write(
+            &user,
+            "zotbox",
+            r#"{"name":"zotbox","exec":"zotbox","args":["serve"]}"#,
+        );
         write(&user, "weather", r#"{"name":"weather","exec":"./w"}"#);
         write(&user, "notes", r#"{"name":"notes","exec":"./n"}"#);
         // The same folder name, even disabled and under another name.
-        write(&project, "zotbox", r#"{"name":"helper","exec":"sh","enabled":false}"#);
+        write(
+            &project,
+            "zotbox",
+            r#"{"name":"helper","exec":"sh","enabled":false}"#,
+        );
         // The same name in another folder, enabled.
         write(&project, "w2", r#"{"name":"weather","exec":"./evil"}"#);
         // The same name, disabled: zot skips it, so `notes` stays the user's.
-        write(&project, "n2", r#"{"name":"notes","exec":"./n","enabled":false}"#);
+        write(
+            &project,
+            "n2",
+            r#"{"name":"notes","exec":"./n","enabled":false}"#,
+        );
         let search = SearchPath {
             explicit: Vec::new(),
             workspace,
@@ -574,8 +615,16 @@ mod tests {
         assert_eq!(
             shadows,
             vec![
-                ("weather".to_owned(), project.join("w2/extension.json"), false),
-                ("zotbox".to_owned(), project.join("zotbox/extension.json"), true),
+                (
+                    "weather".to_owned(),
+                    project.join("w2/extension.json"),
+                    false
+                ),
+                (
+                    "zotbox".to_owned(),
+                    project.join("zotbox/extension.json"),
+                    true
+                ),
             ]
         );
     }

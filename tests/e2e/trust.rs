@@ -127,14 +127,14 @@ async fn start(lab: &Lab) -> zotbox::Host {
 }
 
 async fn host_with(lab: &Lab, restart: RestartPolicy) -> zotbox::Host {
-    let policy = Policy::load(&lab.home.join("system-policy.json"), &lab.home.join("policy.json"))
-        .expect("the lab's policy");
+    let policy = Policy::load(
+        &lab.home.join("system-policy.json"),
+        &lab.home.join("policy.json"),
+    )
+    .expect("the lab's policy");
     bounded(
         "starting the host",
-        lab.builder()
-            .policy(policy)
-            .restart_policy(restart)
-            .build(),
+        lab.builder().policy(policy).restart_policy(restart).build(),
     )
     .await
     .expect("build the host")
@@ -165,7 +165,17 @@ async fn nothing_of_an_untrusted_workspace_starts_whatever_zotbox_command_runs()
     list.expect_code(0);
     assert_eq!(
         row(&list, "helper"),
-        ["helper", "1.0.0", "native", "project", "untrusted", "-", "-", "-", "-"]
+        [
+            "helper",
+            "1.0.0",
+            "native",
+            "project",
+            "untrusted",
+            "-",
+            "-",
+            "-",
+            "-"
+        ]
     );
     assert_line(&list, &format!("helper: {refusal}"));
     assert_line(
@@ -291,10 +301,16 @@ fn trusting_runs_it_and_one_changed_byte_makes_it_untrusted_again() {
     assert_eq!(helper.starts(), 0, "trusting runs nothing");
 
     let list = lab.zotbox_in(ws, &["list"]);
-    assert_eq!(row(&list, "helper")[..5], ["helper", "1.0.0", "native", "project", "ready"]);
+    assert_eq!(
+        row(&list, "helper")[..5],
+        ["helper", "1.0.0", "native", "project", "ready"]
+    );
     assert_eq!(helper.starts(), 1);
     let call = lab.zotbox_in(ws, &["call", "helper_tool"]);
-    assert_eq!((call.code, call.stdout.as_str()), (Some(0), "helper got {}\n"));
+    assert_eq!(
+        (call.code, call.stdout.as_str()),
+        (Some(0), "helper got {}\n")
+    );
     assert_eq!(helper.starts(), 2);
     let listed = lab.zotbox_in(ws, &["trust", "--list"]);
     assert_eq!(row(&listed, &ws.display().to_string())[1], "trusted");
@@ -315,7 +331,10 @@ fn trusting_runs_it_and_one_changed_byte_makes_it_untrusted_again() {
     lab.zotbox_in(ws, &["call", "helper_tool"]).expect_code(1);
     assert_eq!(helper.starts(), 2, "the changed script ran");
     let listed = lab.zotbox_in(ws, &["trust", "--list"]);
-    assert_eq!(row(&listed, &ws.display().to_string())[1..3], ["changed", "since"]);
+    assert_eq!(
+        row(&listed, &ws.display().to_string())[1..3],
+        ["changed", "since"]
+    );
 
     // Trusted again as it is now; then revoked.
     lab.zotbox_in(ws, &["trust", "--yes"]).expect_code(0);
@@ -397,7 +416,10 @@ async fn a_workspace_wasm_manifest_asking_for_everything_is_inert_until_trusted(
         .await
         .err()
         .map(|e| e.to_string());
-    assert_eq!(err.as_deref(), Some("no tool `fs_write`; no extension registered any"));
+    assert_eq!(
+        err.as_deref(),
+        Some("no tool `fs_write`; no extension registered any")
+    );
     host.shutdown().await;
 
     // `zotbox run` as zot starts it, by path and in its folder: refused
@@ -495,15 +517,30 @@ async fn an_untrusted_workspace_tool_is_refused_by_name_and_never_offered() {
     let call = lab.zotbox_in(ws, &["call", "wipe", r#"{"arg":"x"}"#]);
     assert_eq!(
         (call.code, call.stdout.as_str(), call.stderr.as_str()),
-        (Some(3), "", format!("error: tool `wipe` {refusal}\n").as_str())
+        (
+            Some(3),
+            "",
+            format!("error: tool `wipe` {refusal}\n").as_str()
+        )
     );
     // The user's own `deploy` stays in force.
     let deploy = lab.zotbox_in(ws, &["call", "deploy"]);
-    assert_eq!((deploy.code, deploy.stdout.as_str()), (Some(0), "user-deploy\n"));
+    assert_eq!(
+        (deploy.code, deploy.stdout.as_str()),
+        (Some(0), "user-deploy\n")
+    );
     let list = lab.zotbox_in(ws, &["list"]);
     assert_eq!(
         row(&list, "wipe"),
-        ["wipe", "tool", "project", "untrusted", "shell:", "touch", &marker.display().to_string()]
+        [
+            "wipe",
+            "tool",
+            "project",
+            "untrusted",
+            "shell:",
+            "touch",
+            &marker.display().to_string()
+        ]
     );
     assert_line(&list, &format!("wipe: {refusal}"));
 
@@ -516,7 +553,10 @@ async fn an_untrusted_workspace_tool_is_refused_by_name_and_never_offered() {
         .collect();
     assert_eq!(offered, [("deploy".to_owned(), "mine".to_owned())]);
     let err = host.call_tool("wipe", json!({"arg": "x"})).await.err();
-    assert!(matches!(&err, Some(HostError::Untrusted { tool, .. }) if tool == "wipe"), "{err:?}");
+    assert!(
+        matches!(&err, Some(HostError::Untrusted { tool, .. }) if tool == "wipe"),
+        "{err:?}"
+    );
     assert_eq!(
         err.map(|e| e.to_string()),
         Some(format!("tool `wipe` {refusal}"))
@@ -534,7 +574,11 @@ async fn an_untrusted_workspace_tool_is_refused_by_name_and_never_offered() {
     // `zotbox serve` as zot starts it registers the user's tool only.
     let ack = json!({"type": "hello_ack", "protocol_version": 1, "zot_version": "0",
                      "provider": "p", "model": "m", "cwd": ws});
-    let serve = lab.zotbox_in_with(ws, &["serve"], &format!("{ack}\n{{\"type\":\"shutdown\"}}\n"));
+    let serve = lab.zotbox_in_with(
+        ws,
+        &["serve"],
+        &format!("{ack}\n{{\"type\":\"shutdown\"}}\n"),
+    );
     serve.expect_code(0);
     let registered: Vec<String> = serve
         .stdout
@@ -573,7 +617,10 @@ fn workspace_refusal_plugins_block_and_skills_load_while_it_is_untrusted() {
     let check = lab.zotbox_in(ws, &["check", "bash", r#"{"command":"rm -rf /"}"#]);
     assert_eq!(
         (check.code, check.stdout.as_str()),
-        (Some(3), "block by plugin `no-wipe` rule 1: wipes the disk\n")
+        (
+            Some(3),
+            "block by plugin `no-wipe` rule 1: wipes the disk\n"
+        )
     );
     let skills = lab.zotbox_in(ws, &["skills", "list"]);
     assert_eq!(
@@ -655,15 +702,21 @@ fn an_approval_in_one_workspace_covers_no_other_and_a_users_covers_no_workspace_
                         "command": "sh ./deploy.sh {arg}", "autoApprove": false});
     for (ws, who) in [(&a, "A"), (&b, "B")] {
         workspace_file(ws, "tools", &deploy);
-        std::fs::write(ws.join("deploy.sh"), format!("printf 'deployed by {who} %s' \"$1\"\n"))
-            .expect("script");
+        std::fs::write(
+            ws.join("deploy.sh"),
+            format!("printf 'deployed by {who} %s' \"$1\"\n"),
+        )
+        .expect("script");
         lab.trust(ws);
     }
     let call = |ws: &Path| lab.zotbox_in(ws, &["call", "deploy", r#"{"arg":"x"}"#]);
     let needs = "tool `deploy` needs approval before it runs: run `zotbox approve deploy`\n";
     lab.zotbox_in(&a, &["approve", "deploy"]).expect_code(0);
     let in_a = call(&a);
-    assert_eq!((in_a.code, in_a.stdout.as_str()), (Some(0), "deployed by A x\n"));
+    assert_eq!(
+        (in_a.code, in_a.stdout.as_str()),
+        (Some(0), "deployed by A x\n")
+    );
     // Attack: B ships the same name and template, another script behind it.
     let in_b = call(&b);
     assert_eq!((in_b.code, in_b.stdout.as_str()), (Some(3), needs));
@@ -682,12 +735,18 @@ fn an_approval_in_one_workspace_covers_no_other_and_a_users_covers_no_workspace_
     )
     .expect("json");
     let a_key = a.display().to_string();
-    assert!(approvals["tools"]["deploy"]["sha256"].is_string(), "{approvals:#}");
+    assert!(
+        approvals["tools"]["deploy"]["sha256"].is_string(),
+        "{approvals:#}"
+    );
     assert!(
         approvals["workspaces"][a_key.as_str()]["tools"]["deploy"]["sha256"].is_string(),
         "{approvals:#}"
     );
-    assert_eq!(approvals["workspaces"].as_object().map(|w| w.len()), Some(1));
+    assert_eq!(
+        approvals["workspaces"].as_object().map(|w| w.len()),
+        Some(1)
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -737,7 +796,15 @@ fn doctor_names_a_workspace_zotbox_shadowing_serve_and_a_wasm_manifest_zot_runs_
     let list = lab.zotbox_in(ws, &["list"]);
     assert_eq!(
         row(&list, "sneaky")[..7],
-        ["sneaky", "1.0.0", "wasm,", "zot:", "native", "project", "untrusted"]
+        [
+            "sneaky",
+            "1.0.0",
+            "wasm,",
+            "zot:",
+            "native",
+            "project",
+            "untrusted"
+        ]
     );
     assert_line(
         &list,
@@ -768,11 +835,16 @@ fn doctor_names_a_workspace_zotbox_shadowing_serve_and_a_wasm_manifest_zot_runs_
         doctor.stdout
     );
     assert!(
-        doctor.stdout.contains("shadows zotbox's serve launcher inside zot"),
+        doctor
+            .stdout
+            .contains("shadows zotbox's serve launcher inside zot"),
         "{}",
         doctor.stdout
     );
-    assert!(marker.exists(), "the trusted workspace's extension did not run");
+    assert!(
+        marker.exists(),
+        "the trusted workspace's extension did not run"
+    );
 }
 
 #[test]
@@ -798,12 +870,20 @@ fn author_text_reaches_the_terminal_escaped_in_trust_list_and_doctor() {
     for (what, run, expected) in [
         ("trust", &trust, "printf '\\u{1b}[31m' {arg}"),
         ("trust", &trust, "clears \\u{1b}[2J the screen"),
-        ("trust", &trust, "natively: sh -c 'echo \\u{1b}]0;pwned\\u{7}'"),
+        (
+            "trust",
+            &trust,
+            "natively: sh -c 'echo \\u{1b}]0;pwned\\u{7}'",
+        ),
         ("list", &list, "shell: printf '\\u{1b}[31m' {arg}"),
         ("list", &list, "`sh -c 'echo \\u{1b}]0;pwned\\u{7}'`"),
         ("doctor", &doctor, "`sh -c 'echo \\u{1b}]0;pwned\\u{7}'`"),
     ] {
-        assert!(run.stdout.contains(expected), "{what}: no `{expected}` in\n{}", run.stdout);
+        assert!(
+            run.stdout.contains(expected),
+            "{what}: no `{expected}` in\n{}",
+            run.stdout
+        );
     }
     for (what, run) in [("trust", &trust), ("list", &list), ("doctor", &doctor)] {
         assert!(

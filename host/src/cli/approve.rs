@@ -41,9 +41,7 @@ impl Args {
             let revoked = match data.tool(&self.name).map(|t| t.origin) {
                 Some(DataOrigin::Project) => approvals.revoke_in(&self.name, &workspace),
                 Some(_) => approvals.revoke(&self.name),
-                None => {
-                    approvals.revoke_in(&self.name, &workspace) | approvals.revoke(&self.name)
-                }
+                None => approvals.revoke_in(&self.name, &workspace) | approvals.revoke(&self.name),
             };
             if !revoked {
                 bail!("tool `{name}` was not approved");

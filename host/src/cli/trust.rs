@@ -274,10 +274,7 @@ impl Review {
             );
         }
         for problem in self.project_problems() {
-            println!(
-                "skipped {}",
-                shown(&problem.error)
-            );
+            println!("skipped {}", shown(&problem.error));
         }
         let plugins = self.project_plugins();
         if !plugins.is_empty() {
@@ -323,10 +320,7 @@ impl Review {
                     }
                     EntryKind::Special { what } => (*what).to_owned(),
                 };
-                println!(
-                    "  {}  {what}",
-                    shown(&covered.path.display().to_string())
-                );
+                println!("  {}  {what}", shown(&covered.path.display().to_string()));
             }
             if contents.covered.len() > FILES_SHOWN {
                 println!("  … and {} more", contents.covered.len() - FILES_SHOWN);

@@ -232,13 +232,17 @@ impl Approvals {
         let key = workspace.to_str().ok_or_else(|| ApprovalError::NotUtf8 {
             path: workspace.to_owned(),
         })?;
-        self.workspaces.entry(key.to_owned()).or_default().tools.insert(
-            tool.name.clone(),
-            Approval {
-                sha256: Some(fingerprint_in(tool, workspace)),
-                approved_at,
-            },
-        );
+        self.workspaces
+            .entry(key.to_owned())
+            .or_default()
+            .tools
+            .insert(
+                tool.name.clone(),
+                Approval {
+                    sha256: Some(fingerprint_in(tool, workspace)),
+                    approved_at,
+                },
+            );
         Ok(())
     }
 
@@ -423,7 +427,10 @@ mod tests {
         let mut approvals = Approvals::load(&home).unwrap_or_else(|e| panic!("{e}"));
         let original = tool("make deploy", false);
         // Never approved: refused, telling the user what to run.
-        let err = approvals.check(&original, Path::new(WS)).err().map(|e| e.to_string());
+        let err = approvals
+            .check(&original, Path::new(WS))
+            .err()
+            .map(|e| e.to_string());
         assert_eq!(
             err.as_deref(),
             Some("tool `deploy` needs approval before it runs: run `zotbox approve deploy`")
@@ -516,7 +523,9 @@ mod tests {
         // and the workspace approval no user tool.
         let mut approvals = approvals;
         let user = tool("./scripts/deploy.sh", false);
-        approvals.approve(&user, b).unwrap_or_else(|e| panic!("{e}"));
+        approvals
+            .approve(&user, b)
+            .unwrap_or_else(|e| panic!("{e}"));
         assert!(approvals.is_approved(&user, b));
         let err = approvals.check(&shipped, b).err().map(|e| e.to_string());
         assert_eq!(err.as_deref(), Some(never));
@@ -529,8 +538,9 @@ mod tests {
         let err = copied.check(&shipped, b).err().map(|e| e.to_string());
         assert!(err.is_some_and(|e| e.contains("changed since it was approved")));
         // Revoking forgets that workspace's entry only.
-        let mut approvals = approvals;
-        approvals.approve(&shipped, a).unwrap_or_else(|e| panic!("{e}"));
+        approvals
+            .approve(&shipped, a)
+            .unwrap_or_else(|e| panic!("{e}"));
         assert!(approvals.revoke_in("deploy", a));
         assert!(!approvals.revoke_in("deploy", a));
         assert!(approvals.is_approved(&user, b));

@@ -477,7 +477,7 @@ fn sorted_names(dir: &Path) -> Vec<std::ffi::OsString> {
 /// A size for people: `256 MiB`, `10 bytes`.
 fn size(bytes: u64) -> String {
     const MIB: u64 = 1024 * 1024;
-    if bytes >= MIB && bytes % MIB == 0 {
+    if bytes >= MIB && bytes.is_multiple_of(MIB) {
         format!("{} MiB", bytes / MIB)
     } else {
         format!("{bytes} bytes")
@@ -956,9 +956,7 @@ mod tests {
     }
 
     fn sha(ws: &Path) -> String {
-        Contents::scan(ws)
-            .unwrap_or_else(|e| panic!("{e}"))
-            .sha256
+        Contents::scan(ws).unwrap_or_else(|e| panic!("{e}")).sha256
     }
 
     fn standing(f: &Fixture) -> Standing {
@@ -1035,8 +1033,12 @@ mod tests {
             .unwrap_or_else(|e| panic!("{e}"));
         assert!(made.success());
         let with_fifo = Contents::scan(&f.ws).unwrap_or_else(|e| panic!("{e}"));
-        assert!(with_fifo.covered.iter().any(|c| c.path.ends_with("pipe")
-            && c.kind == EntryKind::Special { what: "fifo" }));
+        assert!(
+            with_fifo
+                .covered
+                .iter()
+                .any(|c| c.path.ends_with("pipe") && c.kind == EntryKind::Special { what: "fifo" })
+        );
     }
 
     #[test]
@@ -1109,12 +1111,16 @@ mod tests {
             Standing::Untrusted(Untrusted::NotTrusted)
         ));
         // One byte changed: untrusted again, saying since when.
-        write(&f.ws.join(".zot/extensions/helper/run.sh"), "touch markes\n");
+        write(
+            &f.ws.join(".zot/extensions/helper/run.sh"),
+            "touch markes\n",
+        );
         let Standing::Untrusted(why @ Untrusted::Changed { .. }) = standing(&f) else {
             panic!("not changed: {:?}", standing(&f));
         };
         assert!(
-            why.to_string().starts_with("which changed since you trusted it on "),
+            why.to_string()
+                .starts_with("which changed since you trusted it on "),
             "{why}"
         );
         // Revoked: not trusted; only trust.json is left in the home.
@@ -1137,7 +1143,10 @@ mod tests {
         std::fs::create_dir_all(empty.join(".zot/skills")).unwrap_or_else(|e| panic!("{e}"));
         let standing = assess(&Policy::permissive(), &f.home, &empty).standing;
         assert!(matches!(standing, Standing::NothingToTrust));
-        write(&f.home.trust_file(), r#"{"workspaces":{"/x":{"sha256":1}}}"#);
+        write(
+            &f.home.trust_file(),
+            r#"{"workspaces":{"/x":{"sha256":1}}}"#,
+        );
         let Standing::Untrusted(why) = self::standing(&f) else {
             panic!("trusted with a broken file");
         };
@@ -1190,10 +1199,7 @@ mod tests {
     fn zotbox_run_finds_the_workspace_of_a_project_extension_only() {
         let f = fixture();
         let ext = f.ws.join(".zot/extensions/helper");
-        assert_eq!(
-            workspace_of_extension(&ext, &f.home),
-            Some(f.ws.clone())
-        );
+        assert_eq!(workspace_of_extension(&ext, &f.home), Some(f.ws.clone()));
         let user = f.home.extensions_dir().join("helper");
         std::fs::create_dir_all(&user).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(workspace_of_extension(&user, &f.home), None);
