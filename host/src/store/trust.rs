@@ -14,13 +14,14 @@
 //!    symlink retargeted) makes the workspace untrusted again, and a record
 //!    for one path never covers another.
 //! 3. **What is covered is what can run or decide**: every entry under each
-//!    `<ws>/.zot/extensions/<name>/` (walked without following symlinks: a
-//!    symlink is hashed as its link text, a FIFO, socket or device as its
-//!    type, never read); the files a workspace manifest's `exec`, `args` or
-//!    `wasm` name when they lie in the workspace outside the extension's
-//!    folder; and every entry of `.zot/tools` and `.shiro/tools` (a symlink
-//!    there is hashed as its text *and* the regular file it leads to, since
-//!    the loader follows it).
+//!    extension folder `<ws>/.zot/extensions/<name>/` (one holding an
+//!    `extension.json`, as discovery and zot find them), walked without
+//!    following symlinks (a symlink is hashed as its link text, a FIFO,
+//!    socket or device as its type, never read); the files a workspace
+//!    manifest's `exec`, first argument or `wasm` name when they lie in the
+//!    workspace outside the extension's folder; and every entry of
+//!    `.zot/tools` and `.shiro/tools` (a symlink there is hashed as its text
+//!    *and* the regular file it leads to, since the loader follows it).
 //! 4. **Fail closed.** Past [`MAX_HASHED_BYTES`] or [`MAX_COVERED_FILES`],
 //!    or when a covered file cannot be read, the workspace cannot be
 //!    trusted, with a reason saying so. An unreadable or broken
@@ -168,6 +169,7 @@ impl Contents {
             workspace: &workspace,
             caps,
             bytes: 0,
+            visited: 0,
             entries: BTreeMap::new(),
         };
         scanner.extensions()?;
@@ -209,6 +211,8 @@ struct Scanner<'a> {
     workspace: &'a Path,
     caps: Caps,
     bytes: u64,
+    // Entries met while walking extension folders, folders included.
+    visited: usize,
     // relative path → (kind, digest of the content)
     entries: BTreeMap<PathBuf, (EntryKind, [u8; 32])>,
 }
@@ -224,25 +228,26 @@ impl Scanner<'_> {
         Ok(())
     }
 
-    /// Every extension folder, as discovery finds them: the folders (and
-    /// links to folders) directly in `.zot/extensions`.
+    /// Every extension folder, as discovery (and zot) find them: the
+    /// folders, or links to folders, directly in `.zot/extensions` that
+    /// hold an `extension.json`. Anything else there runs nothing.
     fn extensions(&mut self) -> Result<(), ScanError> {
         let rel_root = Path::new(EXTENSIONS_DIR);
         for name in sorted_names(&self.workspace.join(rel_root)) {
             let rel = rel_root.join(&name);
             let path = self.workspace.join(&rel);
-            let Ok(link) = std::fs::symlink_metadata(&path) else {
-                continue;
-            };
-            if link.is_symlink() {
-                self.link(&path, rel.clone())?;
-            }
             // Discovery follows the folder itself (only that link), and so
             // does the hash, so the content loaded is the content hashed.
-            if std::fs::metadata(&path).is_ok_and(|m| m.is_dir()) {
-                self.walk(&path, &rel)?;
-                self.named_files(&path, &rel)?;
+            let is_extension = std::fs::metadata(&path).is_ok_and(|m| m.is_dir())
+                && path.join(MANIFEST_FILE).is_file();
+            if !is_extension {
+                continue;
             }
+            if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_symlink()) {
+                self.link(&path, rel.clone())?;
+            }
+            self.walk(&path, &rel)?;
+            self.named_files(&path, &rel)?;
         }
         Ok(())
     }
@@ -260,6 +265,13 @@ impl Scanner<'_> {
                     path: dir.clone(),
                     source,
                 })?;
+                // Folders count too: a tree of empty folders is no cheaper to walk.
+                self.visited += 1;
+                if self.visited > self.caps.files {
+                    return Err(ScanError::TooMany {
+                        limit: self.caps.files,
+                    });
+                }
                 let path = entry.path();
                 let rel = rel.join(entry.file_name());
                 let kind = entry.file_type().map_err(|source| ScanError::Read {
@@ -1060,6 +1072,32 @@ mod tests {
         let linked = sha(&f.ws);
         write(&f.ws.join("scripts/run.py"), "print(3)\n");
         assert_ne!(sha(&f.ws), linked);
+    }
+
+    #[test]
+    fn only_folders_holding_a_manifest_are_walked_and_folders_count_against_the_cap() {
+        let f = fixture();
+        let base = Contents::scan(&f.ws).unwrap_or_else(|e| panic!("{e}"));
+        // Attack: a link to `/` in `.zot/extensions` would walk the disk;
+        // it holds no `extension.json`, so nothing would run from it.
+        symlink("/", f.ws.join(".zot/extensions/root")).unwrap_or_else(|e| panic!("{e}"));
+        write(&f.ws.join(".zot/extensions/notes.txt"), "not an extension");
+        assert_eq!(sha(&f.ws), base.sha256);
+        // Attack: a deep tree of empty folders inside a real extension.
+        let mut deep = f.ws.join(".zot/extensions/helper");
+        for _ in 0..20 {
+            deep.push("d");
+        }
+        std::fs::create_dir_all(&deep).unwrap_or_else(|e| panic!("{e}"));
+        let caps = Caps {
+            bytes: 1 << 20,
+            files: 10,
+        };
+        let err = Contents::scan_with(&f.ws, caps)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert_eq!(err, "its extensions and data tools hold more than 10 files");
     }
 
     #[test]
