@@ -523,6 +523,13 @@ async fn an_untrusted_workspace_tool_is_refused_by_name_and_never_offered() {
             format!("error: tool `wipe` {refusal}\n").as_str()
         )
     );
+    // Approving it first is refused the same way: trust comes first.
+    let approve = lab.zotbox_in(ws, &["approve", "wipe"]);
+    assert_eq!(
+        (approve.code, approve.stderr.as_str()),
+        (Some(1), format!("error: tool `wipe` {refusal}\n").as_str())
+    );
+    assert!(!lab.home.join("approvals.json").exists());
     // The user's own `deploy` stays in force.
     let deploy = lab.zotbox_in(ws, &["call", "deploy"]);
     assert_eq!(
