@@ -48,6 +48,8 @@ mod load;
 mod protocol;
 #[path = "e2e/registry.rs"]
 mod registry;
+#[path = "e2e/trust.rs"]
+mod trust;
 #[path = "e2e/wasm.rs"]
 mod wasm;
 #[path = "e2e/zot.rs"]

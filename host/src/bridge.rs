@@ -64,6 +64,14 @@ pub enum BridgeError {
         /// Why.
         reason: String,
     },
+    /// It is a workspace's, and that workspace is not trusted.
+    #[error("extension `{name}` {reason}")]
+    Untrusted {
+        /// The extension.
+        name: String,
+        /// ``comes from the workspace `…`, which …``.
+        reason: String,
+    },
     /// It could not be started.
     #[error("extension `{name}`: cannot start: {error}")]
     Start {
@@ -145,6 +153,13 @@ pub async fn run(
     let manifest = Manifest::load(&dir.join(MANIFEST_FILE))?;
     let name = manifest.name().to_owned();
     let policy = Policy::load_for(&home)?;
+    // zot starts a workspace's extensions without asking; zotbox does not.
+    crate::store::trust::check_extension_dir(dir, &home, &policy).map_err(|reason| {
+        BridgeError::Untrusted {
+            name: name.clone(),
+            reason,
+        }
+    })?;
     let services = services(&home, &policy, dir);
     let (limits, sandbox) =
         crate::sandbox::confine(&policy, &services, &manifest).map_err(|reason| {

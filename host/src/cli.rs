@@ -14,6 +14,7 @@ mod run;
 mod serve;
 mod setup;
 mod skills;
+mod trust;
 
 use std::path::PathBuf;
 
@@ -47,6 +48,7 @@ Environment:
 
 Files:
   $ZOT_HOME/policy.json          the user's policy (can only narrow the system one)
+  $ZOT_HOME/trust.json           the workspaces you trusted (`zotbox trust`)
   $ZOT_HOME/logs/ext-<name>.log  each extension's stderr
   $ZOT_HOME/logs/audit.jsonl     every capability use and guard decision";
 
@@ -98,6 +100,9 @@ enum Action {
     Setup(setup::Args),
     /// Approve a data tool whose manifest says `autoApprove: false`.
     Approve(approve::Args),
+    /// Review what the workspace brings (extensions, data tools, plugins,
+    /// skills) and trust it as it is now, or --revoke, or --list.
+    Trust(trust::Args),
     /// Show the policy in force, or explain one extension's grant.
     #[command(subcommand)]
     Policy(policy::Command),
@@ -174,6 +179,7 @@ impl Cli {
             Action::Ext(command) => command.run(&context).await?,
             Action::Demo(args) => args.run(&context).await?,
             Action::Approve(args) => args.run(&context).await?,
+            Action::Trust(args) => args.run(&context).await?,
             Action::Run(args) => args.run(&context).await?,
             Action::Serve(args) => args.run(&context).await?,
             Action::Setup(args) => args.run(&context).await?,

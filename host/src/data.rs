@@ -164,6 +164,11 @@ pub struct DataSet {
     /// [`DataSet::guard_plugins`]): a refusal plugin can only be added to,
     /// never switched off by another file of the same name.
     pub shadowed_plugins: Vec<Plugin>,
+    /// Tools of a workspace the user has not trusted (see
+    /// [`crate::store::trust`]): listed, refused by name, never offered or
+    /// run, and they shadow nothing (the user's tool of the same name stays
+    /// in force).
+    pub untrusted_tools: Vec<DataTool>,
     /// Files that failed to load and were skipped.
     pub problems: Vec<DataProblem>,
     /// Files that loaded with warnings (unknown keys, ignored fields).
@@ -174,6 +179,11 @@ impl DataSet {
     /// The tool named `name`.
     pub fn tool(&self, name: &str) -> Option<&DataTool> {
         self.tools.iter().find(|t| t.name == name)
+    }
+
+    /// The tool named `name` held back because its workspace is not trusted.
+    pub fn untrusted_tool(&self, name: &str) -> Option<&DataTool> {
+        self.untrusted_tools.iter().find(|t| t.name == name)
     }
 
     /// The plugin named `name`.
@@ -219,6 +229,15 @@ impl DataSet {
                     .push(("skill".to_owned(), lost.name, lost.path));
             }
             None => self.skills.push(skill),
+        }
+    }
+
+    fn hold_tool(&mut self, tool: DataTool) {
+        if self.untrusted_tools.iter().any(|t| t.name == tool.name) {
+            self.shadowed
+                .push(("tool".to_owned(), tool.name, tool.path));
+        } else {
+            self.untrusted_tools.push(tool);
         }
     }
 
@@ -328,6 +347,17 @@ impl DataSearch {
     /// Loads every tool, plugin and skill, applying precedence. Never fails:
     /// bad files end up in [`DataSet::problems`].
     pub fn load(&self) -> DataSet {
+        self.load_tools_of_project(ProjectTools::Use)
+    }
+
+    /// As [`DataSearch::load`] for a workspace the user has not trusted:
+    /// its tools go to [`DataSet::untrusted_tools`] and take no name; its
+    /// plugins (which can only block) and skills (text) load as usual.
+    pub fn load_holding_project_tools(&self) -> DataSet {
+        self.load_tools_of_project(ProjectTools::Hold)
+    }
+
+    fn load_tools_of_project(&self, project: ProjectTools) -> DataSet {
         let mut set = DataSet::default();
         // Highest precedence first, so that the first name found wins.
         let roots: Vec<_> = self.roots().into_iter().rev().collect();
@@ -335,7 +365,11 @@ impl DataSearch {
             for path in set.files_in(&root.join("tools"), "json") {
                 let result = tool::DataTool::load(&path, *origin);
                 if let Some(tool) = set.take(&path, result) {
-                    set.add_tool(tool);
+                    if *origin == DataOrigin::Project && project == ProjectTools::Hold {
+                        set.hold_tool(tool);
+                    } else {
+                        set.add_tool(tool);
+                    }
                 }
             }
         }
@@ -357,6 +391,13 @@ impl DataSearch {
         }
         set
     }
+}
+
+/// What to do with the workspace's own tools.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ProjectTools {
+    Use,
+    Hold,
 }
 
 impl DataSet {
@@ -613,6 +654,45 @@ mod tests {
         assert!(set.problems[0].error.contains("`command` is missing"));
         assert_eq!(set.warnings.len(), 1, "{:?}", set.warnings);
         assert!(set.warnings[0].error.contains("unknown key `colour`"));
+    }
+
+    #[test]
+    fn untrusted_project_tools_are_held_and_shadow_nothing() {
+        let f = fixture();
+        let s = &f.search;
+        write(
+            &s.zot_home.join("tools"),
+            "deploy.json",
+            &tool_json("deploy", "user"),
+        );
+        write(
+            &s.workspace.join(".zot/tools"),
+            "deploy.json",
+            &tool_json("deploy", "project"),
+        );
+        write(
+            &s.workspace.join(".shiro/tools"),
+            "wipe.json",
+            &tool_json("wipe", "rm"),
+        );
+        let set = s.load_holding_project_tools();
+        // The user's `deploy` stays in force; the workspace's are held.
+        let command = |t: &DataTool| t.kind.template().to_owned();
+        assert_eq!(
+            set.tools.iter().map(command).collect::<Vec<_>>(),
+            vec!["user"]
+        );
+        let held: Vec<(&str, String)> = set
+            .untrusted_tools
+            .iter()
+            .map(|t| (t.name.as_str(), command(t)))
+            .collect();
+        assert_eq!(
+            held,
+            vec![("wipe", "rm".to_owned()), ("deploy", "project".to_owned())]
+        );
+        assert!(set.shadowed.is_empty(), "{:?}", set.shadowed);
+        assert!(set.untrusted_tool("wipe").is_some() && set.tool("wipe").is_none());
     }
 
     #[test]

@@ -3,11 +3,21 @@
 //! The first manifest found for a name wins; later ones are kept as
 //! *shadowed* so that `list` can show them. A manifest that fails to load is
 //! reported and the others still load.
+//!
+//! A workspace the user has not trusted (see [`crate::store::trust`]) brings
+//! its manifests as *held* ([`Discovery::held`]): listed, never started, and
+//! they take no name from the user's extensions. An explicit `--ext` path
+//! inside the workspace's `.zot/` is workspace content too.
+//!
+//! The end of this module says what zot itself does with the same folders
+//! ([`zot_launch`], [`SearchPath::zot_shadows`]): zot starts
+//! `<ws>/.zot/extensions/*` natively without asking, and zotbox cannot stop
+//! it, only say so.
 
 use std::path::{Path, PathBuf};
 
 use crate::home::ZotHome;
-use crate::manifest::{MANIFEST_FILE, Manifest, ManifestError};
+use crate::manifest::{MANIFEST_FILE, Manifest, ManifestError, Program};
 
 /// Where a manifest was found, in precedence order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -38,6 +48,9 @@ pub struct Found {
     pub manifest: Manifest,
     /// Where it was found.
     pub origin: Origin,
+    /// It is the workspace's content (in `.zot/extensions`, found there or
+    /// given with `--ext`): it runs only while the workspace is trusted.
+    pub workspace: bool,
 }
 
 /// A manifest that lost to an earlier one of the same name.
@@ -62,6 +75,23 @@ pub struct LoadFailure {
     pub error: ManifestError,
 }
 
+/// Why a manifest found is held back rather than started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Held {
+    /// It is the workspace's, and the workspace is not trusted.
+    Workspace,
+    /// Given with `--ext` inside the workspace's `.zot/` but outside
+    /// `.zot/extensions/`, where no trust record reaches.
+    Uncovered,
+}
+
+impl Held {
+    /// Why an [`Held::Uncovered`] extension does not run.
+    pub const UNCOVERED: &'static str = "lies inside the workspace's `.zot/` but outside \
+        `.zot/extensions/`, where trust does not reach: move it into `.zot/extensions/` or out \
+        of `.zot/`";
+}
+
 /// Everything discovery found.
 #[derive(Debug, Default)]
 pub struct Discovery {
@@ -71,6 +101,8 @@ pub struct Discovery {
     pub shadowed: Vec<Shadowed>,
     /// Manifests that failed to load.
     pub failures: Vec<LoadFailure>,
+    /// Manifests held back, in the order found: they take no name.
+    pub held: Vec<(Found, Held)>,
 }
 
 /// Where to look.
@@ -90,8 +122,16 @@ impl SearchPath {
         self.workspace.join(".zot").join("extensions")
     }
 
-    /// Finds every extension, applying precedence.
+    /// Finds every extension, applying precedence, for a trusted workspace.
+    /// Reads manifests only; starts nothing.
     pub fn discover(&self) -> Discovery {
+        self.discover_trusting(true)
+    }
+
+    /// Finds every extension, applying precedence. When `workspace_trusted`
+    /// is false, the workspace's manifests (and `--ext` paths into its
+    /// `.zot/`) are [held](Discovery::held) instead.
+    pub fn discover_trusting(&self, workspace_trusted: bool) -> Discovery {
         let mut discovery = Discovery::default();
         for path in &self.explicit {
             // Absolute, so that a relative `exec` still resolves once the
@@ -102,22 +142,56 @@ impl SearchPath {
             } else {
                 path
             };
-            discovery.offer(&manifest_path, Origin::Explicit);
+            let part = self.workspace_part(&manifest_path);
+            let held = match part {
+                Some(Held::Uncovered) => Some(Held::Uncovered),
+                Some(Held::Workspace) if !workspace_trusted => Some(Held::Workspace),
+                _ => None,
+            };
+            discovery.offer(&manifest_path, Origin::Explicit, held, part.is_some());
         }
-        for (dir, origin) in [
-            (self.project_dir(), Origin::Project),
-            (self.home.extensions_dir(), Origin::User),
+        let project_held = (!workspace_trusted).then_some(Held::Workspace);
+        for (dir, origin, held) in [
+            (self.project_dir(), Origin::Project, project_held),
+            (self.home.extensions_dir(), Origin::User, None),
         ] {
             for manifest_path in manifests_in(&dir) {
-                discovery.offer(&manifest_path, origin);
+                discovery.offer(&manifest_path, origin, held, origin == Origin::Project);
             }
         }
         discovery
     }
+
+    /// The `extension.json` of every folder in `<workspace>/.zot/extensions`,
+    /// sorted: what zot itself would start.
+    pub fn workspace_manifests(&self) -> Vec<PathBuf> {
+        manifests_in(&self.project_dir())
+    }
+
+    /// Whether the manifest at `path` is workspace content: its folder lies
+    /// in the workspace's `.zot/` (by its real path). `Workspace` when the
+    /// folder is one of `.zot/extensions/*` (which trust covers),
+    /// `Uncovered` elsewhere in `.zot/`.
+    fn workspace_part(&self, path: &Path) -> Option<Held> {
+        let folder = std::fs::canonicalize(path.parent()?).ok()?;
+        let dot_zot = self.workspace.join(".zot");
+        let real_dot_zot = std::fs::canonicalize(&dot_zot).ok();
+        let inside = folder.starts_with(&dot_zot)
+            || real_dot_zot.as_ref().is_some_and(|d| folder.starts_with(d));
+        if !inside {
+            return None;
+        }
+        let extensions = std::fs::canonicalize(self.project_dir()).ok();
+        Some(if folder.parent() == extensions.as_deref() {
+            Held::Workspace
+        } else {
+            Held::Uncovered
+        })
+    }
 }
 
 impl Discovery {
-    fn offer(&mut self, path: &Path, origin: Origin) {
+    fn offer(&mut self, path: &Path, origin: Origin, held: Option<Held>, workspace: bool) {
         let manifest = match Manifest::load(path) {
             Ok(manifest) => manifest,
             Err(error) => {
@@ -132,6 +206,22 @@ impl Discovery {
         };
         for key in &manifest.unknown_keys {
             tracing::warn!("`{}`: unknown key `{key}` ignored", path.display());
+        }
+        if let Some(held) = held {
+            // `--ext` into `.zot/extensions` names a folder found there too.
+            let real = std::fs::canonicalize(path).ok();
+            let seen = self.held.iter().any(|(found, _)| {
+                real.is_some() && std::fs::canonicalize(&found.manifest.path).ok() == real
+            });
+            if !seen {
+                let found = Found {
+                    manifest,
+                    origin,
+                    workspace,
+                };
+                self.held.push((found, held));
+            }
+            return;
         }
         if let Some(winner) = self
             .found
@@ -151,7 +241,11 @@ impl Discovery {
             });
             return;
         }
-        self.found.push(Found { manifest, origin });
+        self.found.push(Found {
+            manifest,
+            origin,
+            workspace,
+        });
     }
 }
 
@@ -170,6 +264,138 @@ fn manifests_in(dir: &Path) -> Vec<PathBuf> {
         .collect();
     manifests.sort();
     manifests
+}
+
+// ---------------------------------------------------------------------------
+// What zot itself does with the same folders.
+
+/// The name `zotbox setup` gives the manifest that makes zot start `zotbox
+/// serve` (the same as `crate::serve::SERVE_NAME`, which sits above this
+/// layer).
+pub const SERVE_LAUNCHER: &str = "zotbox";
+
+/// Whether `manifest` is the one `zotbox setup` writes so that zot starts
+/// `zotbox serve`.
+pub fn is_serve_launcher(manifest: &Manifest) -> bool {
+    manifest.name() == SERVE_LAUNCHER
+        && matches!(&manifest.program, Program::Native { args, .. } if args.first().is_some_and(|a| a == "serve"))
+}
+
+/// What zot itself starts for a manifest it finds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ZotLaunch {
+    /// `zotbox run`: the extension runs in zotbox's sandbox.
+    Sandboxed,
+    /// A program, outside any sandbox, with the user's permissions: its
+    /// command line as written.
+    Native(String),
+    /// Nothing: the manifest is disabled or names no `exec`.
+    Nothing,
+}
+
+/// What zot would start for `manifest`: its `exec` and `args`, natively,
+/// unless they are exactly `zotbox run` (with the `zotbox` on `PATH` or this
+/// very binary). A `wasm` field changes nothing for zot: a manifest whose
+/// `exec` is anything else runs natively, however sandboxed zotbox runs it.
+pub fn zot_launch(manifest: &Manifest) -> ZotLaunch {
+    let raw = &manifest.raw;
+    let Some(exec) = raw.exec.as_deref().filter(|e| !e.trim().is_empty()) else {
+        return ZotLaunch::Nothing;
+    };
+    if !raw.enabled {
+        return ZotLaunch::Nothing;
+    }
+    let args_run = matches!(raw.args.as_slice(), [run] if run == "run")
+        || matches!(raw.args.as_slice(), [run, dot] if run == "run" && dot == ".");
+    if args_run && is_zotbox(exec) {
+        return ZotLaunch::Sandboxed;
+    }
+    let mut words = vec![exec.to_owned()];
+    words.extend(raw.args.iter().cloned());
+    ZotLaunch::Native(shell_words::join(words))
+}
+
+/// Whether zot would run zotbox itself for `exec`: the bare name (found on
+/// `PATH`, as `zotbox setup` writes it when that is this binary), or this
+/// binary's own path. A `./zotbox` inside a folder is the folder's program.
+fn is_zotbox(exec: &str) -> bool {
+    if exec == SERVE_LAUNCHER {
+        return true;
+    }
+    let path = Path::new(exec);
+    if !path.is_absolute() {
+        return false;
+    }
+    let me = std::env::current_exe().and_then(std::fs::canonicalize);
+    match (std::fs::canonicalize(path), me) {
+        (Ok(target), Ok(me)) => target == me,
+        _ => false,
+    }
+}
+
+/// A workspace manifest that takes the place of one of the user's inside
+/// zot (zot prefers the workspace's folder of the same name, then the first
+/// manifest of a name).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ZotShadow {
+    /// The workspace's manifest.
+    pub workspace: PathBuf,
+    /// The user's manifest it replaces.
+    pub user: PathBuf,
+    /// The user's extension's name.
+    pub name: String,
+    /// The user's manifest is zotbox's `serve` launcher: inside zot, every
+    /// refusal plugin is switched off and the workspace's `exec` runs instead.
+    pub serve_launcher: bool,
+}
+
+impl SearchPath {
+    /// Every user manifest that a workspace manifest replaces inside zot,
+    /// by zot's rules: a workspace folder of the same folder name (enabled
+    /// or not), else an enabled workspace manifest with an `exec` and the
+    /// same `name`.
+    pub fn zot_shadows(&self) -> Vec<ZotShadow> {
+        let workspace: Vec<(PathBuf, Option<Manifest>)> = self
+            .workspace_manifests()
+            .into_iter()
+            .map(|path| {
+                let manifest = Manifest::load(&path).ok();
+                (path, manifest)
+            })
+            .collect();
+        let folder = |path: &Path| {
+            path.parent()
+                .and_then(Path::file_name)
+                .map(|n| n.to_owned())
+        };
+        let mut shadows = Vec::new();
+        for user_path in manifests_in(&self.home.extensions_dir()) {
+            let Ok(user) = Manifest::load(&user_path) else {
+                continue;
+            };
+            let by_folder = workspace
+                .iter()
+                .find(|(path, _)| folder(path) == folder(&user_path));
+            let by_name = || {
+                workspace.iter().find(|(_, manifest)| {
+                    manifest.as_ref().is_some_and(|m| {
+                        m.name() == user.name()
+                            && m.raw.enabled
+                            && m.raw.exec.as_deref().is_some_and(|e| !e.trim().is_empty())
+                    })
+                })
+            };
+            if let Some((path, _)) = by_folder.or_else(by_name) {
+                shadows.push(ZotShadow {
+                    workspace: path.clone(),
+                    user: user_path.clone(),
+                    name: user.name().to_owned(),
+                    serve_launcher: is_serve_launcher(&user),
+                });
+            }
+        }
+        shadows
+    }
 }
 
 #[cfg(test)]
@@ -222,6 +448,184 @@ mod tests {
                 .error
                 .to_string()
                 .contains("field `name`")
+        );
+    }
+
+    #[test]
+    fn an_untrusted_workspace_is_held_and_replaces_nothing_of_the_users() {
+        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let root = std::fs::canonicalize(tmp.path()).unwrap_or_else(|e| panic!("{e}"));
+        let workspace = root.join("ws");
+        let home = ZotHome::new(root.join("home"));
+        let project = workspace.join(".zot/extensions");
+        write(&project, "a", r#"{"name":"a","exec":"./project"}"#);
+        write(&project, "b", r#"{"name":"b","exec":"./project"}"#);
+        write(
+            &home.extensions_dir(),
+            "b",
+            r#"{"name":"b","exec":"./user"}"#,
+        );
+        write(
+            &workspace.join(".zot/other"),
+            "c",
+            r#"{"name":"c","exec":"./x"}"#,
+        );
+        write(&root.join("dev"), "d", r#"{"name":"d","exec":"./x"}"#);
+        let search = SearchPath {
+            // `--ext` into the workspace's extensions, elsewhere in `.zot/`,
+            // and outside the workspace.
+            explicit: vec![
+                project.join("a"),
+                workspace.join(".zot/other/c"),
+                root.join("dev/d"),
+            ],
+            workspace,
+            home,
+        };
+        let names = |found: &[Found]| -> Vec<(String, Origin)> {
+            found
+                .iter()
+                .map(|f| (f.manifest.name().to_owned(), f.origin))
+                .collect()
+        };
+        let held = |d: &Discovery| -> Vec<(String, Held)> {
+            d.held
+                .iter()
+                .map(|(f, why)| (f.manifest.name().to_owned(), *why))
+                .collect()
+        };
+        let untrusted = search.discover_trusting(false);
+        assert_eq!(
+            names(&untrusted.found),
+            vec![
+                ("d".to_owned(), Origin::Explicit),
+                ("b".to_owned(), Origin::User)
+            ]
+        );
+        assert_eq!(
+            held(&untrusted),
+            vec![
+                ("a".to_owned(), Held::Workspace),
+                ("c".to_owned(), Held::Uncovered),
+                ("b".to_owned(), Held::Workspace),
+            ]
+        );
+        assert!(untrusted.shadowed.is_empty());
+        // Trusted: the workspace takes part; `c` is still outside coverage.
+        let trusted = search.discover_trusting(true);
+        assert_eq!(
+            names(&trusted.found),
+            vec![
+                ("a".to_owned(), Origin::Explicit),
+                ("d".to_owned(), Origin::Explicit),
+                ("b".to_owned(), Origin::Project),
+            ]
+        );
+        assert_eq!(held(&trusted), vec![("c".to_owned(), Held::Uncovered)]);
+    }
+
+    #[test]
+    fn zot_runs_every_exec_natively_except_zotbox_run() {
+        let me = std::env::current_exe()
+            .and_then(std::fs::canonicalize)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let me = me.display().to_string();
+        let cases = [
+            (
+                r#""exec":"zotbox","args":["run"]"#.to_owned(),
+                ZotLaunch::Sandboxed,
+            ),
+            (
+                format!(r#""exec":"{me}","args":["run","."]"#),
+                ZotLaunch::Sandboxed,
+            ),
+            // A `zotbox` of the folder's own is the folder's program.
+            (
+                r#""exec":"./zotbox","args":["run"]"#.to_owned(),
+                ZotLaunch::Native("./zotbox run".to_owned()),
+            ),
+            // zotbox, but told to run something else, or with other flags.
+            (
+                r#""exec":"zotbox","args":["run","/tmp/evil"]"#.to_owned(),
+                ZotLaunch::Native("zotbox run /tmp/evil".to_owned()),
+            ),
+            (
+                r#""exec":"zotbox","args":["--zot-home","/tmp/h","run"]"#.to_owned(),
+                ZotLaunch::Native("zotbox --zot-home /tmp/h run".to_owned()),
+            ),
+            (
+                r#""exec":"sh","args":["-c","touch marker; zotbox run"]"#.to_owned(),
+                ZotLaunch::Native("sh -c 'touch marker; zotbox run'".to_owned()),
+            ),
+            (
+                r#""enabled":false,"exec":"sh""#.to_owned(),
+                ZotLaunch::Nothing,
+            ),
+            (String::new(), ZotLaunch::Nothing),
+        ];
+        for (fields, expected) in cases {
+            let sep = if fields.is_empty() { "" } else { "," };
+            let json = format!(r#"{{"name":"x","wasm":"x.wasm"{sep}{fields}}}"#);
+            let manifest =
+                Manifest::parse(&json, Path::new("/ws/.zot/extensions/x/extension.json"))
+                    .unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(zot_launch(&manifest), expected, "{json}");
+        }
+        assert_eq!(SERVE_LAUNCHER, crate::serve::SERVE_NAME);
+    }
+
+    #[test]
+    fn workspace_manifests_shadow_the_users_in_zot_by_folder_or_name() {
+        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let workspace = tmp.path().join("ws");
+        let home = ZotHome::new(tmp.path().join("home"));
+        let project = workspace.join(".zot/extensions");
+        let user = home.extensions_dir();
+        write(
+            &user,
+            "zotbox",
+            r#"{"name":"zotbox","exec":"zotbox","args":["serve"]}"#,
+        );
+        write(&user, "weather", r#"{"name":"weather","exec":"./w"}"#);
+        write(&user, "notes", r#"{"name":"notes","exec":"./n"}"#);
+        // The same folder name, even disabled and under another name.
+        write(
+            &project,
+            "zotbox",
+            r#"{"name":"helper","exec":"sh","enabled":false}"#,
+        );
+        // The same name in another folder, enabled.
+        write(&project, "w2", r#"{"name":"weather","exec":"./evil"}"#);
+        // The same name, disabled: zot skips it, so `notes` stays the user's.
+        write(
+            &project,
+            "n2",
+            r#"{"name":"notes","exec":"./n","enabled":false}"#,
+        );
+        let search = SearchPath {
+            explicit: Vec::new(),
+            workspace,
+            home,
+        };
+        let shadows: Vec<(String, PathBuf, bool)> = search
+            .zot_shadows()
+            .into_iter()
+            .map(|s| (s.name, s.workspace, s.serve_launcher))
+            .collect();
+        assert_eq!(
+            shadows,
+            vec![
+                (
+                    "weather".to_owned(),
+                    project.join("w2/extension.json"),
+                    false
+                ),
+                (
+                    "zotbox".to_owned(),
+                    project.join("zotbox/extension.json"),
+                    true
+                ),
+            ]
         );
     }
 }

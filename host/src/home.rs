@@ -57,6 +57,12 @@ impl ZotHome {
         self.root.join("policy.json")
     }
 
+    /// `trust.json`: the workspaces the user trusted, each bound to its
+    /// canonical path and a hash of the files that can run.
+    pub fn trust_file(&self) -> PathBuf {
+        self.root.join("trust.json")
+    }
+
     /// `cache/`: compiled wasm artifacts.
     pub fn cache_dir(&self) -> PathBuf {
         self.root.join("cache")

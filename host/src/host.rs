@@ -64,6 +64,15 @@ pub enum HostError {
     /// No extension of that name.
     #[error("no extension `{0}`")]
     UnknownExtension(String),
+    /// The tool comes from a workspace the user has not trusted: it is
+    /// refused by name, and nothing runs.
+    #[error("tool `{tool}` {reason}")]
+    Untrusted {
+        /// The tool.
+        tool: String,
+        /// ``comes from the workspace `…`, which …``, with what to run.
+        reason: String,
+    },
 }
 
 /// One line for the audit log: `bash {"command":"ls"}`, at most 500 characters.
@@ -133,12 +142,36 @@ struct Inner {
     policy: Policy,
     services: Arc<Services>,
     data: std::sync::RwLock<DataState>,
+    // Where the workspace stands, as of the last start or reload.
+    workspace: std::sync::RwLock<WorkspaceView>,
     events: broadcast::Sender<HostEvent>,
     registry: Mutex<Registry>,
     // Flipped to true to stop every supervisor of the current generation.
     stop: Mutex<watch::Sender<bool>>,
     // Serialises reload and shutdown: each sees the other's end state.
     lifecycle: tokio::sync::Mutex<()>,
+}
+
+/// The workspace as the last start or reload found it.
+#[derive(Debug)]
+struct WorkspaceView {
+    assessment: crate::store::trust::Assessment,
+    // The names of the extensions in its `.zot/extensions`, for the note.
+    extensions: Vec<String>,
+}
+
+impl WorkspaceView {
+    /// Before the first start: nothing of the workspace may run.
+    fn before_start(workspace: &std::path::Path) -> Self {
+        use crate::store::trust::{Assessment, Standing, Untrusted};
+        Self {
+            assessment: Assessment {
+                workspace: workspace.to_owned(),
+                standing: Standing::Untrusted(Untrusted::NotTrusted),
+            },
+            extensions: Vec::new(),
+        }
+    }
 }
 
 /// Everything fixed at build time.
@@ -180,6 +213,94 @@ impl Host {
     /// The policy in force.
     pub fn policy(&self) -> &Policy {
         &self.inner.policy
+    }
+
+    /// Where this host looks for extensions.
+    pub fn search_path(&self) -> &SearchPath {
+        &self.inner.settings.search
+    }
+
+    /// Whether the workspace's own extensions and data tools may run (it is
+    /// trusted, trusted by policy, or brings none), as of the last start or
+    /// reload.
+    pub fn workspace_trusted(&self) -> bool {
+        self.workspace_view().assessment.standing.allows()
+    }
+
+    /// Where the workspace stands, in a few words: ``trusted on …``,
+    /// ``not trusted: …``.
+    pub fn workspace_summary(&self) -> String {
+        self.workspace_view().assessment.standing.summary()
+    }
+
+    /// Why the workspace's extensions and data tools stay off:
+    /// ``comes from the workspace `…`, which you have not trusted: run
+    /// `zotbox trust` to review and trust it``; `None` when they may run.
+    pub fn workspace_refusal(&self) -> Option<String> {
+        self.workspace_view().assessment.refusal()
+    }
+
+    /// What an untrusted workspace brings and why it stays off, in one
+    /// line for a person (names escaped); `None` when the workspace is
+    /// trusted or brings nothing. `zotbox serve` shows it once per session.
+    pub fn workspace_note(&self) -> Option<String> {
+        let view = self.workspace_view();
+        let why = view.assessment.standing.untrusted()?;
+        let tools: Vec<String> = self
+            .data()
+            .set
+            .untrusted_tools
+            .iter()
+            .map(|t| format!("`{}`", crate::text::Shown(&t.name)))
+            .collect();
+        let extensions: Vec<String> = view
+            .extensions
+            .iter()
+            .map(|name| format!("`{}`", crate::text::Shown(name)))
+            .collect();
+        let mut items = Vec::new();
+        for (list, one, many) in [
+            (&tools, "data tool", "data tools"),
+            (&extensions, "extension", "extensions"),
+        ] {
+            match list.len() {
+                0 => {}
+                1 => items.push(format!("{one} {}", list[0])),
+                _ => items.push(format!("{many} {}", list.join(", "))),
+            }
+        }
+        if items.is_empty() {
+            return None;
+        }
+        let count = tools.len() + extensions.len();
+        let mut note = format!(
+            "{} {} from the workspace `{}`, {why}; zotbox does not run {}",
+            items.join(" and "),
+            if count == 1 { "comes" } else { "come" },
+            crate::text::Shown(&view.assessment.workspace.to_string_lossy()),
+            if count == 1 { "it" } else { "them" },
+        );
+        if !extensions.is_empty() {
+            note.push_str(
+                ", but zot itself starts the workspace's extensions without asking \
+                 (`zotbox doctor` says which run outside the sandbox)",
+            );
+        }
+        Some(note)
+    }
+
+    fn workspace_view(&self) -> std::sync::RwLockReadGuard<'_, WorkspaceView> {
+        self.inner
+            .workspace
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Why the workspace may not run its extensions *now* (hashed again):
+    /// a restart must not start content changed since the start.
+    pub(crate) fn workspace_refusal_now(&self) -> Option<String> {
+        let search = &self.inner.settings.search;
+        crate::store::trust::assess(&self.inner.policy, &search.home, &search.workspace).refusal()
     }
 
     /// Where the audit log is written, if anywhere.
@@ -241,6 +362,15 @@ impl Host {
             Ok(session) => ToolOwner::Extension(session),
             Err(unknown) => match self.data_tool(name) {
                 Some(tool) => ToolOwner::Data(Box::new(tool)),
+                None if self.data().set.untrusted_tool(name).is_some() => {
+                    return Err(HostError::Untrusted {
+                        tool: name.to_owned(),
+                        reason: self.workspace_refusal().unwrap_or_else(|| {
+                            "comes from a workspace that is not trusted: run `zotbox trust`"
+                                .to_owned()
+                        }),
+                    });
+                }
                 None => {
                     return Err(match unknown {
                         HostError::UnknownTool { name, .. } => HostError::UnknownTool {
@@ -489,17 +619,36 @@ impl Host {
 
     async fn start_all(&self) {
         let search = &self.inner.settings.search;
-        let data = DataState::load(&crate::data::DataSearch::new(
-            &search.workspace,
-            search.home.root(),
-        ));
+        // Trust first: nothing of the workspace is loaded to run before it.
+        let assessment =
+            crate::store::trust::assess(&self.inner.policy, &search.home, &search.workspace);
+        let trusted = assessment.standing.allows();
+        let refusal = assessment.refusal().unwrap_or_default();
+        let data = DataState::load(
+            &crate::data::DataSearch::new(&search.workspace, search.home.root()),
+            trusted,
+        );
         *self
             .inner
             .data
             .write()
             .unwrap_or_else(PoisonError::into_inner) = data;
+        let extensions = search
+            .workspace_manifests()
+            .iter()
+            .filter_map(|path| crate::manifest::Manifest::load(path).ok())
+            .map(|manifest| manifest.raw.name)
+            .collect();
+        *self
+            .inner
+            .workspace
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = WorkspaceView {
+            assessment,
+            extensions,
+        };
         let discovery = if self.inner.settings.run_extensions {
-            self.inner.settings.search.discover()
+            search.discover_trusting(trusted)
         } else {
             crate::discovery::Discovery::default()
         };
@@ -512,7 +661,7 @@ impl Host {
                 .unwrap_or_else(PoisonError::into_inner) = tx;
             rx
         };
-        let slots = self.registry().reset(discovery);
+        let slots = self.registry().reset(discovery, &refusal);
         let mut first_attempts = Vec::with_capacity(slots.len());
         for slot in slots {
             let (started_tx, started_rx) = tokio::sync::oneshot::channel();

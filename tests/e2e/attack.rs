@@ -372,6 +372,7 @@ async fn fs_escapes_are_refused_on_both_front_ends() {
         &json!({"name": "peek-docs", "description": "read a doc", "kind": "read", "path": "docs/{arg}"}),
     );
     let dir = prober(&lab, &fs_capabilities(), None);
+    lab.trust_workspace();
     let host = start(&lab, &[dir]).await;
 
     let mut cases = vec![
@@ -603,6 +604,7 @@ async fn a_data_read_tool_refuses_escapes_as_denials_and_audits_them() {
         &lab,
         &json!({"name": "peek", "description": "read a workspace file", "kind": "read", "path": "{arg}"}),
     );
+    lab.trust_workspace();
     let host = start(&lab, &[]).await;
     let cases = [
         ("../etc/passwd", "`..` may not leave the workspace"),
@@ -643,6 +645,7 @@ async fn a_data_read_tool_follows_a_symlink_that_stays_inside_the_workspace() {
         &lab,
         &json!({"name": "peek", "description": "read a workspace file", "kind": "read", "path": "{arg}"}),
     );
+    lab.trust_workspace();
     let host = start(&lab, &[]).await;
     assert_eq!(
         answer(&host, "peek", json!({"arg": "docs/alias.md"})).await,
@@ -700,6 +703,7 @@ async fn http_attacks_are_refused_on_both_front_ends() {
     trusting_policy(&lab, &server, &json!({}));
     data_tool(&lab, &fetch_tool(&server));
     let dir = prober(&lab, &json!({ "http": [server.origin()] }), None);
+    lab.trust_workspace();
     let host = start(&lab, &[dir]).await;
     let port = server.port;
     let granted = format!("(granted: 127.0.0.1:{port})");
@@ -937,6 +941,7 @@ async fn a_name_resolving_to_loopback_is_refused() {
         &json!({"name": "fetch-local", "description": "d", "kind": "http", "url": format!("{origin}/{{arg}}")}),
     );
     let dir = prober(&lab, &json!({ "http": [origin] }), None);
+    lab.trust_workspace();
     let host = start(&lab, &[dir]).await;
     // The resolver refuses the first non-public address of the answer.
     let address = tokio::net::lookup_host(("localhost", 0))
@@ -985,6 +990,7 @@ async fn a_policy_http_ceiling_narrows_a_declared_origin() {
     let policy = trusting_policy(&lab, &server, &json!({"http": ["https://api.example.com"]}));
     data_tool(&lab, &fetch_tool(&server));
     let dir = prober(&lab, &json!({ "http": [server.origin()] }), None);
+    lab.trust_workspace();
     let host = start(&lab, &[dir]).await;
     let reason = format!(
         "`{}` refused: declared by the extension but refused by policy: not among the `http` \
@@ -1153,6 +1159,7 @@ async fn shell_attacks_are_refused_on_both_front_ends() {
     data_tool(&lab, &say_tool());
     plugin(&lab, &no_kubectl());
     let dir = prober(&lab, &json!({"shell": ["echo **", "ls *"]}), None);
+    lab.trust_workspace();
     let host = start(&lab, &[dir]).await;
     let run = |command: &str| json!({ "command": command });
     let say = |arg: &str| json!({ "arg": arg });
@@ -1301,6 +1308,7 @@ async fn an_interceptor_blocks_a_command_the_guest_or_a_data_tool_runs() {
     data_tool(&lab, &say_tool());
     let guard = guests::folder(&lab.dev, "guard", Form::Wasm, None);
     let dir = prober(&lab, &json!({"shell": ["echo **"]}), None);
+    lab.trust_workspace();
     let host = start(&lab, &[dir, guard]).await;
     let blocked = "blocked by guard: refused: `rm -rf /` deletes the whole filesystem";
     run_cases(
@@ -1350,6 +1358,7 @@ async fn a_deny_rule_naming_a_data_tool_blocks_it_before_it_runs() {
             "deny": [{"tools": ["deploy"], "commandPattern": "prod", "reason": "production is deployed by hand"}]
         }),
     );
+    lab.trust_workspace();
     let host = start(&lab, &[]).await;
     let err = bounded("deploy", host.call_tool("deploy", json!({"arg": "prod"})))
         .await
@@ -1376,6 +1385,7 @@ async fn a_deny_rule_naming_a_data_tool_blocks_a_call_carrying_its_field() {
             "deny": [{"tools": ["deploy"], "commandPattern": "prod", "reason": "production is deployed by hand"}]
         }),
     );
+    lab.trust_workspace();
     let host = start(&lab, &[]).await;
     let err = bounded(
         "deploy",
@@ -1414,6 +1424,7 @@ async fn policy_switches_refuse_declared_capabilities_naming_the_file() {
         &json!({"read": ["docs/**"], "write": ["out/**"], "shell": ["echo **"]}),
         None,
     );
+    lab.trust_workspace();
     let host = start(&lab, &[dir]).await;
     let by_policy = |key: &str| {
         format!(
@@ -1525,6 +1536,7 @@ fn shell_commands_run_in_a_scrubbed_environment() {
     let lab = Lab::new();
     data_tool(&lab, &shell_tool("envdump", "env"));
     let dir = prober(&lab, &json!({"shell": ["env"]}), None);
+    lab.trust_workspace();
     let guest = call_with_env(&lab, &dir, "shell", &json!({"command": "env"}));
     let data = call_with_env(&lab, &dir, "envdump", &json!({}));
     for (front, run) in [("guest", &guest), ("data", &data)] {
@@ -1751,6 +1763,7 @@ async fn require_approval_makes_an_auto_approved_tool_wait_for_approval() {
     let lab = Lab::new();
     user_policy(&lab, &json!({"require_approval": true}));
     data_tool(&lab, &say_tool());
+    lab.trust_workspace();
     let host = start(&lab, &[]).await;
     assert_eq!(
         answer(&host, "say", json!({"arg": "hi"})).await,
@@ -1803,6 +1816,7 @@ async fn a_user_policy_cannot_widen_the_system_policy() {
         None,
     );
     let policy = Policy::from_layers(vec![system_layer, user_layer]);
+    lab.trust_workspace();
     let host = start_with(&lab, &[dir], policy, RestartPolicy::never()).await;
     let url = server.url("/ok");
     let by_system = |rule: &str| format!("declared by the extension but refused by policy: {rule}");
@@ -2030,6 +2044,7 @@ fn an_unapproved_tool_waits_for_zotbox_approve_and_an_edit_revokes_it() {
                "command": command, "autoApprove": false})
     };
     let path = data_tool(&lab, &deploy("printf deployed-{arg}"));
+    lab.trust_workspace();
     let call = || zotbox_with(&lab, &[], &["call", "deploy", r#"{"arg":"x"}"#]);
     // Attack: run a tool that asks for approval without it.
     assert_eq!(
@@ -2051,6 +2066,9 @@ fn an_unapproved_tool_waits_for_zotbox_approve_and_an_edit_revokes_it() {
     assert_eq!(outcome(&call()), (Some(0), "deployed-x\n"));
     // Attack: swap the approved template for another command.
     write_json(&path, &deploy("printf changed-{arg}"));
+    // Even once the user trusts the workspace as it now is, the approval
+    // still binds the template.
+    lab.trust_workspace();
     assert_eq!(
         outcome(&call()),
         (
@@ -2064,6 +2082,7 @@ fn an_unapproved_tool_waits_for_zotbox_approve_and_an_edit_revokes_it() {
     let mut described = deploy("printf changed-{arg}");
     described["description"] = json!("deploys, described better");
     write_json(&path, &described);
+    lab.trust_workspace();
     assert_eq!(outcome(&call()), (Some(0), "changed-x\n"));
 }
 
@@ -2093,6 +2112,7 @@ async fn the_audit_log_has_one_line_per_use_and_every_guard_decision() {
         &json!({"read": ["docs/**"], "shell": ["echo **"]}),
         None,
     );
+    lab.trust_workspace();
     let host = start(&lab, &[dir]).await;
     let calls = [
         ("fs_read", json!({"path": "docs/guide.md"})),

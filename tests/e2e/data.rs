@@ -173,6 +173,8 @@ fn data_lab() -> DataLab {
         ),
     ));
     invalid.sort();
+    // The user trusts the workspace as it is: its tools are in force.
+    lab.trust_workspace();
     DataLab { lab, invalid }
 }
 
@@ -295,6 +297,7 @@ fn doctor_names_every_malformed_data_file_and_passes_when_all_is_well() {
     for (path, _) in &invalid {
         std::fs::remove_file(path).expect("remove the bad file");
     }
+    lab.trust_workspace();
     let run = zotbox(&lab, &["doctor"]);
     run.expect_code(0);
     assert!(
@@ -330,6 +333,7 @@ async fn data_tool_output_over_the_cap_is_truncated_with_a_marker() {
         &json!({"name": "peek", "description": "reads", "kind": "read", "path": "{arg}"}),
     );
     std::fs::write(lab.workspace.join("wide.txt"), "é".repeat(40_000)).expect("wide file");
+    lab.trust_workspace();
     let host = start(&lab, &[]).await;
     assert_eq!(DATA_OUTPUT_CAP, 30_000);
     let flood = answer(&host, "flood", json!({})).await;
@@ -359,6 +363,7 @@ async fn data_tool_output_over_the_cap_is_truncated_with_a_marker() {
 async fn a_data_tool_refuses_an_argument_that_is_not_a_string() {
     let lab = Lab::new();
     data_tool(&lab, &shell_tool("touchy", "touch {arg}"));
+    lab.trust_workspace();
     let host = start(&lab, &[]).await;
     let refused: Vec<(Value, String)> = vec![
         (

@@ -62,6 +62,7 @@ async fn a_project_extension_shadows_a_user_one_of_the_same_name() {
     let user = ext("same")
         .flags(&["--tool", "from_user"])
         .write_in(&lab.user_dir());
+    lab.trust_workspace();
     let host = lab.builder().build().await.expect("build");
     assert_eq!(tool_names(&host), ["from_project"]);
     let entries: Vec<_> = host
@@ -142,6 +143,7 @@ async fn reload_picks_up_changes_and_keeps_explicit_paths() {
     });
     // A project extension that appeared meanwhile is discovered too.
     let newcomer = ext("newcomer").write_in(&lab.project_dir());
+    lab.trust_workspace();
     host.reload().await;
 
     assert_eq!(tool_names(&host), ["after", "newcomer_tool"]);
@@ -213,6 +215,7 @@ async fn broken_and_disabled_manifests_are_listed_and_the_rest_load() {
     let sleeper = ext("sleeper").disabled().write_in(&lab.user_dir());
     let homely = ext("homely").write_in(&lab.user_dir());
 
+    lab.trust_workspace();
     let host = lab.builder().build().await.expect("build");
 
     let x = info(&host, "x");

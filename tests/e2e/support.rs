@@ -79,6 +79,54 @@ impl Lab {
             .intercept_timeout(Duration::from_secs(5))
     }
 
+    /// Trusts the workspace as it is now: what `zotbox trust --yes`
+    /// records, through the library. Any later change to its extensions or
+    /// data tools makes it untrusted again.
+    pub fn trust_workspace(&self) {
+        self.trust(&self.workspace);
+    }
+
+    /// Trusts `workspace` (any folder) as it is now, in this lab's home.
+    pub fn trust(&self, workspace: &Path) {
+        let home = zotbox::home::ZotHome::new(&self.home);
+        zotbox::store::trust::trust_workspace(&home, workspace)
+            .unwrap_or_else(|e| panic!("cannot trust `{}`: {e}", workspace.display()));
+    }
+
+    /// Runs the real binary in `workspace` with this lab's home, the lab's
+    /// system policy file (`$ZOT_HOME/system-policy.json`, absent unless a
+    /// test writes it) and a `HOME` of its own.
+    pub fn zotbox_in(&self, workspace: &Path, args: &[&str]) -> Run {
+        self.zotbox_in_with(workspace, args, "")
+    }
+
+    /// As [`Lab::zotbox_in`], with `input` on stdin (then closed).
+    pub fn zotbox_in_with(&self, workspace: &Path, args: &[&str], input: &str) -> Run {
+        use std::io::Write as _;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_zotbox"))
+            .arg("--zot-home")
+            .arg(&self.home)
+            .arg("--workspace")
+            .arg(workspace)
+            .args(args)
+            .current_dir(workspace)
+            .env("ZOT_HOME", &self.home)
+            .env("ZOTBOX_SYSTEM_POLICY", self.home.join("system-policy.json"))
+            .env("HOME", self.home.join("user-home"))
+            .env_remove("ZOTBOX_LOG")
+            .env_remove("XDG_STATE_HOME")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run zotbox");
+        if let Some(mut stdin) = child.stdin.take() {
+            // A command that reads nothing may exit before the write: fine.
+            let _ = stdin.write_all(input.as_bytes());
+        }
+        Run::from(child.wait_with_output().expect("wait for zotbox"))
+    }
+
     /// Runs the real `zotbox` binary in the workspace with this lab's home.
     pub fn zotbox(&self, args: &[&str]) -> Run {
         let output = Command::new(env!("CARGO_BIN_EXE_zotbox"))

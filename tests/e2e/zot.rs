@@ -1273,6 +1273,7 @@ async fn setup_registers_serve_once_and_remove_undoes_it() {
 async fn serve_brings_data_tools_skills_and_refusals_to_zot() {
     let lab = Lab::new();
     data_workspace(&lab);
+    lab.trust_workspace();
     lab.zotbox(&["setup"]).expect_code(0);
     assert_eq!(discover(&lab), [serve_dir(&lab)]);
     let mut zot = Zot::start(&lab, &serve_launch(&lab)).await;
@@ -1396,6 +1397,7 @@ async fn a_reload_of_serve_picks_up_new_data_files() {
         &json!({"name": "greet", "description": "Greet", "kind": "shell",
                 "command": "printf 'hi %s' {arg}"}),
     );
+    lab.trust_workspace();
     lab.zotbox(&["setup"]).expect_code(0);
     let mut zot = Zot::start(&lab, &serve_launch(&lab)).await;
     zot.until_ready().await;
@@ -1413,6 +1415,7 @@ async fn a_reload_of_serve_picks_up_new_data_files() {
         &lab.home.join("skills/review.md"),
         "---\nname: review\ndescription: Review a change.\n---\nLook closely.\n",
     );
+    lab.trust_workspace();
     let mut zot = Zot::start(&lab, &serve_launch(&lab)).await;
     zot.until_ready().await;
     assert_eq!(zot.registered("register_tool"), ["greet", "when"]);
@@ -1532,6 +1535,8 @@ async fn a_project_install_wins_over_the_users_in_zots_discovery() {
         &["--project"],
     );
     assert_eq!(project, lab.project_dir().join("prober"));
+    // The project's copy is workspace content: the user trusts it as installed.
+    lab.trust_workspace();
     assert_eq!(discover(&lab), [project.as_path()]);
     // zot starts the project's copy; `zotbox run` follows its manifest.
     let mut zot = Zot::start(&lab, &Launch::of(&project)).await;

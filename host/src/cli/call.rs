@@ -33,6 +33,28 @@ pub(crate) fn parse_json_arg(text: &str) -> Result<Value> {
     Ok(value)
 }
 
+/// For a name no live extension owns: which extensions are held back (an
+/// untrusted workspace's) and why, since one of them may own it.
+pub(crate) fn held_extensions(host: &crate::Host) -> Option<String> {
+    let held: Vec<crate::host::ExtensionInfo> = host
+        .list()
+        .into_iter()
+        .filter(|info| info.state == crate::host::ExtensionState::Untrusted)
+        .collect();
+    let first = held.first()?;
+    let names: Vec<String> = held.iter().map(|info| format!("`{}`", info.name)).collect();
+    let (these, them) = if names.len() == 1 {
+        ("the extension", "it")
+    } else {
+        ("the extensions", "they")
+    };
+    Some(format!(
+        "{these} {} did not start: {them} {}",
+        names.join(", "),
+        first.reason.clone().unwrap_or_default()
+    ))
+}
+
 impl Args {
     pub(crate) async fn run(self, context: &Context) -> Result<u8> {
         let args = parse_json_arg(&self.args)?;
@@ -40,6 +62,7 @@ impl Args {
         let mut events = host.subscribe();
         let outcome = host.call_tool(&self.tool, args).await;
         drain_events(&mut events, context.json)?;
+        let held = held_extensions(&host);
         host.shutdown().await;
         match outcome {
             Ok(result) => {
@@ -61,10 +84,14 @@ impl Args {
                     EXIT_OK
                 })
             }
-            Err(err @ HostError::Blocked { .. }) => {
-                eprintln!("error: {err}");
+            Err(err @ (HostError::Blocked { .. } | HostError::Untrusted { .. })) => {
+                eprintln!("error: {}", crate::text::shown(&err.to_string()));
                 Ok(EXIT_REFUSED)
             }
+            Err(err @ HostError::UnknownTool { .. }) => match held {
+                Some(held) => Err(anyhow::anyhow!("{err}; {held}")),
+                None => Err(err.into()),
+            },
             Err(err) => Err(err.into()),
         }
     }

@@ -24,8 +24,14 @@ impl Args {
         let mut events = host.subscribe();
         let outcome = host.invoke_command(name, &args).await;
         drain_events(&mut events, context.json)?;
+        let held = super::call::held_extensions(&host);
         host.shutdown().await;
-        let response = outcome?;
+        let response = match (outcome, held) {
+            (Err(err @ crate::HostError::UnknownCommand { .. }), Some(held)) => {
+                anyhow::bail!("{err}; {held}")
+            }
+            (outcome, _) => outcome?,
+        };
         if context.json {
             json_line(&response)?;
         } else {

@@ -4,7 +4,9 @@ use anyhow::Result;
 
 use super::output::json_line;
 use super::{Context, EXIT_ERROR, EXIT_OK};
-use crate::host::ExtensionState;
+use crate::discovery::ZotLaunch;
+use crate::host::{ExtensionState, Host};
+use crate::text::shown;
 
 /// Arguments of `zotbox doctor`.
 #[derive(Debug, clap::Args)]
@@ -29,7 +31,10 @@ impl Args {
             for info in host.list() {
                 if matches!(
                     info.state,
-                    ExtensionState::Failed | ExtensionState::Invalid | ExtensionState::Restarting
+                    ExtensionState::Failed
+                        | ExtensionState::Invalid
+                        | ExtensionState::Restarting
+                        | ExtensionState::Untrusted
                 ) {
                     findings.push((
                         format!("extension `{}`", info.name),
@@ -48,16 +53,24 @@ impl Args {
                 }
             }
             let data = host.data_set();
-            notes.push(format!(
+            let mut counts = format!(
                 "data: {} tools, {} refusal plugins, {} skills",
                 data.tools.len(),
                 data.plugins.len(),
                 data.skills.len()
-            ));
+            );
+            if !data.untrusted_tools.is_empty() {
+                counts.push_str(&format!(
+                    ", {} workspace tools off until trusted",
+                    data.untrusted_tools.len()
+                ));
+            }
+            notes.push(counts);
             for problem in &data.problems {
                 // The error names the file already.
                 findings.push(("data file skipped".to_owned(), problem.error.clone()));
             }
+            workspace_findings(host, &mut findings, &mut notes);
             let layers: Vec<String> = host
                 .policy()
                 .layers()
@@ -102,14 +115,14 @@ impl Args {
             }
         } else {
             for note in &notes {
-                println!("{note}");
+                println!("{}", shown(note));
             }
             if findings.is_empty() {
                 println!("no problems found");
             } else {
                 println!("\n{} problem(s):", findings.len());
                 for (subject, problem) in &findings {
-                    println!("  {subject}: {problem}");
+                    println!("  {}: {}", shown(subject), shown(problem));
                 }
             }
         }
@@ -118,5 +131,66 @@ impl Args {
         } else {
             EXIT_ERROR
         })
+    }
+}
+
+/// The workspace's own extensions and data tools: where its trust stands,
+/// which of its tools stay off, and what zot itself does with its manifests
+/// (zot starts them without asking, natively unless they are `zotbox run`,
+/// and a workspace manifest replaces the user's of the same folder or name,
+/// zotbox's `serve` launcher above all). The text is escaped where it is
+/// printed, like every finding.
+fn workspace_findings(host: &Host, findings: &mut Vec<(String, String)>, notes: &mut Vec<String>) {
+    let trusted = host.workspace_trusted();
+    notes.push(format!("workspace trust: {}", host.workspace_summary()));
+    if let Some(refusal) = host.workspace_refusal() {
+        for tool in &host.data_set().untrusted_tools {
+            findings.push((
+                format!("data tool `{}`", tool.name),
+                format!("untrusted: {refusal}"),
+            ));
+        }
+    }
+    let search = host.search_path();
+    for path in search.workspace_manifests() {
+        let Ok(manifest) = crate::manifest::Manifest::load(&path) else {
+            continue;
+        };
+        let ZotLaunch::Native(command) = crate::discovery::zot_launch(&manifest) else {
+            continue;
+        };
+        let subject = format!("extension `{}`", manifest.name());
+        let what = format!(
+            "zot would run natively, outside the sandbox: `{}` (from `{}`)",
+            command,
+            path.display()
+        );
+        if trusted {
+            notes.push(format!("{subject} (workspace): {what}"));
+        } else {
+            findings.push((
+                subject,
+                format!("{what}; zot starts it without asking, trusted or not, and zotbox cannot stop that"),
+            ));
+        }
+    }
+    for shadow in search.zot_shadows() {
+        let subject = format!("extension `{}`", shadow.name);
+        let problem = if shadow.serve_launcher {
+            format!(
+                "the workspace's `{}` shadows zotbox's serve launcher inside zot: zot runs it \
+                 instead of `zotbox serve`, so every refusal plugin is off in zot; remove it \
+                 or do not start zot in this workspace",
+                shadow.workspace.display()
+            )
+        } else {
+            format!(
+                "the workspace's `{}` shadows yours at `{}` inside zot: zot runs the \
+                 workspace's instead",
+                shadow.workspace.display(),
+                shadow.user.display()
+            )
+        };
+        findings.push((subject, problem));
     }
 }

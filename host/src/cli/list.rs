@@ -1,9 +1,17 @@
 //! `zotbox list`: every extension and what it registered.
+//!
+//! Everything an author wrote (names, versions, templates, reasons quoting
+//! them) is escaped before it reaches the terminal; `--json` stays plain.
+//! The list also says what zot itself does with the workspace's manifests:
+//! which it runs natively, outside the sandbox, and which replace one of
+//! the user's.
 
 use anyhow::Result;
 
 use super::output::{cell, json_line, table};
 use super::{Context, EXIT_OK};
+use crate::discovery::ZotShadow;
+use crate::text::{Shown, shown};
 
 /// Arguments of `zotbox list`.
 #[derive(Debug, clap::Args)]
@@ -14,14 +22,24 @@ impl Args {
         let host = context.host().await?;
         let infos = host.list();
         let data = host.data_set();
+        let refusal = host.workspace_refusal();
+        let shadows = host.search_path().zot_shadows();
         host.shutdown().await;
-        let data_rows = data_rows(&data);
+        let data_rows = data_rows(&data, refusal.as_deref());
         if context.json {
             for info in &infos {
                 json_line(info)?;
             }
             for row in &data_rows {
                 json_line(row)?;
+            }
+            for shadow in &shadows {
+                json_line(&serde_json::json!({
+                    "zot_shadow": shadow.name,
+                    "workspace": shadow.workspace,
+                    "user": shadow.user,
+                    "serve_launcher": shadow.serve_launcher,
+                }))?;
             }
             return Ok(EXIT_OK);
         }
@@ -33,29 +51,32 @@ impl Args {
             print_data(&data_rows);
         }
         if infos.is_empty() {
+            print_shadows(&shadows);
             return Ok(EXIT_OK);
         }
         let rows: Vec<Vec<String>> = infos
             .iter()
             .map(|info| {
+                // Never label as sandboxed what zot runs natively.
+                let kind = match (info.kind, &info.zot_runs_natively) {
+                    ("", _) => "-".to_owned(),
+                    ("wasm", Some(_)) => "wasm, zot: native".to_owned(),
+                    (kind, _) => kind.to_owned(),
+                };
                 vec![
-                    info.name.clone(),
+                    shown(&info.name).into_owned(),
                     if info.version.is_empty() {
                         "-".to_owned()
                     } else {
-                        info.version.clone()
+                        shown(&info.version).into_owned()
                     },
-                    if info.kind.is_empty() {
-                        "-".to_owned()
-                    } else {
-                        info.kind.to_owned()
-                    },
+                    kind,
                     info.origin.to_owned(),
                     info.state.as_str().to_owned(),
-                    cell(&info.commands),
-                    cell(&info.tools),
-                    cell(&info.events),
-                    cell(&info.intercepts),
+                    shown(&cell(&info.commands)).into_owned(),
+                    shown(&cell(&info.tools)).into_owned(),
+                    shown(&cell(&info.events)).into_owned(),
+                    shown(&cell(&info.intercepts)).into_owned(),
                 ]
             })
             .collect();
@@ -77,17 +98,61 @@ impl Args {
             )
         );
         for info in &infos {
+            let name = Shown(&info.name);
             if let Some(reason) = &info.reason {
-                println!("{}: {reason}", info.name);
+                println!("{name}: {}", shown(reason));
             }
             for shadowed in &info.shadowed {
-                println!("{}: {shadowed} is shadowed", info.name);
+                println!("{name}: {} is shadowed", shown(shadowed));
             }
             for warning in &info.warnings {
-                println!("{}: warning: {warning}", info.name);
+                println!("{name}: warning: {}", shown(warning));
             }
         }
+        print_zot_natives(&infos);
+        print_shadows(&shadows);
         Ok(EXIT_OK)
+    }
+}
+
+/// What zot itself runs outside the sandbox, for each manifest where the
+/// table could not say it.
+fn print_zot_natives(infos: &[crate::host::ExtensionInfo]) {
+    for info in infos {
+        if let Some(command) = &info.zot_runs_natively {
+            let whose = if info.origin == "project" {
+                "this workspace extension"
+            } else {
+                "it"
+            };
+            println!(
+                "{}: zot itself runs {whose} natively, outside the sandbox: `{}`",
+                Shown(&info.name),
+                shown(command)
+            );
+        }
+    }
+}
+
+/// The user's manifests a workspace manifest replaces inside zot.
+fn print_shadows(shadows: &[ZotShadow]) {
+    for shadow in shadows {
+        let workspace = shadow.workspace.display().to_string();
+        if shadow.serve_launcher {
+            println!(
+                "{}: inside zot, the workspace's `{}` replaces zotbox's serve launcher: every \
+                 refusal plugin is off there",
+                Shown(&shadow.name),
+                shown(&workspace)
+            );
+        } else {
+            println!(
+                "{}: inside zot, the workspace's `{}` replaces yours at `{}`",
+                Shown(&shadow.name),
+                shown(&workspace),
+                shown(&shadow.user.display().to_string())
+            );
+        }
     }
 }
 
@@ -100,23 +165,41 @@ struct DataRow {
     state: &'static str,
     detail: String,
     path: std::path::PathBuf,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<String>,
 }
 
-fn data_rows(data: &crate::data::DataSet) -> Vec<DataRow> {
+fn tool_detail(tool: &crate::data::DataTool) -> String {
+    let approval = if tool.auto_approve {
+        ""
+    } else {
+        ", needs approval"
+    };
+    format!("{}: {}{approval}", tool.kind.as_str(), tool.kind.template())
+}
+
+fn data_rows(data: &crate::data::DataSet, refusal: Option<&str>) -> Vec<DataRow> {
     let mut rows = Vec::new();
     for tool in &data.tools {
-        let approval = if tool.auto_approve {
-            ""
-        } else {
-            ", needs approval"
-        };
         rows.push(DataRow {
             data: "tool",
             name: tool.name.clone(),
             origin: tool.origin.as_str().to_owned(),
             state: "ready",
-            detail: format!("{}: {}{approval}", tool.kind.as_str(), tool.kind.template()),
+            detail: tool_detail(tool),
             path: tool.path.clone(),
+            reason: None,
+        });
+    }
+    for tool in &data.untrusted_tools {
+        rows.push(DataRow {
+            data: "tool",
+            name: tool.name.clone(),
+            origin: tool.origin.as_str().to_owned(),
+            state: "untrusted",
+            detail: tool_detail(tool),
+            path: tool.path.clone(),
+            reason: refusal.map(str::to_owned),
         });
     }
     for plugin in &data.plugins {
@@ -127,6 +210,7 @@ fn data_rows(data: &crate::data::DataSet) -> Vec<DataRow> {
             state: "ready",
             detail: format!("{} deny rules", plugin.deny.len()),
             path: plugin.path.clone(),
+            reason: None,
         });
     }
     for skill in &data.skills {
@@ -137,6 +221,7 @@ fn data_rows(data: &crate::data::DataSet) -> Vec<DataRow> {
             state: "ready",
             detail: skill.description.clone(),
             path: skill.path.clone(),
+            reason: None,
         });
     }
     for (kind, name, path) in &data.shadowed {
@@ -153,6 +238,7 @@ fn data_rows(data: &crate::data::DataSet) -> Vec<DataRow> {
             state: "shadowed",
             detail: String::new(),
             path: path.clone(),
+            reason: None,
         });
     }
     for problem in &data.problems {
@@ -167,6 +253,7 @@ fn data_rows(data: &crate::data::DataSet) -> Vec<DataRow> {
             state: "invalid",
             detail: problem.error.clone(),
             path: problem.path.clone(),
+            reason: None,
         });
     }
     rows
@@ -178,7 +265,7 @@ fn print_data(rows: &[DataRow]) {
         .filter(|row| row.state != "invalid")
         .map(|row| {
             vec![
-                row.name.clone(),
+                shown(&row.name).into_owned(),
                 row.data.to_owned(),
                 if row.origin.is_empty() {
                     "-".to_owned()
@@ -186,7 +273,7 @@ fn print_data(rows: &[DataRow]) {
                     row.origin.clone()
                 },
                 row.state.to_owned(),
-                row.detail.clone(),
+                shown(&row.detail).into_owned(),
             ]
         })
         .collect();
@@ -198,7 +285,12 @@ fn print_data(rows: &[DataRow]) {
     }
     for row in rows.iter().filter(|row| row.state == "invalid") {
         // The detail names the file already.
-        println!("skipped {}", row.detail);
+        println!("skipped {}", shown(&row.detail));
+    }
+    for row in rows {
+        if let Some(reason) = &row.reason {
+            println!("{}: {}", Shown(&row.name), shown(reason));
+        }
     }
     println!();
 }

@@ -10,6 +10,9 @@ use crate::data::DataSearch;
 #[derive(Debug, clap::Subcommand)]
 pub(crate) enum Command {
     /// List skills: name, origin, description (project beats user by name).
+    ///
+    /// A workspace's skills (origin `project`) load as text whether or not
+    /// the workspace is trusted: a skill runs nothing.
     List,
     /// Print one skill's body.
     Show {
@@ -38,9 +41,9 @@ impl Command {
                         .iter()
                         .map(|s| {
                             vec![
-                                s.name.clone(),
+                                crate::text::shown(&s.name).into_owned(),
                                 s.origin.as_str().to_owned(),
-                                s.description.clone(),
+                                crate::text::shown(&s.description).into_owned(),
                             ]
                         })
                         .collect();
@@ -53,8 +56,8 @@ impl Command {
                 {
                     eprintln!(
                         "warning: skipped `{}`: {}",
-                        problem.path.display(),
-                        problem.error
+                        crate::text::shown(&problem.path.display().to_string()),
+                        crate::text::shown(&problem.error)
                     );
                 }
             }

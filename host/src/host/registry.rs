@@ -7,7 +7,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::HostError;
-use crate::discovery::{Discovery, Origin};
+use crate::discovery::{Discovery, Held, Origin, ZotLaunch, is_serve_launcher, zot_launch};
 use crate::manifest::Manifest;
 use crate::session::Session;
 
@@ -31,6 +31,9 @@ pub enum ExtensionState {
     Invalid,
     /// Another manifest of the same name took precedence.
     Shadowed,
+    /// It comes from a workspace the user has not trusted (or from where
+    /// trust does not reach); `reason` says which and what to run.
+    Untrusted,
 }
 
 impl ExtensionState {
@@ -45,6 +48,7 @@ impl ExtensionState {
             Self::Stopped => "stopped",
             Self::Invalid => "invalid",
             Self::Shadowed => "shadowed",
+            Self::Untrusted => "untrusted",
         }
     }
 }
@@ -85,6 +89,12 @@ pub struct ExtensionInfo {
     pub warnings: Vec<String>,
     /// Restarts since it was loaded.
     pub restarts: u32,
+    /// What zot itself starts for this manifest outside any sandbox (its
+    /// `exec` and `args`), for the cases a reader could miss: a wasm
+    /// extension whose `exec` is not `zotbox run` (zotbox sandboxes it, zot
+    /// does not), and any workspace extension zot runs natively.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub zot_runs_natively: Option<String>,
 }
 
 /// A live command.
@@ -123,11 +133,14 @@ pub(crate) struct SlotId {
 pub(crate) struct SlotHandle {
     pub(crate) id: SlotId,
     pub(crate) manifest: Manifest,
+    /// Workspace content: each restart checks the workspace is still trusted.
+    pub(crate) workspace: bool,
 }
 
 struct Slot {
     manifest: Manifest,
     origin: Origin,
+    workspace: bool,
     state: ExtensionState,
     reason: Option<String>,
     session: Option<Session>,
@@ -149,16 +162,38 @@ pub(crate) struct Registry {
 }
 
 impl Registry {
-    /// Replaces everything with a fresh discovery; returns the slots to start.
-    pub(crate) fn reset(&mut self, discovery: Discovery) -> Vec<SlotHandle> {
+    /// Replaces everything with a fresh discovery; returns the slots to
+    /// start. Held manifests become `untrusted` slots, never started;
+    /// `workspace_refusal` says why for the workspace's.
+    pub(crate) fn reset(
+        &mut self,
+        discovery: Discovery,
+        workspace_refusal: &str,
+    ) -> Vec<SlotHandle> {
         self.generation += 1;
         self.stopped = false;
         self.commands.clear();
         self.tools.clear();
+        let held = discovery.held.into_iter().map(|(found, held)| Slot {
+            state: ExtensionState::Untrusted,
+            reason: Some(match held {
+                Held::Workspace => workspace_refusal.to_owned(),
+                Held::Uncovered => Held::UNCOVERED.to_owned(),
+            }),
+            manifest: found.manifest,
+            origin: found.origin,
+            workspace: found.workspace,
+            session: None,
+            restarts: 0,
+            shadowed_names: Vec::new(),
+        });
         self.slots = discovery
             .found
             .into_iter()
             .map(|found| Slot {
+                // zotbox's own `serve` launcher is for zot: a standalone host
+                // serves data tools, plugins and skills itself, and starting
+                // it too would register every data tool twice.
                 state: if !found.manifest.raw.enabled || is_serve_launcher(&found.manifest) {
                     ExtensionState::Disabled
                 } else {
@@ -169,10 +204,12 @@ impl Registry {
                 }),
                 manifest: found.manifest,
                 origin: found.origin,
+                workspace: found.workspace,
                 session: None,
                 restarts: 0,
                 shadowed_names: Vec::new(),
             })
+            .chain(held)
             .collect();
         self.others = discovery
             .failures
@@ -198,17 +235,23 @@ impl Registry {
                 )
             })
             .chain(discovery.shadowed.into_iter().map(|shadowed| {
-                let name = Manifest::load(&shadowed.path)
-                    .map(|m| m.raw.name)
+                let manifest = Manifest::load(&shadowed.path).ok();
+                let name = manifest
+                    .as_ref()
+                    .map(|m| m.raw.name.clone())
                     .unwrap_or_default();
                 let reason = format!("shadowed by `{}`", shadowed.by.display());
-                info_without_slot(
+                let mut info = info_without_slot(
                     name,
                     shadowed.origin,
                     shadowed.path,
                     ExtensionState::Shadowed,
                     reason,
-                )
+                );
+                info.zot_runs_natively = manifest
+                    .as_ref()
+                    .and_then(|manifest| natively(manifest, shadowed.origin));
+                info
             }))
             .collect();
         let generation = self.generation;
@@ -219,6 +262,7 @@ impl Registry {
             .map(|(index, slot)| SlotHandle {
                 id: SlotId { generation, index },
                 manifest: slot.manifest.clone(),
+                workspace: slot.workspace,
             })
             .collect()
     }
@@ -389,6 +433,7 @@ impl Registry {
                 );
                 info.kind = slot.manifest.kind();
                 info.version = slot.manifest.raw.version.clone();
+                info.zot_runs_natively = natively(&slot.manifest, slot.origin);
                 info.restarts = slot.restarts;
                 info.shadowed = slot.shadowed_names.clone();
                 info.warnings = slot
@@ -459,12 +504,16 @@ impl Registry {
     }
 }
 
-/// The manifest `zotbox setup` writes so that zot starts `zotbox serve`. A
-/// standalone host already serves data tools, plugins and skills itself;
-/// starting it too would register every data tool twice.
-fn is_serve_launcher(manifest: &Manifest) -> bool {
-    manifest.name() == crate::serve::SERVE_NAME
-        && matches!(&manifest.program, crate::manifest::Program::Native { args, .. } if args.first().is_some_and(|a| a == "serve"))
+/// What zot runs natively for `manifest`, where `list` must say so: a
+/// wasm manifest (whose kind reads as sandboxed) or a workspace's.
+fn natively(manifest: &Manifest, origin: Origin) -> Option<String> {
+    if manifest.kind() != "wasm" && origin != Origin::Project {
+        return None;
+    }
+    match zot_launch(manifest) {
+        ZotLaunch::Native(command) => Some(command),
+        ZotLaunch::Sandboxed | ZotLaunch::Nothing => None,
+    }
 }
 
 fn owned(names: &BTreeMap<String, usize>, index: usize) -> Vec<String> {
@@ -497,5 +546,6 @@ fn info_without_slot(
         shadowed: Vec::new(),
         warnings: Vec::new(),
         restarts: 0,
+        zot_runs_natively: None,
     }
 }

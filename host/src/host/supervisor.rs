@@ -76,8 +76,20 @@ pub(super) async fn supervise(
     let policy = host.inner.settings.restart.clone();
     let mut started = Some(started);
     let mut recent: VecDeque<Instant> = VecDeque::new();
+    let mut first = true;
     loop {
         if *stop.borrow() {
+            break;
+        }
+        // The start checked the workspace; a restart runs the files as they
+        // are now, so it checks again (an edit since revokes trust).
+        if slot.workspace
+            && !std::mem::take(&mut first)
+            && let Some(reason) = host.workspace_refusal_now()
+        {
+            tracing::warn!("extension `{name}` not restarted: it {reason}");
+            host.registry()
+                .set_state(slot.id, ExtensionState::Untrusted, Some(reason));
             break;
         }
         let attempt = start_once(&host, &slot, &stop).await;

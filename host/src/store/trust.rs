@@ -1,1 +1,658 @@
-//! Workspace trust records.
+//! Workspace trust: whether a repository's own extensions and data tools may
+//! run, recorded by the user in `$ZOT_HOME/trust.json`.
+//!
+//! # Rules
+//!
+//! 1. **A workspace is inert until trusted.** Its extensions
+//!    (`<ws>/.zot/extensions/*`) and data tools (`<ws>/.zot/tools`,
+//!    `<ws>/.shiro/tools`) run only when [`assess`] says
+//!    [`Standing::allows`]. Its refusal plugins and skills need no trust:
+//!    a plugin can only block, a skill is text.
+//! 2. **Trust names exact content.** A record binds the workspace's
+//!    canonical path to the SHA-256 of every covered file ([`Contents`]).
+//!    Any change to a covered file (one byte, a new file, a removed one, a
+//!    symlink retargeted) makes the workspace untrusted again, and a record
+//!    for one path never covers another.
+//! 3. **What is covered is what can run or decide**: every entry under each
+//!    extension folder `<ws>/.zot/extensions/<name>/` (one holding an
+//!    `extension.json`, as discovery and zot find them), walked without
+//!    following symlinks (a symlink is hashed as its link text, a FIFO,
+//!    socket or device as its type, never read); the files a workspace
+//!    manifest's `exec`, first argument or `wasm` name when they lie in the
+//!    workspace outside the extension's folder; and every entry of
+//!    `.zot/tools` and `.shiro/tools` (a symlink there is hashed as its text
+//!    *and* the regular file it leads to, since the loader follows it).
+//! 4. **Fail closed.** Past [`MAX_HASHED_BYTES`] or [`MAX_COVERED_FILES`],
+//!    or when a covered file cannot be read, the workspace cannot be
+//!    trusted, with a reason saying so. An unreadable or broken
+//!    `trust.json` trusts nothing.
+//! 5. **The policy decides first.** `workspace_trust: never` keeps every
+//!    workspace inert, records or not; `always` (which only the system
+//!    policy can set) trusts without a record.
+//! 6. **Only the user writes records**, through [`TrustStore::save`], into
+//!    `$ZOT_HOME`; nothing is ever read from the workspace to decide.
+
+mod contents;
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::home::ZotHome;
+use crate::policy::{Policy, WorkspaceTrust};
+pub use contents::{
+    Contents, Covered, EXTENSIONS_DIR, EntryKind, MAX_COVERED_FILES, MAX_HASHED_BYTES, ScanError,
+    TOOL_DIRS,
+};
+
+/// The largest `trust.json` read.
+const MAX_TRUST_FILE_BYTES: u64 = 16 * 1024 * 1024;
+
+// ---------------------------------------------------------------------------
+// The records.
+
+/// The trust records could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum TrustError {
+    /// `trust.json` could not be read.
+    #[error("cannot read `{}`: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// `trust.json` is not what zotbox writes.
+    #[error("`{}`: {detail}; fix it or remove it (every workspace is then untrusted)", path.display())]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// What was wrong, with the field.
+        detail: String,
+    },
+    /// `trust.json` could not be written.
+    #[error("cannot write `{}`: {source}", path.display())]
+    Write {
+        /// The file (or its folder).
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The workspace's path is not UTF-8, so no record can name it.
+    #[error("workspace `{}`: its path is not UTF-8, so trust cannot be recorded for it", crate::text::Shown(&path.to_string_lossy()))]
+    NotUtf8 {
+        /// The workspace.
+        path: PathBuf,
+    },
+    /// The workspace's files could not be hashed.
+    #[error("workspace `{}` cannot be trusted: {source}", crate::text::Shown(&path.to_string_lossy()))]
+    Scan {
+        /// The workspace.
+        path: PathBuf,
+        /// Why.
+        source: ScanError,
+    },
+}
+
+/// One trusted workspace.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub struct Record {
+    /// [`Contents::sha256`] of what the user trusted.
+    pub sha256: String,
+    /// When: RFC 3339, UTC.
+    #[serde(default)]
+    pub trusted_at: String,
+    /// How many entries it covered then.
+    #[serde(default)]
+    pub files: usize,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+struct TrustFile {
+    #[serde(default)]
+    workspaces: BTreeMap<String, Record>,
+}
+
+/// The user's trust records, as stored in `$ZOT_HOME/trust.json`:
+///
+/// ```json
+/// { "workspaces": { "/home/me/src/app": { "sha256": "…", "trusted_at": "…", "files": 3 } } }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrustStore {
+    path: PathBuf,
+    workspaces: BTreeMap<String, Record>,
+}
+
+impl TrustStore {
+    /// Reads the records of `home`; a missing file holds none.
+    ///
+    /// # Errors
+    ///
+    /// [`TrustError`] when the file cannot be read or parsed: the caller
+    /// then trusts no workspace.
+    pub fn load(home: &ZotHome) -> Result<Self, TrustError> {
+        let path = home.trust_file();
+        let file = match std::fs::File::open(&path) {
+            Ok(file) => file,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(Self {
+                    path,
+                    workspaces: BTreeMap::new(),
+                });
+            }
+            Err(source) => return Err(TrustError::Read { path, source }),
+        };
+        let mut bytes = Vec::new();
+        file.take(MAX_TRUST_FILE_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|source| TrustError::Read {
+                path: path.clone(),
+                source,
+            })?;
+        let parse_err = |detail: String| TrustError::Parse {
+            path: path.clone(),
+            detail,
+        };
+        if bytes.len() as u64 > MAX_TRUST_FILE_BYTES {
+            return Err(parse_err(format!(
+                "is larger than {MAX_TRUST_FILE_BYTES} bytes"
+            )));
+        }
+        let text = String::from_utf8(bytes).map_err(|_| parse_err("is not UTF-8".to_owned()))?;
+        let parsed = crate::user_json::parse::<TrustFile>(&text).map_err(parse_err)?;
+        for key in parsed.unknown_keys {
+            tracing::warn!("`{}`: unknown key `{key}` ignored", path.display());
+        }
+        Ok(Self {
+            path,
+            workspaces: parsed.value.workspaces,
+        })
+    }
+
+    /// The file these records are saved to.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The record of `workspace` (a canonical path), if any.
+    pub fn record(&self, workspace: &Path) -> Option<&Record> {
+        self.workspaces.get(workspace.to_str()?)
+    }
+
+    /// Every record, by workspace path.
+    pub fn records(&self) -> impl Iterator<Item = (&str, &Record)> {
+        self.workspaces.iter().map(|(k, v)| (k.as_str(), v))
+    }
+
+    /// Trusts `contents` (replacing an earlier record of its workspace).
+    /// Call [`TrustStore::save`] to keep it.
+    ///
+    /// # Errors
+    ///
+    /// [`TrustError::NotUtf8`] for a workspace path that is not UTF-8.
+    pub fn trust(&mut self, contents: &Contents) -> Result<&Record, TrustError> {
+        let key = contents
+            .workspace
+            .to_str()
+            .ok_or_else(|| TrustError::NotUtf8 {
+                path: contents.workspace.clone(),
+            })?
+            .to_owned();
+        let record = Record {
+            sha256: contents.sha256.clone(),
+            trusted_at: crate::data::approval::rfc3339_now(),
+            files: contents.covered.len(),
+        };
+        self.workspaces.insert(key.clone(), record);
+        self.workspaces
+            .get(&key)
+            .ok_or_else(|| TrustError::NotUtf8 {
+                path: contents.workspace.clone(),
+            })
+    }
+
+    /// Forgets `workspace`; `false` when it had no record. Call
+    /// [`TrustStore::save`] to keep it.
+    pub fn revoke(&mut self, workspace: &Path) -> bool {
+        workspace
+            .to_str()
+            .is_some_and(|key| self.workspaces.remove(key).is_some())
+    }
+
+    /// Writes the records atomically: a temporary file in the same folder,
+    /// then renamed over the old one.
+    ///
+    /// # Errors
+    ///
+    /// [`TrustError::Write`] naming the path.
+    pub fn save(&self) -> Result<(), TrustError> {
+        let write_err = |path: &Path| {
+            let path = path.to_owned();
+            move |source| TrustError::Write { path, source }
+        };
+        let dir = self
+            .path
+            .parent()
+            .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+        std::fs::create_dir_all(&dir).map_err(write_err(&dir))?;
+        let file = TrustFile {
+            workspaces: self.workspaces.clone(),
+        };
+        let mut text = serde_json::to_string_pretty(&file)
+            .map_err(|err| write_err(&self.path)(std::io::Error::other(err)))?;
+        text.push('\n');
+        let mut tmp = tempfile::NamedTempFile::new_in(&dir).map_err(write_err(&dir))?;
+        std::io::Write::write_all(&mut tmp, text.as_bytes()).map_err(write_err(&self.path))?;
+        tmp.as_file().sync_all().map_err(write_err(&self.path))?;
+        tmp.persist(&self.path)
+            .map_err(|err| write_err(&self.path)(err.error))?;
+        Ok(())
+    }
+}
+
+/// Trusts `workspace` as it is now, for the user: hashes it, records it in
+/// `home`'s `trust.json`. What `zotbox trust --yes` does once it has shown
+/// the contents; returns what was trusted.
+///
+/// # Errors
+///
+/// [`TrustError`] when the workspace cannot be hashed or the records cannot
+/// be read or written.
+pub fn trust_workspace(home: &ZotHome, workspace: &Path) -> Result<Contents, TrustError> {
+    let contents = Contents::scan(workspace).map_err(|source| TrustError::Scan {
+        path: workspace.to_owned(),
+        source,
+    })?;
+    let mut store = TrustStore::load(home)?;
+    store.trust(&contents)?;
+    store.save()?;
+    Ok(contents)
+}
+
+// ---------------------------------------------------------------------------
+// The decision.
+
+/// Why a workspace's extensions and data tools do not run. Displayed as the
+/// end of a sentence about the workspace: ``tool `x` comes from the
+/// workspace `/w`, <this>``.
+#[derive(Debug, thiserror::Error)]
+pub enum Untrusted {
+    /// No record for this workspace.
+    #[error("which you have not trusted: run `zotbox trust` to review and trust it")]
+    NotTrusted,
+    /// A record, for other content.
+    #[error(
+        "which changed since you trusted it on {at}: run `zotbox trust` to review and trust it"
+    )]
+    Changed {
+        /// When the earlier content was trusted.
+        at: String,
+    },
+    /// The policy keeps every workspace inert.
+    #[error("and `workspace_trust` is `never` in `{}`: workspace extensions and tools do not run", by.display())]
+    Never {
+        /// The policy file that says so.
+        by: PathBuf,
+    },
+    /// The workspace's files cannot be hashed.
+    #[error("which cannot be trusted: {0}")]
+    Unhashable(ScanError),
+    /// The records cannot be read.
+    #[error("whose trust cannot be checked: {0}")]
+    Store(TrustError),
+}
+
+/// Where a workspace stands.
+#[derive(Debug)]
+pub enum Standing {
+    /// It brings no extension and no data tool.
+    NothingToTrust,
+    /// The user trusted exactly this content.
+    Trusted {
+        /// When.
+        at: String,
+    },
+    /// The system policy trusts every workspace (`workspace_trust: always`).
+    TrustedByPolicy {
+        /// The policy file.
+        by: PathBuf,
+    },
+    /// Its extensions and data tools stay off.
+    Untrusted(Untrusted),
+}
+
+impl Standing {
+    /// Whether the workspace's extensions and data tools may run.
+    pub fn allows(&self) -> bool {
+        !matches!(self, Self::Untrusted(_))
+    }
+
+    /// The standing in a few words, for `doctor`: ``trusted on …``,
+    /// ``not trusted: …``.
+    pub fn summary(&self) -> String {
+        match self {
+            Self::NothingToTrust => "nothing to trust (no extensions or data tools)".to_owned(),
+            Self::Trusted { at } => format!("trusted on {at}"),
+            Self::TrustedByPolicy { by } => {
+                format!("trusted by `workspace_trust: always` in `{}`", by.display())
+            }
+            Self::Untrusted(Untrusted::Never { by }) => {
+                format!("off by `workspace_trust: never` in `{}`", by.display())
+            }
+            Self::Untrusted(Untrusted::NotTrusted) => {
+                "not trusted: run `zotbox trust` to review and trust it".to_owned()
+            }
+            Self::Untrusted(Untrusted::Changed { at }) => format!(
+                "changed since you trusted it on {at}: run `zotbox trust` to review and trust it"
+            ),
+            Self::Untrusted(Untrusted::Unhashable(err)) => format!("cannot be trusted: {err}"),
+            Self::Untrusted(Untrusted::Store(err)) => format!("cannot be checked: {err}"),
+        }
+    }
+
+    /// Why not, when they may not.
+    pub fn untrusted(&self) -> Option<&Untrusted> {
+        match self {
+            Self::Untrusted(why) => Some(why),
+            _ => None,
+        }
+    }
+}
+
+/// A workspace and where it stands.
+#[derive(Debug)]
+pub struct Assessment {
+    /// The workspace, canonical when it exists.
+    pub workspace: PathBuf,
+    /// Where it stands.
+    pub standing: Standing,
+}
+
+impl Assessment {
+    /// ``comes from the workspace `/w`, which …``: why something of this
+    /// workspace does not run; `None` when it may.
+    pub fn refusal(&self) -> Option<String> {
+        self.standing.untrusted().map(|why| {
+            format!(
+                "comes from the workspace `{}`, {why}",
+                crate::text::Shown(&self.workspace.to_string_lossy())
+            )
+        })
+    }
+}
+
+/// Where `workspace` stands under `policy` and the records in `home`.
+/// Reads (hashes) the workspace's covered files; starts nothing.
+pub fn assess(policy: &Policy, home: &ZotHome, workspace: &Path) -> Assessment {
+    let workspace = std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_owned());
+    let (setting, by) = policy.workspace_trust();
+    let by = by.map(Path::to_path_buf).unwrap_or_default();
+    let standing = match setting {
+        WorkspaceTrust::Never => Standing::Untrusted(Untrusted::Never { by }),
+        WorkspaceTrust::Always => Standing::TrustedByPolicy { by },
+        WorkspaceTrust::Ask => match Contents::scan(&workspace) {
+            Err(err) => Standing::Untrusted(Untrusted::Unhashable(err)),
+            Ok(contents) if contents.is_empty() => Standing::NothingToTrust,
+            Ok(contents) => match TrustStore::load(home) {
+                Err(err) => Standing::Untrusted(Untrusted::Store(err)),
+                Ok(store) => match store.record(&workspace) {
+                    None => Standing::Untrusted(Untrusted::NotTrusted),
+                    Some(record) if record.sha256 == contents.sha256 => Standing::Trusted {
+                        at: record.trusted_at.clone(),
+                    },
+                    Some(record) => Standing::Untrusted(Untrusted::Changed {
+                        at: record.trusted_at.clone(),
+                    }),
+                },
+            },
+        },
+    };
+    Assessment {
+        workspace,
+        standing,
+    }
+}
+
+/// The workspace whose `.zot/extensions/` holds the extension folder `dir`
+/// (its `../../..`), if any, as `zotbox run` sees it: the folder's real
+/// path, and the path zot started it in (`$PWD`) when that names the same
+/// folder. The user's own `$ZOT_HOME/extensions` is no workspace's.
+pub fn workspace_of_extension(dir: &Path, home: &ZotHome) -> Option<PathBuf> {
+    let real = std::fs::canonicalize(dir).ok()?;
+    let mut candidates = vec![real.clone()];
+    if dir.is_relative()
+        && let Some(pwd) = std::env::var_os("PWD").map(PathBuf::from)
+        && pwd.is_absolute()
+    {
+        let logical = normalise(&pwd.join(dir));
+        if std::fs::canonicalize(&logical).is_ok_and(|p| p == real) {
+            candidates.push(logical);
+        }
+    }
+    let user_dir = home.extensions_dir();
+    let user_real = std::fs::canonicalize(&user_dir).ok();
+    candidates.into_iter().find_map(|folder| {
+        let extensions = folder.parent()?;
+        if extensions == user_dir || Some(extensions) == user_real.as_deref() {
+            return None;
+        }
+        let dot_zot = extensions.parent()?;
+        (extensions.file_name()? == "extensions" && dot_zot.file_name()? == ".zot")
+            .then(|| dot_zot.parent().map(Path::to_path_buf))
+            .flatten()
+    })
+}
+
+/// `path` with `.` and `..` components resolved lexically.
+fn normalise(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for component in path.components() {
+        match component {
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// Refuses the extension folder `dir` when it lies in some workspace's
+/// `.zot/extensions/` and that workspace may not run (what `zotbox run`
+/// checks before it starts anything).
+///
+/// # Errors
+///
+/// The refusal, ``comes from the workspace `/w`, which …``.
+pub fn check_extension_dir(dir: &Path, home: &ZotHome, policy: &Policy) -> Result<(), String> {
+    let Some(workspace) = workspace_of_extension(dir, home) else {
+        return Ok(());
+    };
+    match assess(policy, home, &workspace).refusal() {
+        Some(refusal) => Err(refusal),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Fixture {
+        _tmp: tempfile::TempDir,
+        ws: PathBuf,
+        home: ZotHome,
+    }
+
+    fn fixture() -> Fixture {
+        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let root = std::fs::canonicalize(tmp.path()).unwrap_or_else(|e| panic!("{e}"));
+        let ws = root.join("ws");
+        let ext = ws.join(".zot/extensions/helper");
+        std::fs::create_dir_all(&ext).unwrap_or_else(|e| panic!("{e}"));
+        write(
+            &ext.join("extension.json"),
+            r#"{"name":"helper","exec":"sh","args":["-c","./run.sh"]}"#,
+        );
+        write(&ext.join("run.sh"), "touch marker\n");
+        Fixture {
+            _tmp: tmp,
+            ws,
+            home: ZotHome::new(root.join("home")),
+        }
+    }
+
+    fn write(path: &Path, text: &str) {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("{e}"));
+        }
+        std::fs::write(path, text).unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    fn standing(f: &Fixture) -> Standing {
+        assess(&Policy::permissive(), &f.home, &f.ws).standing
+    }
+
+    #[test]
+    fn trust_is_bound_to_the_path_and_the_content() {
+        let f = fixture();
+        assert!(matches!(
+            standing(&f),
+            Standing::Untrusted(Untrusted::NotTrusted)
+        ));
+        trust_workspace(&f.home, &f.ws).unwrap_or_else(|e| panic!("{e}"));
+        assert!(matches!(standing(&f), Standing::Trusted { .. }));
+        // The same content at another path is not trusted.
+        let twin = f.ws.with_file_name("twin");
+        std::fs::create_dir_all(twin.join(".zot/extensions/helper"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        for file in ["extension.json", "run.sh"] {
+            std::fs::copy(
+                f.ws.join(".zot/extensions/helper").join(file),
+                twin.join(".zot/extensions/helper").join(file),
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+        }
+        let twin_standing = assess(&Policy::permissive(), &f.home, &twin).standing;
+        assert!(matches!(
+            twin_standing,
+            Standing::Untrusted(Untrusted::NotTrusted)
+        ));
+        // One byte changed: untrusted again, saying since when.
+        write(
+            &f.ws.join(".zot/extensions/helper/run.sh"),
+            "touch markes\n",
+        );
+        let Standing::Untrusted(why @ Untrusted::Changed { .. }) = standing(&f) else {
+            panic!("not changed: {:?}", standing(&f));
+        };
+        assert!(
+            why.to_string()
+                .starts_with("which changed since you trusted it on "),
+            "{why}"
+        );
+        // Revoked: not trusted; only trust.json is left in the home.
+        let mut store = TrustStore::load(&f.home).unwrap_or_else(|e| panic!("{e}"));
+        assert!(store.revoke(&f.ws));
+        assert!(!store.revoke(&f.ws));
+        store.save().unwrap_or_else(|e| panic!("{e}"));
+        let files: Vec<_> = std::fs::read_dir(f.home.root())
+            .unwrap_or_else(|e| panic!("{e}"))
+            .filter_map(Result::ok)
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(files, vec![std::ffi::OsString::from("trust.json")]);
+    }
+
+    #[test]
+    fn an_empty_workspace_needs_nothing_and_a_broken_record_trusts_nothing() {
+        let f = fixture();
+        let empty = f.ws.with_file_name("empty");
+        std::fs::create_dir_all(empty.join(".zot/skills")).unwrap_or_else(|e| panic!("{e}"));
+        let standing = assess(&Policy::permissive(), &f.home, &empty).standing;
+        assert!(matches!(standing, Standing::NothingToTrust));
+        write(
+            &f.home.trust_file(),
+            r#"{"workspaces":{"/x":{"sha256":1}}}"#,
+        );
+        let Standing::Untrusted(why) = self::standing(&f) else {
+            panic!("trusted with a broken file");
+        };
+        let why = why.to_string();
+        assert!(
+            why.starts_with("whose trust cannot be checked: `")
+                && why.contains("field `workspaces./x.sha256`"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn the_policy_decides_before_any_record() {
+        let f = fixture();
+        trust_workspace(&f.home, &f.ws).unwrap_or_else(|e| panic!("{e}"));
+        let layer = |scope, path: &str, json: &str| crate::policy::Layer {
+            scope,
+            path: PathBuf::from(path),
+            file: serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}")),
+        };
+        use crate::policy::Scope::{System, User};
+        let cases = [
+            // The user's `never` beats their own record.
+            (
+                vec![layer(User, "/u", r#"{"workspace_trust":"never"}"#)],
+                false,
+            ),
+            // The system's `always` needs no record, even for an untrusted twin.
+            (
+                vec![layer(System, "/s", r#"{"workspace_trust":"always"}"#)],
+                true,
+            ),
+        ];
+        for (layers, allows) in cases {
+            let policy = Policy::from_layers(layers);
+            assert_eq!(assess(&policy, &f.home, &f.ws).standing.allows(), allows);
+        }
+        let never = Policy::from_layers(vec![layer(User, "/u", r#"{"workspace_trust":"never"}"#)]);
+        assert_eq!(
+            assess(&never, &f.home, &f.ws).refusal().unwrap_or_default(),
+            format!(
+                "comes from the workspace `{}`, and `workspace_trust` is `never` in `/u`: \
+                 workspace extensions and tools do not run",
+                f.ws.display()
+            )
+        );
+    }
+
+    #[test]
+    fn zotbox_run_finds_the_workspace_of_a_project_extension_only() {
+        let f = fixture();
+        let ext = f.ws.join(".zot/extensions/helper");
+        assert_eq!(workspace_of_extension(&ext, &f.home), Some(f.ws.clone()));
+        let user = f.home.extensions_dir().join("helper");
+        std::fs::create_dir_all(&user).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(workspace_of_extension(&user, &f.home), None);
+        // A home at `<ws>/.zot` is the user's own, whatever its path says.
+        let home_in_ws = ZotHome::new(f.ws.join(".zot"));
+        assert_eq!(workspace_of_extension(&ext, &home_in_ws), None);
+        let elsewhere = f.ws.join("tools/x");
+        std::fs::create_dir_all(&elsewhere).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(workspace_of_extension(&elsewhere, &f.home), None);
+        let refusal = check_extension_dir(&ext, &f.home, &Policy::permissive())
+            .err()
+            .unwrap_or_default();
+        assert_eq!(
+            refusal,
+            format!(
+                "comes from the workspace `{}`, which you have not trusted: run `zotbox trust` \
+                 to review and trust it",
+                f.ws.display()
+            )
+        );
+    }
+}

@@ -1,0 +1,653 @@
+//! The hash a trust record names: every file of a workspace that can run
+//! or decide (the rules are in [`super`], rule 3), read without following
+//! links out of an extension's folder, never opening a FIFO, and within
+//! caps so that a hostile repository cannot make the hash itself a denial
+//! of service.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use nix::libc;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::manifest::{MANIFEST_FILE, Manifest};
+
+/// The most bytes of covered files hashed for one workspace: 256 MiB. A
+/// workspace holding more cannot be trusted (the hash would take too long
+/// to check at every start).
+pub const MAX_HASHED_BYTES: u64 = 256 * 1024 * 1024;
+
+/// The most covered entries in one workspace.
+pub const MAX_COVERED_FILES: usize = 100_000;
+
+/// Where a workspace's extensions live, relative to it.
+pub const EXTENSIONS_DIR: &str = ".zot/extensions";
+
+/// Where a workspace's data tools live, relative to it.
+pub const TOOL_DIRS: [&str; 2] = [".zot/tools", ".shiro/tools"];
+
+/// The workspace's files could not be hashed, so it cannot be trusted.
+#[derive(Debug, thiserror::Error)]
+pub enum ScanError {
+    /// A covered file or folder could not be read.
+    #[error("cannot read `{}`: {source}", path.display())]
+    Read {
+        /// The file or folder.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The covered files hold more than the cap.
+    #[error("its extensions and data tools hold more than {}", size(*limit))]
+    TooLarge {
+        /// The cap, in bytes.
+        limit: u64,
+    },
+    /// There are more covered entries than the cap.
+    #[error("its extensions and data tools hold more than {limit} files")]
+    TooMany {
+        /// The cap.
+        limit: usize,
+    },
+}
+
+/// What one covered entry is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "type")]
+pub enum EntryKind {
+    /// A regular file, read and hashed.
+    File {
+        /// Its size.
+        bytes: u64,
+    },
+    /// A symbolic link, hashed as its text (and, in a tools folder, the
+    /// file it leads to).
+    Symlink {
+        /// The link text.
+        target: PathBuf,
+    },
+    /// A FIFO, socket or device: never opened, hashed as its type.
+    Special {
+        /// `fifo`, `socket`, `block device`, `char device`.
+        what: &'static str,
+    },
+}
+
+/// One covered entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Covered {
+    /// The path relative to the workspace, e.g. `.zot/extensions/x/run.sh`.
+    pub path: PathBuf,
+    /// What it is.
+    #[serde(flatten)]
+    pub kind: EntryKind,
+}
+
+/// Everything in a workspace that trust covers, hashed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Contents {
+    /// The workspace, canonical.
+    pub workspace: PathBuf,
+    /// The covered entries, sorted by path.
+    pub covered: Vec<Covered>,
+    /// The bytes read and hashed.
+    pub bytes: u64,
+    /// SHA-256 (lowercase hex) over every covered entry's path and content.
+    pub sha256: String,
+}
+
+/// Caps on one scan.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Caps {
+    pub(crate) bytes: u64,
+    pub(crate) files: usize,
+}
+
+impl Default for Caps {
+    fn default() -> Self {
+        Self {
+            bytes: MAX_HASHED_BYTES,
+            files: MAX_COVERED_FILES,
+        }
+    }
+}
+
+impl Contents {
+    /// Hashes every covered entry of `workspace` (see the module rules).
+    ///
+    /// # Errors
+    ///
+    /// [`ScanError`] when a covered entry cannot be read or the caps are
+    /// exceeded: the workspace then cannot be trusted.
+    pub fn scan(workspace: &Path) -> Result<Self, ScanError> {
+        Self::scan_with(workspace, Caps::default())
+    }
+
+    pub(crate) fn scan_with(workspace: &Path, caps: Caps) -> Result<Self, ScanError> {
+        let workspace = std::fs::canonicalize(workspace).map_err(|source| ScanError::Read {
+            path: workspace.to_owned(),
+            source,
+        })?;
+        let mut scanner = Scanner {
+            workspace: &workspace,
+            caps,
+            bytes: 0,
+            visited: 0,
+            entries: BTreeMap::new(),
+        };
+        scanner.extensions()?;
+        for dir in TOOL_DIRS {
+            scanner.tools(Path::new(dir))?;
+        }
+        let (entries, bytes) = (scanner.entries, scanner.bytes);
+        let mut hasher = Sha256::new();
+        hasher.update(b"zotbox-trust-v1");
+        let mut covered = Vec::with_capacity(entries.len());
+        for (path, (kind, digest)) in entries {
+            let tag: u8 = match kind {
+                EntryKind::File { .. } => 0,
+                EntryKind::Symlink { .. } => 1,
+                EntryKind::Special { .. } => 2,
+            };
+            let bytes = path.as_os_str().as_bytes();
+            hasher.update([tag]);
+            hasher.update((bytes.len() as u64).to_le_bytes());
+            hasher.update(bytes);
+            hasher.update(digest);
+            covered.push(Covered { path, kind });
+        }
+        Ok(Self {
+            workspace,
+            covered,
+            bytes,
+            sha256: hex(&hasher.finalize()),
+        })
+    }
+
+    /// Whether the workspace brings nothing that needs trust.
+    pub fn is_empty(&self) -> bool {
+        self.covered.is_empty()
+    }
+}
+
+struct Scanner<'a> {
+    workspace: &'a Path,
+    caps: Caps,
+    bytes: u64,
+    // Entries met while walking extension folders, folders included.
+    visited: usize,
+    // relative path → (kind, digest of the content)
+    entries: BTreeMap<PathBuf, (EntryKind, [u8; 32])>,
+}
+
+impl Scanner<'_> {
+    fn add(&mut self, path: PathBuf, kind: EntryKind, digest: [u8; 32]) -> Result<(), ScanError> {
+        self.entries.insert(path, (kind, digest));
+        if self.entries.len() > self.caps.files {
+            return Err(ScanError::TooMany {
+                limit: self.caps.files,
+            });
+        }
+        Ok(())
+    }
+
+    /// Every extension folder, as discovery (and zot) find them: the
+    /// folders, or links to folders, directly in `.zot/extensions` that
+    /// hold an `extension.json`. Anything else there runs nothing.
+    fn extensions(&mut self) -> Result<(), ScanError> {
+        let rel_root = Path::new(EXTENSIONS_DIR);
+        for name in sorted_names(&self.workspace.join(rel_root)) {
+            let rel = rel_root.join(&name);
+            let path = self.workspace.join(&rel);
+            // Discovery follows the folder itself (only that link), and so
+            // does the hash, so the content loaded is the content hashed.
+            let is_extension = std::fs::metadata(&path).is_ok_and(|m| m.is_dir())
+                && path.join(MANIFEST_FILE).is_file();
+            if !is_extension {
+                continue;
+            }
+            if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_symlink()) {
+                self.link(&path, rel.clone())?;
+            }
+            self.walk(&path, &rel)?;
+            self.named_files(&path, &rel)?;
+        }
+        Ok(())
+    }
+
+    /// Every entry below `dir`, without following symlinks.
+    fn walk(&mut self, dir: &Path, rel: &Path) -> Result<(), ScanError> {
+        let mut pending = vec![(dir.to_owned(), rel.to_owned())];
+        while let Some((dir, rel)) = pending.pop() {
+            let entries = std::fs::read_dir(&dir).map_err(|source| ScanError::Read {
+                path: dir.clone(),
+                source,
+            })?;
+            for entry in entries {
+                let entry = entry.map_err(|source| ScanError::Read {
+                    path: dir.clone(),
+                    source,
+                })?;
+                // Folders count too: a tree of empty folders is no cheaper to walk.
+                self.visited += 1;
+                if self.visited > self.caps.files {
+                    return Err(ScanError::TooMany {
+                        limit: self.caps.files,
+                    });
+                }
+                let path = entry.path();
+                let rel = rel.join(entry.file_name());
+                let kind = entry.file_type().map_err(|source| ScanError::Read {
+                    path: path.clone(),
+                    source,
+                })?;
+                if kind.is_dir() {
+                    pending.push((path, rel));
+                } else if kind.is_symlink() {
+                    self.link(&path, rel)?;
+                } else if kind.is_file() {
+                    self.file(&path, rel, false)?;
+                } else {
+                    self.special(&kind, rel)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The files a manifest makes zot or zotbox run that lie in the
+    /// workspace outside the extension's folder (`"exec": "../../../bin/x"`,
+    /// `"args": ["../../../scripts/x.py"]`, an `exec` through a symlink
+    /// leading out): editing them changes what runs as surely as editing
+    /// the folder. Those are the `exec` when it is a path, the first
+    /// argument that is not an option (an interpreter's script), and the
+    /// `wasm` file; later arguments are often data the extension writes.
+    fn named_files(&mut self, dir: &Path, rel: &Path) -> Result<(), ScanError> {
+        let Ok(manifest) = Manifest::load(&dir.join(MANIFEST_FILE)) else {
+            // An invalid manifest runs nothing; its text is hashed above.
+            return Ok(());
+        };
+        let Ok(folder) = std::fs::canonicalize(dir) else {
+            return Ok(());
+        };
+        let mut named: Vec<PathBuf> = Vec::new();
+        if let Some(exec) = &manifest.raw.exec
+            && exec.contains('/')
+        {
+            named.push(dir.join(exec));
+        }
+        if let Some(script) = manifest.raw.args.iter().find(|a| !a.starts_with('-')) {
+            named.push(dir.join(script));
+        }
+        if let crate::manifest::Program::Wasm { path } = &manifest.program {
+            named.push(path.clone());
+        }
+        for candidate in named {
+            let Ok(real) = std::fs::canonicalize(&candidate) else {
+                continue;
+            };
+            if real.starts_with(&folder) || !real.is_file() {
+                continue;
+            }
+            let Ok(inside) = real.strip_prefix(self.workspace) else {
+                // Outside the workspace: not the workspace's content.
+                continue;
+            };
+            let inside = inside.to_owned();
+            if !self.entries.contains_key(&inside) {
+                tracing::debug!(
+                    "`{}` names `{}`: covered by trust",
+                    rel.display(),
+                    inside.display()
+                );
+                self.file(&real, inside, true)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The entries directly in a tools folder, as the loader reads them
+    /// (following a symlink to a regular file).
+    fn tools(&mut self, rel_root: &Path) -> Result<(), ScanError> {
+        for name in sorted_names(&self.workspace.join(rel_root)) {
+            let rel = rel_root.join(&name);
+            let path = self.workspace.join(&rel);
+            let Ok(meta) = std::fs::symlink_metadata(&path) else {
+                continue;
+            };
+            let kind = meta.file_type();
+            if kind.is_symlink() {
+                // The link text and what the loader reads through it.
+                let target = read_link(&path)?;
+                let mut hasher = Sha256::new();
+                hasher.update(target.as_os_str().as_bytes());
+                if std::fs::metadata(&path).is_ok_and(|m| m.is_file()) {
+                    match self.read(&path, true)? {
+                        Digested::File { digest, .. } => hasher.update(digest),
+                        Digested::Special(what) => hasher.update(what.as_bytes()),
+                    }
+                }
+                self.add(rel, EntryKind::Symlink { target }, hasher.finalize().into())?;
+            } else if kind.is_file() {
+                self.file(&path, rel, false)?;
+            } else if !kind.is_dir() {
+                self.special(&kind, rel)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn link(&mut self, path: &Path, rel: PathBuf) -> Result<(), ScanError> {
+        let target = read_link(path)?;
+        let digest = Sha256::digest(target.as_os_str().as_bytes()).into();
+        self.add(rel, EntryKind::Symlink { target }, digest)
+    }
+
+    fn special(&mut self, kind: &std::fs::FileType, rel: PathBuf) -> Result<(), ScanError> {
+        let what = special_kind(kind);
+        let digest = Sha256::digest(what.as_bytes()).into();
+        self.add(rel, EntryKind::Special { what }, digest)
+    }
+
+    fn file(&mut self, path: &Path, rel: PathBuf, follow: bool) -> Result<(), ScanError> {
+        match self.read(path, follow)? {
+            Digested::File { digest, bytes } => self.add(rel, EntryKind::File { bytes }, digest),
+            Digested::Special(what) => {
+                let digest = Sha256::digest(what.as_bytes()).into();
+                self.add(rel, EntryKind::Special { what }, digest)
+            }
+        }
+    }
+
+    /// Hashes one regular file, within the byte cap. Opened non-blocking
+    /// (a FIFO swapped in cannot hang the scan) and, unless `follow`,
+    /// without following a symlink swapped in; anything but a regular file
+    /// once opened is reported by its type, unread.
+    fn read(&mut self, path: &Path, follow: bool) -> Result<Digested, ScanError> {
+        let read_err = |source| ScanError::Read {
+            path: path.to_owned(),
+            source,
+        };
+        let mut flags = libc::O_NONBLOCK | libc::O_CLOEXEC;
+        if !follow {
+            flags |= libc::O_NOFOLLOW;
+        }
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(flags)
+            .open(path)
+            .map_err(read_err)?;
+        let meta = file.metadata().map_err(read_err)?;
+        if !meta.is_file() {
+            return Ok(Digested::Special(special_kind(&meta.file_type())));
+        }
+        let budget = self.caps.bytes.saturating_sub(self.bytes);
+        let mut hasher = Sha256::new();
+        let mut reader = file.take(budget.saturating_add(1));
+        let mut chunk = vec![0u8; 64 * 1024];
+        let mut read: u64 = 0;
+        loop {
+            let n = reader.read(&mut chunk).map_err(read_err)?;
+            if n == 0 {
+                break;
+            }
+            read += n as u64;
+            if read > budget {
+                return Err(ScanError::TooLarge {
+                    limit: self.caps.bytes,
+                });
+            }
+            hasher.update(&chunk[..n]);
+        }
+        self.bytes += read;
+        Ok(Digested::File {
+            digest: hasher.finalize().into(),
+            bytes: read,
+        })
+    }
+}
+
+/// What reading one covered path found.
+enum Digested {
+    File { digest: [u8; 32], bytes: u64 },
+    Special(&'static str),
+}
+
+fn read_link(path: &Path) -> Result<PathBuf, ScanError> {
+    std::fs::read_link(path).map_err(|source| ScanError::Read {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+fn special_kind(kind: &std::fs::FileType) -> &'static str {
+    if kind.is_fifo() {
+        "fifo"
+    } else if kind.is_socket() {
+        "socket"
+    } else if kind.is_block_device() {
+        "block device"
+    } else if kind.is_char_device() {
+        "char device"
+    } else {
+        "special file"
+    }
+}
+
+/// The entry names of `dir` (followed if it is a link), sorted; none when
+/// it cannot be read: discovery and the loaders then find nothing there
+/// either.
+fn sorted_names(dir: &Path) -> Vec<std::ffi::OsString> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut names: Vec<_> = entries
+        .filter_map(Result::ok)
+        .map(|entry| entry.file_name())
+        .collect();
+    names.sort();
+    names
+}
+
+/// A size for people: `256 MiB`, `10 bytes`.
+fn size(bytes: u64) -> String {
+    const MIB: u64 = 1024 * 1024;
+    if bytes >= MIB && bytes.is_multiple_of(MIB) {
+        format!("{} MiB", bytes / MIB)
+    } else {
+        format!("{bytes} bytes")
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::symlink;
+
+    use super::*;
+
+    struct Fixture {
+        _tmp: tempfile::TempDir,
+        ws: PathBuf,
+    }
+
+    fn fixture() -> Fixture {
+        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let root = std::fs::canonicalize(tmp.path()).unwrap_or_else(|e| panic!("{e}"));
+        let ws = root.join("ws");
+        let ext = ws.join(".zot/extensions/helper");
+        std::fs::create_dir_all(&ext).unwrap_or_else(|e| panic!("{e}"));
+        write(
+            &ext.join("extension.json"),
+            r#"{"name":"helper","exec":"sh","args":["-c","./run.sh"]}"#,
+        );
+        write(&ext.join("run.sh"), "touch marker\n");
+        Fixture { _tmp: tmp, ws }
+    }
+
+    fn write(path: &Path, text: &str) {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("{e}"));
+        }
+        std::fs::write(path, text).unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    fn sha(ws: &Path) -> String {
+        Contents::scan(ws).unwrap_or_else(|e| panic!("{e}")).sha256
+    }
+
+    #[test]
+    fn any_change_to_what_can_run_changes_the_hash() {
+        let f = fixture();
+        let ext = f.ws.join(".zot/extensions/helper");
+        let base = sha(&f.ws);
+        // Each case edits the workspace, checks the hash moved, and undoes it.
+        type Edit = Box<dyn Fn(&Path)>;
+        let cases: Vec<(&str, Edit, Edit)> = vec![
+            (
+                "one byte of the script",
+                Box::new(|e| write(&e.join("run.sh"), "touch markes\n")),
+                Box::new(|e| write(&e.join("run.sh"), "touch marker\n")),
+            ),
+            (
+                "a new file deep inside",
+                Box::new(|e| write(&e.join("lib/deep/x.py"), "")),
+                Box::new(|e| {
+                    std::fs::remove_dir_all(e.join("lib")).unwrap_or_else(|e| panic!("{e}"))
+                }),
+            ),
+            (
+                "a symlink",
+                Box::new(|e| symlink("/etc/passwd", e.join("l")).unwrap_or_else(|e| panic!("{e}"))),
+                Box::new(|e| std::fs::remove_file(e.join("l")).unwrap_or_else(|e| panic!("{e}"))),
+            ),
+            (
+                "a data tool",
+                Box::new(|e| write(&e.join("../../../.shiro/tools/t.json"), "{}")),
+                Box::new(|e| {
+                    std::fs::remove_file(e.join("../../../.shiro/tools/t.json"))
+                        .unwrap_or_else(|e| panic!("{e}"))
+                }),
+            ),
+        ];
+        for (what, edit, undo) in cases {
+            edit(&ext);
+            assert_ne!(sha(&f.ws), base, "{what}");
+            undo(&ext);
+            assert_eq!(sha(&f.ws), base, "{what} undone");
+        }
+        // Plugins and skills are not covered: they need no trust.
+        write(&f.ws.join(".zot/plugins/p.json"), "{}");
+        write(&f.ws.join(".zot/skills/s.md"), "x");
+        assert_eq!(sha(&f.ws), base);
+    }
+
+    #[test]
+    fn links_are_hashed_as_text_and_never_followed_out_of_an_extension() {
+        let f = fixture();
+        let ext = f.ws.join(".zot/extensions/helper");
+        let outside = f.ws.parent().map(|p| p.join("outside")).unwrap_or_default();
+        write(&outside.join("big"), "secret");
+        symlink(&outside, ext.join("out")).unwrap_or_else(|e| panic!("{e}"));
+        let before = Contents::scan(&f.ws).unwrap_or_else(|e| panic!("{e}"));
+        // The target outside is neither listed nor read.
+        assert!(
+            before.covered.iter().all(|c| !c.path.ends_with("big")),
+            "{:?}",
+            before.covered
+        );
+        write(&outside.join("big"), "changed");
+        assert_eq!(sha(&f.ws), before.sha256);
+        // A FIFO is recorded by its type, never opened (it would block).
+        // nix's `mkfifo` needs its `fs` feature, which the crate does not enable.
+        let made = std::process::Command::new("mkfifo")
+            .arg(ext.join("pipe"))
+            .status()
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(made.success());
+        let with_fifo = Contents::scan(&f.ws).unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            with_fifo
+                .covered
+                .iter()
+                .any(|c| c.path.ends_with("pipe") && c.kind == EntryKind::Special { what: "fifo" })
+        );
+    }
+
+    #[test]
+    fn a_script_named_outside_the_folder_or_a_hardlink_is_covered_by_content() {
+        let f = fixture();
+        let ext = f.ws.join(".zot/extensions/helper");
+        write(&f.ws.join("scripts/run.py"), "print(1)\n");
+        write(
+            &ext.join("extension.json"),
+            r#"{"name":"helper","exec":"python3","args":["../../../scripts/run.py"]}"#,
+        );
+        let base = sha(&f.ws);
+        write(&f.ws.join("scripts/run.py"), "print(2)\n");
+        assert_ne!(sha(&f.ws), base, "the named script is covered");
+        // A hardlink inside the folder is a file like any other: editing
+        // it through the other name changes the hash.
+        std::fs::hard_link(f.ws.join("scripts/run.py"), ext.join("hard.py"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let linked = sha(&f.ws);
+        write(&f.ws.join("scripts/run.py"), "print(3)\n");
+        assert_ne!(sha(&f.ws), linked);
+    }
+
+    #[test]
+    fn only_folders_holding_a_manifest_are_walked_and_folders_count_against_the_cap() {
+        let f = fixture();
+        let base = Contents::scan(&f.ws).unwrap_or_else(|e| panic!("{e}"));
+        // Attack: a link to `/` in `.zot/extensions` would walk the disk;
+        // it holds no `extension.json`, so nothing would run from it.
+        symlink("/", f.ws.join(".zot/extensions/root")).unwrap_or_else(|e| panic!("{e}"));
+        write(&f.ws.join(".zot/extensions/notes.txt"), "not an extension");
+        assert_eq!(sha(&f.ws), base.sha256);
+        // Attack: a deep tree of empty folders inside a real extension.
+        let mut deep = f.ws.join(".zot/extensions/helper");
+        for _ in 0..20 {
+            deep.push("d");
+        }
+        std::fs::create_dir_all(&deep).unwrap_or_else(|e| panic!("{e}"));
+        let caps = Caps {
+            bytes: 1 << 20,
+            files: 10,
+        };
+        let err = Contents::scan_with(&f.ws, caps)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert_eq!(err, "its extensions and data tools hold more than 10 files");
+    }
+
+    #[test]
+    fn a_workspace_past_the_caps_cannot_be_hashed() {
+        let f = fixture();
+        let caps = Caps {
+            bytes: 10,
+            files: 100,
+        };
+        let err = Contents::scan_with(&f.ws, caps)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert_eq!(err, "its extensions and data tools hold more than 10 bytes");
+        let caps = Caps {
+            bytes: 1 << 20,
+            files: 1,
+        };
+        let err = Contents::scan_with(&f.ws, caps)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert_eq!(err, "its extensions and data tools hold more than 1 files");
+    }
+}
