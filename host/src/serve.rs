@@ -368,14 +368,30 @@ impl Serving {
                     .await?;
             }
             HostFrame::Event(event) if event.event == event_name::SESSION_START => {
+                // What an untrusted workspace brings, once per session, so
+                // the user knows why its tools are missing.
+                if let Some(note) = self.host.workspace_note() {
+                    self.out
+                        .send(&ExtensionFrame::Notify(Notify {
+                            level: "info".to_owned(),
+                            message: note,
+                        }))
+                        .await?;
+                }
                 for plugin in &self.data.plugins {
                     if let Some(appendix) =
                         plugin.appendix.as_deref().filter(|a| !a.trim().is_empty())
                     {
+                        // zot prints notes on the user's terminal: a
+                        // workspace plugin's text is escaped on the way.
                         self.out
                             .send(&ExtensionFrame::Notify(Notify {
                                 level: "info".to_owned(),
-                                message: format!("{}: {}", plugin.name, appendix.trim()),
+                                message: format!(
+                                    "{}: {}",
+                                    crate::text::Shown(&plugin.name),
+                                    crate::text::Shown(appendix.trim())
+                                ),
                             }))
                             .await?;
                     }

@@ -581,12 +581,31 @@ async fn an_untrusted_workspace_tool_is_refused_by_name_and_never_offered() {
     // `zotbox serve` as zot starts it registers the user's tool only.
     let ack = json!({"type": "hello_ack", "protocol_version": 1, "zot_version": "0",
                      "provider": "p", "model": "m", "cwd": ws});
+    let start = json!({"type": "event", "event": "session_start"});
     let serve = lab.zotbox_in_with(
         ws,
         &["serve"],
-        &format!("{ack}\n{{\"type\":\"shutdown\"}}\n"),
+        &format!("{ack}\n{start}\n{{\"type\":\"shutdown\"}}\n"),
     );
     serve.expect_code(0);
+    // …and says once, as a note, what the workspace brings.
+    let notes: Vec<String> = serve
+        .stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|f| f["type"] == "notify")
+        .map(|f| f["message"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(
+        notes,
+        [format!(
+            "data tools `deploy`, `wipe` come from the workspace `{}`, which you have not \
+             trusted: run `zotbox trust` to review and trust it; zotbox does not run them",
+            ws.display()
+        )],
+        "{}",
+        serve.stdout
+    );
     let registered: Vec<String> = serve
         .stdout
         .lines()
