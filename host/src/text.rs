@@ -33,22 +33,42 @@ pub(crate) fn has_unsafe(text: &str) -> bool {
     text.chars().any(is_unsafe)
 }
 
-/// `text` with every unsafe character written as `\u{..}` (and a
-/// backslash doubled only where it would otherwise start such an escape),
-/// borrowed when there is nothing to escape.
+/// `text` with every unsafe character written as `\u{..}`, borrowed when
+/// there is nothing to escape.
+///
+/// Idempotent (`shown(shown(x)) == shown(x)`): a message may be escaped
+/// where it is made (a registration warning naming a guest's tool) and
+/// again where it is printed, and still read the same. The price is that an
+/// author's literal `\u{1b}` text looks like an escaped ESC, which is
+/// harmless: both are text.
 pub(crate) fn shown(text: &str) -> Cow<'_, str> {
-    if !text.chars().any(|c| is_unsafe(c) || c == '\\') {
+    if !has_unsafe(text) {
         return Cow::Borrowed(text);
     }
     let mut out = String::with_capacity(text.len() + 8);
-    let mut chars = text.chars().peekable();
-    while let Some(c) = chars.next() {
+    for c in text.chars() {
         if is_unsafe(c) {
             let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
-        } else if c == '\\' && chars.peek() == Some(&'u') {
-            // A literal `\u{1b}` typed by the author must not read as an
-            // escape this function made.
-            out.push_str("\\\\");
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// [`shown`] for a body of text meant to span lines (a tool's output, a
+/// skill, a prompt): `\n` and `\t` stay as they are, every other unsafe
+/// character is escaped. Never use it for a name, a cell or a one-line
+/// message, where a newline forges a row.
+pub(crate) fn shown_text(text: &str) -> Cow<'_, str> {
+    let unsafe_here = |c: char| is_unsafe(c) && c != '\n' && c != '\t';
+    if !text.chars().any(unsafe_here) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if unsafe_here(c) {
+            let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
         } else {
             out.push(c);
         }
@@ -112,16 +132,29 @@ mod tests {
             ("txt\u{202e}exe.sh", "txt\\u{202e}exe.sh"),
             // Zero-width and line separators.
             ("a\u{200b}b\u{2028}c", "a\\u{200b}b\\u{2028}c"),
-            // An author's own `\u{1b}` text stays distinguishable.
-            ("\\u{1b}", "\\\\u{1b}"),
+            // Backslashes are text.
             ("C:\\dir", "C:\\dir"),
         ];
         for (raw, expected) in cases {
             assert_eq!(shown(raw), expected, "{raw:?}");
             assert_eq!(Shown(raw).to_string(), expected, "{raw:?}");
             assert!(!has_unsafe(&shown(raw)), "{raw:?}");
+            // Escaping twice changes nothing.
+            assert_eq!(shown(&shown(raw)), expected, "{raw:?}");
         }
         assert!(matches!(shown("plain"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn bodies_of_text_keep_their_lines_and_lose_their_escapes() {
+        let cases = [
+            ("line one\n\tline two\n", "line one\n\tline two\n"),
+            ("red \u{1b}[31mtext\r", "red \\u{1b}[31mtext\\u{d}"),
+            ("\u{202e}gnp.exe", "\\u{202e}gnp.exe"),
+        ];
+        for (raw, expected) in cases {
+            assert_eq!(shown_text(raw), expected, "{raw:?}");
+        }
     }
 
     #[test]

@@ -177,7 +177,8 @@ fn command_prints_the_action_and_its_text() {
 
     let run = lab.zotbox(&["command", "weather", "error", "no", "such", "city"]);
     run.expect_code(3);
-    assert_eq!(run.stdout, "noop\n");
+    // An error is printed as an error, with no `noop` on stdout.
+    assert_eq!(run.stdout, "");
     assert_eq!(run.stderr, "error: no such city\n");
 
     // Notes are printed on stderr, the response on stdout.

@@ -328,6 +328,7 @@ async fn every_refusal_is_audited_as_deny_whichever_layer_caught_it() {
         &lab,
         &json!({"name": "peek", "description": "read a workspace file", "kind": "read", "path": "{arg}"}),
     );
+    lab.trust_workspace();
     let user = user_policy(&lab, &json!({"env": ["LANG"]}));
     let dir = prober_in(
         &lab.dev,

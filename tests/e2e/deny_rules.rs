@@ -107,6 +107,7 @@ fn a_data_shell_tool_cannot_hide_a_denied_command_in_quotes_paths_or_other_comma
     }
     data_tool(&lab, &shell_tool("touch-arg", "touch {arg}"));
     data_tool(&lab, &shell_tool("publish", "/usr/local/bin/git {arg}"));
+    lab.trust_workspace();
     let call = |tool: &str, arg: &str| {
         let args = json!({ "arg": arg }).to_string();
         let run = zotbox_with(&lab, &[], &["call", tool, &args]);

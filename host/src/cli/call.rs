@@ -7,6 +7,7 @@ use zotbox_protocol::Content;
 use super::output::{drain_events, json_line};
 use super::{Context, EXIT_OK, EXIT_REFUSED};
 use crate::HostError;
+use crate::text::{Shown, shown_text};
 
 /// Arguments of `zotbox call`.
 #[derive(Debug, clap::Args)]
@@ -71,9 +72,13 @@ impl Args {
                 } else {
                     for block in &result.content {
                         match block {
-                            Content::Text { text } => println!("{text}"),
+                            Content::Text { text } => println!("{}", shown_text(text)),
                             Content::Image { mime_type, data } => {
-                                println!("[image {mime_type}, {} base64 bytes]", data.len());
+                                println!(
+                                    "[image {}, {} base64 bytes]",
+                                    Shown(mime_type),
+                                    data.len()
+                                );
                             }
                         }
                     }

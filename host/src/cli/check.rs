@@ -6,6 +6,7 @@ use super::call::parse_json_arg;
 use super::output::json_line;
 use super::{Context, EXIT_OK, EXIT_REFUSED};
 use crate::DecisionVerdict;
+use crate::text::Shown;
 
 /// Arguments of `zotbox check`.
 #[derive(Debug, clap::Args)]
@@ -25,12 +26,18 @@ impl Args {
         if context.json {
             json_line(&decision)?;
         } else {
+            // Who decided and why are an interceptor's or a plugin's words.
             let by = decision.decided_by.join(", ");
+            let by = Shown(&by);
             match &decision.verdict {
                 DecisionVerdict::Allow => println!("allow"),
-                DecisionVerdict::Block { reason } => println!("block by {by}: {reason}"),
+                DecisionVerdict::Block { reason } => {
+                    println!("block by {by}: {}", Shown(reason));
+                }
                 DecisionVerdict::Rewrite { args } => println!("rewrite by {by}: {args}"),
-                DecisionVerdict::Replace { text } => println!("replace by {by}: {text}"),
+                DecisionVerdict::Replace { text } => {
+                    println!("replace by {by}: {}", Shown(text));
+                }
             }
         }
         Ok(if decision.is_block() {

@@ -5,6 +5,7 @@ use zotbox_protocol::CommandAction;
 
 use super::output::{drain_events, json_line};
 use super::{Context, EXIT_OK, EXIT_REFUSED};
+use crate::text::{Shown, shown, shown_text};
 
 /// Arguments of `zotbox command`.
 #[derive(Debug, clap::Args)]
@@ -35,36 +36,53 @@ impl Args {
         if context.json {
             json_line(&response)?;
         } else {
-            let text = match response.action {
-                CommandAction::Prompt => response.prompt.clone(),
-                CommandAction::Insert => response.insert.clone(),
-                CommandAction::Display => response.display.clone(),
-                CommandAction::OpenPanel => response.open_panel.as_ref().map(|panel| {
-                    let mut text = format!("{} [{}]", panel.title, panel.id);
-                    for line in &panel.lines {
-                        text.push_str("\n  ");
-                        text.push_str(line);
-                    }
-                    if let Some(footer) = &panel.footer {
-                        text.push_str("\n  -- ");
-                        text.push_str(footer);
-                    }
-                    text
-                }),
-                CommandAction::Noop => None,
-            };
-            match text {
-                Some(text) => println!("{}: {text}", response.action.as_str()),
-                None => println!("{}", response.action.as_str()),
-            }
-            if let Some(error) = &response.error {
-                eprintln!("error: {error}");
-            }
+            print_response(&response);
         }
         Ok(if response.error.is_some() {
             EXIT_REFUSED
         } else {
             EXIT_OK
         })
+    }
+}
+
+/// A command's answer for people. An error is an error: printed on stderr
+/// as one, with nothing on stdout (zot shows it whatever the action says).
+/// Every text in it is the extension's, escaped on the way.
+fn print_response(response: &zotbox_protocol::CommandResponse) {
+    if let Some(error) = &response.error {
+        eprintln!("error: {}", Shown(error));
+        return;
+    }
+    let text = match response.action {
+        CommandAction::Prompt => response
+            .prompt
+            .as_deref()
+            .map(|t| shown_text(t).into_owned()),
+        CommandAction::Insert => response
+            .insert
+            .as_deref()
+            .map(|t| shown_text(t).into_owned()),
+        CommandAction::Display => response
+            .display
+            .as_deref()
+            .map(|t| shown_text(t).into_owned()),
+        CommandAction::OpenPanel => response.open_panel.as_ref().map(|panel| {
+            let mut text = format!("{} [{}]", Shown(&panel.title), Shown(&panel.id));
+            for line in &panel.lines {
+                text.push_str("\n  ");
+                text.push_str(&shown(line));
+            }
+            if let Some(footer) = &panel.footer {
+                text.push_str("\n  -- ");
+                text.push_str(&shown(footer));
+            }
+            text
+        }),
+        CommandAction::Noop => None,
+    };
+    match text {
+        Some(text) => println!("{}: {text}", response.action.as_str()),
+        None => println!("{}", response.action.as_str()),
     }
 }

@@ -5,6 +5,7 @@ use std::io::Write;
 use serde::Serialize;
 
 use crate::HostEvent;
+use crate::text::Shown;
 
 /// Prints rows as columns padded to the widest cell; the last column is not padded.
 pub(crate) fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
@@ -52,19 +53,31 @@ pub(crate) fn drain_events(
             json_line(&event)?;
             continue;
         }
+        // Each line an extension wrote is one line here, escaped.
         match event {
             HostEvent::Notify {
                 extension,
                 level,
                 message,
-            } => eprintln!("[{extension}] {level}: {message}"),
+            } => eprintln!(
+                "[{}] {}: {}",
+                Shown(&extension),
+                Shown(&level),
+                Shown(&message)
+            ),
             HostEvent::PanelRender { extension, panel } => {
-                eprintln!("[{extension}] panel `{}`:", panel.panel_id);
+                eprintln!(
+                    "[{}] panel `{}`:",
+                    Shown(&extension),
+                    Shown(&panel.panel_id)
+                );
                 for line in &panel.lines {
-                    eprintln!("  {line}");
+                    eprintln!("  {}", Shown(line));
                 }
             }
-            HostEvent::Exited { extension, reason } => eprintln!("[{extension}] {reason}"),
+            HostEvent::Exited { extension, reason } => {
+                eprintln!("[{}] {}", Shown(&extension), Shown(&reason));
+            }
             _ => {}
         }
     }

@@ -31,7 +31,10 @@ impl Args {
         Ok(match exit {
             Exit::Code(code) => u8::try_from(code).unwrap_or(EXIT_ERROR),
             other => {
-                eprintln!("zotbox: the extension {other}");
+                eprintln!(
+                    "zotbox: the extension {}",
+                    crate::text::shown(&other.to_string())
+                );
                 EXIT_ERROR
             }
         })

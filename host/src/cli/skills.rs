@@ -70,7 +70,7 @@ impl Command {
                         "name": skill.name, "description": skill.description, "body": skill.body,
                     }))?;
                 } else {
-                    print!("{}", skill.body);
+                    print!("{}", crate::text::shown_text(&skill.body));
                     if !skill.body.ends_with('\n') {
                         println!();
                     }
