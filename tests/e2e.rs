@@ -22,6 +22,8 @@ mod https;
 #[path = "e2e/attack.rs"]
 mod attack;
 
+#[path = "e2e/chain.rs"]
+mod chain;
 #[path = "e2e/cli.rs"]
 mod cli;
 #[path = "e2e/control_paths.rs"]

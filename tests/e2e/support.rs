@@ -292,8 +292,11 @@ pub fn make_executable(path: &Path) {
     std::fs::set_permissions(path, perms).expect("chmod");
 }
 
-/// Writes pretty JSON to `path`.
+/// Writes pretty JSON to `path`, creating its folder.
 pub fn write_json(path: &Path, value: &Value) {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).expect("the file's folder");
+    }
     let text = serde_json::to_string_pretty(value).expect("encode json");
     std::fs::write(path, text + "\n").expect("write json");
 }
