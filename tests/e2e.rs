@@ -12,8 +12,7 @@
 #[path = "e2e/support.rs"]
 mod support;
 
-// The guests again, for the attack suite: `wasm.rs` keeps its copy private.
-#[allow(dead_code, clippy::duplicate_mod)]
+// The example and test guests, built once per run for every suite.
 #[path = "e2e/guests.rs"]
 mod guests;
 #[path = "e2e/https.rs"]

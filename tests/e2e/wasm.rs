@@ -7,9 +7,6 @@
 //! along with what happens next (a restart, the other extensions still
 //! answering).
 
-#[path = "guests.rs"]
-mod guests;
-
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -20,8 +17,8 @@ use zotbox::runtime::Exit;
 use zotbox::session::Closed;
 use zotbox::{CallError, Decision, DecisionVerdict, Host, HostError, HostEvent};
 
+use crate::guests::{self, C_SHOUT, Form};
 use crate::support::{Lab, bounded, info, next_event, settled, tool_names, write_json};
-use guests::{C_SHOUT, Form};
 
 /// Starts a host over `folders` in `lab` and returns once each has settled.
 async fn host_over(lab: &Lab, folders: &[PathBuf], policy: RestartPolicy) -> Host {
