@@ -24,6 +24,8 @@ mod attack;
 
 #[path = "e2e/cli.rs"]
 mod cli;
+#[path = "e2e/confinement.rs"]
+mod confinement;
 #[path = "e2e/data.rs"]
 mod data;
 #[path = "e2e/failure.rs"]

@@ -13,7 +13,7 @@ use std::sync::{Arc, OnceLock};
 use crate::audit::{AuditLog, AuditRecord, Decision};
 use crate::capability::fs::{Entry, FsGrant, FsLimits, Jail, Metadata};
 use crate::capability::http::{HttpClient, HttpConfig, HttpGrant, Request, Response};
-use crate::capability::shell::{Output, ShellGrant, ShellLimits};
+use crate::capability::shell::{Output, Rendered, ShellGrant, ShellLimits};
 use crate::capability::{Capability, CapabilityError};
 use crate::policy::Grant;
 
@@ -336,12 +336,23 @@ impl Sandbox {
     ///
     /// [`CapabilityError`]: refused by the grant or the guard, timed out, or failed.
     pub async fn run_shell(&self, command: &str) -> Result<Output, CapabilityError> {
+        self.run_command(&Rendered::shell(command)).await
+    }
+
+    /// Runs a rendered command (a data tool's `execve` argv, or a line for
+    /// `sh -c`): the grant and the guard chain judge its shown line.
+    ///
+    /// # Errors
+    ///
+    /// As [`Sandbox::run_shell`].
+    pub async fn run_command(&self, command: &Rendered) -> Result<Output, CapabilityError> {
         let outcome = self.shell_unaudited(command).await;
-        self.audit(Capability::Shell, command, &outcome);
+        self.audit(Capability::Shell, &command.shown, &outcome);
         outcome
     }
 
-    async fn shell_unaudited(&self, command: &str) -> Result<Output, CapabilityError> {
+    async fn shell_unaudited(&self, rendered: &Rendered) -> Result<Output, CapabilityError> {
+        let command = rendered.shown.as_str();
         if let Err(err) = self.shell.allows(command) {
             let declared_allows = self.shell_declared.allows(command).is_ok();
             return Err(self.blame_policy(err, "shell", declared_allows));
@@ -354,7 +365,7 @@ impl Sandbox {
             ));
         }
         crate::capability::shell::run(
-            command,
+            rendered,
             self.services.workspace_or_refuse()?,
             &self.services.shell_limits,
         )

@@ -44,7 +44,7 @@ impl Args {
         approvals.save()?;
         // Approval is bound to exactly this template: show what was approved.
         let what = match &tool.kind {
-            ToolKind::Shell { command } => format!("shell `{command}`"),
+            ToolKind::Shell { command, .. } => format!("shell `{command}`"),
             ToolKind::Http { url } => format!("http `{url}`"),
             ToolKind::Read { path } => format!("read `{path}`"),
         };
