@@ -191,6 +191,7 @@ fn services(home: &ZotHome, policy: &Policy) -> Arc<Services> {
                 rules: std::sync::OnceLock::new(),
             }),
         )
+        .with_confinement(policy)
     })
 }
 

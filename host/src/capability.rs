@@ -17,6 +17,7 @@
 //! the guard chain, the audit log and the wire error read it without parsing
 //! strings.
 
+pub mod confine;
 pub mod fs;
 pub mod http;
 pub mod shell;

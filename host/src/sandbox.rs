@@ -47,6 +47,8 @@ pub struct Services {
     pub fs_limits: FsLimits,
     /// Caps on shell commands.
     pub shell_limits: ShellLimits,
+    /// What the policy says about kernel confinement of shell commands.
+    pub confinement: crate::capability::confine::Settings,
     /// Where every decision is recorded.
     pub audit: Arc<AuditLog>,
     /// The guard chain shell commands pass.
@@ -82,6 +84,7 @@ impl Services {
             http_config,
             fs_limits: FsLimits::default(),
             shell_limits: ShellLimits::default(),
+            confinement: crate::capability::confine::Settings::default(),
             audit,
             guard,
         }
@@ -90,6 +93,12 @@ impl Services {
     /// The workspace root, once known.
     pub fn workspace(&self) -> Option<&Path> {
         self.workspace.get().map(PathBuf::as_path)
+    }
+
+    /// These services with the policy's confinement settings.
+    pub fn with_confinement(mut self, policy: &crate::policy::Policy) -> Self {
+        self.confinement = confinement_of(policy);
+        self
     }
 
     /// Names the workspace root; only the first call has an effect.
@@ -368,6 +377,7 @@ impl Sandbox {
             rendered,
             self.services.workspace_or_refuse()?,
             &self.services.shell_limits,
+            &self.services.confinement,
         )
         .await
     }
@@ -390,6 +400,14 @@ impl Sandbox {
             ));
         }
         granted
+    }
+}
+
+/// The confinement settings `policy` implies.
+pub fn confinement_of(policy: &crate::policy::Policy) -> crate::capability::confine::Settings {
+    crate::capability::confine::Settings {
+        shell_network: policy.shell_network(),
+        required_by: policy.confinement_required_by().map(Path::to_owned),
     }
 }
 

@@ -21,6 +21,7 @@ use std::time::Duration;
 use globset::{GlobBuilder, GlobMatcher};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
+use super::confine::{self, ConfineError, Jail};
 use super::{Capability, CapabilityError, granted_list};
 
 pub mod template;
@@ -343,21 +344,27 @@ impl Rendered {
 /// Runs `command` in `cwd` and waits for it: its [`Invocation::Shell`]
 /// line with `sh -c`, or its [`Invocation::Exec`] argv by `execve`.
 ///
-/// The environment is cleared and set to `PATH` ([`SAFE_PATH`]), `HOME`
-/// (`cwd`) and `LANG=C.UTF-8`; stdin is `/dev/null`. The command gets its own
-/// process group: when it exits, or the deadline passes, the whole group is
-/// killed, so background children do not outlive it. This checks no grant:
-/// the caller runs [`ShellGrant::allows`] and the guard chain first.
+/// The command runs confined (see [`confine`]): the workspace `cwd`, the
+/// system directories, no network unless `settings` grants it, read-only
+/// control paths, in its own PID namespace. The environment is cleared and
+/// set to `PATH` ([`SAFE_PATH`]), `LANG=C.UTF-8`, and `HOME` and `TMPDIR`
+/// pointing at a private empty directory made for this run and removed
+/// after it; stdin is `/dev/null`. The command also gets its own process
+/// group: when it exits, or the deadline passes, the group (and with it the
+/// PID namespace) is killed, so no descendant outlives it. This checks no
+/// grant: the caller runs [`ShellGrant::allows`] and the guard chain first.
 ///
 /// # Errors
 ///
 /// [`CapabilityError::Invalid`] for an empty command or one with a NUL byte;
-/// [`CapabilityError::Timeout`] when the deadline passes;
+/// [`CapabilityError::Denied`] when the policy requires a protection this
+/// kernel lacks; [`CapabilityError::Timeout`] when the deadline passes;
 /// [`CapabilityError::Failed`] when the program cannot be started.
 pub async fn run(
     command: &Rendered,
     cwd: &Path,
     limits: &ShellLimits,
+    settings: &confine::Settings,
 ) -> Result<Output, CapabilityError> {
     let shown = command.shown.as_str();
     let words: Vec<&str> = match &command.invocation {
@@ -378,22 +385,46 @@ pub async fn run(
             shown.escape_default()
         )));
     }
-    let mut child = tokio::process::Command::new(program)
+    let home = tempfile::Builder::new()
+        .prefix("zotbox-home-")
+        .tempdir()
+        .map_err(|err| {
+            CapabilityError::Failed(format!("cannot make a private home for `{shown}`: {err}"))
+        })?;
+    let jail = Jail {
+        workspace: Some(cwd.to_owned()),
+        write: vec![home.path().to_owned()],
+        network: settings.shell_network,
+        ..Jail::default()
+    };
+    let confinement = jail.prepare(settings).map_err(|err| match err {
+        ConfineError::Unavailable { .. } => {
+            CapabilityError::denied(Capability::Shell, shown, err.to_string())
+        }
+        ConfineError::Prepare(_) => CapabilityError::Failed(format!("`{shown}`: {err}")),
+    })?;
+    let mut child = tokio::process::Command::new(program);
+    child
         .args(args)
         .current_dir(cwd)
         .env_clear()
         .env("PATH", SAFE_PATH)
-        .env("HOME", cwd)
+        .env("HOME", home.path())
+        .env("TMPDIR", home.path())
         .env("LANG", "C.UTF-8")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|err| {
-            CapabilityError::Failed(format!("cannot start `{program}` for `{shown}`: {err}"))
-        })?;
+        .kill_on_drop(true);
+    confinement.install(child.as_std_mut());
+    let mut child = child.spawn().map_err(|err| {
+        CapabilityError::Failed(format!(
+            "cannot start `{program}` for `{shown}`: {}",
+            confinement.explain(&err)
+        ))
+    })?;
+    drop(confinement);
     let group = child
         .id()
         .and_then(|id| i32::try_from(id).ok())
@@ -476,6 +507,15 @@ mod tests {
 
     fn sh(command: &str) -> Rendered {
         Rendered::shell(command)
+    }
+
+    /// [`super::run`] under the default policy: confined, no network.
+    async fn run(
+        command: &Rendered,
+        cwd: &Path,
+        limits: &ShellLimits,
+    ) -> Result<Output, CapabilityError> {
+        super::run(command, cwd, limits, &confine::Settings::default()).await
     }
 
     fn grant(patterns: &[&str]) -> ShellGrant {
@@ -716,10 +756,9 @@ mod tests {
         names.sort_unstable();
         // `sh` itself adds PWD (and some shells SHLVL, `_`); nothing else appears.
         names.retain(|name| !matches!(*name, "PWD" | "OLDPWD" | "SHLVL" | "_"));
-        assert_eq!(names, ["HOME", "LANG", "PATH"], "{}", output.stdout);
-        let home = format!("HOME={}", dir.path().display());
-        assert!(
-            output.stdout.lines().any(|line| line == home),
+        assert_eq!(
+            names,
+            ["HOME", "LANG", "PATH", "TMPDIR"],
             "{}",
             output.stdout
         );
@@ -728,7 +767,7 @@ mod tests {
         for (name, _) in std::env::vars() {
             if !matches!(
                 name.as_str(),
-                "HOME" | "LANG" | "PATH" | "PWD" | "OLDPWD" | "SHLVL" | "_"
+                "HOME" | "LANG" | "PATH" | "PWD" | "OLDPWD" | "SHLVL" | "_" | "TMPDIR"
             ) {
                 let prefix = format!("{name}=");
                 assert!(
@@ -737,6 +776,37 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[tokio::test]
+    async fn home_and_tmpdir_are_a_private_empty_folder_removed_after_the_run() {
+        let dir = tempfile::tempdir().unwrap();
+        // Attack: a repository's tracked `.gitconfig` read as git's global config.
+        std::fs::write(
+            dir.path().join(".gitconfig"),
+            "[core]\n\tfsmonitor = touch pwned\n",
+        )
+        .unwrap();
+        let output = run(
+            &sh("echo \"$HOME\"; echo \"$TMPDIR\"; ls -A \"$HOME\"; touch \"$HOME/x\""),
+            dir.path(),
+            &ShellLimits::default(),
+        )
+        .await
+        .unwrap();
+        let lines: Vec<&str> = output.stdout.lines().collect();
+        assert_eq!(
+            lines.len(),
+            2,
+            "the private home was not empty: {}",
+            output.stdout
+        );
+        assert_eq!(lines[0], lines[1]);
+        let home = Path::new(lines[0]);
+        assert_ne!(home, dir.path());
+        assert!(!home.starts_with(dir.path()), "{}", home.display());
+        assert_eq!(output.exit_code, Some(0), "{}", output.stderr);
+        assert!(!home.exists(), "the private home outlived the run");
     }
 
     /// Runs in a child process with a secret in its environment (see below).
@@ -788,28 +858,25 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_timeout_kills_the_whole_group() {
+    async fn the_timeout_kills_every_descendant_setsid_included() {
         let dir = tempfile::tempdir().unwrap();
         let limits = ShellLimits {
-            timeout: Duration::from_millis(300),
+            timeout: Duration::from_millis(1000),
             ..ShellLimits::default()
         };
-        // Attack: a command that never ends, with a background child.
+        // Attack: a command that never ends, with a background child in a
+        // session of its own (`/proc` is the host's, so it names its host pid).
+        let command = "setsid sh -c 'readlink /proc/self > bg.pid; exec sleep 30' & sleep 30";
         let started = Instant::now();
-        let result = run(
-            &sh("sleep 30 & echo $! > bg.pid; sleep 30"),
-            dir.path(),
-            &limits,
-        )
-        .await;
+        let result = run(&sh(command), dir.path(), &limits).await;
         assert_eq!(
             result,
             Err(CapabilityError::Timeout {
-                what: "command `sleep 30 & echo $! > bg.pid; sleep 30`".to_owned(),
-                ms: 300
+                what: format!("command `{command}`"),
+                ms: 1000
             })
         );
-        assert!(started.elapsed() < Duration::from_secs(5));
+        assert!(started.elapsed() < Duration::from_secs(10));
         let pid = std::fs::read_to_string(dir.path().join("bg.pid")).unwrap();
         let pid = pid.trim();
         let deadline = Instant::now() + Duration::from_secs(3);
@@ -817,11 +884,12 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         assert!(is_dead(pid), "background child {pid} survived");
-        // Background children also end when `sh` exits on its own, instead
-        // of holding the output pipes open until the deadline.
+        // Background children also end when the command exits on its own,
+        // instead of holding the output pipes open until the deadline, and
+        // `setsid` does not save them.
         let started = Instant::now();
         let output = run(
-            &sh("sleep 30 & echo done"),
+            &sh("setsid sh -c 'sleep 1; touch pwned' & echo done"),
             dir.path(),
             &ShellLimits::default(),
         )
@@ -829,6 +897,11 @@ mod tests {
         .unwrap();
         assert_eq!(output.stdout, "done\n");
         assert!(started.elapsed() < Duration::from_secs(5));
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert!(
+            !dir.path().join("pwned").exists(),
+            "a detached child survived"
+        );
     }
 
     #[tokio::test]

@@ -207,12 +207,15 @@ impl HostBuilder {
         let (stop, _) = watch::channel(false);
         let host = Host {
             inner: std::sync::Arc::new_cyclic(|weak| Inner {
-                services: std::sync::Arc::new(crate::sandbox::Services::new(
-                    Some(workspace.clone()),
-                    http_config,
-                    audit,
-                    std::sync::Arc::new(super::data_tools::HostGuard(weak.clone())),
-                )),
+                services: std::sync::Arc::new(
+                    crate::sandbox::Services::new(
+                        Some(workspace.clone()),
+                        http_config,
+                        audit,
+                        std::sync::Arc::new(super::data_tools::HostGuard(weak.clone())),
+                    )
+                    .with_confinement(&policy),
+                ),
                 policy,
                 data: std::sync::RwLock::default(),
                 settings: Settings {
