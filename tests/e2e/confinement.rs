@@ -62,7 +62,9 @@ fn git(dir: &Path, args: &[&str]) {
         .args(["-c", "user.name=t", "-c", "user.email=t@t.invalid"])
         .args(args)
         .current_dir(dir)
-        .env("HOME", dir)
+        // Never the workspace's own `.gitconfig` (it holds an attack).
+        .env("HOME", "/nonexistent")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .status()
@@ -292,4 +294,226 @@ async fn an_argument_that_is_an_option_is_refused_unless_the_template_ends_optio
     assert_eq!(denied.len(), 1, "{denied:#?}");
     assert_eq!(denied[0]["capability"], "shell");
     assert_eq!(denied[0]["reason"], reason);
+}
+
+// ---------------------------------------------------------------------------
+// A shell grant is jailed by the kernel
+
+/// The issue's workspace: a git repository with `docs/ok.md`, a symlink
+/// `docs/evil.md -> <outside>/secret`, and a tracked `.gitconfig` whose
+/// `core.fsmonitor` would run `touch MARKER` if git read it as the global
+/// config. Returns the outside folder.
+fn jail_workspace(lab: &Lab) -> PathBuf {
+    let outside = outside(lab);
+    std::fs::write(outside.join("secret"), "top secret\n").expect("secret");
+    std::fs::create_dir_all(lab.workspace.join("docs")).expect("docs");
+    std::fs::write(lab.workspace.join("docs/ok.md"), "fine\n").expect("ok.md");
+    std::os::unix::fs::symlink(outside.join("secret"), lab.workspace.join("docs/evil.md"))
+        .expect("symlink");
+    std::fs::write(
+        lab.workspace.join(".gitconfig"),
+        format!(
+            "[core]\n\tfsmonitor = touch {}\n",
+            lab.workspace.join(MARKER).display()
+        ),
+    )
+    .expect(".gitconfig");
+    git_workspace(lab);
+    git(&lab.workspace, &["add", ".gitconfig", "docs/ok.md"]);
+    git(&lab.workspace, &["commit", "-q", "-m", "docs"]);
+    outside
+}
+
+/// The prober with the README's grants, `git diff **` and `cat docs/*.md`.
+fn jailed_prober(lab: &Lab) -> PathBuf {
+    crate::attack::prober(
+        lab,
+        &json!({"shell": ["git diff **", "git status", "cat docs/*.md"]}),
+        None,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_matched_command_still_cannot_touch_anything_outside_the_workspace() {
+    let lab = Lab::new();
+    let outside = jail_workspace(&lab);
+    let secret = outside.join("secret");
+    let written = outside.join("written");
+    data_tool(&lab, &shell_tool("status", "git status --short"));
+    let host = start(&lab, &[jailed_prober(&lab)]).await;
+    let run = |command: String| json!({ "command": command });
+    // Control: what the grant is for still works.
+    assert_eq!(
+        answer(&host, "shell", run("cat docs/ok.md".to_owned())).await,
+        (false, "exit=Some(0) stdout=fine\n stderr=".to_owned())
+    );
+    // Attack: the symlink the fs capability refuses is refused by the kernel too.
+    assert_eq!(
+        answer(&host, "shell", run("cat docs/evil.md".to_owned())).await,
+        (
+            false,
+            "exit=Some(1) stdout= stderr=cat: docs/evil.md: Permission denied\n".to_owned()
+        )
+    );
+    // Attack: `git diff --no-index` reads any file the user can.
+    let (_, text) = answer(
+        &host,
+        "shell",
+        run(format!(
+            "git diff --no-index {} /dev/null",
+            secret.display()
+        )),
+    )
+    .await;
+    assert_eq!(
+        text,
+        format!(
+            "exit=Some(128) stdout= stderr=error: open(\"{0}\"): Permission denied\n\
+             fatal: cannot hash {0}\n",
+            secret.display()
+        )
+    );
+    // Attack: `git diff --output` writes anywhere the user can.
+    let (_, text) = answer(
+        &host,
+        "shell",
+        run(format!("git diff --output={} HEAD", written.display())),
+    )
+    .await;
+    assert_eq!(
+        text,
+        format!(
+            "exit=Some(128) stdout= stderr=fatal: could not open '{}' for writing: Permission \
+             denied\n",
+            written.display()
+        )
+    );
+    assert!(!written.exists(), "git wrote outside the workspace");
+    // Attack: the tracked `.gitconfig` as git's global config (HOME was the
+    // workspace): `git status` on both front ends runs no fsmonitor.
+    let (_, text) = answer(&host, "shell", run("git status".to_owned())).await;
+    assert!(text.starts_with("exit=Some(0)"), "{text}");
+    let (is_error, text) = answer(&host, "status", json!({})).await;
+    assert!(!is_error, "{text}");
+    host.shutdown().await;
+    assert_no_marker(&[&lab.workspace, &outside]);
+    assert_eq!(
+        std::fs::read_dir(&outside).expect("outside").count(),
+        1,
+        "something appeared outside"
+    );
+    // Control: the attack is live. Run as before (HOME at the workspace),
+    // the same `git status` runs the fsmonitor line.
+    Command::new("git")
+        .arg("status")
+        .current_dir(&lab.workspace)
+        .env("HOME", &lab.workspace)
+        .output()
+        .expect("git status");
+    assert!(
+        lab.workspace.join(MARKER).exists(),
+        "the fsmonitor line is not live"
+    );
+}
+
+/// Whether a process whose command line holds `token` is still alive.
+fn survivor(token: &str) -> Option<String> {
+    let entries = std::fs::read_dir("/proc").ok()?;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        if String::from_utf8_lossy(&cmdline).contains(token)
+            && crate::support::process_alive(pid.parse().unwrap_or(0))
+        {
+            return Some(format!("{pid}: {}", String::from_utf8_lossy(&cmdline)));
+        }
+    }
+    None
+}
+
+/// The issue's `setsid sh -c 'sleep 120; touch MARKER' &`: before, it
+/// outlived the call and the process-group kill. Now nothing it started is
+/// left once the call has answered, on both front ends and at the timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setsid_does_not_outlive_the_call() {
+    let lab = Lab::new();
+    // A token unique to this test finds its processes in `/proc`.
+    let token = format!("sleep 120; touch {MARKER} # {}", lab.workspace.display());
+    let escape = format!("setsid sh -c '{token}' & echo started");
+    data_tool(&lab, &shell_syntax_tool("escape", &escape));
+    let guest = crate::attack::prober(&lab, &json!({"shell": ["**"]}), None);
+    let host = start(&lab, &[guest]).await;
+    assert_eq!(
+        answer(&host, "escape", json!({})).await,
+        (false, "started\n".to_owned())
+    );
+    assert_eq!(
+        answer(&host, "shell", json!({ "command": escape })).await,
+        (false, "exit=Some(0) stdout=started\n stderr=".to_owned())
+    );
+    let left = crate::support::eventually("the detached children to die", || {
+        survivor(&token).is_none().then_some(())
+    })
+    .await;
+    assert!(
+        left.is_some(),
+        "a detached child survived: {:?}",
+        survivor(&token)
+    );
+    host.shutdown().await;
+    assert_no_marker(&[&lab.workspace]);
+}
+
+/// With `"shell_network": false` (the default) a shell command cannot
+/// connect to a server on this machine; a policy that grants it can.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shell_network_is_closed_unless_the_policy_grants_it() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listener");
+    let port = listener.local_addr().expect("port").port();
+    listener.set_nonblocking(true).expect("non-blocking");
+    let connect = format!(
+        "python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}), 2); \
+         print(\"connected\")'"
+    );
+    for granted in [false, true] {
+        let lab = Lab::new();
+        if granted {
+            crate::attack::user_policy(&lab, &json!({"shell_network": true}));
+        }
+        data_tool(&lab, &shell_tool("connect", &connect));
+        let host = start(&lab, &[]).await;
+        let (is_error, text) = answer(&host, "connect", json!({})).await;
+        host.shutdown().await;
+        if granted {
+            assert_eq!((is_error, text.as_str()), (false, "connected\n"));
+            assert!(listener.accept().is_ok(), "no connection arrived");
+        } else {
+            assert!(is_error && !text.contains("connected\n"), "{text}");
+            assert!(listener.accept().is_err(), "a connection arrived");
+        }
+    }
+}
+
+/// `require_confinement: true` on a kernel that offers everything: shell
+/// commands run as before, confined. (The refusal where a protection is
+/// missing is pinned by the unit tests of `capability::confine`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn require_confinement_runs_where_the_kernel_offers_every_protection() {
+    let lab = Lab::new();
+    crate::attack::user_policy(&lab, &json!({"require_confinement": true}));
+    data_tool(&lab, &shell_tool("say", "printf %s {arg}"));
+    let host = start(&lab, &[]).await;
+    assert_eq!(
+        answer(&host, "say", json!({"arg": "hi"})).await,
+        (false, "hi".to_owned())
+    );
+    host.shutdown().await;
 }
