@@ -133,6 +133,7 @@ pub enum StartError {
 pub struct Launcher {
     home: crate::home::ZotHome,
     progress: bool,
+    native: Option<native::NativeConfinement>,
     wasm: std::sync::OnceLock<Result<Arc<wasm::WasmRuntime>, String>>,
 }
 
@@ -143,8 +144,16 @@ impl Launcher {
         Self {
             home,
             progress,
+            native: None,
             wasm: std::sync::OnceLock::new(),
         }
+    }
+
+    /// This launcher, starting native extensions confined by the kernel
+    /// (`None`: as zot would, unconfined).
+    pub fn with_native_confinement(mut self, native: Option<native::NativeConfinement>) -> Self {
+        self.native = native;
+        self
     }
 
     /// The wasm runtime, set up on first use.
@@ -179,7 +188,8 @@ impl Launcher {
         let log = open_log(&self.home.extension_log(manifest.name()));
         match &manifest.program {
             crate::manifest::Program::Native { exec, args } => {
-                Ok(native::spawn(exec, args, &manifest.dir, log)?)
+                let confinement = self.native.as_ref().map(|c| (c, manifest.name()));
+                Ok(native::spawn(exec, args, &manifest.dir, log, confinement)?)
             }
             crate::manifest::Program::Wasm { path } => Ok(self
                 .wasm()?

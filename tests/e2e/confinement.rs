@@ -517,3 +517,152 @@ async fn require_confinement_runs_where_the_kernel_offers_every_protection() {
     );
     host.shutdown().await;
 }
+
+// ---------------------------------------------------------------------------
+// Native extensions under `confine_native`
+
+/// A native extension whose one tool, `run`, runs `sh -c <script>` and
+/// answers `exit=<code> out=<stdout> err=<stderr>`.
+const NATIVE_PROBE: &str = r#"
+import json, subprocess, sys
+
+def send(frame):
+    sys.stdout.write(json.dumps(frame) + "\n")
+    sys.stdout.flush()
+
+send({"type": "hello", "name": "natprobe", "version": "1.0.0", "capabilities": ["tools"]})
+send({"type": "register_tool", "name": "run", "description": "runs sh -c",
+      "schema": {"type": "object", "properties": {"sh": {"type": "string"}}}})
+send({"type": "ready"})
+for line in sys.stdin:
+    frame = json.loads(line)
+    if frame.get("type") == "tool_call":
+        done = subprocess.run(["sh", "-c", frame["args"]["sh"]], capture_output=True, text=True)
+        text = f"exit={done.returncode} out={done.stdout} err={done.stderr}"
+        send({"type": "tool_result", "id": frame["id"], "content": [{"type": "text", "text": text}]})
+    elif frame.get("type") == "shutdown":
+        send({"type": "shutdown_ack"})
+        break
+"#;
+
+/// Writes `<lab.dev>/natprobe/` running [`NATIVE_PROBE`] with the system's
+/// Python (a shim under the user's home would not be reachable confined).
+fn native_probe(lab: &Lab) -> PathBuf {
+    let dir = lab.dev.join("natprobe");
+    std::fs::create_dir_all(&dir).expect("natprobe folder");
+    std::fs::write(dir.join("probe.py"), NATIVE_PROBE).expect("probe.py");
+    crate::support::write_json(
+        &dir.join("extension.json"),
+        &json!({"name": "natprobe", "version": "1.0.0", "exec": "/usr/bin/python3",
+                "args": ["probe.py"], "description": "runs sh -c"}),
+    );
+    dir
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_confined_native_extension_reaches_its_folder_its_data_and_the_workspace_only() {
+    let lab = Lab::new();
+    let outside = outside(&lab);
+    std::fs::write(outside.join("secret"), "top secret\n").expect("secret");
+    std::fs::create_dir_all(lab.workspace.join(".git")).expect(".git");
+    std::fs::write(lab.workspace.join(".git/config"), "[core]\n").expect("config");
+    crate::attack::user_policy(&lab, &json!({"confine_native": true}));
+    let dir = native_probe(&lab);
+    let data = lab.home.join("data/natprobe");
+    let host = start(&lab, &[dir.clone()]).await;
+    let run = |script: String| {
+        let host = &host;
+        async move {
+            let (is_error, text) = answer(host, "run", json!({ "sh": script })).await;
+            assert!(!is_error, "{text}");
+            text
+        }
+    };
+    let ws = lab.workspace.display();
+    let denied =
+        |what: &str| format!("exit=2 out= err=sh: 1: cannot create {what}: Permission denied\n");
+    // Its folder: readable, not writable.
+    assert_eq!(
+        run("head -c 7 probe.py".to_owned()).await,
+        "exit=0 out=\nimport err="
+    );
+    assert_eq!(
+        run("echo x > probe.py".to_owned()).await,
+        denied("probe.py")
+    );
+    // Its data dir and the workspace: writable.
+    assert_eq!(
+        run(format!("echo d > {0}/f && cat {0}/f", data.display())).await,
+        "exit=0 out=d\n err="
+    );
+    assert_eq!(
+        run(format!("echo w > {ws}/w.txt && cat {ws}/w.txt")).await,
+        "exit=0 out=w\n err="
+    );
+    // Attack: read outside, write outside, read the user's zot home.
+    assert_eq!(
+        run(format!("cat {}/secret", outside.display())).await,
+        format!(
+            "exit=1 out= err=cat: {}/secret: Permission denied\n",
+            outside.display()
+        )
+    );
+    let written = outside.join("written");
+    assert_eq!(
+        run(format!("echo x > {}", written.display())).await,
+        denied(&written.display().to_string())
+    );
+    let policy = lab.home.join("policy.json");
+    assert_eq!(
+        run(format!("cat {}", policy.display())).await,
+        format!(
+            "exit=1 out= err=cat: {}: Permission denied\n",
+            policy.display()
+        )
+    );
+    // Attack: the workspace's control paths.
+    assert_eq!(
+        run(format!("echo x >> {ws}/.git/config")).await,
+        format!("exit=2 out= err=sh: 1: cannot create {ws}/.git/config: Read-only file system\n")
+    );
+    // HOME is private, not the user's.
+    let home = run("printf %s \"$HOME\"".to_owned()).await;
+    assert!(home.contains("zotbox-home-"), "{home}");
+    // Attack: a detached child meant to outlive the extension.
+    let token = format!("sleep 120 # {}", lab.workspace.display());
+    run(format!("setsid sh -c '{token}' > /dev/null 2>&1 &")).await;
+    host.shutdown().await;
+    let left = crate::support::eventually("the detached child to die", || {
+        survivor(&token).is_none().then_some(())
+    })
+    .await;
+    assert!(
+        left.is_some(),
+        "a detached child survived: {:?}",
+        survivor(&token)
+    );
+    assert!(!written.exists());
+    assert_eq!(
+        std::fs::read_to_string(dir.join("probe.py")).expect("probe"),
+        NATIVE_PROBE
+    );
+    assert_eq!(
+        std::fs::read_to_string(lab.workspace.join(".git/config")).expect("config"),
+        "[core]\n"
+    );
+
+    // Control: without `confine_native`, a native extension runs as zot
+    // runs it, and reads the secret.
+    crate::attack::user_policy(&lab, &json!({}));
+    let host = start(&lab, &[dir]).await;
+    assert_eq!(
+        answer(
+            &host,
+            "run",
+            json!({"sh": format!("cat {}/secret", outside.display())})
+        )
+        .await,
+        (false, "exit=0 out=top secret\n err=".to_owned())
+    );
+    host.shutdown().await;
+}

@@ -203,6 +203,11 @@ impl HostBuilder {
         };
         let audit = std::sync::Arc::new(crate::audit::AuditLog::open(&home.audit_log()));
         let http_config = policy.http_config();
+        let native = crate::runtime::native::NativeConfinement::from_policy(
+            &policy,
+            Some(workspace.clone()),
+            &home,
+        );
         let (events, _) = broadcast::channel(EVENT_BACKLOG);
         let (stop, _) = watch::channel(false);
         let host = Host {
@@ -231,7 +236,8 @@ impl HostBuilder {
                     provider: self.provider,
                     model: self.model,
                 },
-                launcher: crate::runtime::Launcher::new(home.clone(), self.progress),
+                launcher: crate::runtime::Launcher::new(home.clone(), self.progress)
+                    .with_native_confinement(native),
                 events,
                 registry: Mutex::new(super::Registry::default()),
                 stop: Mutex::new(stop),
