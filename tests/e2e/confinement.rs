@@ -569,7 +569,7 @@ async fn a_confined_native_extension_reaches_its_folder_its_data_and_the_workspa
     crate::attack::user_policy(&lab, &json!({"confine_native": true}));
     let dir = native_probe(&lab);
     let data = lab.home.join("data/natprobe");
-    let host = start(&lab, &[dir.clone()]).await;
+    let host = start(&lab, std::slice::from_ref(&dir)).await;
     let run = |script: String| {
         let host = &host;
         async move {
