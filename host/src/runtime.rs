@@ -149,6 +149,20 @@ impl Launcher {
         }
     }
 
+    /// The data dir a confined native extension may write
+    /// (`$ZOT_HOME/data/<name>/`), when native extensions are confined.
+    pub fn native_data_dir(
+        &self,
+        manifest: &crate::manifest::Manifest,
+    ) -> Option<std::path::PathBuf> {
+        match (&self.native, &manifest.program) {
+            (Some(native), crate::manifest::Program::Native { .. }) => {
+                Some(native.data_dir(manifest.name()))
+            }
+            _ => None,
+        }
+    }
+
     /// This launcher, starting native extensions confined by the kernel
     /// (`None`: as zot would, unconfined).
     pub fn with_native_confinement(mut self, native: Option<native::NativeConfinement>) -> Self {

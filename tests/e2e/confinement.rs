@@ -666,3 +666,28 @@ async fn a_confined_native_extension_reaches_its_folder_its_data_and_the_workspa
     );
     host.shutdown().await;
 }
+
+// ---------------------------------------------------------------------------
+// doctor
+
+/// `doctor` lists what the kernel offers; on this project's machines that
+/// is everything, so confinement adds no problem.
+#[test]
+fn doctor_lists_the_kernel_protections() {
+    let lab = Lab::new();
+    let run = zotbox_with(&lab, &[], &["doctor"]);
+    run.expect_code(0);
+    // The ABI number is the kernel's (7 on the machines this was written on).
+    assert!(
+        run.stdout
+            .lines()
+            .any(|l| l.starts_with("kernel confinement: Landlock ABI ")
+                && l.ends_with(
+                    "; Landlock, Landlock network, Landlock scopes, user namespaces, mount \
+                 namespaces, PID namespaces, network namespaces"
+                )),
+        "{}",
+        run.stdout
+    );
+    assert!(!run.stdout.contains("this kernel: lacks"), "{}", run.stdout);
+}

@@ -214,10 +214,10 @@ impl Kernel {
 pub enum ConfineError {
     /// The policy requires a protection the kernel lacks.
     #[error(
-        "{} is not available on this kernel, and policy `{}` sets `require_confinement: true`; \
-         run `zotbox doctor` to see what this kernel offers",
-        protection.describe(),
-        policy.display()
+        "policy `{}` requires kernel confinement (`require_confinement: true`), but this \
+         kernel lacks {}; run `zotbox doctor` to see what it offers",
+        policy.display(),
+        protection.describe()
     )]
     Unavailable {
         /// What is missing.
@@ -1088,18 +1088,19 @@ mod tests {
                     landlock_abi: 0,
                     namespaces: Ok(()),
                 },
-                "Landlock (file access: workspace and system directories only) is not available \
-                 on this kernel, and policy `/etc/zotbox/policy.json` sets \
-                 `require_confinement: true`; run `zotbox doctor` to see what this kernel offers",
+                "policy `/etc/zotbox/policy.json` requires kernel confinement \
+                 (`require_confinement: true`), but this kernel lacks Landlock (file access: \
+                 workspace and system directories only); run `zotbox doctor` to see what it \
+                 offers",
             ),
             (
                 Kernel {
                     landlock_abi: 7,
                     namespaces: Err("no".to_owned()),
                 },
-                "unprivileged user namespaces is not available on this kernel, and policy \
-                 `/etc/zotbox/policy.json` sets `require_confinement: true`; run `zotbox doctor` \
-                 to see what this kernel offers",
+                "policy `/etc/zotbox/policy.json` requires kernel confinement \
+                 (`require_confinement: true`), but this kernel lacks unprivileged user \
+                 namespaces; run `zotbox doctor` to see what it offers",
             ),
         ];
         for (kernel, message) in cases {
