@@ -664,7 +664,8 @@ fn main() -> Result<()> {
         for (name, argv) in [
             ("`printf hi` by execve", &["printf", "hi"][..]),
             (
-                "`sh -c 'echo hi | wc -c'`",
+                // `\|`: a pipe inside a Markdown table cell.
+                "`sh -c 'echo hi \\| wc -c'`",
                 &["sh", "-c", "echo hi | wc -c"][..],
             ),
         ] {
