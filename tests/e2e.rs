@@ -25,6 +25,8 @@ mod attack;
 mod chain;
 #[path = "e2e/cli.rs"]
 mod cli;
+#[path = "e2e/confinement.rs"]
+mod confinement;
 #[path = "e2e/control_paths.rs"]
 mod control_paths;
 #[path = "e2e/data.rs"]

@@ -14,7 +14,10 @@
 //! - the deny check of a command read as shell words (vs a plain one), and
 //!   loading the heavy plugins the deny-rule budget refuses;
 //! - a data `read` tool on a 1 MiB file vs `std::fs::read`, and a data
-//!   `http` tool against a loopback HTTPS server vs a direct reqwest call.
+//!   `http` tool against a loopback HTTPS server vs a direct reqwest call;
+//! - a shell command run confined by the kernel (Landlock, user, mount, PID
+//!   and network namespaces, private HOME) vs the same command spawned
+//!   unconfined, by `execve` and with `sh -c`.
 //!
 //! Each figure is a median (or a percentile) over many runs, measured with
 //! its own warm-up; the machine's load shows in absolutes, so read ratios.
@@ -528,6 +531,60 @@ async fn data_tools(base: &Path, scale: &Scale) -> Result<DataFigures> {
     })
 }
 
+/// The same command run confined (the capability layer's `shell::run`)
+/// and spawned unconfined as before issue 10 (scrubbed environment, own
+/// process group, piped output): `(confined, unconfined)` medians.
+async fn shell_cost(base: &Path, argv: &[&str], scale: &Scale) -> Result<(Duration, Duration)> {
+    use zotbox::capability::confine::Settings;
+    use zotbox::capability::shell::{self, Invocation, Rendered, ShellLimits};
+    let workspace = base.join("shell-ws");
+    std::fs::create_dir_all(workspace.join(".git"))?;
+    let command = Rendered {
+        shown: argv.join(" "),
+        invocation: Invocation::Exec(argv.iter().map(|w| (*w).to_owned()).collect()),
+    };
+    let confined = median_of(scale.data_calls, || {
+        let (command, workspace) = (command.clone(), workspace.clone());
+        async move {
+            let output = shell::run(
+                &command,
+                &workspace,
+                &ShellLimits::default(),
+                &Settings::default(),
+            )
+            .await?;
+            if output.exit_code != Some(0) {
+                return Err(format!("`{}` failed: {}", command.shown, output.stderr).into());
+            }
+            Ok(output)
+        }
+    })
+    .await?;
+    let unconfined = median_of(scale.data_calls, || {
+        let workspace = workspace.clone();
+        let argv: Vec<String> = argv.iter().map(|w| (*w).to_owned()).collect();
+        async move {
+            let output = tokio::process::Command::new(&argv[0])
+                .args(&argv[1..])
+                .current_dir(&workspace)
+                .env_clear()
+                .env("PATH", shell::SAFE_PATH)
+                .env("HOME", &workspace)
+                .env("LANG", "C.UTF-8")
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .process_group(0)
+                .kill_on_drop(true)
+                .output()
+                .await?;
+            Ok(output)
+        }
+    })
+    .await?;
+    Ok((confined, unconfined))
+}
+
 fn micros(d: Duration) -> String {
     format!("{:.1} µs", d.as_secs_f64() * 1e6)
 }
@@ -683,6 +740,24 @@ fn main() -> Result<()> {
             micros(data.http_direct),
             dur_ratio(data.http_tool, data.http_direct),
         );
+
+        eprintln!("confined shell…");
+        for (name, argv) in [
+            ("`printf hi` by execve", &["printf", "hi"][..]),
+            (
+                // `\|`: a pipe inside a Markdown table cell.
+                "`sh -c 'echo hi \\| wc -c'`",
+                &["sh", "-c", "echo hi | wc -c"][..],
+            ),
+        ] {
+            let (confined, unconfined) = shell_cost(base, argv, &scale).await?;
+            row(
+                &format!("shell {name}, confined (vs unconfined)"),
+                millis(confined),
+                millis(unconfined),
+                dur_ratio(confined, unconfined),
+            );
+        }
         Ok::<_, Box<dyn std::error::Error + Send + Sync>>(rows)
     })?;
     println!("\n| measure | zotbox (wasm) | native / direct | ratio |\n|---|---:|---:|---:|");

@@ -168,7 +168,10 @@ pub async fn run(
                 reason,
             }
         })?;
-    let launcher = Launcher::new(home, false);
+    // The workspace is named only by zot's `hello_ack`, after the start:
+    // a confined native extension gets none.
+    let native = crate::runtime::native::NativeConfinement::from_policy(&policy, None, &home);
+    let launcher = Launcher::new(home, false).with_native_confinement(native);
     let transport = launcher
         .start(&manifest, limits, sandbox)
         .await
@@ -217,6 +220,7 @@ fn services(home: &ZotHome, policy: &Policy, dir: &Path) -> Arc<Services> {
             home.root(),
             &[dir.to_path_buf()],
         ))
+        .with_confinement(policy)
     })
 }
 

@@ -20,6 +20,7 @@
 //! from the jail's directory handle), so the guard chain, the audit log and
 //! the wire error read it without parsing strings.
 
+pub mod confine;
 pub mod fs;
 pub mod http;
 pub mod shell;

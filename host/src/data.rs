@@ -622,7 +622,7 @@ mod tests {
             .tools
             .iter()
             .map(|t| {
-                let ToolKind::Shell { command } = &t.kind else {
+                let ToolKind::Shell { command, .. } = &t.kind else {
                     panic!("not shell")
                 };
                 (t.name.as_str(), command.clone())

@@ -705,7 +705,13 @@ impl Host {
             model: settings.model.clone(),
             cwd: settings.search.workspace.display().to_string(),
             extension_dir: Some(dir.clone()),
-            data_dir: Some(dir),
+            // A confined native extension can write only its own data dir.
+            data_dir: Some(
+                self.inner
+                    .launcher
+                    .native_data_dir(manifest)
+                    .map_or(dir, |d| d.display().to_string()),
+            ),
         }
     }
 

@@ -136,6 +136,7 @@ pub enum StartError {
 pub struct Launcher {
     home: crate::home::ZotHome,
     progress: bool,
+    native: Option<native::NativeConfinement>,
     wasm: std::sync::OnceLock<Result<Arc<wasm::WasmRuntime>, String>>,
 }
 
@@ -146,8 +147,30 @@ impl Launcher {
         Self {
             home,
             progress,
+            native: None,
             wasm: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The data dir a confined native extension may write
+    /// (`$ZOT_HOME/data/<name>/`), when native extensions are confined.
+    pub fn native_data_dir(
+        &self,
+        manifest: &crate::manifest::Manifest,
+    ) -> Option<std::path::PathBuf> {
+        match (&self.native, &manifest.program) {
+            (Some(native), crate::manifest::Program::Native { .. }) => {
+                Some(native.data_dir(manifest.name()))
+            }
+            _ => None,
+        }
+    }
+
+    /// This launcher, starting native extensions confined by the kernel
+    /// (`None`: as zot would, unconfined).
+    pub fn with_native_confinement(mut self, native: Option<native::NativeConfinement>) -> Self {
+        self.native = native;
+        self
     }
 
     /// The wasm runtime, set up on first use.
@@ -182,7 +205,8 @@ impl Launcher {
         let log = open_log(&self.home.extension_log(manifest.name()));
         match &manifest.program {
             crate::manifest::Program::Native { exec, args } => {
-                Ok(native::spawn(exec, args, &manifest.dir, log)?)
+                let confinement = self.native.as_ref().map(|c| (c, manifest.name()));
+                Ok(native::spawn(exec, args, &manifest.dir, log, confinement)?)
             }
             crate::manifest::Program::Wasm { path } => Ok(self
                 .wasm()?

@@ -26,7 +26,7 @@ use std::sync::{Arc, OnceLock};
 use crate::audit::{AuditLog, AuditRecord, Decision};
 use crate::capability::fs::{ControlPaths, Entry, FsGrant, FsLimits, Jail, Metadata};
 use crate::capability::http::{HttpClient, HttpConfig, HttpGrant, Request, Response};
-use crate::capability::shell::{Output, ShellGrant, ShellLimits};
+use crate::capability::shell::{Output, Rendered, ShellGrant, ShellLimits};
 use crate::capability::{Capability, CapabilityError};
 use crate::policy::Grant;
 
@@ -169,6 +169,8 @@ pub struct Services {
     pub fs_limits: FsLimits,
     /// Caps on shell commands.
     pub shell_limits: ShellLimits,
+    /// What the policy says about kernel confinement of shell commands.
+    pub confinement: crate::capability::confine::Settings,
     /// Where every decision is recorded.
     pub audit: Arc<AuditLog>,
     /// The guard chain shell commands pass.
@@ -205,6 +207,7 @@ impl Services {
             control: ControlSources::default(),
             fs_limits: FsLimits::default(),
             shell_limits: ShellLimits::default(),
+            confinement: crate::capability::confine::Settings::default(),
             audit,
             guard,
         }
@@ -220,6 +223,12 @@ impl Services {
     /// The workspace root, once known.
     pub fn workspace(&self) -> Option<&Path> {
         self.workspace.get().map(PathBuf::as_path)
+    }
+
+    /// These services with the policy's confinement settings.
+    pub fn with_confinement(mut self, policy: &crate::policy::Policy) -> Self {
+        self.confinement = confinement_of(policy);
+        self
     }
 
     /// Names the workspace root; only the first call has an effect.
@@ -495,12 +504,23 @@ impl Sandbox {
     ///
     /// [`CapabilityError`]: refused by the grant or the guard, timed out, or failed.
     pub async fn run_shell(&self, command: &str) -> Result<Output, CapabilityError> {
+        self.run_command(&Rendered::shell(command)).await
+    }
+
+    /// Runs a rendered command (a data tool's `execve` argv, or a line for
+    /// `sh -c`): the grant and the guard chain judge its shown line.
+    ///
+    /// # Errors
+    ///
+    /// As [`Sandbox::run_shell`].
+    pub async fn run_command(&self, command: &Rendered) -> Result<Output, CapabilityError> {
         let outcome = self.shell_unaudited(command).await;
-        self.audit(Capability::Shell, command, &outcome);
+        self.audit(Capability::Shell, &command.shown, &outcome);
         outcome
     }
 
-    async fn shell_unaudited(&self, command: &str) -> Result<Output, CapabilityError> {
+    async fn shell_unaudited(&self, rendered: &Rendered) -> Result<Output, CapabilityError> {
+        let command = rendered.shown.as_str();
         if let Err(err) = self.shell.allows(command) {
             let declared_allows = self.shell_declared.allows(command).is_ok();
             return Err(self.blame_policy(err, "shell", declared_allows));
@@ -513,10 +533,11 @@ impl Sandbox {
             ));
         }
         crate::capability::shell::run(
-            command,
+            rendered,
             self.services
                 .workspace_or_refuse(Capability::Shell, command)?,
             &self.services.shell_limits,
+            &self.services.confinement,
         )
         .await
     }
@@ -565,6 +586,14 @@ impl Sandbox {
             ));
         }
         granted
+    }
+}
+
+/// The confinement settings `policy` implies.
+pub fn confinement_of(policy: &crate::policy::Policy) -> crate::capability::confine::Settings {
+    crate::capability::confine::Settings {
+        shell_network: policy.shell_network(),
+        required_by: policy.confinement_required_by().map(Path::to_owned),
     }
 }
 

@@ -1529,8 +1529,9 @@ fn a_policy_env_ceiling_removes_a_declared_variable() {
     );
 }
 
-/// Shell commands run with a scrubbed environment: `PATH`, `HOME` (the
-/// workspace) and `LANG`, plus what `sh` sets itself; never the host's.
+/// Shell commands run with a scrubbed environment: `PATH`, `LANG`, and
+/// `HOME` and `TMPDIR` (a private folder, never the workspace), plus what
+/// `sh` sets itself; never the host's.
 #[test]
 fn shell_commands_run_in_a_scrubbed_environment() {
     let lab = Lab::new();
@@ -1555,7 +1556,12 @@ fn shell_commands_run_in_a_scrubbed_environment() {
         names.sort_unstable();
         let extra: Vec<&&str> = names
             .iter()
-            .filter(|name| !["HOME", "LANG", "PATH", "PWD", "SHLVL", "_", "OLDPWD"].contains(name))
+            .filter(|name| {
+                ![
+                    "HOME", "LANG", "PATH", "PWD", "SHLVL", "_", "OLDPWD", "TMPDIR",
+                ]
+                .contains(name)
+            })
             .collect();
         assert!(
             extra.is_empty(),
@@ -1567,12 +1573,19 @@ fn shell_commands_run_in_a_scrubbed_environment() {
                 "{front}: `{secret}` leaked: {stdout}"
             );
         }
-        let home = format!("HOME={}", lab.workspace.display());
-        for line in [
-            home.as_str(),
-            "PATH=/usr/local/bin:/usr/bin:/bin",
-            "LANG=C.UTF-8",
-        ] {
+        let home = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("HOME="))
+            .unwrap_or_else(|| panic!("{front}: no HOME in {stdout}"));
+        assert!(
+            !std::path::Path::new(home).starts_with(&lab.workspace),
+            "{front}: HOME is in the workspace: {home}"
+        );
+        assert!(
+            stdout.lines().any(|l| l == format!("TMPDIR={home}")),
+            "{front}: TMPDIR is not the private HOME in {stdout}"
+        );
+        for line in ["PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8"] {
             assert!(
                 stdout.lines().any(|l| l == line),
                 "{front}: no `{line}` in {stdout}"

@@ -320,14 +320,15 @@ fn doctor_names_every_malformed_data_file_and_passes_when_all_is_well() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn data_tool_output_over_the_cap_is_truncated_with_a_marker() {
     let lab = Lab::new();
-    data_tool(
-        &lab,
-        &shell_tool("flood", "head -c 30005 /dev/zero | tr '\\000' a"),
-    );
-    data_tool(
-        &lab,
-        &shell_tool("exact", "head -c 30000 /dev/zero | tr '\\000' b"),
-    );
+    // Pipes are shell syntax, so these templates declare it.
+    for (name, command) in [
+        ("flood", "head -c 30005 /dev/zero | tr '\\000' a"),
+        ("exact", "head -c 30000 /dev/zero | tr '\\000' b"),
+    ] {
+        let mut tool = shell_tool(name, command);
+        tool["shell"] = json!(true);
+        data_tool(&lab, &tool);
+    }
     data_tool(
         &lab,
         &json!({"name": "peek", "description": "reads", "kind": "read", "path": "{arg}"}),

@@ -7,10 +7,12 @@
 //!   declared patterns. A command that uses shell syntax the patterns cannot
 //!   see through (operators, expansions, globbing, comments) is refused unless
 //!   a pattern is exactly `**`, so what is matched is what `sh` runs.
-//! - [`quote`] and [`render_template`] turn a data tool's `{arg}` into one
-//!   single-quoted word, so an argument can never become a second command.
-//! - [`run`] executes with `sh -c` in a scrubbed environment, in its own
-//!   process group, under a timeout and an output cap.
+//! - [`template::Template`] splits a data tool's command once at load, so
+//!   its `{arg}` is one argv element wherever it stands and the program runs
+//!   by `execve`; only templates that declare `"shell": true` run with
+//!   `sh -c`, and there `{arg}` is a bare word, single-quoted by [`quote`].
+//! - [`run`] executes a [`Rendered`] command in a scrubbed environment, in
+//!   its own process group, under a timeout and an output cap.
 
 use std::path::Path;
 use std::process::Stdio;
@@ -19,7 +21,12 @@ use std::time::Duration;
 use globset::{GlobBuilder, GlobMatcher};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
+use super::confine::{self, ConfineError, Jail};
 use super::{Capability, CapabilityError, granted_list};
+
+pub mod template;
+
+pub use template::{Invocation, Rendered};
 
 /// Default deadline of one command: 30 s.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -289,12 +296,6 @@ pub fn quote(arg: &str) -> String {
     format!("'{}'", arg.replace('\'', r"'\''"))
 }
 
-/// Replaces every `{arg}` in a data tool's command template with
-/// [`quote`]`(arg)` (an absent argument becomes `''`).
-pub fn render_template(template: &str, arg: Option<&str>) -> String {
-    template.replace("{arg}", &quote(arg.unwrap_or("")))
-}
-
 /// Caps on one command; they keep a runaway command from holding the host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ShellLimits {
@@ -329,50 +330,101 @@ pub struct Output {
     pub truncated: bool,
 }
 
-/// Runs `command` with `sh -c` in `cwd` and waits for it.
+impl Rendered {
+    /// A command line for `sh -c`, shown as it is (the `shell` capability).
+    pub fn shell(command: impl Into<String>) -> Self {
+        let command = command.into();
+        Self {
+            invocation: Invocation::Shell(command.clone()),
+            shown: command,
+        }
+    }
+}
+
+/// Runs `command` in `cwd` and waits for it: its [`Invocation::Shell`]
+/// line with `sh -c`, or its [`Invocation::Exec`] argv by `execve`.
 ///
-/// The environment is cleared and set to `PATH` ([`SAFE_PATH`]), `HOME`
-/// (`cwd`) and `LANG=C.UTF-8`; stdin is `/dev/null`. The command gets its own
-/// process group: when `sh` exits, or the deadline passes, the whole group is
-/// killed, so background children do not outlive it. This checks no grant:
-/// the caller runs [`ShellGrant::allows`] and the guard chain first.
+/// The command runs confined (see [`confine`]): the workspace `cwd`, the
+/// system directories, no network unless `settings` grants it, read-only
+/// control paths, in its own PID namespace. The environment is cleared and
+/// set to `PATH` ([`SAFE_PATH`]), `LANG=C.UTF-8`, and `HOME` and `TMPDIR`
+/// pointing at a private empty directory made for this run and removed
+/// after it; stdin is `/dev/null`. The command also gets its own process
+/// group: when it exits, or the deadline passes, the group (and with it the
+/// PID namespace) is killed, so no descendant outlives it. This checks no
+/// grant: the caller runs [`ShellGrant::allows`] and the guard chain first.
 ///
 /// # Errors
 ///
 /// [`CapabilityError::Invalid`] for an empty command or one with a NUL byte;
-/// [`CapabilityError::Timeout`] when the deadline passes;
-/// [`CapabilityError::Failed`] when `sh` cannot be started.
+/// [`CapabilityError::Denied`] when the policy requires a protection this
+/// kernel lacks; [`CapabilityError::Timeout`] when the deadline passes;
+/// [`CapabilityError::Failed`] when the program cannot be started.
 pub async fn run(
-    command: &str,
+    command: &Rendered,
     cwd: &Path,
     limits: &ShellLimits,
+    settings: &confine::Settings,
 ) -> Result<Output, CapabilityError> {
-    if command.trim().is_empty() {
+    let shown = command.shown.as_str();
+    let words: Vec<&str> = match &command.invocation {
+        Invocation::Shell(line) => vec!["sh", "-c", line],
+        Invocation::Exec(argv) => argv.iter().map(String::as_str).collect(),
+    };
+    let Some((program, args)) = words.split_first() else {
+        return Err(CapabilityError::Invalid("the command is empty".to_owned()));
+    };
+    if program.is_empty()
+        || matches!(&command.invocation, Invocation::Shell(line) if line.trim().is_empty())
+    {
         return Err(CapabilityError::Invalid("the command is empty".to_owned()));
     }
-    if command.contains('\0') {
+    if words.iter().any(|word| word.contains('\0')) {
         return Err(CapabilityError::Invalid(format!(
             "command `{}` contains a NUL byte",
-            command.escape_default()
+            shown.escape_default()
         )));
     }
-    let mut child = tokio::process::Command::new("sh")
-        .arg("-c")
-        .arg(command)
+    let home = tempfile::Builder::new()
+        .prefix("zotbox-home-")
+        .tempdir()
+        .map_err(|err| {
+            CapabilityError::Failed(format!("cannot make a private home for `{shown}`: {err}"))
+        })?;
+    let jail = Jail {
+        workspace: Some(cwd.to_owned()),
+        write: vec![home.path().to_owned()],
+        network: settings.shell_network,
+        ..Jail::default()
+    };
+    let confinement = jail.prepare(settings).map_err(|err| match err {
+        ConfineError::Unavailable { .. } => {
+            CapabilityError::denied(Capability::Shell, shown, err.to_string())
+        }
+        ConfineError::Prepare(_) => CapabilityError::Failed(format!("`{shown}`: {err}")),
+    })?;
+    let mut child = tokio::process::Command::new(program);
+    child
+        .args(args)
         .current_dir(cwd)
         .env_clear()
         .env("PATH", SAFE_PATH)
-        .env("HOME", cwd)
+        .env("HOME", home.path())
+        .env("TMPDIR", home.path())
         .env("LANG", "C.UTF-8")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|err| {
-            CapabilityError::Failed(format!("cannot start `sh` for `{command}`: {err}"))
-        })?;
+        .kill_on_drop(true);
+    confinement.install(child.as_std_mut());
+    let mut child = child.spawn().map_err(|err| {
+        CapabilityError::Failed(format!(
+            "cannot start `{program}` for `{shown}`: {}",
+            confinement.explain(&err)
+        ))
+    })?;
+    drop(confinement);
     let group = child
         .id()
         .and_then(|id| i32::try_from(id).ok())
@@ -393,7 +445,7 @@ pub async fn run(
     match finished {
         Ok(((stdout, out_cut), (stderr, err_cut), status)) => {
             let status = status.map_err(|err| {
-                CapabilityError::Failed(format!("cannot wait for `{command}`: {err}"))
+                CapabilityError::Failed(format!("cannot wait for `{shown}`: {err}"))
             })?;
             Ok(Output {
                 stdout: String::from_utf8_lossy(&stdout).into_owned(),
@@ -404,10 +456,10 @@ pub async fn run(
         }
         Err(_) => {
             kill_group(group);
-            // Reap `sh`; SIGKILL makes this quick.
+            // Reap it; SIGKILL makes this quick.
             let _ = child.wait().await;
             Err(CapabilityError::Timeout {
-                what: format!("command `{command}`"),
+                what: format!("command `{shown}`"),
                 ms: u64::try_from(limits.timeout.as_millis()).unwrap_or(u64::MAX),
             })
         }
@@ -452,6 +504,19 @@ mod tests {
     use std::time::Instant;
 
     use super::*;
+
+    fn sh(command: &str) -> Rendered {
+        Rendered::shell(command)
+    }
+
+    /// [`super::run`] under the default policy: confined, no network.
+    async fn run(
+        command: &Rendered,
+        cwd: &Path,
+        limits: &ShellLimits,
+    ) -> Result<Output, CapabilityError> {
+        super::run(command, cwd, limits, &confine::Settings::default()).await
+    }
 
     fn grant(patterns: &[&str]) -> ShellGrant {
         ShellGrant::new(&patterns.iter().map(|p| (*p).to_owned()).collect::<Vec<_>>()).unwrap()
@@ -625,18 +690,20 @@ mod tests {
         assert_eq!(quote("abc"), "'abc'");
         assert_eq!(quote(""), "''");
         assert_eq!(quote("it's"), r"'it'\''s'");
+        let shell = template::Template::parse("grep -n {arg} {arg}", true).unwrap();
         assert_eq!(
-            render_template("grep -n {arg} {arg}", Some("a b")),
+            shell.render(Some("a b")).unwrap().shown,
             "grep -n 'a b' 'a b'"
         );
-        assert_eq!(render_template("ls {arg}", None), "ls ''");
         // A quoted argument passes a narrow grant as one word.
-        let rendered = render_template("ls {arg}", Some("; rm -rf ~"));
-        assert!(grant(&["ls *"]).allows(&rendered).is_ok());
+        let ls = template::Template::parse("ls {arg}", true).unwrap();
+        assert_eq!(ls.render(None).unwrap().shown, "ls ''");
+        let rendered = ls.render(Some("; rm -rf ~")).unwrap();
+        assert!(grant(&["ls *"]).allows(&rendered.shown).is_ok());
     }
 
     #[tokio::test]
-    async fn quoted_arguments_cannot_become_commands() {
+    async fn arguments_cannot_become_commands_in_either_kind_of_template() {
         let dir = tempfile::tempdir().unwrap();
         let attacks = [
             // Attack: a second command after `;`.
@@ -653,29 +720,32 @@ mod tests {
             "\"$(touch pwned)\"",
             // Attack: `{arg}` inside the argument is not expanded again.
             "{arg}; touch pwned",
-            // Variables, globs, options and non-ASCII stay literal.
-            "$HOME * ? ~ -n",
+            // Variables, globs and non-ASCII stay literal.
+            "$HOME * ? ~ x",
             "ü 🙂 %s %n",
             "",
         ];
-        for attack in attacks {
-            let command = render_template("printf %s {arg}", Some(attack));
-            let output = run(&command, dir.path(), &ShellLimits::default())
-                .await
-                .unwrap();
-            assert_eq!(output.stdout, attack, "{command}");
-            assert_eq!(output.exit_code, Some(0), "{command}: {}", output.stderr);
-            assert!(
-                !dir.path().join("pwned").exists(),
-                "{command} ran a command"
-            );
+        for shell in [false, true] {
+            let template = template::Template::parse("printf %s {arg}", shell).unwrap();
+            for attack in attacks {
+                let command = template.render(Some(attack)).unwrap();
+                let output = run(&command, dir.path(), &ShellLimits::default())
+                    .await
+                    .unwrap();
+                assert_eq!(output.stdout, attack, "{command:?}");
+                assert_eq!(output.exit_code, Some(0), "{command:?}: {}", output.stderr);
+                assert!(
+                    !dir.path().join("pwned").exists(),
+                    "{command:?} ran a command"
+                );
+            }
         }
     }
 
     #[tokio::test]
     async fn the_environment_is_scrubbed() {
         let dir = tempfile::tempdir().unwrap();
-        let output = run("env", dir.path(), &ShellLimits::default())
+        let output = run(&sh("env"), dir.path(), &ShellLimits::default())
             .await
             .unwrap();
         let mut names: Vec<&str> = output
@@ -686,10 +756,9 @@ mod tests {
         names.sort_unstable();
         // `sh` itself adds PWD (and some shells SHLVL, `_`); nothing else appears.
         names.retain(|name| !matches!(*name, "PWD" | "OLDPWD" | "SHLVL" | "_"));
-        assert_eq!(names, ["HOME", "LANG", "PATH"], "{}", output.stdout);
-        let home = format!("HOME={}", dir.path().display());
-        assert!(
-            output.stdout.lines().any(|line| line == home),
+        assert_eq!(
+            names,
+            ["HOME", "LANG", "PATH", "TMPDIR"],
             "{}",
             output.stdout
         );
@@ -698,7 +767,7 @@ mod tests {
         for (name, _) in std::env::vars() {
             if !matches!(
                 name.as_str(),
-                "HOME" | "LANG" | "PATH" | "PWD" | "OLDPWD" | "SHLVL" | "_"
+                "HOME" | "LANG" | "PATH" | "PWD" | "OLDPWD" | "SHLVL" | "_" | "TMPDIR"
             ) {
                 let prefix = format!("{name}=");
                 assert!(
@@ -709,13 +778,44 @@ mod tests {
         }
     }
 
+    #[tokio::test]
+    async fn home_and_tmpdir_are_a_private_empty_folder_removed_after_the_run() {
+        let dir = tempfile::tempdir().unwrap();
+        // Attack: a repository's tracked `.gitconfig` read as git's global config.
+        std::fs::write(
+            dir.path().join(".gitconfig"),
+            "[core]\n\tfsmonitor = touch pwned\n",
+        )
+        .unwrap();
+        let output = run(
+            &sh("echo \"$HOME\"; echo \"$TMPDIR\"; ls -A \"$HOME\"; touch \"$HOME/x\""),
+            dir.path(),
+            &ShellLimits::default(),
+        )
+        .await
+        .unwrap();
+        let lines: Vec<&str> = output.stdout.lines().collect();
+        assert_eq!(
+            lines.len(),
+            2,
+            "the private home was not empty: {}",
+            output.stdout
+        );
+        assert_eq!(lines[0], lines[1]);
+        let home = Path::new(lines[0]);
+        assert_ne!(home, dir.path());
+        assert!(!home.starts_with(dir.path()), "{}", home.display());
+        assert_eq!(output.exit_code, Some(0), "{}", output.stderr);
+        assert!(!home.exists(), "the private home outlived the run");
+    }
+
     /// Runs in a child process with a secret in its environment (see below).
     #[tokio::test]
     #[ignore = "run by `a_secret_in_the_host_environment_does_not_leak` in a child process"]
     async fn secret_env_child() {
         let dir = tempfile::tempdir().unwrap();
         let output = run(
-            "env; echo \"[$ZOTBOX_TEST_SECRET]\"",
+            &sh("env; echo \"[$ZOTBOX_TEST_SECRET]\""),
             dir.path(),
             &ShellLimits::default(),
         )
@@ -758,23 +858,25 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_timeout_kills_the_whole_group() {
+    async fn the_timeout_kills_every_descendant_setsid_included() {
         let dir = tempfile::tempdir().unwrap();
         let limits = ShellLimits {
-            timeout: Duration::from_millis(300),
+            timeout: Duration::from_millis(1000),
             ..ShellLimits::default()
         };
-        // Attack: a command that never ends, with a background child.
+        // Attack: a command that never ends, with a background child in a
+        // session of its own (`/proc` is the host's, so it names its host pid).
+        let command = "setsid sh -c 'readlink /proc/self > bg.pid; exec sleep 30' & sleep 30";
         let started = Instant::now();
-        let result = run("sleep 30 & echo $! > bg.pid; sleep 30", dir.path(), &limits).await;
+        let result = run(&sh(command), dir.path(), &limits).await;
         assert_eq!(
             result,
             Err(CapabilityError::Timeout {
-                what: "command `sleep 30 & echo $! > bg.pid; sleep 30`".to_owned(),
-                ms: 300
+                what: format!("command `{command}`"),
+                ms: 1000
             })
         );
-        assert!(started.elapsed() < Duration::from_secs(5));
+        assert!(started.elapsed() < Duration::from_secs(10));
         let pid = std::fs::read_to_string(dir.path().join("bg.pid")).unwrap();
         let pid = pid.trim();
         let deadline = Instant::now() + Duration::from_secs(3);
@@ -782,14 +884,24 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         assert!(is_dead(pid), "background child {pid} survived");
-        // Background children also end when `sh` exits on its own, instead
-        // of holding the output pipes open until the deadline.
+        // Background children also end when the command exits on its own,
+        // instead of holding the output pipes open until the deadline, and
+        // `setsid` does not save them.
         let started = Instant::now();
-        let output = run("sleep 30 & echo done", dir.path(), &ShellLimits::default())
-            .await
-            .unwrap();
+        let output = run(
+            &sh("setsid sh -c 'sleep 1; touch pwned' & echo done"),
+            dir.path(),
+            &ShellLimits::default(),
+        )
+        .await
+        .unwrap();
         assert_eq!(output.stdout, "done\n");
         assert!(started.elapsed() < Duration::from_secs(5));
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert!(
+            !dir.path().join("pwned").exists(),
+            "a detached child survived"
+        );
     }
 
     #[tokio::test]
@@ -801,7 +913,7 @@ mod tests {
         };
         // Attack: a flood of output on both streams; the command still finishes.
         let output = run(
-            "head -c 1000000 /dev/zero | tr '\\0' x; head -c 5000 /dev/zero >&2",
+            &sh("head -c 1000000 /dev/zero | tr '\\0' x; head -c 5000 /dev/zero >&2"),
             dir.path(),
             &limits,
         )
@@ -812,24 +924,26 @@ mod tests {
         assert!(output.truncated);
         assert_eq!(output.exit_code, Some(0));
         // Within the cap nothing is marked.
-        let output = run("echo hi; exit 3", dir.path(), &limits).await.unwrap();
+        let output = run(&sh("echo hi; exit 3"), dir.path(), &limits)
+            .await
+            .unwrap();
         assert_eq!(
             (output.stdout.as_str(), output.exit_code, output.truncated),
             ("hi\n", Some(3), false)
         );
         // Killed by a signal: no exit code.
-        let output = run("kill -9 $$", dir.path(), &limits).await.unwrap();
+        let output = run(&sh("kill -9 $$"), dir.path(), &limits).await.unwrap();
         assert_eq!(output.exit_code, None);
         // Stdin is empty, not the host's.
-        let output = run("cat", dir.path(), &limits).await.unwrap();
+        let output = run(&sh("cat"), dir.path(), &limits).await.unwrap();
         assert_eq!(output.stdout, "");
         // Malformed commands.
         assert!(matches!(
-            run(" ", dir.path(), &limits).await,
+            run(&sh(" "), dir.path(), &limits).await,
             Err(CapabilityError::Invalid(_))
         ));
         assert!(matches!(
-            run("echo a\0b", dir.path(), &limits).await,
+            run(&sh("echo a\0b"), dir.path(), &limits).await,
             Err(CapabilityError::Invalid(_))
         ));
     }

@@ -74,7 +74,7 @@ impl Args {
         approvals.save()?;
         // Approval is bound to exactly this template: show what was approved.
         let what = match &tool.kind {
-            ToolKind::Shell { command } => format!("shell `{}`", Shown(command)),
+            ToolKind::Shell { command, .. } => format!("shell `{}`", Shown(command)),
             ToolKind::Http { url } => format!("http `{}`", Shown(url)),
             ToolKind::Read { path } => format!("read `{}`", Shown(path)),
         };

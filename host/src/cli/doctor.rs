@@ -95,6 +95,11 @@ impl Args {
             }
             host.shutdown().await;
         }
+        confinement(
+            host.as_ref().map(crate::Host::policy),
+            &mut notes,
+            &mut findings,
+        );
         let logs = home.logs_dir();
         let probe = logs.join(".doctor-probe");
         let writable =
@@ -192,5 +197,60 @@ fn workspace_findings(host: &Host, findings: &mut Vec<(String, String)>, notes: 
             )
         };
         findings.push((subject, problem));
+    }
+}
+
+/// The kernel protections shell commands (and native extensions under
+/// `confine_native`) run under: one note listing what this kernel offers,
+/// one finding per protection it lacks, saying what runs without it.
+fn confinement(
+    policy: Option<&crate::policy::Policy>,
+    notes: &mut Vec<String>,
+    findings: &mut Vec<(String, String)>,
+) {
+    use crate::capability::confine::{Kernel, Protection};
+    let kernel = Kernel::get();
+    let offered: Vec<&str> = kernel
+        .report()
+        .into_iter()
+        .filter(|(_, offered)| offered.is_ok())
+        .map(|(protection, _)| match protection {
+            Protection::Landlock => "Landlock",
+            Protection::LandlockNetwork => "Landlock network",
+            Protection::LandlockScopes => "Landlock scopes",
+            Protection::UserNamespace => "user namespaces",
+            Protection::MountNamespace => "mount namespaces",
+            Protection::PidNamespace => "PID namespaces",
+            Protection::NetworkNamespace => "network namespaces",
+        })
+        .collect();
+    notes.push(format!(
+        "kernel confinement: Landlock ABI {}; {}",
+        kernel.landlock_abi,
+        if offered.is_empty() {
+            "no protection available".to_owned()
+        } else {
+            offered.join(", ")
+        }
+    ));
+    let required_by = policy.and_then(crate::policy::Policy::confinement_required_by);
+    for (protection, offered) in kernel.report() {
+        let Err(why) = offered else {
+            continue;
+        };
+        let consequence = match required_by {
+            Some(path) => format!(
+                "policy `{}` sets `require_confinement: true`, so shell commands and native \
+                 extensions are refused",
+                path.display()
+            ),
+            None => "shell commands (and native extensions under `confine_native`) run \
+                     without it"
+                .to_owned(),
+        };
+        findings.push((
+            "this kernel".to_owned(),
+            format!("lacks {} ({why}); {consequence}", protection.describe()),
+        ));
     }
 }

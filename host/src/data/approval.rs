@@ -401,6 +401,7 @@ mod tests {
             description: "d".to_owned(),
             kind: ToolKind::Shell {
                 command: command.to_owned(),
+                shell: false,
             },
             auto_approve,
             path: PathBuf::from("/zot/tools/deploy.json"),

@@ -13,8 +13,12 @@
 //! The model passes one optional string, `arg`, substituted into every
 //! `{arg}` of the template. What it may become is bounded per kind:
 //!
-//! - `shell`: the capability layer inserts it as one shell-quoted word and
-//!   runs the command through the guard chain; nothing is rendered here.
+//! - `shell`: the template is split into words at load and runs by
+//!   `execve`, `{arg}` being part of exactly one argument wherever it
+//!   stands; a template that needs pipes, `&&` or redirection declares
+//!   `"shell": true` and may then use `{arg}` only as a bare word, which is
+//!   single-quoted (see [`crate::capability::shell::template`] for every
+//!   rule). A template that breaks a rule is refused at load, naming it.
 //! - `http`: it is percent-encoded, and the template must fix the scheme
 //!   (`https`), host and port, so the argument can only change the path,
 //!   query or fragment.
@@ -26,6 +30,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{DataError, DataOrigin, Parsed, check_name, check_text, parse_json, read_file};
+use crate::capability::shell::template::Template;
 
 /// The placeholder the argument replaces.
 pub const ARG_PLACEHOLDER: &str = "{arg}";
@@ -54,6 +59,8 @@ struct RawTool {
     path: Option<String>,
     #[serde(default = "default_true")]
     auto_approve: bool,
+    #[serde(default)]
+    shell: bool,
 }
 
 fn default_true() -> bool {
@@ -71,10 +78,13 @@ enum RawKind {
 /// What a tool does, with its template.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum ToolKind {
-    /// Runs `command` through the guard chain and the platform shell.
+    /// Runs `command` through the guard chain: by `execve`, or with
+    /// `sh -c` when the manifest says `"shell": true`.
     Shell {
         /// The command template.
         command: String,
+        /// `"shell": true`: the template uses shell syntax and runs with `sh -c`.
+        shell: bool,
     },
     /// Fetches one HTTPS URL.
     Http {
@@ -124,7 +134,7 @@ impl ToolKind {
     /// The template as written.
     pub fn template(&self) -> &str {
         match self {
-            Self::Shell { command } => command,
+            Self::Shell { command, .. } => command,
             Self::Http { url } => url,
             Self::Read { path } => path,
         }
@@ -135,12 +145,24 @@ impl ToolKind {
         self.template().contains(ARG_PLACEHOLDER)
     }
 
+    /// The parsed command template of a `shell` tool (checked at load).
+    ///
+    /// # Errors
+    ///
+    /// Why the template is refused (see [`Template::parse`]).
+    pub fn shell_template(&self) -> Option<Result<Template, String>> {
+        match self {
+            Self::Shell { command, shell } => Some(Template::parse(command, *shell)),
+            _ => None,
+        }
+    }
+
     /// Applies `arg` (absent means empty) to the template: percent-encoded
     /// for `http`, raw for `read`, and left to the capability layer for
     /// `shell`.
     pub fn render(&self, arg: Option<&str>) -> Rendered {
         match self {
-            Self::Shell { command } => Rendered::Shell {
+            Self::Shell { command, .. } => Rendered::Shell {
                 template: command.clone(),
                 arg: arg.map(str::to_owned),
             },
@@ -223,8 +245,25 @@ impl DataTool {
         })?;
         check_text(&template, MAX_TEMPLATE_CHARS)
             .map_err(|p| DataError::invalid(path, field, p))?;
+        if raw.shell && !matches!(raw.kind, RawKind::Shell) {
+            warnings.push(format!(
+                "field `shell` is ignored for a `{kind_name}` tool; only `shell` tools run commands"
+            ));
+        }
         let kind = match raw.kind {
-            RawKind::Shell => ToolKind::Shell { command: template },
+            RawKind::Shell => {
+                Template::parse(&template, raw.shell).map_err(|reason| {
+                    DataError::invalid(
+                        path,
+                        field,
+                        format!("`{}` is refused: {reason}", crate::text::Shown(&template)),
+                    )
+                })?;
+                ToolKind::Shell {
+                    command: template,
+                    shell: raw.shell,
+                }
+            }
             RawKind::Http => {
                 check_url_template(&template).map_err(|p| DataError::invalid(path, field, p))?;
                 ToolKind::Http { url: template }
@@ -391,7 +430,8 @@ mod tests {
         assert_eq!(
             shell.kind,
             ToolKind::Shell {
-                command: "git diff --name-only HEAD~10".to_owned()
+                command: "git diff --name-only HEAD~10".to_owned(),
+                shell: false
             }
         );
         assert_eq!(shell.path, Path::new(FILE));
@@ -620,6 +660,7 @@ mod tests {
         );
         let shell = ToolKind::Shell {
             command: "git log {arg}".to_owned(),
+            shell: false,
         };
         assert_eq!(
             shell.render(Some("; rm -rf /")),
@@ -627,6 +668,56 @@ mod tests {
                 template: "git log {arg}".to_owned(),
                 arg: Some("; rm -rf /".to_owned())
             }
+        );
+    }
+
+    #[test]
+    fn shell_templates_are_checked_at_load_naming_the_rule() {
+        // Plain words load and run by `execve`; shell syntax must be declared.
+        let plain = tool(
+            r#"{"name":"a","description":"d","kind":"shell","command":"git log --grep={arg}"}"#,
+        );
+        assert_eq!(
+            plain.kind.shell_template().map(|t| t.map(|t| t.is_shell())),
+            Some(Ok(false))
+        );
+        let piped = tool(
+            r#"{"name":"a","description":"d","kind":"shell","command":"git log {arg} | head","shell":true}"#,
+        );
+        assert_eq!(
+            piped.kind.shell_template().map(|t| t.map(|t| t.is_shell())),
+            Some(Ok(true))
+        );
+        let cases = [
+            // Attack: shell syntax in a template that did not declare it.
+            (
+                r#"{"name":"a","description":"d","kind":"shell","command":"git log {arg} | head"}"#,
+                "field `command` `git log {arg} | head` is refused: `|` is a shell operator, which \
+                 only a shell understands; add `\"shell\": true` to run it with `sh`, or quote it",
+            ),
+            // Attack: a quoted placeholder in a shell template.
+            (
+                r#"{"name":"a","description":"d","kind":"shell","command":"grep -rn '{arg}' .","shell":true}"#,
+                "field `command` `grep -rn '{arg}' .` is refused: puts `{arg}` inside single quotes; \
+                 in a shell template `{arg}` must be a bare word, which is quoted for you",
+            ),
+            // Attack: the argument as shell code.
+            (
+                r#"{"name":"a","description":"d","kind":"shell","command":"sh -c 'wc -l {arg}'"}"#,
+                "field `command` `sh -c 'wc -l {arg}'` is refused: puts `{arg}` in the code `sh` runs",
+            ),
+        ];
+        for (text, expected) in cases {
+            let err = parse(text).err().unwrap_or_default();
+            assert!(err.contains(expected), "`{err}` lacks `{expected}`");
+        }
+        // `shell` on another kind is a warning, not an error.
+        let parsed =
+            parse(r#"{"name":"a","description":"d","kind":"read","path":"a","shell":true}"#)
+                .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            parsed.warnings,
+            ["field `shell` is ignored for a `read` tool; only `shell` tools run commands"]
         );
     }
 

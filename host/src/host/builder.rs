@@ -204,6 +204,11 @@ impl HostBuilder {
         let audit = std::sync::Arc::new(crate::audit::AuditLog::open(&home.audit_log()));
         let http_config = policy.http_config();
         let control = crate::sandbox::ControlSources::new(home.root(), &self.explicit);
+        let native = crate::runtime::native::NativeConfinement::from_policy(
+            &policy,
+            Some(workspace.clone()),
+            &home,
+        );
         let (events, _) = broadcast::channel(EVENT_BACKLOG);
         let (stop, _) = watch::channel(false);
         let host = Host {
@@ -215,7 +220,8 @@ impl HostBuilder {
                         audit,
                         std::sync::Arc::new(super::data_tools::HostGuard(weak.clone())),
                     )
-                    .with_control(control),
+                    .with_control(control)
+                    .with_confinement(&policy),
                 ),
                 policy,
                 data: std::sync::RwLock::default(),
@@ -233,7 +239,8 @@ impl HostBuilder {
                     provider: self.provider,
                     model: self.model,
                 },
-                launcher: crate::runtime::Launcher::new(home.clone(), self.progress),
+                launcher: crate::runtime::Launcher::new(home.clone(), self.progress)
+                    .with_native_confinement(native),
                 events,
                 registry: Mutex::new(super::Registry::default()),
                 stop: Mutex::new(stop),

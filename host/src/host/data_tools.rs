@@ -8,7 +8,6 @@ use zotbox_protocol::{Content, ToolResult};
 
 use super::{Host, Inner};
 use crate::capability::http::Request;
-use crate::capability::shell::render_template;
 use crate::data::{Approvals, DataSearch, DataSet, DataTool, ToolKind};
 use crate::guard::DenyRules;
 use crate::manifest::Capabilities;
@@ -175,15 +174,16 @@ impl Host {
         args: &Value,
     ) -> Result<ToolResult, super::HostError> {
         let arg = args.get("arg").and_then(Value::as_str);
-        let rendered = match &tool.kind {
-            ToolKind::Shell { command } => {
-                Some(json!({ "command": render_template(command, arg) }))
-            }
-            ToolKind::Read { .. } => match tool.kind.render(arg) {
+        let rendered = match tool.kind.shell_template() {
+            // An argument the template refuses is answered in the run below.
+            Some(template) => template
+                .ok()
+                .and_then(|t| t.render(arg).ok())
+                .map(|command| json!({ "command": command.shown })),
+            None => match tool.kind.render(arg) {
                 crate::data::Rendered::Read { path } => Some(json!({ "path": path })),
                 _ => None,
             },
-            ToolKind::Http { .. } => None,
         };
         if let Some(blocked) = rendered.and_then(|subject| self.deny_rendered(tool, subject)) {
             return Err(blocked);
@@ -231,13 +231,35 @@ impl Host {
             }
         };
         match &tool.kind {
-            ToolKind::Shell { command } => {
-                let command = render_template(command, arg);
+            ToolKind::Shell { .. } => {
+                let command = match tool.kind.shell_template() {
+                    Some(Ok(template)) => template.render(arg),
+                    // Refused at load, so only a manifest changed under us lands here.
+                    Some(Err(reason)) => {
+                        return text_result(
+                            format!("tool `{}`: its command is refused: {reason}", tool.name),
+                            true,
+                        );
+                    }
+                    None => {
+                        return text_result(
+                            format!("tool `{}`: not a shell tool", tool.name),
+                            true,
+                        );
+                    }
+                };
+                let command = match command {
+                    Ok(command) => command,
+                    Err(refusal) => {
+                        self.record_refusal(tool, &refusal);
+                        return text_result(refusal.to_string(), true);
+                    }
+                };
                 let sandbox = match self.data_sandbox(tool, None) {
                     Ok(sandbox) => sandbox,
                     Err(result) => return result,
                 };
-                match sandbox.run_shell(&command).await {
+                match sandbox.run_command(&command).await {
                     Ok(output) => {
                         let mut text = output.stdout;
                         if !output.stderr.is_empty() {
@@ -303,6 +325,28 @@ impl Host {
                     Err(err) => text_result(err.to_string(), true),
                 }
             }
+        }
+    }
+
+    /// Records a refusal made before the sandbox saw the call (an argument
+    /// the template refuses) as the sandbox would: one `deny` line.
+    fn record_refusal(&self, tool: &DataTool, refusal: &crate::capability::CapabilityError) {
+        if let crate::capability::CapabilityError::Denied {
+            capability,
+            subject,
+            reason,
+        } = refusal
+        {
+            self.inner
+                .services
+                .audit
+                .record(crate::audit::AuditRecord::now(
+                    format!("data:{}", tool.name),
+                    capability.as_str(),
+                    subject,
+                    crate::audit::Decision::Deny,
+                    reason,
+                ));
         }
     }
 

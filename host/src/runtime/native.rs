@@ -10,6 +10,7 @@ use nix::unistd::Pid;
 use tokio::sync::watch;
 
 use super::{Control, Exit, Transport};
+use crate::capability::confine::{self, Jail};
 
 /// A subprocess could not be started.
 #[derive(Debug, thiserror::Error)]
@@ -19,6 +20,15 @@ pub enum SpawnError {
     NotOnPath {
         /// The name looked up.
         exec: String,
+    },
+    /// The policy requires kernel confinement this kernel cannot give, or
+    /// it could not be set up.
+    #[error("cannot confine `{}`: {reason}", program.display())]
+    Confine {
+        /// The resolved program.
+        program: PathBuf,
+        /// Why not.
+        reason: String,
     },
     /// The OS refused to start the program.
     #[error("cannot start `{}`: {error}", program.display())]
@@ -61,31 +71,108 @@ fn is_executable(path: &Path) -> bool {
         .unwrap_or(false)
 }
 
-/// Starts `exec args...` in `dir` with piped stdin/stdout and stderr appended to `log`.
+/// How native extensions run when the policy says `confine_native` (or
+/// `require_confinement`): the kernel confinement of shell commands (see
+/// [`confine`]), with the extension's folder readable, its data dir
+/// (`<data_root>/<name>/`) and a private `HOME` writable, the network open.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NativeConfinement {
+    /// The workspace, read-write (control paths read-only), when known.
+    pub workspace: Option<PathBuf>,
+    /// Where each extension's data dir is made.
+    pub data_root: PathBuf,
+    /// The policy's confinement settings (`required_by` refuses to start
+    /// without every protection).
+    pub settings: confine::Settings,
+}
+
+impl NativeConfinement {
+    /// The confinement `policy` asks for native extensions, if any: data
+    /// dirs under `$ZOT_HOME/data`.
+    pub fn from_policy(
+        policy: &crate::policy::Policy,
+        workspace: Option<PathBuf>,
+        home: &crate::home::ZotHome,
+    ) -> Option<Self> {
+        let required_by = policy.confinement_required_by().map(Path::to_owned);
+        (policy.confine_native() || required_by.is_some()).then(|| Self {
+            workspace,
+            data_root: home.root().join("data"),
+            settings: confine::Settings {
+                shell_network: true,
+                required_by,
+            },
+        })
+    }
+
+    /// The data dir of extension `name`.
+    pub fn data_dir(&self, name: &str) -> PathBuf {
+        self.data_root.join(name)
+    }
+}
+
+/// Starts `exec args...` in `dir` with piped stdin/stdout and stderr
+/// appended to `log`; confined when `confinement` names the extension.
 ///
 /// # Errors
 ///
-/// [`SpawnError`] when the program cannot be found or started.
+/// [`SpawnError`] when the program cannot be found, confined or started.
 pub fn spawn(
     exec: &str,
     args: &[String],
     dir: &Path,
     log: Option<std::fs::File>,
+    confinement: Option<(&NativeConfinement, &str)>,
 ) -> Result<Transport, SpawnError> {
     let program = resolve_exec(exec, dir)?;
     let stderr = log.map_or_else(Stdio::null, Stdio::from);
-    let mut child = tokio::process::Command::new(&program)
+    let mut command = tokio::process::Command::new(&program);
+    command
         .args(args)
         .current_dir(dir)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(stderr)
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|error| SpawnError::Spawn {
+        .kill_on_drop(true);
+    let confine_error = |reason: String| SpawnError::Confine {
+        program: program.clone(),
+        reason,
+    };
+    // The private HOME lives as long as the process.
+    let mut home = None;
+    let mut prepared = None;
+    if let Some((settings, name)) = confinement {
+        let data_dir = settings.data_dir(name);
+        std::fs::create_dir_all(&data_dir)
+            .map_err(|err| confine_error(format!("cannot make `{}`: {err}", data_dir.display())))?;
+        let private = tempfile::Builder::new()
+            .prefix("zotbox-home-")
+            .tempdir()
+            .map_err(|err| confine_error(format!("cannot make a private home: {err}")))?;
+        let jail = Jail {
+            workspace: settings.workspace.clone(),
+            read: vec![dir.to_owned()],
+            write: vec![data_dir, private.path().to_owned()],
+            network: true,
+        };
+        let ready = jail
+            .prepare(&settings.settings)
+            .map_err(|err| confine_error(err.to_string()))?;
+        command
+            .env("HOME", private.path())
+            .env("TMPDIR", private.path());
+        ready.install(command.as_std_mut());
+        home = Some(private);
+        prepared = Some(ready);
+    }
+    let mut child = command.spawn().map_err(|error| match &prepared {
+        Some(ready) if ready.failed_step().is_some() => confine_error(ready.explain(&error)),
+        _ => SpawnError::Spawn {
             program: program.clone(),
             error,
-        })?;
+        },
+    })?;
+    drop(prepared);
     let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
         return Err(SpawnError::Spawn {
             program,
@@ -104,6 +191,7 @@ pub fn spawn(
             Err(err) => Exit::Killed(format!("waiting for the process failed: {err}")),
         };
         exited.store(true, Ordering::SeqCst);
+        drop(home);
         let _ = exit_tx.send(Some(exit));
     });
     Ok(Transport {

@@ -1,0 +1,790 @@
+//! Kernel confinement of every process zotbox starts for a shell command, a
+//! data shell tool or (under `confine_native`) a native extension.
+//!
+//! Pattern grants and deny rules decide *which* commands run; this module
+//! makes the kernel decide *what they can touch*. Rules, each with an attack
+//! test (unit tests below, e2e in `tests/e2e/confinement.rs`):
+//!
+//! 1. **Files (Landlock).** Read and execute on the system directories
+//!    ([`SYSTEM_DIRS`]), read and write on a few devices (`/dev/null`, …),
+//!    read, write and execute on the workspace and the directories the caller
+//!    names writable (the run's private `HOME`, a native extension's data
+//!    dir), read on the ones it names readable (a native extension's folder);
+//!    nothing else, the user's home included. A symlink does not help: the
+//!    kernel checks where the path leads.
+//! 2. **Network.** Unless the policy grants the shell network, the command
+//!    gets a network namespace of its own (a loopback that is down) and
+//!    Landlock refuses TCP `connect` and `bind` (ABI 4+). From ABI 6 it also
+//!    cannot reach abstract Unix sockets or signal processes outside it.
+//! 3. **Control paths** `.git/`, `.zot/` and `.shiro/` of the workspace
+//!    (where they exist) are bound read-only in a private mount namespace,
+//!    inside an unprivileged user namespace that maps the caller's own uid,
+//!    as bubblewrap does. Capabilities inside it end at `execve`.
+//! 4. **Every descendant dies with the call.** The command runs in a new PID
+//!    namespace whose init dies with the process zotbox waits for, and the
+//!    kernel then kills everything in it: `setsid`, double forks and
+//!    daemons do not leave a PID namespace.
+//! 5. **Degrade, say so, or refuse.** Where the kernel lacks a protection
+//!    the others still apply, [`Kernel::report`] (`zotbox doctor`) names what
+//!    is missing, and a policy with `require_confinement` refuses to run
+//!    anything instead ([`ConfineError::Unavailable`]).
+//!
+//! Not covered: `/proc` stays the host's (other processes' command lines
+//! are readable, their memory and environment are not: Landlock refuses
+//! `ptrace` access across domains); Unix sockets reachable by path (an
+//! ssh-agent socket in `/tmp`) can still be connected to where file
+//! permissions allow; a control folder that does not exist yet can be
+//! created; CPU and memory are not limited here.
+//!
+//! How: everything that allocates or can fail for reasons other than the
+//! kernel (the Landlock ruleset and its path fds, the uid maps, the mount
+//! points as C strings) is prepared before `fork`; between `fork` and
+//! `execve` the child only makes system calls. With namespaces the process
+//! chain is: the process zotbox spawned (outside; it waits and mirrors the
+//! exit status) → the namespace's init (reaps orphans, forwards `SIGTERM`)
+//! → the command.
+
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use landlock::{
+    ABI, Access, AccessFs, AccessNet, PathBeneath, PathFd, Ruleset, RulesetAttr, RulesetCreated,
+    RulesetCreatedAttr, Scope,
+};
+
+/// Directories every confined process may read and execute from.
+pub const SYSTEM_DIRS: &[&str] = &[
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt", "/etc",
+];
+
+/// Directories every confined process may read (not execute from).
+const READ_ONLY_DIRS: &[&str] = &["/proc"];
+
+/// Devices every confined process may read and write.
+const DEVICES: &[&str] = &[
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+];
+
+/// The workspace folders that decide grants or run code: read-only.
+pub const CONTROL_PATHS: &[&str] = &[".git", ".zot", ".shiro"];
+
+/// The Landlock ABI this module asks for: 6 adds the scopes (signals,
+/// abstract Unix sockets). Older kernels get what they support.
+const TARGET_ABI: ABI = ABI::V6;
+
+/// What the policy says about confinement.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Settings {
+    /// Shell commands may use the network (`shell_network: true`). Default: no.
+    pub shell_network: bool,
+    /// The policy file that sets `require_confinement: true`, if any: then
+    /// nothing runs without every protection. Default: none.
+    pub required_by: Option<PathBuf>,
+}
+
+/// One protection the kernel may or may not offer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protection {
+    /// Landlock file access rules (ABI 1).
+    Landlock,
+    /// Landlock TCP rules (ABI 4).
+    LandlockNetwork,
+    /// Landlock scopes: signals and abstract Unix sockets (ABI 6).
+    LandlockScopes,
+    /// Unprivileged user namespaces.
+    UserNamespace,
+    /// Mount namespaces (read-only control paths).
+    MountNamespace,
+    /// PID namespaces (every descendant dies with the call).
+    PidNamespace,
+    /// Network namespaces.
+    NetworkNamespace,
+}
+
+impl Protection {
+    /// Every protection, in the order `doctor` lists them.
+    pub const ALL: [Self; 7] = [
+        Self::Landlock,
+        Self::LandlockNetwork,
+        Self::LandlockScopes,
+        Self::UserNamespace,
+        Self::MountNamespace,
+        Self::PidNamespace,
+        Self::NetworkNamespace,
+    ];
+
+    /// What it is and what it protects, for messages.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::Landlock => "Landlock (file access: workspace and system directories only)",
+            Self::LandlockNetwork => "Landlock network rules, ABI 4 (no TCP connect or bind)",
+            Self::LandlockScopes => "Landlock scopes, ABI 6 (no signals or abstract sockets out)",
+            Self::UserNamespace => "unprivileged user namespaces",
+            Self::MountNamespace => "mount namespaces (read-only `.git/`, `.zot/`, `.shiro/`)",
+            Self::PidNamespace => "PID namespaces (every descendant dies with the call)",
+            Self::NetworkNamespace => "network namespaces (no network unless granted)",
+        }
+    }
+}
+
+/// What this kernel offers, probed once per process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Kernel {
+    /// The Landlock ABI version; 0 when Landlock is absent or disabled.
+    pub landlock_abi: i32,
+    /// Whether a user, mount, PID and network namespace could be made and
+    /// used (a test process ran confined), or why not.
+    pub namespaces: Result<(), String>,
+}
+
+impl Kernel {
+    /// The kernel's protections, probed on first use (a few milliseconds:
+    /// one confined run of `true`).
+    pub fn get() -> &'static Self {
+        static KERNEL: OnceLock<Kernel> = OnceLock::new();
+        KERNEL.get_or_init(|| {
+            let landlock_abi = child::landlock_abi();
+            let namespaces = probe_namespaces();
+            if let Err(why) = &namespaces {
+                tracing::warn!("kernel namespaces unavailable for confinement: {why}");
+            }
+            Self {
+                landlock_abi,
+                namespaces,
+            }
+        })
+    }
+
+    /// Whether `protection` is available, or why not.
+    pub fn offers(&self, protection: Protection) -> Result<(), String> {
+        let abi = |needed: i32| {
+            if self.landlock_abi >= needed {
+                Ok(())
+            } else if self.landlock_abi == 0 {
+                Err("Landlock is not enabled in this kernel".to_owned())
+            } else {
+                Err(format!(
+                    "this kernel offers Landlock ABI {}; {needed} is needed",
+                    self.landlock_abi
+                ))
+            }
+        };
+        match protection {
+            Protection::Landlock => abi(1),
+            Protection::LandlockNetwork => abi(4),
+            Protection::LandlockScopes => abi(6),
+            Protection::UserNamespace
+            | Protection::MountNamespace
+            | Protection::PidNamespace
+            | Protection::NetworkNamespace => self.namespaces.clone(),
+        }
+    }
+
+    /// Every protection with whether it is offered, for `doctor`.
+    pub fn report(&self) -> Vec<(Protection, Result<(), String>)> {
+        Protection::ALL
+            .iter()
+            .map(|p| (*p, self.offers(*p)))
+            .collect()
+    }
+
+    /// The first protection a jail needs that is missing: Landlock and the
+    /// namespaces (whose network namespace blocks the network where
+    /// Landlock's TCP rules are missing).
+    fn missing(&self) -> Option<Protection> {
+        if self.offers(Protection::Landlock).is_err() {
+            return Some(Protection::Landlock);
+        }
+        if self.namespaces.is_err() {
+            return Some(Protection::UserNamespace);
+        }
+        None
+    }
+}
+
+/// Why a process could not be confined.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfineError {
+    /// The policy requires a protection the kernel lacks.
+    #[error(
+        "policy `{}` requires kernel confinement (`require_confinement: true`), but this \
+         kernel lacks {}; run `zotbox doctor` to see what it offers",
+        policy.display(),
+        protection.describe()
+    )]
+    Unavailable {
+        /// What is missing.
+        protection: Protection,
+        /// The policy file that requires it.
+        policy: PathBuf,
+    },
+    /// Preparing the confinement failed (a path or ruleset error).
+    #[error("cannot prepare the kernel confinement: {0}")]
+    Prepare(String),
+}
+
+/// What a confined process may reach.
+#[derive(Debug, Clone, Default)]
+pub struct Jail {
+    /// The workspace: read, write and execute; its control paths read-only.
+    pub workspace: Option<PathBuf>,
+    /// Further directories to read (a native extension's folder).
+    pub read: Vec<PathBuf>,
+    /// Further directories to read and write (the private `HOME`, a data dir).
+    pub write: Vec<PathBuf>,
+    /// Whether TCP and the network namespace are left open.
+    pub network: bool,
+}
+
+impl Jail {
+    /// Prepares the confinement for one process under `settings` (only its
+    /// `required_by` is read here; the caller sets [`Jail::network`]).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfineError::Unavailable`] when the policy requires a protection
+    /// this kernel lacks; [`ConfineError::Prepare`] when the ruleset cannot
+    /// be built.
+    pub fn prepare(&self, settings: &Settings) -> Result<Prepared, ConfineError> {
+        self.prepare_on(Kernel::get(), settings)
+    }
+
+    fn prepare_on(&self, kernel: &Kernel, settings: &Settings) -> Result<Prepared, ConfineError> {
+        if let Some(policy) = &settings.required_by
+            && let Some(protection) = kernel.missing()
+        {
+            return Err(ConfineError::Unavailable {
+                protection,
+                policy: policy.clone(),
+            });
+        }
+        self.prepare_with(kernel.landlock_abi, kernel.namespaces.is_ok())
+    }
+
+    fn prepare_with(&self, landlock_abi: i32, namespaces: bool) -> Result<Prepared, ConfineError> {
+        let ruleset = if landlock_abi >= 1 {
+            self.ruleset(landlock_abi)
+                .map_err(|err| ConfineError::Prepare(format!("landlock: {err}")))?
+        } else {
+            None
+        };
+        let namespaces = if namespaces {
+            Some(self.namespaces()?)
+        } else {
+            None
+        };
+        let (report_read, report_write) =
+            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)
+                .map_err(|err| ConfineError::Prepare(format!("cannot make a pipe: {err}")))?;
+        Ok(Prepared {
+            ruleset,
+            namespaces,
+            report_read,
+            report_write,
+        })
+    }
+
+    fn ruleset(&self, abi: i32) -> Result<Option<OwnedFd>, landlock::RulesetError> {
+        let mut ruleset = Ruleset::default().handle_access(AccessFs::from_all(TARGET_ABI))?;
+        if !self.network {
+            ruleset = ruleset.handle_access(AccessNet::from_all(TARGET_ABI))?;
+        }
+        if abi >= 6 {
+            ruleset = ruleset.scope(Scope::from_all(TARGET_ABI))?;
+        }
+        let mut created = ruleset.create()?;
+        let read = AccessFs::from_read(TARGET_ABI);
+        let read_only = read & !AccessFs::Execute;
+        let all = AccessFs::from_all(TARGET_ABI);
+        let device = AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::Truncate;
+        let system = SYSTEM_DIRS.iter().map(|d| (PathBuf::from(d), read));
+        let proc = READ_ONLY_DIRS.iter().map(|d| (PathBuf::from(d), read_only));
+        let devices = DEVICES.iter().map(|d| (PathBuf::from(d), device));
+        let workspace = self.workspace.iter().map(|d| (d.clone(), all));
+        let git = self
+            .workspace
+            .iter()
+            .flat_map(|w| git_dirs(w))
+            .map(|d| (d, read));
+        let write = self.write.iter().map(|d| (d.clone(), all));
+        let extra = self.read.iter().map(|d| (d.clone(), read));
+        for (path, access) in system
+            .chain(proc)
+            .chain(devices)
+            .chain(workspace)
+            .chain(git)
+            .chain(write)
+            .chain(extra)
+        {
+            created = add_rule(created, &path, access)?;
+        }
+        Ok(created.into())
+    }
+
+    fn namespaces(&self) -> Result<Namespaces, ConfineError> {
+        let uid = nix::unistd::getuid().as_raw();
+        let gid = nix::unistd::getgid().as_raw();
+        let mut binds = Vec::new();
+        if let Some(workspace) = &self.workspace {
+            for name in CONTROL_PATHS {
+                // Through a symlink, the folder it leads to is what git or zot reads.
+                let Ok(path) = std::fs::canonicalize(workspace.join(name)) else {
+                    continue;
+                };
+                let flags = locked_flags(&path);
+                let c_path = CString::new(path.as_os_str().as_bytes()).map_err(|_| {
+                    ConfineError::Prepare(format!("`{}` holds a NUL byte", path.display()))
+                })?;
+                binds.push((c_path, flags));
+            }
+        }
+        Ok(Namespaces {
+            uid_map: format!("{uid} {uid} 1\n").into_bytes(),
+            gid_map: format!("{gid} {gid} 1\n").into_bytes(),
+            network: !self.network,
+            binds,
+        })
+    }
+}
+
+/// Adds one path rule; a path that does not exist is skipped.
+fn add_rule(
+    created: RulesetCreated,
+    path: &Path,
+    access: landlock::BitFlags<AccessFs>,
+) -> Result<RulesetCreated, landlock::RulesetError> {
+    match PathFd::new(path) {
+        Ok(fd) => created.add_rule(PathBeneath::new(fd, access)),
+        Err(_) => Ok(created),
+    }
+}
+
+/// The git directories a worktree's `.git` file points to (read-only: git
+/// needs them for `status` and `diff`), when `.git` is such a file.
+fn git_dirs(workspace: &Path) -> Vec<PathBuf> {
+    let dot_git = workspace.join(".git");
+    if !dot_git.is_file() {
+        return Vec::new();
+    }
+    let Ok(text) = std::fs::read_to_string(&dot_git) else {
+        return Vec::new();
+    };
+    let Some(dir) = text.trim().strip_prefix("gitdir:").map(str::trim) else {
+        return Vec::new();
+    };
+    let dir = workspace.join(dir);
+    let mut dirs = vec![dir.clone()];
+    if let Ok(common) = std::fs::read_to_string(dir.join("commondir")) {
+        dirs.push(dir.join(common.trim()));
+    }
+    dirs
+}
+
+/// The mount flags a read-only bind of `path` must keep: inside a user
+/// namespace the kernel refuses a remount that drops `nosuid`, `nodev`,
+/// `noexec` or the atime flags of the mount it copies.
+fn locked_flags(path: &Path) -> u64 {
+    use nix::sys::statvfs::FsFlags;
+    let Ok(stat) = nix::sys::statvfs::statvfs(path) else {
+        return 0;
+    };
+    let flags = stat.flags();
+    let pairs = [
+        (FsFlags::ST_NOSUID, nix::libc::MS_NOSUID),
+        (FsFlags::ST_NODEV, nix::libc::MS_NODEV),
+        (FsFlags::ST_NOEXEC, nix::libc::MS_NOEXEC),
+        (FsFlags::ST_NOATIME, nix::libc::MS_NOATIME),
+        (FsFlags::ST_NODIRATIME, nix::libc::MS_NODIRATIME),
+        (FsFlags::ST_RELATIME, nix::libc::MS_RELATIME),
+    ];
+    pairs
+        .iter()
+        .filter(|(st, _)| flags.contains(*st))
+        .fold(0, |acc, (_, ms)| acc | *ms)
+}
+
+/// The namespace half of a prepared confinement.
+#[derive(Debug, Clone)]
+struct Namespaces {
+    uid_map: Vec<u8>,
+    gid_map: Vec<u8>,
+    /// Make a network namespace too.
+    network: bool,
+    /// Paths to bind read-only, with the mount flags they must keep.
+    binds: Vec<(CString, u64)>,
+}
+
+/// A confinement ready to install on one command.
+#[derive(Debug)]
+pub struct Prepared {
+    ruleset: Option<OwnedFd>,
+    namespaces: Option<Namespaces>,
+    // The child writes the number of the step that failed here.
+    report_read: OwnedFd,
+    report_write: OwnedFd,
+}
+
+impl Prepared {
+    /// Whether the command runs in namespaces (so a PID namespace ends all
+    /// of it), not under Landlock alone.
+    pub fn namespaced(&self) -> bool {
+        self.namespaces.is_some()
+    }
+
+    /// Whether Landlock rules apply.
+    pub fn landlocked(&self) -> bool {
+        self.ruleset.is_some()
+    }
+
+    /// Installs the confinement on `command`, to be applied in the child
+    /// between `fork` and `execve`. Keep `self` until `spawn` has returned:
+    /// it holds the descriptors the child uses.
+    pub fn install(&self, command: &mut std::process::Command) {
+        let plan = child::Plan {
+            ruleset: self.ruleset.as_ref().map(AsRawFd::as_raw_fd),
+            namespaces: self.namespaces.clone(),
+            report: self.report_write.as_raw_fd(),
+        };
+        child::install(command, plan);
+    }
+
+    /// After a failed `spawn`: the step that failed, in words.
+    pub fn failed_step(&self) -> Option<&'static str> {
+        let mut byte = [0u8; 1];
+        match nix::unistd::read(&self.report_read, &mut byte) {
+            Ok(1) => Some(child::step_name(byte[0])),
+            _ => None,
+        }
+    }
+
+    /// A spawn error with the step that failed, for messages.
+    pub fn explain(&self, error: &std::io::Error) -> String {
+        match self.failed_step() {
+            Some(step) => format!("cannot {step}: {error}"),
+            None => error.to_string(),
+        }
+    }
+}
+
+/// Runs `true` confined in namespaces (no Landlock) to learn whether they work.
+fn probe_namespaces() -> Result<(), String> {
+    let dir = tempfile::Builder::new()
+        .prefix("zotbox-probe-")
+        .tempdir()
+        .map_err(|err| format!("cannot make a probe folder: {err}"))?;
+    std::fs::create_dir(dir.path().join(".git"))
+        .map_err(|err| format!("cannot make a probe folder: {err}"))?;
+    let jail = Jail {
+        workspace: Some(dir.path().to_owned()),
+        ..Jail::default()
+    };
+    let prepared = jail.prepare_with(0, true).map_err(|err| err.to_string())?;
+    let program = ["/usr/bin/true", "/bin/true"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .ok_or("no `true` program to probe with")?;
+    let mut command = std::process::Command::new(program);
+    command
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    prepared.install(&mut command);
+    match command.status() {
+        Ok(status) if status.success() => Ok(()),
+        Ok(status) => Err(format!("a confined test process failed ({status})")),
+        Err(err) => Err(prepared.explain(&err)),
+    }
+}
+
+/// The code that runs between `fork` and `execve`: system calls only.
+#[allow(unsafe_code)]
+mod child;
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use std::os::unix::fs::symlink;
+    use std::process::{Command, Output, Stdio};
+
+    use super::*;
+
+    /// A workspace beside an `outside` folder holding a secret.
+    struct World {
+        _tmp: tempfile::TempDir,
+        workspace: PathBuf,
+        outside: PathBuf,
+    }
+
+    fn world() -> World {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().canonicalize().unwrap();
+        let workspace = root.join("workspace");
+        let outside = root.join("outside");
+        for dir in [
+            &workspace,
+            &outside,
+            &workspace.join("docs"),
+            &workspace.join(".git"),
+        ] {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        std::fs::write(outside.join("secret"), "top secret").unwrap();
+        std::fs::write(workspace.join("inside.txt"), "inside").unwrap();
+        std::fs::write(workspace.join(".git/config"), "[core]\n").unwrap();
+        symlink(outside.join("secret"), workspace.join("docs/evil.md")).unwrap();
+        World {
+            _tmp: tmp,
+            workspace,
+            outside,
+        }
+    }
+
+    fn jail(world: &World) -> Jail {
+        Jail {
+            workspace: Some(world.workspace.clone()),
+            ..Jail::default()
+        }
+    }
+
+    /// Runs `sh -c script` in the workspace, confined by `jail`.
+    fn confined(jail: &Jail, cwd: &Path, script: &str) -> Output {
+        let prepared = jail.prepare(&Settings::default()).unwrap();
+        let mut command = Command::new("sh");
+        command
+            .args(["-c", script])
+            .current_dir(cwd)
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .stdin(Stdio::null());
+        prepared.install(&mut command);
+        command.output().unwrap()
+    }
+
+    fn text(bytes: &[u8]) -> String {
+        String::from_utf8_lossy(bytes).into_owned()
+    }
+
+    #[test]
+    fn this_kernel_offers_every_protection() {
+        // The project's machines do (Landlock ABI 7, user namespaces): a
+        // regression here means the rest of this suite proves nothing.
+        let kernel = Kernel::get();
+        for (protection, offered) in kernel.report() {
+            assert_eq!(offered, Ok(()), "{protection:?}");
+        }
+    }
+
+    #[test]
+    fn files_outside_the_workspace_are_unreadable_even_through_a_symlink() {
+        let world = world();
+        let secret = world.outside.join("secret");
+        let home = std::env::var("HOME").unwrap_or_else(|_| "/root".to_owned());
+        // (script, what it must print on stdout)
+        let cases = [
+            // Control: the workspace and system files are readable.
+            ("cat inside.txt".to_owned(), "inside"),
+            (
+                "test -r /etc/hostname -o -r /etc/passwd && echo ok".to_owned(),
+                "ok\n",
+            ),
+            // Attack: the issue's `cat docs/*.md` with a symlink leading out.
+            ("cat docs/evil.md".to_owned(), ""),
+            // Attack: an absolute path, and `..`.
+            (format!("cat {}", secret.display()), ""),
+            ("cat ../outside/secret".to_owned(), ""),
+            // Attack: the user's home.
+            (format!("ls -A {home}"), ""),
+            // Attack: a hard link made inside, to the secret outside.
+            (format!("ln {} hard && cat hard", secret.display()), ""),
+        ];
+        for (script, expected) in cases {
+            let output = confined(&jail(&world), &world.workspace, &script);
+            assert_eq!(
+                text(&output.stdout),
+                expected,
+                "{script}: {}",
+                text(&output.stderr)
+            );
+            if expected.is_empty() {
+                // Landlock answers a link across its rules with EXDEV.
+                let stderr = text(&output.stderr);
+                assert!(
+                    stderr.contains("Permission denied")
+                        || stderr.contains("Invalid cross-device link"),
+                    "{script}: {}",
+                    text(&output.stderr)
+                );
+            }
+        }
+        assert!(!world.workspace.join("hard").exists());
+    }
+
+    #[test]
+    fn nothing_outside_the_workspace_can_be_written() {
+        let world = world();
+        let target = world.outside.join("written");
+        for script in [
+            format!("echo x > {}", target.display()),
+            format!("touch {}", target.display()),
+            format!("cp inside.txt {}", target.display()),
+            format!("mv inside.txt {}", target.display()),
+            format!("ln -s /etc/passwd {}", target.display()),
+        ] {
+            let output = confined(&jail(&world), &world.workspace, &script);
+            assert!(!output.status.success(), "{script} succeeded");
+            assert!(!target.exists(), "{script} wrote outside");
+        }
+        assert!(world.workspace.join("inside.txt").exists());
+        // Control: the workspace itself is writable.
+        let output = confined(
+            &jail(&world),
+            &world.workspace,
+            "echo x > new.txt && mkdir d",
+        );
+        assert!(output.status.success(), "{}", text(&output.stderr));
+    }
+
+    #[test]
+    fn control_paths_are_read_only() {
+        let world = world();
+        std::fs::create_dir(world.workspace.join(".zot")).unwrap();
+        let scripts = [
+            // Attack: git configuration that runs code on the user's next `git status`.
+            "printf '\\tfsmonitor = touch pwned\\n' >> .git/config",
+            "mkdir .git/hooks && echo 'touch pwned' > .git/hooks/pre-commit",
+            // Attack: a new workspace extension or data tool.
+            "mkdir -p .zot/tools && echo {} > .zot/tools/x.json",
+            // Attack: move the control folder away and make a new one.
+            "mv .git .git-old && mkdir .git",
+            "rm -rf .git",
+        ];
+        for script in scripts {
+            let output = confined(&jail(&world), &world.workspace, script);
+            assert!(!output.status.success(), "{script} succeeded");
+            let stderr = text(&output.stderr);
+            assert!(
+                stderr.contains("Read-only file system") || stderr.contains("busy"),
+                "{script}: {stderr}"
+            );
+        }
+        assert_eq!(
+            std::fs::read_to_string(world.workspace.join(".git/config")).unwrap(),
+            "[core]\n"
+        );
+        assert!(!world.workspace.join(".git/hooks").exists());
+        assert!(!world.workspace.join(".zot/tools").exists());
+        assert!(!world.workspace.join(".git-old").exists());
+        // Control: reading them works.
+        let output = confined(&jail(&world), &world.workspace, "cat .git/config");
+        assert_eq!(text(&output.stdout), "[core]\n");
+    }
+
+    #[test]
+    fn the_network_is_closed_unless_granted() {
+        let world = world();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        listener.set_nonblocking(true).unwrap();
+        let connect = format!(
+            "python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}), 2); \
+             print(\"connected\")'"
+        );
+        // Attack: connect to a server on this machine.
+        let output = confined(&jail(&world), &world.workspace, &connect);
+        assert_eq!(text(&output.stdout), "", "{}", text(&output.stderr));
+        assert!(listener.accept().is_err(), "a connection arrived");
+        // Attack: listen for connections.
+        let bind = "python3 -c 'import socket; s = socket.socket(); s.bind((\"127.0.0.1\", 0)); \
+                    s.listen(); print(\"bound\")'";
+        let output = confined(&jail(&world), &world.workspace, bind);
+        assert_eq!(text(&output.stdout), "", "{}", text(&output.stderr));
+        // Control: granted, both work.
+        let open = Jail {
+            network: true,
+            ..jail(&world)
+        };
+        let output = confined(&open, &world.workspace, &connect);
+        assert_eq!(
+            text(&output.stdout),
+            "connected\n",
+            "{}",
+            text(&output.stderr)
+        );
+        let output = confined(&open, &world.workspace, bind);
+        assert_eq!(text(&output.stdout), "bound\n", "{}", text(&output.stderr));
+    }
+
+    #[test]
+    fn a_required_protection_the_kernel_lacks_refuses_naming_it_and_the_policy() {
+        let world = world();
+        let settings = Settings {
+            shell_network: false,
+            required_by: Some(PathBuf::from("/etc/zotbox/policy.json")),
+        };
+        let cases = [
+            (
+                Kernel {
+                    landlock_abi: 0,
+                    namespaces: Ok(()),
+                },
+                "policy `/etc/zotbox/policy.json` requires kernel confinement \
+                 (`require_confinement: true`), but this kernel lacks Landlock (file access: \
+                 workspace and system directories only); run `zotbox doctor` to see what it \
+                 offers",
+            ),
+            (
+                Kernel {
+                    landlock_abi: 7,
+                    namespaces: Err("no".to_owned()),
+                },
+                "policy `/etc/zotbox/policy.json` requires kernel confinement \
+                 (`require_confinement: true`), but this kernel lacks unprivileged user \
+                 namespaces; run `zotbox doctor` to see what it offers",
+            ),
+        ];
+        for (kernel, message) in cases {
+            let err = jail(&world).prepare_on(&kernel, &settings).unwrap_err();
+            assert_eq!(err.to_string(), message);
+            // Without the requirement, the same kernel runs what it can.
+            assert!(
+                jail(&world)
+                    .prepare_on(&kernel, &Settings::default())
+                    .is_ok()
+            );
+        }
+        // A kernel with everything: nothing is missing.
+        let full = Kernel {
+            landlock_abi: 7,
+            namespaces: Ok(()),
+        };
+        assert!(jail(&world).prepare_on(&full, &settings).is_ok());
+        assert_eq!(
+            Kernel {
+                landlock_abi: 3,
+                namespaces: Ok(())
+            }
+            .offers(Protection::LandlockNetwork),
+            Err("this kernel offers Landlock ABI 3; 4 is needed".to_owned())
+        );
+    }
+
+    #[test]
+    fn exit_codes_and_signals_pass_through_the_namespaces() {
+        let world = world();
+        let output = confined(&jail(&world), &world.workspace, "exit 7");
+        assert_eq!(output.status.code(), Some(7));
+        let output = confined(&jail(&world), &world.workspace, "kill -9 $$");
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(output.status.signal(), Some(9));
+        // The command is not the namespace's init, so its own signals work.
+        let output = confined(&jail(&world), &world.workspace, "echo $$");
+        assert_eq!(text(&output.stdout), "2\n");
+    }
+}

@@ -1,0 +1,914 @@
+//! A data `shell` tool's command template: split once at load, so the
+//! model's `{arg}` is one argument wherever the template puts it.
+//!
+//! Rules, each with a named attack test below:
+//!
+//! 1. **No shell by default.** A template is split into words once, as the
+//!    shell would split plain words (quotes group, a backslash escapes), and
+//!    the program runs by `execve`, never `sh -c`. Every `{arg}` becomes part
+//!    of exactly one argv element: bare (`grep {arg}`), quoted
+//!    (`grep '{arg}'`, `"{arg}"`) or glued (`--grep={arg}`), the argument is
+//!    never split, expanded or run.
+//! 2. **Shell syntax must be declared.** A template without `"shell": true`
+//!    that holds anything a shell would treat specially outside quotes
+//!    (operators, expansions, globs, `~`, comments, newlines) is refused at
+//!    load, naming the character: under `execve` it would mean something
+//!    other than what its author saw.
+//! 3. **In a shell template, `{arg}` is a bare word.** With `"shell": true`
+//!    the template runs with `sh -c` and every `{arg}` is replaced by one
+//!    single-quoted word; a quoted (`'{arg}'`, `"{arg}"`) or glued
+//!    (`x{arg}`) placeholder would let the argument close the quotes, so it
+//!    is refused at load, as is one inside a here-document or an arithmetic
+//!    expansion, where quotes do not protect it.
+//! 4. **Never code, never the program.** `{arg}` may not be (part of) the
+//!    program, nor the script of a shell or interpreter (`sh -c '… {arg}'`,
+//!    `python3 -c`, `eval {arg}`), in either kind of template.
+//! 5. **Never an option the template did not intend.** At call time, an
+//!    argument that begins with `-` is refused when it lands at the start of
+//!    a word and no `--` word comes before it in the template.
+
+use super::quote;
+use crate::capability::{Capability, CapabilityError};
+
+/// The placeholder the argument replaces.
+pub const PLACEHOLDER: &str = "{arg}";
+
+/// Programs that run an argument as code after one of their code flags.
+const INTERPRETERS: &[&str] = &[
+    "sh",
+    "bash",
+    "dash",
+    "zsh",
+    "ksh",
+    "mksh",
+    "ash",
+    "busybox",
+    "fish",
+    "python",
+    "python2",
+    "python3",
+    "perl",
+    "ruby",
+    "node",
+    "nodejs",
+    "php",
+    "lua",
+    "tclsh",
+    "osascript",
+    "pwsh",
+];
+
+/// The flags after which an interpreter's next word is code.
+const CODE_FLAGS: &[&str] = &[
+    "-c",
+    "-e",
+    "-E",
+    "-p",
+    "-r",
+    "--eval",
+    "--print",
+    "--command",
+];
+
+/// A parsed template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Template {
+    source: String,
+    mode: Mode,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Mode {
+    /// Plain words, run by `execve`.
+    Exec(Vec<Word>),
+    /// Shell syntax, run by `sh -c`; `{arg}` only as bare words.
+    Shell {
+        /// Whether some `{arg}` could be read as an option (no `--` before it).
+        option_risk: bool,
+    },
+}
+
+/// One argv element of an `execve` template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Word {
+    parts: Vec<Part>,
+    /// A `--` word comes before this one.
+    after_dashdash: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Part {
+    Text(String),
+    Arg,
+}
+
+impl Word {
+    fn has_arg(&self) -> bool {
+        self.parts.contains(&Part::Arg)
+    }
+
+    /// The word's text when it holds no placeholder.
+    fn literal(&self) -> Option<String> {
+        let mut text = String::new();
+        for part in &self.parts {
+            match part {
+                Part::Text(t) => text.push_str(t),
+                Part::Arg => return None,
+            }
+        }
+        Some(text)
+    }
+
+    /// Whether the argument lands at the start of the word, where a leading
+    /// `-` makes it an option.
+    fn arg_leads(&self) -> bool {
+        self.parts
+            .iter()
+            .find(|part| !matches!(part, Part::Text(t) if t.is_empty()))
+            == Some(&Part::Arg)
+    }
+
+    fn seen(&self) -> Seen {
+        Seen {
+            text: self.render(PLACEHOLDER),
+            has_arg: self.has_arg(),
+        }
+    }
+
+    fn render(&self, arg: &str) -> String {
+        self.parts
+            .iter()
+            .map(|part| match part {
+                Part::Text(t) => t.as_str(),
+                Part::Arg => arg,
+            })
+            .collect()
+    }
+
+    /// The word as a shell would need it written: text quoted only where
+    /// needed, the argument always single-quoted.
+    fn shown(&self, arg: &str) -> String {
+        let shown: String = self
+            .parts
+            .iter()
+            .map(|part| match part {
+                Part::Text(t) if t.is_empty() => String::new(),
+                Part::Text(t) => quote_if_needed(t),
+                Part::Arg => quote(arg),
+            })
+            .collect();
+        if shown.is_empty() {
+            "''".to_owned()
+        } else {
+            shown
+        }
+    }
+}
+
+/// What a rendered template runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Invocation {
+    /// `sh -c` with this command line.
+    Shell(String),
+    /// `execve` of the program (looked up on the safe `PATH`) with these
+    /// arguments; the first element is the program.
+    Exec(Vec<String>),
+}
+
+/// A template with its argument applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rendered {
+    /// The command as one shell line (the argument single-quoted): what the
+    /// guard chain, deny rules and the audit log see.
+    pub shown: String,
+    /// What runs.
+    pub invocation: Invocation,
+}
+
+impl Template {
+    /// Parses `source`; `shell` is the manifest's `"shell": true`.
+    ///
+    /// # Errors
+    ///
+    /// Why the template is refused, as a phrase naming the rule (see the
+    /// module docs).
+    pub fn parse(source: &str, shell: bool) -> Result<Self, String> {
+        if source.contains('\0') {
+            return Err("contains a NUL byte".to_owned());
+        }
+        let mode = if shell {
+            check_shell(source)?
+        } else {
+            Mode::Exec(split_exec(source)?)
+        };
+        Ok(Self {
+            source: source.to_owned(),
+            mode,
+        })
+    }
+
+    /// The template as written.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Whether the template runs with `sh -c`.
+    pub fn is_shell(&self) -> bool {
+        matches!(self.mode, Mode::Shell { .. })
+    }
+
+    /// Applies `arg` (absent means empty).
+    ///
+    /// # Errors
+    ///
+    /// [`CapabilityError::Denied`] (`shell`, the shown command) when the
+    /// argument begins with `-` where the template would hand it over as an
+    /// option (rule 5).
+    pub fn render(&self, arg: Option<&str>) -> Result<Rendered, CapabilityError> {
+        let arg = arg.unwrap_or("");
+        let (rendered, option_risk) = match &self.mode {
+            Mode::Shell { option_risk } => {
+                let shown = self.source.replace(PLACEHOLDER, &quote(arg));
+                let rendered = Rendered {
+                    invocation: Invocation::Shell(shown.clone()),
+                    shown,
+                };
+                (rendered, *option_risk)
+            }
+            Mode::Exec(words) => {
+                let risk = words
+                    .iter()
+                    .any(|w| w.has_arg() && w.arg_leads() && !w.after_dashdash);
+                let shown = words
+                    .iter()
+                    .map(|w| w.shown(arg))
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                let argv = words.iter().map(|w| w.render(arg)).collect();
+                let rendered = Rendered {
+                    shown,
+                    invocation: Invocation::Exec(argv),
+                };
+                (rendered, risk)
+            }
+        };
+        if option_risk && arg.starts_with('-') {
+            return Err(CapabilityError::denied(
+                Capability::Shell,
+                rendered.shown,
+                "the argument begins with `-`, so the program would read it as an option; the \
+                 template puts no `--` before `{arg}`",
+            ));
+        }
+        Ok(rendered)
+    }
+}
+
+/// Text as one shell word, quoted only when a shell would treat a
+/// character specially.
+fn quote_if_needed(text: &str) -> String {
+    let plain = |(i, c): (usize, char)| {
+        c.is_ascii_alphanumeric()
+            || matches!(
+                c,
+                '_' | '-' | '.' | ',' | '/' | ':' | '@' | '%' | '+' | '=' | '^'
+            )
+            || (i > 0 && matches!(c, '~' | '#'))
+    };
+    if !text.is_empty() && text.chars().enumerate().all(plain) {
+        text.to_owned()
+    } else {
+        quote(text)
+    }
+}
+
+/// A character for a message: in backticks, except the backtick itself.
+fn named(c: char) -> String {
+    match c {
+        '`' => "a backtick".to_owned(),
+        '\n' | '\r' => "a newline".to_owned(),
+        c => format!("`{c}`"),
+    }
+}
+
+/// Splits an `execve` template into words (rule 1), refusing shell syntax
+/// (rule 2), then checks rule 4.
+fn split_exec(source: &str) -> Result<Vec<Word>, String> {
+    #[derive(PartialEq)]
+    enum State {
+        Plain,
+        Single,
+        Double,
+    }
+    let declare = |what: String| {
+        format!(
+            "{what}, which only a shell understands; add `\"shell\": true` to run it with `sh`, or quote it"
+        )
+    };
+    let mut words: Vec<Word> = Vec::new();
+    let mut parts: Vec<Part> = Vec::new();
+    let mut text = String::new();
+    let mut in_word = false;
+    let mut state = State::Plain;
+    let mut rest = source;
+    while let Some(c) = rest.chars().next() {
+        if rest.starts_with(PLACEHOLDER) {
+            if !text.is_empty() {
+                parts.push(Part::Text(std::mem::take(&mut text)));
+            }
+            parts.push(Part::Arg);
+            in_word = true;
+            rest = &rest[PLACEHOLDER.len()..];
+            continue;
+        }
+        rest = &rest[c.len_utf8()..];
+        match state {
+            State::Single => {
+                if c == '\'' {
+                    state = State::Plain;
+                } else {
+                    text.push(c);
+                }
+            }
+            State::Double => match c {
+                '"' => state = State::Plain,
+                '\\' => match rest.chars().next() {
+                    Some(next @ ('$' | '`' | '"' | '\\')) => {
+                        text.push(next);
+                        rest = &rest[1..];
+                    }
+                    Some('\n') => rest = &rest[1..],
+                    _ => text.push('\\'),
+                },
+                '$' | '`' => {
+                    return Err(declare(format!(
+                        "{} inside double quotes is an expansion",
+                        named(c)
+                    )));
+                }
+                _ => text.push(c),
+            },
+            State::Plain => match c {
+                ' ' | '\t' => {
+                    if in_word {
+                        if !text.is_empty() {
+                            parts.push(Part::Text(std::mem::take(&mut text)));
+                        }
+                        let after_dashdash =
+                            words.iter().any(|w| w.literal().as_deref() == Some("--"));
+                        words.push(Word {
+                            parts: std::mem::take(&mut parts),
+                            after_dashdash,
+                        });
+                        in_word = false;
+                    }
+                }
+                '\'' => {
+                    state = State::Single;
+                    in_word = true;
+                }
+                '"' => {
+                    state = State::Double;
+                    in_word = true;
+                }
+                '\\' => match rest.chars().next() {
+                    Some('\n') | None => {
+                        return Err(declare("a trailing backslash joins lines".to_owned()));
+                    }
+                    Some(next) => {
+                        text.push(next);
+                        rest = &rest[next.len_utf8()..];
+                        in_word = true;
+                    }
+                },
+                '\n' | '\r' => {
+                    return Err(declare("a newline separates commands".to_owned()));
+                }
+                ';' | '&' | '|' | '<' | '>' | '(' | ')' => {
+                    return Err(declare(format!("`{c}` is a shell operator")));
+                }
+                '$' | '`' => return Err(declare(format!("{} is an expansion", named(c)))),
+                '*' | '?' | '[' | '{' | '}' => {
+                    return Err(declare(format!("`{c}` would be expanded by a shell")));
+                }
+                '~' if !in_word || text.ends_with(['=', ':']) => {
+                    return Err(declare(
+                        "`~` at the start of a word (or after `=` or `:`) is an expansion"
+                            .to_owned(),
+                    ));
+                }
+                '#' if !in_word => {
+                    return Err(declare(
+                        "`#` at the start of a word starts a comment".to_owned(),
+                    ));
+                }
+                c => {
+                    text.push(c);
+                    in_word = true;
+                }
+            },
+        }
+    }
+    if state != State::Plain {
+        return Err("has unbalanced quotes".to_owned());
+    }
+    if in_word {
+        if !text.is_empty() {
+            parts.push(Part::Text(text));
+        }
+        let after_dashdash = words.iter().any(|w| w.literal().as_deref() == Some("--"));
+        words.push(Word {
+            parts,
+            after_dashdash,
+        });
+    }
+    let Some(program) = words.first() else {
+        return Err("is empty".to_owned());
+    };
+    if program.has_arg() {
+        return Err("puts `{arg}` in the program name; name the program exactly".to_owned());
+    }
+    let seen: Vec<Seen> = words.iter().map(Word::seen).collect();
+    check_code(&seen)?;
+    Ok(words)
+}
+
+/// One word as rule 4 sees it: its text with `{arg}` written as is, and
+/// whether it holds the placeholder.
+#[derive(Debug)]
+struct Seen {
+    text: String,
+    has_arg: bool,
+}
+
+impl Seen {
+    fn literal(&self) -> Option<&str> {
+        (!self.has_arg).then_some(self.text.as_str())
+    }
+}
+
+/// Rule 4 over one simple command.
+fn check_code(words: &[Seen]) -> Result<(), String> {
+    let code = |name: &str| {
+        format!(
+            "puts `{{arg}}` in the code `{name}` runs, where the argument would run as code; \
+             pass it as a word of its own (`sh -c '… \"$1\"' sh {{arg}}`)"
+        )
+    };
+    for (i, word) in words.iter().enumerate() {
+        if word.has_arg && i > 0 && words[i - 1].literal() == Some("eval") {
+            return Err("passes `{arg}` to `eval`, which would run it as shell code".to_owned());
+        }
+        let Some(literal) = word.literal() else {
+            continue;
+        };
+        let name = literal.rsplit('/').next().unwrap_or(literal);
+        let interpreter = INTERPRETERS.iter().any(|known| {
+            name.strip_prefix(known)
+                .is_some_and(|v| v.chars().all(|c| c.is_ascii_digit() || c == '.'))
+        });
+        if !interpreter {
+            continue;
+        }
+        let mut code_next = false;
+        for later in &words[i + 1..] {
+            // The code is the first word after a code flag that is not
+            // itself an option (`sh -e -c CODE`).
+            if code_next && (later.has_arg || !later.text.starts_with('-')) {
+                if later.has_arg {
+                    return Err(code(name));
+                }
+                break;
+            }
+            // `-c{arg}`: the code glued to its flag.
+            if later.has_arg
+                && CODE_FLAGS
+                    .iter()
+                    .any(|f| f.len() == 2 && later.text.starts_with(f))
+            {
+                return Err(code(name));
+            }
+            let flag = later.text.as_str();
+            let cluster = !later.has_arg
+                && flag.len() > 2
+                && flag.starts_with('-')
+                && !flag.starts_with("--")
+                && flag[1..].chars().all(|c| c.is_ascii_alphabetic())
+                && flag[1..].contains(['c', 'e']);
+            if (!later.has_arg && CODE_FLAGS.contains(&flag)) || cluster {
+                code_next = true;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Checks a `"shell": true` template (rules 3 and 4).
+fn check_shell(source: &str) -> Result<Mode, String> {
+    let bare = |how: &str| {
+        format!("{how}; in a shell template `{{arg}}` must be a bare word, which is quoted for you")
+    };
+    // Characters that end a word next to a bare placeholder.
+    let boundary = |c: Option<char>| {
+        c.is_none_or(|c| {
+            matches!(
+                c,
+                ' ' | '\t' | '\n' | ';' | '&' | '|' | '<' | '>' | '(' | ')'
+            )
+        })
+    };
+    let mut single = false;
+    let mut double = false;
+    let mut previous: Option<char> = None;
+    let mut option_risk = false;
+    let mut placeholders = 0usize;
+    // The words of the current simple command, for rule 4 and `--`.
+    let mut words: Vec<Seen> = Vec::new();
+    let mut word = String::new();
+    let mut in_word = false;
+    let mut rest = source;
+    fn finish(words: &mut Vec<Seen>, word: &mut String, in_word: &mut bool) {
+        if *in_word {
+            words.push(Seen {
+                text: std::mem::take(word),
+                has_arg: false,
+            });
+            *in_word = false;
+        }
+    }
+    while let Some(c) = rest.chars().next() {
+        if rest.starts_with(PLACEHOLDER) {
+            placeholders += 1;
+            if single {
+                return Err(bare("puts `{arg}` inside single quotes"));
+            }
+            if double {
+                return Err(bare("puts `{arg}` inside double quotes"));
+            }
+            let next = rest[PLACEHOLDER.len()..].chars().next();
+            if in_word || !boundary(previous) || !boundary(next) {
+                return Err(bare("glues `{arg}` to other characters"));
+            }
+            if !words.iter().any(|w| w.literal() == Some("--")) {
+                option_risk = true;
+            }
+            words.push(Seen {
+                text: PLACEHOLDER.to_owned(),
+                has_arg: true,
+            });
+            previous = Some('}');
+            rest = &rest[PLACEHOLDER.len()..];
+            continue;
+        }
+        rest = &rest[c.len_utf8()..];
+        if single {
+            if c == '\'' {
+                single = false;
+            } else {
+                word.push(c);
+            }
+        } else if double {
+            match c {
+                '"' => double = false,
+                '\\' => {
+                    if let Some(next) = rest.chars().next() {
+                        word.push(next);
+                        rest = &rest[next.len_utf8()..];
+                    }
+                }
+                c => word.push(c),
+            }
+        } else {
+            match c {
+                '\'' => {
+                    single = true;
+                    in_word = true;
+                }
+                '"' => {
+                    double = true;
+                    in_word = true;
+                }
+                '\\' => {
+                    if let Some(next) = rest.chars().next() {
+                        word.push(next);
+                        rest = &rest[next.len_utf8()..];
+                    }
+                    in_word = true;
+                }
+                ' ' | '\t' => finish(&mut words, &mut word, &mut in_word),
+                '\n' | ';' | '&' | '|' | '(' | ')' => {
+                    finish(&mut words, &mut word, &mut in_word);
+                    check_code(&words)?;
+                    words.clear();
+                }
+                c => {
+                    word.push(c);
+                    in_word = true;
+                }
+            }
+        }
+        previous = Some(c);
+    }
+    if single || double {
+        return Err("has unbalanced quotes".to_owned());
+    }
+    finish(&mut words, &mut word, &mut in_word);
+    check_code(&words)?;
+    if placeholders > 0 {
+        if source.contains("<<") {
+            return Err(
+                "has a here-document, whose text a shell expands whatever the quotes; \
+                 `{arg}` cannot be used safely next to it"
+                    .to_owned(),
+            );
+        }
+        if source.contains("$((") || source.contains("${") {
+            return Err(
+                "has an arithmetic or parameter expansion, inside which quotes do not protect \
+                 `{arg}`; move that part into a script and pass `{arg}` as a word"
+                    .to_owned(),
+            );
+        }
+    }
+    Ok(Mode::Shell { option_risk })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    fn exec(template: &str, arg: &str) -> (Vec<String>, String) {
+        let parsed = Template::parse(template, false).unwrap_or_else(|e| panic!("{template}: {e}"));
+        let rendered = parsed.render(Some(arg)).unwrap();
+        match rendered.invocation {
+            Invocation::Exec(argv) => (argv, rendered.shown),
+            Invocation::Shell(_) => panic!("{template} runs a shell"),
+        }
+    }
+
+    fn refused(template: &str, shell: bool) -> String {
+        match Template::parse(template, shell) {
+            Err(reason) => reason,
+            Ok(parsed) => panic!("{template:?} (shell: {shell}) was accepted: {parsed:?}"),
+        }
+    }
+
+    #[test]
+    fn every_placement_of_arg_is_one_argv_element_without_a_shell() {
+        let attack = "$(touch pwned); `touch pwned` 'x' \"y\"\nz";
+        // (template, argv with `@` for the argument, shown with `@` for it quoted)
+        let cases: &[(&str, &[&str], &str)] = &[
+            // Bare.
+            ("printf %s {arg}", &["printf", "%s", "@"], "printf %s @"),
+            // Single-quoted: the issue's `grep -rn '{arg}' .`.
+            (
+                "grep -rn '{arg}' .",
+                &["grep", "-rn", "@", "."],
+                "grep -rn @ .",
+            ),
+            // Double-quoted.
+            (
+                "grep -rn \"{arg}\" .",
+                &["grep", "-rn", "@", "."],
+                "grep -rn @ .",
+            ),
+            // Glued behind an option: the issue's `git log --grep="{arg}"`.
+            (
+                "git log --grep={arg}",
+                &["git", "log", "--grep=@"],
+                "git log --grep=@",
+            ),
+            (
+                "git log --grep=\"{arg}\"",
+                &["git", "log", "--grep=@"],
+                "git log --grep=@",
+            ),
+            (
+                "git log '--grep={arg}'",
+                &["git", "log", "--grep=@"],
+                "git log --grep=@",
+            ),
+            // Glued on both sides, and twice in one word.
+            ("cat docs/{arg}.md", &["cat", "docs/@.md"], "cat docs/@.md"),
+            ("echo {arg}{arg}", &["echo", "@@"], "echo @@"),
+            // Inside a quoted word with spaces: still one element.
+            (
+                "git commit -m 'WIP: {arg}'",
+                &["git", "commit", "-m", "WIP: @"],
+                "git commit -m 'WIP: '@",
+            ),
+            // Positional parameter of a shell script: passed, never run.
+            (
+                "sh -c 'wc -l -- \"$1\"' sh {arg}",
+                &["sh", "-c", "wc -l -- \"$1\"", "sh", "@"],
+                "sh -c 'wc -l -- \"$1\"' sh @",
+            ),
+            // Quotes and escapes in the template's own words.
+            (
+                "printf \"%s\\n\" {arg}",
+                &["printf", "%s\\n", "@"],
+                "printf '%s\\n' @",
+            ),
+            (
+                "echo a\\ b '' {arg}",
+                &["echo", "a b", "", "@"],
+                "echo 'a b' '' @",
+            ),
+            (
+                "git diff HEAD~10 {arg}",
+                &["git", "diff", "HEAD~10", "@"],
+                "git diff HEAD~10 @",
+            ),
+        ];
+        for (template, argv, shown) in cases {
+            let (got, got_shown) = exec(template, attack);
+            let expected: Vec<String> = argv.iter().map(|w| w.replace('@', attack)).collect();
+            assert_eq!(got, expected, "{template}");
+            // The shown line splits back into the same words.
+            assert_eq!(
+                shell_words::split(&got_shown).unwrap(),
+                expected,
+                "{template}"
+            );
+            let quoted = quote(attack);
+            assert_eq!(got_shown, shown.replace('@', &quoted), "{template}");
+        }
+        // An absent argument is an empty element, not a missing one.
+        assert_eq!(exec("ls {arg}", "").0, ["ls", ""]);
+    }
+
+    #[test]
+    fn shell_syntax_without_shell_true_is_refused_at_load() {
+        let declare = "which only a shell understands; add `\"shell\": true` to run it with \
+                       `sh`, or quote it";
+        let cases = [
+            ("git log | head", "`|` is a shell operator"),
+            ("cd x && ls", "`&` is a shell operator"),
+            ("git status; rm -rf ~", "`;` is a shell operator"),
+            ("echo pwned > out", "`>` is a shell operator"),
+            ("ls *.md", "`*` would be expanded by a shell"),
+            ("echo {a,b}", "`{` would be expanded by a shell"),
+            ("echo $HOME", "`$` is an expansion"),
+            ("echo `id`", "a backtick is an expansion"),
+            ("echo \"$(id)\"", "`$` inside double quotes is an expansion"),
+            (
+                "cat ~/.ssh/id_rsa",
+                "`~` at the start of a word (or after `=` or `:`) is an expansion",
+            ),
+            (
+                "git status #x",
+                "`#` at the start of a word starts a comment",
+            ),
+            ("git status\nrm -rf ~", "a newline separates commands"),
+        ];
+        for (template, words) in cases {
+            let reason = refused(template, false);
+            assert_eq!(reason, format!("{words}, {declare}"), "{template:?}");
+        }
+        // Declared, each of them loads.
+        for (template, _) in cases {
+            assert!(Template::parse(template, true).is_ok(), "{template:?}");
+        }
+        assert_eq!(refused("echo 'open", false), "has unbalanced quotes");
+        assert_eq!(refused(" ", false), "is empty");
+    }
+
+    #[test]
+    fn arg_is_never_the_program_nor_code() {
+        let program = "puts `{arg}` in the program name; name the program exactly";
+        let code = |name: &str| {
+            format!(
+                "puts `{{arg}}` in the code `{name}` runs, where the argument would run as code; \
+                 pass it as a word of its own (`sh -c '… \"$1\"' sh {{arg}}`)"
+            )
+        };
+        let cases = [
+            // Attack: the argument picks the program.
+            ("{arg} --version", program.to_owned()),
+            ("/usr/bin/{arg}", program.to_owned()),
+            // Attack: the issue's `sh -c 'wc -l {arg}'`, and its relatives.
+            ("sh -c 'wc -l {arg}'", code("sh")),
+            ("bash -lc \"wc -l {arg}\"", code("bash")),
+            ("/bin/sh -c {arg}", code("sh")),
+            ("env sh -e -c {arg}", code("sh")),
+            ("timeout 5 bash -c 'echo {arg}'", code("bash")),
+            ("python3 -c 'print({arg})'", code("python3")),
+            ("python3.11 -c {arg}", code("python3.11")),
+            ("perl -e{arg}", code("perl")),
+            ("node --eval {arg}", code("node")),
+        ];
+        for (template, reason) in &cases {
+            assert_eq!(&refused(template, false), reason, "{template}");
+        }
+        // A shell given a script file, or the argument after its script, is fine.
+        for template in [
+            "sh ./scripts/count.sh {arg}",
+            "sh -c 'wc -l -- \"$1\"' sh {arg}",
+        ] {
+            assert!(Template::parse(template, false).is_ok(), "{template}");
+        }
+    }
+
+    #[test]
+    fn a_shell_template_takes_arg_only_as_a_bare_word() {
+        let bare = "; in a shell template `{arg}` must be a bare word, which is quoted for you";
+        let cases = [
+            // Attack: quotes the argument could close (the issue's three templates).
+            ("grep -rn '{arg}' .", "puts `{arg}` inside single quotes"),
+            (
+                "git log --grep=\"{arg}\"",
+                "puts `{arg}` inside double quotes",
+            ),
+            ("sh -c 'wc -l {arg}'", "puts `{arg}` inside single quotes"),
+            // Glued placements.
+            (
+                "git log --grep={arg} | head",
+                "glues `{arg}` to other characters",
+            ),
+            ("cat docs/{arg}.md", "glues `{arg}` to other characters"),
+            ("echo {arg}x", "glues `{arg}` to other characters"),
+            ("echo \\ {arg}", "glues `{arg}` to other characters"),
+            ("echo `ls {arg}`", "glues `{arg}` to other characters"),
+        ];
+        for (template, how) in cases {
+            assert_eq!(
+                refused(template, true),
+                format!("{how}{bare}"),
+                "{template}"
+            );
+        }
+        // Attack: places where quotes do not protect a bare word.
+        assert!(refused("cat <<EOF\n{arg}\nEOF", true).starts_with("has a here-document"));
+        assert!(refused("echo $(( {arg} ))", true).starts_with("has an arithmetic"));
+        assert_eq!(
+            refused("eval {arg}", true),
+            "passes `{arg}` to `eval`, which would run it as shell code"
+        );
+        assert!(refused("ls | sh -c {arg}", true).starts_with("puts `{arg}` in the code `sh`"));
+        // Bare words next to operators are fine, and quoted for `sh`.
+        for template in [
+            "git log {arg} | head -n 5",
+            "grep -n {arg} *.md",
+            "echo {arg}>out.txt",
+            "(cd docs && ls {arg})",
+            "echo $(printf %s {arg})",
+        ] {
+            let parsed =
+                Template::parse(template, true).unwrap_or_else(|e| panic!("{template}: {e}"));
+            let rendered = parsed.render(Some("a'b")).unwrap();
+            assert_eq!(
+                rendered.invocation,
+                Invocation::Shell(template.replace(PLACEHOLDER, r"'a'\''b'"))
+            );
+        }
+    }
+
+    #[test]
+    fn an_argument_that_would_be_an_option_is_refused_unless_after_dashdash() {
+        let reason = "the argument begins with `-`, so the program would read it as an option; \
+                      the template puts no `--` before `{arg}`";
+        // (template, shell, refused)
+        let cases = [
+            // Attack: the issue's `git show --stat {arg}` writing outside.
+            ("git show --stat {arg}", false, true),
+            ("git show --stat '{arg}'", false, true),
+            ("cat {arg}.md", false, true),
+            ("git show --stat {arg}", true, true),
+            // `--` before it: a path, not an option.
+            ("git show --stat -- {arg}", false, false),
+            ("git show --stat -- {arg}", true, false),
+            // Glued behind text: it cannot start the word.
+            ("git log --grep={arg}", false, false),
+            ("cat docs/{arg}", false, false),
+            // A `--` in another command does not guard this one.
+            ("ls -- x; git show {arg}", true, true),
+        ];
+        for (template, shell, is_refused) in cases {
+            let parsed = Template::parse(template, shell).unwrap();
+            let got = parsed.render(Some("--output=/tmp/x"));
+            if is_refused {
+                match got {
+                    Err(CapabilityError::Denied {
+                        capability: Capability::Shell,
+                        reason: got,
+                        ..
+                    }) => assert_eq!(got, reason, "{template}"),
+                    other => panic!("{template}: {other:?}"),
+                }
+            } else {
+                assert!(got.is_ok(), "{template}: {got:?}");
+            }
+            // Arguments that do not begin with `-` always pass.
+            assert!(parsed.render(Some("x--output")).is_ok(), "{template}");
+        }
+        let refusal = Template::parse("git show --stat {arg}", false)
+            .unwrap()
+            .render(Some("--output=/tmp/x"))
+            .unwrap_err();
+        assert_eq!(
+            refusal.to_string(),
+            format!("command of `git show --stat '--output=/tmp/x'` refused: {reason}")
+        );
+    }
+}

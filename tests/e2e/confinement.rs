@@ -1,0 +1,693 @@
+//! Issue 10: arguments that stay arguments, and a shell inside a kernel
+//! sandbox. Each attack from the issue runs against the real host (data
+//! tools, the prober's `shell.run`, native extensions) and the real binary,
+//! and asserts the exact refusal and that no marker appeared and nothing
+//! outside the workspace changed.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::{Value, json};
+
+use crate::attack::{answer, audit_lines, data_tool, shell_tool, start, zotbox_with};
+use crate::support::Lab;
+
+/// The file an injected command would create.
+const MARKER: &str = "MARKER";
+
+/// Arguments that would run `touch MARKER` if a shell ever read them as code.
+const INJECTIONS: &[&str] = &[
+    "$(touch MARKER)",
+    "x; touch MARKER",
+    "`touch MARKER`",
+    "x\ntouch MARKER",
+    "'; touch MARKER; '",
+    "\"; touch MARKER; \"",
+    "x && touch MARKER #",
+];
+
+/// Panics if a `MARKER` exists anywhere under `roots`.
+fn assert_no_marker(roots: &[&Path]) {
+    for root in roots {
+        let mut stack = vec![root.to_path_buf()];
+        while let Some(dir) = stack.pop() {
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let path = entry.path();
+                assert!(
+                    path.file_name().is_none_or(|n| n != MARKER),
+                    "an injected command ran: `{}` exists",
+                    path.display()
+                );
+                if path.is_dir() && !path.is_symlink() {
+                    stack.push(path);
+                }
+            }
+        }
+    }
+}
+
+/// A shell data tool with `"shell": true`.
+fn shell_syntax_tool(name: &str, command: &str) -> Value {
+    let mut tool = shell_tool(name, command);
+    tool["shell"] = json!(true);
+    tool
+}
+
+/// Runs `git args…` in `dir`, quietly, with a fixed identity.
+fn git(dir: &Path, args: &[&str]) {
+    let status = Command::new("git")
+        .args(["-c", "user.name=t", "-c", "user.email=t@t.invalid"])
+        .args(args)
+        .current_dir(dir)
+        // Never the workspace's own `.gitconfig` (it holds an attack).
+        .env("HOME", "/nonexistent")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("run git");
+    assert!(status.success(), "git {args:?} failed");
+}
+
+/// Makes the workspace a git repository with one commit of `README.md`.
+fn git_workspace(lab: &Lab) {
+    std::fs::write(lab.workspace.join("README.md"), "readme\n").expect("readme");
+    git(&lab.workspace, &["init", "-q"]);
+    git(&lab.workspace, &["add", "README.md"]);
+    git(&lab.workspace, &["commit", "-q", "-m", "first"]);
+}
+
+/// A folder beside the workspace, standing for everything outside it.
+fn outside(lab: &Lab) -> PathBuf {
+    let dir = lab.home.parent().expect("lab root").join("outside");
+    std::fs::create_dir_all(&dir).expect("outside folder");
+    dir
+}
+
+// ---------------------------------------------------------------------------
+// `{arg}` is one argv element wherever the template puts it
+
+/// Every placement a template can give `{arg}`. Without `"shell": true`
+/// each runs by `execve` and the argument arrives as one literal element;
+/// with it, all but the bare ones are refused at load.
+/// (name, template, what `printf` prints with `@` for the argument, the
+/// refusal with `"shell": true`)
+const PLACEMENTS: &[(&str, &str, &str, Option<&str>)] = &[
+    ("bare", "printf %s {arg}", "@", None),
+    (
+        "single-quoted",
+        "printf %s '{arg}'",
+        "@",
+        Some("puts `{arg}` inside single quotes"),
+    ),
+    (
+        "double-quoted",
+        "printf %s \"{arg}\"",
+        "@",
+        Some("puts `{arg}` inside double quotes"),
+    ),
+    (
+        "glued after",
+        "printf %s --grep={arg}",
+        "--grep=@",
+        Some("glues `{arg}` to other characters"),
+    ),
+    (
+        "glued and quoted",
+        "printf %s --grep=\"{arg}\"",
+        "--grep=@",
+        Some("puts `{arg}` inside double quotes"),
+    ),
+    (
+        "glued before",
+        "printf %s {arg}.md",
+        "@.md",
+        Some("glues `{arg}` to other characters"),
+    ),
+    (
+        "inside a quoted phrase",
+        "printf %s 'wc -l {arg}'",
+        "wc -l @",
+        Some("puts `{arg}` inside single quotes"),
+    ),
+    (
+        "twice in one word",
+        "printf %s {arg}/{arg}",
+        "@/@",
+        Some("glues `{arg}` to other characters"),
+    ),
+    ("after `--`", "printf %s -- {arg}", "--@", None),
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quoted_and_glued_arguments_never_run_in_any_placement() {
+    let lab = Lab::new();
+    git_workspace(&lab);
+    for (i, (_, template, _, _)) in PLACEMENTS.iter().enumerate() {
+        data_tool(&lab, &shell_tool(&format!("p{i}"), template));
+    }
+    // The issue's own templates, which ran the argument before.
+    data_tool(&lab, &shell_tool("grepq", "grep -rn '{arg}' ."));
+    data_tool(&lab, &shell_tool("logq", "git log --grep=\"{arg}\""));
+    let host = start(&lab, &[]).await;
+    for injection in INJECTIONS {
+        for (i, (name, _, prints, _)) in PLACEMENTS.iter().enumerate() {
+            let got = answer(&host, &format!("p{i}"), json!({ "arg": injection })).await;
+            assert_eq!(
+                got,
+                (false, prints.replace('@', injection)),
+                "{name} with {injection:?}"
+            );
+        }
+        // The pattern is searched for (a newline makes two patterns) and
+        // the commit messages are grepped; neither runs anything.
+        for tool in ["grepq", "logq"] {
+            let (_, text) = answer(&host, tool, json!({ "arg": injection })).await;
+            assert!(
+                !text.contains("killed"),
+                "{tool} with {injection:?}: {text}"
+            );
+        }
+    }
+    host.shutdown().await;
+    assert_no_marker(&[&lab.workspace, &lab.home]);
+}
+
+/// With `"shell": true`, a quoted or glued `{arg}` is refused at load, for
+/// every placement; `list` and `doctor` report each file and the rule, and
+/// the tool never runs.
+#[test]
+fn a_shell_template_with_a_quoted_or_glued_arg_is_reported_and_skipped() {
+    let lab = Lab::new();
+    let bare = "in a shell template `{arg}` must be a bare word, which is quoted for you";
+    let mut expected = Vec::new();
+    let mut refuse = |name: &str, template: &str, reason: String| {
+        let path = data_tool(&lab, &shell_syntax_tool(name, template));
+        expected.push(format!(
+            "data file skipped: `{}`: field `command` `{template}` is refused: {reason}",
+            path.display()
+        ));
+    };
+    for (i, (_, template, _, refusal)) in PLACEMENTS.iter().enumerate() {
+        match refusal {
+            Some(how) => refuse(&format!("p{i}"), template, format!("{how}; {bare}")),
+            None => {
+                data_tool(&lab, &shell_syntax_tool(&format!("p{i}"), template));
+            }
+        }
+    }
+    // The issue's three templates.
+    refuse(
+        "grepq",
+        "grep -rn '{arg}' .",
+        format!("puts `{{arg}}` inside single quotes; {bare}"),
+    );
+    refuse(
+        "logq",
+        "git log --grep=\"{arg}\"",
+        format!("puts `{{arg}}` inside double quotes; {bare}"),
+    );
+    refuse(
+        "wcq",
+        "sh -c 'wc -l {arg}'",
+        format!("puts `{{arg}}` inside single quotes; {bare}"),
+    );
+    // Without `"shell": true`, the script of `sh -c` is refused too.
+    let path = data_tool(&lab, &shell_tool("wcx", "sh -c 'wc -l {arg}'"));
+    expected.push(format!(
+        "data file skipped: `{}`: field `command` `sh -c 'wc -l {{arg}}'` is refused: puts \
+         `{{arg}}` in the code `sh` runs, where the argument would run as code; pass it as a word \
+         of its own (`sh -c '… \"$1\"' sh {{arg}}`)",
+        path.display()
+    ));
+    // And shell syntax that was not declared.
+    let path = data_tool(&lab, &shell_tool("piped", "git log {arg} | head"));
+    expected.push(format!(
+        "data file skipped: `{}`: field `command` `git log {{arg}} | head` is refused: `|` is a \
+         shell operator, which only a shell understands; add `\"shell\": true` to run it with \
+         `sh`, or quote it",
+        path.display()
+    ));
+    let doctor = zotbox_with(&lab, &[], &["doctor"]);
+    for line in &expected {
+        assert!(
+            doctor.stdout.lines().any(|l| l.trim_start() == line),
+            "no `{line}` in\n{}",
+            doctor.stdout
+        );
+    }
+    let list = zotbox_with(&lab, &[], &["list"]);
+    for line in &expected {
+        let skipped = line.replacen("data file skipped: ", "skipped ", 1);
+        assert!(
+            list.stdout.lines().any(|l| l == skipped),
+            "no `{skipped}` in\n{}",
+            list.stdout
+        );
+    }
+    // Attack: call a skipped tool anyway.
+    let call = zotbox_with(&lab, &[], &["call", "wcq", r#"{"arg":"$(touch MARKER)"}"#]);
+    assert_ne!(call.code, Some(0), "{call:#?}");
+    assert!(call.stderr.contains("no tool `wcq`"), "{call:#?}");
+    assert_no_marker(&[&lab.workspace]);
+}
+
+/// The issue's option injection: `git show --stat {arg}` with
+/// `--output=<outside file>` would write outside the workspace. Refused,
+/// audited as a denial, and nothing is written; after `--` the same text is
+/// a revision name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_argument_that_is_an_option_is_refused_unless_the_template_ends_options() {
+    let lab = Lab::new();
+    git_workspace(&lab);
+    let outside = outside(&lab);
+    let target = outside.join("written");
+    data_tool(&lab, &shell_tool("show", "git show --stat {arg}"));
+    data_tool(&lab, &shell_tool("showsafe", "git show --stat -- {arg}"));
+    let host = start(&lab, &[]).await;
+    let arg = format!("--output={}", target.display());
+    let reason = "the argument begins with `-`, so the program would read it as an option; the \
+                  template puts no `--` before `{arg}`";
+    assert_eq!(
+        answer(&host, "show", json!({ "arg": arg })).await,
+        (
+            true,
+            format!("command of `git show --stat '{arg}'` refused: {reason}")
+        )
+    );
+    // After `--` it is a path that matches nothing: HEAD's commit, no files.
+    let (is_error, text) = answer(&host, "showsafe", json!({ "arg": arg })).await;
+    assert!(!is_error && !text.contains("README.md"), "{text}");
+    // Control: a revision still works.
+    let (is_error, text) = answer(&host, "show", json!({ "arg": "HEAD" })).await;
+    assert!(!is_error && text.contains("README.md"), "{text}");
+    host.shutdown().await;
+    assert!(!target.exists(), "git wrote outside the workspace");
+    let lines = audit_lines(&lab);
+    let denied: Vec<&Value> = lines
+        .iter()
+        .filter(|line| line["decision"] == "deny" && line["extension"] == "data:show")
+        .collect();
+    assert_eq!(denied.len(), 1, "{denied:#?}");
+    assert_eq!(denied[0]["capability"], "shell");
+    assert_eq!(denied[0]["reason"], reason);
+}
+
+// ---------------------------------------------------------------------------
+// A shell grant is jailed by the kernel
+
+/// The issue's workspace: a git repository with `docs/ok.md`, a symlink
+/// `docs/evil.md -> <outside>/secret`, and a tracked `.gitconfig` whose
+/// `core.fsmonitor` would run `touch MARKER` if git read it as the global
+/// config. Returns the outside folder.
+fn jail_workspace(lab: &Lab) -> PathBuf {
+    let outside = outside(lab);
+    std::fs::write(outside.join("secret"), "top secret\n").expect("secret");
+    std::fs::create_dir_all(lab.workspace.join("docs")).expect("docs");
+    std::fs::write(lab.workspace.join("docs/ok.md"), "fine\n").expect("ok.md");
+    std::os::unix::fs::symlink(outside.join("secret"), lab.workspace.join("docs/evil.md"))
+        .expect("symlink");
+    std::fs::write(
+        lab.workspace.join(".gitconfig"),
+        format!(
+            "[core]\n\tfsmonitor = touch {}\n",
+            lab.workspace.join(MARKER).display()
+        ),
+    )
+    .expect(".gitconfig");
+    git_workspace(lab);
+    git(&lab.workspace, &["add", ".gitconfig", "docs/ok.md"]);
+    git(&lab.workspace, &["commit", "-q", "-m", "docs"]);
+    outside
+}
+
+/// The prober with the README's grants, `git diff **` and `cat docs/*.md`.
+fn jailed_prober(lab: &Lab) -> PathBuf {
+    crate::attack::prober(
+        lab,
+        &json!({"shell": ["git diff **", "git status", "cat docs/*.md"]}),
+        None,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_matched_command_still_cannot_touch_anything_outside_the_workspace() {
+    let lab = Lab::new();
+    let outside = jail_workspace(&lab);
+    let secret = outside.join("secret");
+    let written = outside.join("written");
+    data_tool(&lab, &shell_tool("status", "git status --short"));
+    let host = start(&lab, &[jailed_prober(&lab)]).await;
+    let run = |command: String| json!({ "command": command });
+    // Control: what the grant is for still works.
+    assert_eq!(
+        answer(&host, "shell", run("cat docs/ok.md".to_owned())).await,
+        (false, "exit=Some(0) stdout=fine\n stderr=".to_owned())
+    );
+    // Attack: the symlink the fs capability refuses is refused by the kernel too.
+    assert_eq!(
+        answer(&host, "shell", run("cat docs/evil.md".to_owned())).await,
+        (
+            false,
+            "exit=Some(1) stdout= stderr=cat: docs/evil.md: Permission denied\n".to_owned()
+        )
+    );
+    // Attack: `git diff --no-index` reads any file the user can.
+    let (_, text) = answer(
+        &host,
+        "shell",
+        run(format!(
+            "git diff --no-index {} /dev/null",
+            secret.display()
+        )),
+    )
+    .await;
+    assert_eq!(
+        text,
+        format!(
+            "exit=Some(128) stdout= stderr=error: open(\"{0}\"): Permission denied\n\
+             fatal: cannot hash {0}\n",
+            secret.display()
+        )
+    );
+    // Attack: `git diff --output` writes anywhere the user can.
+    let (_, text) = answer(
+        &host,
+        "shell",
+        run(format!("git diff --output={} HEAD", written.display())),
+    )
+    .await;
+    assert_eq!(
+        text,
+        format!(
+            "exit=Some(128) stdout= stderr=fatal: could not open '{}' for writing: Permission \
+             denied\n",
+            written.display()
+        )
+    );
+    assert!(!written.exists(), "git wrote outside the workspace");
+    // Attack: the tracked `.gitconfig` as git's global config (HOME was the
+    // workspace): `git status` on both front ends runs no fsmonitor.
+    let (_, text) = answer(&host, "shell", run("git status".to_owned())).await;
+    assert!(text.starts_with("exit=Some(0)"), "{text}");
+    let (is_error, text) = answer(&host, "status", json!({})).await;
+    assert!(!is_error, "{text}");
+    host.shutdown().await;
+    assert_no_marker(&[&lab.workspace, &outside]);
+    assert_eq!(
+        std::fs::read_dir(&outside).expect("outside").count(),
+        1,
+        "something appeared outside"
+    );
+    // Control: the attack is live. Run as before (HOME at the workspace),
+    // the same `git status` runs the fsmonitor line.
+    Command::new("git")
+        .arg("status")
+        .current_dir(&lab.workspace)
+        .env("HOME", &lab.workspace)
+        .output()
+        .expect("git status");
+    assert!(
+        lab.workspace.join(MARKER).exists(),
+        "the fsmonitor line is not live"
+    );
+}
+
+/// Whether a process whose command line holds `token` is still alive.
+fn survivor(token: &str) -> Option<String> {
+    let entries = std::fs::read_dir("/proc").ok()?;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        if String::from_utf8_lossy(&cmdline).contains(token)
+            && crate::support::process_alive(pid.parse().unwrap_or(0))
+        {
+            return Some(format!("{pid}: {}", String::from_utf8_lossy(&cmdline)));
+        }
+    }
+    None
+}
+
+/// The issue's `setsid sh -c 'sleep 120; touch MARKER' &`: before, it
+/// outlived the call and the process-group kill. Now nothing it started is
+/// left once the call has answered, on both front ends and at the timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setsid_does_not_outlive_the_call() {
+    let lab = Lab::new();
+    // A token unique to this test finds its processes in `/proc`.
+    let token = format!("sleep 120; touch {MARKER} # {}", lab.workspace.display());
+    let escape = format!("setsid sh -c '{token}' & echo started");
+    data_tool(&lab, &shell_syntax_tool("escape", &escape));
+    let guest = crate::attack::prober(&lab, &json!({"shell": ["**"]}), None);
+    let host = start(&lab, &[guest]).await;
+    assert_eq!(
+        answer(&host, "escape", json!({})).await,
+        (false, "started\n".to_owned())
+    );
+    assert_eq!(
+        answer(&host, "shell", json!({ "command": escape })).await,
+        (false, "exit=Some(0) stdout=started\n stderr=".to_owned())
+    );
+    let left = crate::support::eventually("the detached children to die", || {
+        survivor(&token).is_none().then_some(())
+    })
+    .await;
+    assert!(
+        left.is_some(),
+        "a detached child survived: {:?}",
+        survivor(&token)
+    );
+    host.shutdown().await;
+    assert_no_marker(&[&lab.workspace]);
+}
+
+/// With `"shell_network": false` (the default) a shell command cannot
+/// connect to a server on this machine; a policy that grants it can.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shell_network_is_closed_unless_the_policy_grants_it() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listener");
+    let port = listener.local_addr().expect("port").port();
+    listener.set_nonblocking(true).expect("non-blocking");
+    let connect = format!(
+        "python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}), 2); \
+         print(\"connected\")'"
+    );
+    for granted in [false, true] {
+        let lab = Lab::new();
+        if granted {
+            crate::attack::user_policy(&lab, &json!({"shell_network": true}));
+        }
+        data_tool(&lab, &shell_tool("connect", &connect));
+        let host = start(&lab, &[]).await;
+        let (is_error, text) = answer(&host, "connect", json!({})).await;
+        host.shutdown().await;
+        if granted {
+            assert_eq!((is_error, text.as_str()), (false, "connected\n"));
+            assert!(listener.accept().is_ok(), "no connection arrived");
+        } else {
+            assert!(is_error && !text.contains("connected\n"), "{text}");
+            assert!(listener.accept().is_err(), "a connection arrived");
+        }
+    }
+}
+
+/// `require_confinement: true` on a kernel that offers everything: shell
+/// commands run as before, confined. (The refusal where a protection is
+/// missing is pinned by the unit tests of `capability::confine`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn require_confinement_runs_where_the_kernel_offers_every_protection() {
+    let lab = Lab::new();
+    crate::attack::user_policy(&lab, &json!({"require_confinement": true}));
+    data_tool(&lab, &shell_tool("say", "printf %s {arg}"));
+    let host = start(&lab, &[]).await;
+    assert_eq!(
+        answer(&host, "say", json!({"arg": "hi"})).await,
+        (false, "hi".to_owned())
+    );
+    host.shutdown().await;
+}
+
+// ---------------------------------------------------------------------------
+// Native extensions under `confine_native`
+
+/// A native extension whose one tool, `run`, runs `sh -c <script>` and
+/// answers `exit=<code> out=<stdout> err=<stderr>`.
+const NATIVE_PROBE: &str = r#"
+import json, subprocess, sys
+
+def send(frame):
+    sys.stdout.write(json.dumps(frame) + "\n")
+    sys.stdout.flush()
+
+send({"type": "hello", "name": "natprobe", "version": "1.0.0", "capabilities": ["tools"]})
+send({"type": "register_tool", "name": "run", "description": "runs sh -c",
+      "schema": {"type": "object", "properties": {"sh": {"type": "string"}}}})
+send({"type": "ready"})
+for line in sys.stdin:
+    frame = json.loads(line)
+    if frame.get("type") == "tool_call":
+        done = subprocess.run(["sh", "-c", frame["args"]["sh"]], capture_output=True, text=True)
+        text = f"exit={done.returncode} out={done.stdout} err={done.stderr}"
+        send({"type": "tool_result", "id": frame["id"], "content": [{"type": "text", "text": text}]})
+    elif frame.get("type") == "shutdown":
+        send({"type": "shutdown_ack"})
+        break
+"#;
+
+/// Writes `<lab.dev>/natprobe/` running [`NATIVE_PROBE`] with the system's
+/// Python (a shim under the user's home would not be reachable confined).
+fn native_probe(lab: &Lab) -> PathBuf {
+    let dir = lab.dev.join("natprobe");
+    std::fs::create_dir_all(&dir).expect("natprobe folder");
+    std::fs::write(dir.join("probe.py"), NATIVE_PROBE).expect("probe.py");
+    crate::support::write_json(
+        &dir.join("extension.json"),
+        &json!({"name": "natprobe", "version": "1.0.0", "exec": "/usr/bin/python3",
+                "args": ["probe.py"], "description": "runs sh -c"}),
+    );
+    dir
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_confined_native_extension_reaches_its_folder_its_data_and_the_workspace_only() {
+    let lab = Lab::new();
+    let outside = outside(&lab);
+    std::fs::write(outside.join("secret"), "top secret\n").expect("secret");
+    std::fs::create_dir_all(lab.workspace.join(".git")).expect(".git");
+    std::fs::write(lab.workspace.join(".git/config"), "[core]\n").expect("config");
+    crate::attack::user_policy(&lab, &json!({"confine_native": true}));
+    let dir = native_probe(&lab);
+    let data = lab.home.join("data/natprobe");
+    let host = start(&lab, std::slice::from_ref(&dir)).await;
+    let run = |script: String| {
+        let host = &host;
+        async move {
+            let (is_error, text) = answer(host, "run", json!({ "sh": script })).await;
+            assert!(!is_error, "{text}");
+            text
+        }
+    };
+    let ws = lab.workspace.display();
+    let denied =
+        |what: &str| format!("exit=2 out= err=sh: 1: cannot create {what}: Permission denied\n");
+    // Its folder: readable, not writable.
+    assert_eq!(
+        run("head -c 7 probe.py".to_owned()).await,
+        "exit=0 out=\nimport err="
+    );
+    assert_eq!(
+        run("echo x > probe.py".to_owned()).await,
+        denied("probe.py")
+    );
+    // Its data dir and the workspace: writable.
+    assert_eq!(
+        run(format!("echo d > {0}/f && cat {0}/f", data.display())).await,
+        "exit=0 out=d\n err="
+    );
+    assert_eq!(
+        run(format!("echo w > {ws}/w.txt && cat {ws}/w.txt")).await,
+        "exit=0 out=w\n err="
+    );
+    // Attack: read outside, write outside, read the user's zot home.
+    assert_eq!(
+        run(format!("cat {}/secret", outside.display())).await,
+        format!(
+            "exit=1 out= err=cat: {}/secret: Permission denied\n",
+            outside.display()
+        )
+    );
+    let written = outside.join("written");
+    assert_eq!(
+        run(format!("echo x > {}", written.display())).await,
+        denied(&written.display().to_string())
+    );
+    let policy = lab.home.join("policy.json");
+    assert_eq!(
+        run(format!("cat {}", policy.display())).await,
+        format!(
+            "exit=1 out= err=cat: {}: Permission denied\n",
+            policy.display()
+        )
+    );
+    // Attack: the workspace's control paths.
+    assert_eq!(
+        run(format!("echo x >> {ws}/.git/config")).await,
+        format!("exit=2 out= err=sh: 1: cannot create {ws}/.git/config: Read-only file system\n")
+    );
+    // HOME is private, not the user's.
+    let home = run("printf %s \"$HOME\"".to_owned()).await;
+    assert!(home.contains("zotbox-home-"), "{home}");
+    // Attack: a detached child meant to outlive the extension.
+    let token = format!("sleep 120 # {}", lab.workspace.display());
+    run(format!("setsid sh -c '{token}' > /dev/null 2>&1 &")).await;
+    host.shutdown().await;
+    let left = crate::support::eventually("the detached child to die", || {
+        survivor(&token).is_none().then_some(())
+    })
+    .await;
+    assert!(
+        left.is_some(),
+        "a detached child survived: {:?}",
+        survivor(&token)
+    );
+    assert!(!written.exists());
+    assert_eq!(
+        std::fs::read_to_string(dir.join("probe.py")).expect("probe"),
+        NATIVE_PROBE
+    );
+    assert_eq!(
+        std::fs::read_to_string(lab.workspace.join(".git/config")).expect("config"),
+        "[core]\n"
+    );
+
+    // Control: without `confine_native`, a native extension runs as zot
+    // runs it, and reads the secret.
+    crate::attack::user_policy(&lab, &json!({}));
+    let host = start(&lab, &[dir]).await;
+    assert_eq!(
+        answer(
+            &host,
+            "run",
+            json!({"sh": format!("cat {}/secret", outside.display())})
+        )
+        .await,
+        (false, "exit=0 out=top secret\n err=".to_owned())
+    );
+    host.shutdown().await;
+}
+
+// ---------------------------------------------------------------------------
+// doctor
+
+/// `doctor` lists what the kernel offers; on this project's machines that
+/// is everything, so confinement adds no problem.
+#[test]
+fn doctor_lists_the_kernel_protections() {
+    let lab = Lab::new();
+    let run = zotbox_with(&lab, &[], &["doctor"]);
+    run.expect_code(0);
+    // The ABI number is the kernel's (7 on the machines this was written on).
+    assert!(
+        run.stdout
+            .lines()
+            .any(|l| l.starts_with("kernel confinement: Landlock ABI ")
+                && l.ends_with(
+                    "; Landlock, Landlock network, Landlock scopes, user namespaces, mount \
+                 namespaces, PID namespaces, network namespaces"
+                )),
+        "{}",
+        run.stdout
+    );
+    assert!(!run.stdout.contains("this kernel: lacks"), "{}", run.stdout);
+}
