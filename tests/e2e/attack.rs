@@ -113,6 +113,9 @@ pub async fn start_with(
     policy: Policy,
     restart: RestartPolicy,
 ) -> Host {
+    // The arena's workspace files are the attacks on the mechanisms, not on
+    // trust (that is `trust.rs`): trust them as they stand.
+    lab.trust_workspace();
     let mut builder = lab.builder().policy(policy).restart_policy(restart);
     for dir in extensions {
         builder = builder.extension(dir);
@@ -126,6 +129,8 @@ pub async fn start_with(
 /// system policy is the lab's (see [`system_policy_path`]), and so is
 /// `HOME`, so the user's own `~/.shiro-neko` never joins in.
 pub fn zotbox_with(lab: &Lab, env: &[(&str, &str)], args: &[&str]) -> Run {
+    // As in `start_with`: the workspace is trusted as it stands.
+    lab.trust_workspace();
     let mut command = Command::new(env!("CARGO_BIN_EXE_zotbox"));
     command
         .arg("--zot-home")

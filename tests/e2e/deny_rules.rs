@@ -36,6 +36,8 @@ fn no_push() -> Value {
 
 const PUSH: &str = "blocked by plugin `no-push` rule 1: pushes are reviewed";
 const RM: &str = "blocked by plugin `no-push` rule 2: deletes recursively";
+const OPTION: &str = "the argument begins with `-`, so the program would read it as an option; \
+                      the template puts no `--` before `{arg}`";
 
 /// `victim/keep.txt`: what an `rm -rf victim` that ran would delete.
 fn victim(lab: &Lab) {
@@ -53,46 +55,64 @@ fn assert_victim_intact(lab: &Lab) {
     );
 }
 
-/// A data `shell` tool's template, its `arg`, and the command it renders
-/// (`{arg}` single-quoted) and so the rule it must meet.
-const DATA_CASES: &[(&str, &str, &str, &str, &str)] = &[
+/// A data `shell` tool's template, whether it declares `"shell": true`,
+/// its `arg`, the command it renders (its argv shown as shell words for an
+/// `execve` template, the line with `{arg}` single-quoted for a shell one)
+/// and so the rule it must meet.
+const DATA_CASES: &[(&str, &str, bool, &str, &str, &str)] = &[
     // Quotes: the argument arrives quoted, as `git 'push'`.
-    ("git-arg", "git {arg}", "push", "git 'push'", PUSH),
+    ("git-arg", "git {arg}", false, "push", "git 'push'", PUSH),
+    // Split once at load, the quotes and the escape are gone before the
+    // rules look: the argv is `git push origin`.
     (
         "git-split",
         "git pu''sh {arg}",
+        false,
         "origin",
-        "git pu''sh 'origin'",
+        "git push 'origin'",
         PUSH,
     ),
     (
         "git-escaped",
         "git pu\\sh {arg}",
+        false,
         "origin",
-        "git pu\\sh 'origin'",
+        "git push 'origin'",
         PUSH,
     ),
     (
         "git-path",
         "/usr/local/bin/git {arg}",
+        false,
         "push",
         "/usr/local/bin/git 'push'",
         PUSH,
     ),
-    ("rm-quoted", "rm {arg} victim", "-rf", "rm '-rf' victim", RM),
-    // Another command first, a substitution inside double quotes.
+    // An option smuggled in as the argument never reaches `rm` (nor the
+    // rules): the template puts no `--` before it.
+    (
+        "rm-quoted",
+        "rm {arg} victim",
+        false,
+        "-rf",
+        "rm '-rf' victim",
+        OPTION,
+    ),
+    // Another command first, through a shell: the line as `sh` gets it.
     (
         "rm-after",
         "true && /bin/rm -r''f {arg}",
+        true,
         "victim",
         "true && /bin/rm -r''f 'victim'",
         RM,
     ),
     (
         "rm-inside",
-        "echo \"$(/bin/rm -r\"\"f {arg})\"",
+        "echo $(/bin/rm -r\"\"f {arg})",
+        true,
         "victim",
-        "echo \"$(/bin/rm -r\"\"f 'victim')\"",
+        "echo $(/bin/rm -r\"\"f 'victim')",
         RM,
     ),
 ];
@@ -102,8 +122,10 @@ fn a_data_shell_tool_cannot_hide_a_denied_command_in_quotes_paths_or_other_comma
     let lab = Lab::new();
     victim(&lab);
     plugin(&lab, &no_push());
-    for (name, template, _, _, _) in DATA_CASES {
-        data_tool(&lab, &shell_tool(name, template));
+    for (name, template, shell, _, _, _) in DATA_CASES {
+        let mut tool = shell_tool(name, template);
+        tool["shell"] = json!(shell);
+        data_tool(&lab, &tool);
     }
     data_tool(&lab, &shell_tool("touch-arg", "touch {arg}"));
     data_tool(&lab, &shell_tool("publish", "/usr/local/bin/git {arg}"));
@@ -114,7 +136,7 @@ fn a_data_shell_tool_cannot_hide_a_denied_command_in_quotes_paths_or_other_comma
         (run.code, run.stdout, run.stderr)
     };
     let mut failures = Vec::new();
-    for (name, _, arg, rendered, blocked) in DATA_CASES {
+    for (name, _, _, arg, rendered, blocked) in DATA_CASES {
         let expected = (
             Some(3),
             format!("command of `{rendered}` refused: {blocked}\n"),

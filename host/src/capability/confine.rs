@@ -29,12 +29,21 @@
 //!    is missing, and a policy with `require_confinement` refuses to run
 //!    anything instead ([`ConfineError::Unavailable`]).
 //!
+//! 6. **A control path the command created is taken back.** A folder that
+//!    does not exist cannot be bound read-only, so a command could create
+//!    `.zot/extensions/x/` (which zot itself would then start, natively) or
+//!    a `.git` file pointing at a config it wrote. [`ControlPathWatch`] notes
+//!    which control paths are missing at the workspace root before the
+//!    command runs and, once every descendant is dead, removes any that
+//!    appeared; the call then fails as a refusal naming them.
+//!
 //! Not covered: `/proc` stays the host's (other processes' command lines
 //! are readable, their memory and environment are not: Landlock refuses
 //! `ptrace` access across domains); Unix sockets reachable by path (an
 //! ssh-agent socket in `/tmp`) can still be connected to where file
-//! permissions allow; a control folder that does not exist yet can be
-//! created; CPU and memory are not limited here.
+//! permissions allow; a control folder created *below* the workspace root
+//! (`sub/.git`) stays, and one created at the root exists while the command
+//! runs; CPU and memory are not limited here.
 //!
 //! How: everything that allocates or can fail for reasons other than the
 //! kernel (the Landlock ruleset and its path fds, the uid maps, the mount
@@ -74,6 +83,61 @@ const DEVICES: &[&str] = &[
 
 /// The workspace folders that decide grants or run code: read-only.
 pub const CONTROL_PATHS: &[&str] = &[".git", ".zot", ".shiro"];
+
+/// The control paths missing at a workspace's root before a command runs
+/// (rule 6): [`ControlPathWatch::take_back`] removes those the command
+/// created.
+#[derive(Debug)]
+pub struct ControlPathWatch {
+    workspace: PathBuf,
+    missing: Vec<&'static str>,
+}
+
+impl ControlPathWatch {
+    /// Notes which of [`CONTROL_PATHS`] `workspace` lacks (as any kind of
+    /// file, a dangling symlink included).
+    pub fn before(workspace: &Path) -> Self {
+        let missing = CONTROL_PATHS
+            .iter()
+            .copied()
+            .filter(|name| std::fs::symlink_metadata(workspace.join(name)).is_err())
+            .collect();
+        Self {
+            workspace: workspace.to_owned(),
+            missing,
+        }
+    }
+
+    /// Removes every control path that was missing and now exists (a
+    /// symlink as a link, never followed), and names them, `.zot/` style.
+    /// Call once nothing the command started can still run.
+    pub fn take_back(&self) -> Vec<String> {
+        let mut created = Vec::new();
+        for name in &self.missing {
+            let path = self.workspace.join(name);
+            let Ok(meta) = std::fs::symlink_metadata(&path) else {
+                continue;
+            };
+            let removed = if meta.is_dir() {
+                std::fs::remove_dir_all(&path)
+            } else {
+                std::fs::remove_file(&path)
+            };
+            if let Err(err) = removed {
+                tracing::error!(
+                    "cannot remove the control path `{}` a command created: {err}",
+                    path.display()
+                );
+            }
+            created.push(if meta.is_dir() {
+                format!("{name}/")
+            } else {
+                (*name).to_owned()
+            });
+        }
+        created
+    }
+}
 
 /// The Landlock ABI this module asks for: 6 adds the scopes (signals,
 /// abstract Unix sockets). Older kernels get what they support.

@@ -403,6 +403,7 @@ pub async fn run(
         }
         ConfineError::Prepare(_) => CapabilityError::Failed(format!("`{shown}`: {err}")),
     })?;
+    let watch = confine::ControlPathWatch::before(cwd);
     let mut child = tokio::process::Command::new(program);
     child
         .args(args)
@@ -442,6 +443,29 @@ pub async fn run(
         tokio::join!(read_capped(stdout, cap), read_capped(stderr, cap), wait)
     })
     .await;
+    if finished.is_err() {
+        kill_group(group);
+        // Reap it; SIGKILL makes this quick.
+        let _ = child.wait().await;
+    }
+    // Every descendant is dead now (the PID namespace went with the group):
+    // nothing can recreate what is taken back.
+    let created = watch.take_back();
+    if !created.is_empty() {
+        return Err(CapabilityError::denied(
+            Capability::Shell,
+            shown,
+            format!(
+                "it created the control path {} (which decides what runs); no command may \
+                 write it, so it was removed",
+                created
+                    .iter()
+                    .map(|path| format!("`{path}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ));
+    }
     match finished {
         Ok(((stdout, out_cut), (stderr, err_cut), status)) => {
             let status = status.map_err(|err| {
@@ -454,15 +478,10 @@ pub async fn run(
                 truncated: out_cut || err_cut,
             })
         }
-        Err(_) => {
-            kill_group(group);
-            // Reap it; SIGKILL makes this quick.
-            let _ = child.wait().await;
-            Err(CapabilityError::Timeout {
-                what: format!("command `{shown}`"),
-                ms: u64::try_from(limits.timeout.as_millis()).unwrap_or(u64::MAX),
-            })
-        }
+        Err(_) => Err(CapabilityError::Timeout {
+            what: format!("command `{shown}`"),
+            ms: u64::try_from(limits.timeout.as_millis()).unwrap_or(u64::MAX),
+        }),
     }
 }
 
@@ -807,6 +826,57 @@ mod tests {
         assert!(!home.starts_with(dir.path()), "{}", home.display());
         assert_eq!(output.exit_code, Some(0), "{}", output.stderr);
         assert!(!home.exists(), "the private home outlived the run");
+    }
+
+    #[tokio::test]
+    async fn a_control_path_a_command_creates_is_taken_back_and_the_call_refused() {
+        let cases = [
+            // Attack: an extension zot itself would start, natively.
+            (
+                "mkdir -p .zot/extensions/x && echo '{}' > .zot/extensions/x/extension.json",
+                "`.zot/`",
+            ),
+            // Attack: a gitfile pointing at a config the command wrote.
+            (
+                "mkdir evil && printf '[core]\\n\\tfsmonitor = touch pwned\\n' > evil/config \
+                 && printf 'gitdir: evil\\n' > .git",
+                "`.git`",
+            ),
+            // A link counts too, and is removed as a link.
+            ("ln -s /tmp .shiro", "`.shiro`"),
+        ];
+        for (command, created) in cases {
+            let dir = tempfile::tempdir().unwrap();
+            let err = run(&sh(command), dir.path(), &ShellLimits::default())
+                .await
+                .err();
+            assert_eq!(
+                err,
+                Some(CapabilityError::denied(
+                    Capability::Shell,
+                    command,
+                    format!(
+                        "it created the control path {created} (which decides what runs); no \
+                         command may write it, so it was removed"
+                    ),
+                )),
+                "{command}"
+            );
+            for name in confine::CONTROL_PATHS {
+                assert!(
+                    std::fs::symlink_metadata(dir.path().join(name)).is_err(),
+                    "{command}: `{name}` is still there"
+                );
+            }
+        }
+        // A control path that existed before is left alone (and read-only).
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join(".zot")).unwrap();
+        let output = run(&sh("ls -A"), dir.path(), &ShellLimits::default())
+            .await
+            .unwrap();
+        assert_eq!(output.stdout, ".zot\n");
+        assert!(dir.path().join(".zot").is_dir());
     }
 
     /// Runs in a child process with a secret in its environment (see below).
