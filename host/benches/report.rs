@@ -80,6 +80,7 @@ struct Fixture {
     wasm: Manifest,
     native: Manifest,
     wasm_file: PathBuf,
+    native_bin: PathBuf,
 }
 
 fn workspace_root() -> PathBuf {
@@ -125,6 +126,7 @@ fn fixture() -> Result<Fixture> {
         wasm: Manifest::load(&wasm_dir.join("extension.json"))?,
         native: Manifest::load(&native_dir.join("extension.json"))?,
         wasm_file,
+        native_bin,
         tmp,
     })
 }
@@ -585,6 +587,256 @@ async fn shell_cost(base: &Path, argv: &[&str], scale: &Scale) -> Result<(Durati
     Ok((confined, unconfined))
 }
 
+/// A process spawned as zot spawns an extension: in its folder, the
+/// protocol on piped stdin/stdout, stderr discarded.
+struct ZotChild {
+    child: std::process::Child,
+    input: std::process::ChildStdin,
+    output: std::io::BufReader<std::process::ChildStdout>,
+    line: String,
+}
+
+impl ZotChild {
+    /// Spawns `program args` in `dir` and answers its handshake; returns it
+    /// with the time from spawn to its `ready`.
+    fn start(
+        program: &Path,
+        args: &[&str],
+        dir: &Path,
+        env: &[(&str, &Path)],
+    ) -> Result<(Self, Duration)> {
+        use std::process::{Command, Stdio};
+        let begun = Instant::now();
+        let mut command = Command::new(program);
+        command
+            .args(args)
+            .current_dir(dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        let mut child = command.spawn()?;
+        let (Some(input), Some(output)) = (child.stdin.take(), child.stdout.take()) else {
+            return Err("no pipes".into());
+        };
+        let mut spawned = Self {
+            child,
+            input,
+            output: std::io::BufReader::new(output),
+            line: String::new(),
+        };
+        loop {
+            let frame = spawned.read_frame()?;
+            match frame["type"].as_str() {
+                Some("hello") => {
+                    let ack = zotbox::protocol::encode_to_vec(
+                        &zotbox::protocol::HostFrame::HelloAck(HelloAck::default()),
+                    )?;
+                    std::io::Write::write_all(&mut spawned.input, &ack)?;
+                }
+                Some("ready") => return Ok((spawned, begun.elapsed())),
+                _ => {}
+            }
+        }
+    }
+
+    fn read_frame(&mut self) -> Result<serde_json::Value> {
+        use std::io::BufRead;
+        self.line.clear();
+        if self.output.read_line(&mut self.line)? == 0 {
+            return Err("the extension closed its output".into());
+        }
+        Ok(serde_json::from_str(&self.line)?)
+    }
+
+    /// p50 of `calls` `echo` round trips, after a warm-up.
+    fn round_trips(&mut self, calls: usize) -> Result<Duration> {
+        let mut samples = Vec::with_capacity(calls);
+        for n in 0..calls + 200 {
+            let id = n.to_string();
+            let call = zotbox::protocol::encode_to_vec(&zotbox::protocol::HostFrame::ToolCall(
+                zotbox::protocol::ToolCall {
+                    id: id.clone(),
+                    name: "echo".into(),
+                    args: json!({"text": "ping"}),
+                },
+            ))?;
+            let begun = Instant::now();
+            std::io::Write::write_all(&mut self.input, &call)?;
+            loop {
+                let frame = self.read_frame()?;
+                if frame["type"] == "tool_result" && frame["id"] == id.as_str() {
+                    break;
+                }
+            }
+            if n >= 200 {
+                samples.push(begun.elapsed());
+            }
+        }
+        Ok(percentile(&mut samples, 50.0))
+    }
+
+    fn rss_kib(&self) -> u64 {
+        rss_kib(self.child.id())
+    }
+
+    fn stop(mut self) {
+        let _ = std::io::Write::write_all(&mut self.input, b"{\"type\":\"shutdown\"}\n");
+        drop(self.input);
+        let _ = self.child.wait();
+    }
+}
+
+/// What zot sees of one way to run the guest: medians over `runs` spawns
+/// of spawn → ready, idle RSS, and the p50 tool round trip.
+struct ZotFigures {
+    ready: Duration,
+    rss_kib: u64,
+    round_trip: Duration,
+}
+
+fn zot_path(
+    program: &Path,
+    args: &[&str],
+    dir: &Path,
+    env: &[(&str, &Path)],
+    runs: usize,
+    calls: usize,
+) -> Result<ZotFigures> {
+    // One start outside the measurement: caches and page cache warm.
+    let (warm, _) = ZotChild::start(program, args, dir, env)?;
+    warm.stop();
+    let (mut ready, mut rss, mut trips) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..runs {
+        let (mut child, took) = ZotChild::start(program, args, dir, env)?;
+        ready.push(took);
+        std::thread::sleep(Duration::from_millis(300));
+        rss.push(child.rss_kib());
+        trips.push(child.round_trips(calls)?);
+        child.stop();
+    }
+    rss.sort_unstable();
+    Ok(ZotFigures {
+        ready: percentile(&mut ready, 50.0),
+        rss_kib: rss[rss.len() / 2],
+        round_trip: percentile(&mut trips, 50.0),
+    })
+}
+
+/// p50 of a line bounced off `cat` through two pipes: the least a round
+/// trip between two processes costs on this machine.
+fn pipe_ping_pong(calls: usize) -> Result<Duration> {
+    use std::io::{BufRead, Write};
+    use std::process::{Command, Stdio};
+    let mut cat = Command::new("cat")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let (Some(mut input), Some(output)) = (cat.stdin.take(), cat.stdout.take()) else {
+        return Err("no pipes".into());
+    };
+    let mut output = std::io::BufReader::new(output);
+    let mut line = String::new();
+    let mut samples = Vec::with_capacity(calls);
+    for n in 0..calls + 1000 {
+        let begun = Instant::now();
+        input.write_all(b"ping\n")?;
+        line.clear();
+        output.read_line(&mut line)?;
+        if n >= 1000 {
+            samples.push(begun.elapsed());
+        }
+    }
+    drop(input);
+    let _ = cat.wait();
+    Ok(percentile(&mut samples, 50.0))
+}
+
+/// The `wasmtime` CLI on PATH, if any.
+fn wasmtime_cli() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join("wasmtime"))
+        .find(|candidate| candidate.is_file())
+}
+
+/// The three rows of the path zot users take: `zotbox run`, the native
+/// build and (when on PATH) `wasmtime run` of the precompiled guest.
+fn zot_rows(fixture: &Fixture, scale: &Scale) -> Result<Vec<[String; 4]>> {
+    let runs = 7;
+    let calls = scale.calls / 10;
+    let zotbox = Path::new(env!("CARGO_BIN_EXE_zotbox"));
+    let home = fixture.home.root();
+    let wasm_dir = fixture.wasm_file.parent().ok_or("no wasm dir")?;
+    let run = zot_path(
+        zotbox,
+        &["run"],
+        wasm_dir,
+        &[("ZOT_HOME", home)],
+        runs,
+        calls,
+    )?;
+    let native_bin = fixture.native_bin.as_path();
+    let native = zot_path(
+        native_bin,
+        &[],
+        native_bin.parent().ok_or("no native dir")?,
+        &[],
+        runs,
+        calls,
+    )?;
+    let mut rows = Vec::new();
+    let mut three = |who: &str, figures: &ZotFigures| {
+        rows.push([
+            format!("{who}: spawn → ready (median of {runs})"),
+            millis(figures.ready),
+            millis(native.ready),
+            dur_ratio(figures.ready, native.ready),
+        ]);
+        rows.push([
+            format!("{who}: idle RSS"),
+            format!("{:.1} MiB", figures.rss_kib as f64 / 1024.0),
+            format!("{:.1} MiB", native.rss_kib as f64 / 1024.0),
+            ratio(figures.rss_kib as f64, native.rss_kib as f64),
+        ]);
+        rows.push([
+            format!("{who}: tool round trip p50"),
+            micros(figures.round_trip),
+            micros(native.round_trip),
+            dur_ratio(figures.round_trip, native.round_trip),
+        ]);
+    };
+    three("`zotbox run`", &run);
+    if let Some(cli) = wasmtime_cli() {
+        let cwasm = fixture.tmp.path().join(format!("{GUEST}.cwasm"));
+        let compiled = std::process::Command::new(&cli)
+            .arg("compile")
+            .arg(&fixture.wasm_file)
+            .arg("-o")
+            .arg(&cwasm)
+            .status()?;
+        if compiled.success() {
+            let cwasm = cwasm.to_string_lossy().into_owned();
+            let figures = zot_path(
+                &cli,
+                &["run", "--allow-precompiled", &cwasm],
+                wasm_dir,
+                &[],
+                runs,
+                calls,
+            )?;
+            three("`wasmtime run` (precompiled)", &figures);
+        } else {
+            eprintln!("`wasmtime compile` failed; no `wasmtime run` rows");
+        }
+    } else {
+        eprintln!("no `wasmtime` on PATH; no `wasmtime run` rows");
+    }
+    Ok(rows)
+}
+
 fn micros(d: Duration) -> String {
     format!("{:.1} µs", d.as_secs_f64() * 1e6)
 }
@@ -631,7 +883,8 @@ fn main() -> Result<()> {
             Ok(())
         });
     }
-    let rows = runtime.block_on(async {
+    let ping_pong = pipe_ping_pong(scale.calls)?;
+    let mut rows = runtime.block_on(async {
         let mut rows: Vec<[String; 4]> = Vec::new();
         let mut row = |name: &str, wasm: String, native: String, ratio: String| {
             rows.push([name.to_owned(), wasm, native, ratio]);
@@ -685,6 +938,12 @@ fn main() -> Result<()> {
             micros(wasm_p99),
             micros(native_p99),
             dur_ratio(wasm_p99, native_p99),
+        );
+        row(
+            "bare pipe ping-pong, two processes (native p50 vs it)",
+            "-".into(),
+            micros(ping_pong),
+            dur_ratio(native_p50, ping_pong),
         );
 
         eprintln!("throughput…");
@@ -760,6 +1019,8 @@ fn main() -> Result<()> {
         }
         Ok::<_, Box<dyn std::error::Error + Send + Sync>>(rows)
     })?;
+    eprintln!("the path zot users take…");
+    rows.extend(zot_rows(&fixture, &scale)?);
     println!("\n| measure | zotbox (wasm) | native / direct | ratio |\n|---|---:|---:|---:|");
     for [name, wasm, native, ratio] in rows {
         println!("| {name} | {wasm} | {native} | {ratio} |");

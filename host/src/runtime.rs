@@ -137,6 +137,7 @@ pub struct Launcher {
     home: crate::home::ZotHome,
     progress: bool,
     native: Option<native::NativeConfinement>,
+    cache_cap: u64,
     wasm: std::sync::OnceLock<Result<Arc<wasm::WasmRuntime>, String>>,
 }
 
@@ -148,6 +149,7 @@ impl Launcher {
             home,
             progress,
             native: None,
+            cache_cap: wasm::DEFAULT_CACHE_CAP,
             wasm: std::sync::OnceLock::new(),
         }
     }
@@ -173,6 +175,14 @@ impl Launcher {
         self
     }
 
+    /// This launcher, keeping at most `cap` bytes of compiled wasm in the
+    /// disk cache (default [`wasm::DEFAULT_CACHE_CAP`]); the least recently
+    /// used programs are evicted beyond it.
+    pub fn with_cache_cap(mut self, cap: u64) -> Self {
+        self.cache_cap = cap;
+        self
+    }
+
     /// The wasm runtime, set up on first use.
     ///
     /// # Errors
@@ -182,7 +192,7 @@ impl Launcher {
         self.wasm
             .get_or_init(|| {
                 wasm::WasmRuntime::new(Some(self.home.cache_dir()), self.progress)
-                    .map(Arc::new)
+                    .map(|runtime| Arc::new(runtime.with_cache_cap(self.cache_cap)))
                     .map_err(|err| err.to_string())
             })
             .clone()

@@ -42,6 +42,8 @@ use super::Transport;
 use cache::{ArtifactCache, Kind};
 use guest::{ComponentState, GuestControl, GuestLog, ModuleState};
 
+pub use cache::DEFAULT_CAP as DEFAULT_CACHE_CAP;
+
 /// Default ceiling of a guest's linear memory, MiB.
 pub const DEFAULT_MEMORY_MB: u64 = 128;
 
@@ -167,6 +169,14 @@ impl WasmRuntime {
         })
     }
 
+    /// This runtime, its disk cache holding at most `cap` bytes of
+    /// compiled programs (default [`DEFAULT_CACHE_CAP`]): writing a new one
+    /// evicts the least recently used beyond it.
+    pub fn with_cache_cap(mut self, cap: u64) -> Self {
+        self.cache = self.cache.with_cap(cap);
+        self
+    }
+
     /// Compiles (or loads from cache) and links `path`, without running it.
     ///
     /// # Errors
@@ -225,12 +235,18 @@ impl WasmRuntime {
                     path,
                     entry.as_deref(),
                     &wasm,
-                    |bytes| {
-                        // SAFETY: see `deserialize_cached`.
+                    |verified| match verified {
+                        // SAFETY: see `compiled`; `path` opens the sealed
+                        // copy that was verified.
                         #[allow(unsafe_code)]
-                        unsafe {
+                        cache::Verified::Sealed { path, .. } => unsafe {
+                            Component::deserialize_file(&self.engine, path)
+                        },
+                        // SAFETY: see `compiled`; these are the verified bytes.
+                        #[allow(unsafe_code)]
+                        cache::Verified::Bytes(bytes) => unsafe {
                             Component::deserialize(&self.engine, bytes)
-                        }
+                        },
                     },
                     |wasm| Component::new(&self.engine, wasm),
                     Component::serialize,
@@ -249,12 +265,18 @@ impl WasmRuntime {
                     path,
                     entry.as_deref(),
                     &wasm,
-                    |bytes| {
-                        // SAFETY: see `deserialize_cached`.
+                    |verified| match verified {
+                        // SAFETY: see `compiled`; `file` is the sealed copy
+                        // that was verified.
                         #[allow(unsafe_code)]
-                        unsafe {
+                        cache::Verified::Sealed { file, .. } => unsafe {
+                            Module::deserialize_open_file(&self.engine, file)
+                        },
+                        // SAFETY: see `compiled`; these are the verified bytes.
+                        #[allow(unsafe_code)]
+                        cache::Verified::Bytes(bytes) => unsafe {
                             Module::deserialize(&self.engine, bytes)
-                        }
+                        },
                     },
                     |wasm| Module::new(&self.engine, wasm),
                     Module::serialize,
@@ -271,13 +293,18 @@ impl WasmRuntime {
     /// The compiled program: from the disk cache when a verified entry
     /// exists, else compiled now and stored.
     ///
-    /// Deserializing is `unsafe` in wasmtime because an artifact is trusted
-    /// machine code. Entries are only ever written by this function, are
-    /// named by the engine's compatibility hash (so a different wasmtime or
-    /// configuration never reads them), and carry a checksum that rejects
-    /// truncated or altered files; wasmtime re-checks its own header too.
-    /// Whoever can forge an entry with a valid checksum can equally edit the
-    /// user's manifests and policy, so the cache adds no new trust.
+    /// Deserializing is `unsafe` in wasmtime for two reasons, and both hold
+    /// here. (1) An artifact is trusted machine code: entries are only ever
+    /// written by this function, are named by the engine's compatibility
+    /// hash (so a different wasmtime or configuration never reads them), and
+    /// end in a BLAKE3 hash of their bytes that rejects truncated or altered
+    /// entries; wasmtime re-checks its own header too. Whoever can forge an
+    /// entry with a valid hash can equally edit the user's manifests and
+    /// policy, so the cache adds no new trust. (2) A mapped file must not
+    /// change while mapped: wasmtime never maps the entry itself but the
+    /// copy that was hashed, a memfd sealed against writing, shrinking and
+    /// growing (or plain bytes, which it copies), so nobody — not even a
+    /// process that rewrites the entry in place — can change it.
     #[allow(clippy::too_many_arguments)]
     fn compiled<T>(
         &self,
@@ -285,15 +312,18 @@ impl WasmRuntime {
         path: &Path,
         entry: Option<&Path>,
         wasm: &[u8],
-        deserialize_cached: impl FnOnce(&[u8]) -> wasmtime::Result<T>,
+        deserialize_cached: impl FnOnce(cache::Verified) -> wasmtime::Result<T>,
         compile: impl FnOnce(&[u8]) -> wasmtime::Result<T>,
         serialize: impl FnOnce(&T) -> wasmtime::Result<Vec<u8>>,
     ) -> Result<T, WasmError> {
-        if let Some(payload) = entry.and_then(ArtifactCache::read) {
-            match deserialize_cached(&payload) {
+        if let Some(verified) = entry.and_then(ArtifactCache::open) {
+            match deserialize_cached(verified) {
                 Ok(compiled) => return Ok(compiled),
                 Err(err) => {
-                    tracing::warn!("cached artifact for `{name}` rejected ({err}); recompiling")
+                    tracing::warn!(
+                        "cached artifact for `{}` rejected ({err:#}); recompiling",
+                        crate::text::shown(name)
+                    )
                 }
             }
         }
@@ -309,7 +339,7 @@ impl WasmRuntime {
         tracing::info!("compiled `{name}` in {:?}", started.elapsed());
         if let Some(entry) = entry {
             match serialize(&compiled) {
-                Ok(bytes) => ArtifactCache::write(entry, &bytes),
+                Ok(bytes) => self.cache.write(entry, &bytes),
                 Err(err) => tracing::warn!("cannot serialise `{name}` for the cache: {err}"),
             }
         }
