@@ -80,8 +80,15 @@ struct Fixture {
     wasm: Manifest,
     native: Manifest,
     wasm_file: PathBuf,
-    native_bin: PathBuf,
+    /// The example guest `hello`: its folder (manifest and wasm) and its
+    /// native build.
+    example_dir: PathBuf,
+    example_native: PathBuf,
 }
+
+/// The example guest: what the path zot users take is measured with (it
+/// imports nothing but WASI, so the wasmtime CLI runs it too).
+const EXAMPLE: &str = "hello";
 
 fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -92,25 +99,26 @@ fn fixture() -> Result<Fixture> {
     let target_dir = root.join("target/bench-guests");
     let build = |target: Option<&str>| CargoBuild {
         manifest_path: root.join("Cargo.toml"),
-        packages: vec![format!("zotbox-test-{GUEST}")],
+        packages: vec![
+            format!("zotbox-test-{GUEST}"),
+            format!("zotbox-example-{EXAMPLE}"),
+        ],
         target: target.map(str::to_owned),
         target_dir: Some(target_dir.clone()),
         verbose: false,
     };
-    eprintln!("building `{GUEST}` for {GUEST_TARGET} and natively…");
-    let wasm_bin = build(Some(GUEST_TARGET))
-        .run()?
-        .remove(GUEST)
-        .ok_or("no wasm artifact")?;
-    let native_bin = build(None)
-        .run()?
-        .remove(GUEST)
-        .ok_or("no native artifact")?;
+    eprintln!("building `{GUEST}` and `{EXAMPLE}` for {GUEST_TARGET} and natively…");
+    let mut wasm_bins = build(Some(GUEST_TARGET)).run()?;
+    let mut native_bins = build(None).run()?;
+    let wasm_bin = wasm_bins.remove(GUEST).ok_or("no wasm artifact")?;
+    let native_bin = native_bins.remove(GUEST).ok_or("no native artifact")?;
     let tmp = tempfile::tempdir()?;
     let wasm_dir = tmp.path().join("wasm");
     let native_dir = tmp.path().join("native");
-    std::fs::create_dir_all(&wasm_dir)?;
-    std::fs::create_dir_all(&native_dir)?;
+    let example_dir = tmp.path().join(EXAMPLE);
+    for dir in [&wasm_dir, &native_dir, &example_dir] {
+        std::fs::create_dir_all(dir)?;
+    }
     let wasm_file = wasm_dir.join(format!("{GUEST}.wasm"));
     std::fs::copy(&wasm_bin, &wasm_file)?;
     std::fs::write(
@@ -121,12 +129,23 @@ fn fixture() -> Result<Fixture> {
         native_dir.join("extension.json"),
         json!({"name": GUEST, "exec": native_bin}).to_string(),
     )?;
+    std::fs::copy(
+        wasm_bins.remove(EXAMPLE).ok_or("no example wasm")?,
+        example_dir.join(format!("{EXAMPLE}.wasm")),
+    )?;
+    std::fs::write(
+        example_dir.join("extension.json"),
+        json!({"name": EXAMPLE, "wasm": format!("./{EXAMPLE}.wasm")}).to_string(),
+    )?;
     Ok(Fixture {
         home: ZotHome::new(tmp.path().join("home")),
         wasm: Manifest::load(&wasm_dir.join("extension.json"))?,
         native: Manifest::load(&native_dir.join("extension.json"))?,
         wasm_file,
-        native_bin,
+        example_dir,
+        example_native: native_bins
+            .remove(EXAMPLE)
+            .ok_or("no example native build")?,
         tmp,
     })
 }
@@ -494,6 +513,9 @@ async fn data_tools(base: &Path, scale: &Scale) -> Result<DataFigures> {
         home.join("policy.json"),
         json!({"extra_root_certificates": [ca]}).to_string(),
     )?;
+    // What `zotbox trust --yes` records: a workspace's data tools run only
+    // once it is trusted.
+    zotbox::store::trust::trust_workspace(&ZotHome::new(&home), &workspace)?;
     let host = Host::builder()
         .workspace(&workspace)
         .zot_home(&home)
@@ -651,23 +673,24 @@ impl ZotChild {
         Ok(serde_json::from_str(&self.line)?)
     }
 
-    /// p50 of `calls` `echo` round trips, after a warm-up.
+    /// p50 of `calls` round trips of the example's `hello-noop` command,
+    /// after a warm-up.
     fn round_trips(&mut self, calls: usize) -> Result<Duration> {
         let mut samples = Vec::with_capacity(calls);
         for n in 0..calls + 200 {
             let id = n.to_string();
-            let call = zotbox::protocol::encode_to_vec(&zotbox::protocol::HostFrame::ToolCall(
-                zotbox::protocol::ToolCall {
+            let call = zotbox::protocol::encode_to_vec(
+                &zotbox::protocol::HostFrame::CommandInvoked(zotbox::protocol::CommandInvoked {
                     id: id.clone(),
-                    name: "echo".into(),
-                    args: json!({"text": "ping"}),
-                },
-            ))?;
+                    name: "hello-noop".into(),
+                    args: String::new(),
+                }),
+            )?;
             let begun = Instant::now();
             std::io::Write::write_all(&mut self.input, &call)?;
             loop {
                 let frame = self.read_frame()?;
-                if frame["type"] == "tool_result" && frame["id"] == id.as_str() {
+                if frame["type"] == "command_response" && frame["id"] == id.as_str() {
                     break;
                 }
             }
@@ -762,35 +785,22 @@ fn wasmtime_cli() -> Option<PathBuf> {
         .find(|candidate| candidate.is_file())
 }
 
-/// The three rows of the path zot users take: `zotbox run`, the native
-/// build and (when on PATH) `wasmtime run` of the precompiled guest.
+/// The three rows of the path zot users take, for the example guest:
+/// `zotbox run`, the native build and (when on PATH) `wasmtime run` of the
+/// precompiled guest.
 fn zot_rows(fixture: &Fixture, scale: &Scale) -> Result<Vec<[String; 4]>> {
     let runs = 7;
     let calls = scale.calls / 10;
     let zotbox = Path::new(env!("CARGO_BIN_EXE_zotbox"));
     let home = fixture.home.root();
-    let wasm_dir = fixture.wasm_file.parent().ok_or("no wasm dir")?;
-    let run = zot_path(
-        zotbox,
-        &["run"],
-        wasm_dir,
-        &[("ZOT_HOME", home)],
-        runs,
-        calls,
-    )?;
-    let native_bin = fixture.native_bin.as_path();
-    let native = zot_path(
-        native_bin,
-        &[],
-        native_bin.parent().ok_or("no native dir")?,
-        &[],
-        runs,
-        calls,
-    )?;
+    let dir = fixture.example_dir.as_path();
+    let run = zot_path(zotbox, &["run"], dir, &[("ZOT_HOME", home)], runs, calls)?;
+    let native_bin = fixture.example_native.as_path();
+    let native = zot_path(native_bin, &[], dir, &[], runs, calls)?;
     let mut rows = Vec::new();
     let mut three = |who: &str, figures: &ZotFigures| {
         rows.push([
-            format!("{who}: spawn → ready (median of {runs})"),
+            format!("{who}: spawn → ready, `{EXAMPLE}` (median of {runs})"),
             millis(figures.ready),
             millis(native.ready),
             dur_ratio(figures.ready, native.ready),
@@ -802,7 +812,7 @@ fn zot_rows(fixture: &Fixture, scale: &Scale) -> Result<Vec<[String; 4]>> {
             ratio(figures.rss_kib as f64, native.rss_kib as f64),
         ]);
         rows.push([
-            format!("{who}: tool round trip p50"),
+            format!("{who}: command round trip p50"),
             micros(figures.round_trip),
             micros(native.round_trip),
             dur_ratio(figures.round_trip, native.round_trip),
@@ -810,10 +820,10 @@ fn zot_rows(fixture: &Fixture, scale: &Scale) -> Result<Vec<[String; 4]>> {
     };
     three("`zotbox run`", &run);
     if let Some(cli) = wasmtime_cli() {
-        let cwasm = fixture.tmp.path().join(format!("{GUEST}.cwasm"));
+        let cwasm = fixture.tmp.path().join(format!("{EXAMPLE}.cwasm"));
         let compiled = std::process::Command::new(&cli)
             .arg("compile")
-            .arg(&fixture.wasm_file)
+            .arg(dir.join(format!("{EXAMPLE}.wasm")))
             .arg("-o")
             .arg(&cwasm)
             .status()?;
@@ -822,7 +832,7 @@ fn zot_rows(fixture: &Fixture, scale: &Scale) -> Result<Vec<[String; 4]>> {
             let figures = zot_path(
                 &cli,
                 &["run", "--allow-precompiled", &cwasm],
-                wasm_dir,
+                dir,
                 &[],
                 runs,
                 calls,
@@ -896,10 +906,22 @@ fn main() -> Result<()> {
         let begun = Instant::now();
         fresh.prepare(GUEST, &fixture.wasm_file)?;
         let compile = begun.elapsed();
-        let cached = WasmRuntime::new(Some(cache), false)?;
+        let cached = WasmRuntime::new(Some(cache.clone()), false)?;
         let begun = Instant::now();
         cached.prepare(GUEST, &fixture.wasm_file)?;
         let disk_load = begun.elapsed();
+        // The example guest: compiled once, then a median of loads from the
+        // disk cache, each by a new runtime (as each `zotbox run` is).
+        let example_wasm = fixture.example_dir.join(format!("{EXAMPLE}.wasm"));
+        WasmRuntime::new(Some(cache.clone()), false)?.prepare(EXAMPLE, &example_wasm)?;
+        let mut loads = Vec::new();
+        for _ in 0..scale.starts {
+            let runtime = WasmRuntime::new(Some(cache.clone()), false)?;
+            let begun = Instant::now();
+            runtime.prepare(EXAMPLE, &example_wasm)?;
+            loads.push(begun.elapsed());
+        }
+        let example_load = percentile(&mut loads, 50.0);
 
         let launcher = Launcher::new(fixture.home.clone(), false);
         eprintln!("start to ready…");
@@ -920,6 +942,12 @@ fn main() -> Result<()> {
         row(
             "load from the disk cache",
             millis(disk_load),
+            "-".into(),
+            "-".into(),
+        );
+        row(
+            &format!("load from the disk cache, example `{EXAMPLE}` (median)"),
+            millis(example_load),
             "-".into(),
             "-".into(),
         );

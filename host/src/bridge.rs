@@ -27,6 +27,8 @@
 //!    stops it, logs an error naming the cap, and exits as a crashed extension
 //!    would, rather than reading an endless line to its end.
 
+pub(crate) mod stdio;
+
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -172,13 +174,22 @@ pub async fn run(
     // a confined native extension gets none.
     let native = crate::runtime::native::NativeConfinement::from_policy(&policy, None, &home);
     let launcher = Launcher::new(home, false).with_native_confinement(native);
+    let start_error = |error: crate::runtime::StartError| BridgeError::Start {
+        name: name.clone(),
+        error,
+    };
+    // Nothing else runs yet: load the program on this thread rather than
+    // hand it to a blocking one (`start` then finds it prepared).
+    if let crate::manifest::Program::Wasm { path } = &manifest.program {
+        launcher
+            .wasm()
+            .and_then(|runtime| runtime.prepare(&name, path))
+            .map_err(|error| start_error(error.into()))?;
+    }
     let transport = launcher
         .start(&manifest, limits, sandbox)
         .await
-        .map_err(|error| BridgeError::Start {
-            name: name.clone(),
-            error,
-        })?;
+        .map_err(start_error)?;
     let timeouts =
         Timeouts {
             call: Duration::from_millis(

@@ -158,6 +158,12 @@ impl Context {
 }
 
 impl Cli {
+    /// Whether the command hosts one extension for zot (`run`): it is best
+    /// served by one thread, where no frame's wake-up crosses threads.
+    pub fn hosts_one_extension(&self) -> bool {
+        matches!(self.action, Action::Run(_))
+    }
+
     /// Runs the parsed command line.
     ///
     /// # Errors

@@ -3,13 +3,31 @@
 use clap::Parser;
 use zotbox::cli::{Cli, EXIT_ERROR, print_error};
 
-#[tokio::main]
-async fn main() {
+fn main() {
     let cli = Cli::parse();
-    // Run as a task on the runtime's workers rather than on this thread:
-    // waking a thread parked outside the runtime costs a futex round trip
-    // on every frame exchanged with an extension.
-    let outcome = tokio::spawn(cli.run()).await;
+    let runtime = if cli.hosts_one_extension() {
+        // `zotbox run`: one extension, one thread. The guest, the bridge and
+        // zot's stdio all run here, so a frame never wakes another thread,
+        // and no worker threads are started (or kept resident).
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+    };
+    let runtime = match runtime {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("error: cannot start the async runtime: {err}");
+            std::process::exit(i32::from(EXIT_ERROR));
+        }
+    };
+    // Run as a task rather than on this thread: on a multi-thread runtime,
+    // waking a thread parked outside it costs a futex round trip on every
+    // frame exchanged with an extension (on one thread, it costs nothing).
+    let outcome = runtime.block_on(async { tokio::spawn(cli.run()).await });
     let code = match outcome {
         Ok(Ok(code)) => code,
         Ok(Err(err)) => {
@@ -21,9 +39,10 @@ async fn main() {
             EXIT_ERROR
         }
     };
-    // Exit now rather than let the runtime wind down: a read of stdin (`run`,
-    // `serve`) sits on a blocking thread that nothing can cancel, and zot
-    // must see the process end as soon as the extension has.
+    // Exit now rather than let the runtime wind down (it is never dropped):
+    // a read of stdin (`run`, `serve`) may sit on a blocking thread that
+    // nothing can cancel, and zot must see the process end as soon as the
+    // extension has.
     let _ = std::io::Write::flush(&mut std::io::stdout());
     std::process::exit(i32::from(code))
 }

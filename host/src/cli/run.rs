@@ -23,8 +23,8 @@ impl Args {
             &self.dir,
             home,
             BridgeConfig::default(),
-            tokio::io::stdin(),
-            tokio::io::stdout(),
+            bridge::stdio::stdin(),
+            bridge::stdio::stdout(),
         )
         .await?;
         // zot reads this stderr into the extension's log.

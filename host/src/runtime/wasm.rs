@@ -186,7 +186,9 @@ impl WasmRuntime {
         self.load(name, path).map(drop)
     }
 
-    fn load(&self, name: &str, path: &Path) -> Result<Prepared, WasmError> {
+    /// What `path` identifies now, and what was prepared for it if that is
+    /// still current.
+    fn memoized(&self, path: &Path) -> Result<(FileStamp, Option<Prepared>), WasmError> {
         let meta = std::fs::metadata(path).map_err(|error| WasmError::Read {
             path: path.to_owned(),
             error,
@@ -196,10 +198,17 @@ impl WasmRuntime {
             len: meta.len(),
             modified: meta.modified().ok(),
         };
-        if let Some((known, prepared)) = self.memo().get(path)
-            && *known == stamp
-        {
-            return Ok(prepared.clone());
+        let prepared = match self.memo().get(path) {
+            Some((known, prepared)) if *known == stamp => Some(prepared.clone()),
+            _ => None,
+        };
+        Ok((stamp, prepared))
+    }
+
+    fn load(&self, name: &str, path: &Path) -> Result<Prepared, WasmError> {
+        let (stamp, prepared) = self.memoized(path)?;
+        if let Some(prepared) = prepared {
+            return Ok(prepared);
         }
         let wasm = std::fs::read(path).map_err(|error| WasmError::Read {
             path: path.to_owned(),
@@ -364,7 +373,10 @@ impl WasmRuntime {
         log: Option<std::fs::File>,
         sandbox: Option<Arc<crate::sandbox::Sandbox>>,
     ) -> Result<Transport, WasmError> {
-        let prepared = {
+        // Prepared already (every start after the first): no thread hop.
+        let prepared = if let (_, Some(prepared)) = self.memoized(path)? {
+            prepared
+        } else {
             let runtime = self.clone();
             let (name, owned_path) = (name.to_owned(), path.to_owned());
             match tokio::task::spawn_blocking(move || runtime.load(&name, &owned_path)).await {

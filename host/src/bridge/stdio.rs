@@ -1,0 +1,199 @@
+//! zot's end of `zotbox run`: stdin and stdout, read and written on the
+//! runtime's own thread.
+//!
+//! tokio's `stdin()`/`stdout()` hand every read and write to a blocking
+//! thread and wake the task when it is done: two thread hops per frame, which
+//! dominated a round trip through `zotbox run`. When stdin/stdout are pipes or
+//! sockets (as zot makes them), they are switched to non-blocking mode and
+//! polled by the runtime's I/O driver instead, as a native extension's pipes
+//! are. Anything else (a file, a terminal) keeps tokio's blocking path: epoll
+//! cannot poll a file, and a terminal's mode is shared with the shell.
+//!
+//! stdout is left blocking when stderr is the same file (as `2>&1` makes
+//! it): a non-blocking stderr would make a diagnostic fail with `EAGAIN`.
+//! The original flags are restored when the stream is dropped.
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use nix::fcntl::{FcntlArg, OFlag, fcntl};
+use nix::sys::stat::{SFlag, fstat};
+use tokio::io::unix::AsyncFd;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// zot's stdin, polled by the runtime when it can be.
+pub(crate) fn stdin() -> Box<dyn AsyncRead + Send + Unpin> {
+    match Polled::new(io::stdin().as_fd(), false) {
+        Some(polled) => Box::new(polled),
+        None => Box::new(tokio::io::stdin()),
+    }
+}
+
+/// zot's stdout, polled by the runtime when it can be.
+pub(crate) fn stdout() -> Box<dyn AsyncWrite + Send + Unpin> {
+    let shared_with_stderr = same_file(io::stdout().as_fd(), io::stderr().as_fd());
+    match Polled::new(io::stdout().as_fd(), shared_with_stderr) {
+        Some(polled) => Box::new(polled),
+        None => Box::new(tokio::io::stdout()),
+    }
+}
+
+/// Whether two descriptors name the same file (inode).
+fn same_file(a: BorrowedFd<'_>, b: BorrowedFd<'_>) -> bool {
+    match (fstat(a), fstat(b)) {
+        (Ok(a), Ok(b)) => a.st_dev == b.st_dev && a.st_ino == b.st_ino,
+        // Unknown: assume shared, the safe side.
+        _ => true,
+    }
+}
+
+/// A standard stream (fd 0 or 1; never closed here) in non-blocking mode,
+/// registered with the runtime's I/O driver.
+struct Polled {
+    fd: AsyncFd<RawFd>,
+    /// The file status flags before, restored on drop.
+    flags: OFlag,
+}
+
+impl Polled {
+    /// `fd` made non-blocking and registered, if it is a pipe or a socket,
+    /// not `shared`, and a runtime with I/O is running.
+    fn new(fd: BorrowedFd<'_>, shared: bool) -> Option<Self> {
+        if shared {
+            return None;
+        }
+        let kind = SFlag::from_bits_truncate(fstat(fd).ok()?.st_mode) & SFlag::S_IFMT;
+        if kind != SFlag::S_IFIFO && kind != SFlag::S_IFSOCK {
+            return None;
+        }
+        // Registering needs a runtime with I/O enabled.
+        tokio::runtime::Handle::try_current().ok()?;
+        let flags = OFlag::from_bits_truncate(fcntl(fd, FcntlArg::F_GETFL).ok()?);
+        fcntl(fd, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK)).ok()?;
+        // SAFETY: `fd` is open (it is borrowed) and is the process's stdin or
+        // stdout (or, in tests, a pipe that outlives this value): nothing
+        // closes or replaces it while the `AsyncFd` lives.
+        #[allow(unsafe_code)]
+        let registered = unsafe { AsyncFd::register(fd.as_raw_fd()) };
+        match registered {
+            Ok(fd) => Some(Self { fd, flags }),
+            Err(err) => {
+                tracing::debug!("cannot poll a standard stream ({err}); using a thread");
+                let _ = fcntl(fd, FcntlArg::F_SETFL(flags));
+                None
+            }
+        }
+    }
+
+    fn borrowed(&self) -> BorrowedFd<'_> {
+        // SAFETY: the descriptor stays open while `self` lives (see `new`).
+        #[allow(unsafe_code)]
+        unsafe {
+            BorrowedFd::borrow_raw(*self.fd.get_ref())
+        }
+    }
+}
+
+impl Drop for Polled {
+    fn drop(&mut self) {
+        let _ = fcntl(self.borrowed(), FcntlArg::F_SETFL(self.flags));
+    }
+}
+
+impl AsyncRead for Polled {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        loop {
+            let mut guard = ready!(self.fd.poll_read_ready(cx))?;
+            let unfilled = buf.initialize_unfilled();
+            let fd = self.borrowed();
+            match guard.try_io(|_| nix::unistd::read(fd, unfilled).map_err(io::Error::from)) {
+                Ok(Ok(n)) => {
+                    buf.advance(n);
+                    return Poll::Ready(Ok(()));
+                }
+                Ok(Err(err)) if err.kind() == io::ErrorKind::Interrupted => {}
+                Ok(Err(err)) => return Poll::Ready(Err(err)),
+                // Not ready after all: readiness was cleared, wait again.
+                Err(_would_block) => {}
+            }
+        }
+    }
+}
+
+impl AsyncWrite for Polled {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bytes: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        loop {
+            let mut guard = ready!(self.fd.poll_write_ready(cx))?;
+            let fd = self.borrowed();
+            match guard.try_io(|_| nix::unistd::write(fd, bytes).map_err(io::Error::from)) {
+                Ok(Err(err)) if err.kind() == io::ErrorKind::Interrupted => {}
+                Ok(result) => return Poll::Ready(result),
+                Err(_would_block) => {}
+            }
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        // Every write went straight to the descriptor.
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    /// A pipe: (read end, write end).
+    fn pipe() -> (std::os::fd::OwnedFd, std::os::fd::OwnedFd) {
+        nix::unistd::pipe().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_pipe_is_polled_and_its_flags_are_restored() {
+        let (read, write) = pipe();
+        let before = fcntl(&read, FcntlArg::F_GETFL).unwrap_or_else(|e| panic!("{e}"));
+        {
+            let polled = |fd| Polled::new(fd, false).unwrap_or_else(|| panic!("a pipe is polled"));
+            let (mut reader, mut writer) = (polled(read.as_fd()), polled(write.as_fd()));
+            let nonblocking = fcntl(&read, FcntlArg::F_GETFL).unwrap_or_else(|e| panic!("{e}"));
+            assert_ne!(nonblocking & OFlag::O_NONBLOCK.bits(), 0);
+            let echo = tokio::spawn(async move {
+                let mut got = [0u8; 5];
+                reader.read_exact(&mut got).await.map(|_| got)
+            });
+            let written = writer.write_all(b"hello").await;
+            assert!(written.is_ok(), "{written:?}");
+            assert!(matches!(echo.await, Ok(Ok(got)) if &got == b"hello"));
+        }
+        let after = fcntl(&read, FcntlArg::F_GETFL).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(after, before);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_file_or_a_shared_stream_keeps_the_blocking_path() {
+        let file = tempfile::tempfile().unwrap_or_else(|e| panic!("{e}"));
+        assert!(Polled::new(file.as_fd(), false).is_none());
+        let (read, _write) = pipe();
+        assert!(Polled::new(read.as_fd(), true).is_none());
+        let flags = fcntl(&read, FcntlArg::F_GETFL).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(flags & OFlag::O_NONBLOCK.bits(), 0);
+        assert!(same_file(read.as_fd(), read.as_fd()));
+        assert!(!same_file(read.as_fd(), file.as_fd()));
+    }
+}
