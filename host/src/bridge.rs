@@ -161,13 +161,21 @@ pub async fn run(
         }
     })?;
     let services = services(&home, &policy, dir);
-    let (limits, sandbox) =
-        crate::sandbox::confine(&policy, &services, &manifest).map_err(|reason| {
-            BridgeError::Refused {
-                name: name.clone(),
-                reason,
-            }
-        })?;
+    let sandbox = crate::sandbox::confine(&policy, &services, &manifest).map_err(|reason| {
+        BridgeError::Refused {
+            name: name.clone(),
+            reason,
+        }
+    })?;
+    let effective = policy.limits(
+        &manifest.raw.limits,
+        &crate::policy::LimitDefaults {
+            call_timeout: config.call_timeout,
+            intercept_timeout: config.intercept_timeout,
+            ..crate::policy::LimitDefaults::default()
+        },
+    );
+    let limits = crate::runtime::wasm::GuestLimits::from_effective(&effective);
     // The workspace is named only by zot's `hello_ack`, after the start:
     // a confined native extension gets none.
     let native = crate::runtime::native::NativeConfinement::from_policy(&policy, None, &home);
@@ -179,17 +187,10 @@ pub async fn run(
             name: name.clone(),
             error,
         })?;
-    let timeouts =
-        Timeouts {
-            call: Duration::from_millis(
-                policy.cap_tool_timeout_ms(
-                    manifest.raw.limits.tool_timeout_ms.unwrap_or(
-                        u64::try_from(config.call_timeout.as_millis()).unwrap_or(u64::MAX),
-                    ),
-                ),
-            ),
-            intercept: config.intercept_timeout,
-        };
+    let timeouts = Timeouts {
+        call: effective.call_timeout.value,
+        intercept: effective.intercept_timeout.value,
+    };
     let exit = bridge(
         transport,
         services,

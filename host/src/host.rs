@@ -10,7 +10,6 @@ mod registry;
 mod supervisor;
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::Value;
@@ -21,7 +20,7 @@ use crate::discovery::SearchPath;
 use crate::event::HostEvent;
 use crate::policy::Policy;
 use crate::sandbox::{Sandbox, Services};
-use crate::session::{CallError, FailMode, Interceptable, Session, SessionConfig, Verdict};
+use crate::session::{CallError, Interceptable, Session, SessionConfig, Verdict};
 pub use builder::{BuildError, HostBuilder};
 pub use data_tools::DATA_OUTPUT_CAP;
 use data_tools::DataState;
@@ -715,36 +714,40 @@ impl Host {
         }
     }
 
+    /// The limits one extension runs with under this host's policy, the
+    /// host's own settings being the defaults.
+    fn limits(&self, manifest: &crate::manifest::Manifest) -> crate::policy::EffectiveLimits {
+        let session = &self.inner.settings.session;
+        let defaults = crate::policy::LimitDefaults {
+            call_timeout: session.call_timeout,
+            intercept_timeout: session.intercept_timeout,
+            intercept_failure: session.intercept_failure,
+            ..crate::policy::LimitDefaults::default()
+        };
+        self.inner.policy.limits(&manifest.raw.limits, &defaults)
+    }
+
     /// The session configuration for one extension: the host's, narrowed by
-    /// the manifest's own limits.
+    /// the manifest's own limits and the policy's ceilings.
     fn session_config(&self, manifest: &crate::manifest::Manifest) -> SessionConfig {
         let mut config = self.inner.settings.session.clone();
-        let limits = manifest.raw.limits;
         let policy = &self.inner.policy;
-        let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-        let call = limits
-            .tool_timeout_ms
-            .unwrap_or_else(|| millis(config.call_timeout));
-        config.call_timeout = Duration::from_millis(policy.cap_tool_timeout_ms(call));
-        let intercept = limits
-            .intercept_timeout_ms
-            .unwrap_or_else(|| millis(config.intercept_timeout));
-        config.intercept_timeout =
-            Duration::from_millis(policy.cap_intercept_timeout_ms(intercept));
-        if let Some(mode) = policy.intercept_failure()
-            && mode == FailMode::Closed
-        {
-            config.intercept_failure = FailMode::Closed;
-        }
+        let limits = self.limits(manifest);
+        config.call_timeout = limits.call_timeout.value;
+        config.intercept_timeout = limits.intercept_timeout.value;
+        config.intercept_failure = limits.intercept_failure;
         config.registrations = config.registrations.within(policy);
         config
     }
 
-    /// What an extension runs with under this host's policy.
+    /// What an extension runs with under this host's policy: its guest
+    /// limits and its sandbox.
     fn confine(
         &self,
         manifest: &crate::manifest::Manifest,
     ) -> Result<(crate::runtime::wasm::GuestLimits, Option<Arc<Sandbox>>), String> {
-        crate::sandbox::confine(&self.inner.policy, &self.inner.services, manifest)
+        let sandbox = crate::sandbox::confine(&self.inner.policy, &self.inner.services, manifest)?;
+        let guest = crate::runtime::wasm::GuestLimits::from_effective(&self.limits(manifest));
+        Ok((guest, sandbox))
     }
 }

@@ -62,7 +62,7 @@ use crate::host::{DecisionVerdict, Host};
 use crate::session::reader::FrameReader;
 
 /// The name `serve` introduces itself with.
-pub const SERVE_NAME: &str = "zotbox";
+pub const SERVE_NAME: &str = crate::discovery::SERVE_LAUNCHER;
 
 /// zot's own tool names and the names refusal plugins often use for them,
 /// so a rule written for either catches both.

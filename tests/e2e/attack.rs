@@ -2001,11 +2001,13 @@ fn policy_explain_shows_the_narrowing_row_by_row() {
         run.stdout
     );
     // The control paths follow (see `control_paths.rs`).
+    // Each limit names the rule that decided it.
     assert_eq!(
-        rest[table_end..table_end + 3],
+        rest[table_end..table_end + 4],
         [
-            "memory: 32 MiB (declared or default 256 MiB)",
-            "tool timeout: 60000 ms (declared or default 60000 ms)",
+            format!("memory: 32 MiB (the ceiling of policy `{user}`)").as_str(),
+            "tool timeout: 60000 ms (the default)",
+            "intercept timeout: 5000 ms (the default)",
             "the extension declared more than the policy allows; it runs with the smaller grant",
         ]
     );

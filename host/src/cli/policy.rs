@@ -204,18 +204,23 @@ pub(crate) fn print_grant(policy: &Policy, manifest: &crate::manifest::Manifest)
             &rows
         )
     );
-    let limits = manifest.raw.limits;
-    let memory = limits
-        .memory_mb
-        .unwrap_or(crate::runtime::wasm::DEFAULT_MEMORY_MB);
-    println!(
-        "memory: {} MiB (declared or default {memory} MiB)",
-        policy.cap_memory_mb(memory)
+    let limits = policy.limits(
+        &manifest.raw.limits,
+        &crate::policy::LimitDefaults::default(),
     );
-    let timeout = limits.tool_timeout_ms.unwrap_or(60_000);
     println!(
-        "tool timeout: {} ms (declared or default {timeout} ms)",
-        policy.cap_tool_timeout_ms(timeout)
+        "memory: {} MiB ({})",
+        limits.memory_mb.value, limits.memory_mb.source
+    );
+    println!(
+        "tool timeout: {} ms ({})",
+        limits.call_timeout.value.as_millis(),
+        limits.call_timeout.source
+    );
+    println!(
+        "intercept timeout: {} ms ({})",
+        limits.intercept_timeout.value.as_millis(),
+        limits.intercept_timeout.source
     );
     let narrowed = grant.rows.iter().any(|row| !row.refused.is_empty());
     if narrowed {
