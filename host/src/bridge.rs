@@ -50,12 +50,9 @@ use crate::sandbox::{CommandGuard, Services};
 /// The bridge could not start the extension.
 #[derive(Debug, thiserror::Error)]
 pub enum BridgeError {
-    /// The manifest is missing or invalid.
+    /// The manifest or a policy file is missing, unreadable or invalid.
     #[error(transparent)]
-    Manifest(#[from] crate::manifest::ManifestError),
-    /// The policy is unreadable or invalid.
-    #[error(transparent)]
-    Policy(#[from] crate::policy::PolicyError),
+    File(#[from] crate::user_file::FileError),
     /// The policy refuses this extension.
     #[error("extension `{name}`: {reason}")]
     Refused {

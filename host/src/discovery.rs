@@ -17,7 +17,8 @@
 use std::path::{Path, PathBuf};
 
 use crate::home::ZotHome;
-use crate::manifest::{MANIFEST_FILE, Manifest, ManifestError, Program};
+use crate::manifest::{MANIFEST_FILE, Manifest, Program};
+use crate::user_file::FileError;
 
 /// Where a manifest was found, in precedence order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -72,7 +73,7 @@ pub struct LoadFailure {
     /// Where it was found.
     pub origin: Origin,
     /// Why it failed.
-    pub error: ManifestError,
+    pub error: FileError,
 }
 
 /// Why a manifest found is held back rather than started.

@@ -44,7 +44,7 @@ pub mod serve;
 pub mod session;
 pub mod store;
 mod text;
-mod user_json;
+pub mod user_file;
 
 pub use event::HostEvent;
 pub use host::{Decision, DecisionVerdict, Host, HostBuilder, HostError};

@@ -46,6 +46,7 @@
 //! the user file apply only when there is no system policy, or the system
 //! policy says `"user_root_certificates": true`.
 
+use crate::user_file::FileError;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -58,28 +59,6 @@ use crate::manifest::Capabilities;
 
 /// The system-wide policy file, unless `$ZOTBOX_SYSTEM_POLICY` names another.
 pub const SYSTEM_POLICY: &str = "/etc/zotbox/policy.json";
-
-/// A policy file could not be used. A broken policy stops the host: running
-/// extensions without the ceilings a team set would fail open.
-#[derive(Debug, thiserror::Error)]
-pub enum PolicyError {
-    /// The file exists but could not be read.
-    #[error("cannot read policy `{}`: {error}", path.display())]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// The I/O error.
-        error: std::io::Error,
-    },
-    /// The file is not a valid policy.
-    #[error("policy `{}`: {detail}", path.display())]
-    Parse {
-        /// The file.
-        path: PathBuf,
-        /// What is wrong, with the field.
-        detail: String,
-    },
-}
 
 /// What one policy file says. Every field is a ceiling; `None` sets none.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -315,17 +294,17 @@ impl Policy {
     ///
     /// # Errors
     ///
-    /// [`PolicyError`] naming the file and field at fault.
-    pub fn load(system: &Path, user: &Path) -> Result<Self, PolicyError> {
+    /// [`FileError`] naming the file and field at fault.
+    pub fn load(system: &Path, user: &Path) -> Result<Self, FileError> {
         let mut layers = Vec::new();
         for (scope, path) in [(Scope::System, system), (Scope::User, user)] {
             let text = match std::fs::read_to_string(path) {
                 Ok(text) => text,
                 Err(err) if err.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(error) => {
-                    return Err(PolicyError::Read {
+                    return Err(FileError::Read {
                         path: path.to_owned(),
-                        error,
+                        source: error,
                     });
                 }
             };
@@ -343,7 +322,7 @@ impl Policy {
     /// # Errors
     ///
     /// As [`Policy::load`].
-    pub fn load_for(home: &ZotHome) -> Result<Self, PolicyError> {
+    pub fn load_for(home: &ZotHome) -> Result<Self, FileError> {
         Self::load(&Self::system_path(), &home.user_policy())
     }
 
@@ -691,11 +670,11 @@ fn list_or_none(list: &[String]) -> String {
     }
 }
 
-fn parse(text: &str, path: &Path) -> Result<PolicyFile, PolicyError> {
+fn parse(text: &str, path: &Path) -> Result<PolicyFile, FileError> {
     // Unknown keys are refused by the type itself (`deny_unknown_fields`):
     // an unknown key in a policy may be a ceiling someone meant to set.
     let parsed =
-        crate::user_json::parse::<PolicyFile>(text).map_err(|detail| PolicyError::Parse {
+        crate::user_file::parse::<PolicyFile>(text).map_err(|detail| FileError::Parse {
             path: path.to_owned(),
             detail,
         })?;

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 /// The library's modules, lowest first. Modules on one line share a layer
 /// and may not use each other.
 const LAYERS: &[&[&str]] = &[
-    &["text", "user_json", "home", "event", "build"],
+    &["text", "user_file", "home", "event", "build"],
     &["audit"],
     &["capability"],
     &["manifest"],

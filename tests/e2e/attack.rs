@@ -2020,8 +2020,9 @@ async fn a_malformed_policy_stops_the_host_naming_the_file_and_field() {
     let lab = Lab::new();
     let user = user_policy(&lab, &json!({"fs_write": "no"}));
     let dir = prober(&lab, &json!({}), None);
+    // One error for every file people write: the path names the policy.
     let expected = format!(
-        "policy `{}`: field `fs_write`: invalid type: string \"no\", expected a boolean \
+        "`{}`: field `fs_write`: invalid type: string \"no\", expected a boolean \
          at line 2 column 18",
         user.display()
     );
@@ -2045,7 +2046,7 @@ async fn a_malformed_policy_stops_the_host_naming_the_file_and_field() {
     assert_eq!(run.code, Some(1), "{run:#?}");
     assert!(
         run.stderr.starts_with(&format!(
-            "error: policy `{}`: field `intercept_failure`: unknown variant `ajar`",
+            "error: `{}`: field `intercept_failure`: unknown variant `ajar`",
             system.display()
         )),
         "{}",

@@ -32,7 +32,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::{DataError, DataTool, parse_json, read_file};
+use super::{DataTool, FileError, parse_json, read_file};
 
 /// The approvals file's name inside `$ZOT_HOME`.
 pub const APPROVALS_FILE: &str = "approvals.json";
@@ -42,7 +42,7 @@ pub const APPROVALS_FILE: &str = "approvals.json";
 pub enum ApprovalError {
     /// The file could not be read or parsed.
     #[error(transparent)]
-    Load(#[from] DataError),
+    Load(#[from] FileError),
     /// The workspace's path is not UTF-8, so no entry can name it.
     #[error(
         "workspace `{}`: its path is not UTF-8, so an approval cannot be recorded for it",
@@ -130,7 +130,7 @@ impl Approvals {
         let path = zot_home.join(APPROVALS_FILE);
         let text = match read_file(&path) {
             Ok(text) => text,
-            Err(DataError::Read { source, .. })
+            Err(FileError::Read { source, .. })
                 if source.kind() == std::io::ErrorKind::NotFound =>
             {
                 return Ok(Self {

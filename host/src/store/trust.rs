@@ -164,7 +164,7 @@ impl TrustStore {
             )));
         }
         let text = String::from_utf8(bytes).map_err(|_| parse_err("is not UTF-8".to_owned()))?;
-        let parsed = crate::user_json::parse::<TrustFile>(&text).map_err(parse_err)?;
+        let parsed = crate::user_file::parse::<TrustFile>(&text).map_err(parse_err)?;
         for key in parsed.unknown_keys {
             tracing::warn!("`{}`: unknown key `{key}` ignored", path.display());
         }
