@@ -100,20 +100,16 @@ fn hint(known: &[String]) -> String {
 pub struct Decision {
     /// The combined verdict: a block, or the final rewrite, or allow.
     #[serde(flatten)]
-    pub verdict: DecisionVerdict,
+    pub verdict: Verdict,
     /// Who decided: the blocker, or every rewriter in order.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub decided_by: Vec<String>,
 }
 
-/// The verdict of a [`Decision`]: the chain's combined verdict, in the same
-/// terms as one interceptor's.
-pub use crate::session::Verdict as DecisionVerdict;
-
 impl Decision {
     /// Whether the chain blocked.
     pub fn is_block(&self) -> bool {
-        matches!(self.verdict, DecisionVerdict::Block { .. })
+        matches!(self.verdict, Verdict::Block { .. })
     }
 }
 
@@ -383,15 +379,15 @@ impl Host {
         };
         let decision = self.intercept_tool_call(name, args.clone()).await;
         let args = match decision.verdict {
-            DecisionVerdict::Block { reason } => {
+            Verdict::Block { reason } => {
                 return Err(HostError::Blocked {
                     tool: name.to_owned(),
                     by: decision.decided_by.join(", "),
                     reason,
                 });
             }
-            DecisionVerdict::Rewrite { args } => args,
-            DecisionVerdict::Allow | DecisionVerdict::Replace { .. } => args,
+            Verdict::Rewrite { args } => args,
+            Verdict::Allow | Verdict::Replace { .. } => args,
         };
         let call_id = self.registry().next_call_id();
         self.emit_event(&Event::tool_call(call_id, name, args.clone()));
@@ -451,12 +447,12 @@ impl Host {
         let described = describe(&subject);
         let decision = self.run_chain(subject, exclude).await;
         let (outcome, reason) = match &decision.verdict {
-            DecisionVerdict::Allow => (crate::audit::Decision::Allow, String::new()),
-            DecisionVerdict::Block { reason } => (crate::audit::Decision::Deny, reason.clone()),
-            DecisionVerdict::Rewrite { args } => {
+            Verdict::Allow => (crate::audit::Decision::Allow, String::new()),
+            Verdict::Block { reason } => (crate::audit::Decision::Deny, reason.clone()),
+            Verdict::Rewrite { args } => {
                 (crate::audit::Decision::Rewrite, format!("args now {args}"))
             }
-            DecisionVerdict::Replace { .. } => {
+            Verdict::Replace { .. } => {
                 (crate::audit::Decision::Rewrite, "text replaced".to_owned())
             }
         };
@@ -491,7 +487,7 @@ impl Host {
                 Verdict::Allow => {}
                 Verdict::Block { reason } => {
                     return Decision {
-                        verdict: DecisionVerdict::Block { reason },
+                        verdict: Verdict::Block { reason },
                         decided_by: vec![session.name().to_string()],
                     };
                 }
@@ -517,10 +513,10 @@ impl Host {
         }
         let verdict = match (changed, subject) {
             (true, Interceptable::ToolCall { tool_args, .. }) => {
-                DecisionVerdict::Rewrite { args: tool_args }
+                Verdict::Rewrite { args: tool_args }
             }
-            (true, Interceptable::AssistantMessage { text }) => DecisionVerdict::Replace { text },
-            _ => DecisionVerdict::Allow,
+            (true, Interceptable::AssistantMessage { text }) => Verdict::Replace { text },
+            _ => Verdict::Allow,
         };
         Decision {
             verdict,
@@ -539,7 +535,7 @@ impl Host {
         let hit = self.data().deny.check(tool_name, tool_args)?;
         Some(Decision {
             decided_by: vec![hit.decider()],
-            verdict: DecisionVerdict::Block { reason: hit.reason },
+            verdict: Verdict::Block { reason: hit.reason },
         })
     }
 

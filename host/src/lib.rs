@@ -47,6 +47,7 @@ mod text;
 pub mod user_file;
 
 pub use event::HostEvent;
-pub use host::{Decision, DecisionVerdict, Host, HostBuilder, HostError};
+pub use host::{Decision, Host, HostBuilder, HostError};
 pub use session::{CallError, FailMode, Interceptable, SessionConfig};
 pub use zotbox_protocol as protocol;
+pub use zotbox_protocol::Verdict;

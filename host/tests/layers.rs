@@ -33,7 +33,7 @@ const ROOT_ITEMS: &[(&str, &str)] = &[
     ("HostBuilder", "host"),
     ("HostError", "host"),
     ("Decision", "host"),
-    ("DecisionVerdict", "host"),
+    ("Verdict", "host"),
     ("CallError", "session"),
     ("FailMode", "policy"),
     ("Interceptable", "session"),

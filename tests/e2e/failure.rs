@@ -7,7 +7,7 @@ use serde_json::json;
 use zotbox::host::{ExtensionState, RestartPolicy};
 use zotbox::runtime::Exit;
 use zotbox::session::Closed;
-use zotbox::{CallError, DecisionVerdict, FailMode, HostError, HostEvent, SessionConfig};
+use zotbox::{CallError, FailMode, HostError, HostEvent, SessionConfig, Verdict};
 
 use crate::support::{
     Lab, bounded, eventually, ext, info, next_event, process_alive, settled, tool_names, write_json,
@@ -578,10 +578,10 @@ async fn an_extension_that_cannot_start_says_why() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_interceptor_that_crashes_fails_open_or_closed_at_once() {
     for (mode, expected) in [
-        (FailMode::Open, DecisionVerdict::Allow),
+        (FailMode::Open, Verdict::Allow),
         (
             FailMode::Closed,
-            DecisionVerdict::Block {
+            Verdict::Block {
                 reason: "extension `fragile` 1.0.0: exited with status 3; \
                          blocking (intercepts fail closed)"
                     .into(),

@@ -26,7 +26,7 @@ use zotbox::host::{ExtensionState, RestartPolicy};
 use zotbox::protocol::ToolResult;
 use zotbox::runtime::Exit;
 use zotbox::session::Closed;
-use zotbox::{CallError, DecisionVerdict, Host, HostBuilder, HostError, HostEvent};
+use zotbox::{CallError, Host, HostBuilder, HostError, HostEvent, Verdict};
 
 use crate::guests::{self, Form};
 use crate::load::status_kib;
@@ -711,7 +711,7 @@ async fn an_interceptor_that_never_answers_only_delays_the_calls_it_guards() {
             .intercept_tool_call("bash", json!({"command": "ls"})),
     )
     .await;
-    assert_eq!(decision.verdict, DecisionVerdict::Allow);
+    assert_eq!(decision.verdict, Verdict::Allow);
     assert!(decision.decided_by.is_empty(), "{decision:?}");
 
     let entry = info(&scene.host, "sentry");
