@@ -357,10 +357,7 @@ impl DataSet {
             Ok(entries) => entries,
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Vec::new(),
             Err(source) => {
-                let error = FileError::Read {
-                    path: dir.to_owned(),
-                    source,
-                };
+                let error = FileError::read(dir, source);
                 tracing::warn!("{error}");
                 self.problems.push(DataProblem {
                     path: dir.to_owned(),
@@ -389,10 +386,7 @@ impl DataSet {
 
 /// Reads a data file, refusing one larger than [`MAX_FILE_BYTES`].
 pub(crate) fn read_file(path: &Path) -> Result<String, FileError> {
-    let read_err = |source| FileError::Read {
-        path: path.to_owned(),
-        source,
-    };
+    let read_err = |error| FileError::read(path, error);
     let file = std::fs::File::open(path).map_err(read_err)?;
     let mut bytes = Vec::new();
     file.take(MAX_FILE_BYTES + 1)

@@ -304,7 +304,7 @@ impl Policy {
                 Err(error) => {
                     return Err(FileError::Read {
                         path: path.to_owned(),
-                        source: error,
+                        error,
                     });
                 }
             };

@@ -16,12 +16,13 @@ use serde::de::DeserializeOwned;
 #[derive(Debug, thiserror::Error)]
 pub enum FileError {
     /// The file could not be read.
-    #[error("cannot read `{}`: {source}", path.display())]
+    #[error("cannot read `{}`: {error}", path.display())]
     Read {
         /// The file.
         path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
+        /// The I/O error (in the message, not a `source`: the chain would
+        /// print it twice).
+        error: std::io::Error,
     },
     /// The file is larger than its kind allows.
     #[error("`{}`: file is larger than {limit} bytes", path.display())]
@@ -67,10 +68,10 @@ impl FileError {
     }
 
     /// A [`FileError::Read`] of `path`.
-    pub(crate) fn read(path: &Path, source: std::io::Error) -> Self {
+    pub(crate) fn read(path: &Path, error: std::io::Error) -> Self {
         Self::Read {
             path: path.to_owned(),
-            source,
+            error,
         }
     }
 }

@@ -143,19 +143,12 @@ async fn build(context: &Context, dir: &Path) -> Result<u8> {
     Ok(EXIT_OK)
 }
 
-/// Copies `from` over `to` through a temporary file and a rename, so a
-/// running host never reads half a file.
+/// Puts a copy of `from` at `to` atomically, so a running host never reads
+/// half a file.
 pub(crate) fn install_file(from: &Path, to: &Path) -> Result<()> {
-    let staging = to.with_extension("wasm.tmp");
-    std::fs::copy(from, &staging).with_context(|| {
-        format!(
-            "cannot copy `{}` to `{}`",
-            from.display(),
-            staging.display()
-        )
-    })?;
-    std::fs::rename(&staging, to).with_context(|| format!("cannot replace `{}`", to.display()))?;
-    Ok(())
+    let bytes = std::fs::read(from).with_context(|| format!("cannot read `{}`", from.display()))?;
+    crate::home::write_atomic(to, &bytes)
+        .with_context(|| format!("cannot replace `{}`", to.display()))
 }
 
 async fn install(context: &Context, source: &Path, project: bool, yes: bool) -> Result<u8> {
@@ -342,7 +335,7 @@ fn set_enabled(context: &Context, name: &str, enabled: bool) -> Result<u8> {
     out.push('\n');
     // A new file renamed over the old: never half a manifest, and never a
     // write through a link to some other file.
-    crate::store::write_atomic(path, out.as_bytes())
+    crate::home::write_atomic(path, out.as_bytes())
         .with_context(|| format!("cannot write `{}`", path.display()))?;
     report(
         context,

@@ -64,7 +64,7 @@ impl Args {
         std::fs::create_dir_all(&dir)
             .with_context(|| format!("cannot create `{}`", dir.display()))?;
         // A new file renamed into place: never written through a link.
-        crate::store::write_atomic(&manifest_path, text.as_bytes())
+        crate::home::write_atomic(&manifest_path, text.as_bytes())
             .with_context(|| format!("cannot write `{}`", manifest_path.display()))?;
         say(context, "wrote", &manifest_path)
     }

@@ -286,7 +286,7 @@ fn read_manifest(root: &Dir, source: &Path, path: &Path) -> Result<String, Insta
         .symlink_metadata(MANIFEST_FILE)
         .map_err(|error| FileError::Read {
             path: path.to_owned(),
-            source: error,
+            error,
         })?;
     if meta.is_symlink() {
         let target = root
@@ -312,7 +312,7 @@ fn read_manifest(root: &Dir, source: &Path, path: &Path) -> Result<String, Insta
     }
     let mut file = open_nofollow(root, MANIFEST_FILE).map_err(|error| FileError::Read {
         path: path.to_owned(),
-        source: error,
+        error,
     })?;
     let mut bytes = Vec::new();
     (&mut file)
@@ -320,7 +320,7 @@ fn read_manifest(root: &Dir, source: &Path, path: &Path) -> Result<String, Insta
         .read_to_end(&mut bytes)
         .map_err(|error| FileError::Read {
             path: path.to_owned(),
-            source: error,
+            error,
         })?;
     String::from_utf8(bytes).map_err(|_| {
         InstallError::Manifest(FileError::Parse {
