@@ -29,7 +29,6 @@ pub mod audit;
 pub mod bridge;
 pub mod build;
 pub mod capability;
-pub mod cli;
 pub mod data;
 pub mod discovery;
 pub mod event;
@@ -43,7 +42,7 @@ pub mod sandbox;
 pub mod serve;
 pub mod session;
 pub mod store;
-mod text;
+pub mod text;
 pub mod user_file;
 
 pub use event::HostEvent;

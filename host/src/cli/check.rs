@@ -5,8 +5,8 @@ use anyhow::Result;
 use super::call::parse_json_arg;
 use super::output::json_line;
 use super::{Context, EXIT_OK, EXIT_REFUSED};
-use crate::Verdict;
-use crate::text::Shown;
+use zotbox::Verdict;
+use zotbox::text::Shown;
 
 /// Arguments of `zotbox check`.
 #[derive(Debug, clap::Args)]

@@ -9,8 +9,8 @@ use serde_json::json;
 use super::ext::install_file;
 use super::output::{cell, drain_events, table};
 use super::{Context, EXIT_OK};
-use crate::build::{CargoBuild, GUEST_TARGET};
-use crate::{Host, Verdict};
+use zotbox::build::{CargoBuild, GUEST_TARGET};
+use zotbox::{Host, Verdict};
 
 /// The Rust examples, each `examples/<name>` holding package `zotbox-example-<name>`.
 const RUST_EXAMPLES: &[&str] = &["hello", "weather", "guard", "scratchpad"];

@@ -7,12 +7,12 @@ use anyhow::{Context as _, Result};
 
 use super::output::{json_line, table};
 use super::{Context, EXIT_OK};
-use crate::capability::fs::{CONTROL_NAMES, ControlPaths};
-use crate::discovery::SearchPath;
-use crate::manifest::Program;
-use crate::policy::Policy;
-use crate::sandbox::ControlSources;
-use crate::text::{Shown, shown};
+use zotbox::capability::fs::{CONTROL_NAMES, ControlPaths};
+use zotbox::discovery::SearchPath;
+use zotbox::manifest::Program;
+use zotbox::policy::Policy;
+use zotbox::sandbox::ControlSources;
+use zotbox::text::{Shown, shown};
 
 /// `zotbox policy` subcommands.
 #[derive(Debug, clap::Subcommand)]
@@ -132,7 +132,7 @@ fn print_control(control: &ControlPaths) {
 
 /// Prints, per capability, what `manifest` declared, what the policy allows,
 /// what is granted and which rule decided; then its limits.
-pub(crate) fn print_grant(policy: &Policy, manifest: &crate::manifest::Manifest) {
+pub(crate) fn print_grant(policy: &Policy, manifest: &zotbox::manifest::Manifest) {
     let name = manifest.name();
     let grant = policy.grant(&manifest.raw.capabilities);
     println!(
@@ -206,7 +206,7 @@ pub(crate) fn print_grant(policy: &Policy, manifest: &crate::manifest::Manifest)
     );
     let limits = policy.limits(
         &manifest.raw.limits,
-        &crate::policy::LimitDefaults::default(),
+        &zotbox::policy::LimitDefaults::default(),
     );
     println!(
         "memory: {} MiB ({})",
