@@ -258,6 +258,9 @@ fn manifests_in(dir: &Path) -> Vec<PathBuf> {
     };
     let mut manifests: Vec<PathBuf> = entries
         .filter_map(Result::ok)
+        // Hidden folders are work in progress (an install's staging, the
+        // copy it replaces), never an extension.
+        .filter(|entry| !entry.file_name().to_string_lossy().starts_with('.'))
         .map(|entry| entry.path())
         .filter(|path| path.is_dir())
         .map(|path| path.join(MANIFEST_FILE))
@@ -423,6 +426,8 @@ mod tests {
         write(&project, "broken", r#"{"name":3}"#);
         write(&user, "b", r#"{"name":"b","exec":"./user"}"#);
         write(&user, "c", r#"{"name":"c","exec":"./user"}"#);
+        // An install in progress (or the copy it replaces) is no extension.
+        write(&user, ".installing-d-x1", r#"{"name":"d","exec":"./staging"}"#);
         let search = SearchPath {
             explicit: vec![explicit.join("a")],
             workspace,
