@@ -427,7 +427,11 @@ mod tests {
         write(&user, "b", r#"{"name":"b","exec":"./user"}"#);
         write(&user, "c", r#"{"name":"c","exec":"./user"}"#);
         // An install in progress (or the copy it replaces) is no extension.
-        write(&user, ".installing-d-x1", r#"{"name":"d","exec":"./staging"}"#);
+        write(
+            &user,
+            ".installing-d-x1",
+            r#"{"name":"d","exec":"./staging"}"#,
+        );
         let search = SearchPath {
             explicit: vec![explicit.join("a")],
             workspace,
