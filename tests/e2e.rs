@@ -39,6 +39,8 @@ mod failure;
 mod fault;
 #[path = "e2e/guard_liveness.rs"]
 mod guard_liveness;
+#[path = "e2e/http_client.rs"]
+mod http_client;
 #[path = "e2e/install.rs"]
 mod install;
 #[path = "e2e/intercept.rs"]

@@ -608,11 +608,11 @@ impl Extension {
                 let mut rewritten = false;
                 for handler in &mut self.tool_call_interceptors {
                     match guarded(|| handler(ctx, &tool_name, &args)) {
-                        Ok(Verdict::Rewrite(new_args)) if new_args.is_object() => {
+                        Ok(Verdict::Rewrite { args: new_args }) if new_args.is_object() => {
                             args = new_args;
                             rewritten = true;
                         }
-                        Ok(Verdict::Rewrite(_)) => ctx.log(
+                        Ok(Verdict::Rewrite { .. }) => ctx.log(
                             "ignored a `tool_call` rewrite whose arguments are not a JSON object",
                         ),
                         Ok(verdict) => verdicts.push(verdict),
@@ -620,7 +620,7 @@ impl Extension {
                             "`tool_call` interceptor panicked, allowing: {panic}"
                         )),
                     }
-                    if let Some(Verdict::Block(_)) = verdicts.last() {
+                    if let Some(Verdict::Block { .. }) = verdicts.last() {
                         break;
                     }
                 }
@@ -637,7 +637,7 @@ impl Extension {
                             "`turn_start` interceptor panicked, allowing: {panic}"
                         )),
                     }
-                    if let Some(Verdict::Block(_)) = verdicts.last() {
+                    if let Some(Verdict::Block { .. }) = verdicts.last() {
                         break;
                     }
                 }
@@ -647,7 +647,7 @@ impl Extension {
                 let mut replaced = false;
                 for handler in &mut self.message_interceptors {
                     match guarded(|| handler(ctx, &text)) {
-                        Ok(Verdict::ReplaceText(new_text)) => {
+                        Ok(Verdict::Replace { text: new_text }) => {
                             text = new_text;
                             replaced = true;
                         }
@@ -656,7 +656,7 @@ impl Extension {
                             "`assistant_message` interceptor panicked, allowing: {panic}"
                         )),
                     }
-                    if let Some(Verdict::Block(_)) = verdicts.last() {
+                    if let Some(Verdict::Block { .. }) = verdicts.last() {
                         break;
                     }
                 }
@@ -670,7 +670,7 @@ impl Extension {
         for verdict in verdicts {
             match verdict {
                 Verdict::Allow => {}
-                Verdict::Block(reason) => {
+                Verdict::Block { reason } => {
                     return InterceptResponse {
                         id: response.id,
                         block: true,
@@ -680,7 +680,11 @@ impl Extension {
                 }
                 other => ctx.log(format_args!(
                     "ignored a `{}` verdict on a `{kind}` intercept, which does not allow it",
-                    other.kind()
+                    // As the author wrote it: `Verdict::replace_text(…)`.
+                    match other {
+                        Verdict::Replace { .. } => "replace_text",
+                        other => other.kind(),
+                    }
                 )),
             }
         }

@@ -3,7 +3,6 @@
 
 use std::fmt::Display;
 
-use serde_json::Value;
 use zotbox_protocol::{CommandAction, CommandResponse, Content, OpenPanel, ToolResult};
 
 /// A panel: an id the extension picks, a title, body lines and a footer.
@@ -297,51 +296,13 @@ impl<T: IntoToolOutput, E: Display> IntoToolOutput for Result<T, E> {
 /// Which verdicts apply depends on what is intercepted: every intercept may
 /// [`Allow`](Verdict::Allow) or [`Block`](Verdict::Block); only `tool_call`
 /// may [`Rewrite`](Verdict::Rewrite) and only `assistant_message` may
-/// [`ReplaceText`](Verdict::ReplaceText). A verdict that does not apply is
+/// [`Replace`](Verdict::Replace). A verdict that does not apply is
 /// logged and treated as `Allow`.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub enum Verdict {
-    /// Let it happen unchanged.
-    #[default]
-    Allow,
-    /// Refuse it; the reason is handed to the model.
-    Block(String),
-    /// `tool_call` only: run the tool with these arguments instead, which
-    /// must be a JSON object (anything else is logged and ignored).
-    Rewrite(Value),
-    /// `assistant_message` only: show this text instead.
-    ReplaceText(String),
-}
-
-impl Verdict {
-    /// [`Verdict::Block`] with a reason.
-    pub fn block(reason: impl Into<String>) -> Self {
-        Self::Block(reason.into())
-    }
-
-    /// [`Verdict::Rewrite`] with replacement arguments (a JSON object).
-    pub fn rewrite(args: impl Into<Value>) -> Self {
-        Self::Rewrite(args.into())
-    }
-
-    /// [`Verdict::ReplaceText`] with replacement text.
-    pub fn replace_text(text: impl Into<String>) -> Self {
-        Self::ReplaceText(text.into())
-    }
-
-    pub(crate) fn kind(&self) -> &'static str {
-        match self {
-            Self::Allow => "allow",
-            Self::Block(_) => "block",
-            Self::Rewrite(_) => "rewrite",
-            Self::ReplaceText(_) => "replace_text",
-        }
-    }
-}
+pub use zotbox_protocol::Verdict;
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     use super::*;
 

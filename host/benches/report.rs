@@ -151,7 +151,12 @@ fn fixture() -> Result<Fixture> {
 }
 
 async fn start(launcher: &Launcher, manifest: &Manifest) -> Result<Session> {
-    let limits = zotbox::runtime::wasm::limits_for(None);
+    let limits = zotbox::runtime::wasm::GuestLimits::from_effective(
+        &zotbox::policy::Policy::permissive().limits(
+            &zotbox::manifest::Limits::default(),
+            &zotbox::policy::LimitDefaults::default(),
+        ),
+    );
     let transport = launcher.start(manifest, limits, None).await?;
     let (events, _) = broadcast::channel(16);
     Ok(Session::start(

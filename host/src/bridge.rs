@@ -27,7 +27,7 @@
 //!    stops it, logs an error naming the cap, and exits as a crashed extension
 //!    would, rather than reading an endless line to its end.
 
-pub(crate) mod stdio;
+pub mod stdio;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -52,12 +52,9 @@ use crate::sandbox::{CommandGuard, Services};
 /// The bridge could not start the extension.
 #[derive(Debug, thiserror::Error)]
 pub enum BridgeError {
-    /// The manifest is missing or invalid.
+    /// The manifest or a policy file is missing, unreadable or invalid.
     #[error(transparent)]
-    Manifest(#[from] crate::manifest::ManifestError),
-    /// The policy is unreadable or invalid.
-    #[error(transparent)]
-    Policy(#[from] crate::policy::PolicyError),
+    File(#[from] crate::user_file::FileError),
     /// The policy refuses this extension.
     #[error("extension `{name}`: {reason}")]
     Refused {
@@ -163,13 +160,21 @@ pub async fn run(
         }
     })?;
     let services = services(&home, &policy, dir);
-    let (limits, sandbox) =
-        crate::sandbox::confine(&policy, &services, &manifest).map_err(|reason| {
-            BridgeError::Refused {
-                name: name.clone(),
-                reason,
-            }
-        })?;
+    let sandbox = crate::sandbox::confine(&policy, &services, &manifest).map_err(|reason| {
+        BridgeError::Refused {
+            name: name.clone(),
+            reason,
+        }
+    })?;
+    let effective = policy.limits(
+        &manifest.raw.limits,
+        &crate::policy::LimitDefaults {
+            call_timeout: config.call_timeout,
+            intercept_timeout: config.intercept_timeout,
+            ..crate::policy::LimitDefaults::default()
+        },
+    );
+    let limits = crate::runtime::wasm::GuestLimits::from_effective(&effective);
     // The workspace is named only by zot's `hello_ack`, after the start:
     // a confined native extension gets none.
     let native = crate::runtime::native::NativeConfinement::from_policy(&policy, None, &home);
@@ -190,17 +195,10 @@ pub async fn run(
         .start(&manifest, limits, sandbox)
         .await
         .map_err(start_error)?;
-    let timeouts =
-        Timeouts {
-            call: Duration::from_millis(
-                policy.cap_tool_timeout_ms(
-                    manifest.raw.limits.tool_timeout_ms.unwrap_or(
-                        u64::try_from(config.call_timeout.as_millis()).unwrap_or(u64::MAX),
-                    ),
-                ),
-            ),
-            intercept: config.intercept_timeout,
-        };
+    let timeouts = Timeouts {
+        call: effective.call_timeout.value,
+        intercept: effective.intercept_timeout.value,
+    };
     let exit = bridge(
         transport,
         services,

@@ -21,8 +21,8 @@ use std::path::PathBuf;
 use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand};
 
-use crate::Host;
-use crate::home::ZotHome;
+use zotbox::Host;
+use zotbox::home::ZotHome;
 
 /// Exit status: success.
 pub const EXIT_OK: u8 = 0;
@@ -201,7 +201,7 @@ impl Cli {
 /// an author could have put in it (a name, a path, a guest's message)
 /// escaped.
 pub fn print_error(err: &anyhow::Error) {
-    eprintln!("error: {}", crate::text::shown(&format!("{err:#}")));
+    eprintln!("error: {}", zotbox::text::shown(&format!("{err:#}")));
 }
 
 fn init_logging(verbose: u8) {
@@ -216,7 +216,7 @@ fn init_logging(verbose: u8) {
     // records quote what authors wrote (names, paths, errors).
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(|| crate::text::EscapedLines(std::io::stderr()))
+        .with_writer(|| zotbox::text::EscapedLines(std::io::stderr()))
         .with_target(false)
         .with_ansi(false)
         .without_time()

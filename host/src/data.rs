@@ -31,6 +31,7 @@ pub mod plugin;
 pub mod skill;
 pub mod tool;
 
+use crate::user_file::FileError;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
@@ -73,59 +74,6 @@ impl DataOrigin {
 impl std::fmt::Display for DataOrigin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
-    }
-}
-
-/// A data file that could not be loaded.
-#[derive(Debug, thiserror::Error)]
-pub enum DataError {
-    /// The file could not be read.
-    #[error("cannot read `{}`: {source}", path.display())]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
-    },
-    /// The file is larger than [`MAX_FILE_BYTES`].
-    #[error("`{}`: file is larger than {limit} bytes", path.display())]
-    TooLarge {
-        /// The file.
-        path: PathBuf,
-        /// The limit, in bytes.
-        limit: u64,
-    },
-    /// The file is not valid JSON (or frontmatter), or a field has the wrong type.
-    #[error("`{}`: {detail}", path.display())]
-    Parse {
-        /// The file.
-        path: PathBuf,
-        /// What was wrong, with the field path or line.
-        detail: String,
-    },
-    /// A field has a value the host refuses.
-    #[error("`{}`: field `{field}` {problem}", path.display())]
-    Invalid {
-        /// The file.
-        path: PathBuf,
-        /// The field, as a path into the document (`deny[1].pathPattern`).
-        field: String,
-        /// What is wrong with it.
-        problem: String,
-    },
-}
-
-impl DataError {
-    pub(crate) fn invalid(
-        path: &Path,
-        field: impl Into<String>,
-        problem: impl Into<String>,
-    ) -> Self {
-        Self::Invalid {
-            path: path.to_owned(),
-            field: field.into(),
-            problem: problem.into(),
-        }
     }
 }
 
@@ -276,7 +224,7 @@ impl DataSet {
         }
     }
 
-    fn take<T>(&mut self, path: &Path, result: Result<Parsed<T>, DataError>) -> Option<T> {
+    fn take<T>(&mut self, path: &Path, result: Result<Parsed<T>, FileError>) -> Option<T> {
         match result {
             Ok(parsed) => {
                 for warning in parsed.warnings {
@@ -409,10 +357,7 @@ impl DataSet {
             Ok(entries) => entries,
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Vec::new(),
             Err(source) => {
-                let error = DataError::Read {
-                    path: dir.to_owned(),
-                    source,
-                };
+                let error = FileError::read(dir, source);
                 tracing::warn!("{error}");
                 self.problems.push(DataProblem {
                     path: dir.to_owned(),
@@ -440,23 +385,20 @@ impl DataSet {
 }
 
 /// Reads a data file, refusing one larger than [`MAX_FILE_BYTES`].
-pub(crate) fn read_file(path: &Path) -> Result<String, DataError> {
-    let read_err = |source| DataError::Read {
-        path: path.to_owned(),
-        source,
-    };
+pub(crate) fn read_file(path: &Path) -> Result<String, FileError> {
+    let read_err = |error| FileError::read(path, error);
     let file = std::fs::File::open(path).map_err(read_err)?;
     let mut bytes = Vec::new();
     file.take(MAX_FILE_BYTES + 1)
         .read_to_end(&mut bytes)
         .map_err(read_err)?;
     if bytes.len() as u64 > MAX_FILE_BYTES {
-        return Err(DataError::TooLarge {
+        return Err(FileError::TooLarge {
             path: path.to_owned(),
             limit: MAX_FILE_BYTES,
         });
     }
-    String::from_utf8(bytes).map_err(|_| DataError::Parse {
+    String::from_utf8(bytes).map_err(|_| FileError::Parse {
         path: path.to_owned(),
         detail: "is not valid UTF-8".to_owned(),
     })
@@ -467,11 +409,11 @@ pub(crate) fn read_file(path: &Path) -> Result<String, DataError> {
 pub(crate) fn parse_json<T: DeserializeOwned>(
     text: &str,
     path: &Path,
-) -> Result<Parsed<T>, DataError> {
-    let crate::user_json::WithUnknown {
+) -> Result<Parsed<T>, FileError> {
+    let crate::user_file::WithUnknown {
         value,
         unknown_keys: unknown,
-    } = crate::user_json::parse::<T>(text).map_err(|detail| DataError::Parse {
+    } = crate::user_file::parse::<T>(text).map_err(|detail| FileError::Parse {
         path: path.to_owned(),
         detail,
     })?;

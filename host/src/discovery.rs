@@ -17,7 +17,8 @@
 use std::path::{Path, PathBuf};
 
 use crate::home::ZotHome;
-use crate::manifest::{MANIFEST_FILE, Manifest, ManifestError, Program};
+use crate::manifest::{MANIFEST_FILE, Manifest, Program};
+use crate::user_file::FileError;
 
 /// Where a manifest was found, in precedence order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -72,7 +73,7 @@ pub struct LoadFailure {
     /// Where it was found.
     pub origin: Origin,
     /// Why it failed.
-    pub error: ManifestError,
+    pub error: FileError,
 }
 
 /// Why a manifest found is held back rather than started.
@@ -257,6 +258,9 @@ fn manifests_in(dir: &Path) -> Vec<PathBuf> {
     };
     let mut manifests: Vec<PathBuf> = entries
         .filter_map(Result::ok)
+        // Hidden folders are work in progress (an install's staging, the
+        // copy it replaces), never an extension.
+        .filter(|entry| !entry.file_name().to_string_lossy().starts_with('.'))
         .map(|entry| entry.path())
         .filter(|path| path.is_dir())
         .map(|path| path.join(MANIFEST_FILE))
@@ -422,6 +426,12 @@ mod tests {
         write(&project, "broken", r#"{"name":3}"#);
         write(&user, "b", r#"{"name":"b","exec":"./user"}"#);
         write(&user, "c", r#"{"name":"c","exec":"./user"}"#);
+        // An install in progress (or the copy it replaces) is no extension.
+        write(
+            &user,
+            ".installing-d-x1",
+            r#"{"name":"d","exec":"./staging"}"#,
+        );
         let search = SearchPath {
             explicit: vec![explicit.join("a")],
             workspace,

@@ -10,7 +10,6 @@ mod registry;
 mod supervisor;
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::Value;
@@ -21,7 +20,7 @@ use crate::discovery::SearchPath;
 use crate::event::HostEvent;
 use crate::policy::Policy;
 use crate::sandbox::{Sandbox, Services};
-use crate::session::{CallError, FailMode, Interceptable, Session, SessionConfig, Verdict};
+use crate::session::{CallError, Interceptable, Session, SessionConfig, Verdict};
 pub use builder::{BuildError, HostBuilder};
 pub use data_tools::DATA_OUTPUT_CAP;
 use data_tools::DataState;
@@ -101,20 +100,16 @@ fn hint(known: &[String]) -> String {
 pub struct Decision {
     /// The combined verdict: a block, or the final rewrite, or allow.
     #[serde(flatten)]
-    pub verdict: DecisionVerdict,
+    pub verdict: Verdict,
     /// Who decided: the blocker, or every rewriter in order.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub decided_by: Vec<String>,
 }
 
-/// The verdict of a [`Decision`]: the chain's combined verdict, in the same
-/// terms as one interceptor's.
-pub use crate::session::Verdict as DecisionVerdict;
-
 impl Decision {
     /// Whether the chain blocked.
     pub fn is_block(&self) -> bool {
-        matches!(self.verdict, DecisionVerdict::Block { .. })
+        matches!(self.verdict, Verdict::Block { .. })
     }
 }
 
@@ -384,15 +379,15 @@ impl Host {
         };
         let decision = self.intercept_tool_call(name, args.clone()).await;
         let args = match decision.verdict {
-            DecisionVerdict::Block { reason } => {
+            Verdict::Block { reason } => {
                 return Err(HostError::Blocked {
                     tool: name.to_owned(),
                     by: decision.decided_by.join(", "),
                     reason,
                 });
             }
-            DecisionVerdict::Rewrite { args } => args,
-            DecisionVerdict::Allow | DecisionVerdict::Replace { .. } => args,
+            Verdict::Rewrite { args } => args,
+            Verdict::Allow | Verdict::Replace { .. } => args,
         };
         let call_id = self.registry().next_call_id();
         self.emit_event(&Event::tool_call(call_id, name, args.clone()));
@@ -452,12 +447,12 @@ impl Host {
         let described = describe(&subject);
         let decision = self.run_chain(subject, exclude).await;
         let (outcome, reason) = match &decision.verdict {
-            DecisionVerdict::Allow => (crate::audit::Decision::Allow, String::new()),
-            DecisionVerdict::Block { reason } => (crate::audit::Decision::Deny, reason.clone()),
-            DecisionVerdict::Rewrite { args } => {
+            Verdict::Allow => (crate::audit::Decision::Allow, String::new()),
+            Verdict::Block { reason } => (crate::audit::Decision::Deny, reason.clone()),
+            Verdict::Rewrite { args } => {
                 (crate::audit::Decision::Rewrite, format!("args now {args}"))
             }
-            DecisionVerdict::Replace { .. } => {
+            Verdict::Replace { .. } => {
                 (crate::audit::Decision::Rewrite, "text replaced".to_owned())
             }
         };
@@ -492,7 +487,7 @@ impl Host {
                 Verdict::Allow => {}
                 Verdict::Block { reason } => {
                     return Decision {
-                        verdict: DecisionVerdict::Block { reason },
+                        verdict: Verdict::Block { reason },
                         decided_by: vec![session.name().to_string()],
                     };
                 }
@@ -518,10 +513,10 @@ impl Host {
         }
         let verdict = match (changed, subject) {
             (true, Interceptable::ToolCall { tool_args, .. }) => {
-                DecisionVerdict::Rewrite { args: tool_args }
+                Verdict::Rewrite { args: tool_args }
             }
-            (true, Interceptable::AssistantMessage { text }) => DecisionVerdict::Replace { text },
-            _ => DecisionVerdict::Allow,
+            (true, Interceptable::AssistantMessage { text }) => Verdict::Replace { text },
+            _ => Verdict::Allow,
         };
         Decision {
             verdict,
@@ -540,7 +535,7 @@ impl Host {
         let hit = self.data().deny.check(tool_name, tool_args)?;
         Some(Decision {
             decided_by: vec![hit.decider()],
-            verdict: DecisionVerdict::Block { reason: hit.reason },
+            verdict: Verdict::Block { reason: hit.reason },
         })
     }
 
@@ -715,36 +710,40 @@ impl Host {
         }
     }
 
+    /// The limits one extension runs with under this host's policy, the
+    /// host's own settings being the defaults.
+    fn limits(&self, manifest: &crate::manifest::Manifest) -> crate::policy::EffectiveLimits {
+        let session = &self.inner.settings.session;
+        let defaults = crate::policy::LimitDefaults {
+            call_timeout: session.call_timeout,
+            intercept_timeout: session.intercept_timeout,
+            intercept_failure: session.intercept_failure,
+            ..crate::policy::LimitDefaults::default()
+        };
+        self.inner.policy.limits(&manifest.raw.limits, &defaults)
+    }
+
     /// The session configuration for one extension: the host's, narrowed by
-    /// the manifest's own limits.
+    /// the manifest's own limits and the policy's ceilings.
     fn session_config(&self, manifest: &crate::manifest::Manifest) -> SessionConfig {
         let mut config = self.inner.settings.session.clone();
-        let limits = manifest.raw.limits;
         let policy = &self.inner.policy;
-        let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-        let call = limits
-            .tool_timeout_ms
-            .unwrap_or_else(|| millis(config.call_timeout));
-        config.call_timeout = Duration::from_millis(policy.cap_tool_timeout_ms(call));
-        let intercept = limits
-            .intercept_timeout_ms
-            .unwrap_or_else(|| millis(config.intercept_timeout));
-        config.intercept_timeout =
-            Duration::from_millis(policy.cap_intercept_timeout_ms(intercept));
-        if let Some(mode) = policy.intercept_failure()
-            && mode == FailMode::Closed
-        {
-            config.intercept_failure = FailMode::Closed;
-        }
+        let limits = self.limits(manifest);
+        config.call_timeout = limits.call_timeout.value;
+        config.intercept_timeout = limits.intercept_timeout.value;
+        config.intercept_failure = limits.intercept_failure;
         config.registrations = config.registrations.within(policy);
         config
     }
 
-    /// What an extension runs with under this host's policy.
+    /// What an extension runs with under this host's policy: its guest
+    /// limits and its sandbox.
     fn confine(
         &self,
         manifest: &crate::manifest::Manifest,
     ) -> Result<(crate::runtime::wasm::GuestLimits, Option<Arc<Sandbox>>), String> {
-        crate::sandbox::confine(&self.inner.policy, &self.inner.services, manifest)
+        let sandbox = crate::sandbox::confine(&self.inner.policy, &self.inner.services, manifest)?;
+        let guest = crate::runtime::wasm::GuestLimits::from_effective(&self.limits(manifest));
+        Ok((guest, sandbox))
     }
 }

@@ -1,7 +1,9 @@
 //! The `zotbox` binary: parse flags, run the command, print the error chain.
 
+mod cli;
+
 use clap::Parser;
-use zotbox::cli::{Cli, EXIT_ERROR, print_error};
+use cli::{Cli, EXIT_ERROR, print_error};
 
 fn main() {
     let cli = Cli::parse();

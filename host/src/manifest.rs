@@ -5,6 +5,7 @@
 //! `limits`). Unknown keys are reported as warnings, never fatal, so a
 //! manifest written for a newer zot still loads.
 
+use crate::user_file::FileError;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -14,37 +15,6 @@ pub const MANIFEST_FILE: &str = "extension.json";
 
 /// The longest accepted extension name.
 const MAX_NAME_LEN: usize = 64;
-
-/// A manifest that could not be loaded.
-#[derive(Debug, thiserror::Error)]
-pub enum ManifestError {
-    /// The file could not be read.
-    #[error("cannot read `{}`: {error}", path.display())]
-    Read {
-        /// The manifest's path.
-        path: PathBuf,
-        /// The I/O error.
-        error: std::io::Error,
-    },
-    /// The file is not valid JSON or a field has the wrong type.
-    #[error("`{}`: {detail}", path.display())]
-    Parse {
-        /// The manifest's path.
-        path: PathBuf,
-        /// What was wrong, with the field path.
-        detail: String,
-    },
-    /// A field has a value the host refuses.
-    #[error("`{}`: field `{field}` {problem}", path.display())]
-    Invalid {
-        /// The manifest's path.
-        path: PathBuf,
-        /// The field.
-        field: &'static str,
-        /// What is wrong with it.
-        problem: String,
-    },
-}
 
 /// An `extension.json` as written on disk.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -137,7 +107,7 @@ impl Limits {
         *self == Self::default()
     }
 
-    fn validate(&self, path: &Path) -> Result<(), ManifestError> {
+    fn validate(&self, path: &Path) -> Result<(), FileError> {
         let checks: [(&'static str, Option<u64>, u64, u64); 3] = [
             ("limits.memory_mb", self.memory_mb, 1, 4096),
             ("limits.tool_timeout_ms", self.tool_timeout_ms, 1, 3_600_000),
@@ -152,9 +122,9 @@ impl Limits {
             if let Some(value) = value
                 && !(min..=max).contains(&value)
             {
-                return Err(ManifestError::Invalid {
+                return Err(FileError::Invalid {
                     path: path.to_owned(),
-                    field,
+                    field: field.to_owned(),
                     problem: format!("is {value}; it must be between {min} and {max}"),
                 });
             }
@@ -213,12 +183,9 @@ impl Manifest {
     ///
     /// # Errors
     ///
-    /// [`ManifestError`] naming the file and, where one is at fault, the field.
-    pub fn load(path: &Path) -> Result<Self, ManifestError> {
-        let text = std::fs::read_to_string(path).map_err(|error| ManifestError::Read {
-            path: path.to_owned(),
-            error,
-        })?;
+    /// [`FileError`] naming the file and, where one is at fault, the field.
+    pub fn load(path: &Path) -> Result<Self, FileError> {
+        let text = std::fs::read_to_string(path).map_err(|source| FileError::read(path, source))?;
         Self::parse(&text, path)
     }
 
@@ -227,43 +194,41 @@ impl Manifest {
     /// # Errors
     ///
     /// As [`Manifest::load`].
-    pub fn parse(text: &str, path: &Path) -> Result<Self, ManifestError> {
-        let crate::user_json::WithUnknown {
+    pub fn parse(text: &str, path: &Path) -> Result<Self, FileError> {
+        let crate::user_file::WithUnknown {
             value: raw,
             unknown_keys,
-        } = crate::user_json::parse::<RawManifest>(text).map_err(|detail| {
-            ManifestError::Parse {
-                path: path.to_owned(),
-                detail,
-            }
+        } = crate::user_file::parse::<RawManifest>(text).map_err(|detail| FileError::Parse {
+            path: path.to_owned(),
+            detail,
         })?;
         let dir = path
             .parent()
             .map(Path::to_path_buf)
             .unwrap_or_else(|| PathBuf::from("."));
-        validate_name(&raw.name).map_err(|problem| ManifestError::Invalid {
+        validate_name(&raw.name).map_err(|problem| FileError::Invalid {
             path: path.to_owned(),
-            field: "name",
+            field: "name".to_owned(),
             problem,
         })?;
-        validate_version(&raw.version).map_err(|problem| ManifestError::Invalid {
+        validate_version(&raw.version).map_err(|problem| FileError::Invalid {
             path: path.to_owned(),
-            field: "version",
+            field: "version".to_owned(),
             problem,
         })?;
         raw.limits.validate(path)?;
         let program = match (&raw.wasm, &raw.exec) {
             (Some(wasm), _) => {
                 if wasm.trim().is_empty() {
-                    return Err(ManifestError::Invalid {
+                    return Err(FileError::Invalid {
                         path: path.to_owned(),
-                        field: "wasm",
+                        field: "wasm".to_owned(),
                         problem: "is empty".to_owned(),
                     });
                 }
-                validate_wasm_path(wasm).map_err(|problem| ManifestError::Invalid {
+                validate_wasm_path(wasm).map_err(|problem| FileError::Invalid {
                     path: path.to_owned(),
-                    field: "wasm",
+                    field: "wasm".to_owned(),
                     problem,
                 })?;
                 // `./x.wasm` and `x.wasm` name the same file; keep paths tidy.
@@ -280,16 +245,16 @@ impl Manifest {
                 args: raw.args.clone(),
             },
             (None, Some(_)) => {
-                return Err(ManifestError::Invalid {
+                return Err(FileError::Invalid {
                     path: path.to_owned(),
-                    field: "exec",
+                    field: "exec".to_owned(),
                     problem: "is empty".to_owned(),
                 });
             }
             (None, None) => {
-                return Err(ManifestError::Invalid {
+                return Err(FileError::Invalid {
                     path: path.to_owned(),
-                    field: "exec",
+                    field: "exec".to_owned(),
                     problem: "is missing; a manifest needs `exec` (a native extension) or \
                               `wasm` (a sandboxed one)"
                         .to_owned(),

@@ -46,39 +46,19 @@
 //! the user file apply only when there is no system policy, or the system
 //! policy says `"user_root_certificates": true`.
 
+use crate::user_file::FileError;
+use std::fmt;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use crate::capability::http::Origin;
 use crate::home::ZotHome;
 use crate::manifest::Capabilities;
-use crate::session::FailMode;
 
 /// The system-wide policy file, unless `$ZOTBOX_SYSTEM_POLICY` names another.
 pub const SYSTEM_POLICY: &str = "/etc/zotbox/policy.json";
-
-/// A policy file could not be used. A broken policy stops the host: running
-/// extensions without the ceilings a team set would fail open.
-#[derive(Debug, thiserror::Error)]
-pub enum PolicyError {
-    /// The file exists but could not be read.
-    #[error("cannot read policy `{}`: {error}", path.display())]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// The I/O error.
-        error: std::io::Error,
-    },
-    /// The file is not a valid policy.
-    #[error("policy `{}`: {detail}", path.display())]
-    Parse {
-        /// The file.
-        path: PathBuf,
-        /// What is wrong, with the field.
-        detail: String,
-    },
-}
 
 /// What one policy file says. Every field is a ceiling; `None` sets none.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -124,7 +104,7 @@ pub struct PolicyFile {
     pub max_schema_bytes: Option<u64>,
     /// `open` (a missed intercept allows) or `closed` (it blocks).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub intercept_failure: Option<FailModeName>,
+    pub intercept_failure: Option<FailMode>,
     /// Require `zotbox approve` for every data tool, whatever its manifest says.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub require_approval: Option<bool>,
@@ -189,14 +169,96 @@ pub enum Scope {
     User,
 }
 
-/// The intercept failure mode as written in a policy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// What a missed intercept means: the one fail mode of the host, the
+/// sessions and the policy (written `"open"` or `"closed"`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum FailModeName {
-    /// Allow when an interceptor misses its deadline.
+pub enum FailMode {
+    /// Allow (zot's behaviour): an unresponsive guard never stalls the agent.
+    #[default]
     Open,
-    /// Block when an interceptor misses its deadline.
+    /// Block: nothing passes a guard that cannot answer.
     Closed,
+}
+
+/// The default ceiling of a wasm guest's memories and tables, MiB.
+pub const DEFAULT_MEMORY_MB: u64 = 128;
+
+/// The limits an extension gets where its manifest sets none (zot's, for a
+/// host built with the defaults).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LimitDefaults {
+    /// Memory of a wasm guest, MiB. Default [`DEFAULT_MEMORY_MB`].
+    pub memory_mb: u64,
+    /// Deadline of a tool call or command. Default 60 s.
+    pub call_timeout: Duration,
+    /// Deadline of an intercept answer. Default 5 s.
+    pub intercept_timeout: Duration,
+    /// What a missed intercept means. Default [`FailMode::Open`].
+    pub intercept_failure: FailMode,
+}
+
+impl Default for LimitDefaults {
+    fn default() -> Self {
+        Self {
+            memory_mb: DEFAULT_MEMORY_MB,
+            call_timeout: Duration::from_secs(60),
+            intercept_timeout: Duration::from_secs(5),
+            intercept_failure: FailMode::Open,
+        }
+    }
+}
+
+/// Which rule decided a limit's value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LimitSource {
+    /// Nothing set it: the default.
+    Default,
+    /// The manifest's `limits`.
+    Manifest,
+    /// A policy ceiling lowered it: the file that did.
+    Policy(PathBuf),
+}
+
+impl fmt::Display for LimitSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Default => f.write_str("the default"),
+            Self::Manifest => f.write_str("the manifest's `limits`"),
+            Self::Policy(path) => write!(f, "the ceiling of policy `{}`", path.display()),
+        }
+    }
+}
+
+/// One limit's value and the rule that decided it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limit<T> {
+    /// The value in force.
+    pub value: T,
+    /// Who decided it.
+    pub source: LimitSource,
+}
+
+/// What one extension runs with: its manifest's limits, the defaults where
+/// it sets none, each lowered to the policy's ceiling. Decided by
+/// [`Policy::limits`] alone, for the host, `zotbox run` and `policy explain`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EffectiveLimits {
+    /// Memory of a wasm guest (all its memories and tables), MiB.
+    pub memory_mb: Limit<u64>,
+    /// Deadline of a tool call or command.
+    pub call_timeout: Limit<Duration>,
+    /// Deadline of an intercept answer.
+    pub intercept_timeout: Limit<Duration>,
+    /// What a missed intercept means (a closed policy wins).
+    pub intercept_failure: FailMode,
+}
+
+impl EffectiveLimits {
+    /// The memory ceiling in bytes.
+    pub fn memory_bytes(&self) -> usize {
+        usize::try_from(self.memory_mb.value.saturating_mul(1024 * 1024)).unwrap_or(usize::MAX)
+    }
 }
 
 /// One loaded policy file.
@@ -232,15 +294,15 @@ impl Policy {
     ///
     /// # Errors
     ///
-    /// [`PolicyError`] naming the file and field at fault.
-    pub fn load(system: &Path, user: &Path) -> Result<Self, PolicyError> {
+    /// [`FileError`] naming the file and field at fault.
+    pub fn load(system: &Path, user: &Path) -> Result<Self, FileError> {
         let mut layers = Vec::new();
         for (scope, path) in [(Scope::System, system), (Scope::User, user)] {
             let text = match std::fs::read_to_string(path) {
                 Ok(text) => text,
                 Err(err) if err.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(error) => {
-                    return Err(PolicyError::Read {
+                    return Err(FileError::Read {
                         path: path.to_owned(),
                         error,
                     });
@@ -260,7 +322,7 @@ impl Policy {
     /// # Errors
     ///
     /// As [`Policy::load`].
-    pub fn load_for(home: &ZotHome) -> Result<Self, PolicyError> {
+    pub fn load_for(home: &ZotHome) -> Result<Self, FileError> {
         Self::load(&Self::system_path(), &home.user_policy())
     }
 
@@ -288,7 +350,7 @@ impl Policy {
     pub fn intercept_failure(&self) -> Option<FailMode> {
         let modes = self.layers.iter().filter_map(|l| l.file.intercept_failure);
         modes.fold(None, |mode, next| match (mode, next) {
-            (Some(FailMode::Closed), _) | (_, FailModeName::Closed) => Some(FailMode::Closed),
+            (Some(FailMode::Closed), _) | (_, FailMode::Closed) => Some(FailMode::Closed),
             _ => Some(FailMode::Open),
         })
     }
@@ -403,25 +465,65 @@ impl Policy {
     }
 
     fn min_of(&self, field: impl Fn(&PolicyFile) -> Option<u64>) -> Option<u64> {
-        self.layers.iter().filter_map(|l| field(&l.file)).min()
+        self.ceiling(field).map(|(value, _)| value)
     }
 
-    /// `value` lowered to the policy's ceiling on memory, MiB.
-    pub fn cap_memory_mb(&self, value: u64) -> u64 {
-        self.min_of(|f| f.max_memory_mb)
-            .map_or(value, |cap| value.min(cap))
+    /// The lowest ceiling the layers set on `field`, with the file that set it.
+    fn ceiling(&self, field: impl Fn(&PolicyFile) -> Option<u64>) -> Option<(u64, &Path)> {
+        self.layers
+            .iter()
+            .filter_map(|l| field(&l.file).map(|value| (value, l.path.as_path())))
+            .min_by_key(|(value, _)| *value)
     }
 
-    /// `value` lowered to the policy's ceiling on tool deadlines, ms.
-    pub fn cap_tool_timeout_ms(&self, value: u64) -> u64 {
-        self.min_of(|f| f.max_tool_timeout_ms)
-            .map_or(value, |cap| value.min(cap))
-    }
-
-    /// `value` lowered to the policy's ceiling on intercept deadlines, ms.
-    pub fn cap_intercept_timeout_ms(&self, value: u64) -> u64 {
-        self.min_of(|f| f.max_intercept_timeout_ms)
-            .map_or(value, |cap| value.min(cap))
+    /// What an extension whose manifest sets `declared` runs with: the one
+    /// place effective limits are decided (see [`EffectiveLimits`]).
+    pub fn limits(
+        &self,
+        declared: &crate::manifest::Limits,
+        defaults: &LimitDefaults,
+    ) -> EffectiveLimits {
+        let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        let decide = |declared: Option<u64>,
+                      default: u64,
+                      field: fn(&PolicyFile) -> Option<u64>|
+         -> Limit<u64> {
+            let (value, source) = match declared {
+                Some(value) => (value, LimitSource::Manifest),
+                None => (default, LimitSource::Default),
+            };
+            match self.ceiling(field) {
+                Some((cap, path)) if cap < value => Limit {
+                    value: cap,
+                    source: LimitSource::Policy(path.to_owned()),
+                },
+                _ => Limit { value, source },
+            }
+        };
+        let duration = |limit: Limit<u64>| Limit {
+            value: Duration::from_millis(limit.value),
+            source: limit.source,
+        };
+        let closed = self.intercept_failure() == Some(FailMode::Closed)
+            || defaults.intercept_failure == FailMode::Closed;
+        EffectiveLimits {
+            memory_mb: decide(declared.memory_mb, defaults.memory_mb, |f| f.max_memory_mb),
+            call_timeout: duration(decide(
+                declared.tool_timeout_ms,
+                millis(defaults.call_timeout),
+                |f| f.max_tool_timeout_ms,
+            )),
+            intercept_timeout: duration(decide(
+                declared.intercept_timeout_ms,
+                millis(defaults.intercept_timeout),
+                |f| f.max_intercept_timeout_ms,
+            )),
+            intercept_failure: if closed {
+                FailMode::Closed
+            } else {
+                FailMode::Open
+            },
+        }
     }
 
     /// `value` lowered to the policy's ceiling on registrations per extension.
@@ -568,11 +670,11 @@ fn list_or_none(list: &[String]) -> String {
     }
 }
 
-fn parse(text: &str, path: &Path) -> Result<PolicyFile, PolicyError> {
+fn parse(text: &str, path: &Path) -> Result<PolicyFile, FileError> {
     // Unknown keys are refused by the type itself (`deny_unknown_fields`):
     // an unknown key in a policy may be a ceiling someone meant to set.
     let parsed =
-        crate::user_json::parse::<PolicyFile>(text).map_err(|detail| PolicyError::Parse {
+        crate::user_file::parse::<PolicyFile>(text).map_err(|detail| FileError::Parse {
             path: path.to_owned(),
             detail,
         })?;
@@ -746,8 +848,17 @@ mod tests {
                 r#"{"max_memory_mb":512,"intercept_failure":"open","native_extensions":false}"#,
             ),
         ]);
-        assert_eq!(policy.cap_memory_mb(1024), 256);
-        assert_eq!(policy.cap_memory_mb(64), 64);
+        let memory = |declared: Option<u64>| {
+            let declared = crate::manifest::Limits {
+                memory_mb: declared,
+                ..crate::manifest::Limits::default()
+            };
+            let limits = policy.limits(&declared, &LimitDefaults::default());
+            (limits.memory_mb.value, limits.memory_mb.source)
+        };
+        assert_eq!(memory(Some(1024)), (256, LimitSource::Policy("/s".into())));
+        assert_eq!(memory(Some(64)), (64, LimitSource::Manifest));
+        assert_eq!(memory(None), (128, LimitSource::Default));
         // Absent keys set no ceiling.
         assert_eq!(policy.cap_registrations(256), 256);
         assert_eq!(policy.cap_schema_bytes(65_536), 65_536);

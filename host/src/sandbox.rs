@@ -597,10 +597,11 @@ pub fn confinement_of(policy: &crate::policy::Policy) -> crate::capability::conf
     }
 }
 
-/// What an extension runs with under `policy`: its guest limits and, for a
-/// wasm guest, its sandbox (declared ∩ policy). A native extension the
-/// policy refuses gets the reason instead. The standalone host and
-/// `zotbox run` both start extensions through this.
+/// The sandbox an extension runs in under `policy`: for a wasm guest, its
+/// grant (declared ∩ policy); for a native extension, none. A native
+/// extension the policy refuses gets the reason instead. The standalone
+/// host and `zotbox run` both start extensions through this (and take their
+/// limits from [`crate::policy::Policy::limits`]).
 ///
 /// # Errors
 ///
@@ -610,20 +611,14 @@ pub fn confine(
     policy: &crate::policy::Policy,
     services: &Arc<Services>,
     manifest: &crate::manifest::Manifest,
-) -> Result<(crate::runtime::wasm::GuestLimits, Option<Arc<Sandbox>>), String> {
-    let memory = manifest
-        .raw
-        .limits
-        .memory_mb
-        .unwrap_or(crate::runtime::wasm::DEFAULT_MEMORY_MB);
-    let limits = crate::runtime::wasm::limits_for(Some(policy.cap_memory_mb(memory)));
+) -> Result<Option<Arc<Sandbox>>, String> {
     match manifest.program {
         crate::manifest::Program::Native { .. } => match policy.native_refused_by() {
             Some(path) => Err(format!(
                 "native extensions are refused by policy `{}` (`native_extensions: false`)",
                 path.display()
             )),
-            None => Ok((limits, None)),
+            None => Ok(None),
         },
         crate::manifest::Program::Wasm { .. } => {
             let declared = &manifest.raw.capabilities;
@@ -641,7 +636,7 @@ pub fn confine(
             }
             let sandbox = Sandbox::new(manifest.name(), services.clone(), grant, declared)
                 .map_err(|err| format!("its capabilities do not parse: {err}"))?;
-            Ok((limits, Some(Arc::new(sandbox))))
+            Ok(Some(Arc::new(sandbox)))
         }
     }
 }

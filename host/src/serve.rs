@@ -56,13 +56,14 @@ use zotbox_protocol::{
     event_name,
 };
 
+use crate::Verdict;
 use crate::data::DataSet;
 use crate::home::ZotHome;
-use crate::host::{DecisionVerdict, Host};
+use crate::host::Host;
 use crate::session::reader::FrameReader;
 
 /// The name `serve` introduces itself with.
-pub const SERVE_NAME: &str = "zotbox";
+pub const SERVE_NAME: &str = crate::discovery::SERVE_LAUNCHER;
 
 /// zot's own tool names and the names refusal plugins often use for them,
 /// so a rule written for either catches both.
@@ -491,7 +492,7 @@ async fn refusal(host: &Host, tool: &str, args: &Value) -> Option<String> {
     );
     for name in names {
         let decision = host.intercept_tool_call(name, args.clone()).await;
-        if let DecisionVerdict::Block { reason } = decision.verdict {
+        if let Verdict::Block { reason } = decision.verdict {
             return Some(format!("{reason} ({})", decision.decided_by.join(", ")));
         }
     }

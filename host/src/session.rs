@@ -44,15 +44,7 @@ const EXIT_AFTER_EOF: Duration = Duration::from_millis(200);
 /// Frames queued for an extension that is not reading its input.
 const OUTGOING_QUEUE: usize = 1024;
 
-/// What to do when an interceptor misses its deadline or goes away.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum FailMode {
-    /// Allow (zot's behaviour): an unresponsive guard never stalls the agent.
-    #[default]
-    Open,
-    /// Block: nothing passes a guard that cannot answer.
-    Closed,
-}
+pub use crate::policy::FailMode;
 
 /// Deadlines and limits of a session. The defaults are zot's.
 #[derive(Debug, Clone)]

@@ -16,7 +16,7 @@ use std::fmt::{self, Write as _};
 /// the line and paragraph separators, and the invisible formatting
 /// characters that reorder or hide text (bidi overrides and isolates,
 /// zero-width characters, the byte-order mark).
-pub(crate) fn is_unsafe(c: char) -> bool {
+pub fn is_unsafe(c: char) -> bool {
     c.is_control()
         || matches!(
             c,
@@ -29,7 +29,7 @@ pub(crate) fn is_unsafe(c: char) -> bool {
 }
 
 /// Whether `text` holds any character [`shown`] would escape.
-pub(crate) fn has_unsafe(text: &str) -> bool {
+pub fn has_unsafe(text: &str) -> bool {
     text.chars().any(is_unsafe)
 }
 
@@ -41,7 +41,7 @@ pub(crate) fn has_unsafe(text: &str) -> bool {
 /// again where it is printed, and still read the same. The price is that an
 /// author's literal `\u{1b}` text looks like an escaped ESC, which is
 /// harmless: both are text.
-pub(crate) fn shown(text: &str) -> Cow<'_, str> {
+pub fn shown(text: &str) -> Cow<'_, str> {
     if !has_unsafe(text) {
         return Cow::Borrowed(text);
     }
@@ -60,7 +60,7 @@ pub(crate) fn shown(text: &str) -> Cow<'_, str> {
 /// skill, a prompt): `\n` and `\t` stay as they are, every other unsafe
 /// character is escaped. Never use it for a name, a cell or a one-line
 /// message, where a newline forges a row.
-pub(crate) fn shown_text(text: &str) -> Cow<'_, str> {
+pub fn shown_text(text: &str) -> Cow<'_, str> {
     let unsafe_here = |c: char| is_unsafe(c) && c != '\n' && c != '\t';
     if !text.chars().any(unsafe_here) {
         return Cow::Borrowed(text);
@@ -78,7 +78,7 @@ pub(crate) fn shown_text(text: &str) -> Cow<'_, str> {
 
 /// A [`fmt::Display`] of a string through [`shown`], for `format!` arguments.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Shown<'a>(pub(crate) &'a str);
+pub struct Shown<'a>(pub &'a str);
 
 impl fmt::Display for Shown<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -90,7 +90,7 @@ impl fmt::Display for Shown<'_> {
 /// is one line, with the unsafe characters of its text escaped (log lines
 /// quote names, paths and errors an author wrote). A record's final `\n`
 /// is kept.
-pub(crate) struct EscapedLines<W>(pub(crate) W);
+pub struct EscapedLines<W>(pub W);
 
 impl<W: std::io::Write> std::io::Write for EscapedLines<W> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {

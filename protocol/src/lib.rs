@@ -85,6 +85,7 @@ mod codec;
 mod frame;
 mod peek;
 mod undecoded;
+mod verdict;
 
 pub use codec::{
     DEFAULT_MAX_LINE, DecodeError, Decoder, Frame, Line, LineSplitter, TOO_LONG_HEAD, decode_line,
@@ -93,3 +94,4 @@ pub use codec::{
 pub use frame::*;
 pub use peek::{Peek, peek};
 pub use undecoded::Undecoded;
+pub use verdict::Verdict;

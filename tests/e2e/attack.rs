@@ -2001,11 +2001,13 @@ fn policy_explain_shows_the_narrowing_row_by_row() {
         run.stdout
     );
     // The control paths follow (see `control_paths.rs`).
+    // Each limit names the rule that decided it.
     assert_eq!(
-        rest[table_end..table_end + 3],
+        rest[table_end..table_end + 4],
         [
-            "memory: 32 MiB (declared or default 256 MiB)",
-            "tool timeout: 60000 ms (declared or default 60000 ms)",
+            format!("memory: 32 MiB (the ceiling of policy `{user}`)").as_str(),
+            "tool timeout: 60000 ms (the default)",
+            "intercept timeout: 5000 ms (the default)",
             "the extension declared more than the policy allows; it runs with the smaller grant",
         ]
     );
@@ -2018,8 +2020,9 @@ async fn a_malformed_policy_stops_the_host_naming_the_file_and_field() {
     let lab = Lab::new();
     let user = user_policy(&lab, &json!({"fs_write": "no"}));
     let dir = prober(&lab, &json!({}), None);
+    // One error for every file people write: the path names the policy.
     let expected = format!(
-        "policy `{}`: field `fs_write`: invalid type: string \"no\", expected a boolean \
+        "`{}`: field `fs_write`: invalid type: string \"no\", expected a boolean \
          at line 2 column 18",
         user.display()
     );
@@ -2043,7 +2046,7 @@ async fn a_malformed_policy_stops_the_host_naming_the_file_and_field() {
     assert_eq!(run.code, Some(1), "{run:#?}");
     assert!(
         run.stderr.starts_with(&format!(
-            "error: policy `{}`: field `intercept_failure`: unknown variant `ajar`",
+            "error: `{}`: field `intercept_failure`: unknown variant `ajar`",
             system.display()
         )),
         "{}",

@@ -12,7 +12,7 @@
 use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
-use zotbox::DecisionVerdict;
+use zotbox::Verdict;
 
 use crate::attack::{
     answered, data_tool, plugin, prober, refused, run_cases, shell_tool, start, zotbox_with,
@@ -398,7 +398,7 @@ async fn a_host_over_the_heavy_plugins_stays_small_and_keeps_the_users_rules() {
         .await;
     assert_eq!(
         decision.verdict,
-        DecisionVerdict::Block {
+        Verdict::Block {
             reason: "no recursive deletes".to_owned()
         }
     );

@@ -7,7 +7,7 @@ use serde_json::json;
 use zotbox::host::{ExtensionState, RestartPolicy};
 use zotbox::runtime::Exit;
 use zotbox::session::Closed;
-use zotbox::{CallError, DecisionVerdict, FailMode, HostError, HostEvent, SessionConfig};
+use zotbox::{CallError, FailMode, HostError, HostEvent, SessionConfig, Verdict};
 
 use crate::support::{
     Lab, bounded, eventually, ext, info, next_event, process_alive, settled, tool_names, write_json,
@@ -150,17 +150,20 @@ async fn a_crashed_extension_is_restarted_and_answers_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_hello_within_the_deadline_fails_the_extension() {
     let lab = Lab::new();
-    // Launched without the PATH shim so that it surely records its pid
-    // within the 300 ms.
-    let mute = ext("mute")
-        .direct()
-        .flags(&["--no-hello"])
-        .write_in(&lab.dev);
+    // `sh` records its pid within the 300 ms however loaded the machine
+    // (a Python start may not), then waits without a word.
+    let dir = lab.dev.join("mute");
+    let pid_file = lab.dev.join("mute.pid");
+    write_json(
+        &dir.join("extension.json"),
+        &json!({"name": "mute", "exec": "sh",
+                "args": ["-c", format!("echo $$ > '{}'; exec sleep 60", pid_file.display())]}),
+    );
     let host = lab
         .builder()
         .hello_timeout(Duration::from_millis(300))
         .restart_policy(RestartPolicy::never())
-        .extension(&mute.dir)
+        .extension(&dir)
         .build()
         .await
         .expect("build");
@@ -172,7 +175,11 @@ async fn no_hello_within_the_deadline_fails_the_extension() {
     );
     assert!(host.tools().is_empty(), "{:?}", host.tools());
     // The silent process is not left behind.
-    let pid = mute.pid();
+    let pid: i32 = std::fs::read_to_string(&pid_file)
+        .expect("the extension recorded its pid")
+        .trim()
+        .parse()
+        .expect("a pid");
     eventually("the silent extension to be killed", || {
         (!process_alive(pid)).then_some(())
     })
@@ -571,10 +578,10 @@ async fn an_extension_that_cannot_start_says_why() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_interceptor_that_crashes_fails_open_or_closed_at_once() {
     for (mode, expected) in [
-        (FailMode::Open, DecisionVerdict::Allow),
+        (FailMode::Open, Verdict::Allow),
         (
             FailMode::Closed,
-            DecisionVerdict::Block {
+            Verdict::Block {
                 reason: "extension `fragile` 1.0.0: exited with status 3; \
                          blocking (intercepts fail closed)"
                     .into(),

@@ -1,22 +1,28 @@
-//! A loopback HTTPS server for the attack suite: a self-signed certificate
-//! for `127.0.0.1` and `localhost` made at test time (rcgen), TLS by
-//! tokio-rustls, and a tiny HTTP/1.1 responder, one request per connection.
+//! The one loopback HTTPS test server, for the attack suite and the HTTP
+//! client's own tests (`http_client`): a self-signed certificate for
+//! `127.0.0.1` and `localhost` made at test time (rcgen), TLS by
+//! tokio-rustls, and a tiny HTTP/1.1 responder, one request per connection
+//! (a request body is read by its `Content-Length`).
 //!
 //! Routes:
 //!
 //! | path | answer |
 //! |---|---|
-//! | `/ok` | `200`, body `hello` |
+//! | `/ok` | `200` with header `X-Served-By: test`, body `hello` |
+//! | `/echo` | `200`, body `<METHOD> <request body length> <X-Test header>` |
 //! | `/big` | `200` announcing (and sending) one byte more than the 10 MiB body cap |
 //! | `/big-stream` | `200` without a length, streaming past the body cap |
 //! | `/slow` | `200` announcing 50 bytes, one every 100 ms (5 s in all) |
 //! | `/redirect-http` | `302` to `http://127.0.0.1:PORT/ok` |
 //! | `/redirect-other` | `302` to `https://localhost:PORT/ok` |
 //! | `/redirect-ok` | `302` to `/ok` |
+//! | `/redirect-post` | `303` to `/echo` |
+//! | `/redirect-loop` | `302` to itself |
 //! | anything else | `404`, body `no route <path>` (so a test sees the path that arrived) |
 //!
 //! The host trusts the certificate through the policy key
-//! `extra_root_certificates` (see [`TestServer::write_ca`]).
+//! `extra_root_certificates` (see [`TestServer::write_ca`]); a bare
+//! [`HttpClient`] through `HttpConfig::extra_roots` (see [`TestServer::client`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -24,6 +30,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
+use zotbox::capability::http::{HttpClient, HttpConfig};
 
 /// The host's default response body cap (`capability::http::DEFAULT_MAX_BODY`).
 pub const BODY_CAP: u64 = zotbox::capability::http::DEFAULT_MAX_BODY;
@@ -92,6 +99,16 @@ impl TestServer {
         format!("https://localhost:{}{path}", self.port)
     }
 
+    /// A client that trusts the server's certificate, with these caps.
+    pub fn client(&self, max_body: u64, timeout: Duration) -> HttpClient {
+        HttpClient::new(HttpConfig {
+            max_body,
+            timeout,
+            extra_roots: vec![self.ca_pem.clone().into_bytes()],
+        })
+        .expect("a client trusting the test server")
+    }
+
     /// Writes the certificate to `dir/test-ca.pem` and returns its path.
     pub fn write_ca(&self, dir: &Path) -> PathBuf {
         let path = dir.join("test-ca.pem");
@@ -100,25 +117,44 @@ impl TestServer {
     }
 }
 
-/// Reads one request head and answers it by path.
+/// Reads one request (its head, then a body of `Content-Length` bytes) and
+/// answers it by path.
 async fn respond<S>(mut stream: S, port: u16) -> std::io::Result<()>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let mut request = Vec::new();
     let mut buffer = [0u8; 4096];
-    loop {
+    let head_end = loop {
         let read = stream.read(&mut buffer).await?;
         if read == 0 {
             return Ok(());
         }
         request.extend_from_slice(&buffer[..read]);
-        if request.windows(4).any(|w| w == b"\r\n\r\n") {
+        if let Some(end) = request.windows(4).position(|w| w == b"\r\n\r\n") {
+            break end + 4;
+        }
+    };
+    let head = String::from_utf8_lossy(&request[..head_end]).into_owned();
+    let mut words = head.split_whitespace();
+    let method = words.next().unwrap_or("").to_owned();
+    let path = words.next().unwrap_or("").to_owned();
+    let header = |name: &str| {
+        head.lines()
+            .filter_map(|line| line.split_once(':'))
+            .find(|(key, _)| key.trim().eq_ignore_ascii_case(name))
+            .map(|(_, value)| value.trim().to_owned())
+    };
+    let length: usize = header("content-length")
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(0);
+    while request.len() < head_end.saturating_add(length) {
+        let read = stream.read(&mut buffer).await?;
+        if read == 0 {
             break;
         }
+        request.extend_from_slice(&buffer[..read]);
     }
-    let head = String::from_utf8_lossy(&request).into_owned();
-    let path = head.split_whitespace().nth(1).unwrap_or("").to_owned();
     let simple = |status: &str, extra: &str, body: &str| {
         format!(
             "HTTP/1.1 {status}\r\n{extra}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
@@ -129,9 +165,18 @@ where
     let chunk = vec![b'x'; 64 * 1024];
     match path.as_str() {
         "/ok" => {
+            let reply = simple("200 OK", "X-Served-By: test\r\n", "hello");
+            stream.write_all(reply.as_bytes()).await?;
+        }
+        "/echo" => {
+            let body = format!(
+                "{method} {} {}",
+                request.len() - head_end,
+                header("x-test").unwrap_or_default()
+            );
             stream
-                .write_all(simple("200 OK", "", "hello").as_bytes())
-                .await?
+                .write_all(simple("200 OK", "", &body).as_bytes())
+                .await?;
         }
         "/big" => {
             let length = BODY_CAP + 1;
@@ -175,6 +220,15 @@ where
             stream
                 .write_all(redirect("/ok".to_owned()).as_bytes())
                 .await?
+        }
+        "/redirect-post" => {
+            let reply = simple("303 See Other", "Location: /echo\r\n", "");
+            stream.write_all(reply.as_bytes()).await?;
+        }
+        "/redirect-loop" => {
+            stream
+                .write_all(redirect("/redirect-loop".to_owned()).as_bytes())
+                .await?;
         }
         other => {
             let reply = simple("404 Not Found", "", &format!("no route {other}"));

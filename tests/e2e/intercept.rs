@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use zotbox::{DecisionVerdict, FailMode};
+use zotbox::{FailMode, Verdict};
 
 use crate::support::{Lab, ext};
 
@@ -26,7 +26,7 @@ async fn a_slow_interceptor_fails_open_by_default() {
     let decision = host
         .intercept_tool_call("bash", json!({"command": "rm -rf /"}))
         .await;
-    assert_eq!(decision.verdict, DecisionVerdict::Allow);
+    assert_eq!(decision.verdict, Verdict::Allow);
     assert!(decision.decided_by.is_empty());
     // Decided at the deadline, not when the (blocking) answer came.
     assert!(
@@ -62,7 +62,7 @@ async fn a_slow_interceptor_blocks_when_failing_closed() {
         .await;
     assert_eq!(
         decision.verdict,
-        DecisionVerdict::Block {
+        Verdict::Block {
             reason: "extension `slow` 1.0.0: intercept of `tool_call` timed out after 300ms; \
                      blocking (intercepts fail closed)"
                 .into()
@@ -105,7 +105,7 @@ async fn the_first_block_wins_and_later_interceptors_are_not_asked() {
         .await;
     assert_eq!(
         decision.verdict,
-        DecisionVerdict::Block {
+        Verdict::Block {
             reason: "first blocks 'rm'".into()
         }
     );
@@ -118,7 +118,7 @@ async fn the_first_block_wins_and_later_interceptors_are_not_asked() {
         .await;
     assert_eq!(
         decision.verdict,
-        DecisionVerdict::Block {
+        Verdict::Block {
             reason: "second blocks ''".into()
         }
     );
@@ -157,7 +157,7 @@ async fn rewrites_chain_and_decided_by_lists_every_rewriter() {
         .await;
     assert_eq!(
         decision.verdict,
-        DecisionVerdict::Rewrite {
+        Verdict::Rewrite {
             args: json!({"command": "ls", "by": ["first", "second"]})
         }
     );
@@ -175,7 +175,7 @@ async fn rewrites_chain_and_decided_by_lists_every_rewriter() {
     let decision = host.intercept_assistant_message("hi").await;
     assert_eq!(
         decision.verdict,
-        DecisionVerdict::Replace {
+        Verdict::Replace {
             text: "hi +first +second".into()
         }
     );
@@ -187,7 +187,7 @@ async fn rewrites_chain_and_decided_by_lists_every_rewriter() {
         .await;
     assert_eq!(
         decision.verdict,
-        DecisionVerdict::Block {
+        Verdict::Block {
             reason: "third blocks 'DROP'".into()
         }
     );
@@ -220,7 +220,7 @@ async fn a_rewrite_that_is_not_an_object_is_ignored() {
     let decision = host
         .intercept_tool_call("bash", json!({"command": "ls"}))
         .await;
-    assert_eq!(decision.verdict, DecisionVerdict::Allow);
+    assert_eq!(decision.verdict, Verdict::Allow);
     assert!(decision.decided_by.is_empty());
     let result = host
         .call_tool("sloppy_tool", json!({"n": 1}))

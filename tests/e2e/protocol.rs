@@ -7,7 +7,7 @@ use zotbox::host::ExtensionState;
 use zotbox::protocol::{
     CommandAction, CommandResponse, Content, Event, OpenPanel, PanelRender, ToolResult,
 };
-use zotbox::{DecisionVerdict, HostError, HostEvent, SessionConfig};
+use zotbox::{HostError, HostEvent, SessionConfig, Verdict};
 
 use crate::support::{Lab, bounded, ext, info, next_event, process_alive};
 
@@ -370,7 +370,7 @@ async fn intercepts_block_rewrite_and_replace() {
         .build()
         .await
         .expect("build");
-    let blocked = DecisionVerdict::Block {
+    let blocked = Verdict::Block {
         reason: "guard blocks '13'".into(),
     };
 
@@ -378,7 +378,7 @@ async fn intercepts_block_rewrite_and_replace() {
     assert_eq!(decision.verdict, blocked);
     assert_eq!(decision.decided_by, ["guard"]);
     let decision = host.intercept_turn_start(1).await;
-    assert_eq!(decision.verdict, DecisionVerdict::Allow);
+    assert_eq!(decision.verdict, Verdict::Allow);
     assert!(decision.decided_by.is_empty());
 
     let decision = host
@@ -386,7 +386,7 @@ async fn intercepts_block_rewrite_and_replace() {
         .await;
     assert_eq!(
         decision.verdict,
-        DecisionVerdict::Rewrite {
+        Verdict::Rewrite {
             args: json!({"command": "ls", "by": ["rewriter"]})
         }
     );
@@ -400,7 +400,7 @@ async fn intercepts_block_rewrite_and_replace() {
     let decision = host.intercept_assistant_message("hello").await;
     assert_eq!(
         decision.verdict,
-        DecisionVerdict::Replace {
+        Verdict::Replace {
             text: "hello +rewriter".into()
         }
     );

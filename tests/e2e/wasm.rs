@@ -15,7 +15,7 @@ use zotbox::host::{ExtensionState, RestartPolicy};
 use zotbox::protocol::{CommandAction, CommandResponse, Event, OpenPanel, ToolResult};
 use zotbox::runtime::Exit;
 use zotbox::session::Closed;
-use zotbox::{CallError, Decision, DecisionVerdict, Host, HostError, HostEvent};
+use zotbox::{CallError, Decision, Host, HostError, HostEvent, Verdict};
 
 use crate::guests::{self, C_SHOUT, Form};
 use crate::support::{Lab, bounded, info, next_event, settled, tool_names, write_json};
@@ -223,7 +223,7 @@ async fn check_guard(host: &Host) {
     assert_eq!(
         bounded("rm -rf /", bash("rm -rf /")).await,
         Decision {
-            verdict: DecisionVerdict::Block {
+            verdict: Verdict::Block {
                 reason: "refused: `rm -rf /` deletes the whole filesystem".to_owned()
             },
             decided_by: vec!["guard".to_owned()],
@@ -232,7 +232,7 @@ async fn check_guard(host: &Host) {
     assert_eq!(
         bounded("ls", bash("ls")).await,
         Decision {
-            verdict: DecisionVerdict::Rewrite {
+            verdict: Verdict::Rewrite {
                 args: json!({"command": "ls -la"})
             },
             decided_by: vec!["guard".to_owned()],
@@ -241,7 +241,7 @@ async fn check_guard(host: &Host) {
     assert_eq!(
         bounded("cargo test", bash("cargo test")).await,
         Decision {
-            verdict: DecisionVerdict::Allow,
+            verdict: Verdict::Allow,
             decided_by: Vec::new(),
         }
     );

@@ -75,11 +75,11 @@ mod tests {
     fn patterns_block_and_ls_is_rewritten() {
         assert!(matches!(
             verdict("bash", &json!({"command": "rm  -rf /"})),
-            Verdict::Block(_)
+            Verdict::Block { .. }
         ));
         assert!(matches!(
             verdict("bash", &json!({"command": "ls"})),
-            Verdict::Rewrite(_)
+            Verdict::Rewrite { .. }
         ));
         assert!(matches!(
             verdict("bash", &json!({"command": "ls -1"})),

@@ -24,7 +24,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// zot's stdin, polled by the runtime when it can be.
-pub(crate) fn stdin() -> Box<dyn AsyncRead + Send + Unpin> {
+pub fn stdin() -> Box<dyn AsyncRead + Send + Unpin> {
     match Polled::new(io::stdin().as_fd(), false) {
         Some(polled) => Box::new(polled),
         None => Box::new(tokio::io::stdin()),
@@ -32,7 +32,7 @@ pub(crate) fn stdin() -> Box<dyn AsyncRead + Send + Unpin> {
 }
 
 /// zot's stdout, polled by the runtime when it can be.
-pub(crate) fn stdout() -> Box<dyn AsyncWrite + Send + Unpin> {
+pub fn stdout() -> Box<dyn AsyncWrite + Send + Unpin> {
     let shared_with_stderr = same_file(io::stdout().as_fd(), io::stderr().as_fd());
     match Polled::new(io::stdout().as_fd(), shared_with_stderr) {
         Some(polled) => Box::new(polled),

@@ -2,14 +2,14 @@
 //!
 //! The tool approved is the one in force here: a workspace tool (approved
 //! for this workspace only, and only once the workspace is trusted; see
-//! [`crate::data::approval`]) or a user tool (approved wherever it runs).
+//! [`zotbox::data::approval`]) or a user tool (approved wherever it runs).
 
 use anyhow::{Context as _, Result, bail};
 
 use super::output::json_line;
 use super::{Context, EXIT_OK};
-use crate::data::{Approvals, DataOrigin, DataSearch, ToolKind};
-use crate::text::Shown;
+use zotbox::data::{Approvals, DataOrigin, DataSearch, ToolKind};
+use zotbox::text::Shown;
 
 /// Arguments of `zotbox approve`.
 #[derive(Debug, clap::Args)]
@@ -27,8 +27,8 @@ impl Args {
         let workspace = context.workspace()?;
         let workspace = std::fs::canonicalize(&workspace).unwrap_or(workspace);
         let mut approvals = Approvals::load(home.root())?;
-        let policy = crate::policy::Policy::load_for(&home)?;
-        let assessment = crate::store::trust::assess(&policy, &home, &workspace);
+        let policy = zotbox::policy::Policy::load_for(&home)?;
+        let assessment = zotbox::store::trust::assess(&policy, &home, &workspace);
         let search = DataSearch::new(&workspace, home.root());
         let data = if assessment.standing.allows() {
             search.load()

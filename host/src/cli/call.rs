@@ -6,8 +6,8 @@ use zotbox_protocol::Content;
 
 use super::output::{drain_events, json_line};
 use super::{Context, EXIT_OK, EXIT_REFUSED};
-use crate::HostError;
-use crate::text::{Shown, shown_text};
+use zotbox::HostError;
+use zotbox::text::{Shown, shown_text};
 
 /// Arguments of `zotbox call`.
 #[derive(Debug, clap::Args)]
@@ -36,11 +36,11 @@ pub(crate) fn parse_json_arg(text: &str) -> Result<Value> {
 
 /// For a name no live extension owns: which extensions are held back (an
 /// untrusted workspace's) and why, since one of them may own it.
-pub(crate) fn held_extensions(host: &crate::Host) -> Option<String> {
-    let held: Vec<crate::host::ExtensionInfo> = host
+pub(crate) fn held_extensions(host: &zotbox::Host) -> Option<String> {
+    let held: Vec<zotbox::host::ExtensionInfo> = host
         .list()
         .into_iter()
-        .filter(|info| info.state == crate::host::ExtensionState::Untrusted)
+        .filter(|info| info.state == zotbox::host::ExtensionState::Untrusted)
         .collect();
     let first = held.first()?;
     let names: Vec<String> = held.iter().map(|info| format!("`{}`", info.name)).collect();
@@ -90,7 +90,7 @@ impl Args {
                 })
             }
             Err(err @ (HostError::Blocked { .. } | HostError::Untrusted { .. })) => {
-                eprintln!("error: {}", crate::text::shown(&err.to_string()));
+                eprintln!("error: {}", zotbox::text::shown(&err.to_string()));
                 Ok(EXIT_REFUSED)
             }
             Err(err @ HostError::UnknownTool { .. }) => match held {

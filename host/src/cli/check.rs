@@ -5,8 +5,8 @@ use anyhow::Result;
 use super::call::parse_json_arg;
 use super::output::json_line;
 use super::{Context, EXIT_OK, EXIT_REFUSED};
-use crate::DecisionVerdict;
-use crate::text::Shown;
+use zotbox::Verdict;
+use zotbox::text::Shown;
 
 /// Arguments of `zotbox check`.
 #[derive(Debug, clap::Args)]
@@ -30,12 +30,12 @@ impl Args {
             let by = decision.decided_by.join(", ");
             let by = Shown(&by);
             match &decision.verdict {
-                DecisionVerdict::Allow => println!("allow"),
-                DecisionVerdict::Block { reason } => {
+                Verdict::Allow => println!("allow"),
+                Verdict::Block { reason } => {
                     println!("block by {by}: {}", Shown(reason));
                 }
-                DecisionVerdict::Rewrite { args } => println!("rewrite by {by}: {args}"),
-                DecisionVerdict::Replace { text } => {
+                Verdict::Rewrite { args } => println!("rewrite by {by}: {args}"),
+                Verdict::Replace { text } => {
                     println!("replace by {by}: {}", Shown(text));
                 }
             }

@@ -5,7 +5,7 @@ use zotbox_protocol::CommandAction;
 
 use super::output::{drain_events, json_line};
 use super::{Context, EXIT_OK, EXIT_REFUSED};
-use crate::text::{Shown, shown, shown_text};
+use zotbox::text::{Shown, shown, shown_text};
 
 /// Arguments of `zotbox command`.
 #[derive(Debug, clap::Args)]
@@ -28,7 +28,7 @@ impl Args {
         let held = super::call::held_extensions(&host);
         host.shutdown().await;
         let response = match (outcome, held) {
-            (Err(err @ crate::HostError::UnknownCommand { .. }), Some(held)) => {
+            (Err(err @ zotbox::HostError::UnknownCommand { .. }), Some(held)) => {
                 anyhow::bail!("{err}; {held}")
             }
             (outcome, _) => outcome?,

@@ -9,8 +9,8 @@ use serde_json::json;
 use super::ext::install_file;
 use super::output::{cell, drain_events, table};
 use super::{Context, EXIT_OK};
-use crate::build::{CargoBuild, GUEST_TARGET};
-use crate::{DecisionVerdict, Host};
+use zotbox::build::{CargoBuild, GUEST_TARGET};
+use zotbox::{Host, Verdict};
 
 /// The Rust examples, each `examples/<name>` holding package `zotbox-example-<name>`.
 const RUST_EXAMPLES: &[&str] = &["hello", "weather", "guard", "scratchpad"];
@@ -105,8 +105,8 @@ impl Args {
                 .await;
             let by = decision.decided_by.join(", ");
             match decision.verdict {
-                DecisionVerdict::Block { reason } => println!("block by {by}: {reason}"),
-                DecisionVerdict::Rewrite { args } => println!("rewrite by {by}: {args}"),
+                Verdict::Block { reason } => println!("block by {by}: {reason}"),
+                Verdict::Rewrite { args } => println!("rewrite by {by}: {args}"),
                 _ => println!("allow"),
             }
         }

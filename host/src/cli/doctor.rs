@@ -4,9 +4,9 @@ use anyhow::Result;
 
 use super::output::json_line;
 use super::{Context, EXIT_ERROR, EXIT_OK};
-use crate::discovery::ZotLaunch;
-use crate::host::{ExtensionState, Host};
-use crate::text::shown;
+use zotbox::discovery::ZotLaunch;
+use zotbox::host::{ExtensionState, Host};
+use zotbox::text::shown;
 
 /// Arguments of `zotbox doctor`.
 #[derive(Debug, clap::Args)]
@@ -96,7 +96,7 @@ impl Args {
             host.shutdown().await;
         }
         confinement(
-            host.as_ref().map(crate::Host::policy),
+            host.as_ref().map(zotbox::Host::policy),
             &mut notes,
             &mut findings,
         );
@@ -158,10 +158,10 @@ fn workspace_findings(host: &Host, findings: &mut Vec<(String, String)>, notes: 
     }
     let search = host.search_path();
     for path in search.workspace_manifests() {
-        let Ok(manifest) = crate::manifest::Manifest::load(&path) else {
+        let Ok(manifest) = zotbox::manifest::Manifest::load(&path) else {
             continue;
         };
-        let ZotLaunch::Native(command) = crate::discovery::zot_launch(&manifest) else {
+        let ZotLaunch::Native(command) = zotbox::discovery::zot_launch(&manifest) else {
             continue;
         };
         let subject = format!("extension `{}`", manifest.name());
@@ -204,11 +204,11 @@ fn workspace_findings(host: &Host, findings: &mut Vec<(String, String)>, notes: 
 /// `confine_native`) run under: one note listing what this kernel offers,
 /// one finding per protection it lacks, saying what runs without it.
 fn confinement(
-    policy: Option<&crate::policy::Policy>,
+    policy: Option<&zotbox::policy::Policy>,
     notes: &mut Vec<String>,
     findings: &mut Vec<(String, String)>,
 ) {
-    use crate::capability::confine::{Kernel, Protection};
+    use zotbox::capability::confine::{Kernel, Protection};
     let kernel = Kernel::get();
     let offered: Vec<&str> = kernel
         .report()
@@ -233,7 +233,7 @@ fn confinement(
             offered.join(", ")
         }
     ));
-    let required_by = policy.and_then(crate::policy::Policy::confinement_required_by);
+    let required_by = policy.and_then(zotbox::policy::Policy::confinement_required_by);
     for (protection, offered) in kernel.report() {
         let Err(why) = offered else {
             continue;

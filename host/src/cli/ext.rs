@@ -9,10 +9,10 @@ use serde_json::Value;
 
 use super::output::{json_line, table};
 use super::{Context, EXIT_OK};
-use crate::discovery::{Origin, SearchPath};
-use crate::manifest::{MANIFEST_FILE, Manifest, Program};
-use crate::store::install;
-use crate::text::{Shown, shown};
+use zotbox::discovery::{Origin, SearchPath};
+use zotbox::manifest::{MANIFEST_FILE, Manifest, Program};
+use zotbox::store::install;
+use zotbox::text::{Shown, shown};
 
 /// `zotbox ext` subcommands.
 #[derive(Debug, clap::Subcommand)]
@@ -100,14 +100,14 @@ fn report(context: &Context, action: &str, name: &str, path: &Path) -> Result<u8
 
 async fn build(context: &Context, dir: &Path) -> Result<u8> {
     let manifest = Manifest::load(&dir.join(MANIFEST_FILE))?;
-    let crate::manifest::Program::Wasm { path } = &manifest.program else {
+    let zotbox::manifest::Program::Wasm { path } = &manifest.program else {
         bail!(
             "`{}` has no `wasm` field; add `\"wasm\": \"./{}.wasm\"` to build a sandboxed extension",
             manifest.path.display(),
             manifest.name()
         );
     };
-    let artifacts = crate::build::CargoBuild::guest(dir).run()?;
+    let artifacts = zotbox::build::CargoBuild::guest(dir).run()?;
     let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned());
     let built = match artifacts.len() {
         1 => artifacts.values().next(),
@@ -120,7 +120,7 @@ async fn build(context: &Context, dir: &Path) -> Result<u8> {
         )
     })?;
     install_file(built, path)?;
-    let launcher = crate::runtime::Launcher::new(
+    let launcher = zotbox::runtime::Launcher::new(
         context.home()?,
         std::io::IsTerminal::is_terminal(&std::io::stderr()),
     );
@@ -143,19 +143,12 @@ async fn build(context: &Context, dir: &Path) -> Result<u8> {
     Ok(EXIT_OK)
 }
 
-/// Copies `from` over `to` through a temporary file and a rename, so a
-/// running host never reads half a file.
+/// Puts a copy of `from` at `to` atomically, so a running host never reads
+/// half a file.
 pub(crate) fn install_file(from: &Path, to: &Path) -> Result<()> {
-    let staging = to.with_extension("wasm.tmp");
-    std::fs::copy(from, &staging).with_context(|| {
-        format!(
-            "cannot copy `{}` to `{}`",
-            from.display(),
-            staging.display()
-        )
-    })?;
-    std::fs::rename(&staging, to).with_context(|| format!("cannot replace `{}`", to.display()))?;
-    Ok(())
+    let bytes = std::fs::read(from).with_context(|| format!("cannot read `{}`", from.display()))?;
+    zotbox::home::write_atomic(to, &bytes)
+        .with_context(|| format!("cannot replace `{}`", to.display()))
 }
 
 async fn install(context: &Context, source: &Path, project: bool, yes: bool) -> Result<u8> {
@@ -169,7 +162,7 @@ async fn install(context: &Context, source: &Path, project: bool, yes: bool) -> 
     let name = plan.manifest().name().to_owned();
     let sandboxed = matches!(plan.manifest().program, Program::Wasm { .. });
     if sandboxed {
-        let policy = crate::policy::Policy::load_for(&home)?;
+        let policy = zotbox::policy::Policy::load_for(&home)?;
         print_plan(&plan);
         super::policy::print_grant(&policy, plan.manifest());
         consent(&name, yes)?;
@@ -181,7 +174,7 @@ async fn install(context: &Context, source: &Path, project: bool, yes: bool) -> 
         String::new()
     };
     let runtime = if sandboxed {
-        let launcher = crate::runtime::Launcher::new(
+        let launcher = zotbox::runtime::Launcher::new(
             home,
             std::io::IsTerminal::is_terminal(&std::io::stderr()),
         );
@@ -313,7 +306,7 @@ fn remove(context: &Context, name: &str) -> Result<u8> {
         // A broken install has no valid manifest to find it by: fall back
         // to its folder, so it can still be removed by name.
         Err(err) => {
-            crate::manifest::validate_name(name)
+            zotbox::manifest::validate_name(name)
                 .map_err(|problem| anyhow::anyhow!("extension name {problem}"))?;
             let project = context.workspace()?.join(".zot/extensions").join(name);
             let user = context.home()?.extensions_dir().join(name);
@@ -342,7 +335,7 @@ fn set_enabled(context: &Context, name: &str, enabled: bool) -> Result<u8> {
     out.push('\n');
     // A new file renamed over the old: never half a manifest, and never a
     // write through a link to some other file.
-    crate::store::write_atomic(path, out.as_bytes())
+    zotbox::home::write_atomic(path, out.as_bytes())
         .with_context(|| format!("cannot write `{}`", path.display()))?;
     report(
         context,
@@ -353,7 +346,7 @@ fn set_enabled(context: &Context, name: &str, enabled: bool) -> Result<u8> {
 }
 
 async fn logs(context: &Context, name: &str, follow: bool) -> Result<u8> {
-    crate::manifest::validate_name(name)
+    zotbox::manifest::validate_name(name)
         .map_err(|problem| anyhow::anyhow!("extension name {problem}"))?;
     let path = context.home()?.extension_log(name);
     let mut file = match std::fs::File::open(&path) {

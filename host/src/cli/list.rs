@@ -10,8 +10,8 @@ use anyhow::Result;
 
 use super::output::{cell, json_line, table};
 use super::{Context, EXIT_OK};
-use crate::discovery::ZotShadow;
-use crate::text::{Shown, shown};
+use zotbox::discovery::ZotShadow;
+use zotbox::text::{Shown, shown};
 
 /// Arguments of `zotbox list`.
 #[derive(Debug, clap::Args)]
@@ -117,7 +117,7 @@ impl Args {
 
 /// What zot itself runs outside the sandbox, for each manifest where the
 /// table could not say it.
-fn print_zot_natives(infos: &[crate::host::ExtensionInfo]) {
+fn print_zot_natives(infos: &[zotbox::host::ExtensionInfo]) {
     for info in infos {
         if let Some(command) = &info.zot_runs_natively {
             let whose = if info.origin == "project" {
@@ -169,7 +169,7 @@ struct DataRow {
     reason: Option<String>,
 }
 
-fn tool_detail(tool: &crate::data::DataTool) -> String {
+fn tool_detail(tool: &zotbox::data::DataTool) -> String {
     let approval = if tool.auto_approve {
         ""
     } else {
@@ -178,7 +178,7 @@ fn tool_detail(tool: &crate::data::DataTool) -> String {
     format!("{}: {}{approval}", tool.kind.as_str(), tool.kind.template())
 }
 
-fn data_rows(data: &crate::data::DataSet, refusal: Option<&str>) -> Vec<DataRow> {
+fn data_rows(data: &zotbox::data::DataSet, refusal: Option<&str>) -> Vec<DataRow> {
     let mut rows = Vec::new();
     for tool in &data.tools {
         rows.push(DataRow {

@@ -4,8 +4,8 @@ use std::io::Write;
 
 use serde::Serialize;
 
-use crate::HostEvent;
-use crate::text::Shown;
+use zotbox::HostEvent;
+use zotbox::text::Shown;
 
 /// Prints rows as columns padded to the widest cell; the last column is not padded.
 pub(crate) fn table(headers: &[&str], rows: &[Vec<String>]) -> String {

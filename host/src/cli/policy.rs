@@ -7,12 +7,12 @@ use anyhow::{Context as _, Result};
 
 use super::output::{json_line, table};
 use super::{Context, EXIT_OK};
-use crate::capability::fs::{CONTROL_NAMES, ControlPaths};
-use crate::discovery::SearchPath;
-use crate::manifest::Program;
-use crate::policy::Policy;
-use crate::sandbox::ControlSources;
-use crate::text::{Shown, shown};
+use zotbox::capability::fs::{CONTROL_NAMES, ControlPaths};
+use zotbox::discovery::SearchPath;
+use zotbox::manifest::Program;
+use zotbox::policy::Policy;
+use zotbox::sandbox::ControlSources;
+use zotbox::text::{Shown, shown};
 
 /// `zotbox policy` subcommands.
 #[derive(Debug, clap::Subcommand)]
@@ -132,7 +132,7 @@ fn print_control(control: &ControlPaths) {
 
 /// Prints, per capability, what `manifest` declared, what the policy allows,
 /// what is granted and which rule decided; then its limits.
-pub(crate) fn print_grant(policy: &Policy, manifest: &crate::manifest::Manifest) {
+pub(crate) fn print_grant(policy: &Policy, manifest: &zotbox::manifest::Manifest) {
     let name = manifest.name();
     let grant = policy.grant(&manifest.raw.capabilities);
     println!(
@@ -204,18 +204,23 @@ pub(crate) fn print_grant(policy: &Policy, manifest: &crate::manifest::Manifest)
             &rows
         )
     );
-    let limits = manifest.raw.limits;
-    let memory = limits
-        .memory_mb
-        .unwrap_or(crate::runtime::wasm::DEFAULT_MEMORY_MB);
-    println!(
-        "memory: {} MiB (declared or default {memory} MiB)",
-        policy.cap_memory_mb(memory)
+    let limits = policy.limits(
+        &manifest.raw.limits,
+        &zotbox::policy::LimitDefaults::default(),
     );
-    let timeout = limits.tool_timeout_ms.unwrap_or(60_000);
     println!(
-        "tool timeout: {} ms (declared or default {timeout} ms)",
-        policy.cap_tool_timeout_ms(timeout)
+        "memory: {} MiB ({})",
+        limits.memory_mb.value, limits.memory_mb.source
+    );
+    println!(
+        "tool timeout: {} ms ({})",
+        limits.call_timeout.value.as_millis(),
+        limits.call_timeout.source
+    );
+    println!(
+        "intercept timeout: {} ms ({})",
+        limits.intercept_timeout.value.as_millis(),
+        limits.intercept_timeout.source
     );
     let narrowed = grant.rows.iter().any(|row| !row.refused.is_empty());
     if narrowed {

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use anyhow::Result;
 
 use super::{Context, EXIT_ERROR};
-use crate::bridge::{self, BridgeConfig};
-use crate::runtime::Exit;
+use zotbox::bridge::{self, BridgeConfig};
+use zotbox::runtime::Exit;
 
 /// Arguments of `zotbox run`.
 #[derive(Debug, clap::Args)]
@@ -33,7 +33,7 @@ impl Args {
             other => {
                 eprintln!(
                     "zotbox: the extension {}",
-                    crate::text::shown(&other.to_string())
+                    zotbox::text::shown(&other.to_string())
                 );
                 EXIT_ERROR
             }

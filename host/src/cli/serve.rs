@@ -10,7 +10,7 @@ pub(crate) struct Args {}
 
 impl Args {
     pub(crate) async fn run(self, context: &Context) -> Result<u8> {
-        crate::serve::serve(context.home()?, tokio::io::stdin(), tokio::io::stdout()).await?;
+        zotbox::serve::serve(context.home()?, tokio::io::stdin(), tokio::io::stdout()).await?;
         Ok(EXIT_OK)
     }
 }

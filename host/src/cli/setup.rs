@@ -5,8 +5,8 @@ use serde_json::json;
 
 use super::output::json_line;
 use super::{Context, EXIT_OK};
-use crate::manifest::MANIFEST_FILE;
-use crate::serve::SERVE_NAME;
+use zotbox::manifest::MANIFEST_FILE;
+use zotbox::serve::SERVE_NAME;
 
 /// Arguments of `zotbox setup`.
 #[derive(Debug, clap::Args)]
@@ -21,7 +21,7 @@ pub(crate) struct Args {
 pub(crate) fn launcher_exec() -> Result<String> {
     let me = std::env::current_exe().context("cannot find this program's path")?;
     let me = std::fs::canonicalize(&me).unwrap_or(me);
-    let on_path = crate::runtime::native::resolve_exec("zotbox", std::path::Path::new("."))
+    let on_path = zotbox::runtime::native::resolve_exec("zotbox", std::path::Path::new("."))
         .ok()
         .and_then(|found| std::fs::canonicalize(found).ok());
     Ok(if on_path.as_deref() == Some(me.as_path()) {
@@ -64,7 +64,7 @@ impl Args {
         std::fs::create_dir_all(&dir)
             .with_context(|| format!("cannot create `{}`", dir.display()))?;
         // A new file renamed into place: never written through a link.
-        crate::store::write_atomic(&manifest_path, text.as_bytes())
+        zotbox::home::write_atomic(&manifest_path, text.as_bytes())
             .with_context(|| format!("cannot write `{}`", manifest_path.display()))?;
         say(context, "wrote", &manifest_path)
     }

@@ -4,7 +4,7 @@ use anyhow::{Context as _, Result};
 
 use super::output::{json_line, table};
 use super::{Context, EXIT_OK};
-use crate::data::DataSearch;
+use zotbox::data::DataSearch;
 
 /// `zotbox skills` subcommands.
 #[derive(Debug, clap::Subcommand)]
@@ -41,9 +41,9 @@ impl Command {
                         .iter()
                         .map(|s| {
                             vec![
-                                crate::text::shown(&s.name).into_owned(),
+                                zotbox::text::shown(&s.name).into_owned(),
                                 s.origin.as_str().to_owned(),
-                                crate::text::shown(&s.description).into_owned(),
+                                zotbox::text::shown(&s.description).into_owned(),
                             ]
                         })
                         .collect();
@@ -56,8 +56,8 @@ impl Command {
                 {
                     eprintln!(
                         "warning: skipped `{}`: {}",
-                        crate::text::shown(&problem.path.display().to_string()),
-                        crate::text::shown(&problem.error)
+                        zotbox::text::shown(&problem.path.display().to_string()),
+                        zotbox::text::shown(&problem.error)
                     );
                 }
             }
@@ -70,7 +70,7 @@ impl Command {
                         "name": skill.name, "description": skill.description, "body": skill.body,
                     }))?;
                 } else {
-                    print!("{}", crate::text::shown_text(&skill.body));
+                    print!("{}", zotbox::text::shown_text(&skill.body));
                     if !skill.body.ends_with('\n') {
                         println!();
                     }

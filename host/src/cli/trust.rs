@@ -6,7 +6,7 @@
 //! policy grants), every data tool's template, every refusal plugin and
 //! skill, and every file the trust record covers; then it asks (`--yes`
 //! accepts; without a terminal and without `--yes` it refuses). The record
-//! goes to `$ZOT_HOME/trust.json` (see [`crate::store::trust`]); it binds
+//! goes to `$ZOT_HOME/trust.json` (see [`zotbox::store::trust`]); it binds
 //! the workspace's canonical path and the hash of what was shown, so any
 //! change makes the workspace untrusted again. Reviewing reads files only:
 //! nothing of the workspace starts.
@@ -23,12 +23,12 @@ use serde_json::json;
 
 use super::output::{json_line, table};
 use super::{Context, EXIT_OK};
-use crate::data::{DataOrigin, DataSearch, DataSet};
-use crate::discovery::{SearchPath, ZotLaunch, ZotShadow, zot_launch};
-use crate::manifest::{Manifest, Program};
-use crate::policy::{Policy, WorkspaceTrust};
-use crate::store::trust::{Contents, EntryKind, TrustStore};
-use crate::text::shown;
+use zotbox::data::{DataOrigin, DataSearch, DataSet};
+use zotbox::discovery::{SearchPath, ZotLaunch, ZotShadow, zot_launch};
+use zotbox::manifest::{Manifest, Program};
+use zotbox::policy::{Policy, WorkspaceTrust};
+use zotbox::store::trust::{Contents, EntryKind, TrustStore};
+use zotbox::text::shown;
 
 /// How many covered files the review lists before it summarises the rest.
 const FILES_SHOWN: usize = 50;
@@ -179,7 +179,7 @@ struct Review {
 }
 
 impl Review {
-    fn of(workspace: &Path, home: &crate::home::ZotHome) -> Self {
+    fn of(workspace: &Path, home: &zotbox::home::ZotHome) -> Self {
         let search = SearchPath {
             explicit: Vec::new(),
             workspace: workspace.to_owned(),
@@ -398,7 +398,7 @@ impl Review {
 
     /// The workspace's plugins, the ones shadowed by name included: all
     /// of their rules are in force.
-    fn project_plugins(&self) -> Vec<&crate::data::Plugin> {
+    fn project_plugins(&self) -> Vec<&zotbox::data::Plugin> {
         self.data
             .plugins
             .iter()
@@ -408,7 +408,7 @@ impl Review {
     }
 
     /// Data files of the workspace that failed to load.
-    fn project_problems(&self) -> Vec<&crate::data::DataProblem> {
+    fn project_problems(&self) -> Vec<&zotbox::data::DataProblem> {
         let roots = [self.workspace.join(".zot"), self.workspace.join(".shiro")];
         self.data
             .problems
@@ -467,7 +467,7 @@ fn capabilities_cell(policy: &Policy, manifest: &Manifest) -> String {
 }
 
 /// `--list`: every record and whether the workspace is still as trusted.
-fn list(context: &Context, home: &crate::home::ZotHome) -> Result<u8> {
+fn list(context: &Context, home: &zotbox::home::ZotHome) -> Result<u8> {
     let store = TrustStore::load(home)?;
     let mut rows = Vec::new();
     for (workspace, record) in store.records() {

@@ -26,13 +26,12 @@
 //!    recorded still load; their entries approve only user tools.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::{DataError, DataTool, parse_json, read_file};
+use super::{DataTool, FileError, parse_json, read_file};
 
 /// The approvals file's name inside `$ZOT_HOME`.
 pub const APPROVALS_FILE: &str = "approvals.json";
@@ -42,7 +41,7 @@ pub const APPROVALS_FILE: &str = "approvals.json";
 pub enum ApprovalError {
     /// The file could not be read or parsed.
     #[error(transparent)]
-    Load(#[from] DataError),
+    Load(#[from] FileError),
     /// The workspace's path is not UTF-8, so no entry can name it.
     #[error(
         "workspace `{}`: its path is not UTF-8, so an approval cannot be recorded for it",
@@ -130,9 +129,7 @@ impl Approvals {
         let path = zot_home.join(APPROVALS_FILE);
         let text = match read_file(&path) {
             Ok(text) => text,
-            Err(DataError::Read { source, .. })
-                if source.kind() == std::io::ErrorKind::NotFound =>
-            {
+            Err(FileError::Read { error, .. }) if error.kind() == std::io::ErrorKind::NotFound => {
                 return Ok(Self {
                     path,
                     tools: BTreeMap::new(),
@@ -292,27 +289,12 @@ impl Approvals {
         let mut text = serde_json::to_string_pretty(&file)
             .map_err(|err| write_err(&self.path)(std::io::Error::other(err)))?;
         text.push('\n');
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let tmp = dir.join(format!(
-            ".{APPROVALS_FILE}.{}.{nanos}.tmp",
-            std::process::id()
-        ));
-        let result = std::fs::File::create_new(&tmp)
-            .and_then(|mut f| {
-                f.write_all(text.as_bytes())?;
-                f.sync_all()
-            })
-            .and_then(|()| std::fs::rename(&tmp, &self.path));
-        if let Err(source) = result {
-            // Best effort: the temporary file is ours and useless now.
-            let _ = std::fs::remove_file(&tmp);
-            return Err(ApprovalError::Write {
+        crate::home::write_atomic(&self.path, text.as_bytes()).map_err(|source| {
+            ApprovalError::Write {
                 path: self.path.clone(),
                 source,
-            });
-        }
+            }
+        })?;
         Ok(())
     }
 }

@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use regex_automata::util::syntax;
 use serde::Deserialize;
 
-use super::{DataError, DataOrigin, Parsed, check_name, check_text, parse_json, read_file};
+use super::{DataOrigin, FileError, Parsed, check_name, check_text, parse_json, read_file};
 
 /// The longest plugin name.
 pub const MAX_NAME_CHARS: usize = 64;
@@ -197,10 +197,10 @@ impl Plugin {
     ///
     /// # Errors
     ///
-    /// [`DataError`] naming the file and the field at fault; an invalid
+    /// [`FileError`] naming the file and the field at fault; an invalid
     /// pattern names its rule (`deny[1].pathPattern` (rule 2)) and the regex
     /// error.
-    pub fn load(path: &Path, origin: DataOrigin) -> Result<Parsed<Self>, DataError> {
+    pub fn load(path: &Path, origin: DataOrigin) -> Result<Parsed<Self>, FileError> {
         Self::parse(&read_file(path)?, path, origin)
     }
 
@@ -209,17 +209,17 @@ impl Plugin {
     /// # Errors
     ///
     /// As [`Plugin::load`].
-    pub fn parse(text: &str, path: &Path, origin: DataOrigin) -> Result<Parsed<Self>, DataError> {
+    pub fn parse(text: &str, path: &Path, origin: DataOrigin) -> Result<Parsed<Self>, FileError> {
         let Parsed {
             value: raw,
             warnings,
         } = parse_json::<RawPlugin>(text, path)?;
-        check_name(&raw.name, MAX_NAME_CHARS).map_err(|p| DataError::invalid(path, "name", p))?;
+        check_name(&raw.name, MAX_NAME_CHARS).map_err(|p| FileError::invalid(path, "name", p))?;
         check_text(&raw.description, MAX_DESCRIPTION_CHARS)
-            .map_err(|p| DataError::invalid(path, "description", p))?;
+            .map_err(|p| FileError::invalid(path, "description", p))?;
         if let Some(appendix) = &raw.appendix {
             check_text(appendix, MAX_APPENDIX_CHARS)
-                .map_err(|p| DataError::invalid(path, "appendix", p))?;
+                .map_err(|p| FileError::invalid(path, "appendix", p))?;
         }
         let mut deny = Vec::with_capacity(raw.deny.len());
         for (index, rule) in raw.deny.into_iter().enumerate() {
@@ -239,10 +239,10 @@ impl Plugin {
     }
 }
 
-fn compile_rule(rule: RawRule, index: usize, path: &Path) -> Result<DenyRule, DataError> {
+fn compile_rule(rule: RawRule, index: usize, path: &Path) -> Result<DenyRule, FileError> {
     let number = index + 1;
     let invalid = |field: &str, problem: String| {
-        DataError::invalid(
+        FileError::invalid(
             path,
             format!("deny[{index}].{field}"),
             format!("(rule {number}) {problem}"),

@@ -17,7 +17,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{DataError, DataOrigin, Parsed, check_name, read_file};
+use super::{DataOrigin, FileError, Parsed, check_name, read_file};
 
 /// The longest skill name; it becomes a slash command.
 pub const MAX_NAME_CHARS: usize = 64;
@@ -45,8 +45,8 @@ impl Skill {
     ///
     /// # Errors
     ///
-    /// [`DataError`] naming the file and the line or field at fault.
-    pub fn load(path: &Path, origin: DataOrigin) -> Result<Parsed<Self>, DataError> {
+    /// [`FileError`] naming the file and the line or field at fault.
+    pub fn load(path: &Path, origin: DataOrigin) -> Result<Parsed<Self>, FileError> {
         Self::parse(&read_file(path)?, path, origin)
     }
 
@@ -55,8 +55,8 @@ impl Skill {
     /// # Errors
     ///
     /// As [`Skill::load`].
-    pub fn parse(text: &str, path: &Path, origin: DataOrigin) -> Result<Parsed<Self>, DataError> {
-        let parse_err = |detail: String| DataError::Parse {
+    pub fn parse(text: &str, path: &Path, origin: DataOrigin) -> Result<Parsed<Self>, FileError> {
+        let parse_err = |detail: String| FileError::Parse {
             path: path.to_owned(),
             detail,
         };
@@ -81,8 +81,8 @@ impl Skill {
             *slot = Some(value);
         }
         let name = name
-            .ok_or_else(|| DataError::invalid(path, "name", "is missing from the frontmatter"))?;
-        check_name(&name, MAX_NAME_CHARS).map_err(|p| DataError::invalid(path, "name", p))?;
+            .ok_or_else(|| FileError::invalid(path, "name", "is missing from the frontmatter"))?;
+        check_name(&name, MAX_NAME_CHARS).map_err(|p| FileError::invalid(path, "name", p))?;
         let description = description.unwrap_or_else(|| {
             warnings.push(
                 "frontmatter has no `description`; the model cannot tell when to use the skill"
@@ -92,7 +92,7 @@ impl Skill {
         });
         let len = description.chars().count();
         if len > MAX_DESCRIPTION_CHARS {
-            return Err(DataError::invalid(
+            return Err(FileError::invalid(
                 path,
                 "description",
                 format!("is {len} characters long; the limit is {MAX_DESCRIPTION_CHARS}"),

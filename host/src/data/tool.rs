@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{DataError, DataOrigin, Parsed, check_name, check_text, parse_json, read_file};
+use super::{DataOrigin, FileError, Parsed, check_name, check_text, parse_json, read_file};
 use crate::capability::shell::template::Template;
 
 /// The placeholder the argument replaces.
@@ -199,8 +199,8 @@ impl DataTool {
     ///
     /// # Errors
     ///
-    /// [`DataError`] naming the file and, where one is at fault, the field.
-    pub fn load(path: &Path, origin: DataOrigin) -> Result<Parsed<Self>, DataError> {
+    /// [`FileError`] naming the file and, where one is at fault, the field.
+    pub fn load(path: &Path, origin: DataOrigin) -> Result<Parsed<Self>, FileError> {
         Self::parse(&read_file(path)?, path, origin)
     }
 
@@ -209,14 +209,14 @@ impl DataTool {
     /// # Errors
     ///
     /// As [`DataTool::load`].
-    pub fn parse(text: &str, path: &Path, origin: DataOrigin) -> Result<Parsed<Self>, DataError> {
+    pub fn parse(text: &str, path: &Path, origin: DataOrigin) -> Result<Parsed<Self>, FileError> {
         let Parsed {
             value: raw,
             mut warnings,
         } = parse_json::<RawTool>(text, path)?;
-        check_name(&raw.name, MAX_NAME_CHARS).map_err(|p| DataError::invalid(path, "name", p))?;
+        check_name(&raw.name, MAX_NAME_CHARS).map_err(|p| FileError::invalid(path, "name", p))?;
         check_text(&raw.description, MAX_DESCRIPTION_CHARS)
-            .map_err(|p| DataError::invalid(path, "description", p))?;
+            .map_err(|p| FileError::invalid(path, "description", p))?;
         let (field, kind_name) = match raw.kind {
             RawKind::Shell => ("command", "shell"),
             RawKind::Http => ("url", "http"),
@@ -237,14 +237,14 @@ impl DataTool {
             }
         }
         let template = template.ok_or_else(|| {
-            DataError::invalid(
+            FileError::invalid(
                 path,
                 field,
                 format!("is missing; a `{kind_name}` tool needs it"),
             )
         })?;
         check_text(&template, MAX_TEMPLATE_CHARS)
-            .map_err(|p| DataError::invalid(path, field, p))?;
+            .map_err(|p| FileError::invalid(path, field, p))?;
         if raw.shell && !matches!(raw.kind, RawKind::Shell) {
             warnings.push(format!(
                 "field `shell` is ignored for a `{kind_name}` tool; only `shell` tools run commands"
@@ -253,7 +253,7 @@ impl DataTool {
         let kind = match raw.kind {
             RawKind::Shell => {
                 Template::parse(&template, raw.shell).map_err(|reason| {
-                    DataError::invalid(
+                    FileError::invalid(
                         path,
                         field,
                         format!("`{}` is refused: {reason}", crate::text::Shown(&template)),
@@ -265,12 +265,12 @@ impl DataTool {
                 }
             }
             RawKind::Http => {
-                check_url_template(&template).map_err(|p| DataError::invalid(path, field, p))?;
+                check_url_template(&template).map_err(|p| FileError::invalid(path, field, p))?;
                 ToolKind::Http { url: template }
             }
             RawKind::Read => {
                 if template.contains('\0') {
-                    return Err(DataError::invalid(path, field, "contains a NUL byte"));
+                    return Err(FileError::invalid(path, field, "contains a NUL byte"));
                 }
                 ToolKind::Read { path: template }
             }

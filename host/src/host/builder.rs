@@ -50,7 +50,7 @@ pub enum BuildError {
     NoHome,
     /// A policy file is unreadable or invalid.
     #[error(transparent)]
-    Policy(#[from] crate::policy::PolicyError),
+    Policy(#[from] crate::user_file::FileError),
     /// The workspace folder is unusable.
     #[error("workspace `{}`: {error}", path.display())]
     Workspace {

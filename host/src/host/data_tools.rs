@@ -69,9 +69,7 @@ impl CommandGuard for HostGuard {
         // would only wait out its deadline.
         let decision = host.intercept_excluding(subject, Some(who)).await;
         match decision.verdict {
-            super::DecisionVerdict::Block { reason } => {
-                Err((decision.decided_by.join(", "), reason))
-            }
+            super::Verdict::Block { reason } => Err((decision.decided_by.join(", "), reason)),
             _ => Ok(()),
         }
     }
@@ -359,7 +357,7 @@ impl Host {
             tool_args: subject,
         };
         let decision = self.deny_rules(&subject)?;
-        let super::DecisionVerdict::Block { reason } = decision.verdict else {
+        let super::Verdict::Block { reason } = decision.verdict else {
             return None;
         };
         let by = decision.decided_by.join(", ");

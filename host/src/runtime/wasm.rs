@@ -44,9 +44,6 @@ use guest::{ComponentState, GuestControl, GuestLog, ModuleState};
 
 pub use cache::DEFAULT_CAP as DEFAULT_CACHE_CAP;
 
-/// Default ceiling of a guest's linear memory, MiB.
-pub const DEFAULT_MEMORY_MB: u64 = 128;
-
 /// How often the epoch advances: the granularity of yielding and killing.
 const EPOCH_TICK: Duration = Duration::from_millis(5);
 
@@ -485,11 +482,12 @@ impl Progress {
     }
 }
 
-/// The default limits for a manifest's `memory_mb`.
-pub fn limits_for(memory_mb: Option<u64>) -> GuestLimits {
-    let mb = memory_mb.unwrap_or(DEFAULT_MEMORY_MB);
-    GuestLimits {
-        memory_bytes: usize::try_from(mb.saturating_mul(1024 * 1024)).unwrap_or(usize::MAX),
+impl GuestLimits {
+    /// The limits a policy's [`crate::policy::EffectiveLimits`] set.
+    pub fn from_effective(limits: &crate::policy::EffectiveLimits) -> Self {
+        Self {
+            memory_bytes: limits.memory_bytes(),
+        }
     }
 }
 

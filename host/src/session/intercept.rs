@@ -3,28 +3,9 @@
 use serde_json::Value;
 use zotbox_protocol::{EventIntercept, event_name};
 
-/// What an interceptor (or the whole guard chain) decided.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-#[serde(tag = "verdict", rename_all = "snake_case")]
-pub enum Verdict {
-    /// Go ahead unchanged.
-    Allow,
-    /// Refuse, with the reason for the model.
-    Block {
-        /// Why.
-        reason: String,
-    },
-    /// Go ahead with these tool arguments instead (`tool_call` only).
-    Rewrite {
-        /// The new arguments, a JSON object.
-        args: Value,
-    },
-    /// Go ahead with this message text instead (`assistant_message` only).
-    Replace {
-        /// The new text.
-        text: String,
-    },
-}
+/// What an interceptor (or the whole guard chain) decided: the protocol's
+/// one verdict type, shared with the guest SDK.
+pub use zotbox_protocol::Verdict;
 
 /// Something that can be intercepted.
 #[derive(Debug, Clone, PartialEq)]

@@ -46,8 +46,9 @@ use cap_std::fs::{Dir, Metadata, MetadataExt as _, OpenOptions, OpenOptionsExt a
 use nix::libc;
 
 use crate::capability::fs::open_dir_nofollow;
-use crate::manifest::{MANIFEST_FILE, Manifest, ManifestError, Program};
+use crate::manifest::{MANIFEST_FILE, Manifest, Program};
 use crate::text::Shown;
+use crate::user_file::FileError;
 
 /// The largest manifest read: 1 MiB.
 const MAX_MANIFEST: u64 = 1024 * 1024;
@@ -65,7 +66,7 @@ pub enum InstallError {
     NotAFolder(PathBuf),
     /// The source's manifest cannot be read or is invalid.
     #[error(transparent)]
-    Manifest(#[from] ManifestError),
+    Manifest(#[from] FileError),
     /// The source holds something an install does not copy.
     #[error("install of `{}` refused: {reason}", Shown(&folder.display().to_string()))]
     Refused {
@@ -91,7 +92,7 @@ pub enum InstallError {
     },
     /// The staged copy's manifest does not load.
     #[error("the installed copy is invalid: {0}; nothing was installed")]
-    Invalid(ManifestError),
+    Invalid(FileError),
     /// The staged guest does not compile or link.
     #[error("the guest does not load: {0}; nothing was installed")]
     NotLoaded(String),
@@ -283,7 +284,7 @@ fn read_manifest(root: &Dir, source: &Path, path: &Path) -> Result<String, Insta
     };
     let meta = root
         .symlink_metadata(MANIFEST_FILE)
-        .map_err(|error| ManifestError::Read {
+        .map_err(|error| FileError::Read {
             path: path.to_owned(),
             error,
         })?;
@@ -309,7 +310,7 @@ fn read_manifest(root: &Dir, source: &Path, path: &Path) -> Result<String, Insta
             "`{MANIFEST_FILE}` is larger than {MAX_MANIFEST} bytes"
         )));
     }
-    let mut file = open_nofollow(root, MANIFEST_FILE).map_err(|error| ManifestError::Read {
+    let mut file = open_nofollow(root, MANIFEST_FILE).map_err(|error| FileError::Read {
         path: path.to_owned(),
         error,
     })?;
@@ -317,12 +318,12 @@ fn read_manifest(root: &Dir, source: &Path, path: &Path) -> Result<String, Insta
     (&mut file)
         .take(MAX_MANIFEST)
         .read_to_end(&mut bytes)
-        .map_err(|error| ManifestError::Read {
+        .map_err(|error| FileError::Read {
             path: path.to_owned(),
             error,
         })?;
     String::from_utf8(bytes).map_err(|_| {
-        InstallError::Manifest(ManifestError::Parse {
+        InstallError::Manifest(FileError::Parse {
             path: path.to_owned(),
             detail: "is not UTF-8".to_owned(),
         })
@@ -629,13 +630,13 @@ pub fn commit(
 fn with_launcher(plan: &Plan, launcher: &str) -> Result<String, InstallError> {
     let mut value: serde_json::Value =
         serde_json::from_str(&plan.manifest_text).map_err(|err| {
-            InstallError::Manifest(ManifestError::Parse {
+            InstallError::Manifest(FileError::Parse {
                 path: plan.manifest.path.clone(),
                 detail: err.to_string(),
             })
         })?;
     let Some(object) = value.as_object_mut() else {
-        return Err(InstallError::Manifest(ManifestError::Parse {
+        return Err(InstallError::Manifest(FileError::Parse {
             path: plan.manifest.path.clone(),
             detail: "is not a JSON object".to_owned(),
         }));
@@ -643,7 +644,7 @@ fn with_launcher(plan: &Plan, launcher: &str) -> Result<String, InstallError> {
     object.insert("exec".to_owned(), serde_json::Value::from(launcher));
     object.insert("args".to_owned(), serde_json::json!(["run"]));
     let mut text = serde_json::to_string_pretty(&value).map_err(|err| {
-        InstallError::Manifest(ManifestError::Parse {
+        InstallError::Manifest(FileError::Parse {
             path: plan.manifest.path.clone(),
             detail: err.to_string(),
         })

@@ -164,7 +164,7 @@ impl TrustStore {
             )));
         }
         let text = String::from_utf8(bytes).map_err(|_| parse_err("is not UTF-8".to_owned()))?;
-        let parsed = crate::user_json::parse::<TrustFile>(&text).map_err(parse_err)?;
+        let parsed = crate::user_file::parse::<TrustFile>(&text).map_err(parse_err)?;
         for key in parsed.unknown_keys {
             tracing::warn!("`{}`: unknown key `{key}` ignored", path.display());
         }
@@ -246,11 +246,7 @@ impl TrustStore {
         let mut text = serde_json::to_string_pretty(&file)
             .map_err(|err| write_err(&self.path)(std::io::Error::other(err)))?;
         text.push('\n');
-        let mut tmp = tempfile::NamedTempFile::new_in(&dir).map_err(write_err(&dir))?;
-        std::io::Write::write_all(&mut tmp, text.as_bytes()).map_err(write_err(&self.path))?;
-        tmp.as_file().sync_all().map_err(write_err(&self.path))?;
-        tmp.persist(&self.path)
-            .map_err(|err| write_err(&self.path)(err.error))?;
+        crate::home::write_atomic(&self.path, text.as_bytes()).map_err(write_err(&self.path))?;
         Ok(())
     }
 }

@@ -1,12 +1,80 @@
-//! Parsing JSON that people write (manifests, policies, data files).
+//! Files people write (manifests, policies, data files): one parser and one
+//! error for all of them.
 //!
-//! One way for all of them: a wrong type names the field it is in
-//! (`field `limits.memory_mb`: invalid type …`), anything after the JSON
-//! value is refused, and unknown keys are collected for warnings rather than
-//! refused (unless the type denies them, as policies do), so a manifest
-//! written for a newer version still loads.
+//! A wrong type names the field it is in (`field `limits.memory_mb`:
+//! invalid type …`), anything after the JSON value is refused, and unknown
+//! keys are collected for warnings rather than refused (unless the type
+//! denies them, as policies do), so a manifest written for a newer version
+//! still loads. Every failure is a [`FileError`] naming the file.
+
+use std::path::{Path, PathBuf};
 
 use serde::de::DeserializeOwned;
+
+/// A file someone wrote could not be used: the one error of manifests,
+/// policies and data files.
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    /// The file could not be read.
+    #[error("cannot read `{}`: {error}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error (in the message, not a `source`: the chain would
+        /// print it twice).
+        error: std::io::Error,
+    },
+    /// The file is larger than its kind allows.
+    #[error("`{}`: file is larger than {limit} bytes", path.display())]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// The limit, in bytes.
+        limit: u64,
+    },
+    /// The file is not valid JSON (or frontmatter), or a field has the wrong
+    /// type or an unknown name where unknown names are refused.
+    #[error("`{}`: {detail}", path.display())]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// What was wrong, with the field path or line.
+        detail: String,
+    },
+    /// A field has a value the host refuses.
+    #[error("`{}`: field `{field}` {problem}", path.display())]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// The field, as a path into the document (`deny[1].pathPattern`).
+        field: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+}
+
+impl FileError {
+    /// A [`FileError::Invalid`] from its parts.
+    pub(crate) fn invalid(
+        path: &Path,
+        field: impl Into<String>,
+        problem: impl Into<String>,
+    ) -> Self {
+        Self::Invalid {
+            path: path.to_owned(),
+            field: field.into(),
+            problem: problem.into(),
+        }
+    }
+
+    /// A [`FileError::Read`] of `path`.
+    pub(crate) fn read(path: &Path, error: std::io::Error) -> Self {
+        Self::Read {
+            path: path.to_owned(),
+            error,
+        }
+    }
+}
 
 /// A value with the unknown keys found beside it (as `a.b` paths).
 pub(crate) struct WithUnknown<T> {
