@@ -2,7 +2,7 @@
 //!
 //! The format is zot's (`name`, `version`, `exec`, `args`, `language`,
 //! `description`, `enabled`) plus zotbox's additions (`wasm`, `capabilities`,
-//! `limits`). Unknown keys are reported as warnings, never fatal, so a
+//! `limits`, `files`). Unknown keys are reported as warnings, never fatal, so a
 //! manifest written for a newer zot still loads.
 
 use crate::user_file::FileError;
@@ -43,6 +43,13 @@ pub struct RawManifest {
     /// A WebAssembly program zotbox runs in its sandbox, relative to the folder.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wasm: Option<String>,
+    /// Files an install copies besides the manifest and the program: globs
+    /// relative to the folder (`assets/**`, `prompts/*.md`, `README.md`); a
+    /// pattern naming a folder takes everything under it. Default: none.
+    /// Build and VCS folders (`target/`, `.git/`, …) are never copied, and
+    /// neither is anything not named here (sources stay where they are).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<String>,
     /// What the extension asks to be allowed. Absent means nothing.
     #[serde(default, skip_serializing_if = "Capabilities::is_empty")]
     pub capabilities: Capabilities,
@@ -217,6 +224,13 @@ impl Manifest {
             problem,
         })?;
         raw.limits.validate(path)?;
+        for (index, pattern) in raw.files.iter().enumerate() {
+            validate_files_pattern(pattern).map_err(|problem| FileError::Invalid {
+                path: path.to_owned(),
+                field: format!("files[{index}]"),
+                problem,
+            })?;
+        }
         let program = match (&raw.wasm, &raw.exec) {
             (Some(wasm), _) => {
                 if wasm.trim().is_empty() {
@@ -269,6 +283,94 @@ impl Manifest {
             unknown_keys,
         })
     }
+}
+
+impl Manifest {
+    /// The `wasm` field as a folder-relative path (`./x.wasm` → `x.wasm`),
+    /// or `None` for a native extension.
+    pub fn wasm_relative(&self) -> Option<String> {
+        let written = self.raw.wasm.as_deref()?;
+        Some(relative_path(written))
+    }
+
+    /// When the wasm file this manifest names does not exist: what to do
+    /// about it, as a phrase (`` `x.wasm` is not built yet: run `zotbox ext
+    /// build DIR` ``). `None` when it exists or the extension is native.
+    pub fn missing_wasm(&self) -> Option<String> {
+        let Program::Wasm { path } = &self.program else {
+            return None;
+        };
+        if std::fs::symlink_metadata(path).is_ok() {
+            return None;
+        }
+        let relative = self.wasm_relative().unwrap_or_default();
+        let shown = crate::text::Shown(&relative);
+        let dir = self.dir.display().to_string();
+        let dir = crate::text::Shown(&dir);
+        let folder_missing = match Path::new(&relative).parent() {
+            Some(parent) if !parent.as_os_str().is_empty() && !self.dir.join(parent).is_dir() => {
+                Some(parent.display().to_string())
+            }
+            _ => None,
+        };
+        Some(if self.dir.join("Cargo.toml").is_file() {
+            match folder_missing {
+                Some(folder) => format!(
+                    "`{shown}` is not built yet (its folder `{}` does not exist either): run \
+                     `zotbox ext build {dir}`, which creates it",
+                    crate::text::Shown(&folder)
+                ),
+                None => format!("`{shown}` is not built yet: run `zotbox ext build {dir}`"),
+            }
+        } else {
+            match folder_missing {
+                Some(folder) => format!(
+                    "`{shown}` does not exist: its folder `{}` is missing from `{dir}`; build the \
+                     wasm file there, or fix the `wasm` field",
+                    crate::text::Shown(&folder)
+                ),
+                None => format!(
+                    "`{shown}` does not exist in `{dir}`: build the wasm file there, or fix the \
+                     `wasm` field"
+                ),
+            }
+        })
+    }
+}
+
+/// A path as written in a manifest, folder-relative and tidy
+/// (`./a//b` → `a/b`).
+pub fn relative_path(written: &str) -> String {
+    written
+        .split('/')
+        .filter(|part| !part.is_empty() && *part != ".")
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+/// Checks one `files` pattern: a glob relative to the folder that cannot
+/// leave it, since what it selects is copied by an install.
+fn validate_files_pattern(pattern: &str) -> Result<(), String> {
+    let shown = crate::text::Shown(pattern);
+    if relative_path(pattern).is_empty() {
+        return Err(format!(
+            "`{shown}` names no file; write a glob relative to the extension's folder, such as \
+             `assets/**`"
+        ));
+    }
+    if pattern.starts_with('/') {
+        return Err(format!(
+            "`{shown}` is absolute; write a glob relative to the extension's folder"
+        ));
+    }
+    if pattern.split('/').any(|part| part == "..") {
+        return Err(format!(
+            "`{shown}` contains `..`; an install copies only files inside the extension's folder"
+        ));
+    }
+    globset::Glob::new(pattern)
+        .map(|_| ())
+        .map_err(|err| format!("`{shown}` is not a glob: {}", err.kind()))
 }
 
 /// Checks an extension name: it becomes part of file names (`ext-<name>.log`)
@@ -410,6 +512,24 @@ mod tests {
             (
                 r#"{"name":"a","wasm":"./sub/../../x.wasm"}"#,
                 "field `wasm` `./sub/../../x.wasm` contains `..`",
+            ),
+            // Attack: `files` selecting what lies outside the folder.
+            (
+                r#"{"name":"a","wasm":"a.wasm","files":["../secret/**"]}"#,
+                "field `files[0]` `../secret/**` contains `..`; an install copies only files \
+                 inside the extension's folder",
+            ),
+            (
+                r#"{"name":"a","wasm":"a.wasm","files":["ok/**","/etc/**"]}"#,
+                "field `files[1]` `/etc/**` is absolute",
+            ),
+            (
+                r#"{"name":"a","wasm":"a.wasm","files":["./"]}"#,
+                "field `files[0]` `./` names no file",
+            ),
+            (
+                r#"{"name":"a","wasm":"a.wasm","files":["a[b"]}"#,
+                "field `files[0]` `a[b` is not a glob: unclosed character class",
             ),
             // Limits out of range.
             (

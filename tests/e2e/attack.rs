@@ -402,10 +402,18 @@ async fn fs_escapes_are_refused_on_both_front_ends() {
         ("`../` chain", "../etc/passwd"),
         ("`../` to a sibling of the workspace", "../secret"),
         ("`..` after a granted folder", "docs/../../etc/passwd"),
-        ("`..` to a workspace file", "docs/../secret.txt"),
     ] {
         read_refused_data_in_other_words(&mut cases, name, path, dots, &["`..`"]);
     }
+    // Attack: `..` to a workspace file the grant does not cover: it does
+    // not leave the workspace, and the grant refuses it in its own words.
+    read_refused_data_in_other_words(
+        &mut cases,
+        "`..` to a workspace file",
+        "docs/../secret.txt",
+        "not within the granted read paths (granted: docs/**)",
+        &["`..`"],
+    );
     // Attack: an absolute path, plain and through procfs.
     for (name, path) in [
         ("absolute path", "/etc/passwd"),
@@ -532,7 +540,7 @@ async fn fs_escapes_are_refused_on_both_front_ends() {
             "stat with `..`",
             "fs_stat",
             json!({"path": "docs/../secret.txt"}),
-            "fs-read `docs/../secret.txt` refused: `..` may not leave the workspace",
+            "fs-read `docs/../secret.txt` refused: not within the granted read paths (granted: docs/**)",
         ),
         // Writes: outside the write globs, out of the workspace, through
         // a symlink, into a FIFO.

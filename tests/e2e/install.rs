@@ -23,6 +23,16 @@ fn installed_names(lab: &Lab) -> Vec<String> {
     names
 }
 
+/// Adds `"files": files` to the manifest in `source`: what an install
+/// copies besides the manifest and the module.
+fn declare_files(source: &Path, files: &[&str]) {
+    let path = source.join("extension.json");
+    let mut manifest: Value =
+        serde_json::from_slice(&std::fs::read(&path).expect("manifest")).expect("json");
+    manifest["files"] = json!(files);
+    write_json(&path, &manifest);
+}
+
 /// `zotbox ext install SOURCE --yes` (plus `more`), bounded in time.
 fn install(lab: &Lab, source: &Path, more: &[&str]) -> crate::support::Run {
     let source = source.display().to_string();
@@ -74,6 +84,7 @@ fn a_link_to_a_file_inside_is_installed_as_that_files_content_and_one_leaving_is
     std::fs::create_dir_all(source.join("docs")).expect("docs");
     std::fs::write(source.join("docs/readme.md"), "read me").expect("readme");
     symlink("docs/readme.md", source.join("README")).expect("symlink");
+    declare_files(&source, &["README", "docs"]);
     let run = install(&lab, &source, &[]);
     run.expect_code(0);
     // The consent screen says what the link becomes.
@@ -158,6 +169,7 @@ fn a_fifo_in_the_folder_is_refused_at_once() {
     let lab = Lab::new();
     let source = prober_in(&lab.dev, &json!({}));
     // Attack: a FIFO that the old install opened, and waited on forever.
+    declare_files(&source, &["pipe"]);
     let status = std::process::Command::new("mkfifo")
         .arg(source.join("pipe"))
         .status()
@@ -181,6 +193,7 @@ fn a_device_node_in_the_folder_is_refused() {
     let lab = Lab::new();
     let source = prober_in(&lab.dev, &json!({}));
     // Attack: `/dev/zero` under another name, which a copy would read forever.
+    declare_files(&source, &["zero"]);
     let made = std::process::Command::new("mknod")
         .arg(source.join("zero"))
         .args(["c", "1", "5"])

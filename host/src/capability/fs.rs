@@ -5,7 +5,10 @@
 //!
 //! 1. **Lexical check** of the path as written: not empty, no NUL, no `\`,
 //!    not absolute, no `..` component at all (simplest and safe: nothing to
-//!    normalise, nothing to get wrong).
+//!    normalise, nothing to get wrong). The refusal says why: a `..` that
+//!    climbs above the root "may not leave the workspace"; one that stays
+//!    inside is refused by the grant when the path it names is not granted
+//!    (with the grant's message), and otherwise for being a `..`.
 //! 2. **Grant check** of the path as written against the read or write globs,
 //!    before the file system is touched (so an ungranted path cannot even be
 //!    probed for existence).
@@ -528,6 +531,7 @@ impl Jail {
     ) -> Result<(), CapabilityError> {
         let size = u64::try_from(contents.len()).unwrap_or(u64::MAX);
         let relative = lexical(Capability::FsWrite, path)?;
+        no_dots(grant, Op::Write, path, &relative)?;
         self.check_control(Op::Write, path, &relative, None)?;
         check_grant(grant, Op::Write, path, &relative.join("/"), None)?;
         if size > limits.max_write {
@@ -566,6 +570,7 @@ impl Jail {
     /// resolution inside the jail, and the grant on the resolved path.
     fn resolve(&self, op: Op, grant: &FsGrant, path: &str) -> Result<Resolved, CapabilityError> {
         let relative = lexical(op.capability(), path)?;
+        no_dots(grant, op, path, &relative)?;
         self.check_control(op, path, &relative, None)?;
         check_grant(grant, op, path, &relative.join("/"), None)?;
         self.resolve_relative(op, grant, path, &relative)
@@ -889,15 +894,42 @@ fn lexical(capability: Capability, path: &str) -> Result<Vec<String>, Capability
             "absolute paths are not allowed; use a path relative to the workspace root",
         ));
     }
-    let components = split_components(path);
-    if components.iter().any(|c| c == "..") {
-        return Err(CapabilityError::denied(
-            capability,
-            path,
-            "`..` may not leave the workspace",
-        ));
+    Ok(split_components(path))
+}
+
+/// Step 1, for `..`: refused wherever it appears, with the reason that
+/// holds (leaving the workspace, the grant, or the `..` itself).
+fn no_dots(
+    grant: &FsGrant,
+    op: Op,
+    path: &str,
+    components: &[String],
+) -> Result<(), CapabilityError> {
+    if !components.iter().any(|c| c == "..") {
+        return Ok(());
     }
-    Ok(components)
+    let mut named: Vec<&str> = Vec::new();
+    for component in components {
+        if component == ".." {
+            if named.pop().is_none() {
+                return Err(CapabilityError::denied(
+                    op.capability(),
+                    path,
+                    "`..` may not leave the workspace",
+                ));
+            }
+        } else {
+            named.push(component);
+        }
+    }
+    let named = named.join("/");
+    check_grant(grant, op, path, &named, None)?;
+    let shown = if named.is_empty() { "." } else { &named };
+    Err(CapabilityError::denied(
+        op.capability(),
+        path,
+        format!("`..` is not allowed in a path, even one inside the workspace; write `{shown}`"),
+    ))
 }
 
 /// Splits on `/`, dropping empty and `.` components (but keeping `..`).
@@ -1271,8 +1303,12 @@ mod tests {
             ("../etc/passwd", "`..` may not leave the workspace"),
             // Attack: `..` after a granted prefix.
             ("docs/../../etc/passwd", "`..` may not leave the workspace"),
-            // Even a `..` that would stay inside is refused outright.
-            ("docs/../secret.txt", "`..` may not leave the workspace"),
+            // Even a `..` that would stay inside is refused outright,
+            // saying so rather than claiming it leaves.
+            (
+                "docs/../secret.txt",
+                "`..` is not allowed in a path, even one inside the workspace; write `secret.txt`",
+            ),
         ];
         for (path, words) in cases {
             assert_denied(ws.read(&everything, path), Capability::FsRead, words);
@@ -1282,6 +1318,14 @@ mod tests {
                 words,
             );
         }
+        // A `..` that stays inside, to a file the grant does not cover: the
+        // grant refuses it, in the grant's words.
+        let err = ws.read(&docs(), "docs/../secret.txt").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "read of `docs/../secret.txt` refused: not within the granted read paths \
+             (granted: docs/**)"
+        );
         let err = ws.read(&everything, "../etc/passwd").unwrap_err();
         assert_eq!(
             err.to_string(),

@@ -56,6 +56,72 @@ pub(crate) fn held_extensions(host: &zotbox::Host) -> Option<String> {
     ))
 }
 
+/// For a name no live extension owns: the `--ext` extensions that failed
+/// to start, and why (one of them may own it), named as the user wrote them.
+pub(crate) fn failed_explicit(host: &zotbox::Host, context: &Context) -> Option<String> {
+    use zotbox::host::ExtensionState;
+    let failed: Vec<String> = host
+        .list()
+        .into_iter()
+        .filter(|info| {
+            info.origin == "explicit"
+                && matches!(
+                    info.state,
+                    ExtensionState::Failed | ExtensionState::Invalid | ExtensionState::Restarting
+                )
+        })
+        .map(|info| {
+            let given = context
+                .ext
+                .iter()
+                .find(|given| names_manifest(given, &info.path))
+                .map_or_else(|| info.name.clone(), |given| given.display().to_string());
+            format!(
+                "`--ext {given}`: failed to start ({})",
+                info.reason.unwrap_or_default()
+            )
+        })
+        .collect();
+    (!failed.is_empty()).then(|| failed.join("; "))
+}
+
+/// Whether `given` (a folder or its manifest, as typed) is `manifest`.
+fn names_manifest(given: &std::path::Path, manifest: &std::path::Path) -> bool {
+    let canonical = |path: &std::path::Path| std::fs::canonicalize(path).ok();
+    let manifest = canonical(manifest);
+    manifest.is_some()
+        && (canonical(given) == manifest
+            || canonical(&given.join(zotbox::manifest::MANIFEST_FILE)) == manifest)
+}
+
+/// The error for a tool or command nobody owns: what was asked (and the
+/// known names, when there are some), then why it may be missing.
+pub(crate) fn unowned(
+    what: &str,
+    name: &str,
+    known: &[String],
+    host: &zotbox::Host,
+    context: &Context,
+) -> Option<anyhow::Error> {
+    let failed = failed_explicit(host, context);
+    let held = held_extensions(host);
+    // "no extension registered any" is true but useless when an `--ext`
+    // extension failed: its failure is the reason.
+    let known = match (&failed, known.is_empty()) {
+        (_, false) => format!(" (known: {})", known.join(", ")),
+        (None, true) => "; no extension registered any".to_owned(),
+        (Some(_), true) => String::new(),
+    };
+    let reasons: Vec<String> = failed.into_iter().chain(held).collect();
+    if reasons.is_empty() {
+        return None;
+    }
+    Some(anyhow::anyhow!(
+        "no {what} `{name}`{known}; {}",
+        reasons.join("; ")
+    ))
+}
+
 impl Args {
     pub(crate) async fn run(self, context: &Context) -> Result<u8> {
         let args = parse_json_arg(&self.args)?;
@@ -63,7 +129,12 @@ impl Args {
         let mut events = host.subscribe();
         let outcome = host.call_tool(&self.tool, args).await;
         drain_events(&mut events, context.json)?;
-        let held = held_extensions(&host);
+        let unowned = match &outcome {
+            Err(HostError::UnknownTool { name, known }) => {
+                unowned("tool", name, known, &host, context)
+            }
+            _ => None,
+        };
         host.shutdown().await;
         match outcome {
             Ok(result) => {
@@ -93,10 +164,7 @@ impl Args {
                 eprintln!("error: {}", zotbox::text::shown(&err.to_string()));
                 Ok(EXIT_REFUSED)
             }
-            Err(err @ HostError::UnknownTool { .. }) => match held {
-                Some(held) => Err(anyhow::anyhow!("{err}; {held}")),
-                None => Err(err.into()),
-            },
+            Err(err @ HostError::UnknownTool { .. }) => Err(unowned.unwrap_or_else(|| err.into())),
             Err(err) => Err(err.into()),
         }
     }

@@ -25,12 +25,15 @@ impl Args {
         let mut events = host.subscribe();
         let outcome = host.invoke_command(name, &args).await;
         drain_events(&mut events, context.json)?;
-        let held = super::call::held_extensions(&host);
-        host.shutdown().await;
-        let response = match (outcome, held) {
-            (Err(err @ zotbox::HostError::UnknownCommand { .. }), Some(held)) => {
-                anyhow::bail!("{err}; {held}")
+        let unowned = match &outcome {
+            Err(zotbox::HostError::UnknownCommand { name, known }) => {
+                super::call::unowned("command", name, known, &host, context)
             }
+            _ => None,
+        };
+        host.shutdown().await;
+        let response = match (outcome, unowned) {
+            (Err(zotbox::HostError::UnknownCommand { .. }), Some(unowned)) => return Err(unowned),
             (outcome, _) => outcome?,
         };
         if context.json {

@@ -200,6 +200,10 @@ async fn start_once(
     stop: &watch::Receiver<bool>,
 ) -> Result<Session, StartFailure> {
     let manifest = &slot.manifest;
+    // A wasm file not built yet: say what to run, not which read failed.
+    if let Some(problem) = manifest.missing_wasm() {
+        return Err(StartFailure::Permanent(problem));
+    }
     let (limits, sandbox) = host.confine(manifest).map_err(StartFailure::Permanent)?;
     let transport = host
         .inner

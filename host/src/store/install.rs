@@ -5,6 +5,18 @@
 //! written), which the CLI shows and asks about, then a [`commit`] of
 //! exactly that plan. Rules:
 //!
+//! 0. **Only what the extension is.** An install copies the manifest, the
+//!    program (the `wasm` file; for a native extension its `exec` when that
+//!    is a path inside the folder, and each of its `args` naming a file
+//!    there) and the files the manifest's `files` globs select, nothing
+//!    else: sources, build output and notes stay behind unless `files`
+//!    names them. Build and VCS folders (`target/`, `.git/`, `.hg/`,
+//!    `.svn/`, `.jj/`) are never walked or copied, except on the way to the
+//!    program itself. A `files` glob that selects nothing is refused (a
+//!    typo would silently leave an asset behind), and so is an install
+//!    larger than [`MAX_INSTALL_BYTES`]. Only what is selected is checked
+//!    by the rules below: a FIFO beside the extension that is not copied
+//!    cannot hang or stop the install.
 //! 1. **The manifest is a regular file** in the folder, read once, validated,
 //!    and what lands is that text (for a wasm extension with zot's launcher
 //!    written into it): a symlinked `extension.json` is refused, so an
@@ -56,6 +68,11 @@ const MAX_MANIFEST: u64 = 1024 * 1024;
 const MAX_ENTRIES: usize = 100_000;
 /// How deep its folders may nest.
 const MAX_DEPTH: usize = 64;
+/// The most an install copies: 100 MiB (a Python component is ≈ 18 MB).
+pub const MAX_INSTALL_BYTES: u64 = 100 * 1024 * 1024;
+/// Folders an install never walks (build output, version control), at any
+/// depth, unless the program itself lies inside one.
+const NEVER_COPIED: [&str; 5] = ["target", ".git", ".hg", ".svn", ".jj"];
 
 /// Why an install did not happen. After any of these, nothing was installed
 /// and a previous install is as it was.
@@ -67,6 +84,10 @@ pub enum InstallError {
     /// The source's manifest cannot be read or is invalid.
     #[error(transparent)]
     Manifest(#[from] FileError),
+    /// The wasm file the manifest names does not exist yet; the phrase says
+    /// how to build it.
+    #[error("{0}")]
+    NotBuilt(String),
     /// The source holds something an install does not copy.
     #[error("install of `{}` refused: {reason}", Shown(&folder.display().to_string()))]
     Refused {
@@ -263,7 +284,14 @@ pub fn plan(source: &Path, extensions: &Path) -> Result<Plan, InstallError> {
     let manifest_path = source.join(MANIFEST_FILE);
     let manifest_text = read_manifest(&root, source, &manifest_path)?;
     let manifest = Manifest::parse(&manifest_text, &manifest_path)?;
-    let entries = walk(&root, source)?;
+    if let Some(problem) = manifest.missing_wasm() {
+        return Err(InstallError::NotBuilt(problem));
+    }
+    let selection = Selection::of(&manifest).map_err(|reason| InstallError::Refused {
+        folder: source.to_owned(),
+        reason,
+    })?;
+    let entries = walk(&root, source, &selection)?;
     let plan = Plan {
         destination: extensions.join(manifest.name()),
         source: source.to_owned(),
@@ -272,7 +300,141 @@ pub fn plan(source: &Path, extensions: &Path) -> Result<Plan, InstallError> {
         entries,
     };
     check_program(&plan)?;
+    check_selection(&plan, &selection)?;
     Ok(plan)
+}
+
+/// Rule 0: what an install copies.
+struct Selection {
+    /// Paths that must land (the manifest, the program), folder-relative.
+    required: Vec<String>,
+    /// Paths that land when they are files (`args` naming one).
+    optional: Vec<String>,
+    /// The `files` globs, as written (for messages) and compiled.
+    patterns: Vec<String>,
+    globs: globset::GlobSet,
+}
+
+impl Selection {
+    fn of(manifest: &Manifest) -> Result<Self, String> {
+        let mut required = vec![MANIFEST_FILE.to_owned()];
+        let mut optional = Vec::new();
+        match &manifest.program {
+            Program::Wasm { .. } => required.extend(manifest.wasm_relative()),
+            Program::Native { exec, args } => {
+                required.extend(inside_folder(exec));
+                optional.extend(args.iter().filter_map(|arg| inside_folder_arg(arg)));
+            }
+        }
+        let mut builder = globset::GlobSetBuilder::new();
+        for pattern in &manifest.raw.files {
+            let relative = crate::manifest::relative_path(pattern);
+            let glob = globset::GlobBuilder::new(&relative)
+                .literal_separator(true)
+                .build()
+                .map_err(|err| {
+                    format!(
+                        "`files` pattern `{}` is not a glob: {}",
+                        Shown(pattern),
+                        err.kind()
+                    )
+                })?;
+            builder.add(glob);
+        }
+        let globs = builder
+            .build()
+            .map_err(|err| format!("the `files` patterns do not compile: {err}"))?;
+        Ok(Self {
+            required,
+            optional,
+            patterns: manifest.raw.files.clone(),
+            globs,
+        })
+    }
+
+    /// Whether the file at `path` is copied. Inside a build or VCS folder,
+    /// only the program is.
+    fn selects(&self, path: &str) -> bool {
+        self.required.iter().chain(&self.optional).any(|p| p == path)
+            || (!in_never_copied(path) && self.matches(path).next().is_some())
+    }
+
+    /// The `files` patterns selecting `path`: matching it or a folder above it.
+    fn matches<'a>(&'a self, path: &'a str) -> impl Iterator<Item = usize> + 'a {
+        ancestors_and_self(path).flat_map(|prefix| self.globs.matches(prefix))
+    }
+
+    /// Whether the folder at `path` is walked: always, unless it is (in) a
+    /// build or VCS folder that the program does not lie in.
+    fn walks(&self, path: &str) -> bool {
+        !in_never_copied(path)
+            || self
+                .required
+                .iter()
+                .chain(&self.optional)
+                .any(|p| p.starts_with(&format!("{path}/")))
+    }
+}
+
+/// Whether `path` is, or lies in, a build or VCS folder.
+fn in_never_copied(path: &str) -> bool {
+    path.split('/').any(|part| NEVER_COPIED.contains(&part))
+}
+
+/// `a/b/c`, `a/b`, `a`.
+fn ancestors_and_self(path: &str) -> impl Iterator<Item = &str> {
+    std::iter::successors(Some(path), |current| {
+        current.rfind('/').map(|at| &current[..at])
+    })
+}
+
+/// A native `exec` that names a file inside the folder (`./run`,
+/// `bin/run`), folder-relative; `None` for a bare name (found on `PATH`),
+/// an absolute path, or one that climbs out.
+fn inside_folder(exec: &str) -> Option<String> {
+    if !exec.contains('/') || exec.starts_with('/') || exec.split('/').any(|p| p == "..") {
+        return None;
+    }
+    Some(crate::manifest::relative_path(exec)).filter(|p| !p.is_empty())
+}
+
+/// An argument that may name a file in the folder (`index.js`,
+/// `./ext.py`); it is copied only when it is one.
+fn inside_folder_arg(arg: &str) -> Option<String> {
+    if arg.starts_with('-') || arg.starts_with('/') || arg.split('/').any(|p| p == "..") {
+        return None;
+    }
+    Some(crate::manifest::relative_path(arg)).filter(|p| !p.is_empty())
+}
+
+/// Rule 0: every `files` pattern selects something, and the whole fits the cap.
+fn check_selection(plan: &Plan, selection: &Selection) -> Result<(), InstallError> {
+    let mut used = vec![false; selection.patterns.len()];
+    for entry in plan.entries.iter().filter(|e| e.kind != EntryKind::Folder) {
+        for index in selection.matches(&entry.path) {
+            if let Some(slot) = used.get_mut(index) {
+                *slot = true;
+            }
+        }
+    }
+    if let Some(index) = used.iter().position(|used| !used) {
+        return Err(plan.refused(format!(
+            "`files` pattern `{}` selects no file in the extension's folder (build and VCS \
+             folders such as `target/` are never copied); fix or remove it",
+            Shown(&selection.patterns[index])
+        )));
+    }
+    let total = plan.total_size();
+    if total > MAX_INSTALL_BYTES {
+        const MIB: f64 = 1024.0 * 1024.0;
+        return Err(plan.refused(format!(
+            "the files to install take {:.1} MiB, more than the {} MiB an install copies; list \
+             fewer files in the manifest's `files`",
+            total as f64 / MIB,
+            MAX_INSTALL_BYTES / (1024 * 1024)
+        )));
+    }
+    Ok(())
 }
 
 /// Rule 1: the manifest, a regular file of bounded size, read without
@@ -330,13 +492,20 @@ fn read_manifest(root: &Dir, source: &Path, path: &Path) -> Result<String, Insta
     })
 }
 
-/// Rules 2 and 3: every entry of the folder, without following a link.
-fn walk(root: &Dir, source: &Path) -> Result<Vec<PlannedEntry>, InstallError> {
+/// Rules 0, 2 and 3: every selected entry of the folder (and the folders
+/// holding them), without following a link.
+fn walk(
+    root: &Dir,
+    source: &Path,
+    selection: &Selection,
+) -> Result<Vec<PlannedEntry>, InstallError> {
     let refused = |reason: String| InstallError::Refused {
         folder: source.to_owned(),
         reason,
     };
     let mut planned: Vec<PlannedEntry> = Vec::new();
+    let mut folders: Vec<PlannedEntry> = Vec::new();
+    let mut visited = 0usize;
     let mut pending: Vec<(Vec<String>, Dir)> = vec![(
         Vec::new(),
         root.try_clone().map_err(io_error("open", source))?,
@@ -368,13 +537,17 @@ fn walk(root: &Dir, source: &Path) -> Result<Vec<PlannedEntry>, InstallError> {
             let mut parts = prefix.clone();
             parts.push(name.clone());
             let path = parts.join("/");
-            if planned.len() >= MAX_ENTRIES {
+            visited += 1;
+            if visited > MAX_ENTRIES {
                 return Err(refused(format!("it holds more than {MAX_ENTRIES} entries")));
             }
             let file_type = meta.file_type();
             if file_type.is_dir() {
+                if !selection.walks(&path) {
+                    continue;
+                }
                 let sub = open_dir_nofollow(&dir, &name).map_err(io_error("open", &folder))?;
-                planned.push(PlannedEntry {
+                folders.push(PlannedEntry {
                     path,
                     kind: EntryKind::Folder,
                     size: 0,
@@ -382,6 +555,8 @@ fn walk(root: &Dir, source: &Path) -> Result<Vec<PlannedEntry>, InstallError> {
                     identity: Identity::of(&meta),
                 });
                 pending.push((parts, sub));
+            } else if !selection.selects(&path) {
+                continue;
             } else if file_type.is_file() {
                 planned.push(PlannedEntry {
                     path,
@@ -408,6 +583,13 @@ fn walk(root: &Dir, source: &Path) -> Result<Vec<PlannedEntry>, InstallError> {
                     describe(&meta)
                 )));
             }
+        }
+    }
+    // A folder lands when something selected lies in it.
+    for folder in folders {
+        let prefix = format!("{}/", folder.path);
+        if planned.iter().any(|entry| entry.path.starts_with(&prefix)) {
+            planned.push(folder);
         }
     }
     planned.sort_by(|a, b| a.path.cmp(&b.path));
@@ -511,7 +693,7 @@ fn check_program(plan: &Plan) -> Result<(), InstallError> {
     match &plan.manifest.program {
         Program::Wasm { .. } => {
             let written = plan.manifest.raw.wasm.as_deref().unwrap_or_default();
-            let relative = wasm_relative(written);
+            let relative = crate::manifest::relative_path(written);
             let planned = plan
                 .entries
                 .iter()
@@ -525,6 +707,18 @@ fn check_program(plan: &Plan) -> Result<(), InstallError> {
             Ok(())
         }
         Program::Native { exec, .. } => {
+            if let Some(relative) = inside_folder(exec)
+                && !plan
+                    .entries
+                    .iter()
+                    .any(|entry| entry.path == relative && entry.kind != EntryKind::Folder)
+            {
+                return Err(plan.refused(format!(
+                    "its `exec` `{}` is not a file in the extension's folder; build it first, \
+                     or fix `exec`",
+                    Shown(exec)
+                )));
+            }
             if starts_zotbox(exec, &plan.manifest.dir) {
                 return Err(plan.refused(format!(
                     "its `exec` `{}` is zotbox itself; a native extension that starts zotbox \
@@ -536,15 +730,6 @@ fn check_program(plan: &Plan) -> Result<(), InstallError> {
             Ok(())
         }
     }
-}
-
-/// A `wasm` field as a folder-relative path (`./x.wasm` → `x.wasm`).
-fn wasm_relative(written: &str) -> String {
-    written
-        .split('/')
-        .filter(|part| !part.is_empty() && *part != ".")
-        .collect::<Vec<_>>()
-        .join("/")
 }
 
 /// Whether `exec` (resolved by zot's rules from `dir`) is this zotbox
@@ -824,14 +1009,15 @@ mod tests {
     }
 
     impl Setup {
-        /// `src/` holds a native manifest and `run.sh`, `lib/b.txt`.
+        /// `src/` holds a native manifest (`files: ["*"]`: everything) and
+        /// `run.sh`, `lib/b.txt`.
         fn new() -> Self {
             let tmp = tempfile::tempdir().unwrap();
             let src = tmp.path().join("src");
             std::fs::create_dir_all(src.join("lib")).unwrap();
             std::fs::write(
                 src.join(MANIFEST_FILE),
-                r#"{"name":"demo","version":"1.0.0","exec":"./run.sh"}"#,
+                r#"{"name":"demo","version":"1.0.0","exec":"./run.sh","files":["*"]}"#,
             )
             .unwrap();
             std::fs::write(src.join("run.sh"), "#!/bin/sh\n").unwrap();
@@ -909,7 +1095,7 @@ mod tests {
         assert_eq!(
             listed,
             [
-                (MANIFEST_FILE, &EntryKind::File, 51),
+                (MANIFEST_FILE, &EntryKind::File, 65),
                 ("lib", &EntryKind::Folder, 0),
                 ("lib/a.txt", &link, 3),
                 ("lib/b.txt", &EntryKind::File, 3),
@@ -1029,9 +1215,48 @@ mod tests {
         let setup = Setup::new();
         let write = |text: &str| std::fs::write(setup.src().join(MANIFEST_FILE), text).unwrap();
         write(r#"{"name":"demo","wasm":"./missing.wasm"}"#);
+        match setup.plan() {
+            Err(InstallError::NotBuilt(problem)) => assert_eq!(
+                problem,
+                format!(
+                    "`missing.wasm` does not exist in `{}`: build the wasm file there, or fix \
+                     the `wasm` field",
+                    setup.src().display()
+                )
+            ),
+            other => panic!("{other:?}"),
+        }
+        // A crate: the next step is `ext build`, which makes the folder too.
+        std::fs::write(setup.src().join("Cargo.toml"), "[package]\n").unwrap();
+        write(r#"{"name":"demo","wasm":"out/demo.wasm"}"#);
+        match setup.plan() {
+            Err(err @ InstallError::NotBuilt(_)) => assert_eq!(
+                err.to_string(),
+                format!(
+                    "`out/demo.wasm` is not built yet (its folder `out` does not exist either): \
+                     run `zotbox ext build {}`, which creates it",
+                    setup.src().display()
+                )
+            ),
+            other => panic!("{other:?}"),
+        }
+        write(r#"{"name":"demo","wasm":"./demo.wasm"}"#);
+        match setup.plan() {
+            Err(err) => assert_eq!(
+                err.to_string(),
+                format!(
+                    "`demo.wasm` is not built yet: run `zotbox ext build {}`",
+                    setup.src().display()
+                )
+            ),
+            other => panic!("{other:?}"),
+        }
+        // A native program that is not there (yet).
+        write(r#"{"name":"demo","exec":"./target/release/demo"}"#);
         assert_eq!(
             setup.refusal(),
-            "field `wasm` names `./missing.wasm`, which is not a file in the extension's folder"
+            "its `exec` `./target/release/demo` is not a file in the extension's folder; build \
+             it first, or fix `exec`"
         );
         write(r#"{"name":"demo","wasm":"./lib"}"#);
         assert!(
@@ -1062,6 +1287,177 @@ mod tests {
         );
         write(&format!(r#"{{"name":"demo","exec":"{relative}"}}"#));
         assert!(setup.refusal().contains("is zotbox itself"));
+    }
+
+    /// The planned paths of `src/` with `manifest` as its manifest.
+    fn planned(setup: &Setup, manifest: &str) -> Result<Vec<String>, InstallError> {
+        std::fs::write(setup.src().join(MANIFEST_FILE), manifest).unwrap();
+        Ok(setup
+            .plan()?
+            .entries()
+            .iter()
+            .map(|entry| entry.path.clone())
+            .collect())
+    }
+
+    #[test]
+    fn only_the_manifest_the_program_and_the_declared_files_land() {
+        let setup = Setup::new();
+        let src = setup.src();
+        // A crate after `cargo build`, with sources, VCS and notes beside it.
+        for (path, text) in [
+            ("Cargo.toml", "[package]"),
+            ("src/main.rs", "fn main() {}"),
+            ("target/wasm32-wasip2/release/demo.wasm", "built"),
+            ("target/release/demo", "native build"),
+            (".git/config", "[core]"),
+            ("demo.wasm", "component"),
+            ("assets/logo.txt", "logo"),
+            ("assets/deep/more.txt", "more"),
+            ("prompts/a.md", "a"),
+            ("prompts/b.txt", "b"),
+            ("NOTES.md", "notes"),
+        ] {
+            std::fs::create_dir_all(src.join(path).parent().unwrap()).unwrap();
+            std::fs::write(src.join(path), text).unwrap();
+        }
+        // (manifest, what lands)
+        let cases: [(&str, &[&str]); 5] = [
+            // The manifest and the module it names; nothing else.
+            (
+                r#"{"name":"demo","wasm":"./demo.wasm"}"#,
+                &["demo.wasm", MANIFEST_FILE],
+            ),
+            // Declared files: a folder glob, a one-level glob.
+            (
+                r#"{"name":"demo","wasm":"demo.wasm","files":["assets/**","prompts/*.md"]}"#,
+                &[
+                    "assets",
+                    "assets/deep",
+                    "assets/deep/more.txt",
+                    "assets/logo.txt",
+                    "demo.wasm",
+                    MANIFEST_FILE,
+                    "prompts",
+                    "prompts/a.md",
+                ],
+            ),
+            // A pattern naming a folder takes what is under it; `*` is one level.
+            (
+                r#"{"name":"demo","wasm":"demo.wasm","files":["assets","*.md"]}"#,
+                &[
+                    "NOTES.md",
+                    "assets",
+                    "assets/deep",
+                    "assets/deep/more.txt",
+                    "assets/logo.txt",
+                    "demo.wasm",
+                    MANIFEST_FILE,
+                ],
+            ),
+            // The module may live in the build folder: only it is copied.
+            (
+                r#"{"name":"demo","wasm":"target/wasm32-wasip2/release/demo.wasm","files":["**"]}"#,
+                &[
+                    "Cargo.toml",
+                    "NOTES.md",
+                    "assets",
+                    "assets/deep",
+                    "assets/deep/more.txt",
+                    "assets/logo.txt",
+                    "demo.wasm",
+                    MANIFEST_FILE,
+                    "lib",
+                    "lib/b.txt",
+                    "prompts",
+                    "prompts/a.md",
+                    "prompts/b.txt",
+                    "run.sh",
+                    "src",
+                    "src/main.rs",
+                    "target",
+                    "target/wasm32-wasip2",
+                    "target/wasm32-wasip2/release",
+                    "target/wasm32-wasip2/release/demo.wasm",
+                ],
+            ),
+            // Native: its `exec` inside the folder (even in `target/`) and the
+            // `args` naming a file there.
+            (
+                r#"{"name":"demo","exec":"./target/release/demo","args":["-v","NOTES.md","missing.txt"]}"#,
+                &[
+                    "NOTES.md",
+                    MANIFEST_FILE,
+                    "target",
+                    "target/release",
+                    "target/release/demo",
+                ],
+            ),
+        ];
+        for (manifest, expected) in cases {
+            assert_eq!(planned(&setup, manifest).unwrap(), expected, "{manifest}");
+        }
+        let installed = commit(&setup.plan().unwrap(), "zotbox", &no_prepare).unwrap();
+        assert_eq!(
+            snapshot(&installed).into_keys().collect::<Vec<_>>(),
+            ["NOTES.md", MANIFEST_FILE, "target/release/demo"]
+        );
+    }
+
+    #[test]
+    fn a_files_pattern_that_selects_nothing_or_too_much_is_refused() {
+        let setup = Setup::new();
+        // (manifest, the refusal)
+        let cases = [
+            // A typo would leave the assets behind without a word.
+            (
+                r#"{"name":"demo","exec":"./run.sh","files":["asset/**"]}"#,
+                "`files` pattern `asset/**` selects no file in the extension's folder (build and \
+                 VCS folders such as `target/` are never copied); fix or remove it",
+            ),
+            // Build output is never copied, even when asked for.
+            (
+                r#"{"name":"demo","exec":"./run.sh","files":["lib/**","target/**"]}"#,
+                "`files` pattern `target/**` selects no file",
+            ),
+        ];
+        std::fs::create_dir_all(setup.src().join("target")).unwrap();
+        std::fs::write(setup.src().join("target/x"), "x").unwrap();
+        for (manifest, words) in cases {
+            std::fs::write(setup.src().join(MANIFEST_FILE), manifest).unwrap();
+            let refusal = setup.refusal();
+            assert!(refusal.starts_with(words), "`{refusal}` lacks `{words}`");
+        }
+        // Attack: an asset that fills the user's disk (sparse: no disk used).
+        let big = std::fs::File::create(setup.src().join("lib/big.bin")).unwrap();
+        big.set_len(MAX_INSTALL_BYTES + 1).unwrap();
+        std::fs::write(
+            setup.src().join(MANIFEST_FILE),
+            r#"{"name":"demo","exec":"./run.sh","files":["lib"]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            setup.refusal(),
+            "the files to install take 100.0 MiB, more than the 100 MiB an install copies; list \
+             fewer files in the manifest's `files`"
+        );
+        assert!(!setup.extensions().exists());
+    }
+
+    #[test]
+    fn a_fifo_that_is_not_installed_does_not_stop_the_install() {
+        let setup = Setup::new();
+        let status = std::process::Command::new("mkfifo")
+            .arg(setup.src().join("pipe"))
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let paths = planned(
+            &setup,
+            r#"{"name":"demo","exec":"./run.sh","files":["lib/**"]}"#,
+        )
+        .unwrap();
+        assert_eq!(paths, [MANIFEST_FILE, "lib", "lib/b.txt", "run.sh"]);
     }
 
     #[test]
