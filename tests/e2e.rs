@@ -21,6 +21,8 @@ mod https;
 #[path = "e2e/attack.rs"]
 mod attack;
 
+#[path = "e2e/authoring.rs"]
+mod authoring;
 #[path = "e2e/chain.rs"]
 mod chain;
 #[path = "e2e/cli.rs"]

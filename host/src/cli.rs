@@ -8,6 +8,7 @@ mod demo;
 mod doctor;
 mod ext;
 mod list;
+mod new;
 mod output;
 mod policy;
 mod run;
@@ -116,6 +117,10 @@ enum Action {
     /// Install, remove, enable, disable, build extensions, and read their logs.
     #[command(subcommand)]
     Ext(ext::Command),
+    /// Write a minimal extension to start from: a manifest declaring no
+    /// capabilities, a README, the build file and source with one command,
+    /// one typed tool and one intercept.
+    New(new::Args),
 }
 
 /// Shared state every command gets.
@@ -192,6 +197,7 @@ impl Cli {
             Action::Policy(command) => command.run(&context).await?,
             Action::Skills(command) => command.run(&context).await?,
             Action::Doctor(args) => args.run(&context).await?,
+            Action::New(args) => args.run(&context).await?,
         };
         Ok(status)
     }

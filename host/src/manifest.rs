@@ -338,6 +338,34 @@ impl Manifest {
     }
 }
 
+impl Manifest {
+    /// For a native extension that sent no `hello` in time: the likely
+    /// cause when it is built as it starts (`cargo run`), as a phrase.
+    pub fn hello_hint(&self) -> Option<String> {
+        let Program::Native { exec, args } = &self.program else {
+            return None;
+        };
+        let program = exec.rsplit('/').next().unwrap_or(exec);
+        if program == "cargo" {
+            let dir = self.dir.display().to_string();
+            return Some(format!(
+                "it is started with `{}{}`, which builds it first: build it before (`cargo build \
+                 --release` in `{}`) and make `exec` the built binary",
+                crate::text::Shown(exec),
+                args.iter()
+                    .map(|arg| format!(" {}", crate::text::Shown(arg)))
+                    .collect::<String>(),
+                crate::text::Shown(&dir)
+            ));
+        }
+        self.dir.join("Cargo.toml").is_file().then(|| {
+            "if it is built as it starts (`cargo run`), build it first and make `exec` the built \
+             binary"
+                .to_owned()
+        })
+    }
+}
+
 /// A path as written in a manifest, folder-relative and tidy
 /// (`./a//b` → `a/b`).
 pub fn relative_path(written: &str) -> String {

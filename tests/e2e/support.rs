@@ -127,6 +127,26 @@ impl Lab {
         Run::from(child.wait_with_output().expect("wait for zotbox"))
     }
 
+    /// As [`Lab::zotbox`], with `env` set for the process (e.g. cargo's
+    /// `CARGO_TARGET_DIR` for `ext build`).
+    pub fn zotbox_env(&self, args: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> Run {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_zotbox"));
+        command
+            .arg("--zot-home")
+            .arg(&self.home)
+            .arg("--workspace")
+            .arg(&self.workspace)
+            .args(args)
+            .current_dir(&self.workspace)
+            .env("ZOT_HOME", &self.home)
+            .env_remove("ZOTBOX_LOG")
+            .env_remove("XDG_STATE_HOME");
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        Run::from(command.output().expect("run zotbox"))
+    }
+
     /// Runs the real `zotbox` binary in the workspace with this lab's home.
     pub fn zotbox(&self, args: &[&str]) -> Run {
         let output = Command::new(env!("CARGO_BIN_EXE_zotbox"))

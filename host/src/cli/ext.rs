@@ -107,7 +107,16 @@ async fn build(context: &Context, dir: &Path) -> Result<u8> {
             manifest.name()
         );
     };
-    let artifacts = zotbox::build::CargoBuild::guest(dir).run()?;
+    // Before anything runs: the output must land inside the folder.
+    let relative = manifest.wasm_relative().unwrap_or_default();
+    output_folder(&manifest.dir, &relative)?;
+    first_build_notice(context, &manifest.dir);
+    let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let mut cargo = zotbox::build::CargoBuild::guest(dir);
+    // cargo's own progress on a terminal; quiet when piped or for --json.
+    cargo.verbose = terminal && !context.json;
+    let started = std::time::Instant::now();
+    let artifacts = tokio::task::spawn_blocking(move || cargo.run()).await??;
     let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned());
     let built = match artifacts.len() {
         1 => artifacts.values().next(),
@@ -120,10 +129,7 @@ async fn build(context: &Context, dir: &Path) -> Result<u8> {
         )
     })?;
     install_file(built, path)?;
-    let launcher = zotbox::runtime::Launcher::new(
-        context.home()?,
-        std::io::IsTerminal::is_terminal(&std::io::stderr()),
-    );
+    let launcher = zotbox::runtime::Launcher::new(context.home()?, terminal && !context.json);
     let runtime = launcher.wasm()?;
     let (name, target) = (manifest.name().to_owned(), path.clone());
     tokio::task::spawn_blocking(move || runtime.prepare(&name, &target)).await??;
@@ -134,13 +140,82 @@ async fn build(context: &Context, dir: &Path) -> Result<u8> {
         )?;
     } else {
         println!(
-            "built `{}` → {} ({} KiB, precompiled)",
-            manifest.name(),
-            path.display(),
-            size / 1024
+            "built `{}` → {} ({} KiB, precompiled) in {:.1} s",
+            Shown(manifest.name()),
+            shown(&path.display().to_string()),
+            size / 1024,
+            started.elapsed().as_secs_f64()
         );
     }
     Ok(EXIT_OK)
+}
+
+/// Makes sure the folder of the `wasm` file (`relative` to `dir`) is a
+/// real folder inside `dir`, creating what is missing. A manifest cannot
+/// name a path outside (absolute or with `..`), and a component that is a
+/// symlink is refused here: it could lead the component anywhere (over
+/// `~/.profile`, say).
+fn output_folder(dir: &Path, relative: &str) -> Result<()> {
+    let parts: Vec<&str> = relative.split('/').collect();
+    let Some((_, folders)) = parts.split_last() else {
+        return Ok(());
+    };
+    let mut current = dir.to_owned();
+    for (index, folder) in folders.iter().enumerate() {
+        current.push(folder);
+        let walked = folders[..=index].join("/");
+        match std::fs::symlink_metadata(&current) {
+            Ok(meta) if meta.is_symlink() => bail!(
+                "build of `{}` refused: `{}` in the `wasm` path is a symlink; the component is \
+                 written only inside the extension's folder (make it a real folder)",
+                shown(&dir.display().to_string()),
+                Shown(&walked)
+            ),
+            Ok(meta) if meta.is_dir() => {}
+            Ok(_) => bail!(
+                "build of `{}` refused: `{}` in the `wasm` path is not a folder",
+                shown(&dir.display().to_string()),
+                Shown(&walked)
+            ),
+            Err(_) => {
+                std::fs::create_dir(&current)
+                    .with_context(|| format!("cannot create `{}`", current.display()))?;
+                eprintln!("created the folder `{}` for the component", Shown(&walked));
+            }
+        }
+    }
+    if std::fs::symlink_metadata(dir.join(relative)).is_ok_and(|meta| meta.is_dir()) {
+        bail!(
+            "build of `{}` refused: the `wasm` path `{}` is a folder; name the file to write",
+            shown(&dir.display().to_string()),
+            Shown(relative)
+        );
+    }
+    Ok(())
+}
+
+/// Says once per folder (recorded in `$ZOT_HOME/built-folders`) that a
+/// build runs the crate's code with the user's permissions.
+fn first_build_notice(context: &Context, dir: &Path) {
+    let Ok(home) = context.home() else {
+        return;
+    };
+    let record = home.root().join("built-folders");
+    let folder = std::fs::canonicalize(dir)
+        .unwrap_or_else(|_| dir.to_owned())
+        .display()
+        .to_string();
+    let known = std::fs::read_to_string(&record).unwrap_or_default();
+    if known.lines().any(|line| line == folder) {
+        return;
+    }
+    eprintln!(
+        "note: building `{}` runs its build scripts and proc macros, and those of its \
+         dependencies, with your permissions (not in the sandbox); build only code you trust",
+        shown(&folder)
+    );
+    let _ = std::fs::create_dir_all(home.root());
+    let _ = zotbox::home::write_atomic(&record, format!("{known}{folder}\n").as_bytes());
 }
 
 /// Puts a copy of `from` at `to` atomically, so a running host never reads

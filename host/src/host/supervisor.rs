@@ -222,7 +222,17 @@ async fn start_once(
     // A shutdown must not wait out a handshake, nor leave its process behind.
     let mut stop = stop.clone();
     tokio::select! {
-        started = handshake => started.map_err(|err| StartFailure::Transient(err.to_string())),
+        started = handshake => started.map_err(|err| {
+            // A cold `cargo run` misses the deadline: say so.
+            let hint = match &err {
+                crate::session::SessionError::NoHello { .. } => manifest.hello_hint(),
+                _ => None,
+            };
+            StartFailure::Transient(match hint {
+                Some(hint) => format!("{err}; {hint}"),
+                None => err.to_string(),
+            })
+        }),
         _ = stop.wait_for(|stopping| *stopping) => {
             control.kill();
             Err(StartFailure::Stopped)

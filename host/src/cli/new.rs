@@ -1,0 +1,165 @@
+//! `zotbox new NAME [--lang LANG]`: a minimal extension to start from.
+//!
+//! Each language is a [`Template`]: the files it writes, with `{{name}}`
+//! and `{{sdk_dependency}}` filled in. What every template holds: a manifest
+//! declaring no capabilities, a README saying how to declare one, the build
+//! file of the language, and source with one command, one typed tool and
+//! one intercept, so that `zotbox ext build` then `zotbox ext install` work
+//! on it unchanged. Another language (issue 13) is one more [`Lang`]
+//! variant and its folder under `new/`.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, Result, bail};
+
+use super::output::json_line;
+use super::{Context, EXIT_OK};
+use zotbox::text::Shown;
+
+/// Arguments of `zotbox new`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// The extension's name: its manifest name, its crate and binary, its
+    /// wasm file. Letters, digits, `-` and `_`, starting with a letter.
+    name: String,
+    /// The language of the source.
+    #[arg(long, value_enum, default_value_t = Lang::Rust)]
+    lang: Lang,
+    /// Where to write it [default: ./NAME]; it must not exist or be empty.
+    #[arg(long, value_name = "DIR")]
+    path: Option<PathBuf>,
+}
+
+/// A language `zotbox new` writes an extension in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Lang {
+    /// Rust, with the `zotbox-guest` SDK, built for wasm32-wasip2.
+    Rust,
+}
+
+/// The files of one language's extension: (path, text with placeholders).
+struct Template {
+    files: &'static [(&'static str, &'static str)],
+    /// What to tell the author to run next, with `{{dir}}` and `{{name}}`.
+    next: &'static str,
+}
+
+impl Lang {
+    fn template(self) -> Template {
+        match self {
+            Self::Rust => Template {
+                files: &[
+                    ("Cargo.toml", include_str!("new/rust/Cargo.toml.tmpl")),
+                    (
+                        "extension.json",
+                        include_str!("new/rust/extension.json.tmpl"),
+                    ),
+                    ("README.md", include_str!("new/rust/README.md.tmpl")),
+                    (".gitignore", include_str!("new/rust/gitignore.tmpl")),
+                    ("src/main.rs", include_str!("new/rust/src/main.rs.tmpl")),
+                ],
+                next: "zotbox ext build {{dir}} && zotbox ext install {{dir}}\n\
+                       zotbox call count_words '{\"text\": \"one two three\"}'",
+            },
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Rust => "rust",
+        }
+    }
+}
+
+/// Where the Rust guest SDK this zotbox was built from lives, when it is
+/// still there: a new crate depends on it by path. The SDK is not on
+/// crates.io; elsewhere the crate gets a git dependency on the repository.
+fn sdk_dependency() -> String {
+    let sdk = Path::new(env!("CARGO_MANIFEST_DIR")).join("../guest-sdk");
+    match std::fs::canonicalize(&sdk) {
+        Ok(sdk) if sdk.join("Cargo.toml").is_file() => {
+            format!("zotbox-guest = {{ path = {:?} }}", sdk.display().to_string())
+        }
+        _ => "# The guest SDK is not on crates.io: this takes it from the repository.\n\
+              # With a checkout of zotbox, `{ path = \"<checkout>/guest-sdk\" }` works offline.\n\
+              zotbox-guest = { git = \"https://github.com/zotbox/zotbox\" }"
+            .to_owned(),
+    }
+}
+
+/// Checks NAME: a manifest name that is also a Cargo package and binary
+/// name (no `.`, starting with a letter).
+fn check_name(name: &str) -> Result<()> {
+    zotbox::manifest::validate_name(name)
+        .map_err(|problem| anyhow::anyhow!("extension name {problem}"))?;
+    let shown = Shown(name);
+    if !name.starts_with(|c: char| c.is_ascii_alphabetic()) {
+        bail!("extension name `{shown}` must start with a letter (it names a crate and a binary)");
+    }
+    if name.contains('.') {
+        bail!(
+            "extension name `{shown}` contains `.`; use letters, digits, `-` and `_` (it names a \
+             crate and a binary)"
+        );
+    }
+    Ok(())
+}
+
+impl Args {
+    pub(crate) async fn run(self, context: &Context) -> Result<u8> {
+        check_name(&self.name)?;
+        let dir = self.path.clone().unwrap_or_else(|| PathBuf::from(&self.name));
+        let shown_dir = dir.display().to_string();
+        if let Ok(mut entries) = std::fs::read_dir(&dir)
+            && entries.next().is_some()
+        {
+            bail!(
+                "`{}` already exists and is not empty; choose another name or pass --path",
+                Shown(&shown_dir)
+            );
+        }
+        let template = self.lang.template();
+        let sdk = sdk_dependency();
+        let fill = |text: &str| {
+            text.replace("{{name}}", &self.name)
+                .replace("{{sdk_dependency}}", &sdk)
+                .replace("{{dir}}", &shown_dir)
+        };
+        let mut written = Vec::new();
+        for (path, text) in template.files {
+            let target = dir.join(path);
+            if let Some(parent) = target.parent() {
+                std::fs::create_dir_all(parent)
+                    .with_context(|| format!("cannot create `{}`", parent.display()))?;
+            }
+            // Never over a file, never through a link.
+            let mut file = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&target)
+                .with_context(|| format!("cannot create `{}`", target.display()))?;
+            std::io::Write::write_all(&mut file, fill(text).as_bytes())
+                .with_context(|| format!("cannot write `{}`", target.display()))?;
+            written.push(*path);
+        }
+        if context.json {
+            json_line(&serde_json::json!({
+                "action": "created",
+                "name": self.name,
+                "lang": self.lang.as_str(),
+                "path": dir,
+                "files": written,
+            }))?;
+        } else {
+            println!(
+                "created `{}` ({}) in {}: {}",
+                self.name,
+                self.lang.as_str(),
+                Shown(&shown_dir),
+                written.join(", ")
+            );
+            println!("next:\n{}", fill(template.next));
+        }
+        Ok(EXIT_OK)
+    }
+}

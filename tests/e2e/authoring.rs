@@ -1,0 +1,253 @@
+//! Authoring, as a new author does it (issue 14): `zotbox new`, then
+//! `ext build`, `ext install` and a call, with the real binary and cargo;
+//! the errors met on the way name the next step; a build writes only
+//! inside the extension's folder.
+
+use std::ffi::OsStr;
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use crate::support::{Lab, tree, write_json};
+
+/// The workspace root (for its `Cargo.lock` and the guests' target folder).
+fn repository() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .canonicalize()
+        .expect("the repository")
+}
+
+/// What `ext build` needs to reuse the test guests' build: their target
+/// folder (the dependencies are compiled already) and no network.
+fn build_env() -> Vec<(&'static str, PathBuf)> {
+    vec![
+        ("CARGO_TARGET_DIR", repository().join("target/wasm-guests")),
+        ("CARGO_NET_OFFLINE", PathBuf::from("true")),
+    ]
+}
+
+fn zotbox_building(lab: &Lab, args: &[&str]) -> crate::support::Run {
+    let env = build_env();
+    let env: Vec<(&str, &OsStr)> = env.iter().map(|(k, v)| (*k, v.as_os_str())).collect();
+    lab.zotbox_env(args, &env)
+}
+
+#[test]
+fn a_new_extension_builds_installs_and_answers_with_only_its_files_installed() {
+    // The guests share the target folder: build them first, so this build
+    // waits on no one and reuses their dependencies.
+    let _ = crate::guests::guests();
+    let lab = Lab::new();
+    let dir = lab.dev.join("wordcount");
+    let shown = dir.display().to_string();
+    let run = lab.zotbox(&["new", "wordcount", "--path", &shown]);
+    run.expect_code(0);
+    assert_eq!(
+        run.stdout,
+        format!(
+            "created `wordcount` (rust) in {shown}: Cargo.toml, extension.json, README.md, \
+             .gitignore, src/main.rs\nnext:\nzotbox ext build {shown} && zotbox ext install \
+             {shown}\nzotbox call count_words '{{\"text\": \"one two three\"}}'\n"
+        )
+    );
+    // The manifest declares nothing.
+    let manifest: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("extension.json")).expect("manifest"))
+            .expect("json");
+    assert_eq!(manifest.get("capabilities"), None);
+    assert_eq!(manifest["wasm"], "./wordcount.wasm");
+    // A second `new` never writes over it.
+    let again = lab.zotbox(&["new", "wordcount", "--path", &shown]);
+    again.expect_code(1);
+    assert_eq!(
+        again.stderr,
+        format!(
+            "error: `{shown}` already exists and is not empty; choose another name or pass --path\n"
+        )
+    );
+
+    // Before the build: each error says what to run.
+    let not_built = format!("`wordcount.wasm` is not built yet: run `zotbox ext build {shown}`");
+    let run = lab.zotbox(&["ext", "install", &shown, "--yes"]);
+    run.expect_code(1);
+    assert_eq!(run.stderr, format!("error: {not_built}\n"));
+    assert_eq!(run.stdout, "", "nothing shown before the refusal");
+    let run = lab.zotbox(&["--ext", &shown, "call", "count_words", "{}"]);
+    run.expect_code(1);
+    assert!(
+        run.stderr.ends_with(&format!(
+            "error: no tool `count_words`; `--ext {shown}`: failed to start ({not_built})\n"
+        )),
+        "{run:#?}"
+    );
+
+    // The same lock as the repository: the dependencies resolve offline.
+    std::fs::copy(repository().join("Cargo.lock"), dir.join("Cargo.lock")).expect("lock");
+    let run = zotbox_building(&lab, &["ext", "build", &shown]);
+    run.expect_code(0);
+    assert!(
+        run.stdout.starts_with(&format!(
+            "built `wordcount` → {}/wordcount.wasm (",
+            dir.display()
+        )),
+        "{run:#?}"
+    );
+    // Once per folder: building runs the crate's code with the user's permissions.
+    let notice = "runs its build scripts and proc macros, and those of its dependencies, with \
+                  your permissions (not in the sandbox); build only code you trust";
+    assert!(run.stderr.contains(notice), "{run:#?}");
+    // Piped: no progress from cargo.
+    assert!(!run.stderr.contains("Compiling"), "{run:#?}");
+
+    // What an author's folder also holds: build output, VCS, sources.
+    std::fs::create_dir_all(dir.join("target/release")).expect("target");
+    std::fs::write(dir.join("target/release/big"), vec![0u8; 4096]).expect("junk");
+    std::fs::create_dir_all(dir.join(".git")).expect(".git");
+    std::fs::write(dir.join(".git/config"), "[core]").expect("git config");
+    let run = lab.zotbox(&["ext", "install", &shown, "--yes"]);
+    run.expect_code(0);
+    let installed = lab.user_dir().join("wordcount");
+    assert_eq!(
+        tree(&installed).into_keys().collect::<Vec<_>>(),
+        ["extension.json", "wordcount.wasm"]
+    );
+    let run = lab.zotbox(&["call", "count_words", r#"{"text": "one two three"}"#]);
+    run.expect_code(0);
+    assert_eq!(run.stdout, "3\n");
+    let run = lab.zotbox(&["command", "wordcount", "Ada"]);
+    run.expect_code(0);
+    assert_eq!(run.stdout, "display: hello, Ada, from wordcount\n");
+    let run = lab.zotbox(&["check", "bash", r#"{"command": "rm -rf /"}"#]);
+    assert!(
+        run.stdout.contains("wordcount: `rm -rf /` is not run here"),
+        "{run:#?}"
+    );
+
+    // A `wasm` path in a folder that does not exist: the build makes it,
+    // and says so; the notice is not repeated.
+    let mut manifest = manifest;
+    manifest["wasm"] = json!("dist/wordcount.wasm");
+    write_json(&dir.join("extension.json"), &manifest);
+    let run = zotbox_building(&lab, &["ext", "build", &shown]);
+    run.expect_code(0);
+    assert!(
+        run.stderr
+            .contains("created the folder `dist` for the component"),
+        "{run:#?}"
+    );
+    assert!(!run.stderr.contains(notice), "{run:#?}");
+    assert!(dir.join("dist/wordcount.wasm").is_file());
+}
+
+#[test]
+fn ext_build_never_writes_outside_the_extension_folder() {
+    let lab = Lab::new();
+    let dir = lab.dev.join("evil");
+    std::fs::create_dir_all(&dir).expect("folder");
+    std::fs::write(dir.join("Cargo.toml"), "[package]\nname = \"evil\"\n").expect("Cargo.toml");
+    let profile = lab.dev.join("profile");
+    std::fs::write(&profile, "export PATH=/usr/bin\n").expect("profile");
+    let shown = dir.display().to_string();
+    // Attack: the manifest points the component at the user's profile.
+    write_json(
+        &dir.join("extension.json"),
+        &json!({"name": "evil", "wasm": "../profile"}),
+    );
+    let run = lab.zotbox(&["ext", "build", &shown]);
+    run.expect_code(1);
+    assert_eq!(
+        run.stderr,
+        format!(
+            "error: `{shown}/extension.json`: field `wasm` `../profile` contains `..`; name a \
+             file inside the extension's folder\n"
+        )
+    );
+    // Attack: a folder of the path is a symlink leading out.
+    let outside = lab.dev.join("outside");
+    std::fs::create_dir_all(&outside).expect("outside");
+    symlink(&outside, dir.join("out")).expect("symlink");
+    write_json(
+        &dir.join("extension.json"),
+        &json!({"name": "evil", "wasm": "out/evil.wasm"}),
+    );
+    let run = lab.zotbox(&["ext", "build", &shown]);
+    run.expect_code(1);
+    assert_eq!(
+        run.stderr,
+        format!(
+            "error: build of `{shown}` refused: `out` in the `wasm` path is a symlink; the \
+             component is written only inside the extension's folder (make it a real folder)\n"
+        )
+    );
+    // Nothing ran, nothing was written.
+    assert_eq!(
+        std::fs::read_to_string(&profile).expect("profile"),
+        "export PATH=/usr/bin\n"
+    );
+    assert!(tree(&outside).is_empty());
+    assert!(!dir.join("target").exists(), "cargo never ran");
+}
+
+#[test]
+fn zotbox_new_refuses_names_that_are_not_a_crate_and_an_extension() {
+    let lab = Lab::new();
+    // (name, the refusal)
+    let cases = [
+        (
+            "../up",
+            "extension name `../up` must not start with a dot".to_owned(),
+        ),
+        (
+            "a.b",
+            "extension name `a.b` contains `.`; use letters, digits, `-` and `_` (it names a \
+             crate and a binary)"
+                .to_owned(),
+        ),
+        (
+            "1st",
+            "extension name `1st` must start with a letter (it names a crate and a binary)"
+                .to_owned(),
+        ),
+    ];
+    for (name, refusal) in cases {
+        let run = lab.zotbox(&["new", name]);
+        run.expect_code(1);
+        assert_eq!(run.stderr, format!("error: {refusal}\n"), "{name}");
+    }
+    assert!(tree(&lab.workspace).is_empty());
+}
+
+#[test]
+fn a_native_extension_built_as_it_starts_misses_hello_with_a_hint() {
+    let lab = Lab::new();
+    let dir = lab.dev.join("slow");
+    std::fs::create_dir_all(&dir).expect("folder");
+    // `cargo run` on a cold crate: compiling, silent, past the deadline.
+    let cargo = dir.join("cargo");
+    std::fs::write(&cargo, "#!/bin/sh\nexec sleep 30\n").expect("script");
+    std::fs::set_permissions(
+        &cargo,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod");
+    write_json(
+        &dir.join("extension.json"),
+        &json!({"name": "slow", "exec": "./cargo", "args": ["run", "--release"]}),
+    );
+    let run = lab.zotbox(&["--ext", &dir.display().to_string(), "--json", "list"]);
+    run.expect_code(0);
+    let entry: Value =
+        serde_json::from_str(run.stdout.lines().next().unwrap_or("{}")).expect("a list line");
+    assert_eq!(
+        entry["reason"],
+        format!(
+            "extension `slow` sent no `hello` within 10s; it is started with `./cargo run \
+             --release`, which builds it first: build it before (`cargo build --release` in \
+             `{}`) and make `exec` the built binary",
+            dir.display()
+        ),
+        "{run:#?}"
+    );
+}
