@@ -4,10 +4,12 @@ mod approve;
 mod call;
 mod check;
 mod command;
+mod completions;
 mod demo;
 mod doctor;
 mod ext;
 mod list;
+mod man;
 mod new;
 mod output;
 mod policy;
@@ -84,7 +86,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Action {
-    /// List extensions: state, commands, tools, subscriptions and load errors.
+    /// List extensions: state, commands, tools, subscriptions and load errors
+    /// (exit status 1 when one failed to load or start).
     List(list::Args),
     /// Call a tool (through the guard chain) and print its result.
     Call(call::Args),
@@ -121,6 +124,10 @@ enum Action {
     /// capabilities, a README, the build file and source with one command,
     /// one typed tool and one intercept.
     New(new::Args),
+    /// Print a completion script: `zotbox completions bash > /etc/bash_completion.d/zotbox`.
+    Completions(completions::Args),
+    /// Print the man page (roff): `zotbox man > zotbox.1`.
+    Man(man::Args),
 }
 
 /// Shared state every command gets.
@@ -198,6 +205,8 @@ impl Cli {
             Action::Skills(command) => command.run(&context).await?,
             Action::Doctor(args) => args.run(&context).await?,
             Action::New(args) => args.run(&context).await?,
+            Action::Completions(args) => args.run(&context).await?,
+            Action::Man(args) => args.run(&context).await?,
         };
         Ok(status)
     }

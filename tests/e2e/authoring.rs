@@ -227,11 +227,8 @@ fn a_native_extension_built_as_it_starts_misses_hello_with_a_hint() {
     // `cargo run` on a cold crate: compiling, silent, past the deadline.
     let cargo = dir.join("cargo");
     std::fs::write(&cargo, "#!/bin/sh\nexec sleep 30\n").expect("script");
-    std::fs::set_permissions(
-        &cargo,
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .expect("chmod");
+    std::fs::set_permissions(&cargo, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
     write_json(
         &dir.join("extension.json"),
         &json!({"name": "slow", "exec": "./cargo", "args": ["run", "--release"]}),
@@ -250,4 +247,116 @@ fn a_native_extension_built_as_it_starts_misses_hello_with_a_hint() {
         ),
         "{run:#?}"
     );
+}
+
+#[test]
+fn completions_and_the_man_page_cover_every_command() {
+    let lab = Lab::new();
+    let run = lab.zotbox(&["completions", "bash"]);
+    run.expect_code(0);
+    assert!(run.stdout.starts_with("_zotbox() {"), "{run:#?}");
+    for command in ["new", "ext", "completions", "man", "doctor"] {
+        assert!(run.stdout.contains(command), "{command}");
+    }
+    let run = lab.zotbox(&["completions", "tcsh"]);
+    run.expect_code(2);
+    let run = lab.zotbox(&["man"]);
+    run.expect_code(0);
+    assert!(run.stdout.contains(".TH zotbox 1"), "{run:#?}");
+    assert!(run.stdout.contains("Exit status:"), "{run:#?}");
+}
+
+#[test]
+fn list_exits_1_when_an_extension_failed_as_its_help_says() {
+    let lab = Lab::new();
+    let help = lab.zotbox(&["list", "--help"]);
+    let words: Vec<&str> = help.stdout.split_whitespace().collect();
+    assert!(
+        words
+            .join(" ")
+            .contains("(exit status 1 when one failed to load or start)"),
+        "{help:#?}"
+    );
+    let dir = lab.dev.join("broken");
+    std::fs::create_dir_all(&dir).expect("folder");
+    std::fs::write(dir.join("broken.wasm"), "not wasm").expect("junk");
+    write_json(
+        &dir.join("extension.json"),
+        &json!({"name": "broken", "wasm": "./broken.wasm"}),
+    );
+    let shown = dir.display().to_string();
+    for args in [
+        vec!["--ext", &shown, "list"],
+        vec!["--ext", &shown, "--json", "list"],
+    ] {
+        let run = lab.zotbox(&args);
+        run.expect_code(1);
+        assert!(run.stdout.contains("failed"), "{run:#?}");
+    }
+    lab.zotbox(&["list"]).expect_code(0);
+}
+
+#[test]
+fn doctor_reports_a_launcher_whose_zotbox_is_gone_or_another() {
+    let lab = Lab::new();
+    let me = std::fs::canonicalize(env!("CARGO_BIN_EXE_zotbox")).expect("zotbox");
+    let other = lab.dev.join("old/zotbox");
+    std::fs::create_dir_all(other.parent().expect("parent")).expect("folder");
+    std::fs::write(&other, "#!/bin/sh\n").expect("old zotbox");
+    std::fs::set_permissions(&other, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let wasm = crate::guests::guests().artifact("prober", crate::guests::Form::Wasm);
+    // (folder, launcher, the problem doctor names)
+    let gone = lab.dev.join("gone/zotbox");
+    let cases = [
+        (
+            "moved",
+            gone.clone(),
+            format!(
+                "zot starts it with `{}`, which no longer exists",
+                gone.display()
+            ),
+        ),
+        (
+            "upgraded",
+            other.clone(),
+            format!(
+                "zot starts it with `{}`, which is not this zotbox (`{}`)",
+                other.display(),
+                me.display()
+            ),
+        ),
+        ("current", me.clone(), String::new()),
+    ];
+    for (name, launcher, _) in &cases {
+        let dir = lab.user_dir().join(name);
+        std::fs::create_dir_all(&dir).expect("folder");
+        std::fs::copy(wasm, dir.join("prober.wasm")).expect("wasm");
+        write_json(
+            &dir.join("extension.json"),
+            &json!({"name": name, "wasm": "./prober.wasm", "exec": launcher, "args": ["run"]}),
+        );
+    }
+    let run = lab.zotbox(&["doctor"]);
+    for (name, _, problem) in &cases {
+        let line = run
+            .stdout
+            .lines()
+            .find(|line| line.contains(&format!("extension `{name}`: zot starts it")));
+        if problem.is_empty() {
+            assert_eq!(line, None, "{run:#?}");
+        } else {
+            let line = line.unwrap_or_else(|| panic!("no finding for `{name}`: {run:#?}"));
+            assert!(
+                line.contains(problem.as_str())
+                    && line.ends_with(&format!(
+                        "; run `zotbox ext install` on its source again (or set `exec` in `{}` \
+                         to `zotbox`)",
+                        lab.user_dir().join(name).join("extension.json").display()
+                    )),
+                "{line}"
+            );
+        }
+    }
+    run.expect_code(1);
 }

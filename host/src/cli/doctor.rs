@@ -71,6 +71,7 @@ impl Args {
                 findings.push(("data file skipped".to_owned(), problem.error.clone()));
             }
             workspace_findings(host, &mut findings, &mut notes);
+            launcher_findings(host, &mut findings);
             let layers: Vec<String> = host
                 .policy()
                 .layers()
@@ -197,6 +198,75 @@ fn workspace_findings(host: &Host, findings: &mut Vec<(String, String)>, notes: 
             )
         };
         findings.push((subject, problem));
+    }
+}
+
+/// zot's launchers of zotbox (a sandboxed extension's `zotbox run`, the
+/// `serve` launcher): one whose binary no longer exists, or is not this
+/// zotbox, breaks silently inside zot after a move or an upgrade.
+fn launcher_findings(host: &Host, findings: &mut Vec<(String, String)>) {
+    let me = std::env::current_exe().and_then(std::fs::canonicalize).ok();
+    let search = host.search_path();
+    let folders = [search.home.extensions_dir(), search.project_dir()];
+    for folder in folders {
+        let Ok(entries) = std::fs::read_dir(&folder) else {
+            continue;
+        };
+        let mut manifests: Vec<std::path::PathBuf> = entries
+            .filter_map(Result::ok)
+            .map(|entry| entry.path().join(zotbox::manifest::MANIFEST_FILE))
+            .collect();
+        manifests.sort();
+        for path in manifests {
+            let Ok(manifest) = zotbox::manifest::Manifest::load(&path) else {
+                continue;
+            };
+            if let Some(problem) = launcher_problem(&manifest, me.as_deref()) {
+                findings.push((format!("extension `{}`", manifest.name()), problem));
+            }
+        }
+    }
+}
+
+/// What is wrong with `manifest`'s launcher of zotbox, if it is one.
+fn launcher_problem(
+    manifest: &zotbox::manifest::Manifest,
+    me: Option<&std::path::Path>,
+) -> Option<String> {
+    let raw = &manifest.raw;
+    let exec = raw.exec.as_deref()?;
+    let serve = zotbox::discovery::is_serve_launcher(manifest);
+    let run = manifest.kind() == "wasm" && raw.args.first().is_some_and(|a| a == "run");
+    let named_zotbox = std::path::Path::new(exec)
+        .file_name()
+        .is_some_and(|name| name == "zotbox");
+    if !(serve || run) || !named_zotbox {
+        return None;
+    }
+    let fix = if serve {
+        "run `zotbox setup` to point it at this zotbox".to_owned()
+    } else {
+        format!(
+            "run `zotbox ext install` on its source again (or set `exec` in `{}` to `zotbox`)",
+            manifest.path.display()
+        )
+    };
+    let found = zotbox::runtime::native::resolve_exec(exec, &manifest.dir)
+        .ok()
+        .filter(|path| path.is_file());
+    let Some(found) = found else {
+        return Some(format!(
+            "zot starts it with `{exec}`, which no longer exists: zot cannot start it; {fix}"
+        ));
+    };
+    let found = std::fs::canonicalize(&found).unwrap_or(found);
+    match me {
+        Some(me) if me != found => Some(format!(
+            "zot starts it with `{}`, which is not this zotbox (`{}`); {fix}",
+            found.display(),
+            me.display()
+        )),
+        _ => None,
     }
 }
 

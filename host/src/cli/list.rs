@@ -9,8 +9,9 @@
 use anyhow::Result;
 
 use super::output::{cell, json_line, table};
-use super::{Context, EXIT_OK};
+use super::{Context, EXIT_ERROR, EXIT_OK};
 use zotbox::discovery::ZotShadow;
+use zotbox::host::ExtensionState;
 use zotbox::text::{Shown, shown};
 
 /// Arguments of `zotbox list`.
@@ -26,6 +27,15 @@ impl Args {
         let shadows = host.search_path().zot_shadows();
         host.shutdown().await;
         let data_rows = data_rows(&data, refusal.as_deref());
+        // As `--help` says: 1 when an extension failed to load or start.
+        let status = if infos
+            .iter()
+            .any(|info| matches!(info.state, ExtensionState::Failed | ExtensionState::Invalid))
+        {
+            EXIT_ERROR
+        } else {
+            EXIT_OK
+        };
         if context.json {
             for info in &infos {
                 json_line(info)?;
@@ -41,18 +51,18 @@ impl Args {
                     "serve_launcher": shadow.serve_launcher,
                 }))?;
             }
-            return Ok(EXIT_OK);
+            return Ok(status);
         }
         if infos.is_empty() && data_rows.is_empty() {
             println!("no extensions found");
-            return Ok(EXIT_OK);
+            return Ok(status);
         }
         if !data_rows.is_empty() {
             print_data(&data_rows);
         }
         if infos.is_empty() {
             print_shadows(&shadows);
-            return Ok(EXIT_OK);
+            return Ok(status);
         }
         let rows: Vec<Vec<String>> = infos
             .iter()
@@ -111,7 +121,7 @@ impl Args {
         }
         print_zot_natives(&infos);
         print_shadows(&shadows);
-        Ok(EXIT_OK)
+        Ok(status)
     }
 }
 

@@ -78,7 +78,10 @@ fn sdk_dependency() -> String {
     let sdk = Path::new(env!("CARGO_MANIFEST_DIR")).join("../guest-sdk");
     match std::fs::canonicalize(&sdk) {
         Ok(sdk) if sdk.join("Cargo.toml").is_file() => {
-            format!("zotbox-guest = {{ path = {:?} }}", sdk.display().to_string())
+            format!(
+                "zotbox-guest = {{ path = {:?} }}",
+                sdk.display().to_string()
+            )
         }
         _ => "# The guest SDK is not on crates.io: this takes it from the repository.\n\
               # With a checkout of zotbox, `{ path = \"<checkout>/guest-sdk\" }` works offline.\n\
@@ -108,7 +111,10 @@ fn check_name(name: &str) -> Result<()> {
 impl Args {
     pub(crate) async fn run(self, context: &Context) -> Result<u8> {
         check_name(&self.name)?;
-        let dir = self.path.clone().unwrap_or_else(|| PathBuf::from(&self.name));
+        let dir = self
+            .path
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(&self.name));
         let shown_dir = dir.display().to_string();
         if let Ok(mut entries) = std::fs::read_dir(&dir)
             && entries.next().is_some()

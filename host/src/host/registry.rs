@@ -452,6 +452,8 @@ impl Registry {
                     info.events = registration.events.iter().cloned().collect();
                     info.intercepts = registration.intercepts.iter().cloned().collect();
                     info.warnings.extend(registration.refused.iter().cloned());
+                    info.warnings
+                        .extend(hello_mismatch(&slot.manifest, &registration.hello));
                 }
                 info
             })
@@ -548,4 +550,31 @@ fn info_without_slot(
         restarts: 0,
         zot_runs_natively: None,
     }
+}
+
+/// When what the extension says in `hello` (name, version) is not what its
+/// manifest says: a warning naming both, and how to keep them one.
+fn hello_mismatch(
+    manifest: &crate::manifest::Manifest,
+    hello: &zotbox_protocol::Hello,
+) -> Option<String> {
+    let raw = &manifest.raw;
+    let version_differs =
+        !hello.version.is_empty() && !raw.version.is_empty() && hello.version != raw.version;
+    if hello.name == raw.name && !version_differs {
+        return None;
+    }
+    let says = |name: &str, version: &str| {
+        if version.is_empty() {
+            format!("`{name}`")
+        } else {
+            format!("`{name}` {version}")
+        }
+    };
+    Some(format!(
+        "its `hello` says {}, its manifest {}; keep one source (a Rust guest: \
+         `zotbox_guest::Extension::from_manifest(zotbox_guest::manifest!())`)",
+        says(&hello.name, &hello.version),
+        says(&raw.name, &raw.version)
+    ))
 }

@@ -355,7 +355,10 @@ impl Selection {
     /// Whether the file at `path` is copied. Inside a build or VCS folder,
     /// only the program is.
     fn selects(&self, path: &str) -> bool {
-        self.required.iter().chain(&self.optional).any(|p| p == path)
+        self.required
+            .iter()
+            .chain(&self.optional)
+            .any(|p| p == path)
             || (!in_never_copied(path) && self.matches(path).next().is_some())
     }
 
