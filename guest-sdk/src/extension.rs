@@ -97,6 +97,17 @@ enum Flow {
 }
 
 impl Extension {
+    /// An extension named and versioned as its `extension.json` says, read
+    /// at build time by [`manifest!`](crate::manifest): one source for both.
+    ///
+    /// ```ignore
+    /// // In a crate with an extension.json beside its Cargo.toml:
+    /// zotbox_guest::Extension::from_manifest(zotbox_guest::manifest!())
+    /// ```
+    pub fn from_manifest(manifest: crate::ManifestInfo) -> Self {
+        Self::new(manifest.name, manifest.version)
+    }
+
     /// An extension with this name (it should match `extension.json`) and version.
     pub fn new(name: impl Into<String>, version: impl Into<String>) -> Self {
         Self {
@@ -181,6 +192,26 @@ impl Extension {
             }
         };
         self.add_tool(name, description.into(), schema.into(), Box::new(typed))
+    }
+
+    /// Registers a tool whose schema is derived from its argument type `A`
+    /// (`#[derive(Deserialize, JsonSchema)]`): the type is the one
+    /// description of the arguments, for the model and for deserializing.
+    /// Otherwise as [`Extension::tool`].
+    #[cfg(feature = "derive-schema")]
+    #[must_use]
+    pub fn typed_tool<A, F, R>(
+        self,
+        name: impl Into<String>,
+        description: impl Into<String>,
+        handler: F,
+    ) -> Self
+    where
+        A: DeserializeOwned + schemars::JsonSchema,
+        F: FnMut(&mut Context<'_>, A) -> R + 'static,
+        R: IntoToolOutput,
+    {
+        self.tool(name, description, crate::schema::of::<A>(), handler)
     }
 
     /// Registers a tool the model may call, handing the handler the

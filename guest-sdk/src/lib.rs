@@ -122,8 +122,15 @@
 mod capability;
 mod context;
 mod extension;
+mod manifest;
 mod response;
 pub mod schema;
+
+pub use manifest::ManifestInfo;
+/// Derives the schema of a tool's argument type (with the default
+/// `derive-schema` feature); see [`Extension::typed_tool`].
+#[cfg(feature = "derive-schema")]
+pub use schemars::JsonSchema;
 
 pub use capability::{Error as CapabilityError, fs, http, shell};
 pub use context::{Context, Level};

@@ -25,6 +25,32 @@
 //! Anything the builder lacks can be set with [`Schema::with`], or the whole
 //! schema written as a [`serde_json::Value`], which converts into a
 //! [`Schema`].
+//!
+//! With the default `derive-schema` feature, the schema can instead be
+//! derived from the argument type itself ([`of`], or
+//! [`Extension::typed_tool`](crate::Extension::typed_tool)), so it is
+//! written once: field doc comments become descriptions, `Option` fields
+//! are not required, serde's renames apply.
+//!
+//! ```
+//! # #[cfg(feature = "derive-schema")] {
+//! use serde::Deserialize;
+//! use zotbox_guest::{JsonSchema, schema};
+//!
+//! #[derive(Deserialize, JsonSchema)]
+//! struct Forecast {
+//!     /// the city
+//!     city: String,
+//!     /// how many days ahead
+//!     days: Option<u32>,
+//! }
+//!
+//! let derived = serde_json::Value::from(schema::of::<Forecast>());
+//! assert_eq!(derived["type"], "object");
+//! assert_eq!(derived["properties"]["city"]["description"], "the city");
+//! assert_eq!(derived["required"], serde_json::json!(["city"]));
+//! # }
+//! ```
 
 use serde_json::{Map, Value};
 
@@ -140,6 +166,23 @@ impl Schema {
     pub fn into_value(self) -> Value {
         self.0
     }
+}
+
+/// The schema of the arguments type `T`, derived from its definition
+/// (`#[derive(JsonSchema)]`), without the keys a tool schema does not use
+/// (`$schema`, `title`).
+#[cfg(feature = "derive-schema")]
+pub fn of<T: schemars::JsonSchema>() -> Schema {
+    let generator = schemars::generate::SchemaSettings::draft2020_12().into_generator();
+    let mut schema = generator.into_root_schema_for::<T>();
+    schema.remove("$schema");
+    schema.remove("title");
+    let mut value = schema.to_value();
+    // Providers want `properties` on every object, even an empty one.
+    if value["type"] == "object" && value.get("properties").is_none() {
+        value["properties"] = Value::Object(Map::new());
+    }
+    Schema(value)
 }
 
 // A schema built from an arbitrary value may not be an object; keywords make

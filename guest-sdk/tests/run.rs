@@ -880,3 +880,51 @@ fn a_host_that_went_away_ends_the_run_with_the_write_error() {
         "writing a frame to the host failed: pipe closed"
     );
 }
+
+/// The arguments of a tool whose schema is derived from this type.
+#[derive(Deserialize, zotbox_guest::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct Count {
+    /// the text to count
+    text: String,
+    /// count only words at least this long
+    min_length: Option<u32>,
+}
+
+#[test]
+fn a_typed_tool_derives_its_schema_from_its_argument_type() {
+    let extension =
+        Extension::new("wc", "1").typed_tool("count_words", "Count words.", |_ctx, args: Count| {
+            let min = args.min_length.unwrap_or(0) as usize;
+            let words = args.text.split_whitespace().filter(|w| w.len() >= min);
+            words.count().to_string()
+        });
+    let run = drive(
+        extension,
+        &[
+            json!({"type":"tool_call","id":"1","name":"count_words","args":{"text":"a bb ccc","minLength":2}}),
+            // The derived schema and the deserializer agree: the same field fails.
+            json!({"type":"tool_call","id":"2","name":"count_words","args":{"minLength":2}}),
+        ],
+    );
+    ok(&run);
+    assert_eq!(
+        run.frames[1],
+        json!({"type":"register_tool","name":"count_words","description":"Count words.",
+               "schema":{"type":"object",
+                         "description":"The arguments of a tool whose schema is derived from this type.",
+                         "properties":{
+                             "text":{"type":"string","description":"the text to count"},
+                             "minLength":{"type":["integer","null"],"format":"uint32","minimum":0,
+                                          "description":"count only words at least this long"}},
+                         "required":["text"]}})
+    );
+    assert_eq!(
+        run.answers(),
+        [
+            json!({"type":"tool_result","id":"1","content":[{"type":"text","text":"2"}]}),
+            json!({"type":"tool_result","id":"2","is_error":true,"content":[{"type":"text",
+                   "text":"invalid arguments for tool `count_words`: missing field `text`"}]}),
+        ]
+    );
+}

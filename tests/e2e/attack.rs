@@ -1690,7 +1690,8 @@ fn a_native_extension_is_refused_by_native_extensions_false() {
     crate::support::ext("native").write_in(&lab.user_dir());
     let dir = prober(&lab, &json!({}), None);
     let list = zotbox_with(&lab, &[], &["--ext", dir.to_str().expect("utf-8"), "list"]);
-    list.expect_code(0);
+    // A refused extension failed to start: `list` exits 1, as its help says.
+    list.expect_code(1);
     let row = |name: &str| {
         list.stdout
             .lines()

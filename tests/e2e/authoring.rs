@@ -119,6 +119,16 @@ fn a_new_extension_builds_installs_and_answers_with_only_its_files_installed() {
     let run = lab.zotbox(&["command", "wordcount", "Ada"]);
     run.expect_code(0);
     assert_eq!(run.stdout, "display: hello, Ada, from wordcount\n");
+    // The schema came from the argument type; the same type refuses.
+    let run = lab.zotbox(&["call", "count_words", "{}"]);
+    run.expect_code(3);
+    assert_eq!(
+        run.stdout,
+        "invalid arguments for tool `count_words`: missing field `text`\n"
+    );
+    // Name and version have one source: doctor finds no mismatch.
+    let run = lab.zotbox(&["doctor"]);
+    assert!(!run.stdout.contains("its `hello` says"), "{run:#?}");
     let run = lab.zotbox(&["check", "bash", r#"{"command": "rm -rf /"}"#]);
     assert!(
         run.stdout.contains("wordcount: `rm -rf /` is not run here"),
@@ -358,5 +368,14 @@ fn doctor_reports_a_launcher_whose_zotbox_is_gone_or_another() {
             );
         }
     }
+    // The guest calls itself `prober` 0.1.0; its manifest says `current`.
+    assert!(
+        run.stdout.contains(
+            "extension `current`: its `hello` says `prober` 0.1.0, its manifest `current`; keep \
+             one source (a Rust guest: \
+             `zotbox_guest::Extension::from_manifest(zotbox_guest::manifest!())`)"
+        ),
+        "{run:#?}"
+    );
     run.expect_code(1);
 }

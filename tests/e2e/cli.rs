@@ -30,8 +30,9 @@ fn list_prints_an_aligned_table_and_json_lines() {
     std::fs::create_dir_all(&broken).expect("folder");
     std::fs::write(broken.join("extension.json"), "{").expect("write");
 
+    // An invalid manifest among them: exit status 1, as `--help` says.
     let run = lab.zotbox(&["list"]);
-    run.expect_code(0);
+    run.expect_code(1);
     let lines: Vec<&str> = run.stdout.lines().collect();
     assert_eq!(
         lines[0],
@@ -67,7 +68,7 @@ fn list_prints_an_aligned_table_and_json_lines() {
     assert!(lines[3].contains("EOF while parsing"), "{}", run.stdout);
 
     let run = lab.zotbox(&["list", "--json"]);
-    run.expect_code(0);
+    run.expect_code(1);
     let entries = json_lines(&run.stdout);
     assert_eq!(entries.len(), 2, "{}", run.stdout);
     assert_eq!(
@@ -416,7 +417,7 @@ fn a_missing_ext_path_is_listed_under_its_own_name() {
     let lab = Lab::new();
     let typo = lab.dev.join("weathr");
     let run = lab.zotbox(&["--ext", &typo.display().to_string(), "--json", "list"]);
-    run.expect_code(0);
+    run.expect_code(1);
     let entries = json_lines(&run.stdout);
     assert_eq!(entries.len(), 1, "{}", run.stdout);
     assert_eq!(

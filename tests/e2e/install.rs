@@ -156,7 +156,7 @@ fn a_wasm_path_leaving_the_folder_is_refused_naming_the_field() {
         // Every manifest load refuses it, not only the install.
         let ext = source.display().to_string();
         let listed = lab.zotbox(&["--ext", &ext, "--json", "list"]);
-        listed.expect_code(0);
+        listed.expect_code(1);
         let entry: Value = serde_json::from_str(listed.stdout.lines().next().unwrap_or("{}"))
             .expect("a list line");
         assert_eq!(entry["state"], "invalid", "{}", listed.stdout);

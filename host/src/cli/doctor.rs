@@ -45,6 +45,9 @@ impl Args {
                         ),
                     ));
                 }
+                if let Some(mismatch) = &info.hello_mismatch {
+                    findings.push((format!("extension `{}`", info.name), mismatch.clone()));
+                }
                 for warning in &info.warnings {
                     findings.push((
                         format!("extension `{}`", info.name),

@@ -95,6 +95,10 @@ pub struct ExtensionInfo {
     /// does not), and any workspace extension zot runs natively.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub zot_runs_natively: Option<String>,
+    /// When its `hello` names it or its version differently from its
+    /// manifest: both, and how to keep one source (`doctor` reports it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hello_mismatch: Option<String>,
 }
 
 /// A live command.
@@ -452,8 +456,7 @@ impl Registry {
                     info.events = registration.events.iter().cloned().collect();
                     info.intercepts = registration.intercepts.iter().cloned().collect();
                     info.warnings.extend(registration.refused.iter().cloned());
-                    info.warnings
-                        .extend(hello_mismatch(&slot.manifest, &registration.hello));
+                    info.hello_mismatch = hello_mismatch(&slot.manifest, &registration.hello);
                 }
                 info
             })
@@ -549,11 +552,12 @@ fn info_without_slot(
         warnings: Vec::new(),
         restarts: 0,
         zot_runs_natively: None,
+        hello_mismatch: None,
     }
 }
 
 /// When what the extension says in `hello` (name, version) is not what its
-/// manifest says: a warning naming both, and how to keep them one.
+/// manifest says: both, and how to keep them one.
 fn hello_mismatch(
     manifest: &crate::manifest::Manifest,
     hello: &zotbox_protocol::Hello,
