@@ -7,7 +7,8 @@
 use zotbox_guest::{Extension, Response};
 
 fn main() -> std::io::Result<()> {
-    Extension::new("hello", "1.0.0")
+    // Name and version as extension.json says, read at build time.
+    Extension::from_manifest(zotbox_guest::manifest!())
         .command("hello", "ask the model to greet someone", |_ctx, args| {
             let who = if args.trim().is_empty() {
                 "the user"

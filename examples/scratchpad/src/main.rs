@@ -8,10 +8,12 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use serde::Deserialize;
-use zotbox_guest::{Extension, Level, Panel, Response, ToolOutput, schema};
+use zotbox_guest::{Extension, JsonSchema, Level, Panel, Response, ToolOutput, schema};
 
-#[derive(Debug, Deserialize)]
+/// `add_note`'s arguments: the tool's schema is derived from this type.
+#[derive(Debug, Deserialize, JsonSchema)]
 struct AddNote {
+    /// the note
     text: String,
 }
 
@@ -68,12 +70,9 @@ fn main() -> std::io::Result<()> {
                 }
             },
         )
-        .tool(
+        .typed_tool(
             "add_note",
             "Add a note to the user's scratchpad.",
-            schema::object()
-                .property("text", schema::string("the note"))
-                .required(["text"]),
             move |_ctx, args: AddNote| {
                 n5.borrow_mut().push(args.text);
                 ToolOutput::text(format!("added; {} notes", n5.borrow().len()))

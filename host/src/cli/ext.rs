@@ -17,7 +17,14 @@ use zotbox::text::{Shown, shown};
 /// `zotbox ext` subcommands.
 #[derive(Debug, clap::Subcommand)]
 pub(crate) enum Command {
-    /// Copy the extension folder PATH into $ZOT_HOME/extensions/<name>/.
+    /// Copy the extension in folder PATH into $ZOT_HOME/extensions/<name>/.
+    ///
+    /// What lands is what the extension is: its manifest, its program (the
+    /// `wasm` file; a native `exec` inside the folder and the `args` naming
+    /// files there) and the files its manifest's `files` globs select.
+    /// Sources, build folders (`target/`) and VCS folders stay behind; an
+    /// install over 100 MiB is refused. A wasm file not built yet is named,
+    /// with the `zotbox ext build` to run.
     ///
     /// Exactly what the folder held when it was read lands: symlinks leaving
     /// the folder, FIFOs, sockets and devices are refused, a link to a file
@@ -60,7 +67,14 @@ pub(crate) enum Command {
     /// component where its manifest's `wasm` field points.
     ///
     /// Installs the rustup target when it is missing, builds in release mode
-    /// without debug info, and precompiles the result into the cache.
+    /// without debug info, and precompiles the result into the cache. The
+    /// component is written only inside DIR (a missing folder on its path is
+    /// created; a symlinked one is refused). cargo's progress shows on a
+    /// terminal; piped or with --json, only errors.
+    ///
+    /// Building runs the crate's build scripts and proc macros (and its
+    /// dependencies') with your permissions, outside any sandbox: the first
+    /// build of a folder says so.
     Build {
         /// The extension folder: its Cargo.toml and extension.json.
         #[arg(default_value = ".")]
