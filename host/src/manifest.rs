@@ -579,6 +579,68 @@ mod tests {
     }
 
     #[test]
+    fn a_missing_wasm_file_and_a_silent_cargo_run_name_the_next_step() {
+        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let dir = tmp.path();
+        let load = |text: &str| {
+            Manifest::parse(text, &dir.join(MANIFEST_FILE)).unwrap_or_else(|e| panic!("{e}"))
+        };
+        let shown = dir.display();
+        // (manifest, whether a Cargo.toml is there, the phrase)
+        let cases = [
+            (
+                r#"{"name":"a","wasm":"a.wasm"}"#,
+                false,
+                format!(
+                    "`a.wasm` does not exist in `{shown}`: build the wasm file there, or fix the \
+                     `wasm` field"
+                ),
+            ),
+            (
+                r#"{"name":"a","wasm":"./out/a.wasm"}"#,
+                true,
+                format!(
+                    "`out/a.wasm` is not built yet (its folder `out` does not exist either): run \
+                     `zotbox ext build {shown}`, which creates it"
+                ),
+            ),
+        ];
+        for (text, cargo, expected) in cases {
+            if cargo {
+                std::fs::write(dir.join("Cargo.toml"), "").unwrap_or_else(|e| panic!("{e}"));
+            }
+            assert_eq!(load(text).missing_wasm(), Some(expected), "{text}");
+        }
+        std::fs::create_dir_all(dir.join("out")).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(dir.join("out/a.wasm"), "").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            load(r#"{"name":"a","wasm":"out/a.wasm"}"#).missing_wasm(),
+            None
+        );
+        // Native: `cargo run` is named with its arguments; any other crate
+        // gets the general hint; a wasm guest none.
+        assert_eq!(
+            load(r#"{"name":"a","exec":"cargo","args":["run","-q"]}"#).hello_hint(),
+            Some(format!(
+                "it is started with `cargo run -q`, which builds it first: build it before \
+                 (`cargo build --release` in `{shown}`) and make `exec` the built binary"
+            ))
+        );
+        assert_eq!(
+            load(r#"{"name":"a","exec":"./run.sh"}"#).hello_hint(),
+            Some(
+                "if it is built as it starts (`cargo run`), build it first and make `exec` the \
+                 built binary"
+                    .to_owned()
+            )
+        );
+        assert_eq!(
+            load(r#"{"name":"a","wasm":"out/a.wasm"}"#).hello_hint(),
+            None
+        );
+    }
+
+    #[test]
     fn unknown_keys_are_collected_not_fatal() {
         let manifest = parse(r#"{"name":"a","exec":"x","colour":"blue","limits":{"cpu":1}}"#)
             .unwrap_or_else(|e| panic!("{e}"));

@@ -149,6 +149,18 @@ fn a_new_extension_builds_installs_and_answers_with_only_its_files_installed() {
     );
     assert!(!run.stderr.contains(notice), "{run:#?}");
     assert!(dir.join("dist/wordcount.wasm").is_file());
+
+    // On a terminal, cargo's own progress shows (here, warm: its summary).
+    let env = build_env();
+    let env: Vec<(&str, &OsStr)> = env.iter().map(|(k, v)| (*k, v.as_os_str())).collect();
+    match lab.zotbox_on_terminal(&["ext", "build", &shown], &env) {
+        Some(run) => {
+            run.expect_code(0);
+            assert!(run.stdout.contains("Finished"), "{run:#?}");
+            assert!(run.stdout.contains("built `wordcount`"), "{run:#?}");
+        }
+        None => eprintln!("note: skipping the terminal build: `script` is not installed"),
+    }
 }
 
 #[test]

@@ -147,6 +147,39 @@ impl Lab {
         Run::from(command.output().expect("run zotbox"))
     }
 
+    /// As [`Lab::zotbox_env`], with stdin, stdout and stderr on a
+    /// terminal (util-linux `script`; both streams arrive on `stdout`).
+    /// `None` when `script` is not installed.
+    pub fn zotbox_on_terminal(
+        &self,
+        args: &[&str],
+        env: &[(&str, &std::ffi::OsStr)],
+    ) -> Option<Run> {
+        let mut words = vec![
+            env!("CARGO_BIN_EXE_zotbox").to_owned(),
+            "--zot-home".to_owned(),
+            self.home.display().to_string(),
+            "--workspace".to_owned(),
+            self.workspace.display().to_string(),
+        ];
+        words.extend(args.iter().map(|arg| (*arg).to_owned()));
+        let quoted: Vec<String> = words
+            .iter()
+            .map(|word| format!("'{}'", word.replace('\'', "'\\''")))
+            .collect();
+        let mut command = Command::new("script");
+        command
+            .args(["-qec", &quoted.join(" "), "/dev/null"])
+            .current_dir(&self.workspace)
+            .env("ZOT_HOME", &self.home)
+            .env_remove("ZOTBOX_LOG")
+            .env_remove("XDG_STATE_HOME");
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        command.output().ok().map(Run::from)
+    }
+
     /// Runs the real `zotbox` binary in the workspace with this lab's home.
     pub fn zotbox(&self, args: &[&str]) -> Run {
         let output = Command::new(env!("CARGO_BIN_EXE_zotbox"))
