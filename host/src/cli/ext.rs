@@ -311,7 +311,8 @@ fn print_plan(plan: &install::Plan) {
         .filter(|entry| entry.kind != install::EntryKind::Folder)
         .collect();
     println!(
-        "files: {} ({}); `extension.json` gets zot's launcher as its `exec`",
+        "files: {} ({}), and nothing else from the folder (its `files` globs add more); \
+         `extension.json` gets zot's launcher as its `exec`",
         files.len(),
         size(plan.total_size())
     );
