@@ -888,7 +888,7 @@ fn main() -> Result<()> {
     // `ZOTBOX_BENCH_PROFILE=1`: only wasm round trips, long enough for a profiler.
     if std::env::var_os("ZOTBOX_BENCH_PROFILE").is_some() {
         return runtime.block_on(async {
-            let launcher = Launcher::new(fixture.home.clone(), false);
+            let launcher = Launcher::new(fixture.home.clone());
             let long = Scale {
                 calls: 200_000,
                 ..Scale::from_env()
@@ -907,28 +907,28 @@ fn main() -> Result<()> {
         // First compile, with an empty cache; then a load from the disk cache.
         let cache = fixture.home.cache_dir();
         let _ = std::fs::remove_dir_all(&cache);
-        let fresh = WasmRuntime::new(Some(cache.clone()), false)?;
+        let fresh = WasmRuntime::new(Some(cache.clone()))?;
         let begun = Instant::now();
         fresh.prepare(GUEST, &fixture.wasm_file)?;
         let compile = begun.elapsed();
-        let cached = WasmRuntime::new(Some(cache.clone()), false)?;
+        let cached = WasmRuntime::new(Some(cache.clone()))?;
         let begun = Instant::now();
         cached.prepare(GUEST, &fixture.wasm_file)?;
         let disk_load = begun.elapsed();
         // The example guest: compiled once, then a median of loads from the
         // disk cache, each by a new runtime (as each `zotbox run` is).
         let example_wasm = fixture.example_dir.join(format!("{EXAMPLE}.wasm"));
-        WasmRuntime::new(Some(cache.clone()), false)?.prepare(EXAMPLE, &example_wasm)?;
+        WasmRuntime::new(Some(cache.clone()))?.prepare(EXAMPLE, &example_wasm)?;
         let mut loads = Vec::new();
         for _ in 0..scale.starts {
-            let runtime = WasmRuntime::new(Some(cache.clone()), false)?;
+            let runtime = WasmRuntime::new(Some(cache.clone()))?;
             let begun = Instant::now();
             runtime.prepare(EXAMPLE, &example_wasm)?;
             loads.push(begun.elapsed());
         }
         let example_load = percentile(&mut loads, 50.0);
 
-        let launcher = Launcher::new(fixture.home.clone(), false);
+        let launcher = Launcher::new(fixture.home.clone());
         eprintln!("start to ready…");
         let wasm_start = start_to_ready(&launcher, &fixture.wasm, &scale).await?;
         let native_start = start_to_ready(&launcher, &fixture.native, &scale).await?;
