@@ -31,13 +31,12 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use tokio::sync::broadcast;
 use zotbox::Host;
+use zotbox::Launcher;
 use zotbox::build::{CargoBuild, GUEST_TARGET};
 use zotbox::home::ZotHome;
+use zotbox::internals::{Session, SessionConfig, WasmRuntime};
 use zotbox::manifest::Manifest;
 use zotbox::protocol::HelloAck;
-use zotbox::runtime::Launcher;
-use zotbox::runtime::wasm::WasmRuntime;
-use zotbox::session::{Session, SessionConfig};
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
@@ -151,7 +150,7 @@ fn fixture() -> Result<Fixture> {
 }
 
 async fn start(launcher: &Launcher, manifest: &Manifest) -> Result<Session> {
-    let limits = zotbox::runtime::wasm::GuestLimits::from_effective(
+    let limits = zotbox::internals::GuestLimits::from_effective(
         &zotbox::policy::Policy::permissive().limits(
             &zotbox::manifest::Limits::default(),
             &zotbox::policy::LimitDefaults::default(),
@@ -357,7 +356,7 @@ async fn guard_cost(base: &Path, plugins: usize, scale: &Scale) -> Result<Durati
 /// 1 000 rules), which the chain's budget refuses.
 fn deny_figures(base: &Path, scale: &Scale) -> Result<Vec<[String; 4]>> {
     use zotbox::data::DataSearch;
-    use zotbox::guard::DenyRules;
+    use zotbox::internals::DenyRules;
     let load = |workspace: &Path| {
         let set = DataSearch::new(workspace, base.join("deny-home")).load();
         DenyRules::for_data(&set)

@@ -225,7 +225,7 @@ fn services(home: &ZotHome, policy: &Policy, dir: &Path) -> Arc<Services> {
                 rules: std::sync::OnceLock::new(),
             }),
         )
-        .with_control(crate::sandbox::ControlSources::new(
+        .with_control(crate::discovery::ControlSources::new(
             home.root(),
             &[dir.to_path_buf()],
         ))

@@ -22,10 +22,10 @@ use std::time::{Duration, Instant, SystemTime};
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 use tokio::task::{JoinHandle, JoinSet};
+use zotbox::Closed;
+use zotbox::Exit;
 use zotbox::host::{ExtensionState, RestartPolicy};
 use zotbox::protocol::ToolResult;
-use zotbox::runtime::Exit;
-use zotbox::session::Closed;
 use zotbox::{CallError, Host, HostBuilder, HostError, HostEvent, Verdict};
 
 use crate::guests::{self, Form};

@@ -11,10 +11,10 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use zotbox::Closed;
+use zotbox::Exit;
 use zotbox::host::{ExtensionState, RestartPolicy};
 use zotbox::protocol::{CommandAction, CommandResponse, Event, OpenPanel, ToolResult};
-use zotbox::runtime::Exit;
-use zotbox::session::Closed;
 use zotbox::{CallError, Decision, Host, HostError, HostEvent, Verdict};
 
 use crate::guests::{self, C_SHOUT, Form};

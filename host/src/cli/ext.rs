@@ -120,8 +120,7 @@ async fn build(context: &Context, dir: &Path) -> Result<u8> {
         )
     })?;
     install_file(built, path)?;
-    let launcher =
-        super::output::with_compile_notes(zotbox::runtime::Launcher::new(context.home()?));
+    let launcher = super::output::with_compile_notes(zotbox::Launcher::new(context.home()?));
     let runtime = launcher.wasm()?;
     let (name, target) = (manifest.name().to_owned(), path.clone());
     tokio::task::spawn_blocking(move || runtime.prepare(&name, &target)).await??;
@@ -172,7 +171,7 @@ async fn install(context: &Context, source: &Path, project: bool, yes: bool) -> 
         String::new()
     };
     let runtime = if sandboxed {
-        let launcher = super::output::with_compile_notes(zotbox::runtime::Launcher::new(home));
+        let launcher = super::output::with_compile_notes(zotbox::Launcher::new(home));
         Some(launcher.wasm()?)
     } else {
         None

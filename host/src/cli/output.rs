@@ -113,7 +113,7 @@ pub(crate) fn show_compiles(mut events: tokio::sync::broadcast::Receiver<HostEve
 }
 
 /// `launcher`, announcing its first compiles on a terminal.
-pub(crate) fn with_compile_notes(launcher: zotbox::runtime::Launcher) -> zotbox::runtime::Launcher {
+pub(crate) fn with_compile_notes(launcher: zotbox::Launcher) -> zotbox::Launcher {
     let (events, receiver) = tokio::sync::broadcast::channel(16);
     show_compiles(receiver);
     launcher.with_events(events)

@@ -206,7 +206,7 @@ impl HostBuilder {
         };
         let audit = std::sync::Arc::new(crate::audit::AuditLog::open(&home.audit_log()));
         let http_config = policy.http_config();
-        let control = crate::sandbox::ControlSources::new(home.root(), &self.explicit);
+        let control = crate::discovery::ControlSources::new(home.root(), &self.explicit);
         let native = crate::runtime::native::NativeConfinement::from_policy(
             &policy,
             Some(workspace.clone()),

@@ -55,20 +55,9 @@ pub fn resolve_exec(exec: &str, dir: &Path) -> Result<PathBuf, SpawnError> {
     if exec.contains(std::path::MAIN_SEPARATOR) || exec.contains('/') {
         return Ok(dir.join(path));
     }
-    let search = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&search)
-        .map(|entry| entry.join(exec))
-        .find(|candidate| is_executable(candidate))
-        .ok_or_else(|| SpawnError::NotOnPath {
-            exec: exec.to_owned(),
-        })
-}
-
-fn is_executable(path: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    path.metadata()
-        .map(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
-        .unwrap_or(false)
+    crate::discovery::find_on_path(exec).ok_or_else(|| SpawnError::NotOnPath {
+        exec: exec.to_owned(),
+    })
 }
 
 /// How native extensions run when the policy says `confine_native` (or
