@@ -7,7 +7,7 @@ use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
 use zotbox::data::{DataOrigin, Plugin};
-use zotbox::guard::DenyRules;
+use zotbox::internals::DenyRules;
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);

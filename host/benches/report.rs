@@ -31,13 +31,12 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use tokio::sync::broadcast;
 use zotbox::Host;
+use zotbox::Launcher;
 use zotbox::build::{CargoBuild, GUEST_TARGET};
 use zotbox::home::ZotHome;
+use zotbox::internals::{Session, SessionConfig, WasmRuntime};
 use zotbox::manifest::Manifest;
 use zotbox::protocol::HelloAck;
-use zotbox::runtime::Launcher;
-use zotbox::runtime::wasm::WasmRuntime;
-use zotbox::session::{Session, SessionConfig};
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
@@ -151,7 +150,7 @@ fn fixture() -> Result<Fixture> {
 }
 
 async fn start(launcher: &Launcher, manifest: &Manifest) -> Result<Session> {
-    let limits = zotbox::runtime::wasm::GuestLimits::from_effective(
+    let limits = zotbox::internals::GuestLimits::from_effective(
         &zotbox::policy::Policy::permissive().limits(
             &zotbox::manifest::Limits::default(),
             &zotbox::policy::LimitDefaults::default(),
@@ -357,7 +356,7 @@ async fn guard_cost(base: &Path, plugins: usize, scale: &Scale) -> Result<Durati
 /// 1 000 rules), which the chain's budget refuses.
 fn deny_figures(base: &Path, scale: &Scale) -> Result<Vec<[String; 4]>> {
     use zotbox::data::DataSearch;
-    use zotbox::guard::DenyRules;
+    use zotbox::internals::DenyRules;
     let load = |workspace: &Path| {
         let set = DataSearch::new(workspace, base.join("deny-home")).load();
         DenyRules::for_data(&set)
@@ -888,7 +887,7 @@ fn main() -> Result<()> {
     // `ZOTBOX_BENCH_PROFILE=1`: only wasm round trips, long enough for a profiler.
     if std::env::var_os("ZOTBOX_BENCH_PROFILE").is_some() {
         return runtime.block_on(async {
-            let launcher = Launcher::new(fixture.home.clone(), false);
+            let launcher = Launcher::new(fixture.home.clone());
             let long = Scale {
                 calls: 200_000,
                 ..Scale::from_env()
@@ -907,28 +906,28 @@ fn main() -> Result<()> {
         // First compile, with an empty cache; then a load from the disk cache.
         let cache = fixture.home.cache_dir();
         let _ = std::fs::remove_dir_all(&cache);
-        let fresh = WasmRuntime::new(Some(cache.clone()), false)?;
+        let fresh = WasmRuntime::new(Some(cache.clone()))?;
         let begun = Instant::now();
         fresh.prepare(GUEST, &fixture.wasm_file)?;
         let compile = begun.elapsed();
-        let cached = WasmRuntime::new(Some(cache.clone()), false)?;
+        let cached = WasmRuntime::new(Some(cache.clone()))?;
         let begun = Instant::now();
         cached.prepare(GUEST, &fixture.wasm_file)?;
         let disk_load = begun.elapsed();
         // The example guest: compiled once, then a median of loads from the
         // disk cache, each by a new runtime (as each `zotbox run` is).
         let example_wasm = fixture.example_dir.join(format!("{EXAMPLE}.wasm"));
-        WasmRuntime::new(Some(cache.clone()), false)?.prepare(EXAMPLE, &example_wasm)?;
+        WasmRuntime::new(Some(cache.clone()))?.prepare(EXAMPLE, &example_wasm)?;
         let mut loads = Vec::new();
         for _ in 0..scale.starts {
-            let runtime = WasmRuntime::new(Some(cache.clone()), false)?;
+            let runtime = WasmRuntime::new(Some(cache.clone()))?;
             let begun = Instant::now();
             runtime.prepare(EXAMPLE, &example_wasm)?;
             loads.push(begun.elapsed());
         }
         let example_load = percentile(&mut loads, 50.0);
 
-        let launcher = Launcher::new(fixture.home.clone(), false);
+        let launcher = Launcher::new(fixture.home.clone());
         eprintln!("start to ready…");
         let wasm_start = start_to_ready(&launcher, &fixture.wasm, &scale).await?;
         let native_start = start_to_ready(&launcher, &fixture.native, &scale).await?;

@@ -178,7 +178,7 @@ pub async fn run(
     // The workspace is named only by zot's `hello_ack`, after the start:
     // a confined native extension gets none.
     let native = crate::runtime::native::NativeConfinement::from_policy(&policy, None, &home);
-    let launcher = Launcher::new(home, false).with_native_confinement(native);
+    let launcher = Launcher::new(home).with_native_confinement(native);
     let start_error = |error: crate::runtime::StartError| BridgeError::Start {
         name: name.clone(),
         error,
@@ -225,7 +225,7 @@ fn services(home: &ZotHome, policy: &Policy, dir: &Path) -> Arc<Services> {
                 rules: std::sync::OnceLock::new(),
             }),
         )
-        .with_control(crate::sandbox::ControlSources::new(
+        .with_control(crate::discovery::ControlSources::new(
             home.root(),
             &[dir.to_path_buf()],
         ))

@@ -160,8 +160,8 @@ impl Context {
     pub(crate) async fn host(&self) -> Result<Host> {
         let mut builder = Host::builder()
             .workspace(self.workspace()?)
-            .zot_home(self.home()?.root())
-            .compile_progress(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+            .zot_home(self.home()?.root());
+        output::show_compiles(builder.subscribe());
         for path in &self.ext {
             builder = builder.extension(path);
         }

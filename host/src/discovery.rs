@@ -16,6 +16,10 @@
 
 use std::path::{Path, PathBuf};
 
+mod control;
+
+pub use control::ControlSources;
+
 use crate::home::ZotHome;
 use crate::manifest::{MANIFEST_FILE, Manifest, Program};
 use crate::user_file::FileError;
@@ -115,6 +119,14 @@ pub struct SearchPath {
     pub workspace: PathBuf,
     /// The user's `$ZOT_HOME`.
     pub home: ZotHome,
+}
+
+impl SearchPath {
+    /// The control paths of this search's workspace: what no grant may
+    /// write (see [`ControlSources`]).
+    pub fn control_paths(&self) -> crate::capability::fs::ControlPaths {
+        ControlSources::new(self.home.root(), &self.explicit).control_paths(&self.workspace)
+    }
 }
 
 impl SearchPath {
@@ -400,6 +412,34 @@ impl SearchPath {
         }
         shadows
     }
+}
+
+/// Where zot finds a native extension's program `exec`: absolute as-is;
+/// `./x`, `../x` or any path with a separator relative to the manifest's
+/// folder `dir`; a bare name on `PATH` (`None` when it is nowhere there).
+pub fn locate_program(exec: &str, dir: &Path) -> Option<PathBuf> {
+    let path = Path::new(exec);
+    if path.is_absolute() {
+        return Some(path.to_owned());
+    }
+    if exec.contains(std::path::MAIN_SEPARATOR) || exec.contains('/') {
+        return Some(dir.join(path));
+    }
+    find_on_path(exec)
+}
+
+/// The first executable file named `name` in a folder of `PATH`, as a
+/// shell would find it.
+pub fn find_on_path(name: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let search = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&search)
+        .map(|entry| entry.join(name))
+        .find(|candidate| {
+            candidate
+                .metadata()
+                .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
+        })
 }
 
 #[cfg(test)]

@@ -61,6 +61,22 @@ pub enum HostEvent {
         /// The back-off before the restart, in ms.
         delay_ms: u64,
     },
+    /// A wasm program is being compiled for the first time (it is cached
+    /// after that). Compiling can take seconds; a caller may say so.
+    Compiling {
+        /// The extension.
+        extension: Arc<str>,
+        /// Size of the wasm program, bytes.
+        bytes: u64,
+    },
+    /// A first compile finished (successfully or not: a failure follows as
+    /// the start's error).
+    Compiled {
+        /// The extension.
+        extension: Arc<str>,
+        /// How long it took, ms.
+        took_ms: u64,
+    },
     /// An extension failed for good and stays stopped until reload.
     Failed {
         /// The extension.

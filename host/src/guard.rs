@@ -12,4 +12,4 @@
 
 pub mod deny;
 
-pub use deny::{Budget, BudgetError, DenyHit, DenyRules};
+pub use deny::DenyRules;

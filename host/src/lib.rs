@@ -20,33 +20,49 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Data flows top to bottom through the modules: [`manifest`] and
-//! [`discovery`] find extensions; [`runtime`] starts them and moves bytes;
-//! [`session`] speaks the protocol with one extension; [`host`] routes
-//! between all of them.
+//! The public modules are what an embedder works with: the [`host`] and
+//! its builder, [`manifest`]s, the [`policy`] and the grants it makes, the
+//! [`capability`] types, [`data`] files, [`discovery`] of extensions, the
+//! [`store`] (install, trust), `$ZOT_HOME` ([`home`]), the two zot front
+//! ends ([`bridge`] for `zotbox run`, [`serve`]), events ([`HostEvent`]) and
+//! the [`protocol`]. The layers below the host (sandbox, runtime, session,
+//! guard chain, audit log) are the crate's own; what of them a caller
+//! meets is re-exported here.
+//!
+//! Modules are layered, each using only those below it (a test enforces
+//! it): text, files, home and events; audit; capability; manifest; policy;
+//! data; guard; discovery; sandbox; runtime; session; store; host; serve
+//! and bridge. The CLI is the binary's own, on top.
 
-pub mod audit;
 pub mod bridge;
 pub mod build;
 pub mod capability;
 pub mod data;
 pub mod discovery;
-pub mod event;
-pub mod guard;
 pub mod home;
 pub mod host;
 pub mod manifest;
 pub mod policy;
-pub mod runtime;
-pub mod sandbox;
 pub mod serve;
-pub mod session;
 pub mod store;
 pub mod text;
-pub mod user_file;
+
+pub(crate) mod audit;
+pub(crate) mod event;
+pub(crate) mod guard;
+pub(crate) mod runtime;
+pub(crate) mod sandbox;
+pub(crate) mod session;
+pub(crate) mod user_file;
+
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub mod internals;
 
 pub use event::HostEvent;
 pub use host::{Decision, Host, HostBuilder, HostError};
-pub use session::{CallError, FailMode, Interceptable, SessionConfig};
+pub use runtime::{Exit, Launcher};
+pub use session::{CallError, Closed, FailMode, Interceptable, SessionConfig};
+pub use user_file::FileError;
 pub use zotbox_protocol as protocol;
 pub use zotbox_protocol::Verdict;

@@ -135,19 +135,18 @@ pub enum StartError {
 #[derive(Debug)]
 pub struct Launcher {
     home: crate::home::ZotHome,
-    progress: bool,
+    events: Option<tokio::sync::broadcast::Sender<crate::event::HostEvent>>,
     native: Option<native::NativeConfinement>,
     cache_cap: u64,
     wasm: std::sync::OnceLock<Result<Arc<wasm::WasmRuntime>, String>>,
 }
 
 impl Launcher {
-    /// A launcher writing logs and the compile cache under `home`. With
-    /// `progress`, slow first compiles say so on stderr.
-    pub fn new(home: crate::home::ZotHome, progress: bool) -> Self {
+    /// A launcher writing logs and the compile cache under `home`.
+    pub fn new(home: crate::home::ZotHome) -> Self {
         Self {
             home,
-            progress,
+            events: None,
             native: None,
             cache_cap: wasm::DEFAULT_CACHE_CAP,
             wasm: std::sync::OnceLock::new(),
@@ -175,6 +174,16 @@ impl Launcher {
         self
     }
 
+    /// This launcher, announcing first compiles of wasm programs on
+    /// `events` (see [`wasm::WasmRuntime::with_events`]).
+    pub fn with_events(
+        mut self,
+        events: tokio::sync::broadcast::Sender<crate::event::HostEvent>,
+    ) -> Self {
+        self.events = Some(events);
+        self
+    }
+
     /// This launcher, keeping at most `cap` bytes of compiled wasm in the
     /// disk cache (default [`wasm::DEFAULT_CACHE_CAP`]); the least recently
     /// used programs are evicted beyond it.
@@ -191,8 +200,14 @@ impl Launcher {
     pub fn wasm(&self) -> Result<Arc<wasm::WasmRuntime>, wasm::WasmError> {
         self.wasm
             .get_or_init(|| {
-                wasm::WasmRuntime::new(Some(self.home.cache_dir()), self.progress)
-                    .map(|runtime| Arc::new(runtime.with_cache_cap(self.cache_cap)))
+                wasm::WasmRuntime::new(Some(self.home.cache_dir()))
+                    .map(|runtime| {
+                        let runtime = runtime.with_cache_cap(self.cache_cap);
+                        Arc::new(match &self.events {
+                            Some(events) => runtime.with_events(events.clone()),
+                            None => runtime,
+                        })
+                    })
                     .map_err(|err| err.to_string())
             })
             .clone()

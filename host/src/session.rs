@@ -27,11 +27,8 @@ use zotbox_protocol::{
 use crate::event::HostEvent;
 use crate::runtime::{Control, Exit, Transport};
 pub use error::{CallError, Closed, SessionError};
+pub use handshake::RegistrationLimits;
 use handshake::{HandshakeFailure, handshake, publish_unsolicited};
-pub use handshake::{
-    MAX_NAME_CHARS, MAX_NOTE_BYTES, MAX_PANEL_BYTES, MAX_REFUSALS_LISTED, MAX_SUBSCRIPTIONS,
-    RegistrationLimits,
-};
 pub use intercept::{Interceptable, Verdict};
 /// What a session reads: an extension's output.
 type ExtensionReader =
@@ -249,6 +246,7 @@ impl Session {
     }
 
     /// Why the session ended, once it has.
+    #[cfg(any(test, feature = "internals"))]
     pub fn closed_reason(&self) -> Option<Closed> {
         self.inner.closed.borrow().clone()
     }
@@ -457,6 +455,7 @@ impl Session {
     }
 
     /// Stops the extension at once, without the shutdown handshake.
+    #[cfg(any(test, feature = "internals"))]
     pub fn kill(&self) {
         self.inner.control.kill();
     }

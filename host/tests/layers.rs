@@ -22,7 +22,7 @@ const LAYERS: &[&[&str]] = &[
     &["session"],
     &["store"],
     &["host"],
-    &["serve", "bridge"],
+    &["serve", "bridge", "internals"],
     &["cli"],
 ];
 
@@ -38,6 +38,10 @@ const ROOT_ITEMS: &[(&str, &str)] = &[
     ("FailMode", "policy"),
     ("Interceptable", "session"),
     ("SessionConfig", "session"),
+    ("Closed", "session"),
+    ("Exit", "runtime"),
+    ("Launcher", "runtime"),
+    ("FileError", "user_file"),
 ];
 
 fn layer_of(module: &str) -> Option<usize> {

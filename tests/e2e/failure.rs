@@ -4,9 +4,9 @@
 use std::time::{Duration, Instant};
 
 use serde_json::json;
+use zotbox::Closed;
+use zotbox::Exit;
 use zotbox::host::{ExtensionState, RestartPolicy};
-use zotbox::runtime::Exit;
-use zotbox::session::Closed;
 use zotbox::{CallError, FailMode, HostError, HostEvent, SessionConfig, Verdict};
 
 use crate::support::{

@@ -14,7 +14,7 @@
 //! racing a shutdown or another reload, a shutdown racing a restart, and a
 //! rebuilt guest's old code kept in memory.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime};
@@ -22,16 +22,17 @@ use std::time::{Duration, Instant, SystemTime};
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 use tokio::task::{JoinHandle, JoinSet};
+use zotbox::Closed;
+use zotbox::Exit;
 use zotbox::host::{ExtensionState, RestartPolicy};
 use zotbox::protocol::ToolResult;
-use zotbox::runtime::Exit;
-use zotbox::session::Closed;
 use zotbox::{CallError, Host, HostBuilder, HostError, HostEvent, Verdict};
 
 use crate::guests::{self, Form};
 use crate::load::status_kib;
 use crate::support::{
-    Ext, Lab, bounded, eventually, ext, info, next_event, process_alive, tool_names,
+    Ext, Lab, bounded, cache_entries, entry_is_valid, eventually, ext, info, next_event,
+    process_alive, tool_names,
 };
 
 /// A call to a broken extension must fail well within this, against a
@@ -762,29 +763,6 @@ async fn an_unwritable_log_folder_stops_no_extension() {
         "not a folder\n"
     );
     scene.finish(slow).await;
-}
-
-/// The `.cwasm` files in `home`'s compile cache.
-fn cache_entries(home: &Path) -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir(home.join("cache")) else {
-        return Vec::new();
-    };
-    let mut found: Vec<PathBuf> = entries
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|e| e == "cwasm"))
-        .collect();
-    found.sort();
-    found
-}
-
-/// Whether a cache entry is well formed: the artifact, then a trailer of
-/// magic and the BLAKE3 hash of the artifact.
-fn entry_is_valid(bytes: &[u8]) -> bool {
-    let Some(body) = bytes.len().checked_sub(40).filter(|body| *body > 0) else {
-        return false;
-    };
-    let (artifact, trailer) = bytes.split_at(body);
-    &trailer[..8] == b"ZOTBOXC2" && trailer[8..] == *blake3::hash(artifact).as_bytes()
 }
 
 /// 64 KiB of fixed pseudo-random bytes (xorshift).

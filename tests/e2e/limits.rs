@@ -19,7 +19,9 @@ use wasm_encoder::{
 use zotbox::host::{ExtensionState, RestartPolicy};
 
 use crate::guests::{self, Form};
-use crate::support::{Lab, bounded, info, peak_rss_growth_mib, settled, tool_names, write_json};
+use crate::support::{
+    Lab, alone, bounded, info, peak_rss_growth_mib, settled, tool_names, write_json,
+};
 
 const MIB: u64 = 1024 * 1024;
 /// Bytes in a wasm page.
@@ -126,6 +128,9 @@ fn wasm_of(dir: &Path, name: &str) -> PathBuf {
 /// loads, naming the cap, before any memory exists.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_module_with_forty_memories_is_refused_at_load_naming_the_cap() {
+    if !alone("limits::a_module_with_forty_memories_is_refused_at_load_naming_the_cap") {
+        return;
+    }
     let lab = Lab::new();
     let wasm = core_module(
         &[Memory {
@@ -162,6 +167,9 @@ async fn a_module_with_forty_memories_is_refused_at_load_naming_the_cap() {
 /// total is what counts, and the guest's end names it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memories_and_tables_are_held_to_one_limit_together() {
+    if !alone("limits::memories_and_tables_are_held_to_one_limit_together") {
+        return;
+    }
     let out_of_memory = |name: &str| {
         format!(
             "extension `{name}` ended before it was ready: \
@@ -249,6 +257,9 @@ async fn memories_and_tables_are_held_to_one_limit_together() {
 /// had; the log stays a few MiB and the host's memory bounded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_thousand_refused_stats_of_a_1_mib_path_leave_a_small_audit_log() {
+    if !alone("limits::three_thousand_refused_stats_of_a_1_mib_path_leave_a_small_audit_log") {
+        return;
+    }
     const CALLS: usize = 3000;
     let lab = Lab::new();
     let dir = guests::folder(
@@ -340,6 +351,9 @@ async fn patient_host(lab: &Lab, dir: &Path) -> zotbox::Host {
 /// counted; the guest runs on; the host's memory stays bounded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn twelve_hundred_tools_with_1_mib_descriptions_are_refused_and_not_held() {
+    if !alone("limits::twelve_hundred_tools_with_1_mib_descriptions_are_refused_and_not_held") {
+        return;
+    }
     let lab = Lab::new();
     let name = "hostile-register-1200-1048576";
     let dir = registering(&lab, name);

@@ -710,10 +710,40 @@ fn status_kib(field: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {field} in /proc/self/status"))
 }
 
+/// Whether to run the body of the test named `test` (its path in this
+/// binary, e.g. `limits::some_test`) here.
+///
+/// Resident size is one figure per process, and this binary runs its tests
+/// side by side: another test compiling a guest meanwhile shows in the
+/// figure. So a test that measures it calls this first: the first time, it
+/// runs the test again in a process of its own (this binary, that test
+/// only), asserts that it passed and returns `false`; in that process it
+/// returns `true`.
+pub fn alone(test: &str) -> bool {
+    const ALONE: &str = "ZOTBOX_TEST_ALONE";
+    if std::env::var(ALONE).is_ok_and(|running| running == test) {
+        return true;
+    }
+    let binary = std::env::current_exe().expect("the test binary");
+    let run = Command::new(binary)
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env(ALONE, test)
+        .output()
+        .expect("run the test in a process of its own");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        run.status.success() && stdout.contains("1 passed"),
+        "`{test}` in a process of its own:\n{stdout}\n{stderr}"
+    );
+    eprint!("{stderr}");
+    false
+}
+
 /// Runs `work` and says how far this process's resident memory rose above
 /// where it stood when `work` began, at its peak, in MiB. Measurements take
-/// turns (the peak is the whole process's); tests running meanwhile count
-/// too, so a bound must leave them room.
+/// turns (the peak is the whole process's); call it under [`alone`], or
+/// tests running meanwhile count too.
 pub async fn peak_rss_growth_mib<F: Future>(work: F) -> (F::Output, u64) {
     static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
     let _turn = ONE_AT_A_TIME.lock().await;
@@ -893,6 +923,29 @@ pub fn zotbox_bounded(lab: &Lab, args: &[&str]) -> Run {
 /// Every entry under `dir` by relative path: a file's bytes, a symlink's
 /// target (`-> target`), a folder or special file by its kind. Never opens
 /// anything but regular files (a FIFO would block).
+/// The `.cwasm` files in `home`'s compile cache, sorted.
+pub fn cache_entries(home: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(home.join("cache")) else {
+        return Vec::new();
+    };
+    let mut found: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "cwasm"))
+        .collect();
+    found.sort();
+    found
+}
+
+/// Whether a compile-cache entry is well formed: wasmtime's artifact, then
+/// a trailer of the format's magic and the BLAKE3 hash of the artifact.
+pub fn entry_is_valid(bytes: &[u8]) -> bool {
+    let Some(body) = bytes.len().checked_sub(40).filter(|body| *body > 0) else {
+        return false;
+    };
+    let (artifact, trailer) = bytes.split_at(body);
+    &trailer[..8] == b"ZOTBOXC2" && trailer[8..] == *blake3::hash(artifact).as_bytes()
+}
+
 pub fn tree(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
     let mut found = std::collections::BTreeMap::new();
     let mut pending = vec![dir.to_owned()];

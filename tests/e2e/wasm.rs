@@ -7,18 +7,20 @@
 //! along with what happens next (a restart, the other extensions still
 //! answering).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use zotbox::Closed;
+use zotbox::Exit;
 use zotbox::host::{ExtensionState, RestartPolicy};
 use zotbox::protocol::{CommandAction, CommandResponse, Event, OpenPanel, ToolResult};
-use zotbox::runtime::Exit;
-use zotbox::session::Closed;
 use zotbox::{CallError, Decision, Host, HostError, HostEvent, Verdict};
 
 use crate::guests::{self, C_SHOUT, Form};
-use crate::support::{Lab, bounded, info, next_event, settled, tool_names, write_json};
+use crate::support::{
+    Lab, bounded, cache_entries, entry_is_valid, info, next_event, settled, tool_names, write_json,
+};
 
 /// Starts a host over `folders` in `lab` and returns once each has settled.
 async fn host_over(lab: &Lab, folders: &[PathBuf], policy: RestartPolicy) -> Host {
@@ -692,22 +694,50 @@ async fn the_guest_sees_no_environment_and_only_its_name_as_argv() {
     host.shutdown().await;
 }
 
-/// The `.cwasm` files in `home`'s compile cache.
-fn cache_entries(home: &Path) -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir(home.join("cache")) else {
-        return Vec::new();
-    };
-    let mut found: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
-    found.sort();
-    found
-}
+/// A first compile reaches whoever builds the host as two events (the CLI
+/// shows them on a terminal); a start from the cache sends neither.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_compile_is_announced_as_host_events_and_a_cached_start_is_not() {
+    let lab = Lab::new();
+    let dir = hostile(&lab, json!({}));
+    let builder = lab.builder().extension(&dir);
+    let mut events = builder.subscribe();
+    let host = bounded("starting the host", builder.build())
+        .await
+        .expect("build");
+    host.shutdown().await;
+    let mut compiles = Vec::new();
+    while let Ok(event) = events.try_recv() {
+        match event {
+            HostEvent::Compiling { extension, bytes } => {
+                compiles.push(format!("compiling {extension}"));
+                let size = std::fs::metadata(dir.join("hostile.wasm"))
+                    .expect("wasm")
+                    .len();
+                assert_eq!(bytes, size);
+            }
+            HostEvent::Compiled { extension, .. } => compiles.push(format!("compiled {extension}")),
+            _ => {}
+        }
+    }
+    assert_eq!(compiles, ["compiling hostile", "compiled hostile"]);
 
-/// Whether a cache entry is well formed: magic, then the SHA-256 of the payload.
-fn entry_is_valid(bytes: &[u8]) -> bool {
-    use sha2::Digest;
-    bytes.len() > 40
-        && &bytes[..8] == b"ZOTBOXC1"
-        && sha2::Sha256::digest(&bytes[40..]).as_slice() == &bytes[8..40]
+    let builder = lab.builder().extension(&dir);
+    let mut events = builder.subscribe();
+    let host = bounded("starting the host again", builder.build())
+        .await
+        .expect("build");
+    assert_eq!(info(&host, "hostile").state, ExtensionState::Ready);
+    host.shutdown().await;
+    while let Ok(event) = events.try_recv() {
+        assert!(
+            !matches!(
+                event,
+                HostEvent::Compiling { .. } | HostEvent::Compiled { .. }
+            ),
+            "{event:?}"
+        );
+    }
 }
 
 /// A damaged compile-cache entry is detected and replaced, never loaded.

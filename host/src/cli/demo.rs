@@ -46,8 +46,8 @@ impl Args {
         let started = Instant::now();
         let mut builder = Host::builder()
             .workspace(context.workspace()?)
-            .zot_home(context.home()?.root())
-            .compile_progress(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+            .zot_home(context.home()?.root());
+        super::output::show_compiles(builder.subscribe());
         for folder in &folders {
             builder = builder.extension(folder);
         }

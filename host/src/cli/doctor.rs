@@ -254,9 +254,8 @@ fn launcher_problem(
             manifest.path.display()
         )
     };
-    let found = zotbox::runtime::native::resolve_exec(exec, &manifest.dir)
-        .ok()
-        .filter(|path| path.is_file());
+    let found =
+        zotbox::discovery::locate_program(exec, &manifest.dir).filter(|path| path.is_file());
     let Some(found) = found else {
         return Some(format!(
             "zot starts it with `{exec}`, which no longer exists: zot cannot start it; {fix}"

@@ -143,7 +143,12 @@ async fn build(context: &Context, dir: &Path) -> Result<u8> {
         )
     })?;
     install_file(built, path)?;
-    let launcher = zotbox::runtime::Launcher::new(context.home()?, terminal && !context.json);
+    let launcher = zotbox::Launcher::new(context.home()?);
+    let launcher = if context.json {
+        launcher
+    } else {
+        super::output::with_compile_notes(launcher)
+    };
     let runtime = launcher.wasm()?;
     let (name, target) = (manifest.name().to_owned(), path.clone());
     tokio::task::spawn_blocking(move || runtime.prepare(&name, &target)).await??;
@@ -263,10 +268,7 @@ async fn install(context: &Context, source: &Path, project: bool, yes: bool) -> 
         String::new()
     };
     let runtime = if sandboxed {
-        let launcher = zotbox::runtime::Launcher::new(
-            home,
-            std::io::IsTerminal::is_terminal(&std::io::stderr()),
-        );
+        let launcher = super::output::with_compile_notes(zotbox::Launcher::new(home));
         Some(launcher.wasm()?)
     } else {
         None

@@ -1,6 +1,7 @@
 //! Output helpers: aligned tables for people, JSON Lines for machines.
 
 use std::io::Write;
+use std::time::Duration;
 
 use serde::Serialize;
 
@@ -82,6 +83,40 @@ pub(crate) fn drain_events(
         }
     }
     Ok(())
+}
+
+/// On a terminal, shows each first compile of a wasm program as it
+/// happens: it can take seconds, and silence reads as a hang.
+pub(crate) fn show_compiles(mut events: tokio::sync::broadcast::Receiver<HostEvent>) {
+    use tokio::sync::broadcast::error::RecvError;
+    if !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        return;
+    }
+    tokio::spawn(async move {
+        loop {
+            match events.recv().await {
+                Ok(HostEvent::Compiling { extension, bytes }) => eprintln!(
+                    "compiling `{}` ({} KiB) for the first time…",
+                    Shown(&extension),
+                    bytes / 1024
+                ),
+                Ok(HostEvent::Compiled { extension, took_ms }) => eprintln!(
+                    "compiled `{}` in {:.1}s (cached for next time)",
+                    Shown(&extension),
+                    Duration::from_millis(took_ms).as_secs_f64()
+                ),
+                Ok(_) | Err(RecvError::Lagged(_)) => {}
+                Err(RecvError::Closed) => break,
+            }
+        }
+    });
+}
+
+/// `launcher`, announcing its first compiles on a terminal.
+pub(crate) fn with_compile_notes(launcher: zotbox::Launcher) -> zotbox::Launcher {
+    let (events, receiver) = tokio::sync::broadcast::channel(16);
+    show_compiles(receiver);
+    launcher.with_events(events)
 }
 
 /// Joins a list for a table cell, `-` when empty.

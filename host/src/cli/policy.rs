@@ -11,7 +11,6 @@ use zotbox::capability::fs::{CONTROL_NAMES, ControlPaths};
 use zotbox::discovery::SearchPath;
 use zotbox::manifest::Program;
 use zotbox::policy::Policy;
-use zotbox::sandbox::ControlSources;
 use zotbox::text::{Shown, shown};
 
 /// `zotbox policy` subcommands.
@@ -77,8 +76,7 @@ fn explain(context: &Context, policy: &Policy, name: &str) -> Result<u8> {
         .with_context(|| format!("no extension `{name}` (see `zotbox list`)"))?;
     let manifest = found.manifest;
     let grant = policy.grant(&manifest.raw.capabilities);
-    let control =
-        ControlSources::new(search.home.root(), &search.explicit).control_paths(&search.workspace);
+    let control = search.control_paths();
     if context.json {
         for row in &grant.rows {
             json_line(&serde_json::json!({

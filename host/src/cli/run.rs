@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use anyhow::Result;
 
 use super::{Context, EXIT_ERROR};
+use zotbox::Exit;
 use zotbox::bridge::{self, BridgeConfig};
-use zotbox::runtime::Exit;
 
 /// Arguments of `zotbox run`.
 #[derive(Debug, clap::Args)]

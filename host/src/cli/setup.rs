@@ -21,8 +21,7 @@ pub(crate) struct Args {
 pub(crate) fn launcher_exec() -> Result<String> {
     let me = std::env::current_exe().context("cannot find this program's path")?;
     let me = std::fs::canonicalize(&me).unwrap_or(me);
-    let on_path = zotbox::runtime::native::resolve_exec("zotbox", std::path::Path::new("."))
-        .ok()
+    let on_path = zotbox::discovery::find_on_path("zotbox")
         .and_then(|found| std::fs::canonicalize(found).ok());
     Ok(if on_path.as_deref() == Some(me.as_path()) {
         "zotbox".to_owned()

@@ -192,11 +192,13 @@ impl DenyRules {
 
     /// The plugins refused for the budget, as problems of their files, for
     /// `list` and `doctor` to show.
+    #[cfg(any(test, feature = "internals"))]
     pub fn problems(&self) -> &[DataProblem] {
         &self.problems
     }
 
     /// Why each refused plugin was refused.
+    #[cfg(any(test, feature = "internals"))]
     pub fn refusals(&self) -> &[BudgetError] {
         &self.refusals
     }
@@ -212,21 +214,25 @@ impl DenyRules {
     }
 
     /// The number of rules in force.
+    #[cfg(any(test, feature = "internals"))]
     pub fn len(&self) -> usize {
         self.rules.len()
     }
 
     /// Whether no rule is in force.
+    #[cfg(any(test, feature = "internals"))]
     pub fn is_empty(&self) -> bool {
         self.rules.is_empty()
     }
 
     /// Whether any rule covers the tool named `tool_name`.
+    #[cfg(any(test, feature = "internals"))]
     pub fn covers(&self, tool_name: &str) -> bool {
         self.by_tool.contains_key(tool_name)
     }
 
     /// The heap the compiled sets take, in bytes (search caches aside).
+    #[cfg(any(test, feature = "internals"))]
     pub fn compiled_bytes(&self) -> usize {
         self.sets.iter().flatten().map(FieldSet::memory_usage).sum()
     }

@@ -8,6 +8,7 @@ use tokio::sync::{broadcast, watch};
 
 use super::{Host, Inner, RestartPolicy, Settings};
 use crate::discovery::SearchPath;
+use crate::event::HostEvent;
 use crate::home::ZotHome;
 use crate::session::{FailMode, SessionConfig};
 
@@ -31,7 +32,9 @@ pub struct HostBuilder {
     zot_version: String,
     provider: String,
     model: String,
-    progress: bool,
+    // Made with the builder, so a caller can subscribe before the start
+    // (first compiles happen while the host is built).
+    events: broadcast::Sender<HostEvent>,
     policy: Option<crate::policy::Policy>,
     run_extensions: bool,
 }
@@ -73,7 +76,7 @@ impl HostBuilder {
             zot_version: concat!("zotbox-", env!("CARGO_PKG_VERSION")).to_owned(),
             provider: "none".to_owned(),
             model: "none".to_owned(),
-            progress: false,
+            events: broadcast::channel(EVENT_BACKLOG).0,
             policy: None,
             run_extensions: true,
         }
@@ -93,11 +96,11 @@ impl HostBuilder {
         self
     }
 
-    /// Show a note on stderr when a wasm extension's first compile is slow.
-    /// Off by default; the CLI turns it on when stderr is a terminal.
-    pub fn compile_progress(mut self, show: bool) -> Self {
-        self.progress = show;
-        self
+    /// Subscribes to the events of the host this builder builds, from the
+    /// start on: unlike [`Host::subscribe`], this also sees what happens
+    /// while it starts (a first compile, an extension failing to start).
+    pub fn subscribe(&self) -> broadcast::Receiver<HostEvent> {
+        self.events.subscribe()
     }
 
     /// The project root: `cwd` in `hello_ack`, and where `.zot/` is searched.
@@ -203,13 +206,13 @@ impl HostBuilder {
         };
         let audit = std::sync::Arc::new(crate::audit::AuditLog::open(&home.audit_log()));
         let http_config = policy.http_config();
-        let control = crate::sandbox::ControlSources::new(home.root(), &self.explicit);
+        let control = crate::discovery::ControlSources::new(home.root(), &self.explicit);
         let native = crate::runtime::native::NativeConfinement::from_policy(
             &policy,
             Some(workspace.clone()),
             &home,
         );
-        let (events, _) = broadcast::channel(EVENT_BACKLOG);
+        let events = self.events;
         let (stop, _) = watch::channel(false);
         let host = Host {
             inner: std::sync::Arc::new_cyclic(|weak| Inner {
@@ -239,7 +242,8 @@ impl HostBuilder {
                     provider: self.provider,
                     model: self.model,
                 },
-                launcher: crate::runtime::Launcher::new(home.clone(), self.progress)
+                launcher: crate::runtime::Launcher::new(home.clone())
+                    .with_events(events.clone())
                     .with_native_confinement(native),
                 events,
                 registry: Mutex::new(super::Registry::default()),

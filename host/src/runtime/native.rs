@@ -40,35 +40,15 @@ pub enum SpawnError {
     },
 }
 
-/// Resolves `exec` by zot's rules: absolute as-is; `./x`, `../x` or any
-/// path with a separator relative to the manifest's folder; a bare name on
-/// `PATH`.
+/// Resolves `exec` by zot's rules (see [`crate::discovery::locate_program`]).
 ///
 /// # Errors
 ///
 /// [`SpawnError::NotOnPath`] when a bare name is found nowhere on `PATH`.
 pub fn resolve_exec(exec: &str, dir: &Path) -> Result<PathBuf, SpawnError> {
-    let path = Path::new(exec);
-    if path.is_absolute() {
-        return Ok(path.to_owned());
-    }
-    if exec.contains(std::path::MAIN_SEPARATOR) || exec.contains('/') {
-        return Ok(dir.join(path));
-    }
-    let search = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&search)
-        .map(|entry| entry.join(exec))
-        .find(|candidate| is_executable(candidate))
-        .ok_or_else(|| SpawnError::NotOnPath {
-            exec: exec.to_owned(),
-        })
-}
-
-fn is_executable(path: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    path.metadata()
-        .map(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
-        .unwrap_or(false)
+    crate::discovery::locate_program(exec, dir).ok_or_else(|| SpawnError::NotOnPath {
+        exec: exec.to_owned(),
+    })
 }
 
 /// How native extensions run when the policy says `confine_native` (or

@@ -47,9 +47,6 @@ pub use cache::DEFAULT_CAP as DEFAULT_CACHE_CAP;
 /// How often the epoch advances: the granularity of yielding and killing.
 const EPOCH_TICK: Duration = Duration::from_millis(5);
 
-/// Compiles slower than this show progress on a terminal.
-const PROGRESS_AFTER: Duration = Duration::from_millis(300);
-
 /// A wasm extension could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum WasmError {
@@ -128,7 +125,8 @@ pub struct WasmRuntime {
     // One lock per cache entry: identical guests starting together compile
     // once; the others wait and load what the first one cached.
     compiling: Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>,
-    progress: bool,
+    // Where first compiles are announced (a caller may show them).
+    events: Option<tokio::sync::broadcast::Sender<crate::event::HostEvent>>,
 }
 
 impl std::fmt::Debug for WasmRuntime {
@@ -139,13 +137,12 @@ impl std::fmt::Debug for WasmRuntime {
 
 impl WasmRuntime {
     /// An engine with epoch interruption, caching compiled code in
-    /// `cache_dir` (none when `None`). With `progress`, a slow first
-    /// compile says so on stderr.
+    /// `cache_dir` (none when `None`).
     ///
     /// # Errors
     ///
     /// [`WasmError::Engine`] when wasmtime rejects the configuration.
-    pub fn new(cache_dir: Option<PathBuf>, progress: bool) -> Result<Self, WasmError> {
+    pub fn new(cache_dir: Option<PathBuf>) -> Result<Self, WasmError> {
         let mut config = Config::new();
         config.epoch_interruption(true);
         config.wasm_component_model(true);
@@ -162,8 +159,19 @@ impl WasmRuntime {
             cache: ArtifactCache::new(cache_dir),
             prepared: Mutex::new(HashMap::new()),
             compiling: Mutex::new(HashMap::new()),
-            progress,
+            events: None,
         })
+    }
+
+    /// This runtime, announcing each first compile on `events`
+    /// ([`HostEvent::Compiling`](crate::event::HostEvent::Compiling), then
+    /// [`HostEvent::Compiled`](crate::event::HostEvent::Compiled)).
+    pub fn with_events(
+        mut self,
+        events: tokio::sync::broadcast::Sender<crate::event::HostEvent>,
+    ) -> Self {
+        self.events = Some(events);
+        self
     }
 
     /// This runtime, its disk cache holding at most `cap` bytes of
@@ -333,15 +341,21 @@ impl WasmRuntime {
                 }
             }
         }
-        let progress = self.progress.then(|| Progress::start(name, wasm.len()));
+        let extension: Arc<str> = Arc::from(name);
+        self.announce(|| crate::event::HostEvent::Compiling {
+            extension: extension.clone(),
+            bytes: u64::try_from(wasm.len()).unwrap_or(u64::MAX),
+        });
         let started = Instant::now();
-        let compiled = compile(wasm).map_err(|e| WasmError::Compile {
+        let compiled = compile(wasm);
+        self.announce(|| crate::event::HostEvent::Compiled {
+            extension,
+            took_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        });
+        let compiled = compiled.map_err(|e| WasmError::Compile {
             path: path.to_owned(),
             reason: format!("{e:#}"),
         })?;
-        if let Some(progress) = progress {
-            progress.finish(started.elapsed());
-        }
         tracing::info!("compiled `{name}` in {:?}", started.elapsed());
         if let Some(entry) = entry {
             match serialize(&compiled) {
@@ -350,6 +364,13 @@ impl WasmRuntime {
             }
         }
         Ok(compiled)
+    }
+
+    /// Sends an event when someone listens (none listening is no error).
+    fn announce(&self, event: impl FnOnce() -> crate::event::HostEvent) {
+        if let Some(events) = &self.events {
+            let _ = events.send(event());
+        }
     }
 
     fn memo(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, (FileStamp, Prepared)>> {
@@ -437,48 +458,6 @@ fn start_epoch_ticker(engine: &Engine) {
         tracing::error!(
             "cannot start the epoch thread ({err}); spinning guests cannot be interrupted"
         );
-    }
-}
-
-/// "compiling `x` …" on stderr, only once a compile has taken a moment.
-struct Progress {
-    done: Arc<std::sync::atomic::AtomicBool>,
-    shown: Arc<std::sync::atomic::AtomicBool>,
-    name: String,
-}
-
-impl Progress {
-    fn start(name: &str, size: usize) -> Self {
-        use std::sync::atomic::Ordering;
-        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let shown = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (d, s, n) = (done.clone(), shown.clone(), name.to_owned());
-        let _ = std::thread::Builder::new()
-            .name("zotbox-progress".to_owned())
-            .spawn(move || {
-                std::thread::sleep(PROGRESS_AFTER);
-                if !d.load(Ordering::SeqCst) {
-                    s.store(true, Ordering::SeqCst);
-                    eprintln!("compiling `{n}` ({} KiB) for the first time…", size / 1024);
-                }
-            });
-        Self {
-            done,
-            shown,
-            name: name.to_owned(),
-        }
-    }
-
-    fn finish(self, took: Duration) {
-        use std::sync::atomic::Ordering;
-        self.done.store(true, Ordering::SeqCst);
-        if self.shown.load(Ordering::SeqCst) {
-            eprintln!(
-                "compiled `{}` in {:.1}s (cached for next time)",
-                self.name,
-                took.as_secs_f64()
-            );
-        }
     }
 }
 

@@ -13,7 +13,7 @@ use zotbox_protocol::{ExtensionFrame, HelloAck, HostFrame, PanelRender, encode_t
 use super::{Outgoing, Registration, SessionConfig, SessionError};
 use crate::event::HostEvent;
 use registrar::Registrar;
-pub use registrar::{MAX_NAME_CHARS, MAX_REFUSALS_LISTED, MAX_SUBSCRIPTIONS, RegistrationLimits};
+pub use registrar::RegistrationLimits;
 
 /// The longest note (`notify` message) passed on, bytes.
 pub const MAX_NOTE_BYTES: usize = 4096;

@@ -369,6 +369,7 @@ impl FieldSet {
     }
 
     /// The heap the compiled set takes (without per-thread search caches).
+    #[cfg(any(test, feature = "internals"))]
     pub(super) fn memory_usage(&self) -> usize {
         self.matcher.memory_usage()
     }

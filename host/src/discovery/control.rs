@@ -1,0 +1,115 @@
+//! The control paths a workspace's jail keeps from every grant, beside the
+//! workspace's own `.git`, `.zot` and `.shiro`: where extensions and the
+//! files that decide grants live (THREATS.md rule 3).
+
+use std::path::{Path, PathBuf};
+
+use crate::capability::fs::ControlPaths;
+
+/// Where the files that decide grants and what runs live, beside the
+/// workspace's own `.git`, `.zot` and `.shiro`: the jail refuses writes to
+/// those that lie inside the workspace.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ControlSources {
+    /// `$ZOT_HOME`: extensions, policy, approvals, trust records, the
+    /// compile cache, logs.
+    pub home: Option<PathBuf>,
+    /// Extension folders named explicitly (`--ext`, `zotbox run`'s folder);
+    /// a manifest file stands for its folder.
+    pub extension_dirs: Vec<PathBuf>,
+}
+
+/// What an extension's folder is, in refusals.
+const EXTENSION_FOLDER: &str = "an extension's folder: it decides grants and what runs";
+
+impl ControlSources {
+    /// The sources of a host with `$ZOT_HOME` at `home` and explicit
+    /// extension folders `extension_dirs`.
+    pub fn new(home: &Path, extension_dirs: &[PathBuf]) -> Self {
+        Self {
+            home: Some(home.to_owned()),
+            extension_dirs: extension_dirs.to_vec(),
+        }
+    }
+
+    /// Every folder and file that decides grants or what runs, absolute,
+    /// as `(path, is a folder, what it is)`: `$ZOT_HOME`, every extension
+    /// folder (explicit, installed for the user, installed in `workspace`
+    /// and linked from elsewhere), a native extension's program named by
+    /// path, the system policy and `~/.shiro-neko`.
+    pub fn outside(&self, workspace: &Path) -> Vec<(PathBuf, bool, String)> {
+        let mut found: Vec<(PathBuf, bool, String)> = Vec::new();
+        let mut folders: Vec<PathBuf> = Vec::new();
+        for dir in &self.extension_dirs {
+            let is_manifest = dir
+                .file_name()
+                .is_some_and(|name| name == crate::manifest::MANIFEST_FILE);
+            folders.push(match dir.parent() {
+                Some(parent) if is_manifest => parent.to_owned(),
+                _ => dir.clone(),
+            });
+        }
+        if let Some(home) = &self.home {
+            found.push((
+                home.clone(),
+                true,
+                "$ZOT_HOME: it decides grants and what runs".to_owned(),
+            ));
+            let installed = home.join("extensions");
+            found.push((installed.clone(), true, EXTENSION_FOLDER.to_owned()));
+            folders.extend(entries(&installed));
+        }
+        // A project's extension may be a link to a folder elsewhere in the
+        // workspace, which `.zot/` alone would not cover.
+        folders.extend(entries(&workspace.join(".zot").join("extensions")));
+        for folder in folders {
+            if let Some(program) = native_program(&folder) {
+                found.push((
+                    program,
+                    false,
+                    "an extension's program: it runs outside the sandbox".to_owned(),
+                ));
+            }
+            found.push((folder, true, EXTENSION_FOLDER.to_owned()));
+        }
+        found.push((
+            crate::policy::Policy::system_path(),
+            false,
+            "the system policy".to_owned(),
+        ));
+        if let Some(user) = std::env::var_os("HOME").filter(|home| !home.is_empty()) {
+            found.push((
+                PathBuf::from(user).join(".shiro-neko"),
+                true,
+                "`~/.shiro-neko`: the user's tools and plugins".to_owned(),
+            ));
+        }
+        found
+    }
+
+    /// The control paths of `workspace`.
+    pub fn control_paths(&self, workspace: &Path) -> ControlPaths {
+        ControlPaths::new(workspace, &self.outside(workspace))
+    }
+}
+
+/// The entries of folder `dir` (none when it cannot be read).
+fn entries(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .map(|read| read.filter_map(Result::ok).map(|e| e.path()).collect())
+        .unwrap_or_default()
+}
+
+/// The program a native extension in `folder` names by path, if any (a
+/// bare name is found on `PATH`, outside any workspace it could write).
+/// zot's rule: a path with a separator is relative to the folder.
+fn native_program(folder: &Path) -> Option<PathBuf> {
+    let manifest =
+        crate::manifest::Manifest::load(&folder.join(crate::manifest::MANIFEST_FILE)).ok()?;
+    match &manifest.program {
+        crate::manifest::Program::Native { exec, .. } if exec.contains('/') => {
+            Some(folder.join(exec))
+        }
+        _ => None,
+    }
+}
