@@ -6,13 +6,13 @@ use std::net::TcpListener;
 use std::path::PathBuf;
 
 use serde_json::{Value, json};
-use zotbox::Host;
 use zotbox::host::{ExtensionState, RestartPolicy};
-use zotbox::protocol::ToolResult;
+use zotbox::protocol::{CommandAction, CommandResponse, ToolResult};
+use zotbox::{Host, HostEvent, Verdict};
 
 use crate::attack::audit_lines;
-use crate::guests::{self, Form};
-use crate::support::{Lab, bounded, info, settled};
+use crate::guests::{self, Form, GO_NOTES};
+use crate::support::{Lab, bounded, info, join_all, next_event, settled};
 
 /// Starts a host over `folders` that never restarts, once each has settled.
 async fn host_over(lab: &Lab, folders: &[PathBuf]) -> Host {
@@ -246,4 +246,387 @@ async fn a_core_module_calling_sock_functions_gets_eacces_and_each_call_is_audit
             denial("sock_shutdown on fd 2"),
         ]
     );
+}
+
+// ---------------------------------------------------------------------------
+// WASI preview 1's stdin, non-blocking
+
+/// A core module importing fd_fdstat_get (0), fd_read (1), fd_write (2),
+/// poll_oneoff (3) and proc_exit (4), with `data` at its offsets in one
+/// page of memory and `_start` = `body` (which must end in a `proc_exit`).
+fn p1_module(data: &[(u32, Vec<u8>)], body: &[wasm_encoder::Instruction<'_>]) -> Vec<u8> {
+    use wasm_encoder::{
+        CodeSection, ConstExpr, DataSection, EntityType, ExportKind, ExportSection, Function,
+        FunctionSection, ImportSection, MemorySection, MemoryType, Module, TypeSection, ValType,
+    };
+    const I: ValType = ValType::I32;
+    let mut types = TypeSection::new();
+    types.ty().function([I; 2], [I]); // 0
+    types.ty().function([I; 4], [I]); // 1
+    types.ty().function([I], []); // 2
+    types.ty().function([], []); // 3
+    let mut imports = ImportSection::new();
+    for (name, ty) in [
+        ("fd_fdstat_get", 0),
+        ("fd_read", 1),
+        ("fd_write", 1),
+        ("poll_oneoff", 1),
+        ("proc_exit", 2),
+    ] {
+        imports.import("wasi_snapshot_preview1", name, EntityType::Function(ty));
+    }
+    let mut functions = FunctionSection::new();
+    functions.function(3);
+    let mut memories = MemorySection::new();
+    memories.memory(MemoryType {
+        minimum: 1,
+        maximum: None,
+        memory64: false,
+        shared: false,
+        page_size_log2: None,
+    });
+    let mut function = Function::new([]);
+    for instruction in body {
+        function.instruction(instruction);
+    }
+    function.instruction(&wasm_encoder::Instruction::End);
+    let mut exports = ExportSection::new();
+    exports.export("_start", ExportKind::Func, 5);
+    exports.export("memory", ExportKind::Memory, 0);
+    let mut code = CodeSection::new();
+    code.function(&function);
+    let mut segments = DataSection::new();
+    for (offset, bytes) in data {
+        segments.active(
+            0,
+            &ConstExpr::i32_const(*offset as i32),
+            bytes.iter().copied(),
+        );
+    }
+    let mut module = Module::new();
+    module
+        .section(&types)
+        .section(&imports)
+        .section(&functions)
+        .section(&memories)
+        .section(&exports)
+        .section(&code)
+        .section(&segments);
+    module.finish()
+}
+
+/// Runs `wasm` as extension `name` and returns why it ended.
+async fn p1_run(name: &str, wasm: &[u8]) -> Option<String> {
+    let lab = Lab::new();
+    let built = lab.dev.join(format!("{name}.built.wasm"));
+    std::fs::write(&built, wasm).expect("write the module");
+    let dir = guests::wasm_folder(&lab.dev, name, &built, None);
+    let host = host_over(&lab, &[dir]).await;
+    let entry = settled(&host, name).await;
+    host.shutdown().await;
+    entry.reason
+}
+
+/// `if <the i32 on the stack> != expected { proc_exit(code) }`.
+fn exit_unless(expected: i32, code: i32) -> [wasm_encoder::Instruction<'static>; 6] {
+    use wasm_encoder::{BlockType, Instruction as W};
+    [
+        W::I32Const(expected),
+        W::I32Ne,
+        W::If(BlockType::Empty),
+        W::I32Const(code),
+        W::Call(4),
+        W::End,
+    ]
+}
+
+/// An iovec `{pointer, length}` as memory bytes.
+fn iovec(pointer: u32, length: u32) -> Vec<u8> {
+    [pointer.to_le_bytes(), length.to_le_bytes()].concat()
+}
+
+/// `fd_fdstat_get(0)` reports `FDFLAG_NONBLOCK` (Go then puts stdin under
+/// its poller); fd 1 does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fd_0_of_a_core_module_reports_nonblock_and_fd_1_does_not() {
+    use wasm_encoder::{Instruction as W, MemArg};
+    let flags_at = |offset| {
+        W::I32Load16U(MemArg {
+            offset,
+            align: 1,
+            memory_index: 0,
+        })
+    };
+    let mut body = vec![W::I32Const(0), W::I32Const(0), W::Call(0)];
+    body.extend(exit_unless(0, 1));
+    body.extend([W::I32Const(0), flags_at(2), W::I32Const(4), W::I32And]);
+    body.extend(exit_unless(4, 2));
+    body.extend([W::I32Const(1), W::I32Const(32), W::Call(0)]);
+    body.extend(exit_unless(0, 3));
+    body.extend([W::I32Const(0), flags_at(34), W::I32Const(4), W::I32And]);
+    body.extend(exit_unless(0, 4));
+    body.extend([W::I32Const(42), W::Call(4)]);
+    assert_eq!(
+        p1_run("p1flags", &p1_module(&[], &body)).await.as_deref(),
+        Some("extension `p1flags` ended before it was ready: exited with status 42")
+    );
+}
+
+/// Told fd 0 is non-blocking, a guest reading it with nothing buffered gets
+/// `EAGAIN` (6) at once instead of blocking its only thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_core_module_told_fd_0_is_nonblocking_gets_eagain_with_no_input() {
+    use wasm_encoder::Instruction as W;
+    let data = [(32, iovec(256, 1024))];
+    let mut body = vec![W::I32Const(0), W::I32Const(0), W::Call(0), W::Drop];
+    // fd_read(0, iovs = 32, 1 iovec, nread at 40): its errno is the exit status.
+    body.extend([
+        W::I32Const(0),
+        W::I32Const(32),
+        W::I32Const(1),
+        W::I32Const(40),
+        W::Call(1),
+        W::Call(4),
+    ]);
+    assert_eq!(
+        p1_run("p1again", &p1_module(&data, &body)).await.as_deref(),
+        Some("extension `p1again` ended before it was ready: exited with status 6")
+    );
+}
+
+/// `poll_oneoff` on an `fd_read` of fd 0 (and nothing else: no clock to
+/// end the wait) wakes when the host writes: the guest reads `EAGAIN`,
+/// says hello, waits in `poll_oneoff`, and then reads the host's
+/// `hello_ack`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poll_oneoff_on_fd_0_wakes_when_the_host_writes() {
+    use wasm_encoder::{Instruction as W, MemArg};
+    let hello = br#"{"type":"hello","name":"p1wake","version":"1.0.0"}
+"#;
+    let mut subscription = vec![0u8; 48];
+    subscription[0] = 7; // userdata
+    subscription[8] = 1; // eventtype::fd_read; its fd (0) is at 16
+    let data = [
+        (32, iovec(256, 1024)),
+        (48, iovec(128, hello.len() as u32)),
+        (64, subscription),
+        (128, hello.to_vec()),
+    ];
+    let read = [
+        W::I32Const(0),
+        W::I32Const(32),
+        W::I32Const(1),
+        W::I32Const(40),
+        W::Call(1),
+    ];
+    let mut body = vec![W::I32Const(0), W::I32Const(0), W::Call(0), W::Drop];
+    body.extend(read.clone());
+    body.extend(exit_unless(6, 1));
+    // fd_write(1, the hello iovec at 48, 1, nwritten at 56)
+    body.extend([
+        W::I32Const(1),
+        W::I32Const(48),
+        W::I32Const(1),
+        W::I32Const(56),
+        W::Call(2),
+    ]);
+    body.extend(exit_unless(0, 2));
+    // poll_oneoff(the subscription at 64, events at 400, 1, nevents at 440)
+    body.extend([
+        W::I32Const(64),
+        W::I32Const(400),
+        W::I32Const(1),
+        W::I32Const(440),
+        W::Call(3),
+    ]);
+    body.extend(exit_unless(0, 3));
+    body.extend(read);
+    body.extend(exit_unless(0, 4));
+    body.extend([
+        W::I32Const(0),
+        W::I32Load(MemArg {
+            offset: 40,
+            align: 2,
+            memory_index: 0,
+        }),
+        W::I32Eqz,
+    ]);
+    body.extend(exit_unless(0, 5));
+    body.extend([W::I32Const(42), W::Call(4)]);
+    assert_eq!(
+        p1_run("p1wake", &p1_module(&data, &body)).await.as_deref(),
+        Some("extension `p1wake` ended before it was ready: exited with status 42")
+    );
+}
+
+// ---------------------------------------------------------------------------
+// The Go example
+
+/// Starts the Go example in `form`; `None` (after a note) without Go.
+async fn go_notes_host(lab: &Lab, form: Form) -> Option<Host> {
+    let built = guests::go_notes()?;
+    let dir = match form {
+        Form::Wasm => guests::wasm_folder(&lab.dev, GO_NOTES, &built.wasm, None),
+        Form::Native => guests::native_folder(&lab.dev, GO_NOTES, &built.native, None),
+    };
+    let host = host_over(lab, &[dir]).await;
+    let entry = info(&host, GO_NOTES);
+    assert_eq!(entry.state, ExtensionState::Ready, "{entry:#?}");
+    assert_eq!(entry.kind, form.kind(), "{entry:#?}");
+    assert_eq!(entry.intercepts, ["tool_call"]);
+    Some(host)
+}
+
+async fn command(host: &Host, name: &str, args: &str) -> CommandResponse {
+    bounded(&format!("/{name} {args}"), host.invoke_command(name, args))
+        .await
+        .unwrap_or_else(|e| panic!("/{name} {args}: {e}"))
+}
+
+/// Asserts a whole command response; only the id is the host's choice.
+fn assert_response(got: CommandResponse, expected: CommandResponse) {
+    assert_eq!(
+        got,
+        CommandResponse {
+            id: got.id.clone(),
+            ..expected
+        }
+    );
+}
+
+/// The next `notify` of the host's events.
+async fn next_note(events: &mut tokio::sync::broadcast::Receiver<HostEvent>) -> HostEvent {
+    next_event(events, "a note", |e| matches!(e, HostEvent::Notify { .. })).await
+}
+
+/// The run-twice assertions of the Rust examples, for the Go example: a
+/// command (and its error), a tool with arguments (and its errors), a
+/// notify, a `tool_call` intercept, the sandbox's refusal of a file read
+/// (a native process reads it), and 50 concurrent calls that can only be
+/// answered when each runs on a goroutine of its own while stdin is read.
+async fn check_go_notes(host: &Host, form: Form) {
+    let mut events = host.subscribe();
+    let display = |text: &str| CommandResponse {
+        action: CommandAction::Display,
+        display: Some(text.to_owned()),
+        ..CommandResponse::default()
+    };
+    assert_response(
+        command(host, "go-note", "water the plants").await,
+        display("noted: water the plants"),
+    );
+    assert_eq!(
+        next_note(&mut events).await,
+        HostEvent::Notify {
+            extension: GO_NOTES.into(),
+            level: "success".into(),
+            message: "noted (1 in total)".into(),
+        }
+    );
+    assert_response(
+        command(host, "go-note", "  ").await,
+        CommandResponse {
+            error: Some("nothing to note: `/go-note TEXT`".to_owned()),
+            ..CommandResponse::default()
+        },
+    );
+
+    let berlin = tool(host, "go_weather", json!({"city": "Berlin"})).await;
+    assert_result(&berlin, false, "Berlin: 1°C, light fog (fake)");
+    assert_eq!(
+        next_note(&mut events).await,
+        HostEvent::Notify {
+            extension: GO_NOTES.into(),
+            level: "info".into(),
+            message: "looking up the weather in Berlin".into(),
+        }
+    );
+    let fahrenheit = json!({"city": "Oslo", "units": "fahrenheit"});
+    assert_result(
+        &tool(host, "go_weather", fahrenheit).await,
+        false,
+        "Oslo: 33°F, light fog (fake)",
+    );
+    assert_result(
+        &tool(host, "go_weather", json!({})).await,
+        true,
+        "invalid arguments for tool `go_weather`: missing field `city`",
+    );
+    assert_result(
+        &tool(
+            host,
+            "go_weather",
+            json!({"city": "Oslo", "units": "kelvin"}),
+        )
+        .await,
+        true,
+        "unknown units `kelvin`; use celsius or fahrenheit",
+    );
+
+    let bash = |command: &str| host.intercept_tool_call("bash", json!({"command": command}));
+    assert_eq!(
+        bounded("rm -rf /", bash("rm -rf /")).await,
+        zotbox::Decision {
+            verdict: Verdict::Block {
+                reason: "refused by go-notes: `rm -rf /` deletes the whole filesystem".to_owned()
+            },
+            decided_by: vec![GO_NOTES.to_owned()],
+        }
+    );
+    assert_eq!(
+        bounded("ls", bash("ls")).await,
+        zotbox::Decision {
+            verdict: Verdict::Allow,
+            decided_by: Vec::new(),
+        }
+    );
+
+    let read = tool(host, "go_read_file", json!({"path": "/etc/passwd"})).await;
+    match form {
+        // No preopened directory: Go's WASI layer finds no directory to
+        // resolve the path in (EBADF).
+        Form::Wasm => assert_result(
+            &read,
+            true,
+            "cannot read: open /etc/passwd: Bad file number",
+        ),
+        Form::Native => {
+            let passwd = std::fs::read("/etc/passwd").expect("/etc/passwd");
+            assert_result(&read, false, &format!("read {} bytes", passwd.len()));
+        }
+    }
+
+    // 50 calls in flight at once, each answering only once all 50 have
+    // arrived: a guest whose stdin reader blocked the program would answer
+    // none of them.
+    let calls = (0..50).map(|_| host.call_tool("go_gather", json!({"group": "g", "n": 50})));
+    let answers = bounded("50 concurrent calls", join_all(calls)).await;
+    assert_eq!(answers.len(), 50);
+    for answer in answers {
+        let answer = answer.unwrap_or_else(|e| panic!("a concurrent call failed: {e}"));
+        assert_result(&answer, false, "50 gathered");
+    }
+    assert_eq!(info(host, GO_NOTES).state, ExtensionState::Ready);
+}
+
+mod go_notes {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn as_wasm() {
+        let lab = Lab::new();
+        if let Some(host) = go_notes_host(&lab, Form::Wasm).await {
+            check_go_notes(&host, Form::Wasm).await;
+            host.shutdown().await;
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn as_native() {
+        let lab = Lab::new();
+        if let Some(host) = go_notes_host(&lab, Form::Native).await {
+            check_go_notes(&host, Form::Native).await;
+            host.shutdown().await;
+        }
+    }
 }

@@ -107,8 +107,12 @@ async fn build(context: &Context, dir: &Path) -> Result<u8> {
             manifest.name()
         );
     };
-    let artifacts = zotbox::build::CargoBuild::guest(dir).run()?;
     let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned());
+    let artifacts = zotbox::build::build_guest(
+        dir,
+        manifest.raw.language.as_deref(),
+        stem.as_deref().unwrap_or(manifest.name()),
+    )?;
     let built = match artifacts.len() {
         1 => artifacts.values().next(),
         _ => stem.as_ref().and_then(|stem| artifacts.get(stem)),
