@@ -27,8 +27,8 @@ pub const EXAMPLES: &[&str] = &["hello", "weather", "guard", "scratchpad"];
 const TEST_GUESTS: &[&str] = &["hostile", "netprobe"];
 
 /// Test guests built for wasm only (`prober` exercises the sandbox, which a
-/// native build does not have).
-const WASM_ONLY_GUESTS: &[&str] = &["prober"];
+/// native build does not have; `httpprobe` imports `wasi:http`).
+const WASM_ONLY_GUESTS: &[&str] = &["prober", "httpprobe"];
 
 /// The C example's name (its manifest name and its `hello` name).
 pub const C_SHOUT: &str = "c-shout";

@@ -145,6 +145,38 @@ async fn a_guest_using_std_net_loads_and_every_socket_use_is_refused_and_audited
     host.shutdown().await;
 }
 
+/// A component importing `wasi:http` (as componentize-js components do)
+/// loads; its request fails with `HTTP-request-denied` before any
+/// connection (a real listener on loopback sees none), and the audit log
+/// holds the refusal with the URL the guest built.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_importing_wasi_http_loads_and_its_request_is_refused_and_audited() {
+    let lab = Lab::new();
+    let dir = guests::folder(&lab.dev, "httpprobe", Form::Wasm, None);
+    let host = host_over(&lab, std::slice::from_ref(&dir)).await;
+    let entry = settled(&host, "httpprobe").await;
+    assert_eq!(entry.state, ExtensionState::Ready, "{entry:#?}");
+    let (listener, addr) = idle_listener();
+    let fetch = tool(
+        &host,
+        "fetch",
+        json!({"authority": addr, "path": "/secrets?q=1"}),
+    )
+    .await;
+    assert_result(&fetch, true, "refused: ErrorCode::HttpRequestDenied");
+    assert_no_connection(&listener);
+    assert_eq!(info(&host, "httpprobe").state, ExtensionState::Ready);
+    host.shutdown().await;
+    assert_eq!(
+        net_denials(&lab),
+        [(
+            "httpprobe".to_owned(),
+            format!("https://{addr}/secrets?q=1"),
+            NET_RULE.to_owned()
+        )]
+    );
+}
+
 /// A core module whose `_start` calls WASI preview 1's four `sock_*`
 /// functions (on fds 3, 0, 1 and 2) and exits with bit `i` set when call
 /// `i` returned `EACCES` (2): 15 when all four did.

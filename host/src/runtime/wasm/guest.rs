@@ -31,6 +31,18 @@ pub(crate) struct ComponentState {
     limiter: Limiter,
     /// What the guest may do through the `zot:host` imports.
     pub(crate) sandbox: Option<Arc<crate::sandbox::Sandbox>>,
+    http: wasmtime_wasi_http::WasiHttpCtx,
+    http_hooks: super::net::RefusedHttp,
+}
+
+impl wasmtime_wasi_http::WasiHttpView for ComponentState {
+    fn http(&mut self) -> wasmtime_wasi_http::WasiHttpCtxView<'_> {
+        wasmtime_wasi_http::WasiHttpCtxView {
+            ctx: &mut self.http,
+            table: &mut self.table,
+            hooks: &mut self.http_hooks,
+        }
+    }
 }
 
 impl WasiView for ComponentState {
@@ -55,8 +67,8 @@ pub(crate) struct ModuleState {
 }
 
 /// The WASI interfaces a component may import: io, clocks, random, cli,
-/// filesystem (with no preopens, so no file is reachable) and `wasi:sockets`
-/// (linked and refused: see [`super::net`]).
+/// filesystem (with no preopens, so no file is reachable), and
+/// `wasi:sockets` and `wasi:http` (linked and refused: see [`super::net`]).
 pub(crate) fn component_linker(
     engine: &Engine,
 ) -> wasmtime::Result<ComponentLinker<ComponentState>> {
@@ -87,6 +99,7 @@ pub(crate) fn component_linker(
     filesystem::types::add_to_linker::<_, WasiFilesystem>(l, ComponentState::filesystem)?;
     filesystem::preopens::add_to_linker::<_, WasiFilesystem>(l, ComponentState::filesystem)?;
     super::net::add_to_component_linker(l)?;
+    super::net::add_http_to_component_linker(l)?;
     super::host_api::add_to_linker(l)?;
     Ok(linker)
 }
@@ -171,6 +184,8 @@ pub(crate) async fn run(
                 table: ResourceTable::new(),
                 limiter: io.limiter(),
                 sandbox: io.sandbox.clone(),
+                http: wasmtime_wasi_http::WasiHttpCtx::new(),
+                http_hooks: super::net::RefusedHttp::new(io.sandbox.clone()),
             };
             let mut store = new_store(&engine, state, |s| &mut s.limiter);
             let result = async {

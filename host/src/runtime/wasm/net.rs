@@ -19,6 +19,11 @@
 //!   `allow_udp(false)`, `allow_ip_name_lookup(false)` and an address check
 //!   that refuses every address, so wasmtime's own socket code refuses too
 //!   should a path around the two functions above ever appear.
+//! - **No HTTP request leaves.** `wasi:http/outgoing-handler` and
+//!   `wasi:http/types` (componentize-js imports them) are wasmtime-wasi-http's,
+//!   with [`RefusedHttp`] as the only way out: every request the guest
+//!   sends fails with `HTTP-request-denied`, its URL as the subject, before
+//!   any connection is made. zotbox links no HTTP client for it.
 //! - **Preview 1** has no way to make a socket; its `sock_accept`,
 //!   `sock_recv`, `sock_send` and `sock_shutdown` refuse with `EACCES`
 //!   whatever fd they name.
@@ -26,6 +31,7 @@
 //!   the subject escaped, [`RULE`] as the reason), when the guest has a
 //!   sandbox to audit through.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use wasmtime::component::{Linker as ComponentLinker, Val};
@@ -140,6 +146,44 @@ pub(crate) fn add_to_component_linker(
         });
     linker.allow_shadowing(false);
     defined
+}
+
+/// The `wasi:http` hooks of a guest: every outgoing request is refused.
+pub(crate) struct RefusedHttp {
+    sandbox: Option<Arc<Sandbox>>,
+}
+
+impl RefusedHttp {
+    /// Refusals audited through `sandbox`, when there is one.
+    pub(crate) fn new(sandbox: Option<Arc<Sandbox>>) -> Self {
+        Self { sandbox }
+    }
+}
+
+/// What `send_request` answers: a response and its I/O driver, or an error.
+type SendResult = wasmtime_wasi_http::Result<(
+    http::Response<wasmtime_wasi_http::WasiBody>,
+    Box<dyn Future<Output = wasmtime_wasi_http::Result<()>> + Send>,
+)>;
+
+impl wasmtime_wasi_http::WasiHttpHooks for RefusedHttp {
+    fn send_request(
+        &mut self,
+        request: http::Request<wasmtime_wasi_http::WasiBody>,
+        _options: Option<wasmtime_wasi_http::RequestOptions>,
+        _fut: Box<dyn Future<Output = wasmtime_wasi_http::Result<()>> + Send>,
+    ) -> Box<dyn Future<Output = SendResult> + Send> {
+        audit(self.sandbox.as_ref(), &request.uri().to_string());
+        Box::new(async { Err(wasmtime_wasi_http::Error::HttpRequestDenied) })
+    }
+}
+
+/// Links `wasi:http/outgoing-handler` and `wasi:http/types`, refused by
+/// [`RefusedHttp`].
+pub(crate) fn add_http_to_component_linker(
+    linker: &mut ComponentLinker<ComponentState>,
+) -> wasmtime::Result<()> {
+    wasmtime_wasi_http::p2::add_only_http_to_linker_async(linker)
 }
 
 /// Replaces WASI preview 1's `sock_*` calls with ones that refuse.
