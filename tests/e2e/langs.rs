@@ -501,7 +501,14 @@ async fn go_notes_host(lab: &Lab, form: Form) -> Option<Host> {
         Form::Wasm => guests::wasm_folder(&lab.dev, GO_NOTES, &built.wasm, None),
         Form::Native => guests::native_folder(&lab.dev, GO_NOTES, &built.native, None),
     };
-    let host = host_over(lab, &[dir]).await;
+    // Compiling the 4 MiB Go module takes a debug build many seconds, more
+    // on a loaded machine: a bound for hangs, not a measure.
+    let mut builder = lab.builder().restart_policy(RestartPolicy::never());
+    builder = builder.extension(&dir);
+    let host = tokio::time::timeout(std::time::Duration::from_secs(300), builder.build())
+        .await
+        .expect("the Go example started within 300 s")
+        .expect("build");
     let entry = info(&host, GO_NOTES);
     assert_eq!(entry.state, ExtensionState::Ready, "{entry:#?}");
     assert_eq!(entry.kind, form.kind(), "{entry:#?}");
