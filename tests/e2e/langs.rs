@@ -11,7 +11,7 @@ use zotbox::protocol::{CommandAction, CommandResponse, ToolResult};
 use zotbox::{Host, HostEvent, Verdict};
 
 use crate::attack::audit_lines;
-use crate::guests::{self, Form, GO_NOTES};
+use crate::guests::{self, Form, GO_NOTES, PY_HELLO};
 use crate::support::{Lab, bounded, info, join_all, next_event, settled};
 
 /// Starts a host over `folders` that never restarts, once each has settled.
@@ -740,4 +740,59 @@ fn ext_build_of_a_go_module_writes_the_wasip1_module_the_manifest_names() {
     );
     let bytes = std::fs::read(&wasm).expect("the built module");
     assert_eq!(&bytes[..8], b"\0asm\x01\0\0\0", "a core module");
+}
+
+// ---------------------------------------------------------------------------
+// The Python example
+
+/// The Python example, a componentize-py component (which imports
+/// `wasi:sockets` whether or not it uses it), loads and answers: a command,
+/// a tool with arguments (and a refusal of bad ones), a notify.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_example_loads_and_answers_a_command_and_a_tool() {
+    let Some(wasm) = guests::py_hello() else {
+        return;
+    };
+    let lab = Lab::new();
+    let dir = guests::wasm_folder(&lab.dev, PY_HELLO, wasm, None);
+    // An 18 MiB component: a debug build compiles it for a minute or more
+    // on a loaded machine. A bound for hangs, not a measure.
+    let builder = lab
+        .builder()
+        .restart_policy(RestartPolicy::never())
+        .extension(&dir);
+    let host = tokio::time::timeout(std::time::Duration::from_secs(600), builder.build())
+        .await
+        .expect("the Python example started within 600 s")
+        .expect("build");
+    let entry = info(&host, PY_HELLO);
+    assert_eq!(entry.state, ExtensionState::Ready, "{entry:#?}");
+    let mut events = host.subscribe();
+    assert_response(
+        command(&host, "py-hello", "Ada").await,
+        CommandResponse {
+            action: CommandAction::Prompt,
+            prompt: Some("Say hello to Ada in one short sentence.".to_owned()),
+            ..CommandResponse::default()
+        },
+    );
+    assert_result(
+        &tool(&host, "py_greet", json!({"name": "Grace"})).await,
+        false,
+        "hello, Grace (from Python)",
+    );
+    assert_eq!(
+        next_note(&mut events).await,
+        HostEvent::Notify {
+            extension: PY_HELLO.into(),
+            level: "info".into(),
+            message: "greeting Grace".into(),
+        }
+    );
+    assert_result(
+        &tool(&host, "py_greet", json!({"name": 3})).await,
+        true,
+        "invalid arguments for tool `py_greet`: `name` must be a string",
+    );
+    host.shutdown().await;
 }
