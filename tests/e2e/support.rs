@@ -454,6 +454,29 @@ pub async fn next_event(
     }
 }
 
+/// Runs every future concurrently on this task (the e2e crate has no
+/// `futures`); their outputs in order.
+pub async fn join_all<F: Future>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output> {
+    let mut pending: Vec<std::pin::Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
+    let mut outputs: Vec<Option<F::Output>> = pending.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        for (future, output) in pending.iter_mut().zip(outputs.iter_mut()) {
+            if output.is_none()
+                && let std::task::Poll::Ready(value) = future.as_mut().poll(cx)
+            {
+                *output = Some(value);
+            }
+        }
+        if outputs.iter().all(Option::is_some) {
+            std::task::Poll::Ready(())
+        } else {
+            std::task::Poll::Pending
+        }
+    })
+    .await;
+    outputs.into_iter().flatten().collect()
+}
+
 /// Awaits `future` for at most [`PATIENCE`].
 pub async fn bounded<F: Future>(what: &str, future: F) -> F::Output {
     tokio::time::timeout(PATIENCE, future)

@@ -648,36 +648,6 @@ async fn reading_etc_passwd_is_refused_inside_the_sandbox_only() {
     host.shutdown().await;
 }
 
-/// Opening a socket: `wasi:sockets` is not linked, so the guest fails to
-/// load, saying so. Natively the same guest loads and connects.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_guest_importing_sockets_fails_to_load_but_runs_natively() {
-    let lab = Lab::new();
-    let dir = guests::folder(&lab.dev, "netprobe", Form::Wasm, None);
-    let host = host_over(&lab, std::slice::from_ref(&dir), RestartPolicy::never()).await;
-    let entry = settled(&host, "netprobe").await;
-    assert_eq!(entry.state, ExtensionState::Failed, "{entry:#?}");
-    let reason = entry.reason.unwrap_or_default();
-    let prefix = format!(
-        "cannot start: cannot load `{}`: ",
-        dir.join("netprobe.wasm").display()
-    );
-    assert!(reason.starts_with(&prefix), "{reason}");
-    assert!(reason.contains("wasi:sockets"), "{reason}");
-    assert!(host.tools().is_empty(), "{:?}", host.tools());
-    host.shutdown().await;
-
-    let native_lab = Lab::new();
-    let dir = guests::folder(&native_lab.dev, "netprobe", Form::Native, None);
-    let host = host_over(&native_lab, &[dir], RestartPolicy::never()).await;
-    assert_eq!(info(&host, "netprobe").state, ExtensionState::Ready);
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a local port");
-    let addr = listener.local_addr().expect("its address").to_string();
-    let connect = tool(&host, "connect", json!({"addr": addr})).await;
-    assert_result(&connect, false, &format!("connected to {addr}"));
-    host.shutdown().await;
-}
-
 /// The environment and argv: nothing of the host's leaks in.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_guest_sees_no_environment_and_only_its_name_as_argv() {

@@ -126,12 +126,16 @@ async fn build(context: &Context, dir: &Path) -> Result<u8> {
     output_folder(&manifest.dir, &relative)?;
     first_build_notice(context, &manifest.dir);
     let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let mut cargo = zotbox::build::CargoBuild::guest(dir);
-    // cargo's own progress on a terminal; quiet when piped or for --json.
-    cargo.verbose = terminal && !context.json;
-    let started = std::time::Instant::now();
-    let artifacts = tokio::task::spawn_blocking(move || cargo.run()).await??;
+    // The toolchain's own progress on a terminal; quiet when piped or for --json.
+    let verbose = terminal && !context.json;
     let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned());
+    let (folder, language) = (dir.to_owned(), manifest.raw.language.clone());
+    let name = stem.clone().unwrap_or_else(|| manifest.name().to_owned());
+    let started = std::time::Instant::now();
+    let artifacts = tokio::task::spawn_blocking(move || {
+        zotbox::build::build_guest(&folder, language.as_deref(), &name, verbose)
+    })
+    .await??;
     let built = match artifacts.len() {
         1 => artifacts.values().next(),
         _ => stem.as_ref().and_then(|stem| artifacts.get(stem)),

@@ -9,8 +9,8 @@
 //!
 //! Deny by default: stdin/stdout as the protocol; stderr appended to its log;
 //! `argv` = its name; clocks and random. No preopened directories, no
-//! environment variables, and no `wasi:sockets` at all: a component that
-//! imports it fails to load, naming the import.
+//! environment variables, and no network: `wasi:sockets` is linked and
+//! every use refused ([`net`]).
 //!
 //! # Limits
 //!
@@ -27,6 +27,8 @@ mod cache;
 mod guest;
 mod host_api;
 pub mod limiter;
+mod net;
+mod p1_stdin;
 mod pipe;
 
 use std::collections::HashMap;

@@ -31,6 +31,18 @@ pub(crate) struct ComponentState {
     limiter: Limiter,
     /// What the guest may do through the `zot:host` imports.
     pub(crate) sandbox: Option<Arc<crate::sandbox::Sandbox>>,
+    http: wasmtime_wasi_http::WasiHttpCtx,
+    http_hooks: super::net::RefusedHttp,
+}
+
+impl wasmtime_wasi_http::WasiHttpView for ComponentState {
+    fn http(&mut self) -> wasmtime_wasi_http::WasiHttpCtxView<'_> {
+        wasmtime_wasi_http::WasiHttpCtxView {
+            ctx: &mut self.http,
+            table: &mut self.table,
+            hooks: &mut self.http_hooks,
+        }
+    }
 }
 
 impl WasiView for ComponentState {
@@ -44,13 +56,19 @@ impl WasiView for ComponentState {
 
 /// Store data of a core-module (WASI preview 1) guest.
 pub(crate) struct ModuleState {
-    p1: WasiP1Ctx,
+    pub(crate) p1: WasiP1Ctx,
     limiter: Limiter,
+    /// Where a refused `sock_*` call is audited.
+    pub(crate) sandbox: Option<Arc<crate::sandbox::Sandbox>>,
+    /// fd 0, read without waiting once the guest knows it is non-blocking.
+    pub(crate) stdin: GuestStdin,
+    /// The guest was told fd 0 is non-blocking (see [`super::p1_stdin`]).
+    pub(crate) stdin_nonblocking: bool,
 }
 
-/// The WASI interfaces a component may import: io, clocks, random, cli and
-/// filesystem (with no preopens, so no file is reachable). `wasi:sockets` is
-/// deliberately absent: a guest importing it fails to load.
+/// The WASI interfaces a component may import: io, clocks, random, cli,
+/// filesystem (with no preopens, so no file is reachable), and
+/// `wasi:sockets` and `wasi:http` (linked and refused: see [`super::net`]).
 pub(crate) fn component_linker(
     engine: &Engine,
 ) -> wasmtime::Result<ComponentLinker<ComponentState>> {
@@ -80,6 +98,8 @@ pub(crate) fn component_linker(
     cli::terminal_stderr::add_to_linker::<_, WasiCli>(l, ComponentState::cli)?;
     filesystem::types::add_to_linker::<_, WasiFilesystem>(l, ComponentState::filesystem)?;
     filesystem::preopens::add_to_linker::<_, WasiFilesystem>(l, ComponentState::filesystem)?;
+    super::net::add_to_component_linker(l)?;
+    super::net::add_http_to_component_linker(l)?;
     super::host_api::add_to_linker(l)?;
     Ok(linker)
 }
@@ -94,11 +114,13 @@ impl wasmtime_wasi_io::IoView for ComponentState {
     }
 }
 
-/// WASI preview 1 for core modules. Its socket calls only act on preopened
-/// sockets, and a guest gets none.
+/// WASI preview 1 for core modules, its socket calls refused (see
+/// [`super::net`]) and fd 0 non-blocking (see [`super::p1_stdin`]).
 pub(crate) fn module_linker(engine: &Engine) -> wasmtime::Result<ModuleLinker<ModuleState>> {
     let mut linker = ModuleLinker::new(engine);
     wasmtime_wasi::p1::add_to_linker_async(&mut linker, |s: &mut ModuleState| &mut s.p1)?;
+    super::net::add_to_module_linker(&mut linker)?;
+    super::p1_stdin::add_to_linker(&mut linker)?;
     Ok(linker)
 }
 
@@ -127,7 +149,8 @@ impl GuestIo {
             .arg(&self.name)
             .allow_tcp(false)
             .allow_udp(false)
-            .allow_ip_name_lookup(false);
+            .allow_ip_name_lookup(false)
+            .socket_addr_check(|_, _| Box::pin(async { false }));
         builder
     }
 
@@ -161,6 +184,8 @@ pub(crate) async fn run(
                 table: ResourceTable::new(),
                 limiter: io.limiter(),
                 sandbox: io.sandbox.clone(),
+                http: wasmtime_wasi_http::WasiHttpCtx::new(),
+                http_hooks: super::net::RefusedHttp::new(io.sandbox.clone()),
             };
             let mut store = new_store(&engine, state, |s| &mut s.limiter);
             let result = async {
@@ -181,6 +206,9 @@ pub(crate) async fn run(
             let state = ModuleState {
                 p1: io.wasi().build_p1(),
                 limiter: io.limiter(),
+                sandbox: io.sandbox.clone(),
+                stdin: io.stdin.clone(),
+                stdin_nonblocking: false,
             };
             let mut store = new_store(&engine, state, |s| &mut s.limiter);
             let result = async {

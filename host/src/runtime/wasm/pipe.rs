@@ -142,7 +142,8 @@ impl Shared {
 }
 
 /// What a reader found without waiting.
-enum Took {
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Took {
     Bytes(Bytes),
     End,
     Nothing,
@@ -269,6 +270,11 @@ impl GuestStdin {
     /// Marks the guest gone: host writes fail from now on.
     pub(crate) fn close(&self) {
         self.0.close_read();
+    }
+
+    /// Takes up to `max` bytes without waiting: a non-blocking read.
+    pub(crate) fn try_take(&self, max: usize) -> Took {
+        take(&mut self.0.lock(), max)
     }
 }
 

@@ -1,0 +1,3 @@
+module zotbox.invalid/examples/go-notes
+
+go 1.24

