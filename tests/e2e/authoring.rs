@@ -163,6 +163,63 @@ fn a_new_extension_builds_installs_and_answers_with_only_its_files_installed() {
     }
 }
 
+/// The Go template, as a new author would use it: `new --lang go`, build
+/// (offline, for wasip1), install (the manifest and the module only), a
+/// typed tool, a command and the guard. Skipped without Go, unless
+/// `ZOTBOX_REQUIRE_GO=1`.
+#[test]
+fn a_new_go_extension_builds_installs_and_answers() {
+    if crate::guests::go_notes().is_none() {
+        return;
+    }
+    let lab = Lab::new();
+    let dir = lab.dev.join("gocount");
+    let shown = dir.display().to_string();
+    let run = lab.zotbox(&["new", "gocount", "--lang", "go", "--path", &shown]);
+    run.expect_code(0);
+    assert!(
+        run.stdout.starts_with(&format!(
+            "created `gocount` (go) in {shown}: go.mod, extension.json, README.md, .gitignore, \
+             main.go\n"
+        )),
+        "{run:#?}"
+    );
+    let run = lab.zotbox(&["ext", "build", &shown]);
+    run.expect_code(0);
+    assert!(
+        run.stdout
+            .starts_with(&format!("built `gocount` → {shown}/gocount.wasm (")),
+        "{run:#?}"
+    );
+    // No author code runs to build Go: no notice.
+    assert!(!run.stderr.contains("proc macros"), "{run:#?}");
+    let run = lab.zotbox(&["ext", "install", &shown, "--yes"]);
+    run.expect_code(0);
+    assert_eq!(
+        tree(&lab.user_dir().join("gocount"))
+            .into_keys()
+            .collect::<Vec<_>>(),
+        ["extension.json", "gocount.wasm"]
+    );
+    let run = lab.zotbox(&["call", "count_words", r#"{"text": "one two three"}"#]);
+    run.expect_code(0);
+    assert_eq!(run.stdout, "3\n");
+    let run = lab.zotbox(&["call", "count_words", "{}"]);
+    run.expect_code(3);
+    assert_eq!(
+        run.stdout,
+        "invalid arguments for tool `count_words`: `text` must be a string\n"
+    );
+    let run = lab.zotbox(&["command", "gocount", "Ada"]);
+    run.expect_code(0);
+    assert_eq!(run.stdout, "display: hello, Ada, from gocount\n");
+    let run = lab.zotbox(&["check", "bash", r#"{"command": "rm -rf /"}"#]);
+    assert!(
+        run.stdout.contains("gocount: `rm -rf /` is not run here"),
+        "{run:#?}"
+    );
+}
+
 #[test]
 fn ext_build_never_writes_outside_the_extension_folder() {
     let lab = Lab::new();

@@ -220,6 +220,11 @@ fn output_folder(dir: &Path, relative: &str) -> Result<()> {
 /// Says once per folder (recorded in `$ZOT_HOME/built-folders`) that a
 /// build runs the crate's code with the user's permissions.
 fn first_build_notice(context: &Context, dir: &Path) {
+    // Only cargo runs an author's code to build (`go build` for wasip1 and
+    // componentize-py run none of it outside a sandbox).
+    if !dir.join("Cargo.toml").is_file() {
+        return;
+    }
     let Ok(home) = context.home() else {
         return;
     };

