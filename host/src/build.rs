@@ -22,7 +22,7 @@ pub const GUEST_TARGET: &str = "wasm32-wasip2";
 
 /// A guest build failed.
 #[derive(Debug, thiserror::Error)]
-pub enum BuildError {
+pub enum ToolchainError {
     /// A tool could not be run at all.
     #[error("cannot run `{tool}`: {error}")]
     Run {
@@ -135,14 +135,14 @@ impl Language {
 ///
 /// # Errors
 ///
-/// [`BuildError`] when the language is unknown, its toolchain missing, or
+/// [`ToolchainError`] when the language is unknown, its toolchain missing, or
 /// the build fails.
 pub fn build_guest(
     dir: &Path,
     declared: Option<&str>,
     name: &str,
     verbose: bool,
-) -> Result<BTreeMap<String, PathBuf>, BuildError> {
+) -> Result<BTreeMap<String, PathBuf>, ToolchainError> {
     match Language::detect(dir, declared) {
         Some(Language::Rust) => CargoBuild {
             verbose,
@@ -158,7 +158,7 @@ pub fn build_guest(
             let built = PyBuild::guest(dir, name).run()?;
             Ok(BTreeMap::from([(name.to_owned(), built)]))
         }
-        None => Err(BuildError::Unknown {
+        None => Err(ToolchainError::Unknown {
             dir: dir.to_owned(),
             declared: declared.map(str::to_owned),
         }),
@@ -199,9 +199,9 @@ impl GoBuild {
     ///
     /// # Errors
     ///
-    /// [`BuildError::Missing`] without Go, [`BuildError::Go`] when the
+    /// [`ToolchainError::Missing`] without Go, [`ToolchainError::Go`] when the
     /// build fails.
-    pub fn run(&self) -> Result<PathBuf, BuildError> {
+    pub fn run(&self) -> Result<PathBuf, ToolchainError> {
         let mut command = Command::new(&self.go);
         command
             .current_dir(&self.dir)
@@ -218,20 +218,20 @@ impl GoBuild {
         }
         let status = command.status().map_err(|error| {
             if error.kind() == std::io::ErrorKind::NotFound {
-                BuildError::Missing {
+                ToolchainError::Missing {
                     tool: self.go.display().to_string(),
                     language: "Go".to_owned(),
                     install: GO_INSTALL.to_owned(),
                 }
             } else {
-                BuildError::Run {
+                ToolchainError::Run {
                     tool: self.go.display().to_string(),
                     error,
                 }
             }
         })?;
         if !status.success() {
-            return Err(BuildError::Go {
+            return Err(ToolchainError::Go {
                 dir: self.dir.clone(),
             });
         }
@@ -243,8 +243,8 @@ impl GoBuild {
 ///
 /// # Errors
 ///
-/// [`BuildError::Target`] when it is missing and cannot be added.
-pub fn ensure_target(target: &str) -> Result<(), BuildError> {
+/// [`ToolchainError::Target`] when it is missing and cannot be added.
+pub fn ensure_target(target: &str) -> Result<(), ToolchainError> {
     let installed = Command::new("rustup")
         .args(["target", "list", "--installed"])
         .stderr(Stdio::null())
@@ -264,14 +264,14 @@ pub fn ensure_target(target: &str) -> Result<(), BuildError> {
             let status = Command::new("rustup")
                 .args(["target", "add", target])
                 .status()
-                .map_err(|error| BuildError::Run {
+                .map_err(|error| ToolchainError::Run {
                     tool: "rustup".to_owned(),
                     error,
                 })?;
             if status.success() {
                 Ok(())
             } else {
-                Err(BuildError::Target {
+                Err(ToolchainError::Target {
                     target: target.to_owned(),
                 })
             }
@@ -321,8 +321,8 @@ impl CargoBuild {
     ///
     /// # Errors
     ///
-    /// [`BuildError`] when the target, cargo or the artifacts are missing.
-    pub fn run(&self) -> Result<BTreeMap<String, PathBuf>, BuildError> {
+    /// [`ToolchainError`] when the target, cargo or the artifacts are missing.
+    pub fn run(&self) -> Result<BTreeMap<String, PathBuf>, ToolchainError> {
         if let Some(target) = &self.target {
             ensure_target(target)?;
         }
@@ -349,7 +349,7 @@ impl CargoBuild {
         if let Some(dir) = &self.target_dir {
             command.arg("--target-dir").arg(dir);
         }
-        let mut child = command.spawn().map_err(|error| BuildError::Run {
+        let mut child = command.spawn().map_err(|error| ToolchainError::Run {
             tool: cargo.to_string_lossy().into_owned(),
             error,
         })?;
@@ -364,15 +364,15 @@ impl CargoBuild {
                 }
             }
         }
-        let status = child.wait().map_err(|error| BuildError::Run {
+        let status = child.wait().map_err(|error| ToolchainError::Run {
             tool: "cargo".to_owned(),
             error,
         })?;
         if !status.success() {
-            return Err(BuildError::Cargo { what: self.what() });
+            return Err(ToolchainError::Cargo { what: self.what() });
         }
         if artifacts.is_empty() {
-            return Err(BuildError::NoArtifact { what: self.what() });
+            return Err(ToolchainError::NoArtifact { what: self.what() });
         }
         Ok(artifacts)
     }
@@ -404,11 +404,11 @@ impl PyBuild {
     ///
     /// # Errors
     ///
-    /// [`BuildError::Missing`] without componentize-py, [`BuildError::Python`]
+    /// [`ToolchainError::Missing`] without componentize-py, [`ToolchainError::Python`]
     /// when the build fails.
-    pub fn run(&self) -> Result<PathBuf, BuildError> {
+    pub fn run(&self) -> Result<PathBuf, ToolchainError> {
         if let Some(parent) = self.output.parent() {
-            std::fs::create_dir_all(parent).map_err(|error| BuildError::Run {
+            std::fs::create_dir_all(parent).map_err(|error| ToolchainError::Run {
                 tool: self.tool.display().to_string(),
                 error,
             })?;
@@ -421,20 +421,20 @@ impl PyBuild {
             .status()
             .map_err(|error| {
                 if error.kind() == std::io::ErrorKind::NotFound {
-                    BuildError::Missing {
+                    ToolchainError::Missing {
                         tool: self.tool.display().to_string(),
                         language: "Python".to_owned(),
                         install: PYTHON_INSTALL.to_owned(),
                     }
                 } else {
-                    BuildError::Run {
+                    ToolchainError::Run {
                         tool: self.tool.display().to_string(),
                         error,
                     }
                 }
             })?;
         if !status.success() {
-            return Err(BuildError::Python {
+            return Err(ToolchainError::Python {
                 dir: self.dir.clone(),
             });
         }
