@@ -201,23 +201,7 @@ fn a_new_go_extension_builds_installs_and_answers() {
             .collect::<Vec<_>>(),
         ["extension.json", "gocount.wasm"]
     );
-    let run = lab.zotbox(&["call", "count_words", r#"{"text": "one two three"}"#]);
-    run.expect_code(0);
-    assert_eq!(run.stdout, "3\n");
-    let run = lab.zotbox(&["call", "count_words", "{}"]);
-    run.expect_code(3);
-    assert_eq!(
-        run.stdout,
-        "invalid arguments for tool `count_words`: `text` must be a string\n"
-    );
-    let run = lab.zotbox(&["command", "gocount", "Ada"]);
-    run.expect_code(0);
-    assert_eq!(run.stdout, "display: hello, Ada, from gocount\n");
-    let run = lab.zotbox(&["check", "bash", r#"{"command": "rm -rf /"}"#]);
-    assert!(
-        run.stdout.contains("gocount: `rm -rf /` is not run here"),
-        "{run:#?}"
-    );
+    crate::support::assert_template_answers(&lab, "gocount");
 }
 
 #[test]

@@ -5,14 +5,17 @@
 use std::net::TcpListener;
 use std::path::PathBuf;
 
-use serde_json::{Value, json};
+use serde_json::json;
 use zotbox::host::{ExtensionState, RestartPolicy};
-use zotbox::protocol::{CommandAction, CommandResponse, ToolResult};
+use zotbox::protocol::{CommandAction, CommandResponse};
 use zotbox::{Host, HostEvent, Verdict};
 
 use crate::attack::audit_lines;
 use crate::guests::{self, Form, GO_NOTES, PY_HELLO};
-use crate::support::{Lab, bounded, info, join_all, next_event, settled};
+use crate::support::{
+    Lab, assert_response, assert_result, bounded, command, info, join_all, next_event, settled,
+    tool,
+};
 
 /// Starts a host over `folders` that never restarts, once each has settled.
 async fn host_over(lab: &Lab, folders: &[PathBuf]) -> Host {
@@ -23,21 +26,6 @@ async fn host_over(lab: &Lab, folders: &[PathBuf]) -> Host {
     bounded("starting the host", builder.build())
         .await
         .expect("build")
-}
-
-async fn tool(host: &Host, name: &str, args: Value) -> ToolResult {
-    bounded(&format!("tool {name}"), host.call_tool(name, args.clone()))
-        .await
-        .unwrap_or_else(|e| panic!("tool {name} {args}: {e}"))
-}
-
-/// Asserts a tool result's text and error flag.
-fn assert_result(got: &ToolResult, is_error: bool, text: &str) {
-    assert_eq!(
-        (got.is_error, got.text().as_str()),
-        (is_error, text),
-        "{got:?}"
-    );
 }
 
 /// A loopback listener that must never see a connection.
@@ -516,23 +504,6 @@ async fn go_notes_host(lab: &Lab, form: Form) -> Option<Host> {
     Some(host)
 }
 
-async fn command(host: &Host, name: &str, args: &str) -> CommandResponse {
-    bounded(&format!("/{name} {args}"), host.invoke_command(name, args))
-        .await
-        .unwrap_or_else(|e| panic!("/{name} {args}: {e}"))
-}
-
-/// Asserts a whole command response; only the id is the host's choice.
-fn assert_response(got: CommandResponse, expected: CommandResponse) {
-    assert_eq!(
-        got,
-        CommandResponse {
-            id: got.id.clone(),
-            ..expected
-        }
-    );
-}
-
 /// The next `notify` of the host's events.
 async fn next_note(events: &mut tokio::sync::broadcast::Receiver<HostEvent>) -> HostEvent {
     next_event(events, "a note", |e| matches!(e, HostEvent::Notify { .. })).await
@@ -842,21 +813,5 @@ fn the_python_template_builds_installs_and_answers() {
             .collect::<Vec<_>>(),
         ["extension.json", "pycount.wasm"]
     );
-    let run = lab.zotbox(&["call", "count_words", r#"{"text": "one two three"}"#]);
-    run.expect_code(0);
-    assert_eq!(run.stdout, "3\n");
-    let run = lab.zotbox(&["call", "count_words", "{}"]);
-    run.expect_code(3);
-    assert_eq!(
-        run.stdout,
-        "invalid arguments for tool `count_words`: `text` must be a string\n"
-    );
-    let run = lab.zotbox(&["command", "pycount", "Ada"]);
-    run.expect_code(0);
-    assert_eq!(run.stdout, "display: hello, Ada, from pycount\n");
-    let run = lab.zotbox(&["check", "bash", r#"{"command": "rm -rf /"}"#]);
-    assert!(
-        run.stdout.contains("pycount: `rm -rf /` is not run here"),
-        "{run:#?}"
-    );
+    crate::support::assert_template_answers(&lab, "pycount");
 }

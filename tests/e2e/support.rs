@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio::sync::broadcast::{self, error::RecvError};
+use zotbox::protocol::{CommandResponse, ToolResult};
 use zotbox::{HostBuilder, HostEvent};
 
 /// How long any wait for something that should happen promptly may take
@@ -946,6 +947,64 @@ pub fn zotbox_bounded(lab: &Lab, args: &[&str]) -> Run {
 /// Every entry under `dir` by relative path: a file's bytes, a symlink's
 /// target (`-> target`), a folder or special file by its kind. Never opens
 /// anything but regular files (a FIFO would block).
+/// Invokes `/name args` on `host`, within the test bound.
+pub async fn command(host: &zotbox::Host, name: &str, args: &str) -> CommandResponse {
+    bounded(&format!("/{name} {args}"), host.invoke_command(name, args))
+        .await
+        .unwrap_or_else(|e| panic!("/{name} {args}: {e}"))
+}
+
+/// Asserts a whole command response; only the id is the host's choice.
+pub fn assert_response(got: CommandResponse, expected: CommandResponse) {
+    assert_eq!(
+        got,
+        CommandResponse {
+            id: got.id.clone(),
+            ..expected
+        }
+    );
+}
+
+/// Calls tool `name` on `host`, within the test bound.
+pub async fn tool(host: &zotbox::Host, name: &str, args: Value) -> ToolResult {
+    bounded(&format!("tool {name}"), host.call_tool(name, args.clone()))
+        .await
+        .unwrap_or_else(|e| panic!("tool {name} {args}: {e}"))
+}
+
+/// Asserts a tool result's text and error flag.
+pub fn assert_result(got: &ToolResult, is_error: bool, text: &str) {
+    assert_eq!(
+        (got.is_error, got.text().as_str()),
+        (is_error, text),
+        "{got:?}"
+    );
+}
+
+/// What an extension `zotbox new` wrote answers once built and installed
+/// as `name` (Go and Python templates): `count_words` and its refusal of
+/// bad arguments, the command, and the guard over `rm -rf /`.
+pub fn assert_template_answers(lab: &Lab, name: &str) {
+    let run = lab.zotbox(&["call", "count_words", r#"{"text": "one two three"}"#]);
+    run.expect_code(0);
+    assert_eq!(run.stdout, "3\n");
+    let run = lab.zotbox(&["call", "count_words", "{}"]);
+    run.expect_code(3);
+    assert_eq!(
+        run.stdout,
+        "invalid arguments for tool `count_words`: `text` must be a string\n"
+    );
+    let run = lab.zotbox(&["command", name, "Ada"]);
+    run.expect_code(0);
+    assert_eq!(run.stdout, format!("display: hello, Ada, from {name}\n"));
+    let run = lab.zotbox(&["check", "bash", r#"{"command": "rm -rf /"}"#]);
+    assert!(
+        run.stdout
+            .contains(&format!("{name}: `rm -rf /` is not run here")),
+        "{run:#?}"
+    );
+}
+
 /// The `.cwasm` files in `home`'s compile cache, sorted.
 pub fn cache_entries(home: &Path) -> Vec<PathBuf> {
     let Ok(entries) = std::fs::read_dir(home.join("cache")) else {

@@ -14,12 +14,13 @@ use serde_json::{Value, json};
 use zotbox::Closed;
 use zotbox::Exit;
 use zotbox::host::{ExtensionState, RestartPolicy};
-use zotbox::protocol::{CommandAction, CommandResponse, Event, OpenPanel, ToolResult};
+use zotbox::protocol::{CommandAction, CommandResponse, Event, OpenPanel};
 use zotbox::{CallError, Decision, Host, HostError, HostEvent, Verdict};
 
 use crate::guests::{self, C_SHOUT, Form};
 use crate::support::{
-    Lab, bounded, cache_entries, entry_is_valid, info, next_event, settled, tool_names, write_json,
+    Lab, assert_response, assert_result, bounded, cache_entries, command, entry_is_valid, info,
+    next_event, settled, tool, tool_names, write_json,
 };
 
 /// Starts a host over `folders` in `lab` and returns once each has settled.
@@ -85,38 +86,6 @@ twice! {
     guard: "guard" => check_guard;
     scratchpad: "scratchpad" => check_scratchpad;
     c_shout: C_SHOUT => check_c_shout;
-}
-
-async fn command(host: &Host, name: &str, args: &str) -> CommandResponse {
-    bounded(&format!("/{name} {args}"), host.invoke_command(name, args))
-        .await
-        .unwrap_or_else(|e| panic!("/{name} {args}: {e}"))
-}
-
-async fn tool(host: &Host, name: &str, args: Value) -> ToolResult {
-    bounded(&format!("tool {name}"), host.call_tool(name, args.clone()))
-        .await
-        .unwrap_or_else(|e| panic!("tool {name} {args}: {e}"))
-}
-
-/// Asserts a whole command response; only the id is the host's choice.
-fn assert_response(got: CommandResponse, expected: CommandResponse) {
-    assert_eq!(
-        got,
-        CommandResponse {
-            id: got.id.clone(),
-            ..expected
-        }
-    );
-}
-
-/// Asserts a tool result's text and error flag.
-fn assert_result(got: &ToolResult, is_error: bool, text: &str) {
-    assert_eq!(
-        (got.is_error, got.text().as_str()),
-        (is_error, text),
-        "{got:?}"
-    );
 }
 
 async fn check_hello(host: &Host) {
