@@ -723,7 +723,7 @@ fn ext_build_of_a_go_module_writes_the_wasip1_module_the_manifest_names() {
 ///
 /// Ignored by default: compiling the component takes every core for tens
 /// of seconds and starves the other tests' 15 s start bounds. Run it on
-/// its own: `cargo test -p zotbox --test e2e langs::the_python -- --ignored`.
+/// its own: `cargo test --workspace --test e2e -- langs::the_python --ignored`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "an 18 MiB component: run on its own with --ignored"]
 async fn the_python_example_loads_and_answers_a_command_and_a_tool() {
