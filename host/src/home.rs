@@ -69,6 +69,17 @@ impl ZotHome {
     pub fn cache_dir(&self) -> PathBuf {
         self.root.join("cache")
     }
+
+    /// `data/`: one writable folder per confined native extension.
+    pub fn data_dir(&self) -> PathBuf {
+        self.root.join("data")
+    }
+
+    /// `built-folders`: the folders `ext build` has built (and warned
+    /// about) before, one per line.
+    pub fn built_folders(&self) -> PathBuf {
+        self.root.join("built-folders")
+    }
 }
 
 /// Opens `path` for appending, creating it and its folder: how every log

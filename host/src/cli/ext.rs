@@ -228,7 +228,7 @@ fn first_build_notice(context: &Context, dir: &Path) {
     let Ok(home) = context.home() else {
         return;
     };
-    let record = home.root().join("built-folders");
+    let record = home.built_folders();
     let folder = std::fs::canonicalize(dir)
         .unwrap_or_else(|_| dir.to_owned())
         .display()

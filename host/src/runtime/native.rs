@@ -77,7 +77,7 @@ impl NativeConfinement {
         let required_by = policy.confinement_required_by().map(Path::to_owned);
         (policy.confine_native() || required_by.is_some()).then(|| Self {
             workspace,
-            data_root: home.root().join("data"),
+            data_root: home.data_dir(),
             settings: confine::Settings {
                 shell_network: true,
                 required_by,
