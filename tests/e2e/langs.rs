@@ -13,20 +13,9 @@ use zotbox::{Host, HostEvent, Verdict};
 use crate::attack::audit_lines;
 use crate::guests::{self, Form, GO_NOTES, PY_HELLO};
 use crate::support::{
-    Lab, assert_response, assert_result, bounded, command, info, join_all, next_event, settled,
-    tool,
+    Lab, assert_response, assert_result, bounded, command, host_over, info, join_all, next_event,
+    settled, tool,
 };
-
-/// Starts a host over `folders` that never restarts, once each has settled.
-async fn host_over(lab: &Lab, folders: &[PathBuf]) -> Host {
-    let mut builder = lab.builder().restart_policy(RestartPolicy::never());
-    for folder in folders {
-        builder = builder.extension(folder);
-    }
-    bounded("starting the host", builder.build())
-        .await
-        .expect("build")
-}
 
 /// A loopback listener that must never see a connection.
 fn idle_listener() -> (TcpListener, String) {
@@ -75,7 +64,7 @@ const NET_RULE: &str = "wasm guests get no network (`wasi:sockets` is linked and
 async fn a_guest_using_std_net_loads_and_every_socket_use_is_refused_and_audited() {
     let lab = Lab::new();
     let dir = guests::folder(&lab.dev, "netprobe", Form::Wasm, None);
-    let host = host_over(&lab, std::slice::from_ref(&dir)).await;
+    let host = host_over(&lab, std::slice::from_ref(&dir), RestartPolicy::never()).await;
     let entry = settled(&host, "netprobe").await;
     assert_eq!(entry.state, ExtensionState::Ready, "{entry:#?}");
 
@@ -123,7 +112,7 @@ async fn a_guest_using_std_net_loads_and_every_socket_use_is_refused_and_audited
 
     let native_lab = Lab::new();
     let dir = guests::folder(&native_lab.dev, "netprobe", Form::Native, None);
-    let host = host_over(&native_lab, &[dir]).await;
+    let host = host_over(&native_lab, &[dir], RestartPolicy::never()).await;
     assert_eq!(info(&host, "netprobe").state, ExtensionState::Ready);
     let (listener, addr) = idle_listener();
     let connect = tool(&host, "connect", json!({"addr": addr})).await;
@@ -141,7 +130,7 @@ async fn a_guest_using_std_net_loads_and_every_socket_use_is_refused_and_audited
 async fn a_guest_importing_wasi_http_loads_and_its_request_is_refused_and_audited() {
     let lab = Lab::new();
     let dir = guests::folder(&lab.dev, "httpprobe", Form::Wasm, None);
-    let host = host_over(&lab, std::slice::from_ref(&dir)).await;
+    let host = host_over(&lab, std::slice::from_ref(&dir), RestartPolicy::never()).await;
     let entry = settled(&host, "httpprobe").await;
     assert_eq!(entry.state, ExtensionState::Ready, "{entry:#?}");
     let (listener, addr) = idle_listener();
@@ -247,7 +236,7 @@ async fn a_core_module_calling_sock_functions_gets_eacces_and_each_call_is_audit
     let built = lab.dev.join("p1sock.built.wasm");
     std::fs::write(&built, p1_socket_module()).expect("write the module");
     let dir = guests::wasm_folder(&lab.dev, "p1sock", &built, None);
-    let host = host_over(&lab, &[dir]).await;
+    let host = host_over(&lab, &[dir], RestartPolicy::never()).await;
     let entry = settled(&host, "p1sock").await;
     assert_eq!(
         entry.reason.as_deref(),
@@ -341,7 +330,7 @@ async fn p1_run(name: &str, wasm: &[u8]) -> Option<String> {
     let built = lab.dev.join(format!("{name}.built.wasm"));
     std::fs::write(&built, wasm).expect("write the module");
     let dir = guests::wasm_folder(&lab.dev, name, &built, None);
-    let host = host_over(&lab, &[dir]).await;
+    let host = host_over(&lab, &[dir], RestartPolicy::never()).await;
     let entry = settled(&host, name).await;
     host.shutdown().await;
     entry.reason

@@ -20,7 +20,7 @@ use zotbox::host::{ExtensionState, RestartPolicy};
 
 use crate::guests::{self, Form};
 use crate::support::{
-    Lab, alone, bounded, info, peak_rss_growth_mib, settled, tool_names, write_json,
+    Lab, alone, bounded, host_over, info, peak_rss_growth_mib, settled, tool_names, write_json,
 };
 
 const MIB: u64 = 1024 * 1024;
@@ -104,17 +104,6 @@ fn module_folder(lab: &Lab, name: &str, wasm: &[u8]) -> PathBuf {
     guests::wasm_folder(&lab.dev, name, &built, Some(json!({"memory_mb": 64})))
 }
 
-/// Starts a host over `folders` that never restarts, once each has settled.
-async fn host_over(lab: &Lab, folders: &[PathBuf]) -> zotbox::Host {
-    let mut builder = lab.builder().restart_policy(RestartPolicy::never());
-    for folder in folders {
-        builder = builder.extension(folder);
-    }
-    bounded("starting the host", builder.build())
-        .await
-        .expect("build")
-}
-
 /// The `wasm` file of an extension folder, as the host names it.
 fn wasm_of(dir: &Path, name: &str) -> PathBuf {
     dir.join(format!("{name}.wasm"))
@@ -141,7 +130,7 @@ async fn a_module_with_forty_memories_is_refused_at_load_naming_the_cap() {
     );
     let dir = module_folder(&lab, "mem40", &wasm);
     let (entry, grown) = peak_rss_growth_mib(async {
-        let host = host_over(&lab, std::slice::from_ref(&dir)).await;
+        let host = host_over(&lab, std::slice::from_ref(&dir), RestartPolicy::never()).await;
         let entry = settled(&host, "mem40").await;
         host.shutdown().await;
         entry
@@ -235,7 +224,7 @@ async fn memories_and_tables_are_held_to_one_limit_together() {
         let lab = Lab::new();
         let dir = module_folder(&lab, name, &wasm);
         let (entry, grown) = peak_rss_growth_mib(async {
-            let host = host_over(&lab, &[dir]).await;
+            let host = host_over(&lab, &[dir], RestartPolicy::never()).await;
             let entry = settled(&host, name).await;
             host.shutdown().await;
             entry
@@ -269,7 +258,7 @@ async fn three_thousand_refused_stats_of_a_1_mib_path_leave_a_small_audit_log() 
         Some(json!({"tool_timeout_ms": 300_000})),
     );
     let (answer, grown) = peak_rss_growth_mib(async {
-        let host = host_over(&lab, &[dir]).await;
+        let host = host_over(&lab, &[dir], RestartPolicy::never()).await;
         let answer = tokio::time::timeout(
             Duration::from_secs(300),
             host.call_tool("stat_flood", json!({"count": CALLS, "len": MIB})),
@@ -464,7 +453,7 @@ async fn names_a_terminal_would_act_on_are_refused_and_list_stays_plain() {
         );
     }
 
-    let host = host_over(&lab, &[lab.user_dir().join(name)]).await;
+    let host = host_over(&lab, &[lab.user_dir().join(name)], RestartPolicy::never()).await;
     let tools = tool_names(&host);
     assert!(tools.contains(&"echo".to_owned()), "{tools:?}");
     assert!(

@@ -947,6 +947,22 @@ pub fn zotbox_bounded(lab: &Lab, args: &[&str]) -> Run {
 /// Every entry under `dir` by relative path: a file's bytes, a symlink's
 /// target (`-> target`), a folder or special file by its kind. Never opens
 /// anything but regular files (a FIFO would block).
+/// Starts a host over the extension `folders` with restart policy
+/// `restart`, once each has settled, within the test bound.
+pub async fn host_over(
+    lab: &Lab,
+    folders: &[PathBuf],
+    restart: zotbox::host::RestartPolicy,
+) -> zotbox::Host {
+    let mut builder = lab.builder().restart_policy(restart);
+    for folder in folders {
+        builder = builder.extension(folder);
+    }
+    bounded("starting the host", builder.build())
+        .await
+        .expect("build")
+}
+
 /// Invokes `/name args` on `host`, within the test bound.
 pub async fn command(host: &zotbox::Host, name: &str, args: &str) -> CommandResponse {
     bounded(&format!("/{name} {args}"), host.invoke_command(name, args))

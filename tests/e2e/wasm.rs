@@ -19,20 +19,9 @@ use zotbox::{CallError, Decision, Host, HostError, HostEvent, Verdict};
 
 use crate::guests::{self, C_SHOUT, Form};
 use crate::support::{
-    Lab, assert_response, assert_result, bounded, cache_entries, command, entry_is_valid, info,
-    next_event, settled, tool, tool_names, write_json,
+    Lab, assert_response, assert_result, bounded, cache_entries, command, entry_is_valid,
+    host_over, info, next_event, settled, tool, tool_names, write_json,
 };
-
-/// Starts a host over `folders` in `lab` and returns once each has settled.
-async fn host_over(lab: &Lab, folders: &[PathBuf], policy: RestartPolicy) -> Host {
-    let mut builder = lab.builder().restart_policy(policy);
-    for folder in folders {
-        builder = builder.extension(folder);
-    }
-    bounded("starting the host", builder.build())
-        .await
-        .expect("build")
-}
 
 /// Starts one example in `form` (the C one with clang's build; `None` when
 /// clang is missing) and checks that it is ready and of the right kind.
