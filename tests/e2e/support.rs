@@ -569,7 +569,7 @@ impl Lab {
 impl Peer {
     /// Spawns `command` with piped stdio.
     pub fn spawn(mut command: tokio::process::Command) -> Self {
-        use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+        use tokio::io::{AsyncBufReadExt, BufReader};
         let mut child = command
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
@@ -602,12 +602,7 @@ impl Peer {
                 }
             }
         });
-        let mut stderr = child.stderr.take().expect("piped stderr");
-        let stderr = tokio::spawn(async move {
-            let mut bytes = Vec::new();
-            let _ = stderr.read_to_end(&mut bytes).await;
-            String::from_utf8_lossy(&bytes).into_owned()
-        });
+        let stderr = collect_stderr(&mut child);
         Self {
             stdin: child.stdin.take(),
             child,
@@ -961,6 +956,16 @@ pub async fn host_over(
     bounded("starting the host", builder.build())
         .await
         .expect("build")
+}
+
+/// Reads all of a spawned child's piped stderr, as text, on a task.
+pub fn collect_stderr(child: &mut tokio::process::Child) -> tokio::task::JoinHandle<String> {
+    let mut stderr = child.stderr.take().expect("piped stderr");
+    tokio::spawn(async move {
+        let mut bytes = Vec::new();
+        let _ = tokio::io::AsyncReadExt::read_to_end(&mut stderr, &mut bytes).await;
+        String::from_utf8_lossy(&bytes).into_owned()
+    })
 }
 
 /// Invokes `/name args` on `host`, within the test bound.

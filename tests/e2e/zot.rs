@@ -25,7 +25,7 @@ use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -259,12 +259,7 @@ impl Zot {
                 }
             }
         });
-        let mut stderr = child.stderr.take().expect("piped stderr");
-        let stderr = tokio::spawn(async move {
-            let mut bytes = Vec::new();
-            let _ = stderr.read_to_end(&mut bytes).await;
-            String::from_utf8_lossy(&bytes).into_owned()
-        });
+        let stderr = crate::support::collect_stderr(&mut child);
         Self {
             stdin: child.stdin.take(),
             child,
