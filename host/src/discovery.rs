@@ -122,17 +122,15 @@ pub struct SearchPath {
 }
 
 impl SearchPath {
+    /// `<workspace>/.zot/extensions`.
+    pub fn project_dir(&self) -> PathBuf {
+        self.workspace.join(".zot").join("extensions")
+    }
+
     /// The control paths of this search's workspace: what no grant may
     /// write (see [`ControlSources`]).
     pub fn control_paths(&self) -> crate::capability::fs::ControlPaths {
         ControlSources::new(self.home.root(), &self.explicit).control_paths(&self.workspace)
-    }
-}
-
-impl SearchPath {
-    /// `<workspace>/.zot/extensions`.
-    pub fn project_dir(&self) -> PathBuf {
-        self.workspace.join(".zot").join("extensions")
     }
 
     /// Finds every extension, applying precedence, for a trusted workspace.

@@ -939,9 +939,6 @@ pub fn zotbox_bounded(lab: &Lab, args: &[&str]) -> Run {
     Run::from(child.wait_with_output().expect("zotbox output"))
 }
 
-/// Every entry under `dir` by relative path: a file's bytes, a symlink's
-/// target (`-> target`), a folder or special file by its kind. Never opens
-/// anything but regular files (a FIFO would block).
 /// Starts a host over the extension `folders` with restart policy
 /// `restart`, once each has settled, within the test bound.
 pub async fn host_over(
@@ -1049,6 +1046,9 @@ pub fn entry_is_valid(bytes: &[u8]) -> bool {
     &trailer[..8] == b"ZOTBOXC2" && trailer[8..] == *blake3::hash(artifact).as_bytes()
 }
 
+/// Every entry under `dir` by relative path: a file's bytes, a symlink's
+/// target (`-> target`), a folder or special file by its kind. Never opens
+/// anything but regular files (a FIFO would block).
 pub fn tree(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
     let mut found = std::collections::BTreeMap::new();
     let mut pending = vec![dir.to_owned()];
