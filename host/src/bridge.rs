@@ -149,17 +149,73 @@ pub async fn run(
     input: impl AsyncRead + Unpin + Send + 'static,
     output: impl AsyncWrite + Unpin + Send + 'static,
 ) -> Result<Exit, BridgeError> {
+    let prepared = prepare(dir, &home, &config, None)?;
+    let native = crate::runtime::native::NativeConfinement::from_policy(&prepared.policy, None, &home);
+    let launcher = Launcher::new(home).with_native_confinement(native);
+    // Nothing else runs yet: load the program on this thread rather than
+    // hand it to a blocking one (`start` then finds it prepared).
+    if let crate::manifest::Program::Wasm { path } = &prepared.manifest.program {
+        launcher
+            .wasm()
+            .and_then(|runtime| runtime.prepare(&prepared.name, path))
+            .map_err(|error| prepared.start_error(error.into()))?;
+    }
+    start(prepared, &launcher, input, output, Tap::default()).await
+}
+
+/// An extension checked and ready to start: its manifest read, its
+/// workspace trusted, its grant and limits derived from the policy.
+pub(crate) struct Prepared {
+    name: String,
+    manifest: Manifest,
+    policy: Policy,
+    services: Arc<Services>,
+    sandbox: Option<Arc<crate::sandbox::Sandbox>>,
+    limits: crate::runtime::wasm::GuestLimits,
+    timeouts: Timeouts,
+    shutdown_grace: Duration,
+}
+
+impl Prepared {
+    /// The extension's name (from its manifest).
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its manifest.
+    pub(crate) fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    fn start_error(&self, error: crate::runtime::StartError) -> BridgeError {
+        BridgeError::Start {
+            name: self.name.clone(),
+            error,
+        }
+    }
+}
+
+/// Reads the manifest in `dir` and the policy of `home`, checks that the
+/// extension may run at all (trust, policy) and derives its grant and
+/// limits. `environment` is where granted variables come from (`None`:
+/// this process's).
+pub(crate) fn prepare(
+    dir: &Path,
+    home: &ZotHome,
+    config: &BridgeConfig,
+    environment: Option<Arc<HashMap<String, String>>>,
+) -> Result<Prepared, BridgeError> {
     let manifest = Manifest::load(&dir.join(MANIFEST_FILE))?;
     let name = manifest.name().to_owned();
-    let policy = Policy::load_for(&home)?;
+    let policy = Policy::load_for(home)?;
     // zot starts a workspace's extensions without asking; zotbox does not.
-    crate::store::trust::check_extension_dir(dir, &home, &policy).map_err(|reason| {
+    crate::store::trust::check_extension_dir(dir, home, &policy).map_err(|reason| {
         BridgeError::Untrusted {
             name: name.clone(),
             reason,
         }
     })?;
-    let services = services(&home, &policy, dir);
+    let services = services(home, &policy, dir, environment);
     let sandbox = crate::sandbox::confine(&policy, &services, &manifest).map_err(|reason| {
         BridgeError::Refused {
             name: name.clone(),
@@ -175,47 +231,74 @@ pub async fn run(
         },
     );
     let limits = crate::runtime::wasm::GuestLimits::from_effective(&effective);
-    // The workspace is named only by zot's `hello_ack`, after the start:
-    // a confined native extension gets none.
-    let native = crate::runtime::native::NativeConfinement::from_policy(&policy, None, &home);
-    let launcher = Launcher::new(home).with_native_confinement(native);
-    let start_error = |error: crate::runtime::StartError| BridgeError::Start {
-        name: name.clone(),
-        error,
-    };
-    // Nothing else runs yet: load the program on this thread rather than
-    // hand it to a blocking one (`start` then finds it prepared).
-    if let crate::manifest::Program::Wasm { path } = &manifest.program {
-        launcher
-            .wasm()
-            .and_then(|runtime| runtime.prepare(&name, path))
-            .map_err(|error| start_error(error.into()))?;
-    }
-    let transport = launcher
-        .start(&manifest, limits, sandbox)
-        .await
-        .map_err(start_error)?;
     let timeouts = Timeouts {
         call: effective.call_timeout.value,
         intercept: effective.intercept_timeout.value,
     };
-    let exit = bridge(
-        transport,
+    Ok(Prepared {
+        name,
+        manifest,
+        policy,
         services,
+        sandbox,
+        limits,
         timeouts,
-        config.shutdown_grace,
-        input,
-        output,
-    )
-    .await?;
-    Ok(exit)
+        shutdown_grace: config.shutdown_grace,
+    })
 }
 
-fn services(home: &ZotHome, policy: &Policy, dir: &Path) -> Arc<Services> {
+/// What the shared host watches of one bridged extension, and how it steers
+/// it; the default watches nothing (`zotbox run --standalone`).
+#[derive(Default)]
+pub(crate) struct Tap {
+    /// Receives zot's `hello_ack` line when it passes.
+    pub(crate) hello_ack: Option<watch::Sender<Option<Vec<u8>>>>,
+    /// The requests in flight, shared with the watcher.
+    pub(crate) in_flight: Arc<InFlight>,
+    /// A restart: zot's earlier `hello_ack`, given to the new guest at
+    /// once; its `hello` and registrations (which zot already has) are not
+    /// forwarded.
+    pub(crate) resume: Option<Vec<u8>>,
+    /// Becomes true when whoever started this extension is gone: it is
+    /// stopped at once.
+    pub(crate) abandoned: Option<watch::Receiver<bool>>,
+}
+
+/// Starts a prepared extension with `launcher` and bridges it to
+/// `input`/`output` until it ends.
+pub(crate) async fn start(
+    prepared: Prepared,
+    launcher: &Launcher,
+    input: impl AsyncRead + Unpin + Send + 'static,
+    output: impl AsyncWrite + Unpin + Send + 'static,
+    tap: Tap,
+) -> Result<Exit, BridgeError> {
+    let transport = launcher
+        .start(&prepared.manifest, prepared.limits.clone(), prepared.sandbox.clone())
+        .await
+        .map_err(|error| prepared.start_error(error))?;
+    bridge(
+        transport,
+        prepared.services,
+        prepared.timeouts,
+        prepared.shutdown_grace,
+        input,
+        output,
+        tap,
+    )
+    .await
+}
+
+fn services(
+    home: &ZotHome,
+    policy: &Policy,
+    dir: &Path,
+    environment: Option<Arc<HashMap<String, String>>>,
+) -> Arc<Services> {
     let audit = Arc::new(AuditLog::open(&home.audit_log()));
     let http_config = policy.http_config();
     Arc::new_cyclic(|weak| {
-        Services::new(
+        let services = Services::new(
             None,
             http_config,
             audit,
@@ -229,7 +312,11 @@ fn services(home: &ZotHome, policy: &Policy, dir: &Path) -> Arc<Services> {
             home.root(),
             &[dir.to_path_buf()],
         ))
-        .with_confinement(policy)
+        .with_confinement(policy);
+        match environment {
+            Some(environment) => services.with_environment(environment),
+            None => services,
+        }
     })
 }
 
@@ -239,8 +326,58 @@ struct Timeouts {
     intercept: Duration,
 }
 
-/// Requests in flight to the extension, by id, with their deadlines.
-type Deadlines = Arc<Mutex<HashMap<String, Instant>>>;
+/// Requests zot made that the extension has not answered yet, by id, with
+/// their type and deadline.
+#[derive(Debug, Default)]
+pub(crate) struct InFlight {
+    requests: Mutex<HashMap<String, (&'static str, Instant)>>,
+    changed: tokio::sync::Notify,
+}
+
+impl InFlight {
+    async fn insert(&self, id: String, frame_type: &'static str, deadline: Instant) {
+        self.requests.lock().await.insert(id, (frame_type, deadline));
+        self.changed.notify_one();
+    }
+
+    async fn answered(&self, ids: Vec<String>) {
+        let mut requests = self.requests.lock().await;
+        for id in ids {
+            requests.remove(&id);
+        }
+        drop(requests);
+        self.changed.notify_one();
+    }
+
+    /// Forgets the requests past their deadline; whether there were any.
+    async fn expire(&self, now: Instant) -> bool {
+        let mut requests = self.requests.lock().await;
+        let before = requests.len();
+        requests.retain(|_, (_, at)| *at > now);
+        let expired = before != requests.len();
+        drop(requests);
+        if expired {
+            self.changed.notify_one();
+        }
+        expired
+    }
+
+    /// Waits until the set has changed since the last call.
+    pub(crate) async fn changed(&self) {
+        self.changed.notified().await;
+    }
+
+    /// `(id, type)` of every request in flight.
+    pub(crate) async fn snapshot(&self) -> Vec<(String, String)> {
+        let requests = self.requests.lock().await;
+        let mut all: Vec<(String, String)> = requests
+            .iter()
+            .map(|(id, (frame_type, _))| (id.clone(), (*frame_type).to_owned()))
+            .collect();
+        all.sort_unstable();
+        all
+    }
+}
 
 /// zot's stdout, shared by the copy out and the bridge's own answers: each
 /// writer holds it for whole lines, so no answer lands inside a guest's line.
@@ -259,6 +396,7 @@ async fn bridge(
     shutdown_grace: Duration,
     input: impl AsyncRead + Unpin + Send + 'static,
     output: impl AsyncWrite + Unpin + Send + 'static,
+    tap: Tap,
 ) -> Result<Exit, BridgeError> {
     let output: ZotOut = Arc::new(Mutex::new(Box::new(output)));
     let Transport {
@@ -267,18 +405,36 @@ async fn bridge(
         control,
         exit,
     } = transport;
-    let deadlines: Deadlines = Arc::default();
+    let Tap {
+        hello_ack,
+        in_flight: deadlines,
+        resume,
+        abandoned,
+    } = tap;
     // Set once zot's input ends or says `shutdown`: the guest gets a grace period.
     let (ending_tx, ending) = watch::channel(false);
+    // A restarted guest is told what zot told the first one, and its
+    // startup frames (zot has them already) stop here.
+    let mut starting_over = resume.is_some();
+    if let Some(line) = &resume
+        && let Ok(HostFrame::HelloAck(ack)) = decode_line::<HostFrame>(line)
+        && !ack.cwd.is_empty()
+    {
+        services.set_workspace(ack.cwd.into());
+    }
 
     let inbound = tokio::spawn(forward_inbound(
         input,
         to_guest,
-        output.clone(),
-        services,
-        deadlines.clone(),
-        timeouts,
-        ending_tx,
+        Inbound {
+            to_zot: output.clone(),
+            services,
+            deadlines: deadlines.clone(),
+            timeouts,
+            ending: ending_tx,
+            hello_ack,
+            resume,
+        },
     ));
 
     // Deadlines and the end of the guest are watched beside the copy out.
@@ -287,6 +443,7 @@ async fn bridge(
         let control = control.clone();
         let mut ending = ending.clone();
         let mut exit = exit.clone();
+        let mut abandoned = abandoned;
         async move {
             let mut ended_at: Option<Instant> = None;
             let mut escalated = 0u8;
@@ -295,15 +452,19 @@ async fn bridge(
                     () = tokio::time::sleep(Duration::from_millis(50)) => {}
                     _ = ending.changed(), if ended_at.is_none() => {}
                     _ = exit.wait_for(Option::is_some) => return,
+                    // Abandoned, or whoever could say so is gone: the same.
+                    _ = async {
+                        match abandoned.as_mut() {
+                            Some(rx) => rx.wait_for(|gone| *gone).await.map(|_| ()),
+                            None => std::future::pending().await,
+                        }
+                    } => {
+                        control.kill();
+                        return;
+                    }
                 }
                 let now = Instant::now();
-                let expired = {
-                    let mut map = deadlines.lock().await;
-                    let before = map.len();
-                    map.retain(|_, at| *at > now);
-                    before != map.len()
-                };
-                if expired {
+                if deadlines.expire(now).await {
                     control.deadline_missed();
                 }
                 if *ending.borrow() && ended_at.is_none() {
@@ -341,7 +502,20 @@ async fn bridge(
         while let Some(line) = lines.next() {
             match line {
                 Line::Complete(bytes) => {
-                    if let Some(id) = peek(bytes).id {
+                    let seen = peek(bytes);
+                    if starting_over {
+                        match seen.frame_type.as_deref() {
+                            Some("hello" | "register_command" | "register_tool" | "subscribe") => {
+                                continue;
+                            }
+                            Some("ready") => {
+                                starting_over = false;
+                                continue;
+                            }
+                            _ => starting_over = false,
+                        }
+                    }
+                    if let Some(id) = seen.id {
                         answered.push(id);
                     }
                     out.extend_from_slice(bytes);
@@ -354,10 +528,7 @@ async fn bridge(
             }
         }
         if !answered.is_empty() {
-            let mut map = deadlines.lock().await;
-            for id in answered {
-                map.remove(&id);
-            }
+            deadlines.answered(answered).await;
         }
         if !out.is_empty() {
             write_to_zot(&output, &out).await?;
@@ -374,8 +545,7 @@ async fn bridge(
         control.kill();
         let mut exit = exit;
         let _ = tokio::time::timeout(Duration::from_secs(5), exit.wait_for(Option::is_some)).await;
-        inbound.abort();
-        watchdog.abort();
+        end_tasks(inbound, watchdog).await;
         output.lock().await.flush().await?;
         return Ok(Exit::Killed(why));
     }
@@ -394,20 +564,51 @@ async fn bridge(
                 Exit::Killed("closed its output but kept running".to_owned())
             }
         };
+    end_tasks(inbound, watchdog).await;
+    Ok(exit)
+}
+
+/// Stops the copy in and the watchdog and waits until they are gone, so
+/// that zot's input is closed here when the bridge returns.
+async fn end_tasks(inbound: tokio::task::JoinHandle<()>, watchdog: tokio::task::JoinHandle<()>) {
     inbound.abort();
     watchdog.abort();
-    Ok(exit)
+    let _ = inbound.await;
+    let _ = watchdog.await;
+}
+
+/// What the copy from zot to the guest needs beside the two streams.
+struct Inbound {
+    to_zot: ZotOut,
+    services: Arc<Services>,
+    deadlines: Arc<InFlight>,
+    timeouts: Timeouts,
+    ending: watch::Sender<bool>,
+    hello_ack: Option<watch::Sender<Option<Vec<u8>>>>,
+    resume: Option<Vec<u8>>,
 }
 
 async fn forward_inbound(
     mut input: impl AsyncRead + Unpin,
     mut to_guest: Box<dyn AsyncWrite + Send + Unpin>,
-    to_zot: ZotOut,
-    services: Arc<Services>,
-    deadlines: Deadlines,
-    timeouts: Timeouts,
-    ending: watch::Sender<bool>,
+    inbound: Inbound,
 ) {
+    let Inbound {
+        to_zot,
+        services,
+        deadlines,
+        timeouts,
+        ending,
+        hello_ack,
+        resume,
+    } = inbound;
+    if let Some(mut line) = resume {
+        line.push(b'\n');
+        if to_guest.write_all(&line).await.is_err() || to_guest.flush().await.is_err() {
+            let _ = ending.send(true);
+            return;
+        }
+    }
     let mut lines = LineSplitter::new(DEFAULT_MAX_LINE);
     let mut chunk = vec![0u8; 64 * 1024];
     let mut out = Vec::with_capacity(64 * 1024);
@@ -437,12 +638,15 @@ async fn forward_inbound(
                     continue;
                 }
             };
-            let timeout = match seen.frame_type.as_deref() {
+            let request = match seen.frame_type.as_deref() {
                 Some("hello_ack") => {
                     if let Ok(HostFrame::HelloAck(ack)) = decode_line::<HostFrame>(bytes)
                         && !ack.cwd.is_empty()
                     {
                         services.set_workspace(ack.cwd.into());
+                    }
+                    if let Some(tap) = &hello_ack {
+                        let _ = tap.send(Some(bytes.to_vec()));
                     }
                     None
                 }
@@ -450,9 +654,10 @@ async fn forward_inbound(
                     let _ = ending.send(true);
                     None
                 }
-                Some("tool_call" | "command_invoked") => Some(timeouts.call),
+                Some("tool_call") => Some(("tool_call", timeouts.call)),
+                Some("command_invoked") => Some(("command_invoked", timeouts.call)),
                 Some("event_intercept") => match decode_line::<HostFrame>(bytes) {
-                    Ok(_) => Some(timeouts.intercept),
+                    Ok(_) => Some(("event_intercept", timeouts.intercept)),
                     Err(error) => {
                         // The guest could not read it either: a guard that
                         // skips it lets the call through. Block it here.
@@ -463,8 +668,10 @@ async fn forward_inbound(
                 },
                 _ => None,
             };
-            if let (Some(timeout), Some(id)) = (timeout, seen.id) {
-                deadlines.lock().await.insert(id, Instant::now() + timeout);
+            if let (Some((frame_type, timeout)), Some(id)) = (request, seen.id) {
+                deadlines
+                    .insert(id, frame_type, Instant::now() + timeout)
+                    .await;
             }
             out.extend_from_slice(bytes);
             out.push(b'\n');

@@ -8,6 +8,7 @@ mod completions;
 mod demo;
 mod doctor;
 mod ext;
+mod host;
 mod list;
 mod man;
 mod new;
@@ -48,12 +49,17 @@ Environment:
   ZOTBOX_LOG      log filter for zotbox's own diagnostics on stderr (default `warn`)
   ZOTBOX_SYSTEM_POLICY
                   the system-wide policy file (default /etc/zotbox/policy.json)
+  ZOTBOX_STANDALONE=1
+                  `zotbox run` hosts its extension itself, not in the shared host
+  ZOTBOX_HOST_IDLE
+                  seconds the shared host stays up with no extension (default 60)
 
 Files:
   $ZOT_HOME/policy.json          the user's policy (can only narrow the system one)
   $ZOT_HOME/trust.json           the workspaces you trusted (`zotbox trust`)
   $ZOT_HOME/logs/ext-<name>.log  each extension's stderr
-  $ZOT_HOME/logs/audit.jsonl     every capability use and guard decision";
+  $ZOT_HOME/logs/audit.jsonl     every capability use and guard decision
+  $ZOT_HOME/logs/zotbox-host.log the shared host's own diagnostics";
 
 /// A sandboxed plugin host for zot extensions.
 ///
@@ -100,6 +106,9 @@ enum Action {
     Run(run::Args),
     /// Serve data tools, refusal plugins and skills to zot as one extension.
     Serve(serve::Args),
+    /// The shared host `zotbox run` relays to: status, stop, serve.
+    #[command(subcommand)]
+    Host(host::Command),
     /// Register `zotbox serve` in $ZOT_HOME/extensions/zotbox (or --remove it).
     Setup(setup::Args),
     /// Approve a data tool whose manifest says `autoApprove: false`.
@@ -176,6 +185,23 @@ impl Cli {
         matches!(self.action, Action::Run(_))
     }
 
+    /// `zotbox run` relayed to the shared host, when it is: the exit
+    /// status. `None`: the command runs on an async runtime (every other
+    /// command, and `run` hosting the extension in this process).
+    pub fn relay(&self) -> Option<u8> {
+        let Action::Run(args) = &self.action else {
+            return None;
+        };
+        init_logging(self.verbose);
+        let context = Context {
+            workspace: self.workspace.clone(),
+            zot_home: self.zot_home.clone(),
+            ext: self.ext.clone(),
+            json: self.json,
+        };
+        args.relay(&context)
+    }
+
     /// Runs the parsed command line.
     ///
     /// # Errors
@@ -200,6 +226,7 @@ impl Cli {
             Action::Trust(args) => args.run(&context).await?,
             Action::Run(args) => args.run(&context).await?,
             Action::Serve(args) => args.run(&context).await?,
+            Action::Host(command) => command.run(&context).await?,
             Action::Setup(args) => args.run(&context).await?,
             Action::Policy(command) => command.run(&context).await?,
             Action::Skills(command) => command.run(&context).await?,

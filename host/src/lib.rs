@@ -44,6 +44,7 @@ pub mod host;
 pub mod manifest;
 pub mod policy;
 pub mod serve;
+pub mod shared;
 pub mod store;
 pub mod text;
 

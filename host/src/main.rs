@@ -7,6 +7,11 @@ use cli::{Cli, EXIT_ERROR, print_error};
 
 fn main() {
     let cli = Cli::parse();
+    // `zotbox run` relayed to the shared host needs no async runtime.
+    if let Some(code) = cli.relay() {
+        let _ = std::io::Write::flush(&mut std::io::stderr());
+        std::process::exit(i32::from(code));
+    }
     let runtime = if cli.hosts_one_extension() {
         // `zotbox run`: one extension, one thread. The guest, the bridge and
         // zot's stdio all run here, so a frame never wakes another thread,

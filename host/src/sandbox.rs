@@ -57,6 +57,9 @@ pub struct Services {
     pub audit: Arc<AuditLog>,
     /// The guard chain shell commands pass.
     pub guard: Arc<dyn CommandGuard>,
+    /// Where granted environment variables come from: the environment of
+    /// the `zotbox run` the shared host serves (`None`: this process's).
+    environment: Option<Arc<std::collections::HashMap<String, String>>>,
 }
 
 impl std::fmt::Debug for Services {
@@ -92,6 +95,25 @@ impl Services {
             confinement: crate::capability::confine::Settings::default(),
             audit,
             guard,
+            environment: None,
+        }
+    }
+
+    /// These services, granting variables from `environment` rather than
+    /// this process's own.
+    pub fn with_environment(
+        mut self,
+        environment: Arc<std::collections::HashMap<String, String>>,
+    ) -> Self {
+        self.environment = Some(environment);
+        self
+    }
+
+    /// The value of variable `name` in the extension's environment.
+    fn env_var(&self, name: &str) -> Option<String> {
+        match &self.environment {
+            Some(environment) => environment.get(name).cloned(),
+            None => std::env::var(name).ok(),
         }
     }
 
@@ -424,8 +446,8 @@ impl Sandbox {
         .await
     }
 
-    /// The environment variables granted, with their values from this
-    /// process. Each is an `allow` line; each declared name the policy
+    /// The environment variables granted, with their values from the
+    /// extension's environment. Each is an `allow` line; each declared name the policy
     /// took away, and each name of a grant that does not parse, a `deny`.
     pub fn env(&self) -> Vec<(String, String)> {
         let deny = |name: &str, reason: String| {
@@ -450,7 +472,7 @@ impl Sandbox {
             }
         }
         let granted =
-            crate::capability::granted_env(&self.grant.env, |name| std::env::var(name).ok());
+            crate::capability::granted_env(&self.grant.env, |name| self.services.env_var(name));
         let granted = granted.unwrap_or_else(|err| {
             tracing::warn!("{}: {err}; no environment granted", self.who);
             for name in &self.grant.env {

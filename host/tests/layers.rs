@@ -23,6 +23,7 @@ const LAYERS: &[&[&str]] = &[
     &["store"],
     &["host"],
     &["serve", "bridge", "internals"],
+    &["shared"],
     &["cli"],
 ];
 

@@ -93,5 +93,5 @@ pub use codec::{
 };
 pub use frame::*;
 pub use peek::{Peek, peek};
-pub use undecoded::Undecoded;
+pub use undecoded::{Undecoded, failed_request};
 pub use verdict::Verdict;

@@ -32,29 +32,42 @@ impl Undecoded {
     pub fn answer(&self, reader: &str) -> Option<ExtensionFrame> {
         let id = self.peek.id.clone()?;
         let cause = self.error.cause();
-        match self.peek.frame_type.as_deref()? {
-            "event_intercept" => Some(ExtensionFrame::EventInterceptResponse(InterceptResponse {
-                id,
-                block: true,
-                reason: Some(format!(
-                    "{reader} could not read this check ({cause}); blocked to be safe"
-                )),
-                ..InterceptResponse::default()
-            })),
-            "tool_call" => Some(ExtensionFrame::ToolResult(ToolResult {
-                id,
-                content: vec![Content::text(format!(
-                    "{reader} could not read this tool call ({cause})"
-                ))],
-                is_error: true,
-            })),
-            "command_invoked" => Some(ExtensionFrame::CommandResponse(CommandResponse {
-                id,
-                error: Some(format!("{reader} could not read this command ({cause})")),
-                ..CommandResponse::default()
-            })),
-            _ => None,
-        }
+        let frame_type = self.peek.frame_type.as_deref()?;
+        let why = match frame_type {
+            "event_intercept" => {
+                format!("{reader} could not read this check ({cause}); blocked to be safe")
+            }
+            "tool_call" => format!("{reader} could not read this tool call ({cause})"),
+            "command_invoked" => format!("{reader} could not read this command ({cause})"),
+            _ => return None,
+        };
+        failed_request(frame_type, id, why)
+    }
+}
+
+/// The answer that ends request `id` of type `frame_type` when nobody else
+/// will answer it: a block saying `why` for an `event_intercept` (for a
+/// guard, silence is consent), an error saying `why` for a `tool_call` or a
+/// `command_invoked`. `None` for any other type, which has no answer.
+pub fn failed_request(frame_type: &str, id: String, why: String) -> Option<ExtensionFrame> {
+    match frame_type {
+        "event_intercept" => Some(ExtensionFrame::EventInterceptResponse(InterceptResponse {
+            id,
+            block: true,
+            reason: Some(why),
+            ..InterceptResponse::default()
+        })),
+        "tool_call" => Some(ExtensionFrame::ToolResult(ToolResult {
+            id,
+            content: vec![Content::text(why)],
+            is_error: true,
+        })),
+        "command_invoked" => Some(ExtensionFrame::CommandResponse(CommandResponse {
+            id,
+            error: Some(why),
+            ..CommandResponse::default()
+        })),
+        _ => None,
     }
 }
 

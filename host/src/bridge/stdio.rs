@@ -14,7 +14,7 @@
 //! The original flags are restored when the stream is dropped.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
@@ -40,6 +40,28 @@ pub fn stdout() -> Box<dyn AsyncWrite + Send + Unpin> {
     }
 }
 
+/// zot's stdin, handed over by a relay: polled when it can be.
+pub(crate) fn owned_input(fd: OwnedFd) -> Box<dyn AsyncRead + Send + Unpin> {
+    match Polled::owning(fd, false) {
+        Ok(polled) => Box::new(polled),
+        Err(fd) => Box::new(tokio::fs::File::from_std(std::fs::File::from(fd))),
+    }
+}
+
+/// zot's stdout, handed over by a relay (`shared`: the relay's stderr is
+/// the same file): polled when it can be.
+pub(crate) fn owned_output(fd: OwnedFd, shared: bool) -> Box<dyn AsyncWrite + Send + Unpin> {
+    match Polled::owning(fd, shared) {
+        Ok(polled) => Box::new(polled),
+        Err(fd) => Box::new(tokio::fs::File::from_std(std::fs::File::from(fd))),
+    }
+}
+
+/// Whether stdout and stderr name the same file.
+pub(crate) fn stdout_is_stderr() -> bool {
+    same_file(io::stdout().as_fd(), io::stderr().as_fd())
+}
+
 /// Whether two descriptors name the same file (inode).
 fn same_file(a: BorrowedFd<'_>, b: BorrowedFd<'_>) -> bool {
     match (fstat(a), fstat(b)) {
@@ -55,6 +77,9 @@ struct Polled {
     fd: AsyncFd<RawFd>,
     /// The file status flags before, restored on drop.
     flags: OFlag,
+    /// The descriptor, when this stream owns it (closed after the flags
+    /// are restored).
+    owned: Option<OwnedFd>,
 }
 
 impl Polled {
@@ -73,17 +98,33 @@ impl Polled {
         let flags = OFlag::from_bits_truncate(fcntl(fd, FcntlArg::F_GETFL).ok()?);
         fcntl(fd, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK)).ok()?;
         // SAFETY: `fd` is open (it is borrowed) and is the process's stdin or
-        // stdout (or, in tests, a pipe that outlives this value): nothing
-        // closes or replaces it while the `AsyncFd` lives.
+        // stdout, or a descriptor this value will own (or, in tests, a pipe
+        // that outlives this value): nothing closes or replaces it while the
+        // `AsyncFd` lives.
         #[allow(unsafe_code)]
         let registered = unsafe { AsyncFd::register(fd.as_raw_fd()) };
         match registered {
-            Ok(fd) => Some(Self { fd, flags }),
+            Ok(fd) => Some(Self {
+                fd,
+                flags,
+                owned: None,
+            }),
             Err(err) => {
                 tracing::debug!("cannot poll a standard stream ({err}); using a thread");
                 let _ = fcntl(fd, FcntlArg::F_SETFL(flags));
                 None
             }
+        }
+    }
+
+    /// Like [`Polled::new`], owning `fd`; `fd` back when it cannot be polled.
+    fn owning(fd: OwnedFd, shared: bool) -> Result<Self, OwnedFd> {
+        match Self::new(fd.as_fd(), shared) {
+            Some(mut polled) => {
+                polled.owned = Some(fd);
+                Ok(polled)
+            }
+            None => Err(fd),
         }
     }
 

@@ -104,6 +104,27 @@ impl Args {
             &mut notes,
             &mut findings,
         );
+        match zotbox::shared::status(&home) {
+            Ok(Some(status)) => {
+                notes.push(super::host::status_line(&status));
+                for instance in &status.instances {
+                    notes.push(format!(
+                        "  `{}` for workspace {} (relay pid {}, up {})",
+                        instance.name,
+                        instance
+                            .workspace
+                            .as_ref()
+                            .map_or_else(|| "(not named yet)".to_owned(), |w| format!("`{}`", w.display())),
+                        instance.relay_pid,
+                        super::host::duration(instance.uptime_secs)
+                    ));
+                }
+            }
+            Ok(None) => notes.push(
+                "zotbox host: not running (`zotbox run` starts it on demand)".to_owned(),
+            ),
+            Err(err) => findings.push(("zotbox host".to_owned(), err.to_string())),
+        }
         let logs = home.logs_dir();
         let probe = logs.join(".doctor-probe");
         let writable =

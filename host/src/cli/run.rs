@@ -1,12 +1,17 @@
 //! `zotbox run [DIR]`: host one extension and bridge it to zot's stdio.
+//!
+//! A wasm extension is handed to the shared per-user host (started on
+//! demand) unless `--standalone` or `ZOTBOX_STANDALONE=1` says otherwise; a
+//! native one, or one whose manifest does not load, runs in this process.
 
 use std::path::PathBuf;
 
 use anyhow::Result;
 
-use super::{Context, EXIT_ERROR};
+use super::{Context, EXIT_ERROR, print_error};
 use zotbox::Exit;
 use zotbox::bridge::{self, BridgeConfig};
+use zotbox::manifest::{MANIFEST_FILE, Manifest, Program};
 
 /// Arguments of `zotbox run`.
 #[derive(Debug, clap::Args)]
@@ -14,9 +19,40 @@ pub(crate) struct Args {
     /// The extension's folder (zot starts its `exec` there) [default: .].
     #[arg(default_value = ".")]
     dir: PathBuf,
+    /// Host the extension in this process instead of the shared per-user
+    /// host (also: ZOTBOX_STANDALONE=1). For debugging, and for systems
+    /// without Unix sockets.
+    #[arg(long)]
+    standalone: bool,
 }
 
 impl Args {
+    /// Relays a wasm extension to the shared host: its exit status, or
+    /// `None` to host it in this process.
+    pub(crate) fn relay(&self, context: &Context) -> Option<u8> {
+        if self.standalone || zotbox::shared::standalone_from_env() {
+            return None;
+        }
+        let home = context.home().ok()?;
+        // A manifest that does not load gets standalone's error.
+        let manifest = Manifest::load(&self.dir.join(MANIFEST_FILE)).ok()?;
+        if !matches!(manifest.program, Program::Wasm { .. }) {
+            return None;
+        }
+        let exe = std::env::current_exe().ok()?;
+        match zotbox::shared::relay(&self.dir, manifest.name(), &home, &exe) {
+            Ok(exit) => Some(status_of(exit)),
+            Err(err) if err.falls_back() => {
+                tracing::warn!("{err}; hosting the extension in this process");
+                None
+            }
+            Err(err) => {
+                print_error(&anyhow::Error::new(err));
+                Some(EXIT_ERROR)
+            }
+        }
+    }
+
     pub(crate) async fn run(self, context: &Context) -> Result<u8> {
         let home = context.home()?;
         let exit = bridge::run(
@@ -27,16 +63,21 @@ impl Args {
             bridge::stdio::stdout(),
         )
         .await?;
-        // zot reads this stderr into the extension's log.
-        Ok(match exit {
-            Exit::Code(code) => u8::try_from(code).unwrap_or(EXIT_ERROR),
-            other => {
-                eprintln!(
-                    "zotbox: the extension {}",
-                    zotbox::text::shown(&other.to_string())
-                );
-                EXIT_ERROR
-            }
-        })
+        Ok(status_of(exit))
+    }
+}
+
+/// The exit status for zot; an exit other than a status is explained on
+/// stderr, which zot reads into the extension's log.
+fn status_of(exit: Exit) -> u8 {
+    match exit {
+        Exit::Code(code) => u8::try_from(code).unwrap_or(EXIT_ERROR),
+        other => {
+            eprintln!(
+                "zotbox: the extension {}",
+                zotbox::text::shown(&other.to_string())
+            );
+            EXIT_ERROR
+        }
     }
 }

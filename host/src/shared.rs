@@ -1,0 +1,83 @@
+//! The shared host: one zotbox process per user (and `$ZOT_HOME`) runs every
+//! sandboxed extension of every zot session, with one wasm engine and one set
+//! of compiled programs; `zotbox run`, what zot starts for each extension,
+//! is a thin relay to it.
+//!
+//! # Rules
+//!
+//! 1. **Only the user reaches it.** The socket lives in a folder only the
+//!    user can enter (`$XDG_RUNTIME_DIR/zotbox`, else `$ZOT_HOME/run`: owned
+//!    by the user, mode `0700`, not a link; anything else is refused, and the
+//!    relay runs the extension itself). The host checks each peer's uid
+//!    (`SO_PEERCRED`) and refuses anyone else; the relay checks the host's.
+//! 2. **Never mixed.** Relay and host compare build ids (the version and the
+//!    identity of the executable file). A host of another build retires: it
+//!    removes its socket, accepts no one, and exits when its instances end;
+//!    the relay starts a host of its own build.
+//! 3. **One host.** The relay starts the host under a lock, so relays
+//!    starting at once start one; a socket nobody listens on is stale and is
+//!    replaced under the same lock. The host exits after an idle period with
+//!    no instances.
+//! 4. **Each relay is its own instance**, exactly as `zotbox run
+//!    --standalone` would run it: the manifest, trust and policy are read
+//!    for each (`bridge::prepare`); the workspace is its own zot's
+//!    `hello_ack`; the log and the audit attribution are the extension's.
+//!    Granted variables come from the relay's environment, not the host's.
+//! 5. **The relay is not in the data path.** It hands zot's stdin and stdout
+//!    to the host (`SCM_RIGHTS`) and waits, so a frame costs what it costs
+//!    standalone. It does not start wasmtime.
+//! 6. **Faults stay contained.** A guest that traps ends alone. A relay
+//!    whose host dies answers zot's requests in flight with an error, tells
+//!    zot in a `notify` that the extension restarted, and starts it again
+//!    (a new host if needed), giving the new guest zot's first `hello_ack`;
+//!    a relay that goes away (zot ended it) ends its instance at once.
+
+mod peer;
+pub mod place;
+pub mod relay;
+pub mod server;
+mod wire;
+
+pub use place::{Place, PlaceError};
+pub use relay::{RelayError, relay};
+pub use server::{ServeOptions, serve};
+pub use wire::{HostStatus, InstanceStatus};
+
+/// The idle period after which a host with no instances exits, unless
+/// `ZOTBOX_HOST_IDLE` (seconds) says otherwise.
+pub const DEFAULT_IDLE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// `ZOTBOX_HOST_IDLE`, or [`DEFAULT_IDLE`].
+pub fn idle_from_env() -> std::time::Duration {
+    std::env::var("ZOTBOX_HOST_IDLE")
+        .ok()
+        .and_then(|secs| secs.trim().parse::<f64>().ok())
+        .filter(|secs| secs.is_finite() && *secs >= 0.0)
+        .map_or(DEFAULT_IDLE, std::time::Duration::from_secs_f64)
+}
+
+/// Whether the environment asks for `zotbox run` to host the extension
+/// itself (`ZOTBOX_STANDALONE=1`).
+pub fn standalone_from_env() -> bool {
+    std::env::var("ZOTBOX_STANDALONE").is_ok_and(|v| !v.is_empty() && v != "0")
+}
+
+/// What the host running for `home` says about itself, if one runs.
+///
+/// # Errors
+///
+/// [`relay::RelayError`] when the socket's folder is unsafe or the host
+/// answers something unexpected.
+pub fn status(home: &crate::home::ZotHome) -> Result<Option<HostStatus>, RelayError> {
+    relay::status(home)
+}
+
+/// Asks the host running for `home` to stop (its instances end first);
+/// whether one was running.
+///
+/// # Errors
+///
+/// As [`status`].
+pub fn stop(home: &crate::home::ZotHome) -> Result<bool, RelayError> {
+    relay::stop(home)
+}

@@ -1,0 +1,423 @@
+//! The shared host: accepts relays on the socket and runs one extension
+//! instance for each, until it has had none for its idle period.
+
+use std::collections::HashMap;
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::MetadataExt as _;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::UnixStream;
+use tokio::net::unix::OwnedWriteHalf;
+use tokio::sync::watch;
+
+use super::place::Place;
+use super::wire::{ExitWire, HostStatus, InstanceStatus, Reply, Request, line, recv_request};
+use crate::bridge::{self, BridgeConfig, Tap};
+use crate::home::ZotHome;
+use crate::runtime::Launcher;
+
+/// How long a new connection may take to send its request.
+const REQUEST_PATIENCE: Duration = Duration::from_secs(10);
+
+/// How long a change to the requests in flight waits before it is reported:
+/// a relay needs them only if the host dies, and a call that comes and goes
+/// within it costs no report at all.
+const IN_FLIGHT_COALESCE: Duration = Duration::from_millis(5);
+
+/// How a host runs.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// Exit after this long with no connection.
+    pub idle: Duration,
+    /// The build to claim (tests of a mismatch); `None`: this one's.
+    pub build: Option<String>,
+}
+
+/// The host could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The socket could not be bound.
+    #[error("cannot listen on `{}`: {error}", path.display())]
+    Bind {
+        /// The socket.
+        path: PathBuf,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// The wasm engine could not be set up.
+    #[error(transparent)]
+    Engine(#[from] crate::runtime::wasm::WasmError),
+}
+
+/// What every connection shares.
+struct State {
+    home: ZotHome,
+    build: String,
+    started: Instant,
+    launcher: Launcher,
+    socket: PathBuf,
+    /// The socket file's (device, inode): it is removed only while it is ours.
+    identity: (u64, u64),
+    retired: watch::Sender<bool>,
+    connections: watch::Sender<usize>,
+    instances: Mutex<HashMap<u64, Instance>>,
+    next_instance: std::sync::atomic::AtomicU64,
+}
+
+struct Instance {
+    name: String,
+    dir: PathBuf,
+    workspace: Option<PathBuf>,
+    relay_pid: i32,
+    started: Instant,
+}
+
+impl State {
+    /// Removes the socket, if it is still the one this host bound.
+    fn unlink_socket(&self) {
+        if let Ok(meta) = std::fs::symlink_metadata(&self.socket)
+            && (meta.dev(), meta.ino()) == self.identity
+        {
+            let _ = std::fs::remove_file(&self.socket);
+        }
+    }
+
+    /// Accepts no one from now on: exits when the connections have ended.
+    fn retire(&self) {
+        if !*self.retired.borrow() {
+            tracing::info!("retiring: no new relays; exiting when the last instance ends");
+            self.unlink_socket();
+            let _ = self.retired.send(true);
+        }
+    }
+
+    fn status(&self) -> HostStatus {
+        let instances = self
+            .instances
+            .lock()
+            .map(|all| {
+                let mut list: Vec<InstanceStatus> = all
+                    .values()
+                    .map(|i| InstanceStatus {
+                        name: i.name.clone(),
+                        dir: i.dir.clone(),
+                        workspace: i.workspace.clone(),
+                        relay_pid: i.relay_pid,
+                        uptime_secs: i.started.elapsed().as_secs(),
+                    })
+                    .collect();
+                list.sort_by(|a, b| (&a.name, &a.dir).cmp(&(&b.name, &b.dir)));
+                list
+            })
+            .unwrap_or_default();
+        HostStatus {
+            pid: std::process::id(),
+            build: self.build.clone(),
+            uptime_secs: self.started.elapsed().as_secs(),
+            retired: *self.retired.borrow(),
+            instances,
+        }
+    }
+}
+
+/// Counts a connection while it lives.
+struct Counted(Arc<State>);
+
+impl Counted {
+    fn new(state: Arc<State>) -> Self {
+        state.connections.send_modify(|n| *n += 1);
+        Self(state)
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.connections.send_modify(|n| *n = n.saturating_sub(1));
+    }
+}
+
+/// Runs the shared host for `home` on `place` until it has been idle for
+/// `options.idle`, or has retired and its last instance has ended.
+///
+/// # Errors
+///
+/// [`ServeError`] when it cannot listen or set up the engine.
+pub async fn serve(home: ZotHome, place: &Place, options: ServeOptions) -> Result<(), ServeError> {
+    let socket = place.socket().to_owned();
+    let bind_error = |error| ServeError::Bind {
+        path: socket.clone(),
+        error,
+    };
+    let listener = tokio::net::UnixListener::bind(&socket).map_err(bind_error)?;
+    let identity = std::fs::symlink_metadata(&socket)
+        .map(|meta| (meta.dev(), meta.ino()))
+        .map_err(bind_error)?;
+    let launcher = Launcher::new(home.clone());
+    // One engine for every instance; set up now, before the first relay waits on it.
+    launcher.wasm()?;
+    let state = Arc::new(State {
+        home,
+        build: options.build.unwrap_or_else(super::peer::build_id),
+        started: Instant::now(),
+        launcher,
+        socket,
+        identity,
+        retired: watch::channel(false).0,
+        connections: watch::channel(0).0,
+        instances: Mutex::new(HashMap::new()),
+        next_instance: std::sync::atomic::AtomicU64::new(1),
+    });
+    tracing::info!(
+        "zotbox host {} (pid {}) listening on `{}`",
+        state.build,
+        std::process::id(),
+        state.socket.display()
+    );
+    let mut connections = state.connections.subscribe();
+    let mut retired = state.retired.subscribe();
+    let mut listener = Some(listener);
+    loop {
+        let idle = *connections.borrow_and_update() == 0;
+        let is_retired = *retired.borrow_and_update();
+        if is_retired {
+            // No more relays: only the running instances keep it alive.
+            listener = None;
+            if idle {
+                break;
+            }
+        }
+        tokio::select! {
+            accepted = async {
+                match &listener {
+                    Some(listener) => listener.accept().await,
+                    None => std::future::pending().await,
+                }
+            } => match accepted {
+                Ok((stream, _)) => {
+                    let counted = Counted::new(state.clone());
+                    tokio::spawn(connection(stream, counted));
+                }
+                Err(err) => {
+                    tracing::warn!("accept failed: {err}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            _ = connections.changed() => {}
+            _ = retired.changed() => {}
+            () = async {
+                if idle {
+                    tokio::time::sleep(options.idle).await;
+                } else {
+                    std::future::pending::<()>().await;
+                }
+            } => {
+                tracing::info!("idle for {:?} with no instances; exiting", options.idle);
+                break;
+            }
+        }
+    }
+    state.unlink_socket();
+    Ok(())
+}
+
+/// One relay (or one `zotbox host status|stop`).
+async fn connection(stream: UnixStream, counted: Counted) {
+    let state = counted.0.clone();
+    let relay_pid = match super::peer::check(&stream) {
+        Ok(pid) => pid,
+        Err(err) => {
+            tracing::warn!("refused a connection: {err}");
+            let (_, mut writer) = stream.into_split();
+            let _ = send(&mut writer, &Reply::Failed { error: format!("zotbox host: {err}") }).await;
+            return;
+        }
+    };
+    let request = match tokio::time::timeout(REQUEST_PATIENCE, recv_request(&stream)).await {
+        Ok(Ok(request)) => request,
+        Ok(Err(err)) => {
+            tracing::warn!("a relay (pid {relay_pid}) sent no request: {err}");
+            return;
+        }
+        Err(_) => {
+            tracing::warn!("a relay (pid {relay_pid}) sent no request in time");
+            return;
+        }
+    };
+    let (reader, mut writer) = stream.into_split();
+    match request {
+        (Request::Status, _) => {
+            let _ = send(&mut writer, &Reply::Status { status: state.status() }).await;
+        }
+        (Request::Stop, _) => {
+            state.retire();
+            let _ = send(&mut writer, &Reply::Stopping).await;
+        }
+        (Request::Open { build, .. }, _) if build != state.build => {
+            tracing::info!("a relay of build {build} arrived");
+            state.retire();
+            let _ = send(&mut writer, &Reply::Retired { build: state.build.clone() }).await;
+        }
+        (open @ Request::Open { .. }, fds) => {
+            instance(&state, open, fds, relay_pid, reader, writer).await;
+        }
+    }
+    drop(counted);
+}
+
+/// Runs one extension for one relay, until it ends or the relay goes.
+async fn instance(
+    state: &Arc<State>,
+    request: Request,
+    fds: Vec<OwnedFd>,
+    relay_pid: i32,
+    mut reader: tokio::net::unix::OwnedReadHalf,
+    mut writer: OwnedWriteHalf,
+) {
+    let Request::Open {
+        dir,
+        env,
+        resume,
+        shared_stdout,
+        ..
+    } = request
+    else {
+        return;
+    };
+    let [zot_in, zot_out]: [OwnedFd; 2] = match fds.try_into() {
+        Ok(fds) => fds,
+        Err(_) => {
+            let error = "zotbox host: the relay did not hand over zot's stdin and stdout".to_owned();
+            let _ = send(&mut writer, &Reply::Failed { error }).await;
+            return;
+        }
+    };
+    if send(&mut writer, &Reply::Welcome { pid: std::process::id() }).await.is_err() {
+        return;
+    }
+    let environment = Arc::new(env.into_iter().collect::<HashMap<_, _>>());
+    let prepared = match bridge::prepare(&dir, &state.home, &BridgeConfig::default(), Some(environment)) {
+        Ok(prepared) => prepared,
+        Err(err) => {
+            let _ = send(&mut writer, &Reply::Failed { error: chain(&err) }).await;
+            return;
+        }
+    };
+    if !matches!(prepared.manifest().program, crate::manifest::Program::Wasm { .. }) {
+        let error = format!(
+            "extension `{}`: a native extension runs in its own `zotbox run`, not in the shared host",
+            crate::text::shown(prepared.name())
+        );
+        let _ = send(&mut writer, &Reply::Failed { error }).await;
+        return;
+    }
+    let id = state
+        .next_instance
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    if let Ok(mut all) = state.instances.lock() {
+        all.insert(
+            id,
+            Instance {
+                name: prepared.name().to_owned(),
+                dir: dir.clone(),
+                workspace: None,
+                relay_pid,
+                started: Instant::now(),
+            },
+        );
+    }
+    let (hello_tx, mut hello_rx) = watch::channel(None);
+    let (abandon_tx, abandon_rx) = watch::channel(false);
+    let tap = Tap {
+        hello_ack: Some(hello_tx),
+        in_flight: Arc::default(),
+        resume: resume.map(String::into_bytes),
+        abandoned: Some(abandon_rx),
+    };
+    let in_flight = tap.in_flight.clone();
+    let writer = Arc::new(tokio::sync::Mutex::new(writer));
+    // Tells the relay what it needs if this host dies: zot's `hello_ack`
+    // and the requests in flight.
+    let reporter = tokio::spawn({
+        let writer = writer.clone();
+        let state = state.clone();
+        async move {
+            loop {
+                tokio::select! {
+                    changed = hello_rx.changed() => {
+                        if changed.is_err() {
+                            std::future::pending::<()>().await;
+                        }
+                        let line = hello_rx.borrow_and_update().clone();
+                        if let Some(line) = line {
+                            let line = String::from_utf8_lossy(&line).into_owned();
+                            note_workspace(&state, id, &line);
+                            if send(&mut *writer.lock().await, &Reply::HelloAck { line }).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                    () = in_flight.changed() => {
+                        tokio::time::sleep(IN_FLIGHT_COALESCE).await;
+                        let requests = in_flight.snapshot().await;
+                        if send(&mut *writer.lock().await, &Reply::InFlight { requests }).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+    });
+    // The relay never writes after its request: anything else is its end.
+    let watcher = tokio::spawn(async move {
+        let mut byte = [0u8; 1];
+        let _ = reader.read(&mut byte).await;
+        let _ = abandon_tx.send(true);
+    });
+    let input = bridge::stdio::owned_input(zot_in);
+    let output = bridge::stdio::owned_output(zot_out, shared_stdout);
+    let outcome = bridge::start(prepared, &state.launcher, input, output, tap).await;
+    reporter.abort();
+    watcher.abort();
+    let reply = match outcome {
+        Ok(exit) => Reply::Exit {
+            exit: ExitWire::from(exit),
+        },
+        Err(err) => Reply::Failed { error: chain(&err) },
+    };
+    let _ = send(&mut *writer.lock().await, &reply).await;
+    if let Ok(mut all) = state.instances.lock() {
+        all.remove(&id);
+    }
+}
+
+/// Records the workspace zot named for instance `id`.
+fn note_workspace(state: &State, id: u64, hello_ack: &str) {
+    let cwd = serde_json::from_str::<serde_json::Value>(hello_ack)
+        .ok()
+        .and_then(|ack| ack.get("cwd").and_then(|cwd| cwd.as_str()).map(PathBuf::from));
+    if let (Some(cwd), Ok(mut all)) = (cwd, state.instances.lock())
+        && let Some(instance) = all.get_mut(&id)
+    {
+        instance.workspace = Some(cwd);
+    }
+}
+
+/// `error` and its causes, as `zotbox` prints an error chain.
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+async fn send(writer: &mut OwnedWriteHalf, reply: &Reply) -> std::io::Result<()> {
+    writer.write_all(&line(reply)).await?;
+    writer.flush().await
+}
