@@ -798,7 +798,11 @@ fn zot_rows(fixture: &Fixture, scale: &Scale) -> Result<Vec<[String; 4]>> {
     let zotbox = Path::new(env!("CARGO_BIN_EXE_zotbox"));
     let home = fixture.home.root();
     let dir = fixture.example_dir.as_path();
-    let run = zot_path(zotbox, &["run"], dir, &[("ZOT_HOME", home)], runs, calls)?;
+    let env = [("ZOT_HOME", home)];
+    // The first start (outside the measurement) starts the shared host;
+    // every measured one finds it warm.
+    let run = zot_path(zotbox, &["run"], dir, &env, runs, calls)?;
+    let standalone = zot_path(zotbox, &["run", "--standalone"], dir, &env, runs, calls)?;
     let native_bin = fixture.example_native.as_path();
     let native = zot_path(native_bin, &[], dir, &[], runs, calls)?;
     let mut rows = Vec::new();
@@ -822,7 +826,9 @@ fn zot_rows(fixture: &Fixture, scale: &Scale) -> Result<Vec<[String; 4]>> {
             dur_ratio(figures.round_trip, native.round_trip),
         ]);
     };
-    three("`zotbox run`", &run);
+    three("`zotbox run` (relay, shared host warm)", &run);
+    rows.extend(ten_rows(fixture)?);
+    three("`zotbox run --standalone`", &standalone);
     if let Some(cli) = wasmtime_cli() {
         let cwasm = fixture.tmp.path().join(format!("{EXAMPLE}.cwasm"));
         let compiled = std::process::Command::new(&cli)
@@ -849,6 +855,53 @@ fn zot_rows(fixture: &Fixture, scale: &Scale) -> Result<Vec<[String; 4]>> {
         eprintln!("no `wasmtime` on PATH; no `wasmtime run` rows");
     }
     Ok(rows)
+}
+
+/// Ten copies of the example as zot holds them: the RSS of their processes,
+/// ten relays and the shared host against ten native builds.
+fn ten_rows(fixture: &Fixture) -> Result<Vec<[String; 4]>> {
+    let zotbox = Path::new(env!("CARGO_BIN_EXE_zotbox"));
+    let home = fixture.home.root();
+    let dir = fixture.example_dir.as_path();
+    let start_ten = |program: &Path, args: &[&str], env: &[(&str, &Path)]| {
+        (0..10)
+            .map(|_| ZotChild::start(program, args, dir, env).map(|(child, _)| child))
+            .collect::<Result<Vec<_>>>()
+    };
+    let natives = start_ten(&fixture.example_native, &[], &[])?;
+    let relays = start_ten(zotbox, &["run"], &[("ZOT_HOME", home)])?;
+    std::thread::sleep(Duration::from_millis(300));
+    let native_kib: u64 = natives.iter().map(ZotChild::rss_kib).sum();
+    let relay_kib: u64 = relays.iter().map(ZotChild::rss_kib).sum();
+    let host_kib = shared_host_pid(zotbox, home).map_or(0, rss_kib);
+    for child in natives.into_iter().chain(relays) {
+        child.stop();
+    }
+    let mib = |kib: u64| kib as f64 / 1024.0;
+    Ok(vec![[
+        "ten extensions under zot: RSS of their processes (relays + shared host)".to_owned(),
+        format!(
+            "{:.1} MiB ({:.1} + {:.1})",
+            mib(relay_kib + host_kib),
+            mib(relay_kib),
+            mib(host_kib)
+        ),
+        format!("{:.1} MiB", mib(native_kib)),
+        ratio((relay_kib + host_kib) as f64, native_kib as f64),
+    ]])
+}
+
+/// The pid of the shared host of `home`, from `zotbox host status`.
+fn shared_host_pid(zotbox: &Path, home: &Path) -> Option<u32> {
+    let output = std::process::Command::new(zotbox)
+        .args(["host", "status", "--json"])
+        .env("ZOT_HOME", home)
+        .output()
+        .ok()?;
+    let line: serde_json::Value = serde_json::from_slice(&output.stdout).ok()?;
+    line["host"]["pid"]
+        .as_u64()
+        .and_then(|pid| u32::try_from(pid).ok())
 }
 
 fn micros(d: Duration) -> String {
@@ -1053,6 +1106,11 @@ fn main() -> Result<()> {
     })?;
     eprintln!("the path zot users take…");
     rows.extend(zot_rows(&fixture, &scale)?);
+    // The shared host the zot rows started: stopped with the report.
+    let _ = std::process::Command::new(env!("CARGO_BIN_EXE_zotbox"))
+        .args(["host", "stop"])
+        .env("ZOT_HOME", fixture.home.root())
+        .output();
     println!("\n| measure | zotbox (wasm) | native / direct | ratio |\n|---|---:|---:|---:|");
     for [name, wasm, native, ratio] in rows {
         println!("| {name} | {wasm} | {native} | {ratio} |");

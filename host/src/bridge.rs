@@ -150,7 +150,8 @@ pub async fn run(
     output: impl AsyncWrite + Unpin + Send + 'static,
 ) -> Result<Exit, BridgeError> {
     let prepared = prepare(dir, &home, &config, None)?;
-    let native = crate::runtime::native::NativeConfinement::from_policy(&prepared.policy, None, &home);
+    let native =
+        crate::runtime::native::NativeConfinement::from_policy(&prepared.policy, None, &home);
     let launcher = Launcher::new(home).with_native_confinement(native);
     // Nothing else runs yet: load the program on this thread rather than
     // hand it to a blocking one (`start` then finds it prepared).
@@ -274,7 +275,11 @@ pub(crate) async fn start(
     tap: Tap,
 ) -> Result<Exit, BridgeError> {
     let transport = launcher
-        .start(&prepared.manifest, prepared.limits.clone(), prepared.sandbox.clone())
+        .start(
+            &prepared.manifest,
+            prepared.limits.clone(),
+            prepared.sandbox.clone(),
+        )
         .await
         .map_err(|error| prepared.start_error(error))?;
     bridge(
@@ -336,7 +341,10 @@ pub(crate) struct InFlight {
 
 impl InFlight {
     async fn insert(&self, id: String, frame_type: &'static str, deadline: Instant) {
-        self.requests.lock().await.insert(id, (frame_type, deadline));
+        self.requests
+            .lock()
+            .await
+            .insert(id, (frame_type, deadline));
         self.changed.notify_one();
     }
 
@@ -423,7 +431,7 @@ async fn bridge(
         services.set_workspace(ack.cwd.into());
     }
 
-    let inbound = tokio::spawn(forward_inbound(
+    let inbound = crate::instance_log::spawn(forward_inbound(
         input,
         to_guest,
         Inbound {
@@ -438,7 +446,7 @@ async fn bridge(
     ));
 
     // Deadlines and the end of the guest are watched beside the copy out.
-    let watchdog = tokio::spawn({
+    let watchdog = crate::instance_log::spawn({
         let deadlines = deadlines.clone();
         let control = control.clone();
         let mut ending = ending.clone();

@@ -246,6 +246,27 @@ pub fn print_error(err: &anyhow::Error) {
     eprintln!("error: {}", zotbox::text::shown(&format!("{err:#}")));
 }
 
+/// This process's stderr and, for a record an extension instance of the
+/// shared host made, that instance's own stream too (zot's log of it).
+struct Tee(Option<zotbox::instance_log::Sink>);
+
+impl std::io::Write for Tee {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        if let Some(sink) = &self.0
+            && let Ok(mut file) = sink.lock()
+        {
+            // A relay that is gone must not cost the host its own log.
+            let _ = file.write_all(bytes);
+        }
+        std::io::stderr().write_all(bytes)?;
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
+}
+
 fn init_logging(verbose: u8) {
     let default = match verbose {
         0 => "warn",
@@ -258,7 +279,7 @@ fn init_logging(verbose: u8) {
     // records quote what authors wrote (names, paths, errors).
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(|| zotbox::text::EscapedLines(std::io::stderr()))
+        .with_writer(|| zotbox::text::EscapedLines(Tee(zotbox::instance_log::current())))
         .with_target(false)
         .with_ansi(false)
         .without_time()

@@ -41,6 +41,7 @@ pub mod data;
 pub mod discovery;
 pub mod home;
 pub mod host;
+pub mod instance_log;
 pub mod manifest;
 pub mod policy;
 pub mod serve;

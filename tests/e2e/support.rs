@@ -40,6 +40,59 @@ pub struct Lab {
     pub dev: PathBuf,
 }
 
+impl Drop for Lab {
+    fn drop(&mut self) {
+        // A shared host started for this lab's home would idle on after
+        // the test, for a minute: end it now.
+        if self.home.join("run").is_dir() {
+            for pid in shared_hosts(&self.home) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
+    }
+}
+
+/// Every running `zotbox host serve` process for `home`.
+pub fn shared_hosts(home: &Path) -> Vec<i32> {
+    let home = home.display().to_string();
+    let mut pids = Vec::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return pids;
+    };
+    for entry in procs.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+        let serves = args.windows(2).any(|w| w == [&b"host"[..], &b"serve"[..]]);
+        if serves && args.contains(&home.as_bytes()) && alive(pid) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// Whether process `pid` runs (a zombie does not).
+pub fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            stat.rsplit_once(") ")
+                .map(|(_, rest)| !rest.starts_with('Z'))
+        })
+        .unwrap_or(false)
+}
+
 impl Lab {
     /// A fresh lab in a new temp dir.
     pub fn new() -> Self {
@@ -344,6 +397,13 @@ pub fn make_executable(path: &Path) {
     let mut perms = std::fs::metadata(path).expect("metadata").permissions();
     perms.set_mode(0o755);
     std::fs::set_permissions(path, perms).expect("chmod");
+}
+
+/// The JSON file at `path`.
+pub fn read_json(path: &Path) -> Value {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("cannot read `{}`: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("`{}`: {e}", path.display()))
 }
 
 /// Writes pretty JSON to `path`, creating its folder.

@@ -32,7 +32,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, timeout};
 
 use crate::guests::{self, Form};
-use crate::support::{Lab, PATIENCE, ext, fixture, make_executable, write_json};
+use crate::support::{Lab, PATIENCE, ext, fixture, make_executable, read_json, write_json};
 
 /// zot's idle window: an extension that sends no `ready` is taken as ready
 /// once this long has passed without a frame.
@@ -113,12 +113,6 @@ fn discover(lab: &Lab) -> Vec<PathBuf> {
         }
     }
     found
-}
-
-fn read_json(path: &Path) -> Value {
-    let text = std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("cannot read `{}`: {e}", path.display()));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("`{}`: {e}", path.display()))
 }
 
 /// How zot starts one extension.

@@ -111,18 +111,18 @@ impl Args {
                     notes.push(format!(
                         "  `{}` for workspace {} (relay pid {}, up {})",
                         instance.name,
-                        instance
-                            .workspace
-                            .as_ref()
-                            .map_or_else(|| "(not named yet)".to_owned(), |w| format!("`{}`", w.display())),
+                        instance.workspace.as_ref().map_or_else(
+                            || "(not named yet)".to_owned(),
+                            |w| format!("`{}`", w.display())
+                        ),
                         instance.relay_pid,
                         super::host::duration(instance.uptime_secs)
                     ));
                 }
             }
-            Ok(None) => notes.push(
-                "zotbox host: not running (`zotbox run` starts it on demand)".to_owned(),
-            ),
+            Ok(None) => {
+                notes.push("zotbox host: not running (`zotbox run` starts it on demand)".to_owned())
+            }
             Err(err) => findings.push(("zotbox host".to_owned(), err.to_string())),
         }
         let logs = home.logs_dir();

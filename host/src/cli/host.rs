@@ -57,7 +57,9 @@ impl Command {
                 if context.json {
                     json_line(&serde_json::json!({ "stopping": stopped }))?;
                 } else if stopped {
-                    println!("the zotbox host accepts no new extension and exits when its extensions end");
+                    println!(
+                        "the zotbox host accepts no new extension and exits when its extensions end"
+                    );
                 } else {
                     println!("no zotbox host is running");
                 }

@@ -73,7 +73,12 @@ mod tests {
     #[test]
     fn only_a_peer_of_the_same_uid_is_accepted() {
         // (peer uid, own uid, accepted)
-        let cases = [(1000, 1000, true), (0, 1000, false), (1001, 1000, false), (1000, 0, false)];
+        let cases = [
+            (1000, 1000, true),
+            (0, 1000, false),
+            (1001, 1000, false),
+            (1000, 0, false),
+        ];
         for (peer, own, accepted) in cases {
             let got = check_uid(peer, own);
             if accepted {
@@ -82,7 +87,9 @@ mod tests {
                 assert_eq!(got, Err(PeerError::OtherUser { peer, own }));
                 assert_eq!(
                     got.err().map(|e| e.to_string()),
-                    Some(format!("the peer runs as uid {peer}, not as uid {own}; refused"))
+                    Some(format!(
+                        "the peer runs as uid {peer}, not as uid {own}; refused"
+                    ))
                 );
             }
         }

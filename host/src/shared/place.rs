@@ -8,7 +8,9 @@
 //! decides how an extension runs (the canonical `$ZOT_HOME`, the system
 //! policy's path and `$HOME`), so two homes never share a host.
 
-use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _, OpenOptionsExt as _, PermissionsExt as _};
+use std::os::unix::fs::{
+    DirBuilderExt as _, MetadataExt as _, OpenOptionsExt as _, PermissionsExt as _,
+};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -233,7 +235,10 @@ mod tests {
         std::fs::write(&file, b"").unwrap_or_else(|e| panic!("{e}"));
         // (folder, what the refusal says)
         let cases = [
-            (&open, "its mode is 755: group or others may enter (it must be 700)"),
+            (
+                &open,
+                "its mode is 755: group or others may enter (it must be 700)",
+            ),
             (&link, "it is a symbolic link"),
             (&file, "it is not a folder"),
         ];

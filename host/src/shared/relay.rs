@@ -115,7 +115,11 @@ pub fn relay(dir: &Path, name: &str, home: &ZotHome, exe: &Path) -> Result<Exit,
         send_request(
             &stream,
             &request,
-            &[std::io::stdin().as_fd(), std::io::stdout().as_fd()],
+            &[
+                std::io::stdin().as_fd(),
+                std::io::stdout().as_fd(),
+                std::io::stderr().as_fd(),
+            ],
         )?;
         let mut welcomed = false;
         let mut in_flight: Vec<(String, String)> = Vec::new();
@@ -130,7 +134,9 @@ pub fn relay(dir: &Path, name: &str, home: &ZotHome, exe: &Path) -> Result<Exit,
             match serde_json::from_str::<Reply>(&text) {
                 Ok(Reply::Welcome { .. }) => welcomed = true,
                 Ok(Reply::Retired { build: theirs }) => {
-                    tracing::info!("the zotbox host was of build {theirs}; starting one of {build}");
+                    tracing::info!(
+                        "the zotbox host was of build {theirs}; starting one of {build}"
+                    );
                     break false;
                 }
                 Ok(Reply::Failed { error }) => return Err(RelayError::Failed(error)),
@@ -314,7 +320,10 @@ fn ask(home: &ZotHome, request: &Request) -> Result<Option<Reply>, RelayError> {
         Ok(reply) => Ok(Some(reply)),
         Err(err) => Err(RelayError::Io(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
-            format!("the host answered `{}`: {err}", crate::text::shown(text.trim_end())),
+            format!(
+                "the host answered `{}`: {err}",
+                crate::text::shown(text.trim_end())
+            ),
         ))),
     }
 }

@@ -231,7 +231,13 @@ async fn connection(stream: UnixStream, counted: Counted) {
         Err(err) => {
             tracing::warn!("refused a connection: {err}");
             let (_, mut writer) = stream.into_split();
-            let _ = send(&mut writer, &Reply::Failed { error: format!("zotbox host: {err}") }).await;
+            let _ = send(
+                &mut writer,
+                &Reply::Failed {
+                    error: format!("zotbox host: {err}"),
+                },
+            )
+            .await;
             return;
         }
     };
@@ -249,7 +255,13 @@ async fn connection(stream: UnixStream, counted: Counted) {
     let (reader, mut writer) = stream.into_split();
     match request {
         (Request::Status, _) => {
-            let _ = send(&mut writer, &Reply::Status { status: state.status() }).await;
+            let _ = send(
+                &mut writer,
+                &Reply::Status {
+                    status: state.status(),
+                },
+            )
+            .await;
         }
         (Request::Stop, _) => {
             state.retire();
@@ -258,7 +270,13 @@ async fn connection(stream: UnixStream, counted: Counted) {
         (Request::Open { build, .. }, _) if build != state.build => {
             tracing::info!("a relay of build {build} arrived");
             state.retire();
-            let _ = send(&mut writer, &Reply::Retired { build: state.build.clone() }).await;
+            let _ = send(
+                &mut writer,
+                &Reply::Retired {
+                    build: state.build.clone(),
+                },
+            )
+            .await;
         }
         (open @ Request::Open { .. }, fds) => {
             instance(&state, open, fds, relay_pid, reader, writer).await;
@@ -286,26 +304,43 @@ async fn instance(
     else {
         return;
     };
-    let [zot_in, zot_out]: [OwnedFd; 2] = match fds.try_into() {
+    let [zot_in, zot_out, zot_log]: [OwnedFd; 3] = match fds.try_into() {
         Ok(fds) => fds,
         Err(_) => {
-            let error = "zotbox host: the relay did not hand over zot's stdin and stdout".to_owned();
+            let error =
+                "zotbox host: the relay did not hand over its stdin, stdout and stderr".to_owned();
             let _ = send(&mut writer, &Reply::Failed { error }).await;
             return;
         }
     };
-    if send(&mut writer, &Reply::Welcome { pid: std::process::id() }).await.is_err() {
+    if send(
+        &mut writer,
+        &Reply::Welcome {
+            pid: std::process::id(),
+        },
+    )
+    .await
+    .is_err()
+    {
         return;
     }
     let environment = Arc::new(env.into_iter().collect::<HashMap<_, _>>());
-    let prepared = match bridge::prepare(&dir, &state.home, &BridgeConfig::default(), Some(environment)) {
+    let prepared = match bridge::prepare(
+        &dir,
+        &state.home,
+        &BridgeConfig::default(),
+        Some(environment),
+    ) {
         Ok(prepared) => prepared,
         Err(err) => {
             let _ = send(&mut writer, &Reply::Failed { error: chain(&err) }).await;
             return;
         }
     };
-    if !matches!(prepared.manifest().program, crate::manifest::Program::Wasm { .. }) {
+    if !matches!(
+        prepared.manifest().program,
+        crate::manifest::Program::Wasm { .. }
+    ) {
         let error = format!(
             "extension `{}`: a native extension runs in its own `zotbox run`, not in the shared host",
             crate::text::shown(prepared.name())
@@ -378,7 +413,13 @@ async fn instance(
     });
     let input = bridge::stdio::owned_input(zot_in);
     let output = bridge::stdio::owned_output(zot_out, shared_stdout);
-    let outcome = bridge::start(prepared, &state.launcher, input, output, tap).await;
+    // The instance's own diagnostics also reach zot's log of it.
+    let sink = Arc::new(std::sync::Mutex::new(std::fs::File::from(zot_log)));
+    let outcome = crate::instance_log::scope(
+        sink,
+        bridge::start(prepared, &state.launcher, input, output, tap),
+    )
+    .await;
     reporter.abort();
     watcher.abort();
     let reply = match outcome {
@@ -397,7 +438,11 @@ async fn instance(
 fn note_workspace(state: &State, id: u64, hello_ack: &str) {
     let cwd = serde_json::from_str::<serde_json::Value>(hello_ack)
         .ok()
-        .and_then(|ack| ack.get("cwd").and_then(|cwd| cwd.as_str()).map(PathBuf::from));
+        .and_then(|ack| {
+            ack.get("cwd")
+                .and_then(|cwd| cwd.as_str())
+                .map(PathBuf::from)
+        });
     if let (Some(cwd), Ok(mut all)) = (cwd, state.instances.lock())
         && let Some(instance) = all.get_mut(&id)
     {

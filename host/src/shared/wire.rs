@@ -16,8 +16,9 @@ pub(crate) const MAX_REQUEST: usize = 1 << 20;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
 pub(crate) enum Request {
-    /// Host the extension in `dir`, speaking to zot on the two descriptors
-    /// that come with this line.
+    /// Host the extension in `dir`, speaking to zot on the descriptors that
+    /// come with this line: zot's stdin and stdout, and the relay's stderr
+    /// (zot's log of the extension).
     Open {
         /// The relay's build.
         build: String,
@@ -204,7 +205,7 @@ pub(crate) fn send_request(
 }
 
 /// Reads the request line from `socket` and the descriptors that came with
-/// it (at most two, made close-on-exec).
+/// it (at most three, made close-on-exec).
 pub(crate) async fn recv_request(
     socket: &tokio::net::UnixStream,
 ) -> std::io::Result<(Request, Vec<OwnedFd>)> {
@@ -215,7 +216,7 @@ pub(crate) async fn recv_request(
     loop {
         socket.readable().await?;
         let got = socket.try_io(tokio::io::Interest::READABLE, || {
-            let mut space = nix::cmsg_space!([RawFd; 2]);
+            let mut space = nix::cmsg_space!([RawFd; 3]);
             let mut iov = [std::io::IoSliceMut::new(&mut chunk)];
             let message = recvmsg::<()>(
                 socket.as_raw_fd(),
@@ -314,7 +315,11 @@ mod tests {
 
     #[tokio::test]
     async fn a_line_that_is_no_request_is_refused() {
-        for bytes in [&b"{\"op\":\"open\"}\n"[..], b"nonsense\n", b"{\"op\":\"status\"}\nmore"] {
+        for bytes in [
+            &b"{\"op\":\"open\"}\n"[..],
+            b"nonsense\n",
+            b"{\"op\":\"status\"}\nmore",
+        ] {
             let (mut relay, host) =
                 std::os::unix::net::UnixStream::pair().unwrap_or_else(|e| panic!("{e}"));
             relay.write_all(bytes).unwrap_or_else(|e| panic!("{e}"));

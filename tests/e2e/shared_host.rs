@@ -1,0 +1,564 @@
+//! The shared host under zot: `zotbox run` is a relay to one per-user host,
+//! started on demand, shared by every zot session, replaced when stale or of
+//! another build, restarted under the relay when it dies, and gone when idle.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::guests::{self, Form};
+use crate::support::{Lab, PATIENCE, Peer, alive, read_json, shared_hosts};
+
+/// `<lab.dev>/<name>/`, the wasm guest `name` with its manifest.
+fn guest(lab: &Lab, name: &str) -> PathBuf {
+    let wasm = guests::guests().artifact(name, Form::Wasm);
+    guests::wasm_folder(&lab.dev.join("src"), name, wasm, None)
+}
+
+/// Starts `zotbox run DIR` as zot does, with `env` added, and completes the
+/// handshake naming `workspace`.
+async fn relay_env(lab: &Lab, dir: &Path, workspace: &Path, env: &[(&str, &str)]) -> Peer {
+    let mut zot = spawn_relay(lab, dir, env);
+    handshake(&mut zot, workspace).await;
+    zot
+}
+
+/// The user's home folder of `lab`'s processes: part of what names the
+/// host, so every command here runs with the same one.
+fn user_home(lab: &Lab) -> PathBuf {
+    let home = lab.dev.join("user-home");
+    std::fs::create_dir_all(&home).expect("user home");
+    home
+}
+
+/// Starts `zotbox run DIR` as zot does, with `env` added.
+fn spawn_relay(lab: &Lab, dir: &Path, env: &[(&str, &str)]) -> Peer {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_zotbox"));
+    command
+        .args(["run", &dir.display().to_string()])
+        .current_dir(dir)
+        .env("ZOT_HOME", &lab.home)
+        .env("HOME", user_home(lab))
+        .env_remove("ZOTBOX_LOG")
+        .env_remove("ZOTBOX_STANDALONE")
+        .env_remove("XDG_STATE_HOME");
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    Peer::spawn(command)
+}
+
+/// `zotbox ARGS` with `lab`'s homes.
+fn zotbox(lab: &Lab, args: &[&str]) -> std::process::Command {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_zotbox"));
+    command
+        .args(args)
+        .env("ZOT_HOME", &lab.home)
+        .env("HOME", user_home(lab))
+        .env_remove("ZOTBOX_LOG")
+        .env_remove("XDG_STATE_HOME");
+    command
+}
+
+/// zot's side of the handshake, naming `workspace`.
+async fn handshake(zot: &mut Peer, workspace: &Path) {
+    let hello = zot.recv().await;
+    assert_eq!(hello["type"], "hello", "{}", zot.describe());
+    zot.send(&json!({
+        "type": "hello_ack", "protocol_version": 1, "zot_version": "test",
+        "provider": "p", "model": "m", "cwd": workspace.display().to_string(),
+    }))
+    .await;
+    zot.recv_through("ready").await;
+}
+
+async fn relay(lab: &Lab, dir: &Path) -> Peer {
+    relay_env(lab, dir, &lab.workspace, &[]).await
+}
+
+/// Calls tool `name` and returns `(is_error, text)`, skipping other frames.
+async fn call(zot: &mut Peer, id: &str, name: &str, args: Value) -> (bool, String) {
+    zot.send(&json!({"type": "tool_call", "id": id, "name": name, "args": args}))
+        .await;
+    loop {
+        let frame = zot.recv().await;
+        if frame["type"] == "tool_result" && frame["id"] == id {
+            return (
+                frame["is_error"].as_bool().unwrap_or(false),
+                frame["content"][0]["text"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+            );
+        }
+    }
+}
+
+/// Ends the session as zot does: `shutdown`, then stdin closed.
+async fn finish(mut zot: Peer) -> crate::support::PeerEnd {
+    zot.send(&json!({"type": "shutdown"})).await;
+    zot.end().await
+}
+
+/// `zotbox host status --json` of `lab`: the host, or `Value::Null`.
+fn status(lab: &Lab) -> Value {
+    let out = zotbox(lab, &["host", "status", "--json"])
+        .output()
+        .expect("host status");
+    assert!(out.status.success(), "{out:?}");
+    let line: Value = serde_json::from_slice(&out.stdout).expect("one JSON line");
+    line["host"].clone()
+}
+
+fn host_pid(lab: &Lab) -> i32 {
+    let host = status(lab);
+    i32::try_from(
+        host["pid"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no host: {host}")),
+    )
+    .expect("a pid")
+}
+
+fn host_processes(lab: &Lab) -> Vec<i32> {
+    shared_hosts(&lab.home)
+}
+
+/// Waits (within [`PATIENCE`]) until `check` holds.
+async fn eventually(what: &str, check: impl Fn() -> bool) {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while !check() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: not within {PATIENCE:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The socket files of `lab`'s home.
+fn sockets(lab: &Lab) -> Vec<PathBuf> {
+    std::fs::read_dir(lab.home.join("run"))
+        .map(|dir| {
+            dir.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|e| e == "sock"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_relays_started_at_once_share_one_host() {
+    let lab = Lab::new();
+    let dir = guest(&lab, "prober");
+    // All ten start (and look for a host) before any is answered.
+    let mut zots: Vec<Peer> = (0..10).map(|_| spawn_relay(&lab, &dir, &[])).collect();
+    for zot in &mut zots {
+        handshake(zot, &lab.workspace).await;
+    }
+    for (n, zot) in zots.iter_mut().enumerate() {
+        let answer = call(zot, &format!("p{n}"), "ping", json!({})).await;
+        assert_eq!(answer, (false, "pong".to_owned()));
+    }
+    assert_eq!(host_processes(&lab).len(), 1, "exactly one host");
+    let host = status(&lab);
+    assert_eq!(
+        host["instances"].as_array().map(Vec::len),
+        Some(10),
+        "{host}"
+    );
+    // Every relay is its own instance, named by its own pid.
+    let mut relays: Vec<i64> = host["instances"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|i| i["relay_pid"].as_i64())
+        .collect();
+    relays.sort_unstable();
+    relays.dedup();
+    assert_eq!(relays.len(), 10, "{host}");
+    for zot in zots {
+        let end = finish(zot).await;
+        assert_eq!(end.status.code(), Some(0), "{end:#?}");
+    }
+    // The host lives on, with no instance left.
+    eventually("the instances end", || {
+        status(&lab)["instances"]
+            .as_array()
+            .is_some_and(Vec::is_empty)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_workspaces_served_by_one_host_never_cross() {
+    let lab = Lab::new();
+    let dir = guest(&lab, "prober");
+    let path = dir.join("extension.json");
+    let mut manifest = read_json(&path);
+    manifest["capabilities"] = json!({"read": ["**"], "write": ["**"]});
+    crate::support::write_json(&path, &manifest);
+    let other = lab.dev.join("other-workspace");
+    std::fs::create_dir_all(&other).expect("second workspace");
+    let other = other.canonicalize().expect("canonical");
+    let mut first = relay(&lab, &dir).await;
+    let mut second = relay_env(&lab, &dir, &other, &[]).await;
+    for (zot, who) in [(&mut first, "first"), (&mut second, "second")] {
+        let wrote = call(
+            zot,
+            who,
+            "fs_write",
+            json!({"path": "who.txt", "text": who}),
+        )
+        .await;
+        assert!(!wrote.0, "{wrote:?}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(lab.workspace.join("who.txt"))
+            .ok()
+            .as_deref(),
+        Some("first")
+    );
+    assert_eq!(
+        std::fs::read_to_string(other.join("who.txt"))
+            .ok()
+            .as_deref(),
+        Some("second")
+    );
+    // Neither reaches the other's workspace, by path or by `..`.
+    let escape = format!(
+        "../{}/who.txt",
+        lab.dev
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("dev")
+    );
+    let (refused, text) = call(
+        &mut first,
+        "x1",
+        "fs_read",
+        json!({"path": other.join("who.txt")}),
+    )
+    .await;
+    assert!(refused, "{text}");
+    let (refused, text) = call(&mut second, "x2", "fs_read", json!({"path": escape})).await;
+    assert!(refused, "{text}");
+    let host = status(&lab);
+    let workspaces: Vec<&str> = host["instances"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|i| i["workspace"].as_str())
+        .collect();
+    assert_eq!(workspaces.len(), 2, "{host}");
+    assert!(
+        workspaces.contains(&lab.workspace.to_str().unwrap_or_default()),
+        "{host}"
+    );
+    assert!(
+        workspaces.contains(&other.to_str().unwrap_or_default()),
+        "{host}"
+    );
+    assert_eq!(host_processes(&lab).len(), 1);
+    finish(first).await;
+    finish(second).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_relays_environment_not_the_hosts_feeds_the_env_grant() {
+    let lab = Lab::new();
+    let dir = guest(&lab, "prober");
+    let path = dir.join("extension.json");
+    let mut manifest = read_json(&path);
+    manifest["capabilities"] = json!({"env": ["ZOTBOX_TEST_COLOUR"]});
+    crate::support::write_json(&path, &manifest);
+    let mut blue = relay_env(
+        &lab,
+        &dir,
+        &lab.workspace,
+        &[("ZOTBOX_TEST_COLOUR", "blue")],
+    )
+    .await;
+    let mut green = relay_env(
+        &lab,
+        &dir,
+        &lab.workspace,
+        &[("ZOTBOX_TEST_COLOUR", "green")],
+    )
+    .await;
+    assert_eq!(host_processes(&lab).len(), 1);
+    let got = call(&mut blue, "b", "env", json!({"name": "ZOTBOX_TEST_COLOUR"})).await;
+    assert_eq!(got, (false, "blue".to_owned()));
+    let got = call(
+        &mut green,
+        "g",
+        "env",
+        json!({"name": "ZOTBOX_TEST_COLOUR"}),
+    )
+    .await;
+    assert_eq!(got, (false, "green".to_owned()));
+    finish(blue).await;
+    finish(green).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_killed_mid_call_fails_the_call_and_the_extension_comes_back() {
+    let lab = Lab::new();
+    let dir = guest(&lab, "hostile");
+    let mut zot = relay(&lab, &dir).await;
+    assert_eq!(
+        call(&mut zot, "e1", "echo", json!({"text": "before"})).await,
+        (false, "before".to_owned())
+    );
+    let old = host_pid(&lab);
+    let seen = zot.transcript.len();
+    zot.send(&json!({"type": "tool_call", "id": "doomed", "name": "spin", "args": {}}))
+        .await;
+    // The relay hears of the call in flight (reports are coalesced).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(old),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill -9 the host");
+    let failed = zot.recv().await;
+    assert_eq!(failed["type"], "tool_result", "{failed}");
+    assert_eq!(failed["id"], "doomed");
+    assert_eq!(failed["is_error"], true);
+    assert_eq!(
+        failed["content"][0]["text"],
+        "the zotbox host running extension `hostile` ended before it answered; \
+         the extension was restarted: try again"
+    );
+    let note = zot.recv().await;
+    assert_eq!(
+        note,
+        json!({"type": "notify", "level": "warn",
+               "message": "zotbox: extension `hostile` restarted (its host ended)"})
+    );
+    // Back, in a new host, without a second `hello` or registrations.
+    let back = tokio::time::Instant::now();
+    assert_eq!(
+        call(&mut zot, "e2", "echo", json!({"text": "after"})).await,
+        (false, "after".to_owned())
+    );
+    assert!(back.elapsed() < PATIENCE);
+    assert!(
+        !zot.transcript[seen..]
+            .iter()
+            .any(|l| l.contains("\"hello\"") || l.contains("register_tool")),
+        "{}",
+        zot.describe()
+    );
+    let new = host_pid(&lab);
+    assert_ne!(new, old);
+    let end = finish(zot).await;
+    assert_eq!(end.status.code(), Some(0), "{end:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_socket_is_replaced() {
+    let lab = Lab::new();
+    let dir = guest(&lab, "prober");
+    // A host that died left its socket: bound once, nobody listening.
+    let first = relay(&lab, &dir).await;
+    let socket = sockets(&lab).pop().expect("a socket");
+    finish(first).await;
+    let old = host_pid(&lab);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(old),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill -9 the host");
+    // Its last thread gone, nobody listens; the socket file stays behind.
+    eventually("the host dies", || {
+        std::os::unix::net::UnixStream::connect(&socket).is_err()
+    })
+    .await;
+    assert!(socket.exists(), "the dead host's socket stays behind");
+    let mut zot = relay(&lab, &dir).await;
+    assert_eq!(
+        call(&mut zot, "p", "ping", json!({})).await,
+        (false, "pong".to_owned())
+    );
+    assert_ne!(host_pid(&lab), old);
+    finish(zot).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_of_another_build_retires_and_is_replaced() {
+    let lab = Lab::new();
+    let dir = guest(&lab, "prober");
+    let mut old = zotbox(&lab, &["host", "serve", "--build", "0.0.1-old"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("start an old host");
+    eventually("the old host listens", || {
+        status(&lab)["build"] == "0.0.1-old"
+    })
+    .await;
+    let mut zot = relay(&lab, &dir).await;
+    assert_eq!(
+        call(&mut zot, "p", "ping", json!({})).await,
+        (false, "pong".to_owned())
+    );
+    // The old host retired (it had no instance, so it is gone); the new one
+    // is of this build.
+    let exited = tokio::task::spawn_blocking(move || old.wait()).await;
+    assert!(
+        matches!(exited, Ok(Ok(status)) if status.success()),
+        "{exited:?}"
+    );
+    let host = status(&lab);
+    assert_ne!(host["build"], "0.0.1-old", "{host}");
+    assert!(
+        host["build"]
+            .as_str()
+            .is_some_and(|b| b.starts_with(env!("CARGO_PKG_VERSION")))
+    );
+    finish(zot).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_host_exits_and_removes_its_socket() {
+    let lab = Lab::new();
+    let dir = guest(&lab, "prober");
+    let zot = relay_env(&lab, &dir, &lab.workspace, &[("ZOTBOX_HOST_IDLE", "0.5")]).await;
+    let pid = host_pid(&lab);
+    assert_eq!(sockets(&lab).len(), 1);
+    // Busy: it stays while the instance runs, however long.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(alive(pid));
+    finish(zot).await;
+    eventually("the idle host exits", || !alive(pid)).await;
+    assert_eq!(sockets(&lab), Vec::<PathBuf>::new());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_whose_zot_goes_away_ends_its_instance() {
+    let lab = Lab::new();
+    let dir = guest(&lab, "hostile");
+    let mut zot = relay(&lab, &dir).await;
+    zot.send(&json!({"type": "tool_call", "id": "busy", "name": "spin", "args": {}}))
+        .await;
+    assert_eq!(status(&lab)["instances"].as_array().map(Vec::len), Some(1));
+    // zot kills the extension's process (the relay): the guest goes too.
+    drop(zot);
+    eventually("the instance ends", || {
+        status(&lab)["instances"]
+            .as_array()
+            .is_some_and(Vec::is_empty)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standalone_hosts_in_the_relays_own_process() {
+    let lab = Lab::new();
+    let dir = guest(&lab, "prober");
+    for env in [&[("ZOTBOX_STANDALONE", "1")][..]] {
+        let mut zot = relay_env(&lab, &dir, &lab.workspace, env).await;
+        assert_eq!(
+            call(&mut zot, "p", "ping", json!({})).await,
+            (false, "pong".to_owned())
+        );
+        assert_eq!(status(&lab), Value::Null);
+        finish(zot).await;
+    }
+    assert!(host_processes(&lab).is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_shows_the_host_and_its_instances() {
+    let lab = Lab::new();
+    let dir = guest(&lab, "prober");
+    let zot = relay(&lab, &dir).await;
+    let pid = host_pid(&lab);
+    let out = zotbox(&lab, &["doctor"])
+        .current_dir(&lab.workspace)
+        .output()
+        .expect("doctor");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains(&format!("zotbox host: pid {pid}, up ")),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!(
+            "`prober` for workspace `{}`",
+            lab.workspace.display()
+        )),
+        "{stdout}"
+    );
+    finish(zot).await;
+}
+
+/// Root only: a process of another uid cannot reach the socket's folder,
+/// and with the folder opened up, the host refuses it by its credentials.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_of_another_user_is_refused() {
+    use std::os::unix::fs::PermissionsExt as _;
+    use std::os::unix::process::CommandExt as _;
+    if !nix::unistd::getuid().is_root() {
+        eprintln!("skipped: needs root to connect as another uid");
+        return;
+    }
+    // The system's Python: another user can run it (not one under /root).
+    let python = Path::new("/usr/bin/python3");
+    if !python.exists() {
+        eprintln!("skipped: needs /usr/bin/python3 to connect as another uid");
+        return;
+    }
+    let lab = Lab::new();
+    let dir = guest(&lab, "prober");
+    let zot = relay(&lab, &dir).await;
+    let socket = sockets(&lab).pop().expect("a socket");
+    let nobody = 65534;
+    let connect = |socket: &Path| {
+        let script = "import socket,sys\n\
+            s=socket.socket(socket.AF_UNIX)\n\
+            try:\n  s.connect(sys.argv[1])\n\
+            except OSError as e:\n  print('connect:', e.strerror); sys.exit(0)\n\
+            f=s.makefile('rwb')\n\
+            try:\n  s.sendall(b'{\"op\":\"status\"}\\n')\n\
+            except OSError:\n  pass\n\
+            print(f.readline().decode().strip())\n";
+        let out = std::process::Command::new(python)
+            .args(["-c", script, &socket.display().to_string()])
+            .uid(nobody)
+            .gid(nobody)
+            .output()
+            .expect("python3 as nobody");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    // Open every folder on the way but the socket's own: refused there.
+    let mut open = Vec::new();
+    let mut at = socket.parent().and_then(Path::parent);
+    while let Some(dir) = at {
+        if dir == Path::new("/tmp") || dir == Path::new("/") {
+            break;
+        }
+        open.push(dir.to_owned());
+        at = dir.parent();
+    }
+    for dir in &open {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    assert_eq!(connect(&socket), "connect: Permission denied");
+    // With the folder and the socket opened up, the host refuses by uid.
+    let run_dir = socket.parent().expect("run dir").to_owned();
+    std::fs::set_permissions(&run_dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let reply: Value = serde_json::from_str(&connect(&socket)).expect("a JSON reply");
+    assert_eq!(
+        reply,
+        json!({"op": "failed", "error": "zotbox host: the peer runs as uid 65534, not as uid 0; refused"})
+    );
+    // And a relay now refuses a folder others may enter.
+    std::fs::set_permissions(&run_dir, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    finish(zot).await;
+}
