@@ -827,7 +827,6 @@ fn zot_rows(fixture: &Fixture, scale: &Scale) -> Result<Vec<[String; 4]>> {
         ]);
     };
     three("`zotbox run` (relay, shared host warm)", &run);
-    rows.extend(ten_rows(fixture)?);
     three("`zotbox run --standalone`", &standalone);
     if let Some(cli) = wasmtime_cli() {
         let cwasm = fixture.tmp.path().join(format!("{EXAMPLE}.cwasm"));
@@ -854,6 +853,7 @@ fn zot_rows(fixture: &Fixture, scale: &Scale) -> Result<Vec<[String; 4]>> {
     } else {
         eprintln!("no `wasmtime` on PATH; no `wasmtime run` rows");
     }
+    rows.extend(ten_rows(fixture)?);
     Ok(rows)
 }
 

@@ -178,6 +178,33 @@ impl Context {
     }
 }
 
+/// `zotbox run [DIR]` exactly as zot starts it, relayed to the shared host
+/// without parsing the command line with clap: a relay starts once per
+/// extension, and building every command's definition (and the log filter)
+/// would cost each of them time and memory. `None`: any other command line,
+/// or an extension this process must host itself.
+pub fn quick_relay() -> Option<u8> {
+    let mut args = std::env::args_os().skip(1);
+    if args.next()? != "run" {
+        return None;
+    }
+    let dir = match (args.next(), args.next()) {
+        (None, _) => PathBuf::from("."),
+        (Some(dir), None) if !dir.as_encoded_bytes().starts_with(b"-") => PathBuf::from(dir),
+        _ => return None,
+    };
+    if std::env::var_os("ZOTBOX_LOG").is_some() {
+        init_logging(0);
+    }
+    let context = Context {
+        workspace: None,
+        zot_home: None,
+        ext: Vec::new(),
+        json: false,
+    };
+    run::Args::relay_dir(&dir, &context)
+}
+
 impl Cli {
     /// Whether the command hosts one extension for zot (`run`): it is best
     /// served by one thread, where no frame's wake-up crosses threads.

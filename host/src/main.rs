@@ -6,11 +6,13 @@ use clap::Parser;
 use cli::{Cli, EXIT_ERROR, print_error};
 
 fn main() {
+    if let Some(code) = cli::quick_relay() {
+        exit_now(code);
+    }
     let cli = Cli::parse();
     // `zotbox run` relayed to the shared host needs no async runtime.
     if let Some(code) = cli.relay() {
-        let _ = std::io::Write::flush(&mut std::io::stderr());
-        std::process::exit(i32::from(code));
+        exit_now(code);
     }
     let runtime = if cli.hosts_one_extension() {
         // `zotbox run`: one extension, one thread. The guest, the bridge and
@@ -50,6 +52,11 @@ fn main() {
     // a read of stdin (`run`, `serve`) may sit on a blocking thread that
     // nothing can cancel, and zot must see the process end as soon as the
     // extension has.
+    exit_now(code)
+}
+
+/// Exits with `code`, stdout flushed.
+fn exit_now(code: u8) -> ! {
     let _ = std::io::Write::flush(&mut std::io::stdout());
     std::process::exit(i32::from(code))
 }

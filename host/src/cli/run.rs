@@ -30,20 +30,33 @@ impl Args {
     /// Relays a wasm extension to the shared host: its exit status, or
     /// `None` to host it in this process.
     pub(crate) fn relay(&self, context: &Context) -> Option<u8> {
-        if self.standalone || zotbox::shared::standalone_from_env() {
+        if self.standalone {
+            return None;
+        }
+        Self::relay_dir(&self.dir, context)
+    }
+
+    /// Relays the wasm extension in `dir`, unless the environment says
+    /// standalone: its exit status, or `None` to host it in this process.
+    pub(crate) fn relay_dir(dir: &std::path::Path, context: &Context) -> Option<u8> {
+        if zotbox::shared::standalone_from_env() {
             return None;
         }
         let home = context.home().ok()?;
         // A manifest that does not load gets standalone's error.
-        let manifest = Manifest::load(&self.dir.join(MANIFEST_FILE)).ok()?;
+        let manifest = Manifest::load(&dir.join(MANIFEST_FILE)).ok()?;
         if !matches!(manifest.program, Program::Wasm { .. }) {
             return None;
         }
         let exe = std::env::current_exe().ok()?;
-        match zotbox::shared::relay(&self.dir, manifest.name(), &home, &exe) {
+        match zotbox::shared::relay(dir, manifest.name(), &home, &exe) {
             Ok(exit) => Some(status_of(exit)),
             Err(err) if err.falls_back() => {
-                tracing::warn!("{err}; hosting the extension in this process");
+                // zot reads this stderr into the extension's log.
+                eprintln!(
+                    "zotbox: {}; hosting the extension in this process",
+                    zotbox::text::shown(&err.to_string())
+                );
                 None
             }
             Err(err) => {
