@@ -32,14 +32,14 @@
 //!    (a new host if needed), giving the new guest zot's first `hello_ack`;
 //!    a relay that goes away (zot ended it) ends its instance at once.
 
-mod peer;
+pub mod peer;
 pub mod place;
 pub mod relay;
 pub mod server;
 mod wire;
 
 pub use place::{Place, PlaceError};
-pub use relay::{RelayError, relay};
+pub use relay::{RelayError, Relayed, launch, relay, wasm_extension};
 pub use server::{ServeOptions, serve};
 pub use wire::{HostStatus, InstanceStatus};
 
@@ -54,6 +54,22 @@ pub fn idle_from_env() -> std::time::Duration {
         .and_then(|secs| secs.trim().parse::<f64>().ok())
         .filter(|secs| secs.is_finite() && *secs >= 0.0)
         .map_or(DEFAULT_IDLE, std::time::Duration::from_secs_f64)
+}
+
+/// The exit status `zotbox run` gives zot for `exit`, and the line it
+/// writes on stderr (zot's log of the extension) when the exit was not a
+/// plain status.
+pub fn status_for_zot(exit: &crate::Exit) -> (u8, Option<String>) {
+    match exit {
+        crate::Exit::Code(code) => (u8::try_from(*code).unwrap_or(1), None),
+        other => (
+            1,
+            Some(format!(
+                "zotbox: the extension {}",
+                crate::text::shown(&other.to_string())
+            )),
+        ),
+    }
 }
 
 /// Whether the environment asks for `zotbox run` to host the extension

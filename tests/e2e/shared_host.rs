@@ -179,6 +179,15 @@ async fn ten_relays_started_at_once_share_one_host() {
     relays.sort_unstable();
     relays.dedup();
     assert_eq!(relays.len(), 10, "{host}");
+    // Each `zotbox run` replaced itself with the small relay program.
+    for pid in &relays {
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).expect("the relay's executable");
+        assert_eq!(
+            exe.file_name().and_then(|n| n.to_str()),
+            Some("zotbox-relay"),
+            "{exe:?}"
+        );
+    }
     for zot in zots {
         let end = finish(zot).await;
         assert_eq!(end.status.code(), Some(0), "{end:#?}");

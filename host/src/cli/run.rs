@@ -11,7 +11,7 @@ use anyhow::Result;
 use super::{Context, EXIT_ERROR, print_error};
 use zotbox::Exit;
 use zotbox::bridge::{self, BridgeConfig};
-use zotbox::manifest::{MANIFEST_FILE, Manifest, Program};
+use zotbox::shared::{self, Relayed};
 
 /// Arguments of `zotbox run`.
 #[derive(Debug, clap::Args)]
@@ -39,27 +39,36 @@ impl Args {
     /// Relays the wasm extension in `dir`, unless the environment says
     /// standalone: its exit status, or `None` to host it in this process.
     pub(crate) fn relay_dir(dir: &std::path::Path, context: &Context) -> Option<u8> {
-        if zotbox::shared::standalone_from_env() {
+        if shared::standalone_from_env() {
             return None;
         }
         let home = context.home().ok()?;
-        // A manifest that does not load gets standalone's error.
-        let manifest = Manifest::load(&dir.join(MANIFEST_FILE)).ok()?;
-        if !matches!(manifest.program, Program::Wasm { .. }) {
-            return None;
-        }
         let exe = std::env::current_exe().ok()?;
-        match zotbox::shared::relay(dir, manifest.name(), &home, &exe) {
-            Ok(exit) => Some(status_of(exit)),
-            Err(err) if err.falls_back() => {
+        // The small relay beside this executable, in place of this process:
+        // a relay lives as long as zot's session, so its size counts.
+        if let Some(relay) = exe.parent().map(|dir| dir.join("zotbox-relay"))
+            && relay.is_file()
+        {
+            use std::os::unix::process::CommandExt as _;
+            let err = std::process::Command::new(&relay)
+                .arg(dir)
+                .env("ZOT_HOME", home.root())
+                .exec();
+            tracing::warn!(
+                "cannot start `{}`: {err}; relaying from here",
+                relay.display()
+            );
+        }
+        match shared::launch(dir, &home, &exe, &shared::peer::build_id()) {
+            Relayed::Exit(exit) => Some(status_of(&exit)),
+            Relayed::Standalone(why) => {
                 // zot reads this stderr into the extension's log.
-                eprintln!(
-                    "zotbox: {}; hosting the extension in this process",
-                    zotbox::text::shown(&err.to_string())
-                );
+                if let Some(why) = why {
+                    eprintln!("{why}");
+                }
                 None
             }
-            Err(err) => {
+            Relayed::Failed(err) => {
                 print_error(&anyhow::Error::new(err));
                 Some(EXIT_ERROR)
             }
@@ -76,21 +85,16 @@ impl Args {
             bridge::stdio::stdout(),
         )
         .await?;
-        Ok(status_of(exit))
+        Ok(status_of(&exit))
     }
 }
 
 /// The exit status for zot; an exit other than a status is explained on
 /// stderr, which zot reads into the extension's log.
-fn status_of(exit: Exit) -> u8 {
-    match exit {
-        Exit::Code(code) => u8::try_from(code).unwrap_or(EXIT_ERROR),
-        other => {
-            eprintln!(
-                "zotbox: the extension {}",
-                zotbox::text::shown(&other.to_string())
-            );
-            EXIT_ERROR
-        }
+fn status_of(exit: &Exit) -> u8 {
+    let (status, line) = shared::status_for_zot(exit);
+    if let Some(line) = line {
+        eprintln!("{line}");
     }
+    status
 }

@@ -45,10 +45,15 @@ pub(crate) fn check(socket: impl AsFd) -> Result<i32, PeerError> {
 /// This build: the version and the identity of the running executable file
 /// (device, inode, size, modification time), so a rebuilt or reinstalled
 /// zotbox of the same version is another build.
-pub(crate) fn build_id() -> String {
+pub fn build_id() -> String {
+    build_id_of(std::path::Path::new("/proc/self/exe"))
+}
+
+/// The build of the zotbox executable at `exe`, as [`build_id`] names it.
+pub fn build_id_of(exe: &std::path::Path) -> String {
     use std::os::unix::fs::MetadataExt as _;
     let version = env!("CARGO_PKG_VERSION");
-    match std::fs::metadata("/proc/self/exe") {
+    match std::fs::metadata(exe) {
         Ok(meta) => {
             let mut hasher = blake3::Hasher::new();
             for n in [

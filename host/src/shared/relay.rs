@@ -81,16 +81,66 @@ impl RelayError {
     }
 }
 
+/// What became of a relayed extension.
+#[derive(Debug)]
+pub enum Relayed {
+    /// The host ran it, and it ended so.
+    Exit(Exit),
+    /// This process should host it: the environment says so, it is no wasm
+    /// extension (or its manifest does not load: standalone reports why), or
+    /// the shared host is unavailable (why, for zot's log).
+    Standalone(Option<String>),
+    /// It cannot run, or someone else's process sits at the socket.
+    Failed(RelayError),
+}
+
+/// The name of the wasm extension in `dir`, from a quick look at its
+/// manifest (the host reads it in full); `None` when it names no `wasm`
+/// program or does not parse.
+pub fn wasm_extension(dir: &Path) -> Option<String> {
+    let text = std::fs::read(dir.join(crate::manifest::MANIFEST_FILE)).ok()?;
+    let manifest: serde_json::Value = serde_json::from_slice(&text).ok()?;
+    manifest.get("wasm")?.as_str()?;
+    Some(manifest.get("name")?.as_str()?.to_owned())
+}
+
+/// Relays the extension in `dir` to the shared host of `home` (started from
+/// the zotbox executable `zotbox`, of build `build`), unless it should run
+/// in this process.
+pub fn launch(dir: &Path, home: &ZotHome, zotbox: &Path, build: &str) -> Relayed {
+    if super::standalone_from_env() {
+        return Relayed::Standalone(None);
+    }
+    let Some(name) = wasm_extension(dir) else {
+        return Relayed::Standalone(None);
+    };
+    match relay(dir, &name, home, zotbox, build) {
+        Ok(exit) => Relayed::Exit(exit),
+        Err(err) if err.falls_back() => Relayed::Standalone(Some(format!(
+            "zotbox: {}; hosting the extension in this process",
+            crate::text::shown(&err.to_string())
+        ))),
+        Err(err) => Relayed::Failed(err),
+    }
+}
+
 /// Relays the extension in `dir` (named `name`, for messages) to the shared
-/// host of `home`, started from `exe` when none runs; returns its exit.
+/// host of `home`, started from the zotbox executable `zotbox` (of build
+/// `build`) when none runs; returns its exit.
 ///
 /// # Errors
 ///
 /// [`RelayError`]; see [`RelayError::falls_back`].
-pub fn relay(dir: &Path, name: &str, home: &ZotHome, exe: &Path) -> Result<Exit, RelayError> {
+pub fn relay(
+    dir: &Path,
+    name: &str,
+    home: &ZotHome,
+    zotbox: &Path,
+    build: &str,
+) -> Result<Exit, RelayError> {
     let place = Place::for_home(home)?;
     let dir = std::path::absolute(dir)?;
-    let build = peer::build_id();
+    let build = build.to_owned();
     let env: Vec<(String, String)> = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
         .collect();
@@ -100,7 +150,7 @@ pub fn relay(dir: &Path, name: &str, home: &ZotHome, exe: &Path) -> Result<Exit,
     let mut deaths: Vec<Instant> = Vec::new();
     let mut refusals = 0;
     loop {
-        let stream = connect_or_start(&place, home, exe, &log)?;
+        let stream = connect_or_start(&place, home, zotbox, &log)?;
         peer::check(&stream).map_err(|error| RelayError::Peer {
             socket: place.socket().to_owned(),
             error,

@@ -1,0 +1,60 @@
+//! `zotbox-relay [DIR]`: `zotbox run` as zot starts it, in a process as
+//! small as a native extension's.
+//!
+//! `zotbox run DIR` (what an installed manifest makes zot start) replaces
+//! itself with this program when it lies beside `zotbox`. It only hands
+//! zot's stdio to the shared host and waits: the wasm engine, the command
+//! line and the rest of zotbox are not linked into it, so ten extensions
+//! under zot cost ten small processes and one host. When the extension is
+//! to run in this process instead (`ZOTBOX_STANDALONE=1`, a native
+//! extension, a manifest that does not load, no usable host), it replaces
+//! itself with `zotbox run --standalone DIR`.
+
+use std::os::unix::process::CommandExt as _;
+use std::path::PathBuf;
+
+use zotbox::home::ZotHome;
+use zotbox::shared::{self, Relayed};
+use zotbox::text::shown;
+
+fn main() {
+    let dir = std::env::args_os()
+        .nth(1)
+        .map_or_else(|| PathBuf::from("."), PathBuf::from);
+    let Some(zotbox) = std::env::current_exe()
+        .ok()
+        .and_then(|me| Some(me.parent()?.join("zotbox")))
+    else {
+        fail("cannot find the `zotbox` executable beside `zotbox-relay`")
+    };
+    let Some(home) = ZotHome::from_env() else {
+        fail("cannot find zot's home: set ZOT_HOME or HOME")
+    };
+    let build = shared::peer::build_id_of(&zotbox);
+    match shared::launch(&dir, &home, &zotbox, &build) {
+        Relayed::Exit(exit) => {
+            let (status, line) = shared::status_for_zot(&exit);
+            if let Some(line) = line {
+                eprintln!("{line}");
+            }
+            std::process::exit(i32::from(status))
+        }
+        Relayed::Standalone(why) => {
+            // zot reads this stderr into the extension's log.
+            if let Some(why) = why {
+                eprintln!("{why}");
+            }
+            let err = std::process::Command::new(&zotbox)
+                .args(["run", "--standalone"])
+                .arg(&dir)
+                .exec();
+            fail(&format!("cannot start `{}`: {err}", zotbox.display()))
+        }
+        Relayed::Failed(err) => fail(&err.to_string()),
+    }
+}
+
+fn fail(why: &str) -> ! {
+    eprintln!("error: {}", shown(why));
+    std::process::exit(1)
+}
