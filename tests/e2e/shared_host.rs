@@ -571,3 +571,30 @@ async fn a_relay_of_another_user_is_refused() {
     std::fs::set_permissions(&run_dir, std::fs::Permissions::from_mode(0o700)).expect("chmod");
     finish(zot).await;
 }
+
+/// A workspace's extension folder that is a link to elsewhere is still that
+/// workspace's: the relay hands the host the folder as zot spelled it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_linked_extension_folder_of_an_untrusted_workspace_is_refused_through_the_relay() {
+    let lab = Lab::new();
+    let elsewhere = guest(&lab, "prober");
+    std::fs::create_dir_all(lab.project_dir()).expect("project extensions");
+    let link = lab.project_dir().join("prober");
+    std::os::unix::fs::symlink(&elsewhere, &link).expect("link the folder");
+    let out = zotbox(&lab, &["run"])
+        .current_dir(&link)
+        .env("PWD", &link)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("zotbox run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.starts_with(&format!(
+            "error: extension `prober` comes from the workspace `{}`",
+            lab.workspace.display()
+        )),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty(), "nothing started");
+}

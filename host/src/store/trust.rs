@@ -421,14 +421,22 @@ pub fn assess(policy: &Policy, home: &ZotHome, workspace: &Path) -> Assessment {
 pub fn workspace_of_extension(dir: &Path, home: &ZotHome) -> Option<PathBuf> {
     let real = std::fs::canonicalize(dir).ok()?;
     let mut candidates = vec![real.clone()];
-    if dir.is_relative()
-        && let Some(pwd) = std::env::var_os("PWD").map(PathBuf::from)
-        && pwd.is_absolute()
+    // The path as given (or as `$PWD` spells a relative one), when it
+    // reaches the same folder through a link: a workspace's extension folder
+    // may be a link to elsewhere, and it is still that workspace's.
+    let logical = if dir.is_relative() {
+        std::env::var_os("PWD")
+            .map(PathBuf::from)
+            .filter(|pwd| pwd.is_absolute())
+            .map(|pwd| normalise(&pwd.join(dir)))
+    } else {
+        Some(normalise(dir))
+    };
+    if let Some(logical) = logical
+        && logical != real
+        && std::fs::canonicalize(&logical).is_ok_and(|p| p == real)
     {
-        let logical = normalise(&pwd.join(dir));
-        if std::fs::canonicalize(&logical).is_ok_and(|p| p == real) {
-            candidates.push(logical);
-        }
+        candidates.push(logical);
     }
     let user_dir = home.extensions_dir();
     let user_real = std::fs::canonicalize(&user_dir).ok();
