@@ -598,3 +598,28 @@ async fn a_linked_extension_folder_of_an_untrusted_workspace_is_refused_through_
     );
     assert!(out.stdout.is_empty(), "nothing started");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_host_keeps_its_instances_and_the_next_relay_gets_a_new_one() {
+    let lab = Lab::new();
+    let dir = guest(&lab, "prober");
+    let mut first = relay(&lab, &dir).await;
+    let old = host_pid(&lab);
+    let out = zotbox(&lab, &["host", "stop"]).output().expect("host stop");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "the zotbox host accepts no new extension and exits when its extensions end\n"
+    );
+    // Retired: its socket is gone, its instance still answers.
+    assert_eq!(sockets(&lab), Vec::<PathBuf>::new());
+    assert_eq!(call(&mut first, "a", "ping", json!({})).await, (false, "pong".to_owned()));
+    let mut second = relay(&lab, &dir).await;
+    let new = host_pid(&lab);
+    assert_ne!(new, old);
+    assert_eq!(call(&mut second, "b", "ping", json!({})).await, (false, "pong".to_owned()));
+    assert!(alive(old));
+    finish(first).await;
+    eventually("the retired host exits with its last instance", || !alive(old)).await;
+    assert!(alive(new));
+    finish(second).await;
+}
