@@ -230,6 +230,7 @@ fn services(home: &ZotHome, policy: &Policy, dir: &Path) -> Arc<Services> {
             &[dir.to_path_buf()],
         ))
         .with_confinement(policy)
+        .with_secrets(Arc::new(crate::store::secret::SecretStore::new(home)))
     })
 }
 
