@@ -132,7 +132,7 @@ pub use manifest::ManifestInfo;
 #[cfg(feature = "derive-schema")]
 pub use schemars::JsonSchema;
 
-pub use capability::{Error as CapabilityError, fs, http, shell};
+pub use capability::{Error as CapabilityError, fs, http, secret, shell};
 pub use context::{Context, Level};
 pub use extension::Extension;
 pub use response::{IntoResponse, IntoToolOutput, Panel, Response, ToolOutput, Verdict};

@@ -1080,3 +1080,34 @@ pub fn tree(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
     }
     found
 }
+
+/// Every file under `root` (links not followed) whose bytes hold `needle`:
+/// for tests that a secret's value reached no log, audit line or cache.
+pub fn files_holding(root: &Path, needle: &str) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            if kind.is_dir() {
+                dirs.push(path);
+            } else if kind.is_file()
+                && std::fs::read(&path).is_ok_and(|bytes| {
+                    bytes
+                        .windows(needle.len())
+                        .any(|window| window == needle.as_bytes())
+                })
+            {
+                found.push(path);
+            }
+        }
+    }
+    found.sort();
+    found
+}

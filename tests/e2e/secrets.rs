@@ -1,0 +1,371 @@
+//! Secrets an extension can use but never read (issue 15), against the
+//! loopback HTTPS server: the value reaches the bound origin and nothing
+//! else; every other place a hostile guest could put its placeholder is
+//! refused with the rule and audited as `deny`; an echo is redacted; and
+//! afterwards no file zotbox wrote, and no output of the CLI, holds it.
+
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::PathBuf;
+
+use serde_json::{Value, json};
+
+use crate::attack::{
+    answer, answered, audit_lines, prober, refused, run_cases, start, user_policy, zotbox_with,
+};
+use crate::https::TestServer;
+use crate::support::{Lab, Run, files_holding};
+
+/// Bound to the server's `127.0.0.1` origin, headers only.
+const API_KEY: &str = "sk-live-Zq81rT4vW9xx";
+/// Bound to the same origin, query string allowed.
+const QUERY_KEY: &str = "qk/Tok+55AAbbCC=";
+
+/// The prober with an `http` grant of both names of the test server and
+/// three secrets bound to its `127.0.0.1` origin (`UNSET_KEY` never set).
+fn secret_prober(lab: &Lab, server: &TestServer) -> PathBuf {
+    let origin = server.origin();
+    prober(
+        lab,
+        &json!({
+            "http": [origin, server.localhost("")],
+            "shell": ["echo **"],
+            "secrets": {
+                "API_KEY": {"http": [origin]},
+                "QUERY_KEY": {"http": [origin], "query": true},
+                "UNSET_KEY": {"http": [origin]},
+            },
+        }),
+        None,
+    )
+}
+
+/// The user policy trusting the server's certificate, plus `more` keys.
+fn policy(lab: &Lab, server: &TestServer, more: &Value) {
+    let ca = server.write_ca(&lab.home);
+    let mut policy = json!({ "extra_root_certificates": [ca] });
+    if let (Some(policy), Some(more)) = (policy.as_object_mut(), more.as_object()) {
+        policy.extend(more.clone());
+    }
+    user_policy(lab, &policy);
+}
+
+/// `zotbox secret set NAME` with the value on stdin (not a terminal).
+fn set(lab: &Lab, args: &[&str], value: &str) -> Run {
+    let mut all = vec!["secret", "set"];
+    all.extend_from_slice(args);
+    let run = lab.zotbox_in_with(&lab.workspace, &all, &format!("{value}\n"));
+    run.expect_code(0);
+    run
+}
+
+/// Asserts no file under the lab but the store, and none of `runs`' output,
+/// holds a value.
+fn assert_nowhere(lab: &Lab, runs: &[&Run]) {
+    let store = lab.home.join("secrets.json");
+    for value in [API_KEY, QUERY_KEY] {
+        for root in [&lab.home, &lab.workspace, &lab.dev] {
+            let holding: Vec<PathBuf> = files_holding(root, value)
+                .into_iter()
+                .filter(|path| path != &store)
+                .collect();
+            assert!(holding.is_empty(), "`{value}` written to {holding:?}");
+        }
+        for run in runs {
+            assert!(
+                !run.stdout.contains(value) && !run.stderr.contains(value),
+                "`{value}` printed: {run:#?}"
+            );
+        }
+    }
+    let mode = std::fs::metadata(&store).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "the store's mode");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_reaches_its_bound_origin_and_no_other_place() {
+    let lab = Lab::new();
+    let server = TestServer::start().await;
+    policy(&lab, &server, &json!({}));
+    let dir = secret_prober(&lab, &server);
+    let runs = [
+        set(&lab, &["API_KEY"], API_KEY),
+        set(&lab, &["QUERY_KEY", "--extension", "prober"], QUERY_KEY),
+    ];
+    let host = start(&lab, &[dir]).await;
+    let port = server.port;
+    let origin = server.origin();
+
+    // The value reaches the bound origin in the header; the guest sees the
+    // echo (a response header and the body) redacted.
+    let (is_error, text) = answer(
+        &host,
+        "http",
+        json!({"url": server.url("/echo-head"), "secret": "API_KEY"}),
+    )
+    .await;
+    assert!(!is_error, "{text}");
+    assert!(
+        text.starts_with(
+            "200 [x-echo-authorization: Bearer [redacted secret API_KEY]] GET /echo-head HTTP/1.1"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("authorization: Bearer [redacted secret API_KEY]"),
+        "{text}"
+    );
+    let arrived = server.received().pop().unwrap_or_default();
+    assert!(
+        arrived.contains(&format!("authorization: Bearer {API_KEY}")),
+        "{arrived}"
+    );
+    // In the query string, where the manifest allows it: percent-encoded
+    // on the way out, redacted in that form on the way back.
+    let encoded = "qk%2FTok%2B55AAbbCC%3D";
+    let (is_error, text) = answer(
+        &host,
+        "http",
+        json!({"url": server.url("/echo-head?key={{secret:QUERY_KEY}}")}),
+    )
+    .await;
+    assert!(!is_error, "{text}");
+    assert!(
+        text.contains("GET /echo-head?key=[redacted secret QUERY_KEY] HTTP/1.1"),
+        "{text}"
+    );
+    let arrived = server.received().pop().unwrap_or_default();
+    assert!(
+        arrived.starts_with(&format!("GET /echo-head?key={encoded} HTTP/1.1")),
+        "{arrived}"
+    );
+    let before = server.received().len();
+
+    let header = |url: String| json!({"url": url, "secret": "API_KEY"});
+    let only = "placeholders are only replaced in header values (and in the query string of a \
+                secret whose manifest entry says `\"query\": true`)";
+    let cases = vec![
+        // Attack: the placeholder to another granted origin.
+        refused(
+            "another origin",
+            "http",
+            header(server.localhost("/echo-head")),
+            format!(
+                "http `https://localhost:{port}/echo-head` refused: secret `API_KEY` may only be \
+                 sent to 127.0.0.1:{port}, not to `localhost:{port}`"
+            ),
+        ),
+        // Attack: the bound origin redirects to another one.
+        refused(
+            "cross-origin redirect",
+            "http",
+            header(server.url("/redirect-other")),
+            format!(
+                "http `https://localhost:{port}/ok` refused: secret `API_KEY` may only be sent to \
+                 127.0.0.1:{port}, not to `localhost:{port}` (redirected from \
+                 `{origin}/redirect-other`)"
+            ),
+        ),
+        // Attack: the placeholder in a body, even to the bound origin.
+        refused(
+            "body",
+            "http",
+            json!({"method": "post", "url": server.url("/echo"), "body": "k={{secret:API_KEY}}"}),
+            format!(
+                "http `{origin}/echo` refused: secret `API_KEY` may not be used in a request \
+                 body: {only}"
+            ),
+        ),
+        // Attack: the placeholder in the path of another origin.
+        refused(
+            "path of another origin",
+            "http",
+            json!({"url": server.localhost("/{{secret:API_KEY}}")}),
+            format!(
+                "http `https://localhost:{port}/{{{{secret:API_KEY}}}}` refused: secret `API_KEY` \
+                 may not be used in the URL outside its query string: {only}"
+            ),
+        ),
+        // Attack: the query string of a secret bound to headers only.
+        refused(
+            "query not allowed",
+            "http",
+            json!({"url": server.url("/echo-head?k={{secret:API_KEY}}")}),
+            format!(
+                "http `{origin}/echo-head?k={{{{secret:API_KEY}}}}` refused: secret `API_KEY` may \
+                 not be used in the query string: its manifest entry does not say \
+                 `\"query\": true`"
+            ),
+        ),
+        // Attack: a shell command (which could print what it gets).
+        refused(
+            "shell",
+            "shell",
+            json!({"command": "echo {{secret:API_KEY}}"}),
+            "shell `echo {{secret:API_KEY}}` refused: secret `API_KEY` may not be used in a shell \
+             command: secrets are only put into http requests to the origins they are bound to",
+        ),
+        // Attack: a secret the manifest never declared.
+        refused(
+            "undeclared",
+            "http",
+            json!({"url": server.url("/echo-head"), "secret": "AWS_SECRET"}),
+            format!(
+                "http `{origin}/echo-head` refused: secret `AWS_SECRET` is not declared in the \
+                 extension's manifest (`capabilities.secrets`)"
+            ),
+        ),
+        // Attack: a placeholder the host would not recognise.
+        refused(
+            "malformed",
+            "http",
+            json!({"url": server.url("/echo-head"), "headers": [["x-k", "{{secret:A B}}"]]}),
+            format!(
+                "http `{origin}/echo-head` refused: a secret placeholder is malformed; write \
+                 `{{{{secret:NAME}}}}`, NAME being 1 to 64 of `A-Z a-z 0-9 _ . -`"
+            ),
+        ),
+        // A secret the user never set: the command that sets it.
+        refused(
+            "unset",
+            "http",
+            json!({"url": server.url("/echo-head"), "secret": "UNSET_KEY"}),
+            "secret `UNSET_KEY` is not set: run `zotbox secret set UNSET_KEY`",
+        ),
+        // Control: the guest keeps running and plain fetches still work.
+        answered(
+            "control",
+            "http_get",
+            json!({"url": server.url("/ok")}),
+            "200 hello",
+        ),
+    ];
+    run_cases(&host, cases).await;
+    // Nothing refused reached the server (the redirect's first hop did, to
+    // the bound origin; the control did).
+    let after: Vec<String> = server.received()[before..].to_vec();
+    let lines: Vec<&str> = after
+        .iter()
+        .map(|head| head.lines().next().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        lines,
+        ["GET /redirect-other HTTP/1.1", "GET /ok HTTP/1.1"],
+        "{after:#?}"
+    );
+    host.shutdown().await;
+
+    // Every refusal is a `deny` line naming the secret; no line holds a value.
+    let audit = audit_lines(&lab);
+    let denied: Vec<String> = audit
+        .iter()
+        .filter(|line| line["decision"] == "deny")
+        .map(|line| line["reason"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    for words in [
+        "secret `API_KEY` may only be sent to",
+        "may not be used in a request body",
+        "outside its query string",
+        "may not be used in the query string",
+        "may not be used in a shell command",
+        "secret `AWS_SECRET` is not declared",
+        "placeholder is malformed",
+    ] {
+        assert!(
+            denied.iter().any(|reason| reason.contains(words)),
+            "no deny line with `{words}`: {denied:#?}"
+        );
+    }
+    assert_nowhere(&lab, &runs.iter().collect::<Vec<_>>());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_shows_secrets_and_their_destinations_never_their_values() {
+    let lab = Lab::new();
+    let server = TestServer::start().await;
+    policy(&lab, &server, &json!({}));
+    let dir = secret_prober(&lab, &server);
+    let ext = dir.display().to_string();
+    let mut runs = vec![
+        set(&lab, &["API_KEY"], API_KEY),
+        set(&lab, &["QUERY_KEY", "--extension", "prober"], QUERY_KEY),
+    ];
+    let origin = server.origin();
+
+    // `list`: names, who may use each, where the grant lets it go.
+    let list = lab.zotbox(&["--ext", &ext, "secret", "list"]);
+    list.expect_code(0);
+    let lines: Vec<&str> = list.stdout.lines().map(str::trim_end).collect();
+    assert_eq!(
+        lines,
+        [
+            "NAME       SET FOR                   GRANTED TO (WHERE IT MAY GO)",
+            &format!("API_KEY    any extension granted it  prober → {origin} (header)"),
+            &format!("QUERY_KEY  prober                    prober → {origin} (header or query)"),
+        ],
+        "{list:#?}"
+    );
+    let json = lab.zotbox(&["--json", "--ext", &ext, "secret", "list"]);
+    json.expect_code(0);
+    let first: Value = serde_json::from_str(json.stdout.lines().next().unwrap()).unwrap();
+    assert_eq!(
+        first,
+        json!({"name": "API_KEY", "extensions": [],
+               "granted_to": [{"extension": "prober", "to": format!("{origin} (header)")}]})
+    );
+
+    // `policy explain`: the secrets row, with destinations.
+    let explain = zotbox_with(&lab, &[], &["--ext", &ext, "policy", "explain", "prober"]);
+    explain.expect_code(0);
+    let row = explain
+        .stdout
+        .lines()
+        .find(|line| line.starts_with("secrets"))
+        .unwrap_or_default();
+    assert!(
+        row.contains(&format!("API_KEY → {origin} (header)"))
+            && row.contains(&format!("QUERY_KEY → {origin} (header or query)"))
+            && row.contains("declared, allowed"),
+        "{explain:#?}"
+    );
+
+    // A call through the CLI, human and JSON: the echo comes back redacted.
+    let args = json!({"url": server.url("/echo-head"), "secret": "API_KEY"}).to_string();
+    for json_flag in [false, true] {
+        let mut argv = vec!["--ext", ext.as_str(), "call", "http", args.as_str()];
+        if json_flag {
+            argv.insert(0, "--json");
+        }
+        let call = zotbox_with(&lab, &[], &argv);
+        call.expect_code(0);
+        assert!(
+            call.stdout.contains("[redacted secret API_KEY]"),
+            "{call:#?}"
+        );
+        runs.push(call);
+    }
+
+    // A team that forbids secrets: refused by its rule, nothing sent.
+    let system = lab.home.join("system-policy.json");
+    crate::support::write_json(&system, &json!({"secrets": false}));
+    let before = server.received().len();
+    let call = zotbox_with(&lab, &[], &["--ext", &ext, "call", "http", &args]);
+    call.expect_code(3);
+    assert!(
+        call.stdout.contains(&format!(
+            "secret `API_KEY` is declared by the extension but refused by policy: \
+             `secrets: false` in `{}`",
+            system.display()
+        )),
+        "{call:#?}"
+    );
+    assert_eq!(server.received().len(), before);
+    runs.push(call);
+
+    // `remove`, then a use fails with the command that sets it.
+    let remove = lab.zotbox(&["secret", "remove", "API_KEY"]);
+    remove.expect_code(0);
+    assert_eq!(remove.stdout, "secret `API_KEY` removed\n");
+    lab.zotbox(&["secret", "remove", "API_KEY"]).expect_code(1);
+    runs.extend([list, json, explain, remove]);
+    assert_nowhere(&lab, &runs.iter().collect::<Vec<_>>());
+}
