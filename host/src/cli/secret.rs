@@ -24,8 +24,8 @@ pub(crate) enum Command {
     Set {
         /// The secret's name, as extensions declare it (`WEATHER_KEY`).
         name: String,
-        /// Only this extension may use it (repeatable). Default: any
-        /// extension whose grant holds it.
+        /// Only this extension (or `data:TOOL`, a data tool) may use it
+        /// (repeatable). Default: any extension whose grant holds it.
         #[arg(long = "extension", value_name = "EXT")]
         extensions: Vec<String>,
     },

@@ -177,9 +177,11 @@ impl SecretStore {
             .unwrap_or(value);
         check_value(name, value)?;
         for extension in extensions {
-            let valid = !extension.is_empty()
-                && extension.len() <= 64
-                && extension
+            // An extension's name, or `data:<tool>` for a data tool.
+            let name = extension.strip_prefix("data:").unwrap_or(extension);
+            let valid = !name.is_empty()
+                && name.len() <= 64
+                && name
                     .bytes()
                     .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
             if !valid {
