@@ -552,6 +552,67 @@ impl Sandbox {
         .await
     }
 
+    /// For a native extension: each granted secret that declares an `env`
+    /// variable, as `(variable, value)`, read from the store now. Each is
+    /// an `allow` line (`env`, subject `secret NAME as VAR`, never the value);
+    /// one the policy took away, or the user set for other extensions only,
+    /// a `deny`; one not set is skipped with a warning naming the command.
+    pub fn secret_env(&self) -> Vec<(String, String)> {
+        let record = |subject: String, decision: Decision, reason: String| {
+            self.services.audit.record(AuditRecord::now(
+                &self.who,
+                Capability::Env.as_str(),
+                &subject,
+                decision,
+                reason,
+            ));
+        };
+        let mut env = Vec::new();
+        for (name, spec) in &self.secrets_declared {
+            let Some(variable) = &spec.env else {
+                continue;
+            };
+            let subject = format!("secret {name} as {variable}");
+            if !self.grant.secrets.contains_key(name) {
+                let item = crate::policy::secret_item(name, spec);
+                let rule = self
+                    .grant
+                    .policy_refusal("secrets", &item)
+                    .unwrap_or("not granted");
+                record(
+                    subject,
+                    Decision::Deny,
+                    format!("declared by the extension but refused by policy: {rule}"),
+                );
+                continue;
+            }
+            match self.services.secrets.value(&self.who, name) {
+                Ok(value) => {
+                    record(subject, Decision::Allow, String::new());
+                    env.push((variable.clone(), value));
+                }
+                Err(SecretUnavailable::NotSet) => tracing::warn!(
+                    "extension `{}`: secret `{name}` is not set, so `{variable}` is not given: \
+                     run `zotbox secret set {name}`",
+                    self.who
+                ),
+                Err(SecretUnavailable::NotFor(_)) => record(
+                    subject,
+                    Decision::Deny,
+                    format!(
+                        "secret `{name}` is set for other extensions only: run `zotbox secret \
+                         set {name} --extension {}` to let it use one",
+                        self.who
+                    ),
+                ),
+                Err(SecretUnavailable::Unreadable(why)) => {
+                    tracing::warn!("extension `{}`: secret `{name}`: {why}", self.who);
+                }
+            }
+        }
+        env
+    }
+
     /// The environment variables granted, with their values from this
     /// process. Each is an `allow` line; each declared name the policy
     /// took away, and each name of a grant that does not parse, a `deny`.
@@ -681,7 +742,19 @@ pub fn confine(
                 "native extensions are refused by policy `{}` (`native_extensions: false`)",
                 path.display()
             )),
-            None => Ok(None),
+            // A native extension is not sandboxed: its sandbox only hands
+            // it the secrets it declared as variables ([`Sandbox::secret_env`]).
+            None if manifest.raw.capabilities.secrets.is_empty() => Ok(None),
+            None => {
+                let declared = crate::manifest::Capabilities {
+                    secrets: manifest.raw.capabilities.secrets.clone(),
+                    ..crate::manifest::Capabilities::default()
+                };
+                let grant = policy.grant(&declared);
+                let sandbox = Sandbox::new(manifest.name(), services.clone(), grant, &declared)
+                    .map_err(|err| format!("its capabilities do not parse: {err}"))?;
+                Ok(Some(Arc::new(sandbox)))
+            }
         },
         crate::manifest::Program::Wasm { .. } => {
             let declared = &manifest.raw.capabilities;

@@ -471,3 +471,80 @@ async fn data_http_tools_use_the_users_secrets_and_workspace_tools_none() {
     host.shutdown().await;
     assert_nowhere(&lab, &runs.iter().collect::<Vec<_>>());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_native_extension_gets_only_its_declared_secrets_as_variables() {
+    let lab = Lab::new();
+    let out = tempfile::tempdir().unwrap();
+    let seen = out.path().join("env.txt");
+    // A native extension that writes what its environment holds, then
+    // speaks the protocol as the Python fixture.
+    let dir = lab.dev.join("nat");
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = dir.join("run.sh");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\nprintf '%s|%s|%s' \"${WEATHER:-unset}\" \"${OTHER:-unset}\" \
+         \"${API_KEY:-unset}\" > \"$1\"\nshift\nexec python3 \"$@\"\n",
+    )
+    .unwrap();
+    crate::support::make_executable(&script);
+    crate::support::write_json(
+        &dir.join("extension.json"),
+        &json!({
+            "name": "nat",
+            "exec": "./run.sh",
+            "args": [seen, crate::support::pyext_script(), "--name", "nat"],
+            "capabilities": {"secrets": {
+                "API_KEY": {"env": "WEATHER"},
+                // Set for another extension only: not given.
+                "QUERY_KEY": {"env": "OTHER"},
+            }},
+        }),
+    );
+    let runs = [
+        set(&lab, &["API_KEY"], API_KEY),
+        set(&lab, &["QUERY_KEY", "--extension", "other"], QUERY_KEY),
+    ];
+    let host = start(&lab, std::slice::from_ref(&dir)).await;
+    crate::support::settled(&host, "nat").await;
+    // The declared variable, and nothing under the secret's own name.
+    assert_eq!(
+        std::fs::read_to_string(&seen).unwrap(),
+        format!("{API_KEY}|unset|unset")
+    );
+    host.shutdown().await;
+    let audit = audit_lines(&lab);
+    let about = |subject: &str| {
+        audit
+            .iter()
+            .find(|line| line["subject"] == subject)
+            .cloned()
+            .unwrap_or_default()
+    };
+    assert_eq!(about("secret API_KEY as WEATHER")["decision"], "allow");
+    assert_eq!(about("secret QUERY_KEY as OTHER")["decision"], "deny");
+
+    // `doctor` names what the native extension holds.
+    let ext = dir.display().to_string();
+    let doctor = zotbox_with(&lab, &[], &["--ext", &ext, "doctor"]);
+    assert!(
+        doctor.stdout.contains(
+            "extension `nat` (native, outside the sandbox) holds secret `API_KEY` as `$WEATHER` \
+             and can send it anywhere"
+        ),
+        "{doctor:#?}"
+    );
+    assert!(!doctor.stdout.contains("QUERY_KEY"), "{doctor:#?}");
+
+    // A team that forbids secrets: the variable is not given at all.
+    crate::support::write_json(
+        &lab.home.join("system-policy.json"),
+        &json!({"secrets": false}),
+    );
+    let host = crate::attack::start(&lab, std::slice::from_ref(&dir)).await;
+    crate::support::settled(&host, "nat").await;
+    assert_eq!(std::fs::read_to_string(&seen).unwrap(), "unset|unset|unset");
+    host.shutdown().await;
+    assert_nowhere(&lab, &[&runs[0], &runs[1], &doctor]);
+}

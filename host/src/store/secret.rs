@@ -216,6 +216,11 @@ impl SecretStore {
         Ok(true)
     }
 
+    /// Whether secret `name` is set and `who` may use it (never the value).
+    pub fn is_set_for(&self, who: &str, name: &str) -> bool {
+        self.value(who, name).is_ok()
+    }
+
     fn load(&self) -> Result<File, SecretError> {
         let meta = match std::fs::symlink_metadata(&self.path) {
             Ok(meta) => meta,
