@@ -548,3 +548,38 @@ async fn a_native_extension_gets_only_its_declared_secrets_as_variables() {
     host.shutdown().await;
     assert_nowhere(&lab, &[&runs[0], &runs[1], &doctor]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consent_and_trust_show_each_secret_with_its_destinations() {
+    let lab = Lab::new();
+    let server = TestServer::start().await;
+    let dir = secret_prober(&lab, &server);
+    let origin = server.origin();
+    let rows = [
+        format!("API_KEY → {origin} (header)"),
+        format!("QUERY_KEY → {origin} (header or query)"),
+    ];
+    // `ext install` without a terminal shows the grant, then refuses.
+    let install = lab.zotbox(&["ext", "install", &dir.display().to_string()]);
+    install.expect_code(1);
+    let row = install
+        .stdout
+        .lines()
+        .find(|line| line.starts_with("secrets"))
+        .unwrap_or_default();
+    assert!(
+        rows.iter().all(|expected| row.contains(expected.as_str())),
+        "{install:#?}"
+    );
+    assert!(!lab.user_dir().join("prober").exists());
+    // A workspace bringing it: `trust` shows the same before anything runs.
+    let project = lab.project_dir();
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::rename(&dir, project.join("prober")).unwrap();
+    let review = lab.zotbox_in(&lab.workspace, &["trust"]);
+    let expected = format!(
+        "; secrets {}, {}, UNSET_KEY → {origin} (header)\n",
+        rows[0], rows[1]
+    );
+    assert!(review.stdout.contains(&expected), "{review:#?}");
+}

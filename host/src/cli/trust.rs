@@ -435,7 +435,26 @@ fn capabilities_cell(policy: &Policy, manifest: &Manifest) -> String {
                 "refused: native extensions are off in `{}`",
                 shown(&path.display().to_string())
             ),
-            None => "unsandboxed: runs with your permissions".to_owned(),
+            None => {
+                // The one thing its manifest decides: secrets handed over as variables.
+                let grant = policy.grant(&manifest.raw.capabilities);
+                let held: Vec<String> = grant
+                    .secrets
+                    .iter()
+                    .filter(|(_, spec)| spec.env.is_some())
+                    .map(|(name, spec)| {
+                        shown(&zotbox::policy::secret_item(name, spec)).into_owned()
+                    })
+                    .collect();
+                if held.is_empty() {
+                    "unsandboxed: runs with your permissions".to_owned()
+                } else {
+                    format!(
+                        "unsandboxed: runs with your permissions; gets secrets {}",
+                        held.join(", ")
+                    )
+                }
+            }
         };
     }
     let grant = policy.grant(&manifest.raw.capabilities);
@@ -451,6 +470,19 @@ fn capabilities_cell(policy: &Policy, manifest: &Manifest) -> String {
                     shown(&items.join(", ")).into_owned()
                 }
             };
+            if row.capability == "secrets" {
+                // Each item already reads `NAME → where it may go`.
+                let refused: Vec<&str> = row.refused.iter().map(|r| r.item.as_str()).collect();
+                return if refused.is_empty() {
+                    format!("secrets {}", list(&row.granted))
+                } else {
+                    format!(
+                        "secrets {}, refused by policy: {}",
+                        list(&row.granted),
+                        shown(&refused.join(", "))
+                    )
+                };
+            }
             format!(
                 "{} {} → {}",
                 row.capability,
