@@ -583,3 +583,21 @@ async fn consent_and_trust_show_each_secret_with_its_destinations() {
     );
     assert!(review.stdout.contains(&expected), "{review:#?}");
 }
+
+#[test]
+fn a_value_typed_on_the_terminal_is_never_echoed() {
+    let lab = Lab::new();
+    let Some(run) = lab.zotbox_typing_on_terminal(
+        &["secret", "set", "API_KEY"],
+        "value of secret `API_KEY` (not shown): ",
+        &format!("{API_KEY}\n"),
+    ) else {
+        eprintln!("skipped: `script` (util-linux) is not installed");
+        return;
+    };
+    run.expect_code(0);
+    assert!(run.stdout.contains("secret `API_KEY` set in"), "{run:#?}");
+    let store = zotbox::store::secret::SecretStore::new(&zotbox::home::ZotHome::new(&lab.home));
+    assert!(store.is_set_for("any", "API_KEY"));
+    assert_nowhere(&lab, &[&run]);
+}

@@ -154,10 +154,11 @@ fn read_value(name: &str) -> Result<String> {
             .context("cannot read the value from stdin")?;
         return Ok(value);
     }
-    eprint!("value of secret `{}` (not shown): ", Shown(name));
-    std::io::stderr().flush().ok();
     let value = {
+        // Echo off before the prompt: nothing typed after it is ever shown.
         let _quiet = EchoOff::new(&stdin)?;
+        eprint!("value of secret `{}` (not shown): ", Shown(name));
+        std::io::stderr().flush().ok();
         let mut line = String::new();
         stdin
             .lock()
@@ -186,17 +187,14 @@ impl<'a> EchoOff<'a> {
         let saved = tcgetattr(fd).context("cannot read the terminal settings")?;
         let mut quiet = saved.clone();
         quiet.local_flags.remove(LocalFlags::ECHO);
-        tcsetattr(fd, SetArg::TCSAFLUSH, &quiet).context("cannot turn the terminal echo off")?;
+        tcsetattr(fd, SetArg::TCSANOW, &quiet).context("cannot turn the terminal echo off")?;
         Ok(Self { fd, saved })
     }
 }
 
 impl Drop for EchoOff<'_> {
     fn drop(&mut self) {
-        let _ = nix::sys::termios::tcsetattr(
-            self.fd,
-            nix::sys::termios::SetArg::TCSAFLUSH,
-            &self.saved,
-        );
+        let _ =
+            nix::sys::termios::tcsetattr(self.fd, nix::sys::termios::SetArg::TCSANOW, &self.saved);
     }
 }
