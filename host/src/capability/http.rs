@@ -1326,6 +1326,128 @@ mod tests {
     }
 
     #[test]
+    fn placeholders_are_found_only_where_a_secret_may_go() {
+        let request = |url: &str, headers: &[(&str, &str)], body: Option<&str>| Request {
+            method: Method::Post,
+            url: url.to_owned(),
+            headers: headers
+                .iter()
+                .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
+                .collect(),
+            body: body.map(|b| b.as_bytes().to_vec()),
+        };
+        let query_ok = |name: &str| name == "Q";
+        let cases: [(Request, Result<Vec<&str>, &str>); 9] = [
+            // Header values, each name once.
+            (
+                request(
+                    "https://a.dev/x",
+                    &[
+                        ("Authorization", "Bearer {{secret:K}}"),
+                        ("X", "{{secret:K}}"),
+                    ],
+                    None,
+                ),
+                Ok(vec!["K"]),
+            ),
+            // The query string of a secret allowed there.
+            (
+                request("https://a.dev/x?k={{secret:Q}}", &[], None),
+                Ok(vec!["Q"]),
+            ),
+            // Attack: the query string of one bound to headers only.
+            (
+                request("https://a.dev/x?k={{secret:K}}", &[], None),
+                Err("secret `K` may not be used in the query string"),
+            ),
+            // Attack: the path, host, user info and fragment are not the query.
+            (
+                request("https://a.dev/{{secret:Q}}", &[], None),
+                Err("secret `Q` may not be used in the URL outside its query string"),
+            ),
+            (
+                request("https://{{secret:Q}}@a.dev/", &[], None),
+                Err("outside its query string"),
+            ),
+            (
+                request("https://a.dev/?x=1#{{secret:Q}}", &[], None),
+                Err("outside its query string"),
+            ),
+            // Attack: a `?` after the fragment does not start a query.
+            (
+                request("https://a.dev/#x?k={{secret:Q}}", &[], None),
+                Err("outside its query string"),
+            ),
+            // Attack: the body, which the server may echo or store.
+            (
+                request("https://a.dev/", &[], Some("{\"k\":\"{{secret:K}}\"}")),
+                Err("secret `K` may not be used in a request body"),
+            ),
+            // A malformed placeholder is refused, not sent as it is.
+            (
+                request("https://a.dev/", &[("X", "{{secret:K")], None),
+                Err("a secret placeholder is malformed"),
+            ),
+        ];
+        for (request, expected) in cases {
+            let got = secrets_used(&request, query_ok);
+            match (&got, expected) {
+                (Ok(names), Ok(expected)) => assert_eq!(names, &expected, "{}", request.url),
+                (Err(CapabilityError::Denied { reason, .. }), Err(words)) => {
+                    assert!(reason.contains(words), "{}: {reason}", request.url);
+                }
+                _ => panic!("{}: {got:?}", request.url),
+            }
+        }
+    }
+
+    #[test]
+    fn a_value_is_redacted_as_written_and_percent_encoded() {
+        let secret = BoundSecret::new(
+            "K",
+            "a+b/c d=".to_owned(),
+            &["https://a.dev".to_owned()],
+            true,
+        )
+        .unwrap();
+        let secrets = [secret];
+        assert_eq!(percent_encode("a+b/c d="), "a%2Bb%2Fc%20d%3D");
+        assert_eq!(
+            redact(&secrets, "x=a+b/c d=&y=a%2Bb%2Fc%20d%3D"),
+            "x=[redacted secret K]&y=[redacted secret K]"
+        );
+        assert_eq!(
+            redact_bytes(&secrets, b"\xffa+b/c d=\xff".to_vec()),
+            b"\xff[redacted secret K]\xff".to_vec()
+        );
+        // Substitution encodes only where asked (the query string).
+        assert_eq!(
+            substitute("{{secret:K}}", &secrets, true),
+            "a%2Bb%2Fc%20d%3D"
+        );
+        assert_eq!(
+            substitute("Bearer {{secret:K}}", &secrets, false),
+            "Bearer a+b/c d="
+        );
+        // `Debug` never shows the value.
+        assert!(!format!("{secrets:?}").contains("a+b"));
+        // Bound to its origin alone: same host and port.
+        for (url, admitted) in [
+            ("https://a.dev/x", true),
+            ("https://A.dev:443/x", true),
+            ("https://a.dev:8443/x", false),
+            ("https://b.a.dev/x", false),
+            ("http://a.dev/x", false),
+        ] {
+            assert_eq!(
+                secrets[0].admits(&Url::parse(url).unwrap()),
+                admitted,
+                "{url}"
+            );
+        }
+    }
+
+    #[test]
     fn bad_origins_are_invalid() {
         let cases = [
             // Only https may be granted.
