@@ -601,3 +601,66 @@ fn a_value_typed_on_the_terminal_is_never_echoed() {
     assert!(store.is_set_for("any", "API_KEY"));
     assert_nowhere(&lab, &[&run]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zotbox_run_uses_a_secret_as_the_host_does() {
+    let lab = Lab::new();
+    let server = TestServer::start().await;
+    policy(&lab, &server, &json!({}));
+    let dir = secret_prober(&lab, &server);
+    let set_run = set(&lab, &["API_KEY"], API_KEY);
+    // zot's side of `zotbox run DIR`, through `ready`.
+    let mut zot = lab.spawn_zotbox(&["run", &dir.display().to_string()], &dir);
+    assert_eq!(zot.recv().await["type"], "hello", "{}", zot.describe());
+    zot.send(&json!({
+        "type": "hello_ack", "protocol_version": 1, "zot_version": "0.0.0-zotbox-e2e",
+        "provider": "anthropic", "model": "claude-test",
+        "cwd": lab.workspace, "extension_dir": dir, "data_dir": dir,
+    }))
+    .await;
+    zot.recv_through("ready").await;
+    let port = server.port;
+    let mut call = async |id: &str, url: String| {
+        zot.send(&json!({"type": "tool_call", "id": id, "name": "http",
+                         "args": {"url": url, "secret": "API_KEY"}}))
+            .await;
+        let frames = zot.recv_through("tool_result").await;
+        let result = frames.last().cloned().unwrap_or_default();
+        let text = result["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        (result["is_error"].as_bool().unwrap_or(false), text)
+    };
+    let (is_error, text) = call("1", server.url("/echo-head")).await;
+    assert!(
+        !is_error && text.contains("authorization: Bearer [redacted secret API_KEY]"),
+        "{text}"
+    );
+    let arrived = server.received().pop().unwrap_or_default();
+    assert!(
+        arrived.contains(&format!("authorization: Bearer {API_KEY}")),
+        "{arrived}"
+    );
+    // Attack: the same guest, another origin.
+    assert_eq!(
+        call("2", server.localhost("/echo-head")).await,
+        (
+            true,
+            format!(
+                "http `https://localhost:{port}/echo-head` refused: secret `API_KEY` may only be \
+                 sent to 127.0.0.1:{port}, not to `localhost:{port}`"
+            )
+        )
+    );
+    let zot_transcript = zot.transcript.clone();
+    zot.send(&json!({"type": "shutdown"})).await;
+    zot.recv_through("shutdown_ack").await;
+    let end = zot.end().await;
+    assert!(!end.stderr.contains(API_KEY), "{end:#?}");
+    assert!(
+        !zot_transcript.iter().any(|line| line.contains(API_KEY)),
+        "{zot_transcript:#?}"
+    );
+    assert_nowhere(&lab, &[&set_run]);
+}
