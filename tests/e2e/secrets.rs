@@ -20,6 +20,9 @@ const API_KEY: &str = "sk-live-Zq81rT4vW9xx";
 /// Bound to the same origin, query string allowed.
 const QUERY_KEY: &str = "qk/Tok+55AAbbCC=";
 
+/// [`QUERY_KEY`] percent-encoded, as a query string carries it.
+const QUERY_KEY_ENCODED: &str = "qk%2FTok%2B55AAbbCC%3D";
+
 /// The prober with an `http` grant of both names of the test server and
 /// three secrets bound to its `127.0.0.1` origin (`UNSET_KEY` never set).
 fn secret_prober(lab: &Lab, server: &TestServer) -> PathBuf {
@@ -62,7 +65,8 @@ fn set(lab: &Lab, args: &[&str], value: &str) -> Run {
 /// holds a value.
 fn assert_nowhere(lab: &Lab, runs: &[&Run]) {
     let store = lab.home.join("secrets.json");
-    for value in [API_KEY, QUERY_KEY] {
+    // The query secret also as it travels in a URL.
+    for value in [API_KEY, QUERY_KEY, QUERY_KEY_ENCODED] {
         for root in [&lab.home, &lab.workspace, &lab.dev] {
             let holding: Vec<PathBuf> = files_holding(root, value)
                 .into_iter()
@@ -87,11 +91,34 @@ async fn a_secret_reaches_its_bound_origin_and_no_other_place() {
     let server = TestServer::start().await;
     policy(&lab, &server, &json!({}));
     let dir = secret_prober(&lab, &server);
+    // A closed port the query secret may go to: its connection error must
+    // not quote the URL that was sent.
+    let manifest_path = dir.join("extension.json");
+    let mut manifest: Value =
+        serde_json::from_str(&std::fs::read_to_string(&manifest_path).unwrap()).unwrap();
+    let closed = "https://127.0.0.1:1";
+    for pointer in ["/capabilities/http", "/capabilities/secrets/QUERY_KEY/http"] {
+        let list = manifest.pointer_mut(pointer).and_then(Value::as_array_mut);
+        list.unwrap().push(json!(closed));
+    }
+    crate::support::write_json(&manifest_path, &manifest);
     let runs = [
         set(&lab, &["API_KEY"], API_KEY),
         set(&lab, &["QUERY_KEY", "--extension", "prober"], QUERY_KEY),
     ];
     let host = start(&lab, &[dir]).await;
+    let (is_error, text) = answer(
+        &host,
+        "http",
+        json!({"url": format!("{closed}/x?k={{{{secret:QUERY_KEY}}}}")}),
+    )
+    .await;
+    assert!(
+        is_error
+            && text.starts_with("fetch of `https://127.0.0.1:1/x?k={{secret:QUERY_KEY}}` failed")
+            && !text.contains(QUERY_KEY_ENCODED),
+        "{text}"
+    );
     let port = server.port;
     let origin = server.origin();
 
@@ -121,7 +148,7 @@ async fn a_secret_reaches_its_bound_origin_and_no_other_place() {
     );
     // In the query string, where the manifest allows it: percent-encoded
     // on the way out, redacted in that form on the way back.
-    let encoded = "qk%2FTok%2B55AAbbCC%3D";
+    let encoded = QUERY_KEY_ENCODED;
     let (is_error, text) = answer(
         &host,
         "http",
@@ -427,7 +454,9 @@ async fn data_http_tools_use_the_users_secrets_and_workspace_tools_none() {
     let arrived = server.received().pop().unwrap_or_default();
     assert!(
         arrived.contains(&format!("authorization: Bearer {API_KEY}"))
-            && arrived.starts_with("GET /echo-head/berlin?key=qk%2FTok%2B55AAbbCC%3D HTTP/1.1"),
+            && arrived.starts_with(&format!(
+                "GET /echo-head/berlin?key={QUERY_KEY_ENCODED} HTTP/1.1"
+            )),
         "{arrived}"
     );
     // Attack: the model's argument writing a placeholder of its own: it is
