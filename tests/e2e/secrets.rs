@@ -439,6 +439,13 @@ async fn data_http_tools_use_the_users_secrets_and_workspace_tools_none() {
             QUERY_KEY,
         ),
     ];
+    // The review before trusting shows the tool's headers with its URL.
+    let review = lab.zotbox_in(&lab.workspace, &["trust"]);
+    let shown = format!(
+        "{} (headers: X-Key: {{{{secret:API_KEY}}}})",
+        server.localhost("/collect")
+    );
+    assert!(review.stdout.contains(&shown), "{review:#?}");
     let host = start(&lab, &[]).await;
 
     let (is_error, text) = answer(&host, "weather", json!({"arg": "berlin"})).await;

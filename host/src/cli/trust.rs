@@ -260,10 +260,19 @@ impl Review {
             let rows: Vec<Vec<String>> = tools
                 .iter()
                 .map(|t| {
+                    // An http tool's fixed headers go with every request: shown too.
+                    let mut template = t.kind.template().to_owned();
+                    if let zotbox::data::ToolKind::Http { headers, .. } = &t.kind
+                        && !headers.is_empty()
+                    {
+                        let list: Vec<String> =
+                            headers.iter().map(|(n, v)| format!("{n}: {v}")).collect();
+                        template.push_str(&format!(" (headers: {})", list.join("; ")));
+                    }
                     vec![
                         shown(&t.name).into_owned(),
                         t.kind.as_str().to_owned(),
-                        shown(t.kind.template()).into_owned(),
+                        shown(&template).into_owned(),
                         shown(&t.description).into_owned(),
                     ]
                 })
