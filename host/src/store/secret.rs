@@ -11,7 +11,7 @@
 //!   prints, logs or formats a value: `Debug` shows names only, errors
 //!   name the file and the line, never the text, and [`SecretStore::list`]
 //!   returns names and the extensions allowed. The one way out is
-//!   [`SecretSource::value`], which the sandbox calls the moment a request
+//!   `SecretSource::value` (the sandbox's), which the sandbox calls the moment a request
 //!   is sent.
 //! - **The user decides who may use one.** A secret set with
 //!   `--extension` names the extensions that may use it; without, any
