@@ -10,9 +10,9 @@
 //! - **Values never leave this module but to a request.** Nothing here
 //!   prints, logs or formats a value: `Debug` shows names only, errors
 //!   name the file and the line, never the text, and [`SecretStore::list`]
-//!   returns names and the extensions allowed. The one way out is
-//!   `SecretSource::value` (the sandbox's), which the sandbox calls the moment a request
-//!   is sent.
+//!   returns names and the extensions allowed. The one way out is the
+//!   sandbox's `SecretSource::value`, called the moment a request is sent
+//!   (or a native extension that declared the secret as a variable starts).
 //! - **The user decides who may use one.** A secret set with
 //!   `--extension` names the extensions that may use it; without, any
 //!   extension whose grant (declared ∩ policy) holds it. The workspace
