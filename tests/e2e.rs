@@ -57,6 +57,8 @@ mod load;
 mod protocol;
 #[path = "e2e/registry.rs"]
 mod registry;
+#[path = "e2e/secrets.rs"]
+mod secrets;
 #[path = "e2e/shared_host.rs"]
 mod shared_host;
 #[path = "e2e/trust.rs"]

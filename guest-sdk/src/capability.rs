@@ -219,6 +219,24 @@ pub mod http {
     }
 }
 
+/// Secrets the extension may use but never read.
+///
+/// A secret the manifest declares (`capabilities.secrets`) and the user set
+/// (`zotbox secret set NAME`) is written as a placeholder; the host puts the
+/// value in just before sending, only in a header value (or the query string,
+/// where the manifest says `"query": true`) of a request to an origin the
+/// secret is bound to. Anywhere else (a body, a path, another origin, a
+/// redirect elsewhere, a shell command) the request is refused. Responses
+/// that echo the value come back with it redacted. Nothing here returns a
+/// value.
+pub mod secret {
+    /// `{{secret:NAME}}`: put it in a header value, e.g.
+    /// `("Authorization", format!("Bearer {}", placeholder("WEATHER_KEY")))`.
+    pub fn placeholder(name: &str) -> String {
+        format!("{{{{secret:{name}}}}}")
+    }
+}
+
 /// Shell commands, through the host's guard chain.
 pub mod shell {
     use super::Error;
@@ -473,5 +491,16 @@ mod imp {
             exit_code: output.status.code(),
             truncated: false,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_placeholder_is_the_name_in_the_hosts_syntax() {
+        assert_eq!(
+            super::secret::placeholder("WEATHER_KEY"),
+            "{{secret:WEATHER_KEY}}"
+        );
     }
 }

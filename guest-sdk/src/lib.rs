@@ -99,8 +99,10 @@
 //! Inside zotbox's sandbox a wasm guest reaches files, HTTP and the shell
 //! only through the host functions of the `zot:host` WIT package, for what
 //! its manifest declares and the policy grants. [`fs`], [`http`] and
-//! [`shell`] wrap them as plain functions; a refusal comes back as a
-//! [`CapabilityError::Denied`] naming the rule, and the extension goes on:
+//! [`shell`] wrap them as plain functions ([`secret`] writes the placeholder
+//! of a secret the host puts into a request, never readable here); a refusal
+//! comes back as a [`CapabilityError::Denied`] naming the rule, and the
+//! extension goes on:
 //!
 //! ```no_run
 //! use zotbox_guest::{CapabilityError, fs, http};
@@ -132,7 +134,7 @@ pub use manifest::ManifestInfo;
 #[cfg(feature = "derive-schema")]
 pub use schemars::JsonSchema;
 
-pub use capability::{Error as CapabilityError, fs, http, shell};
+pub use capability::{Error as CapabilityError, fs, http, secret, shell};
 pub use context::{Context, Level};
 pub use extension::Extension;
 pub use response::{IntoResponse, IntoToolOutput, Panel, Response, ToolOutput, Verdict};

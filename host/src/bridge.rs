@@ -317,7 +317,8 @@ fn services(
             home.root(),
             &[dir.to_path_buf()],
         ))
-        .with_confinement(policy);
+        .with_confinement(policy)
+        .with_secrets(Arc::new(crate::store::secret::SecretStore::new(home)));
         match environment {
             Some(environment) => services.with_environment(environment),
             None => services,

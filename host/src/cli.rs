@@ -15,6 +15,7 @@ mod new;
 mod output;
 mod policy;
 mod run;
+mod secret;
 mod serve;
 mod setup;
 mod skills;
@@ -57,6 +58,7 @@ Environment:
 Files:
   $ZOT_HOME/policy.json          the user's policy (can only narrow the system one)
   $ZOT_HOME/trust.json           the workspaces you trusted (`zotbox trust`)
+  $ZOT_HOME/secrets.json         your secrets (`zotbox secret`), mode 0600
   $ZOT_HOME/logs/ext-<name>.log  each extension's stderr
   $ZOT_HOME/logs/audit.jsonl     every capability use and guard decision
   $ZOT_HOME/logs/zotbox-host.log the shared host's own diagnostics";
@@ -116,6 +118,9 @@ enum Action {
     /// Review what the workspace brings (extensions, data tools, plugins,
     /// skills) and trust it as it is now, or --revoke, or --list.
     Trust(trust::Args),
+    /// Set, list or remove the secrets extensions use without reading them.
+    #[command(subcommand)]
+    Secret(secret::Command),
     /// Show the policy in force, or explain one extension's grant.
     #[command(subcommand)]
     Policy(policy::Command),
@@ -256,6 +261,7 @@ impl Cli {
             Action::Host(command) => command.run(&context).await?,
             Action::Setup(args) => args.run(&context).await?,
             Action::Policy(command) => command.run(&context).await?,
+            Action::Secret(command) => command.run(&context).await?,
             Action::Skills(command) => command.run(&context).await?,
             Action::Doctor(args) => args.run(&context).await?,
             Action::New(args) => args.run(&context).await?,

@@ -75,6 +75,12 @@ impl ZotHome {
         self.root.join("data")
     }
 
+    /// `secrets.json`: the values of the user's secrets (`zotbox secret
+    /// set`), readable by the user alone (`0600`).
+    pub fn secrets_file(&self) -> PathBuf {
+        self.root.join("secrets.json")
+    }
+
     /// `built-folders`: the folders `ext build` has built (and warned
     /// about) before, one per line.
     pub fn built_folders(&self) -> PathBuf {
@@ -105,13 +111,24 @@ pub(crate) fn open_append(path: &Path) -> std::io::Result<std::fs::File> {
 /// The I/O error of creating, writing, syncing or renaming the new file; on
 /// error `path` is unchanged and the new file is gone.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = match path.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() => parent,
-        _ => Path::new("."),
-    };
     let mode = match std::fs::symlink_metadata(path) {
         Ok(meta) if meta.is_file() => meta.permissions().mode() & 0o7777,
         _ => 0o644,
+    };
+    write_atomic_with_mode(path, bytes, mode)
+}
+
+/// [`write_atomic`] with the new file created with `mode` (whatever the
+/// old file's): a `0600` file is never readable by others, not even for
+/// the moment between creating and renaming it.
+///
+/// # Errors
+///
+/// As [`write_atomic`].
+pub fn write_atomic_with_mode(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    let dir = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
     };
     let mut file = tempfile::Builder::new()
         .prefix(".zotbox-")

@@ -81,6 +81,54 @@ pub struct Capabilities {
     /// Environment variables it may read.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub env: Vec<String>,
+    /// Secrets it may use without reading them, by name (`zotbox secret
+    /// set NAME`), each with where it may travel. A wasm guest writes
+    /// `{{secret:NAME}}` and the host puts the value in just before sending;
+    /// a native extension gets the value as the variable its `env` names.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub secrets: std::collections::BTreeMap<String, SecretSpec>,
+}
+
+/// Where one declared secret may travel.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub struct SecretSpec {
+    /// The origins (`https://host[:port]`, as in `http`) whose requests may
+    /// carry it, in a header. Empty: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub http: Vec<String>,
+    /// Whether the query string of such a request may carry it too (a URL
+    /// ends up in server logs and proxies, so default no).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub query: bool,
+    /// For a native extension only: the environment variable it receives
+    /// the value in. A native extension gets no secret without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<String>,
+}
+
+impl SecretSpec {
+    /// Where the secret may travel, in words: `https://a, https://b (header
+    /// or query); env KEY`, or `nowhere`.
+    pub fn destinations(&self) -> String {
+        let mut parts = Vec::new();
+        if !self.http.is_empty() {
+            let place = if self.query {
+                "header or query"
+            } else {
+                "header"
+            };
+            parts.push(format!("{} ({place})", self.http.join(", ")));
+        }
+        if let Some(env) = &self.env {
+            parts.push(format!("env {env}"));
+        }
+        if parts.is_empty() {
+            "nowhere".to_owned()
+        } else {
+            parts.join("; ")
+        }
+    }
 }
 
 impl Capabilities {
@@ -91,6 +139,47 @@ impl Capabilities {
             && self.write.is_empty()
             && self.shell.is_empty()
             && self.env.is_empty()
+            && self.secrets.is_empty()
+    }
+
+    fn validate_secrets(&self, path: &Path) -> Result<(), FileError> {
+        for (name, spec) in &self.secrets {
+            let invalid = |field: String, problem: String| FileError::Invalid {
+                path: path.to_owned(),
+                field,
+                problem,
+            };
+            if !crate::capability::http::valid_secret_name(name) {
+                return Err(invalid(
+                    "capabilities.secrets".to_owned(),
+                    format!(
+                        "names `{}`; a secret name is 1 to 64 of `A-Z a-z 0-9 _ . -`",
+                        crate::text::Shown(name)
+                    ),
+                ));
+            }
+            for (index, origin) in spec.http.iter().enumerate() {
+                if let Err(err) = crate::capability::http::Origin::parse(origin) {
+                    return Err(invalid(
+                        format!("capabilities.secrets.{name}.http[{index}]"),
+                        err.to_string(),
+                    ));
+                }
+            }
+            if let Some(env) = &spec.env {
+                let valid = !env.is_empty()
+                    && !env.starts_with(|c: char| c.is_ascii_digit())
+                    && env.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+                if !valid {
+                    return Err(invalid(
+                        format!("capabilities.secrets.{name}.env"),
+                        "is not a variable name; use `A-Z a-z 0-9 _`, not starting with a digit"
+                            .to_owned(),
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -224,6 +313,7 @@ impl Manifest {
             problem,
         })?;
         raw.limits.validate(path)?;
+        raw.capabilities.validate_secrets(path)?;
         for (index, pattern) in raw.files.iter().enumerate() {
             validate_files_pattern(pattern).map_err(|problem| FileError::Invalid {
                 path: path.to_owned(),

@@ -16,6 +16,7 @@
 //!   "fs_write": false,
 //!   "shell": false,
 //!   "env": ["LANG", "TZ"],
+//!   "secrets": ["WEATHER_KEY"],
 //!   "max_memory_mb": 256,
 //!   "max_tool_timeout_ms": 30000,
 //!   "max_registrations": 64,
@@ -81,6 +82,11 @@ pub struct PolicyFile {
     /// Environment variables an extension may be granted. Default: any declared.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env: Option<Vec<String>>,
+    /// Secrets an extension may be granted: `false` none, a list of names
+    /// only those (each still only to the destinations its manifest binds
+    /// it to). Default: any declared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secrets: Option<SecretsCeiling>,
     /// Ceiling on a wasm guest's memory, MiB.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_memory_mb: Option<u64>,
@@ -134,6 +140,16 @@ pub struct PolicyFile {
     /// network connections. Default: no.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shell_network: Option<bool>,
+}
+
+/// The `secrets` key of a policy: a switch, or the names allowed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum SecretsCeiling {
+    /// `false`: no secret for any extension; `true`: no ceiling.
+    Allowed(bool),
+    /// Only these names.
+    Names(Vec<String>),
 }
 
 /// Whether a workspace's own extensions and data tools may run.
@@ -580,12 +596,27 @@ impl Policy {
             self.refuse_switch("shell", |f| f.shell)
         });
         let env = keep("env", &declared.env, &|name| self.refuse_env(name));
+        let items: Vec<String> = declared
+            .secrets
+            .iter()
+            .map(|(name, spec)| secret_item(name, spec))
+            .collect();
+        let granted_items = keep("secrets", &items, &|item| {
+            self.refuse_secret(item.split(' ').next().unwrap_or_default())
+        });
+        let secrets = declared
+            .secrets
+            .iter()
+            .filter(|(name, spec)| granted_items.contains(&secret_item(name, spec)))
+            .map(|(name, spec)| (name.clone(), spec.clone()))
+            .collect();
         Grant {
             http,
             read,
             write,
             shell,
             env,
+            secrets,
             rows,
         }
     }
@@ -616,6 +647,26 @@ impl Policy {
         match capability {
             "http" => lists(|f| f.http.as_ref()),
             "env" => lists(|f| f.env.as_ref()),
+            "secrets" => {
+                let layers: Vec<String> = self
+                    .layers
+                    .iter()
+                    .filter_map(|l| match l.file.secrets.as_ref()? {
+                        SecretsCeiling::Allowed(true) => None,
+                        SecretsCeiling::Allowed(false) => {
+                            Some(format!("none (`{}`)", l.path.display()))
+                        }
+                        SecretsCeiling::Names(names) => {
+                            Some(format!("{} (`{}`)", list_or_none(names), l.path.display()))
+                        }
+                    })
+                    .collect();
+                if layers.is_empty() {
+                    "anything declared".to_owned()
+                } else {
+                    layers.join(" and ")
+                }
+            }
             "fs-write" => switch("fs_write", |f| f.fs_write),
             "shell" => switch("shell", |f| f.shell),
             _ => "anything declared".to_owned(),
@@ -645,6 +696,23 @@ impl Policy {
                 ))
             }
         })
+    }
+
+    /// The rule that takes secret `name` away, if any.
+    pub fn refuse_secret(&self, name: &str) -> Option<String> {
+        self.layers
+            .iter()
+            .find_map(|layer| match layer.file.secrets.as_ref()? {
+                SecretsCeiling::Allowed(true) => None,
+                SecretsCeiling::Allowed(false) => {
+                    Some(format!("`secrets: false` in `{}`", layer.path.display()))
+                }
+                SecretsCeiling::Names(names) if names.iter().any(|n| n == name) => None,
+                SecretsCeiling::Names(_) => Some(format!(
+                    "not among the `secrets` names of `{}`",
+                    layer.path.display()
+                )),
+            })
     }
 
     fn refuse_env(&self, name: &str) -> Option<String> {
@@ -691,6 +759,12 @@ pub fn origin_covers(ceiling: &str, declared: &str) -> bool {
     }
 }
 
+/// How a declared secret reads in a grant row: `NAME → destinations`
+/// (see [`crate::manifest::SecretSpec::destinations`]).
+pub fn secret_item(name: &str, spec: &crate::manifest::SecretSpec) -> String {
+    format!("{name} → {}", spec.destinations())
+}
+
 /// One declared item the policy took away, with the rule.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Refusal {
@@ -703,7 +777,7 @@ pub struct Refusal {
 /// One capability of a grant, for `policy explain`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct GrantRow {
-    /// `http`, `fs-read`, `fs-write`, `shell` or `env`.
+    /// `http`, `fs-read`, `fs-write`, `shell`, `env` or `secrets`.
     pub capability: &'static str,
     /// What the manifest declared.
     pub declared: Vec<String>,
@@ -726,6 +800,8 @@ pub struct Grant {
     pub shell: Vec<String>,
     /// Environment variable names.
     pub env: Vec<String>,
+    /// Secrets, by name, with where each may travel.
+    pub secrets: std::collections::BTreeMap<String, crate::manifest::SecretSpec>,
     /// The reasoning, per capability.
     pub rows: Vec<GrantRow>,
 }
@@ -834,6 +910,57 @@ mod tests {
             grant.policy_refusal("env", "AWS_SECRET_ACCESS_KEY"),
             Some("not among the `env` names of `/home/u/policy.json`")
         );
+    }
+
+    #[test]
+    fn secrets_are_declared_intersected_with_every_layer() {
+        let declared = capabilities(
+            r#"{"secrets":{"WEATHER_KEY":{"http":["https://api.x.com"]},
+                "TRACKER":{"http":["https://t.x.com"],"query":true}}}"#,
+        );
+        let item = |name: &str| secret_item(name, &declared.secrets[name]);
+        let cases: [(&str, &[&str], Option<&str>); 4] = [
+            // No key: whatever is declared.
+            (r#"{}"#, &["TRACKER", "WEATHER_KEY"], None),
+            // `true` sets no ceiling.
+            (r#"{"secrets":true}"#, &["TRACKER", "WEATHER_KEY"], None),
+            // A team's list narrows to its names.
+            (
+                r#"{"secrets":["WEATHER_KEY"]}"#,
+                &["WEATHER_KEY"],
+                Some("not among the `secrets` names of `/etc/zotbox/policy.json`"),
+            ),
+            // `false` forbids them all.
+            (
+                r#"{"secrets":false}"#,
+                &[],
+                Some("`secrets: false` in `/etc/zotbox/policy.json`"),
+            ),
+        ];
+        for (json, granted, tracker_refused) in cases {
+            let policy = Policy::from_layers(vec![layer("/etc/zotbox/policy.json", json)]);
+            let grant = policy.grant(&declared);
+            let names: Vec<&str> = grant.secrets.keys().map(String::as_str).collect();
+            assert_eq!(names, granted, "{json}");
+            assert_eq!(
+                grant.policy_refusal("secrets", &item("TRACKER")),
+                tracker_refused,
+                "{json}"
+            );
+        }
+        // The row shows each secret with where it may go.
+        assert_eq!(
+            item("TRACKER"),
+            "TRACKER → https://t.x.com (header or query)"
+        );
+        // A user layer cannot widen the team's list.
+        let policy = Policy::from_layers(vec![
+            layer("/etc/zotbox/policy.json", r#"{"secrets":["WEATHER_KEY"]}"#),
+            layer("/home/u/policy.json", r#"{"secrets":true}"#),
+        ]);
+        assert!(!policy.grant(&declared).secrets.contains_key("TRACKER"));
+        // A misspelt value fails to load rather than fail open.
+        assert!(parse(r#"{"secrets":"no"}"#, Path::new("/p")).is_err());
     }
 
     #[test]

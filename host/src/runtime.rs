@@ -231,7 +231,15 @@ impl Launcher {
         match &manifest.program {
             crate::manifest::Program::Native { exec, args } => {
                 let confinement = self.native.as_ref().map(|c| (c, manifest.name()));
-                Ok(native::spawn(exec, args, &manifest.dir, log, confinement)?)
+                let secrets = sandbox.map(|s| s.secret_env()).unwrap_or_default();
+                Ok(native::spawn(
+                    exec,
+                    args,
+                    &manifest.dir,
+                    log,
+                    confinement,
+                    &secrets,
+                )?)
             }
             crate::manifest::Program::Wasm { path } => Ok(self
                 .wasm()?

@@ -19,13 +19,20 @@
 //!   [`ControlSources::control_paths`] of its workspace, computed when the
 //!   jail is opened (for `zotbox run`, once zot's `hello_ack` names the
 //!   workspace).
+//! - **A secret is used, never read.** A request may name a secret only by
+//!   its placeholder, and only one the grant holds (declared ∩ policy); its
+//!   value comes from the [`SecretSource`] the moment the request is sent
+//!   (see `capability::http` for where it may go), and every granted value
+//!   is redacted from the response and from any error. A placeholder in a
+//!   shell command is refused: nothing substitutes it there, and a command
+//!   may print what it gets.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use crate::audit::{AuditLog, AuditRecord, Decision};
 use crate::capability::fs::{Entry, FsGrant, FsLimits, Jail, Metadata};
-use crate::capability::http::{HttpClient, HttpConfig, HttpGrant, Request, Response};
+use crate::capability::http::{BoundSecret, HttpClient, HttpConfig, HttpGrant, Request, Response};
 use crate::capability::shell::{Output, Rendered, ShellGrant, ShellLimits};
 use crate::capability::{Capability, CapabilityError};
 use crate::discovery::ControlSources;
@@ -36,6 +43,37 @@ use crate::policy::Grant;
 pub trait CommandGuard: Send + Sync {
     /// `Err((who, why))` when the chain blocks `command`, run on behalf of `caller`.
     async fn check_command(&self, caller: &str, command: &str) -> Result<(), (String, String)>;
+}
+
+/// Why a secret's value is not available.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SecretUnavailable {
+    /// The user never set it.
+    NotSet,
+    /// The user set it for these extensions only.
+    NotFor(Vec<String>),
+    /// The store cannot be read (the phrase never quotes its content).
+    Unreadable(String),
+}
+
+/// Where secrets' values come from: the user's store (`store::secret`).
+pub trait SecretSource: Send + Sync {
+    /// The value of secret `name` for extension `who`.
+    ///
+    /// # Errors
+    ///
+    /// Why there is none for `who`.
+    fn value(&self, who: &str, name: &str) -> Result<String, SecretUnavailable>;
+}
+
+/// No secrets at all: every one is [`SecretUnavailable::NotSet`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoSecrets;
+
+impl SecretSource for NoSecrets {
+    fn value(&self, _who: &str, _name: &str) -> Result<String, SecretUnavailable> {
+        Err(SecretUnavailable::NotSet)
+    }
 }
 
 /// What every sandbox of one host shares.
@@ -57,6 +95,8 @@ pub struct Services {
     pub audit: Arc<AuditLog>,
     /// The guard chain shell commands pass.
     pub guard: Arc<dyn CommandGuard>,
+    /// Where secrets' values come from. Default [`NoSecrets`].
+    pub secrets: Arc<dyn SecretSource>,
     /// Where granted environment variables come from: the environment of
     /// the `zotbox run` the shared host serves (`None`: this process's).
     environment: Option<Arc<std::collections::HashMap<String, String>>>,
@@ -95,6 +135,7 @@ impl Services {
             confinement: crate::capability::confine::Settings::default(),
             audit,
             guard,
+            secrets: Arc::new(NoSecrets),
             environment: None,
         }
     }
@@ -115,6 +156,12 @@ impl Services {
             Some(environment) => environment.get(name).cloned(),
             None => std::env::var(name).ok(),
         }
+    }
+
+    /// Services whose secrets come from `source`.
+    pub fn with_secrets(mut self, source: Arc<dyn SecretSource>) -> Self {
+        self.secrets = source;
+        self
     }
 
     /// Services whose jail also refuses writes to what `control` names
@@ -195,6 +242,7 @@ pub struct Sandbox {
     shell: ShellGrant,
     shell_declared: ShellGrant,
     env_declared: Vec<String>,
+    secrets_declared: std::collections::BTreeMap<String, crate::manifest::SecretSpec>,
 }
 
 impl Sandbox {
@@ -220,6 +268,7 @@ impl Sandbox {
             shell: ShellGrant::new(&grant.shell)?,
             shell_declared: ShellGrant::new(&declared.shell)?,
             env_declared: declared.env.clone(),
+            secrets_declared: declared.secrets.clone(),
             grant,
             services,
         })
@@ -383,15 +432,27 @@ impl Sandbox {
         outcome
     }
 
-    /// Sends an HTTPS request to a granted host.
+    /// Sends an HTTPS request to a granted host, with the placeholders of
+    /// granted secrets replaced where the rules allow.
     ///
     /// # Errors
     ///
-    /// [`CapabilityError`]: refused, too large, timed out, or failed.
+    /// [`CapabilityError`]: refused, too large, timed out, or failed; a
+    /// secret not granted is refused, one the user has not set failed.
     pub async fn fetch(&self, request: Request) -> Result<Response, CapabilityError> {
         let url = request.url.clone();
-        let mut outcome = match self.services.http() {
-            Ok(client) => client.fetch(&self.http, request).await,
+        let mut outcome = match self.bind_secrets(&request) {
+            Ok(secrets) => {
+                let sent = match self.services.http() {
+                    Ok(client) => {
+                        client
+                            .fetch_with_secrets(&self.http, request, &secrets)
+                            .await
+                    }
+                    Err(err) => Err(err),
+                };
+                sent.map_err(|err| redact_error(&secrets, err))
+            }
             Err(err) => Err(err),
         };
         if let Err(err) = outcome {
@@ -400,6 +461,72 @@ impl Sandbox {
         }
         self.audit(Capability::Http, &url, &outcome);
         outcome
+    }
+
+    /// Every granted secret the user has set, bound to its origins; a
+    /// refusal when `request` uses one not granted, or a failure when it
+    /// uses one that is not set.
+    fn bind_secrets(&self, request: &Request) -> Result<Vec<BoundSecret>, CapabilityError> {
+        let granted = &self.grant.secrets;
+        // A name not granted passes the query rule here, to be refused
+        // below for what it is.
+        let used = crate::capability::http::secrets_used(request, |name| {
+            granted.get(name).is_none_or(|spec| spec.query)
+        })?;
+        let refuse = |rule: String| CapabilityError::denied(Capability::Http, &request.url, rule);
+        for name in &used {
+            if granted.contains_key(name) {
+                continue;
+            }
+            return Err(refuse(match self.secrets_declared.get(name) {
+                Some(spec) => {
+                    let item = crate::policy::secret_item(name, spec);
+                    let rule = self
+                        .grant
+                        .policy_refusal("secrets", &item)
+                        .unwrap_or("not granted");
+                    format!(
+                        "secret `{name}` is declared by the extension but refused by policy: {rule}"
+                    )
+                }
+                None => format!(
+                    "secret `{name}` is not declared in the extension's manifest \
+                     (`capabilities.secrets`)"
+                ),
+            }));
+        }
+        let mut bound = Vec::new();
+        for (name, spec) in granted {
+            let value = match self.services.secrets.value(&self.who, name) {
+                Ok(value) => value,
+                Err(_) if !used.contains(name) => continue,
+                Err(SecretUnavailable::NotSet) => {
+                    return Err(CapabilityError::Failed(format!(
+                        "secret `{name}` is not set: run `zotbox secret set {name}`"
+                    )));
+                }
+                Err(SecretUnavailable::NotFor(allowed)) => {
+                    return Err(refuse(format!(
+                        "secret `{name}` is set for {} only, not for `{}`: run `zotbox secret \
+                         set {name} --extension {}` to let it use one",
+                        allowed
+                            .iter()
+                            .map(|who| format!("`{who}`"))
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                        self.who,
+                        self.who
+                    )));
+                }
+                Err(SecretUnavailable::Unreadable(why)) => {
+                    return Err(CapabilityError::Failed(format!(
+                        "secret `{name}` cannot be read: {why}"
+                    )));
+                }
+            };
+            bound.push(BoundSecret::new(name, value, &spec.http, spec.query)?);
+        }
+        Ok(bound)
     }
 
     /// Runs a shell command the grant allows, once the guard chain agrees.
@@ -425,6 +552,7 @@ impl Sandbox {
 
     async fn shell_unaudited(&self, rendered: &Rendered) -> Result<Output, CapabilityError> {
         let command = rendered.shown.as_str();
+        refuse_secret_in_shell(command)?;
         if let Err(err) = self.shell.allows(command) {
             let declared_allows = self.shell_declared.allows(command).is_ok();
             return Err(self.blame_policy(err, "shell", declared_allows));
@@ -444,6 +572,67 @@ impl Sandbox {
             &self.services.confinement,
         )
         .await
+    }
+
+    /// For a native extension: each granted secret that declares an `env`
+    /// variable, as `(variable, value)`, read from the store now. Each is
+    /// an `allow` line (`env`, subject `secret NAME as VAR`, never the value);
+    /// one the policy took away, or the user set for other extensions only,
+    /// a `deny`; one not set is skipped with a warning naming the command.
+    pub fn secret_env(&self) -> Vec<(String, String)> {
+        let record = |subject: String, decision: Decision, reason: String| {
+            self.services.audit.record(AuditRecord::now(
+                &self.who,
+                Capability::Env.as_str(),
+                &subject,
+                decision,
+                reason,
+            ));
+        };
+        let mut env = Vec::new();
+        for (name, spec) in &self.secrets_declared {
+            let Some(variable) = &spec.env else {
+                continue;
+            };
+            let subject = format!("secret {name} as {variable}");
+            if !self.grant.secrets.contains_key(name) {
+                let item = crate::policy::secret_item(name, spec);
+                let rule = self
+                    .grant
+                    .policy_refusal("secrets", &item)
+                    .unwrap_or("not granted");
+                record(
+                    subject,
+                    Decision::Deny,
+                    format!("declared by the extension but refused by policy: {rule}"),
+                );
+                continue;
+            }
+            match self.services.secrets.value(&self.who, name) {
+                Ok(value) => {
+                    record(subject, Decision::Allow, String::new());
+                    env.push((variable.clone(), value));
+                }
+                Err(SecretUnavailable::NotSet) => tracing::warn!(
+                    "extension `{}`: secret `{name}` is not set, so `{variable}` is not given: \
+                     run `zotbox secret set {name}`",
+                    self.who
+                ),
+                Err(SecretUnavailable::NotFor(_)) => record(
+                    subject,
+                    Decision::Deny,
+                    format!(
+                        "secret `{name}` is set for other extensions only: run `zotbox secret \
+                         set {name} --extension {}` to let it use one",
+                        self.who
+                    ),
+                ),
+                Err(SecretUnavailable::Unreadable(why)) => {
+                    tracing::warn!("extension `{}`: secret `{name}`: {why}", self.who);
+                }
+            }
+        }
+        env
     }
 
     /// The environment variables granted, with their values from the
@@ -493,6 +682,59 @@ impl Sandbox {
     }
 }
 
+/// A placeholder in a shell command is refused: the host never puts a
+/// value there (a command can print what it gets), and a command that
+/// looks like it uses a secret and silently does not helps no one.
+fn refuse_secret_in_shell(command: &str) -> Result<(), CapabilityError> {
+    if !command.contains(crate::capability::http::PLACEHOLDER_OPEN) {
+        return Ok(());
+    }
+    let which = match crate::capability::http::placeholder_names(command) {
+        Ok(names) => names
+            .first()
+            .map_or_else(|| "a secret".to_owned(), |name| format!("secret `{name}`")),
+        Err(_) => "a secret".to_owned(),
+    };
+    Err(CapabilityError::denied(
+        Capability::Shell,
+        command,
+        format!(
+            "{which} may not be used in a shell command: secrets are only put into http \
+             requests to the origins they are bound to"
+        ),
+    ))
+}
+
+/// `err` with every value of `secrets` redacted from its text.
+fn redact_error(secrets: &[BoundSecret], err: CapabilityError) -> CapabilityError {
+    if secrets.is_empty() {
+        return err;
+    }
+    let clean = |text: String| crate::capability::http::redact(secrets, &text);
+    match err {
+        CapabilityError::Denied {
+            capability,
+            subject,
+            reason,
+        } => CapabilityError::Denied {
+            capability,
+            subject: clean(subject),
+            reason: clean(reason),
+        },
+        CapabilityError::NotFound(what) => CapabilityError::NotFound(clean(what)),
+        CapabilityError::TooLarge { what, limit } => CapabilityError::TooLarge {
+            what: clean(what),
+            limit,
+        },
+        CapabilityError::Timeout { what, ms } => CapabilityError::Timeout {
+            what: clean(what),
+            ms,
+        },
+        CapabilityError::Invalid(what) => CapabilityError::Invalid(clean(what)),
+        CapabilityError::Failed(what) => CapabilityError::Failed(clean(what)),
+    }
+}
+
 /// The confinement settings `policy` implies.
 pub fn confinement_of(policy: &crate::policy::Policy) -> crate::capability::confine::Settings {
     crate::capability::confine::Settings {
@@ -522,7 +764,19 @@ pub fn confine(
                 "native extensions are refused by policy `{}` (`native_extensions: false`)",
                 path.display()
             )),
-            None => Ok(None),
+            // A native extension is not sandboxed: its sandbox only hands
+            // it the secrets it declared as variables ([`Sandbox::secret_env`]).
+            None if manifest.raw.capabilities.secrets.is_empty() => Ok(None),
+            None => {
+                let declared = crate::manifest::Capabilities {
+                    secrets: manifest.raw.capabilities.secrets.clone(),
+                    ..crate::manifest::Capabilities::default()
+                };
+                let grant = policy.grant(&declared);
+                let sandbox = Sandbox::new(manifest.name(), services.clone(), grant, &declared)
+                    .map_err(|err| format!("its capabilities do not parse: {err}"))?;
+                Ok(Some(Arc::new(sandbox)))
+            }
         },
         crate::manifest::Program::Wasm { .. } => {
             let declared = &manifest.raw.capabilities;

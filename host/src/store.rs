@@ -8,8 +8,11 @@
 //!
 //! - [`install`]: copy an extension folder into place, exactly as shown on
 //!   the consent screen, or not at all;
+//! - [`secret`]: the values of the user's secrets, in a file only the user
+//!   can read, handed to the sandbox the moment a request is sent;
 //! - [`trust`]: the records of workspaces the user trusted, bound to the
 //!   workspace's canonical path and a hash of every file that can run.
 
 pub mod install;
+pub mod secret;
 pub mod trust;

@@ -2005,6 +2005,7 @@ fn policy_explain_shows_the_narrowing_row_by_row() {
                 "LANG",
                 &format!("`ZOTBOX_TEST_VISIBLE` refused: not among the `env` names of `{user}`"),
             ]),
+            row(&["secrets", "-", "anything declared", "-", "not declared"]),
         ],
         "{}",
         run.stdout

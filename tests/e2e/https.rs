@@ -18,6 +18,7 @@
 //! | `/redirect-ok` | `302` to `/ok` |
 //! | `/redirect-post` | `303` to `/echo` |
 //! | `/redirect-loop` | `302` to itself |
+//! | `/echo-head` | `200` with header `X-Echo-Authorization: <the request's>`, body the request's head (request line and headers) |
 //! | anything else | `404`, body `no route <path>` (so a test sees the path that arrived) |
 //!
 //! The host trusts the certificate through the policy key
@@ -42,6 +43,9 @@ pub struct TestServer {
     pub port: u16,
     /// The self-signed certificate, PEM.
     pub ca_pem: String,
+    /// The head (request line and headers) of every request, in order:
+    /// what really arrived, for tests of what the host put in.
+    pub heads: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl TestServer {
@@ -66,14 +70,17 @@ impl TestServer {
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let port = listener.local_addr().expect("local address").port();
+        let heads = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let recorded = heads.clone();
         tokio::spawn(async move {
             while let Ok((tcp, _)) = listener.accept().await {
                 let acceptor = acceptor.clone();
+                let recorded = recorded.clone();
                 tokio::spawn(async move {
                     if let Ok(tls) = acceptor.accept(tcp).await {
                         // A client that hangs up early (a refused redirect, a
                         // body over the cap) is the point of some routes.
-                        let _ = respond(tls, port).await;
+                        let _ = respond(tls, port, &recorded).await;
                     }
                 });
             }
@@ -81,6 +88,7 @@ impl TestServer {
         Self {
             port,
             ca_pem: cert.pem(),
+            heads,
         }
     }
 
@@ -97,6 +105,14 @@ impl TestServer {
     /// `https://localhost:PORT<path>`: the same server by a name.
     pub fn localhost(&self, path: &str) -> String {
         format!("https://localhost:{}{path}", self.port)
+    }
+
+    /// The heads of the requests that arrived so far.
+    pub fn received(&self) -> Vec<String> {
+        self.heads
+            .lock()
+            .map(|heads| heads.clone())
+            .unwrap_or_default()
     }
 
     /// A client that trusts the server's certificate, with these caps.
@@ -119,7 +135,11 @@ impl TestServer {
 
 /// Reads one request (its head, then a body of `Content-Length` bytes) and
 /// answers it by path.
-async fn respond<S>(mut stream: S, port: u16) -> std::io::Result<()>
+async fn respond<S>(
+    mut stream: S,
+    port: u16,
+    heads: &std::sync::Mutex<Vec<String>>,
+) -> std::io::Result<()>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -136,6 +156,9 @@ where
         }
     };
     let head = String::from_utf8_lossy(&request[..head_end]).into_owned();
+    if let Ok(mut heads) = heads.lock() {
+        heads.push(head.clone());
+    }
     let mut words = head.split_whitespace();
     let method = words.next().unwrap_or("").to_owned();
     let path = words.next().unwrap_or("").to_owned();
@@ -176,6 +199,15 @@ where
             );
             stream
                 .write_all(simple("200 OK", "", &body).as_bytes())
+                .await?;
+        }
+        _ if path.starts_with("/echo-head") => {
+            let extra = format!(
+                "X-Echo-Authorization: {}\r\n",
+                header("authorization").unwrap_or_default()
+            );
+            stream
+                .write_all(simple("200 OK", &extra, head.trim_end()).as_bytes())
                 .await?;
         }
         "/big" => {

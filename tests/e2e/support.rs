@@ -234,6 +234,82 @@ impl Lab {
         command.output().ok().map(Run::from)
     }
 
+    /// As [`Lab::zotbox_on_terminal`], typing `typed` once the output shows
+    /// `prompt` (as a person would: after the question). `None` when
+    /// `script` is not installed.
+    pub fn zotbox_typing_on_terminal(
+        &self,
+        args: &[&str],
+        prompt: &str,
+        typed: &str,
+    ) -> Option<Run> {
+        use std::io::{Read as _, Write as _};
+        let mut words = vec![
+            env!("CARGO_BIN_EXE_zotbox").to_owned(),
+            "--zot-home".to_owned(),
+            self.home.display().to_string(),
+            "--workspace".to_owned(),
+            self.workspace.display().to_string(),
+        ];
+        words.extend(args.iter().map(|arg| (*arg).to_owned()));
+        let quoted: Vec<String> = words
+            .iter()
+            .map(|word| format!("'{}'", word.replace('\'', "'\\''")))
+            .collect();
+        let mut child = Command::new("script")
+            .args(["-qec", &quoted.join(" "), "/dev/null"])
+            .current_dir(&self.workspace)
+            .env("ZOT_HOME", &self.home)
+            .env_remove("ZOTBOX_LOG")
+            .env_remove("XDG_STATE_HOME")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .ok()?;
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
+        let mut stdout = child.stdout.take()?;
+        let reader = {
+            let seen = seen.clone();
+            std::thread::spawn(move || {
+                let mut buffer = [0u8; 1024];
+                while let Ok(read) = stdout.read(&mut buffer) {
+                    if read == 0 {
+                        break;
+                    }
+                    seen.lock()
+                        .expect("output")
+                        .extend_from_slice(&buffer[..read]);
+                }
+            })
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !String::from_utf8_lossy(&seen.lock().expect("output")).contains(prompt) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no prompt `{prompt}` within 30 s: {}",
+                String::from_utf8_lossy(&seen.lock().expect("output"))
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let mut stdin = child.stdin.take()?;
+        stdin.write_all(typed.as_bytes()).expect("type");
+        stdin.flush().expect("type");
+        let status = child.wait().expect("wait for script");
+        drop(stdin);
+        reader.join().expect("the output reader");
+        let mut stderr = String::new();
+        if let Some(mut err) = child.stderr.take() {
+            let _ = err.read_to_string(&mut stderr);
+        }
+        let stdout = String::from_utf8_lossy(&seen.lock().expect("output")).into_owned();
+        Some(Run {
+            code: status.code(),
+            stdout,
+            stderr,
+        })
+    }
+
     /// Runs the real `zotbox` binary in the workspace with this lab's home.
     pub fn zotbox(&self, args: &[&str]) -> Run {
         let output = Command::new(env!("CARGO_BIN_EXE_zotbox"))
@@ -1138,5 +1214,36 @@ pub fn tree(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
             found.insert(key, value);
         }
     }
+    found
+}
+
+/// Every file under `root` (links not followed) whose bytes hold `needle`:
+/// for tests that a secret's value reached no log, audit line or cache.
+pub fn files_holding(root: &Path, needle: &str) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            if kind.is_dir() {
+                dirs.push(path);
+            } else if kind.is_file()
+                && std::fs::read(&path).is_ok_and(|bytes| {
+                    bytes
+                        .windows(needle.len())
+                        .any(|window| window == needle.as_bytes())
+                })
+            {
+                found.push(path);
+            }
+        }
+    }
+    found.sort();
     found
 }

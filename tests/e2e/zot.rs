@@ -838,7 +838,7 @@ async fn an_installed_wasm_guest_works_in_the_workspace_zot_names_and_nowhere_el
     assert_eq!(
         zot.registered("register_tool"),
         [
-            "fs_read", "fs_write", "fs_list", "fs_stat", "http_get", "shell", "env", "ping"
+            "fs_read", "fs_write", "fs_list", "fs_stat", "http_get", "http", "shell", "env", "ping"
         ]
     );
     let cases = [

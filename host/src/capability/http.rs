@@ -16,7 +16,18 @@
 //! - no proxy settings from the environment (`HTTPS_PROXY`, `ALL_PROXY`, …),
 //!   no cookies, no `Referer`;
 //! - the response body is streamed and capped, and the whole exchange,
-//!   redirects included, runs under one deadline.
+//!   redirects included, runs under one deadline;
+//! - a secret travels only as its placeholder (`{{secret:NAME}}`, see
+//!   [`placeholder`]) until the moment of sending: the host replaces it in
+//!   header values, and in the query string where the secret allows it
+//!   ([`BoundSecret`]), only for a hop to an origin the secret is bound to.
+//!   A placeholder in a body, in the URL outside its query string, in the
+//!   query string of a secret not allowed there, or headed for any other
+//!   origin (the first request or a redirect hop) refuses the whole request.
+//!   The value is never in an error: messages quote the URL as the caller
+//!   wrote it, placeholders and all. Every value of the grant, and its
+//!   percent-encoded form, is redacted from the response (headers and body)
+//!   before the caller sees it.
 
 use std::error::Error as StdError;
 use std::fmt;
@@ -49,6 +60,327 @@ const MANAGED_HEADERS: &[&str] = &[
     "transfer-encoding",
     "upgrade",
 ];
+
+/// What a secret's placeholder starts with: `{{secret:NAME}}`.
+pub const PLACEHOLDER_OPEN: &str = "{{secret:";
+const PLACEHOLDER_CLOSE: &str = "}}";
+/// The longest secret name.
+pub const MAX_SECRET_NAME: usize = 64;
+
+/// The placeholder a caller writes for the secret `name`: `{{secret:NAME}}`.
+pub fn placeholder(name: &str) -> String {
+    format!("{PLACEHOLDER_OPEN}{name}{PLACEHOLDER_CLOSE}")
+}
+
+/// Whether `name` is a valid secret name: 1 to 64 of `A-Z a-z 0-9 _ . -`.
+pub fn valid_secret_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_SECRET_NAME
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+}
+
+/// Where in a request a placeholder was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    Header,
+    Query,
+    Url,
+    Body,
+}
+
+/// The secret names of the placeholders in `text`, in order.
+///
+/// # Errors
+///
+/// A phrase when `{{secret:` starts something that is not a well-formed
+/// placeholder (a guessed-at syntax would otherwise travel as it is).
+pub fn placeholder_names(text: &str) -> Result<Vec<String>, String> {
+    let mut names = Vec::new();
+    let mut rest = text;
+    while let Some(start) = rest.find(PLACEHOLDER_OPEN) {
+        let after = &rest[start + PLACEHOLDER_OPEN.len()..];
+        let name = after
+            .find(PLACEHOLDER_CLOSE)
+            .map(|end| &after[..end])
+            .filter(|name| valid_secret_name(name))
+            .ok_or_else(|| {
+                "a secret placeholder is malformed; write `{{secret:NAME}}`, NAME being 1 to 64 \
+                 of `A-Z a-z 0-9 _ . -`"
+                    .to_owned()
+            })?;
+        names.push(name.to_owned());
+        rest = &after[name.len() + PLACEHOLDER_CLOSE.len()..];
+    }
+    Ok(names)
+}
+
+/// One secret the host may substitute into a request: its value, the
+/// origins it may be sent to, and whether the query string may carry it.
+/// Its `Debug` never shows the value.
+#[derive(Clone)]
+pub struct BoundSecret {
+    name: String,
+    value: String,
+    origins: Vec<Origin>,
+    query: bool,
+}
+
+impl fmt::Debug for BoundSecret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BoundSecret")
+            .field("name", &self.name)
+            .field("origins", &self.origins)
+            .field("query", &self.query)
+            .finish_non_exhaustive()
+    }
+}
+
+impl BoundSecret {
+    /// The secret `name` with `value`, sent only to `origins`
+    /// (`https://host[:port]`, as in a grant); `query`: whether the query
+    /// string may carry it too.
+    ///
+    /// # Errors
+    ///
+    /// [`CapabilityError::Invalid`] when an origin does not parse.
+    pub fn new(
+        name: &str,
+        value: String,
+        origins: &[String],
+        query: bool,
+    ) -> Result<Self, CapabilityError> {
+        Ok(Self {
+            name: name.to_owned(),
+            value,
+            origins: origins
+                .iter()
+                .map(|origin| parse_origin(origin))
+                .collect::<Result<_, _>>()?,
+            query,
+        })
+    }
+
+    /// The secret's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn admits(&self, url: &Url) -> bool {
+        let Some(host) = url_host(url) else {
+            return false;
+        };
+        let port = url.port_or_known_default().unwrap_or(443);
+        url.scheme() == "https"
+            && self
+                .origins
+                .iter()
+                .any(|origin| origin.port == port && origin.host.matches(&host))
+    }
+
+    fn bound_to(&self) -> String {
+        granted_list(self.origins.iter().map(|origin| origin.shown.as_str()))
+    }
+
+    /// `[redacted secret NAME]`: what replaces the value in a response.
+    fn redacted(&self) -> String {
+        format!("[redacted secret {}]", self.name)
+    }
+}
+
+/// Replaces every value of `secrets` in `text`, as written or
+/// percent-encoded, with `[redacted secret NAME]`.
+pub fn redact(secrets: &[BoundSecret], text: &str) -> String {
+    let mut text = text.to_owned();
+    for secret in secrets {
+        for form in [secret.value.clone(), percent_encode(&secret.value)] {
+            if !form.is_empty() && text.contains(&form) {
+                text = text.replace(&form, &secret.redacted());
+            }
+        }
+    }
+    text
+}
+
+/// [`redact`] on bytes, which need not be text.
+fn redact_bytes(secrets: &[BoundSecret], bytes: Vec<u8>) -> Vec<u8> {
+    let mut bytes = bytes;
+    for secret in secrets {
+        for form in [secret.value.clone(), percent_encode(&secret.value)] {
+            let form = form.as_bytes();
+            if form.is_empty() {
+                continue;
+            }
+            let redacted = secret.redacted().into_bytes();
+            let mut out = Vec::with_capacity(bytes.len());
+            let mut index = 0;
+            while index < bytes.len() {
+                if bytes[index..].starts_with(form) {
+                    out.extend_from_slice(&redacted);
+                    index += form.len();
+                } else {
+                    out.push(bytes[index]);
+                    index += 1;
+                }
+            }
+            bytes = out;
+        }
+    }
+    bytes
+}
+
+/// Every byte but `A-Z a-z 0-9 - . _ ~` as `%XX`: a value safe in a query.
+fn percent_encode(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for byte in value.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+/// The placeholders of `request` by where they are, or a refusal for one
+/// that is malformed.
+fn placeholders_of(request: &Request) -> Result<Vec<(String, Place)>, CapabilityError> {
+    let malformed =
+        |problem: String| CapabilityError::denied(Capability::Http, &request.url, problem);
+    let mut found = Vec::new();
+    // The raw URL as the caller wrote it: `{` in a path would be
+    // percent-encoded by parsing, and hidden from the scan.
+    let end = request.url.find('#').unwrap_or(request.url.len());
+    let (before, query) = match request.url[..end].find('?') {
+        Some(mark) => (
+            format!("{}{}", &request.url[..mark], &request.url[end..]),
+            &request.url[mark..end],
+        ),
+        None => (request.url.clone(), ""),
+    };
+    for (text, place) in [(before.as_str(), Place::Url), (query, Place::Query)] {
+        for name in placeholder_names(text).map_err(malformed)? {
+            found.push((name, place));
+        }
+    }
+    for (name, value) in &request.headers {
+        for text in [name, value] {
+            for name in placeholder_names(text).map_err(malformed)? {
+                found.push((name, Place::Header));
+            }
+        }
+    }
+    if let Some(body) = &request.body {
+        let text = String::from_utf8_lossy(body);
+        for name in placeholder_names(&text).map_err(malformed)? {
+            found.push((name, Place::Body));
+        }
+    }
+    Ok(found)
+}
+
+/// The names of the secrets `request` uses, once every placeholder is
+/// where a placeholder may be: a header value, or the query string of a
+/// secret whose `query_allowed` says so.
+///
+/// # Errors
+///
+/// [`CapabilityError::Denied`] (`http`) naming the secret and the rule.
+pub fn secrets_used(
+    request: &Request,
+    query_allowed: impl Fn(&str) -> bool,
+) -> Result<Vec<String>, CapabilityError> {
+    let only = "placeholders are only replaced in header values (and in the query string of a \
+                secret whose manifest entry says `\"query\": true`)";
+    let mut names: Vec<String> = Vec::new();
+    for (name, place) in placeholders_of(request)? {
+        let refuse = |rule: String| {
+            Err(CapabilityError::denied(
+                Capability::Http,
+                &request.url,
+                rule,
+            ))
+        };
+        match place {
+            Place::Body => {
+                return refuse(format!(
+                    "secret `{name}` may not be used in a request body: {only}"
+                ));
+            }
+            Place::Url => {
+                return refuse(format!(
+                    "secret `{name}` may not be used in the URL outside its query string: {only}"
+                ));
+            }
+            Place::Query if !query_allowed(&name) => {
+                return refuse(format!(
+                    "secret `{name}` may not be used in the query string: its manifest entry \
+                     does not say `\"query\": true`"
+                ));
+            }
+            Place::Header | Place::Query => {}
+        }
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    Ok(names)
+}
+
+/// Refuses a hop to `url` when `headers` or `query` carry the placeholder
+/// of a secret not bound to its origin (or of no secret in `secrets`).
+fn check_hop(
+    url: &Url,
+    names: &[String],
+    secrets: &[BoundSecret],
+    redirected_from: Option<&Url>,
+) -> Result<(), CapabilityError> {
+    for name in names {
+        let secret = secrets.iter().find(|secret| &secret.name == name);
+        let rule = match secret {
+            Some(secret) if secret.admits(url) => continue,
+            Some(secret) => format!(
+                "secret `{name}` may only be sent to {}, not to `{}`",
+                secret.bound_to(),
+                url.host_str()
+                    .map_or_else(String::new, |host| match url.port() {
+                        Some(port) => format!("{host}:{port}"),
+                        None => host.to_owned(),
+                    })
+            ),
+            None => format!("secret `{name}` is not available to this request"),
+        };
+        let rule = match redirected_from {
+            Some(from) => format!("{rule} (redirected from `{from}`)"),
+            None => rule,
+        };
+        return Err(CapabilityError::denied(
+            Capability::Http,
+            url.as_str(),
+            rule,
+        ));
+    }
+    Ok(())
+}
+
+/// `text` with each placeholder of `secrets` replaced by its value
+/// (`encode`d); other text as it is.
+fn substitute(text: &str, secrets: &[BoundSecret], encode: bool) -> String {
+    let mut text = text.to_owned();
+    for secret in secrets {
+        let mark = placeholder(&secret.name);
+        if text.contains(&mark) {
+            let value = if encode {
+                percent_encode(&secret.value)
+            } else {
+                secret.value.clone()
+            };
+            text = text.replace(&mark, &value);
+        }
+    }
+    text
+}
 
 /// Headers that carry credentials; dropped when a redirect changes origin.
 const CREDENTIAL_HEADERS: &[&str] = &["authorization", "cookie"];
@@ -613,8 +945,37 @@ impl HttpClient {
         grant: &HttpGrant,
         request: Request,
     ) -> Result<Response, CapabilityError> {
+        self.fetch_with_secrets(grant, request, &[]).await
+    }
+
+    /// [`HttpClient::fetch`], replacing the placeholders of `secrets` where
+    /// the rules allow (see the module docs) and redacting their values from
+    /// the response.
+    ///
+    /// # Errors
+    ///
+    /// As [`HttpClient::fetch`]; [`CapabilityError::Denied`] (`http`) also
+    /// for a placeholder where none may be, or headed for an origin its
+    /// secret is not bound to. No error holds a value.
+    pub async fn fetch_with_secrets(
+        &self,
+        grant: &HttpGrant,
+        request: Request,
+        secrets: &[BoundSecret],
+    ) -> Result<Response, CapabilityError> {
         let subject = request.url.clone();
-        match tokio::time::timeout(self.config.timeout, self.fetch_within(grant, request)).await {
+        let query_allowed = |name: &str| {
+            secrets
+                .iter()
+                .any(|secret| secret.name == name && secret.query)
+        };
+        secrets_used(&request, query_allowed)?;
+        match tokio::time::timeout(
+            self.config.timeout,
+            self.fetch_within(grant, request, secrets),
+        )
+        .await
+        {
             Ok(result) => result,
             Err(_) => Err(CapabilityError::Timeout {
                 what: format!("fetch of `{subject}`"),
@@ -627,7 +988,10 @@ impl HttpClient {
         &self,
         grant: &HttpGrant,
         request: Request,
+        secrets: &[BoundSecret],
     ) -> Result<Response, CapabilityError> {
+        // `url` stays as the caller wrote it (placeholders, never values):
+        // it is what errors quote and redirects are resolved against.
         let mut url = Url::parse(&request.url).map_err(|err| {
             CapabilityError::Invalid(format!("`{}` is not a valid URL: {err}", request.url))
         })?;
@@ -635,18 +999,39 @@ impl HttpClient {
             .check(&url)
             .map_err(|reason| CapabilityError::denied(Capability::Http, url.as_str(), reason))?;
         let mut headers = request_headers(&url, &host, &request.headers)?;
+        let query_names = match url.query() {
+            Some(query) => placeholder_names(query).unwrap_or_default(),
+            None => Vec::new(),
+        };
         let mut method = request.method;
         let mut body = request.body;
         let mut hops = 0usize;
+        let mut from: Option<Url> = None;
         loop {
+            let mut names = header_placeholders(&headers);
+            if hops == 0 {
+                names.extend(query_names.iter().cloned());
+            }
+            check_hop(&url, &names, secrets, from.as_ref())?;
+            // Only the caller's own query string carries a secret; a
+            // redirect's URL is the server's.
+            let mut sent_url = url.clone();
+            if hops == 0
+                && let Some(query) = url.query()
+            {
+                sent_url.set_query(Some(&substitute(query, secrets, true)));
+            }
             let mut builder = self
                 .client
-                .request(method.to_reqwest(), url.clone())
-                .headers(headers.clone());
+                .request(method.to_reqwest(), sent_url)
+                .headers(substitute_headers(&headers, secrets)?);
             if let Some(body) = &body {
                 builder = builder.body(body.clone());
             }
-            let response = builder.send().await.map_err(|err| send_error(&url, &err))?;
+            let response = builder
+                .send()
+                .await
+                .map_err(|err| send_error(&url, &err.without_url()))?;
             check_connected(&url, &host, response.remote_addr())?;
             let status = response.status();
             let location = response
@@ -654,8 +1039,9 @@ impl HttpClient {
                 .get(reqwest::header::LOCATION)
                 .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned());
             let Some(location) = location.filter(|_| status.is_redirection()) else {
-                return self.read_response(&url, response).await;
+                return self.read_response(&url, response, secrets).await;
             };
+            let location = redact(secrets, &location);
             hops += 1;
             if hops > MAX_REDIRECTS {
                 return Err(CapabilityError::Failed(format!(
@@ -690,10 +1076,14 @@ impl HttpClient {
                 headers.remove(reqwest::header::CONTENT_TYPE);
             }
             if next.origin() != url.origin() {
+                // A placeholder bound elsewhere refuses the hop (above, on
+                // the next turn) even in a header that would be dropped here.
+                check_hop(&next, &header_placeholders(&headers), secrets, Some(&url))?;
                 for name in CREDENTIAL_HEADERS {
                     headers.remove(*name);
                 }
             }
+            from = Some(url);
             url = next;
             host = next_host;
         }
@@ -703,6 +1093,7 @@ impl HttpClient {
         &self,
         url: &Url,
         mut response: reqwest::Response,
+        secrets: &[BoundSecret],
     ) -> Result<Response, CapabilityError> {
         let limit = self.config.max_body;
         let too_large = || CapabilityError::TooLarge {
@@ -722,7 +1113,7 @@ impl HttpClient {
             .map(|(name, value)| {
                 (
                     name.as_str().to_owned(),
-                    String::from_utf8_lossy(value.as_bytes()).into_owned(),
+                    redact(secrets, &String::from_utf8_lossy(value.as_bytes())),
                 )
             })
             .collect();
@@ -730,7 +1121,7 @@ impl HttpClient {
         while let Some(chunk) = response
             .chunk()
             .await
-            .map_err(|err| send_error(url, &err))?
+            .map_err(|err| send_error(url, &err.without_url()))?
         {
             let length = u64::try_from(body.len().saturating_add(chunk.len())).unwrap_or(u64::MAX);
             if length > limit {
@@ -741,9 +1132,42 @@ impl HttpClient {
         Ok(Response {
             status,
             headers,
-            body,
+            body: redact_bytes(secrets, body),
         })
     }
+}
+
+/// The secret names of the placeholders in header values.
+fn header_placeholders(headers: &HeaderMap) -> Vec<String> {
+    headers
+        .values()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| placeholder_names(value).unwrap_or_default())
+        .collect()
+}
+
+/// `headers` with the placeholders in their values replaced, each such
+/// value marked sensitive (never logged, never compressed by index).
+fn substitute_headers(
+    headers: &HeaderMap,
+    secrets: &[BoundSecret],
+) -> Result<HeaderMap, CapabilityError> {
+    let mut sent = HeaderMap::with_capacity(headers.len());
+    for (name, value) in headers {
+        let text = value.to_str().unwrap_or_default();
+        if !text.contains(PLACEHOLDER_OPEN) {
+            sent.append(name, value.clone());
+            continue;
+        }
+        let mut value = HeaderValue::from_str(&substitute(text, secrets, false)).map_err(|_| {
+            CapabilityError::Invalid(format!(
+                "the value of header `{name}` is not valid once its secret is put in"
+            ))
+        })?;
+        value.set_sensitive(true);
+        sent.append(name, value);
+    }
+    Ok(sent)
 }
 
 /// Validates the caller's headers: well-formed, none the host manages, and
@@ -899,6 +1323,128 @@ mod tests {
                 .check(&Url::parse("https://sub.example.com/").unwrap())
                 .is_err()
         );
+    }
+
+    #[test]
+    fn placeholders_are_found_only_where_a_secret_may_go() {
+        let request = |url: &str, headers: &[(&str, &str)], body: Option<&str>| Request {
+            method: Method::Post,
+            url: url.to_owned(),
+            headers: headers
+                .iter()
+                .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
+                .collect(),
+            body: body.map(|b| b.as_bytes().to_vec()),
+        };
+        let query_ok = |name: &str| name == "Q";
+        let cases: [(Request, Result<Vec<&str>, &str>); 9] = [
+            // Header values, each name once.
+            (
+                request(
+                    "https://a.dev/x",
+                    &[
+                        ("Authorization", "Bearer {{secret:K}}"),
+                        ("X", "{{secret:K}}"),
+                    ],
+                    None,
+                ),
+                Ok(vec!["K"]),
+            ),
+            // The query string of a secret allowed there.
+            (
+                request("https://a.dev/x?k={{secret:Q}}", &[], None),
+                Ok(vec!["Q"]),
+            ),
+            // Attack: the query string of one bound to headers only.
+            (
+                request("https://a.dev/x?k={{secret:K}}", &[], None),
+                Err("secret `K` may not be used in the query string"),
+            ),
+            // Attack: the path, host, user info and fragment are not the query.
+            (
+                request("https://a.dev/{{secret:Q}}", &[], None),
+                Err("secret `Q` may not be used in the URL outside its query string"),
+            ),
+            (
+                request("https://{{secret:Q}}@a.dev/", &[], None),
+                Err("outside its query string"),
+            ),
+            (
+                request("https://a.dev/?x=1#{{secret:Q}}", &[], None),
+                Err("outside its query string"),
+            ),
+            // Attack: a `?` after the fragment does not start a query.
+            (
+                request("https://a.dev/#x?k={{secret:Q}}", &[], None),
+                Err("outside its query string"),
+            ),
+            // Attack: the body, which the server may echo or store.
+            (
+                request("https://a.dev/", &[], Some("{\"k\":\"{{secret:K}}\"}")),
+                Err("secret `K` may not be used in a request body"),
+            ),
+            // A malformed placeholder is refused, not sent as it is.
+            (
+                request("https://a.dev/", &[("X", "{{secret:K")], None),
+                Err("a secret placeholder is malformed"),
+            ),
+        ];
+        for (request, expected) in cases {
+            let got = secrets_used(&request, query_ok);
+            match (&got, expected) {
+                (Ok(names), Ok(expected)) => assert_eq!(names, &expected, "{}", request.url),
+                (Err(CapabilityError::Denied { reason, .. }), Err(words)) => {
+                    assert!(reason.contains(words), "{}: {reason}", request.url);
+                }
+                _ => panic!("{}: {got:?}", request.url),
+            }
+        }
+    }
+
+    #[test]
+    fn a_value_is_redacted_as_written_and_percent_encoded() {
+        let secret = BoundSecret::new(
+            "K",
+            "a+b/c d=".to_owned(),
+            &["https://a.dev".to_owned()],
+            true,
+        )
+        .unwrap();
+        let secrets = [secret];
+        assert_eq!(percent_encode("a+b/c d="), "a%2Bb%2Fc%20d%3D");
+        assert_eq!(
+            redact(&secrets, "x=a+b/c d=&y=a%2Bb%2Fc%20d%3D"),
+            "x=[redacted secret K]&y=[redacted secret K]"
+        );
+        assert_eq!(
+            redact_bytes(&secrets, b"\xffa+b/c d=\xff".to_vec()),
+            b"\xff[redacted secret K]\xff".to_vec()
+        );
+        // Substitution encodes only where asked (the query string).
+        assert_eq!(
+            substitute("{{secret:K}}", &secrets, true),
+            "a%2Bb%2Fc%20d%3D"
+        );
+        assert_eq!(
+            substitute("Bearer {{secret:K}}", &secrets, false),
+            "Bearer a+b/c d="
+        );
+        // `Debug` never shows the value.
+        assert!(!format!("{secrets:?}").contains("a+b"));
+        // Bound to its origin alone: same host and port.
+        for (url, admitted) in [
+            ("https://a.dev/x", true),
+            ("https://A.dev:443/x", true),
+            ("https://a.dev:8443/x", false),
+            ("https://b.a.dev/x", false),
+            ("http://a.dev/x", false),
+        ] {
+            assert_eq!(
+                secrets[0].admits(&Url::parse(url).unwrap()),
+                admitted,
+                "{url}"
+            );
+        }
     }
 
     #[test]

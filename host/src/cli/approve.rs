@@ -75,7 +75,7 @@ impl Args {
         // Approval is bound to exactly this template: show what was approved.
         let what = match &tool.kind {
             ToolKind::Shell { command, .. } => format!("shell `{}`", Shown(command)),
-            ToolKind::Http { url } => format!("http `{}`", Shown(url)),
+            ToolKind::Http { url, .. } => format!("http `{}`", Shown(url)),
             ToolKind::Read { path } => format!("read `{}`", Shown(path)),
         };
         report(context, "approved", &self.name, Some(&what))

@@ -75,6 +75,7 @@ impl Args {
             }
             workspace_findings(host, &mut findings, &mut notes);
             launcher_findings(host, &mut findings);
+            native_secret_notes(host, &home, &mut notes);
             let layers: Vec<String> = host
                 .policy()
                 .layers()
@@ -222,6 +223,34 @@ fn workspace_findings(host: &Host, findings: &mut Vec<(String, String)>, notes: 
             )
         };
         findings.push((subject, problem));
+    }
+}
+
+/// Which native extensions hold which secrets: they get the value itself
+/// (as the variable they declared), outside the sandbox, and nothing stops
+/// them sending it anywhere. Granted by the policy and set (for them) by
+/// the user, that is; the rest get nothing and are not listed.
+fn native_secret_notes(host: &Host, home: &zotbox::home::ZotHome, notes: &mut Vec<String>) {
+    let store = zotbox::store::secret::SecretStore::new(home);
+    for found in host.search_path().discover().found {
+        let manifest = &found.manifest;
+        if !matches!(manifest.program, zotbox::manifest::Program::Native { .. }) {
+            continue;
+        }
+        let grant = host.policy().grant(&manifest.raw.capabilities);
+        for (name, spec) in &grant.secrets {
+            let Some(variable) = &spec.env else {
+                continue;
+            };
+            if !store.is_set_for(manifest.name(), name) {
+                continue;
+            }
+            notes.push(format!(
+                "extension `{}` (native, outside the sandbox) holds secret `{name}` as \
+                 `${variable}` and can send it anywhere",
+                manifest.name()
+            ));
+        }
     }
 }
 

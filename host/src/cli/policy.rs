@@ -146,7 +146,8 @@ pub(crate) fn print_grant(policy: &Policy, manifest: &zotbox::manifest::Manifest
                 path.display()
             ),
             None => println!(
-                "native: it runs unsandboxed, with the user's permissions; grants below do not bind it"
+                "native: it runs unsandboxed, with the user's permissions; grants below do not \
+                 bind it, except `secrets`: it gets each granted one that names an `env` variable"
             ),
         }
     }

@@ -260,10 +260,19 @@ impl Review {
             let rows: Vec<Vec<String>> = tools
                 .iter()
                 .map(|t| {
+                    // An http tool's fixed headers go with every request: shown too.
+                    let mut template = t.kind.template().to_owned();
+                    if let zotbox::data::ToolKind::Http { headers, .. } = &t.kind
+                        && !headers.is_empty()
+                    {
+                        let list: Vec<String> =
+                            headers.iter().map(|(n, v)| format!("{n}: {v}")).collect();
+                        template.push_str(&format!(" (headers: {})", list.join("; ")));
+                    }
                     vec![
                         shown(&t.name).into_owned(),
                         t.kind.as_str().to_owned(),
-                        shown(t.kind.template()).into_owned(),
+                        shown(&template).into_owned(),
                         shown(&t.description).into_owned(),
                     ]
                 })
@@ -435,7 +444,26 @@ fn capabilities_cell(policy: &Policy, manifest: &Manifest) -> String {
                 "refused: native extensions are off in `{}`",
                 shown(&path.display().to_string())
             ),
-            None => "unsandboxed: runs with your permissions".to_owned(),
+            None => {
+                // The one thing its manifest decides: secrets handed over as variables.
+                let grant = policy.grant(&manifest.raw.capabilities);
+                let held: Vec<String> = grant
+                    .secrets
+                    .iter()
+                    .filter(|(_, spec)| spec.env.is_some())
+                    .map(|(name, spec)| {
+                        shown(&zotbox::policy::secret_item(name, spec)).into_owned()
+                    })
+                    .collect();
+                if held.is_empty() {
+                    "unsandboxed: runs with your permissions".to_owned()
+                } else {
+                    format!(
+                        "unsandboxed: runs with your permissions; gets secrets {}",
+                        held.join(", ")
+                    )
+                }
+            }
         };
     }
     let grant = policy.grant(&manifest.raw.capabilities);
@@ -451,6 +479,19 @@ fn capabilities_cell(policy: &Policy, manifest: &Manifest) -> String {
                     shown(&items.join(", ")).into_owned()
                 }
             };
+            if row.capability == "secrets" {
+                // Each item already reads `NAME → where it may go`.
+                let refused: Vec<&str> = row.refused.iter().map(|r| r.item.as_str()).collect();
+                return if refused.is_empty() {
+                    format!("secrets {}", list(&row.granted))
+                } else {
+                    format!(
+                        "secrets {}, refused by policy: {}",
+                        list(&row.granted),
+                        shown(&refused.join(", "))
+                    )
+                };
+            }
             format!(
                 "{} {} → {}",
                 row.capability,

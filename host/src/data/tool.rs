@@ -21,7 +21,11 @@
 //!   rule). A template that breaks a rule is refused at load, naming it.
 //! - `http`: it is percent-encoded, and the template must fix the scheme
 //!   (`https`), host and port, so the argument can only change the path,
-//!   query or fragment.
+//!   query or fragment. Fixed `headers` may be sent too (never with
+//!   `{arg}`). The user's own tools (not a workspace's) may use a secret:
+//!   `{{secret:NAME}}` in a header value or in the template's query string,
+//!   sent only to the template's origin (see `capability::http`); the
+//!   argument, percent-encoded, can never write a placeholder.
 //! - `read`: it is inserted as is; the workspace jail checks the result.
 
 use std::path::{Path, PathBuf};
@@ -61,6 +65,8 @@ struct RawTool {
     auto_approve: bool,
     #[serde(default)]
     shell: bool,
+    #[serde(default)]
+    headers: Option<std::collections::BTreeMap<String, String>>,
 }
 
 fn default_true() -> bool {
@@ -90,6 +96,8 @@ pub enum ToolKind {
     Http {
         /// The URL template; scheme, host and port are fixed.
         url: String,
+        /// Fixed request headers, by name (values may hold secret placeholders).
+        headers: Vec<(String, String)>,
     },
     /// Returns one workspace file.
     Read {
@@ -135,7 +143,7 @@ impl ToolKind {
     pub fn template(&self) -> &str {
         match self {
             Self::Shell { command, .. } => command,
-            Self::Http { url } => url,
+            Self::Http { url, .. } => url,
             Self::Read { path } => path,
         }
     }
@@ -157,6 +165,30 @@ impl ToolKind {
         }
     }
 
+    /// The secrets an `http` template uses, by name, each with whether it
+    /// stands in the query string (else in a header). Empty for other kinds.
+    pub fn secrets(&self) -> Vec<(String, bool)> {
+        let Self::Http { url, headers } = self else {
+            return Vec::new();
+        };
+        let mut used: Vec<(String, bool)> = Vec::new();
+        let query = url.split_once('?').map_or("", |(_, query)| query);
+        let names =
+            |text: &str| crate::capability::http::placeholder_names(text).unwrap_or_default();
+        for (name, in_query) in names(query).into_iter().map(|name| (name, true)).chain(
+            headers
+                .iter()
+                .flat_map(|(_, value)| names(value))
+                .map(|name| (name, false)),
+        ) {
+            match used.iter_mut().find(|(known, _)| *known == name) {
+                Some((_, query)) => *query |= in_query,
+                None => used.push((name, in_query)),
+            }
+        }
+        used
+    }
+
     /// Applies `arg` (absent means empty) to the template: percent-encoded
     /// for `http`, raw for `read`, and left to the capability layer for
     /// `shell`.
@@ -166,7 +198,7 @@ impl ToolKind {
                 template: command.clone(),
                 arg: arg.map(str::to_owned),
             },
-            Self::Http { url } => Rendered::Http {
+            Self::Http { url, .. } => Rendered::Http {
                 url: url.replace(ARG_PLACEHOLDER, &percent_encode(arg.unwrap_or(""))),
             },
             Self::Read { path } => Rendered::Read {
@@ -245,6 +277,11 @@ impl DataTool {
         })?;
         check_text(&template, MAX_TEMPLATE_CHARS)
             .map_err(|p| FileError::invalid(path, field, p))?;
+        if raw.headers.is_some() && !matches!(raw.kind, RawKind::Http) {
+            warnings.push(format!(
+                "field `headers` is ignored for a `{kind_name}` tool; only `http` tools send them"
+            ));
+        }
         if raw.shell && !matches!(raw.kind, RawKind::Shell) {
             warnings.push(format!(
                 "field `shell` is ignored for a `{kind_name}` tool; only `shell` tools run commands"
@@ -252,6 +289,17 @@ impl DataTool {
         }
         let kind = match raw.kind {
             RawKind::Shell => {
+                if template.contains(crate::capability::http::PLACEHOLDER_OPEN) {
+                    return Err(FileError::invalid(
+                        path,
+                        field,
+                        format!(
+                            "`{}` is refused: a shell tool never gets a secret (a command can \
+                             print it); use an `http` tool with the placeholder in a header",
+                            crate::text::Shown(&template)
+                        ),
+                    ));
+                }
                 Template::parse(&template, raw.shell).map_err(|reason| {
                     FileError::invalid(
                         path,
@@ -266,7 +314,17 @@ impl DataTool {
             }
             RawKind::Http => {
                 check_url_template(&template).map_err(|p| FileError::invalid(path, field, p))?;
-                ToolKind::Http { url: template }
+                let headers: Vec<(String, String)> =
+                    raw.headers.unwrap_or_default().into_iter().collect();
+                for (name, value) in &headers {
+                    check_header(name, value).map_err(|p| {
+                        FileError::invalid(path, format!("headers.{}", crate::text::Shown(name)), p)
+                    })?;
+                }
+                ToolKind::Http {
+                    url: template,
+                    headers,
+                }
             }
             RawKind::Read => {
                 if template.contains('\0') {
@@ -336,6 +394,19 @@ fn check_url_template(url: &str) -> Result<(), String> {
     // `\`, which the host check below refuses outright).
     let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let authority = &rest[..end];
+    let query_start = url.find('?').unwrap_or(url.len());
+    let fragment = url.find('#').unwrap_or(url.len());
+    if url[..query_start.min(fragment)].contains(crate::capability::http::PLACEHOLDER_OPEN)
+        || url[fragment..].contains(crate::capability::http::PLACEHOLDER_OPEN)
+    {
+        return Err(format!(
+            "`{url}` is refused: a secret placeholder may only stand in the query string or in \
+             `headers`"
+        ));
+    }
+    if let Err(problem) = crate::capability::http::placeholder_names(url) {
+        return Err(format!("`{url}` is refused: {problem}"));
+    }
     if authority.contains('{') || authority.contains('}') {
         return Err(format!(
             "`{url}` is refused: `{{arg}}` may appear only in the path, query or fragment, \
@@ -386,6 +457,27 @@ fn check_url_template(url: &str) -> Result<(), String> {
         return Err(format!("`{url}` has an invalid port"));
     }
     Ok(())
+}
+
+/// A fixed header: a token name, a value without control characters or
+/// `{arg}` (the model never chooses a header), placeholders well formed.
+fn check_header(name: &str, value: &str) -> Result<(), String> {
+    let token = !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+    if !token {
+        return Err("is not a valid header name".to_owned());
+    }
+    if value.chars().any(char::is_control) {
+        return Err("holds a control character".to_owned());
+    }
+    if value.contains(ARG_PLACEHOLDER) {
+        return Err(format!(
+            "uses `{ARG_PLACEHOLDER}`; the argument may only go into the URL"
+        ));
+    }
+    crate::capability::http::placeholder_names(value).map(|_| ())
 }
 
 /// Percent-encodes `text` as one URL component: the RFC 3986 unreserved set
@@ -443,6 +535,62 @@ mod tests {
         assert_eq!(http.kind.as_str(), "http");
         let read = tool(r#"{"name":"r","description":"d","kind":"read","path":"docs/{arg}.md"}"#);
         assert_eq!(read.kind.template(), "docs/{arg}.md");
+    }
+
+    #[test]
+    fn secret_placeholders_stand_only_where_a_secret_may_go() {
+        let http = |url: &str, headers: &str| {
+            parse(&format!(
+                r#"{{"name":"w","description":"d","kind":"http","url":"{url}","headers":{headers}}}"#
+            ))
+            .map(|parsed| parsed.value.kind)
+        };
+        // A header value and the query string may name one.
+        let kind = http(
+            "https://api.x.dev/v1/{arg}?key={{secret:Q}}",
+            r#"{"Authorization":"Bearer {{secret:K}}"}"#,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            kind.secrets(),
+            [("Q".to_owned(), true), ("K".to_owned(), false)]
+        );
+        let cases = [
+            // Attack: the placeholder in the path, where any server log keeps it.
+            (
+                http("https://api.x.dev/{{secret:K}}", "{}"),
+                "may only stand in the query string or in `headers`",
+            ),
+            // Attack: the argument choosing a header.
+            (
+                http("https://api.x.dev/", r#"{"X-K":"{arg}"}"#),
+                "field `headers.X-K` uses `{arg}`",
+            ),
+            // Attack: a line break splitting a header.
+            (
+                http("https://api.x.dev/", r#"{"X-K":"a\r\nX-Evil: 1"}"#),
+                "field `headers.X-K` holds a control character",
+            ),
+            // A placeholder the host would not recognise.
+            (
+                http("https://api.x.dev/?k={{secret:{arg}}}", "{}"),
+                "a secret placeholder is malformed",
+            ),
+            // A shell tool never gets one.
+            (
+                parse(
+                    r#"{"name":"s","description":"d","kind":"shell","command":"echo '{{secret:K}}'"}"#,
+                )
+                .map(|parsed| parsed.value.kind),
+                "a shell tool never gets a secret",
+            ),
+        ];
+        for (result, words) in cases {
+            match result {
+                Err(message) => assert!(message.contains(words), "{message}"),
+                Ok(kind) => panic!("accepted {kind:?}, expected `{words}`"),
+            }
+        }
     }
 
     #[test]
@@ -619,6 +767,7 @@ mod tests {
     fn render_encodes_http_and_keeps_read_raw() {
         let http = ToolKind::Http {
             url: "https://api.x.dev/search/{arg}?q={arg}".to_owned(),
+            headers: Vec::new(),
         };
         let cases = [
             // Unreserved characters pass.

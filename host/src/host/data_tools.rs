@@ -113,6 +113,19 @@ fn declared_for(kind: &ToolKind, rendered_url: Option<&str>) -> Capabilities {
         ToolKind::Shell { .. } => declared.shell = vec!["**".to_owned()],
         ToolKind::Http { .. } => {
             if let Some(origin) = rendered_url.and_then(origin_of) {
+                // Its secrets go to the one origin the template fixes.
+                declared.secrets = kind
+                    .secrets()
+                    .into_iter()
+                    .map(|(name, query)| {
+                        let spec = crate::manifest::SecretSpec {
+                            http: vec![origin.clone()],
+                            query,
+                            env: None,
+                        };
+                        (name, spec)
+                    })
+                    .collect();
                 declared.http = vec![origin];
             }
         }
@@ -276,10 +289,13 @@ impl Host {
                     Err(err) => text_result(err.to_string(), true),
                 }
             }
-            ToolKind::Http { .. } => {
+            ToolKind::Http { headers, .. } => {
                 let crate::data::Rendered::Http { url } = tool.kind.render(arg) else {
                     return text_result(format!("tool `{}`: not an http tool", tool.name), true);
                 };
+                if let Some(refusal) = self.project_secrets(tool, &url) {
+                    return text_result(refusal, true);
+                }
                 if arg.is_some_and(|a| {
                     matches!(a.trim(), "." | ".." | "%2e" | "%2E" | "%2e%2e" | "%2E%2E")
                 }) {
@@ -295,7 +311,9 @@ impl Host {
                     Ok(sandbox) => sandbox,
                     Err(result) => return result,
                 };
-                match sandbox.fetch(Request::get(url.clone())).await {
+                let mut request = Request::get(url.clone());
+                request.headers = headers.clone();
+                match sandbox.fetch(request).await {
                     Ok(response) => {
                         let body = into_text(response.body);
                         if (200..300).contains(&response.status) {
@@ -324,6 +342,26 @@ impl Host {
                 }
             }
         }
+    }
+
+    /// A workspace's http tool that names a secret: refused (and audited),
+    /// since a cloned repository may not send the user's secrets anywhere,
+    /// even once trusted to run. Only the user's own tools use them.
+    fn project_secrets(&self, tool: &DataTool, url: &str) -> Option<String> {
+        if tool.origin != crate::data::DataOrigin::Project {
+            return None;
+        }
+        let (name, _) = tool.kind.secrets().into_iter().next()?;
+        let refusal = crate::capability::CapabilityError::denied(
+            crate::capability::Capability::Http,
+            url,
+            format!(
+                "secret `{name}` may not be used by a workspace's data tool: only your own tools \
+                 (in `$ZOT_HOME/tools`) use secrets"
+            ),
+        );
+        self.record_refusal(tool, &refusal);
+        Some(refusal.to_string())
     }
 
     /// Records a refusal made before the sandbox saw the call (an argument

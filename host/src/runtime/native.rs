@@ -92,7 +92,8 @@ impl NativeConfinement {
 }
 
 /// Starts `exec args...` in `dir` with piped stdin/stdout and stderr
-/// appended to `log`; confined when `confinement` names the extension.
+/// appended to `log`; confined when `confinement` names the extension; with
+/// `secrets` (variable, value) added to its environment.
 ///
 /// # Errors
 ///
@@ -103,11 +104,15 @@ pub fn spawn(
     dir: &Path,
     log: Option<std::fs::File>,
     confinement: Option<(&NativeConfinement, &str)>,
+    secrets: &[(String, String)],
 ) -> Result<Transport, SpawnError> {
     let program = resolve_exec(exec, dir)?;
     let stderr = log.map_or_else(Stdio::null, Stdio::from);
     let mut command = tokio::process::Command::new(&program);
     command
+        // Only the secrets it declared as variables, granted and set
+        // (`Sandbox::secret_env`); they are outside the sandbox from here.
+        .envs(secrets.iter().map(|(name, value)| (name, value)))
         .args(args)
         .current_dir(dir)
         .stdin(Stdio::piped())

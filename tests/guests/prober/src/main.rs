@@ -23,6 +23,23 @@ struct Url {
     url: String,
 }
 
+/// A full request: `{"method": "post", "url": …, "headers": [[name,
+/// value]], "body": "…"}`; a header value or body may hold
+/// `{{secret:NAME}}` placeholders, or `secret` names one to put in the
+/// `Authorization` header with the SDK's helper.
+#[derive(Deserialize)]
+struct Fetch {
+    #[serde(default)]
+    method: Option<String>,
+    url: String,
+    #[serde(default)]
+    headers: Vec<(String, String)>,
+    #[serde(default)]
+    body: Option<String>,
+    #[serde(default)]
+    secret: Option<String>,
+}
+
 #[derive(Deserialize)]
 struct Command {
     command: String,
@@ -89,6 +106,45 @@ fn main() -> std::io::Result<()> {
             |_ctx, a: Url| {
                 answer(http::get(&a.url), |response| {
                     format!("{} {}", response.status, response.text())
+                })
+            },
+        )
+        .tool(
+            "http",
+            "Send a request; answers the status, the `x-echo-*` headers and the body.",
+            schema::object(),
+            |_ctx, a: Fetch| {
+                let method = match a.method.as_deref() {
+                    Some("post") => http::Method::Post,
+                    Some("put") => http::Method::Put,
+                    _ => http::Method::Get,
+                };
+                let mut headers = a.headers;
+                if let Some(name) = &a.secret {
+                    headers.push((
+                        "Authorization".to_owned(),
+                        format!("Bearer {}", zotbox_guest::secret::placeholder(name)),
+                    ));
+                }
+                let request = http::Request {
+                    method,
+                    url: a.url,
+                    headers,
+                    body: a.body.map(String::into_bytes),
+                };
+                answer(http::fetch(request), |response| {
+                    let echoed: Vec<String> = response
+                        .headers
+                        .iter()
+                        .filter(|(name, _)| name.starts_with("x-echo"))
+                        .map(|(name, value)| format!("[{name}: {value}]"))
+                        .collect();
+                    format!(
+                        "{} {} {}",
+                        response.status,
+                        echoed.join(""),
+                        response.text()
+                    )
                 })
             },
         )

@@ -1,0 +1,444 @@
+//! The user's secrets: `$ZOT_HOME/secrets.json`, values an extension may
+//! use (through a placeholder) but never read.
+//!
+//! Rules:
+//!
+//! - **Only the user can read the file.** It is written atomically with
+//!   mode `0600` from the first byte (never a moment readable by others);
+//!   a file another user could read, or a symlink in its place, is refused
+//!   on load, with the command that fixes it.
+//! - **Values never leave this module but to a request.** Nothing here
+//!   prints, logs or formats a value: `Debug` shows names only, errors
+//!   name the file and the line, never the text, and [`SecretStore::list`]
+//!   returns names and the extensions allowed. The one way out is the
+//!   sandbox's `SecretSource::value`, called the moment a request is sent
+//!   (or a native extension that declared the secret as a variable starts).
+//! - **The user decides who may use one.** A secret set with
+//!   `--extension` names the extensions that may use it; without, any
+//!   extension whose grant (declared ∩ policy) holds it. The workspace
+//!   never writes or reads this file.
+//!
+//! ```json
+//! {"secrets": {"WEATHER_KEY": {"value": "…", "extensions": ["weather"]}}}
+//! ```
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::home::ZotHome;
+use crate::sandbox::{SecretSource, SecretUnavailable};
+
+/// The shortest value accepted: a shorter one would be redacted from every
+/// response it happens to appear in, and guessed quickly.
+pub const MIN_VALUE_BYTES: usize = 8;
+/// The longest value accepted.
+pub const MAX_VALUE_BYTES: usize = 8 * 1024;
+
+/// Why the secret store failed. No variant holds a value.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretError {
+    /// The file could not be read or written.
+    #[error("cannot {action} the secrets file `{}`: {error}", path.display())]
+    Io {
+        /// What was being done: `read`, `write`.
+        action: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        error: std::io::Error,
+    },
+    /// The file is not what this module writes.
+    #[error(
+        "the secrets file `{}` is not valid (line {line}, column {column}): fix it or remove it \
+         and set the secrets again",
+        path.display()
+    )]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// Where parsing stopped.
+        line: usize,
+        /// Where parsing stopped.
+        column: usize,
+    },
+    /// Others could read the file, or it is not a plain file of the user's.
+    #[error("the secrets file `{}` is refused: {problem}", path.display())]
+    Exposed {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong and how to fix it.
+        problem: String,
+    },
+    /// A name that is not a secret name.
+    #[error("`{0}` is not a secret name: use 1 to 64 of `A-Z a-z 0-9 _ . -`")]
+    InvalidName(String),
+    /// A value refused before it was stored.
+    #[error("the value of secret `{name}` is refused: {problem}")]
+    InvalidValue {
+        /// The secret.
+        name: String,
+        /// Why (never the value).
+        problem: String,
+    },
+    /// An extension name that is not one.
+    #[error("`{0}` is not an extension name")]
+    InvalidExtension(String),
+}
+
+/// One stored secret.
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+struct Entry {
+    value: String,
+    /// Extensions that may use it; empty: any whose grant holds it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    extensions: Vec<String>,
+}
+
+#[derive(Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+struct File {
+    #[serde(default)]
+    secrets: BTreeMap<String, Entry>,
+}
+
+/// A secret as [`SecretStore::list`] shows it: never its value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SecretInfo {
+    /// The name.
+    pub name: String,
+    /// The extensions that may use it; empty: any whose grant holds it.
+    pub extensions: Vec<String>,
+}
+
+/// The secrets file of one `$ZOT_HOME`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SecretStore {
+    path: PathBuf,
+}
+
+impl fmt::Debug for SecretStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SecretStore")
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+impl SecretStore {
+    /// The store of `home` (`$ZOT_HOME/secrets.json`).
+    pub fn new(home: &ZotHome) -> Self {
+        Self {
+            path: home.secrets_file(),
+        }
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Every secret's name and who may use it, by name.
+    ///
+    /// # Errors
+    ///
+    /// [`SecretError`] when the file cannot be read, is exposed or corrupt.
+    pub fn list(&self) -> Result<Vec<SecretInfo>, SecretError> {
+        Ok(self
+            .load()?
+            .secrets
+            .into_iter()
+            .map(|(name, entry)| SecretInfo {
+                name,
+                extensions: entry.extensions,
+            })
+            .collect())
+    }
+
+    /// Sets (or replaces) secret `name`, for `extensions` only (empty: any
+    /// extension whose grant holds it). A single trailing line break of
+    /// `value` (from a pipe) is dropped.
+    ///
+    /// # Errors
+    ///
+    /// [`SecretError`]: a bad name or value, or the file cannot be read or
+    /// written.
+    pub fn set(&self, name: &str, value: &str, extensions: &[String]) -> Result<(), SecretError> {
+        if !crate::capability::http::valid_secret_name(name) {
+            return Err(SecretError::InvalidName(name.to_owned()));
+        }
+        let value = value
+            .strip_suffix('\n')
+            .map(|v| v.strip_suffix('\r').unwrap_or(v))
+            .unwrap_or(value);
+        check_value(name, value)?;
+        for extension in extensions {
+            // An extension's name, or `data:<tool>` for a data tool.
+            let name = extension.strip_prefix("data:").unwrap_or(extension);
+            let valid = !name.is_empty()
+                && name.len() <= 64
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+            if !valid {
+                return Err(SecretError::InvalidExtension(extension.clone()));
+            }
+        }
+        let mut file = self.load()?;
+        let mut extensions = extensions.to_vec();
+        extensions.sort();
+        extensions.dedup();
+        file.secrets.insert(
+            name.to_owned(),
+            Entry {
+                value: value.to_owned(),
+                extensions,
+            },
+        );
+        self.save(&file)
+    }
+
+    /// Removes secret `name`; whether it was there.
+    ///
+    /// # Errors
+    ///
+    /// [`SecretError`] when the file cannot be read or written.
+    pub fn remove(&self, name: &str) -> Result<bool, SecretError> {
+        let mut file = self.load()?;
+        if file.secrets.remove(name).is_none() {
+            return Ok(false);
+        }
+        self.save(&file)?;
+        Ok(true)
+    }
+
+    /// Whether secret `name` is set and `who` may use it (never the value).
+    pub fn is_set_for(&self, who: &str, name: &str) -> bool {
+        self.value(who, name).is_ok()
+    }
+
+    fn load(&self) -> Result<File, SecretError> {
+        let meta = match std::fs::symlink_metadata(&self.path) {
+            Ok(meta) => meta,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(File::default()),
+            Err(error) => return Err(self.io("read", error)),
+        };
+        let shown = self.path.display();
+        let exposed = |problem: String| SecretError::Exposed {
+            path: self.path.clone(),
+            problem,
+        };
+        if !meta.file_type().is_file() {
+            return Err(exposed(format!(
+                "it is not a plain file (a link or something else); remove it: `rm {shown}`"
+            )));
+        }
+        if meta.uid() != nix::unistd::geteuid().as_raw() {
+            return Err(exposed(format!(
+                "it belongs to another user (uid {}); remove it and set the secrets again",
+                meta.uid()
+            )));
+        }
+        if meta.mode() & 0o077 != 0 {
+            return Err(exposed(format!(
+                "others can read or write it (mode {:o}); run `chmod 600 {shown}`",
+                meta.mode() & 0o777
+            )));
+        }
+        let text = std::fs::read_to_string(&self.path).map_err(|error| self.io("read", error))?;
+        // serde_json's messages may quote the text; only the place is kept.
+        serde_json::from_str(&text).map_err(|err| SecretError::Corrupt {
+            path: self.path.clone(),
+            line: err.line(),
+            column: err.column(),
+        })
+    }
+
+    fn save(&self, file: &File) -> Result<(), SecretError> {
+        if let Some(dir) = self.path.parent() {
+            std::fs::create_dir_all(dir).map_err(|error| self.io("write", error))?;
+        }
+        let mut text =
+            serde_json::to_string_pretty(file).map_err(|err| self.io("write", err.into()))?;
+        text.push('\n');
+        crate::home::write_atomic_with_mode(&self.path, text.as_bytes(), 0o600)
+            .map_err(|error| self.io("write", error))
+    }
+
+    fn io(&self, action: &'static str, error: std::io::Error) -> SecretError {
+        SecretError::Io {
+            action,
+            path: self.path.clone(),
+            error,
+        }
+    }
+}
+
+/// A value goes into HTTP headers and must be told apart in responses.
+fn check_value(name: &str, value: &str) -> Result<(), SecretError> {
+    let refuse = |problem: &str| {
+        Err(SecretError::InvalidValue {
+            name: name.to_owned(),
+            problem: problem.to_owned(),
+        })
+    };
+    if value.len() < MIN_VALUE_BYTES {
+        return refuse("it is shorter than 8 bytes");
+    }
+    if value.len() > MAX_VALUE_BYTES {
+        return refuse("it is longer than 8 KiB");
+    }
+    if value.chars().any(char::is_control) {
+        return refuse(
+            "it holds a control character (a line break, a tab); it must fit in one header value",
+        );
+    }
+    if value.contains(crate::capability::http::PLACEHOLDER_OPEN) {
+        return refuse("it holds a secret placeholder");
+    }
+    Ok(())
+}
+
+impl SecretSource for SecretStore {
+    fn value(&self, who: &str, name: &str) -> Result<String, SecretUnavailable> {
+        let mut file = self
+            .load()
+            .map_err(|err| SecretUnavailable::Unreadable(err.to_string()))?;
+        let entry = file.secrets.remove(name).ok_or(SecretUnavailable::NotSet)?;
+        if !entry.extensions.is_empty() && !entry.extensions.iter().any(|e| e == who) {
+            return Err(SecretUnavailable::NotFor(entry.extensions));
+        }
+        Ok(entry.value)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    use super::*;
+
+    const VALUE: &str = "sk-test-0123456789";
+
+    fn store() -> (tempfile::TempDir, SecretStore) {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = SecretStore::new(&ZotHome::new(tmp.path().join("home")));
+        (tmp, store)
+    }
+
+    #[test]
+    fn a_set_secret_is_a_0600_file_and_listed_without_its_value() {
+        let (_tmp, store) = store();
+        store
+            .set("WEATHER_KEY", &format!("{VALUE}\n"), &[])
+            .unwrap();
+        store
+            .set("TRACKER", "tracker-token-xyz", &["issues".to_owned()])
+            .unwrap();
+        let meta = std::fs::metadata(store.path()).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        let list = store.list().unwrap();
+        assert_eq!(
+            list,
+            [
+                SecretInfo {
+                    name: "TRACKER".to_owned(),
+                    extensions: vec!["issues".to_owned()]
+                },
+                SecretInfo {
+                    name: "WEATHER_KEY".to_owned(),
+                    extensions: vec![]
+                },
+            ]
+        );
+        // The trailing line break of a pipe is not part of the value.
+        assert_eq!(store.value("any", "WEATHER_KEY").unwrap(), VALUE);
+        // Neither the store's nor its errors' `Debug` shows a value.
+        assert!(!format!("{store:?}{list:?}").contains(VALUE));
+    }
+
+    #[test]
+    fn a_secret_set_for_one_extension_is_not_for_another() {
+        let (_tmp, store) = store();
+        store.set("K", VALUE, &["weather".to_owned()]).unwrap();
+        assert_eq!(store.value("weather", "K").unwrap(), VALUE);
+        assert_eq!(
+            store.value("other", "K"),
+            Err(SecretUnavailable::NotFor(vec!["weather".to_owned()]))
+        );
+        assert_eq!(
+            store.value("weather", "NOPE"),
+            Err(SecretUnavailable::NotSet)
+        );
+        assert!(store.remove("K").unwrap());
+        assert!(!store.remove("K").unwrap());
+        assert_eq!(store.value("weather", "K"), Err(SecretUnavailable::NotSet));
+    }
+
+    #[test]
+    fn bad_names_and_values_are_refused_without_quoting_the_value() {
+        let (_tmp, store) = store();
+        let cases: [(&str, &str, &str); 5] = [
+            // A name that could not be a placeholder.
+            ("A B", VALUE, "`A B` is not a secret name"),
+            // Too short to tell apart in a response.
+            ("K", "k3y", "shorter than 8 bytes"),
+            // Attack: a line break would split a header.
+            ("K", "sk-abc\r\nX-Evil: 1", "control character"),
+            // A value that is itself a placeholder.
+            ("K", "{{secret:OTHER}}", "holds a secret placeholder"),
+            ("K", &"x".repeat(MAX_VALUE_BYTES + 1), "longer than 8 KiB"),
+        ];
+        for (name, value, words) in cases {
+            let message = store.set(name, value, &[]).unwrap_err().to_string();
+            assert!(message.contains(words), "{name}: {message}");
+            assert!(!message.contains(value), "{message}");
+        }
+        assert!(!store.path().exists());
+    }
+
+    #[test]
+    fn an_exposed_or_linked_file_is_refused() {
+        let (tmp, store) = store();
+        store.set("K", VALUE, &[]).unwrap();
+        // Others can read it: refused, with the fix.
+        std::fs::set_permissions(store.path(), std::fs::Permissions::from_mode(0o644)).unwrap();
+        let message = store.list().unwrap_err().to_string();
+        assert!(
+            message.contains("others can read or write it (mode 644); run `chmod 600"),
+            "{message}"
+        );
+        assert!(matches!(
+            store.value("x", "K"),
+            Err(SecretUnavailable::Unreadable(_))
+        ));
+        // Attack: the file replaced by a link to one elsewhere.
+        std::fs::remove_file(store.path()).unwrap();
+        let elsewhere = tmp.path().join("elsewhere.json");
+        std::fs::write(&elsewhere, r#"{"secrets":{}}"#).unwrap();
+        std::fs::set_permissions(&elsewhere, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, store.path()).unwrap();
+        let message = store.list().unwrap_err().to_string();
+        assert!(message.contains("it is not a plain file"), "{message}");
+    }
+
+    #[test]
+    fn a_corrupt_file_is_named_by_place_never_by_content() {
+        let (_tmp, store) = store();
+        std::fs::create_dir_all(store.path().parent().unwrap()).unwrap();
+        // A value of the wrong type: serde would quote it.
+        std::fs::write(store.path(), r#"{"secrets":{"K":{"value":12345678}}}"#).unwrap();
+        std::fs::set_permissions(store.path(), std::fs::Permissions::from_mode(0o600)).unwrap();
+        let message = store.list().unwrap_err().to_string();
+        assert!(
+            message.contains("is not valid (line 1, column"),
+            "{message}"
+        );
+        assert!(!message.contains("12345678"), "{message}");
+    }
+}
