@@ -1,6 +1,7 @@
 //! Guests in other languages and what mainstream toolchains link by default
 //! (issue 13): `wasi:sockets` linked and refused, WASI preview 1's stdin as
-//! a non-blocking pipe, and the Go example.
+//! a non-blocking pipe, the Go, Python, JavaScript and C examples, and the
+//! guest libraries for Python and JavaScript.
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -11,7 +12,7 @@ use zotbox::protocol::{CommandAction, CommandResponse};
 use zotbox::{Host, HostEvent, Verdict};
 
 use crate::attack::audit_lines;
-use crate::guests::{self, Form, GO_NOTES, PY_HELLO};
+use crate::guests::{self, Form, GO_NOTES, JS_NOTES, PY_HELLO};
 use crate::support::{
     Lab, assert_response, assert_result, bounded, command, host_over, info, join_all, next_event,
     settled, tool,
@@ -803,4 +804,316 @@ fn the_python_template_builds_installs_and_answers() {
         ["extension.json", "pycount.wasm"]
     );
     crate::support::assert_template_answers(&lab, "pycount");
+}
+
+// ---------------------------------------------------------------------------
+// The JavaScript example and guest library
+
+/// The source files of the JavaScript example, relative to its folder.
+const JS_SOURCES: &[&str] = &[
+    "app.js",
+    "zotbox.js",
+    "extension.json",
+    "package.json",
+    "wit/world.wit",
+    "wit/deps/cli.wit",
+    "wit/deps/clocks.wit",
+    "wit/deps/filesystem.wit",
+    "wit/deps/io.wit",
+    "wit/deps/random.wit",
+    "wit/deps/sockets.wit",
+    "wit/deps/zot-host/types.wit",
+    "wit/deps/zot-host/fs.wit",
+    "wit/deps/zot-host/http.wit",
+    "wit/deps/zot-host/shell.wit",
+    "wit/deps/zot-host/world.wit",
+];
+
+/// The repository's folder `relative`.
+fn repo(relative: &str) -> PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(relative)
+}
+
+/// A copy of the JavaScript example's sources in `lab.dev`.
+fn js_sources(lab: &Lab) -> PathBuf {
+    let source = repo("examples/js-notes");
+    let dir = lab.dev.join(JS_NOTES);
+    for file in JS_SOURCES {
+        let target = dir.join(file);
+        std::fs::create_dir_all(target.parent().expect("a parent")).expect("folder");
+        std::fs::copy(source.join(file), &target)
+            .unwrap_or_else(|e| panic!("cannot copy `{file}`: {e}"));
+    }
+    dir
+}
+
+/// The guest libraries are one file each, copied into every extension that
+/// uses them (componentize-js and componentize-py read only the folder they
+/// build): the examples' copies are the libraries, byte for byte, and so are
+/// the WIT packages the JavaScript world names.
+#[test]
+fn the_examples_carry_the_guest_libraries_and_wit_unchanged() {
+    let same = |copy: &str, original: &str| {
+        let (a, b) = (repo(copy), repo(original));
+        assert!(
+            std::fs::read(&a).expect("the copy") == std::fs::read(&b).expect("the original"),
+            "`{copy}` differs from `{original}`: copy it again (`cp {original} {copy}`)"
+        );
+    };
+    same("examples/js-notes/zotbox.js", "guest-sdk/js/zotbox.js");
+    for file in ["types", "fs", "http", "shell", "world"] {
+        same(
+            &format!("examples/js-notes/wit/deps/zot-host/{file}.wit"),
+            &format!("wit/{file}.wit"),
+        );
+    }
+    for file in ["cli", "clocks", "filesystem", "io", "random", "sockets"] {
+        same(
+            &format!("examples/js-notes/wit/deps/{file}.wit"),
+            &format!("examples/py-hello/wit/deps/{file}.wit"),
+        );
+    }
+}
+
+/// The run-twice assertions, for the JavaScript example: a command (and its
+/// error) with a notify, a typed tool with a notify and the library's
+/// refusal of arguments that do not fit the schema, a `tool_call`
+/// intercept, and a capability call (`zot:host/fs` without a grant) that
+/// the sandbox refuses, audits, and the guest survives.
+async fn check_js_notes(lab: &Lab, host: &Host) {
+    let mut events = host.subscribe();
+    assert_response(
+        command(host, "js-note", "water the plants").await,
+        CommandResponse {
+            action: CommandAction::Display,
+            display: Some("noted: water the plants".to_owned()),
+            ..CommandResponse::default()
+        },
+    );
+    assert_eq!(
+        next_note(&mut events).await,
+        HostEvent::Notify {
+            extension: JS_NOTES.into(),
+            level: "success".into(),
+            message: "noted (1 in total)".into(),
+        }
+    );
+    assert_response(
+        command(host, "js-note", "  ").await,
+        CommandResponse {
+            error: Some("nothing to note: `/js-note TEXT`".to_owned()),
+            ..CommandResponse::default()
+        },
+    );
+
+    let berlin = tool(host, "js_weather", json!({"city": "Berlin"})).await;
+    assert_result(&berlin, false, "Berlin: 1°C, light fog (fake)");
+    assert_eq!(
+        next_note(&mut events).await,
+        HostEvent::Notify {
+            extension: JS_NOTES.into(),
+            level: "info".into(),
+            message: "looking up the weather in Berlin".into(),
+        }
+    );
+    let fahrenheit = json!({"city": "Oslo", "units": "fahrenheit"});
+    assert_result(
+        &tool(host, "js_weather", fahrenheit).await,
+        false,
+        "Oslo: 33°F, light fog (fake)",
+    );
+    for (args, problem) in [
+        (json!({}), "missing field `city`"),
+        (json!({"city": 3}), "`city` must be a string"),
+        (
+            json!({"city": "Oslo", "units": "kelvin"}),
+            "`units` must be one of `celsius`, `fahrenheit`",
+        ),
+    ] {
+        assert_result(
+            &tool(host, "js_weather", args).await,
+            true,
+            &format!("invalid arguments for tool `js_weather`: {problem}"),
+        );
+    }
+
+    let bash = |command: &str| host.intercept_tool_call("bash", json!({"command": command}));
+    assert_eq!(
+        bounded("rm -rf /", bash("rm -rf /")).await,
+        zotbox::Decision {
+            verdict: Verdict::Block {
+                reason: "refused by js-notes: `rm -rf /` deletes the whole filesystem".to_owned()
+            },
+            decided_by: vec![JS_NOTES.to_owned()],
+        }
+    );
+    assert_eq!(
+        bounded("ls", bash("ls")).await,
+        zotbox::Decision {
+            verdict: Verdict::Allow,
+            decided_by: Vec::new(),
+        }
+    );
+
+    std::fs::write(lab.workspace.join("secret.txt"), "s3cret").expect("a workspace file");
+    let read = tool(host, "js_read_file", json!({"path": "secret.txt"})).await;
+    assert_result(
+        &read,
+        true,
+        "cannot read: fs-read `secret.txt` refused: not within the granted read paths \
+         (granted: none)",
+    );
+    let denials: Vec<(String, String)> = audit_lines(lab)
+        .into_iter()
+        .filter(|line| line["capability"] == "fs-read")
+        .map(|line| {
+            let field = |key: &str| line[key].as_str().unwrap_or_default().to_owned();
+            (field("extension"), field("decision"))
+        })
+        .collect();
+    assert_eq!(denials, [(JS_NOTES.to_owned(), "deny".to_owned())]);
+    assert_eq!(info(host, JS_NOTES).state, ExtensionState::Ready);
+}
+
+/// Starts a host over the JavaScript extension folder `dir`.
+async fn js_host(lab: &Lab, dir: &std::path::Path) -> Host {
+    // A 12 MiB component: a debug build compiles it for tens of seconds,
+    // more on a loaded machine. A bound for hangs, not a measure.
+    let builder = lab
+        .builder()
+        .restart_policy(RestartPolicy::never())
+        .extension(dir);
+    let host = tokio::time::timeout(std::time::Duration::from_secs(600), builder.build())
+        .await
+        .expect("the JavaScript example started within 600 s")
+        .expect("build");
+    let entry = info(&host, JS_NOTES);
+    assert_eq!(entry.state, ExtensionState::Ready, "{entry:#?}");
+    assert_eq!(entry.kind, "wasm", "{entry:#?}");
+    assert_eq!(entry.intercepts, ["tool_call"]);
+    host
+}
+
+/// The JavaScript example, a componentize-js component (which imports
+/// `wasi:http` whether or not it uses it), loads and passes the run-twice
+/// assertions.
+///
+/// Ignored by default for the reason the Python example's test is; CI
+/// runs it on its own (`langs::the_js`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a 12 MiB component: run on its own with --ignored"]
+async fn the_js_example_answers_a_command_a_tool_an_intercept_and_a_refusal() {
+    let Some(wasm) = guests::js_notes() else {
+        return;
+    };
+    let lab = Lab::new();
+    let dir = guests::wasm_folder(&lab.dev, JS_NOTES, wasm, None);
+    let host = js_host(&lab, &dir).await;
+    check_js_notes(&lab, &host).await;
+    host.shutdown().await;
+}
+
+/// `zotbox ext build` on a folder with `package.json`: without
+/// componentize-js on `PATH` (nor in the folder's `node_modules`), the error
+/// names the one npm command that installs it and nothing is written.
+#[test]
+fn ext_build_of_a_js_extension_without_componentize_js_names_the_npm_command() {
+    let lab = Lab::new();
+    let dir = js_sources(&lab);
+    let empty = lab.dev.join("empty-path");
+    std::fs::create_dir_all(&empty).expect("folder");
+    let run = ext_build(&lab, &dir, empty.as_os_str());
+    run.expect_code(1);
+    assert_eq!(
+        run.stderr.trim_end(),
+        "error: `componentize-js` is not installed (it builds JavaScript extensions); install \
+         it with `npm install -g @bytecodealliance/componentize-js@0.23.0` and retry",
+        "{run:#?}"
+    );
+    assert!(!dir.join("js-notes.wasm").exists());
+    assert!(!dir.join("target").exists());
+}
+
+/// `zotbox ext build` on a copy of the JavaScript example, offline (no
+/// network namespace is needed: nothing it runs downloads), writes the
+/// component the manifest names, precompiled; the built extension then
+/// passes the run-twice assertions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a 12 MiB component: run on its own with --ignored"]
+async fn the_js_example_builds_with_ext_build_and_answers() {
+    let Some(tool) = guests::js_toolchain() else {
+        return;
+    };
+    let lab = Lab::new();
+    let dir = js_sources(&lab);
+    let mut path = std::ffi::OsString::from(tool.parent().expect("its folder"));
+    path.push(":");
+    path.push(std::env::var_os("PATH").unwrap_or_default());
+    let run = ext_build(&lab, &dir, &path);
+    run.expect_code(0);
+    let wasm = dir.join("js-notes.wasm");
+    let size = std::fs::metadata(&wasm).expect("the built component").len();
+    let built = format!(
+        "built `js-notes` → {} ({} KiB, precompiled) in ",
+        wasm.display(),
+        size / 1024
+    );
+    assert!(
+        run.stdout.starts_with(&built) && run.stdout.ends_with(" s\n"),
+        "{run:#?}"
+    );
+    let bytes = std::fs::read(&wasm).expect("the built component");
+    assert_eq!(&bytes[..8], b"\0asm\x0d\0\x01\0", "a component");
+    let host = js_host(&lab, &dir).await;
+    check_js_notes(&lab, &host).await;
+    host.shutdown().await;
+}
+
+// ---------------------------------------------------------------------------
+// The C example's Makefile
+
+/// `zotbox ext build` on a copy of the C example runs its Makefile's `wasm`
+/// target and writes the core module the manifest names, precompiled. The
+/// folder also holds a `package.json` (a JavaScript folder, by the files):
+/// the manifest's `language: c` wins.
+#[test]
+fn ext_build_of_the_c_example_runs_its_makefile_and_the_manifests_language_wins() {
+    if guests::c_shout().is_none() {
+        return;
+    }
+    let lab = Lab::new();
+    let source = repo("examples/c-shout");
+    let dir = lab.dev.join(guests::C_SHOUT);
+    std::fs::create_dir_all(&dir).expect("folder");
+    for file in ["extension.json", "Makefile", "shout.c"] {
+        std::fs::copy(source.join(file), dir.join(file)).expect("copy a source file");
+    }
+    std::fs::write(dir.join("package.json"), "{}").expect("package.json");
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let run = ext_build(&lab, &dir, &path);
+    run.expect_code(0);
+    let wasm = dir.join("shout.wasm");
+    let size = std::fs::metadata(&wasm).expect("the built module").len();
+    let built = format!(
+        "built `c-shout` → {} ({} KiB, precompiled) in ",
+        wasm.display(),
+        size / 1024
+    );
+    assert!(
+        run.stdout.starts_with(&built) && run.stdout.ends_with(" s\n"),
+        "{run:#?}"
+    );
+    let bytes = std::fs::read(&wasm).expect("the built module");
+    assert_eq!(&bytes[..8], b"\0asm\x01\0\0\0", "a core module");
+    let run = lab.zotbox(&[
+        "--ext",
+        &dir.display().to_string(),
+        "call",
+        "shout",
+        r#"{"text":"hi"}"#,
+    ]);
+    run.expect_code(0);
+    assert_eq!(run.stdout, "HI\n", "{run:#?}");
 }
