@@ -708,15 +708,18 @@ fn ext_build_of_a_go_module_writes_the_wasip1_module_the_manifest_names() {
 // The Python example
 
 /// The Python example, a componentize-py component (which imports
-/// `wasi:sockets` whether or not it uses it), loads and answers: a command,
-/// a tool with arguments (and a refusal of bad ones), a notify.
+/// `wasi:sockets` whether or not it uses it) written with the guest
+/// library, loads and passes the run-twice assertions: a command, a typed
+/// tool (and the library's refusal of bad arguments), a notify, a
+/// `tool_call` intercept, and a capability call (`zot:host/fs` without a
+/// grant) refused, audited and survived.
 ///
 /// Ignored by default: compiling the component takes every core for tens
 /// of seconds and starves the other tests' 15 s start bounds. Run it on
 /// its own: `cargo test --workspace --test e2e -- langs::the_python --ignored`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "an 18 MiB component: run on its own with --ignored"]
-async fn the_python_example_loads_and_answers_a_command_and_a_tool() {
+async fn the_python_example_answers_a_command_a_tool_an_intercept_and_a_refusal() {
     let Some(wasm) = guests::py_hello() else {
         return;
     };
@@ -761,7 +764,70 @@ async fn the_python_example_loads_and_answers_a_command_and_a_tool() {
         true,
         "invalid arguments for tool `py_greet`: `name` must be a string",
     );
+    assert_result(
+        &tool(&host, "py_greet", json!({})).await,
+        true,
+        "invalid arguments for tool `py_greet`: missing field `name`",
+    );
+    let bash = |command: &str| host.intercept_tool_call("bash", json!({"command": command}));
+    assert_eq!(
+        bounded("rm -rf /", bash("rm -rf /")).await,
+        zotbox::Decision {
+            verdict: Verdict::Block {
+                reason: "refused by py-hello: `rm -rf /` deletes the whole filesystem".to_owned()
+            },
+            decided_by: vec![PY_HELLO.to_owned()],
+        }
+    );
+    assert_eq!(bounded("ls", bash("ls")).await.verdict, Verdict::Allow);
+    assert_capability_refused(&lab, &host, PY_HELLO, "py_read_file").await;
     host.shutdown().await;
+}
+
+/// Tool `read_tool` of extension `name` reads a workspace file through
+/// `zot:host/fs` without a `read` grant: the sandbox refuses it (the tool
+/// says so), the audit log holds one `fs-read` denial, and the guest goes on.
+async fn assert_capability_refused(lab: &Lab, host: &Host, name: &str, read_tool: &str) {
+    std::fs::write(lab.workspace.join("secret.txt"), "s3cret").expect("a workspace file");
+    let read = tool(host, read_tool, json!({"path": "secret.txt"})).await;
+    assert_result(
+        &read,
+        true,
+        "cannot read: fs-read `secret.txt` refused: not within the granted read paths \
+         (granted: none)",
+    );
+    let denials: Vec<(String, String, String)> = audit_lines(lab)
+        .into_iter()
+        .filter(|line| line["capability"] == "fs-read")
+        .map(|line| {
+            let field = |key: &str| line[key].as_str().unwrap_or_default().to_owned();
+            (field("extension"), field("subject"), field("decision"))
+        })
+        .collect();
+    assert_eq!(
+        denials,
+        [(name.to_owned(), "secret.txt".to_owned(), "deny".to_owned())]
+    );
+    assert_eq!(info(host, name).state, ExtensionState::Ready);
+}
+
+/// The Python guest library's own tests (`guest-sdk/python/test_zotbox.py`:
+/// frames in, frames out) pass under a plain `python3`; skipped without one.
+#[test]
+fn the_python_guest_library_passes_its_tests() {
+    let Some(python) = zotbox::build::find_program(std::path::Path::new("python3")) else {
+        eprintln!("note: skipping the Python guest library's tests: no `python3` on PATH");
+        return;
+    };
+    let output = std::process::Command::new(python)
+        .args(["-m", "unittest", "discover", "-s"])
+        .arg(repo("guest-sdk/python"))
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .output()
+        .expect("run python3");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stderr.contains("\nOK"), "{stderr}");
 }
 
 /// `zotbox new --lang python`, as a new author would use it: build with
@@ -783,8 +849,8 @@ fn the_python_template_builds_installs_and_answers() {
     run.expect_code(0);
     assert!(
         run.stdout.starts_with(&format!(
-            "created `pycount` (python) in {shown}: app.py, extension.json, README.md, \
-             .gitignore, wit/world.wit, wit/deps/cli.wit"
+            "created `pycount` (python) in {shown}: app.py, zotbox.py, extension.json, \
+             README.md, .gitignore, wit/world.wit, wit/deps/cli.wit"
         )),
         "{run:#?}"
     );
@@ -803,7 +869,30 @@ fn the_python_template_builds_installs_and_answers() {
             .collect::<Vec<_>>(),
         ["extension.json", "pycount.wasm"]
     );
-    crate::support::assert_template_answers(&lab, "pycount");
+    // The shared checks, except that the guest library names a missing
+    // field as missing (Go's template calls it not a string).
+    let run = lab.zotbox(&["call", "count_words", r#"{"text": "one two three"}"#]);
+    run.expect_code(0);
+    assert_eq!(run.stdout, "3\n");
+    for (args, problem) in [
+        ("{}", "missing field `text`"),
+        (r#"{"text": 3}"#, "`text` must be a string"),
+    ] {
+        let run = lab.zotbox(&["call", "count_words", args]);
+        run.expect_code(3);
+        assert_eq!(
+            run.stdout,
+            format!("invalid arguments for tool `count_words`: {problem}\n")
+        );
+    }
+    let run = lab.zotbox(&["command", "pycount", "Ada"]);
+    run.expect_code(0);
+    assert_eq!(run.stdout, "display: hello, Ada, from pycount\n");
+    let run = lab.zotbox(&["check", "bash", r#"{"command": "rm -rf /"}"#]);
+    assert!(
+        run.stdout.contains("pycount: `rm -rf /` is not run here"),
+        "{run:#?}"
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -863,11 +952,14 @@ fn the_examples_carry_the_guest_libraries_and_wit_unchanged() {
         );
     };
     same("examples/js-notes/zotbox.js", "guest-sdk/js/zotbox.js");
+    same("examples/py-hello/zotbox.py", "guest-sdk/python/zotbox.py");
     for file in ["types", "fs", "http", "shell", "world"] {
-        same(
-            &format!("examples/js-notes/wit/deps/zot-host/{file}.wit"),
-            &format!("wit/{file}.wit"),
-        );
+        for example in ["js-notes", "py-hello"] {
+            same(
+                &format!("examples/{example}/wit/deps/zot-host/{file}.wit"),
+                &format!("wit/{file}.wit"),
+            );
+        }
     }
     for file in ["cli", "clocks", "filesystem", "io", "random", "sockets"] {
         same(
@@ -957,24 +1049,7 @@ async fn check_js_notes(lab: &Lab, host: &Host) {
         }
     );
 
-    std::fs::write(lab.workspace.join("secret.txt"), "s3cret").expect("a workspace file");
-    let read = tool(host, "js_read_file", json!({"path": "secret.txt"})).await;
-    assert_result(
-        &read,
-        true,
-        "cannot read: fs-read `secret.txt` refused: not within the granted read paths \
-         (granted: none)",
-    );
-    let denials: Vec<(String, String)> = audit_lines(lab)
-        .into_iter()
-        .filter(|line| line["capability"] == "fs-read")
-        .map(|line| {
-            let field = |key: &str| line[key].as_str().unwrap_or_default().to_owned();
-            (field("extension"), field("decision"))
-        })
-        .collect();
-    assert_eq!(denials, [(JS_NOTES.to_owned(), "deny".to_owned())]);
-    assert_eq!(info(host, JS_NOTES).state, ExtensionState::Ready);
+    assert_capability_refused(lab, host, JS_NOTES, "js_read_file").await;
 }
 
 /// Starts a host over the JavaScript extension folder `dir`.
