@@ -1182,6 +1182,16 @@ fn ext_build_of_the_c_example_runs_its_makefile_and_the_manifests_language_wins(
     );
     let bytes = std::fs::read(&wasm).expect("the built module");
     assert_eq!(&bytes[..8], b"\0asm\x01\0\0\0", "a core module");
+    // make runs the Makefile's commands outside the sandbox: said once.
+    let notice = format!(
+        "note: building `{}` runs the commands of its Makefile with your permissions (not in \
+         the sandbox); build only code you trust",
+        std::fs::canonicalize(&dir).expect("the folder").display()
+    );
+    assert!(run.stderr.contains(&notice), "{run:#?}");
+    let again = ext_build(&lab, &dir, &path);
+    again.expect_code(0);
+    assert!(!again.stderr.contains("note: building"), "{again:#?}");
     let run = lab.zotbox(&[
         "--ext",
         &dir.display().to_string(),
