@@ -55,7 +55,10 @@ import * as hostFs from 'zot:host/fs@0.1.0';
 import * as hostHttp from 'zot:host/http@0.1.0';
 import * as hostShell from 'zot:host/shell@0.1.0';
 
-/** The largest frame read from the host (as the Rust SDK): 4 MiB. */
+/**
+ * The largest frame read from the host, counted in UTF-16 units (never more
+ * than its UTF-8 bytes): 4 Mi, as the Rust SDK's 4 MiB and the host's cap.
+ */
 const MAX_FRAME = 4 * 1024 * 1024;
 /** `blocking-write-and-flush` takes at most 4096 bytes per call. */
 const WRITE_CHUNK = 4096;
@@ -519,6 +522,9 @@ export class Extension {
     for (const frame of this.registration()) ctx._send(frame);
     const decoder = new TextDecoder();
     let pending = '';
+    // Where the search for a newline goes on: a long frame arriving in many
+    // chunks is scanned once, not once per chunk.
+    let scanned = 0;
     let skipping = false;
     for (;;) {
       const chunk = read();
@@ -528,19 +534,26 @@ export class Extension {
       }
       pending += decoder.decode(chunk, { stream: true });
       let newline;
-      while ((newline = pending.indexOf('\n')) >= 0) {
+      while ((newline = pending.indexOf('\n', scanned)) >= 0) {
         const line = pending.slice(0, newline);
         pending = pending.slice(newline + 1);
+        scanned = 0;
         if (skipping) {
           skipping = false;
           continue;
         }
+        if (line.length > MAX_FRAME) {
+          this.answerUnreadable(ctx, line, `a frame over the ${MAX_FRAME}-byte cap`);
+          continue;
+        }
         if (this.handleLine(ctx, line) === 'stop') return;
       }
+      scanned = pending.length;
       if (pending.length > MAX_FRAME) {
         // Answer what can be answered from its start, then drop the rest.
         this.answerUnreadable(ctx, pending, `a frame over the ${MAX_FRAME}-byte cap`);
         pending = '';
+        scanned = 0;
         skipping = true;
       }
     }

@@ -1090,6 +1090,29 @@ async fn the_js_example_answers_a_command_a_tool_an_intercept_and_a_refusal() {
     host.shutdown().await;
 }
 
+/// The JavaScript guest library's own tests (`guest-sdk/js/test`: frames
+/// in, frames out, with the WASI and `zot:host` imports stubbed by module
+/// hooks) pass under a plain `node`; skipped without one.
+#[test]
+fn the_js_guest_library_passes_its_tests() {
+    let Some(node) = zotbox::build::find_program(std::path::Path::new("node")) else {
+        eprintln!("note: skipping the JavaScript guest library's tests: no `node` on PATH");
+        return;
+    };
+    let output = std::process::Command::new(node)
+        .args(["--import", "./register.mjs", "--test", "zotbox.test.mjs"])
+        .current_dir(repo("guest-sdk/js/test"))
+        .output()
+        .expect("run node");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("\n# fail 0\n"), "{stdout}");
+}
+
 /// `zotbox ext build` on a folder with `package.json`: without
 /// componentize-js on `PATH` (nor in the folder's `node_modules`), the error
 /// names the one npm command that installs it and nothing is written.
