@@ -782,11 +782,13 @@ async fn the_python_example_answers_a_command_a_tool_an_intercept_and_a_refusal(
     assert_eq!(bounded("ls", bash("ls")).await.verdict, Verdict::Allow);
     assert_capability_refused(&lab, &host, PY_HELLO, "py_read_file").await;
     host.shutdown().await;
+    assert_read_denial_audited(&lab, PY_HELLO);
 }
 
 /// Tool `read_tool` of extension `name` reads a workspace file through
 /// `zot:host/fs` without a `read` grant: the sandbox refuses it (the tool
-/// says so), the audit log holds one `fs-read` denial, and the guest goes on.
+/// says so) and the guest goes on. [`assert_read_denial_audited`] checks the
+/// audit log once the host has shut down (its records are then written).
 async fn assert_capability_refused(lab: &Lab, host: &Host, name: &str, read_tool: &str) {
     std::fs::write(lab.workspace.join("secret.txt"), "s3cret").expect("a workspace file");
     let read = tool(host, read_tool, json!({"path": "secret.txt"})).await;
@@ -796,6 +798,12 @@ async fn assert_capability_refused(lab: &Lab, host: &Host, name: &str, read_tool
         "cannot read: fs-read `secret.txt` refused: not within the granted read paths \
          (granted: none)",
     );
+    assert_eq!(info(host, name).state, ExtensionState::Ready);
+}
+
+/// The audit log holds exactly one `fs-read` record: extension `name`'s
+/// denied read of `secret.txt`.
+fn assert_read_denial_audited(lab: &Lab, name: &str) {
     let denials: Vec<(String, String, String)> = audit_lines(lab)
         .into_iter()
         .filter(|line| line["capability"] == "fs-read")
@@ -808,7 +816,6 @@ async fn assert_capability_refused(lab: &Lab, host: &Host, name: &str, read_tool
         denials,
         [(name.to_owned(), "secret.txt".to_owned(), "deny".to_owned())]
     );
-    assert_eq!(info(host, name).state, ExtensionState::Ready);
 }
 
 /// The Python guest library's own tests (`guest-sdk/python/test_zotbox.py`:
@@ -1088,6 +1095,7 @@ async fn the_js_example_answers_a_command_a_tool_an_intercept_and_a_refusal() {
     let host = js_host(&lab, &dir).await;
     check_js_notes(&lab, &host).await;
     host.shutdown().await;
+    assert_read_denial_audited(&lab, JS_NOTES);
 }
 
 /// The JavaScript guest library's own tests (`guest-sdk/js/test`: frames
@@ -1167,6 +1175,7 @@ async fn the_js_example_builds_with_ext_build_and_answers() {
     let host = js_host(&lab, &dir).await;
     check_js_notes(&lab, &host).await;
     host.shutdown().await;
+    assert_read_denial_audited(&lab, JS_NOTES);
 }
 
 // ---------------------------------------------------------------------------
