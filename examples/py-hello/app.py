@@ -1,66 +1,51 @@
 """py-hello: a zot extension in Python, built into a WASI component.
 
-It speaks the protocol directly (newline-delimited JSON on stdin and
-stdout): a slash command (/py-hello), a tool with arguments (py_greet)
-and a notify.
+It uses zotbox's guest library (`zotbox.py`, a copy of
+guest-sdk/python/zotbox.py) and shows each thing an extension does: a slash
+command (/py-hello), a typed tool (py_greet) with a notify, a tool_call
+intercept (refusing `rm -rf /`), and a capability call (py_read_file) that
+the sandbox refuses unless the manifest asks for `read` and the policy
+grants it.
 
 Build (what `zotbox ext build` runs): componentize-py -d wit componentize app -o py-hello.wasm
 """
 
-import json
-import sys
-
 from wit_world import exports
 
+from zotbox import CapabilityError, Extension, Level, Response, ToolOutput, Verdict, read_file, schema
 
-def emit(frame):
-    sys.stdout.write(json.dumps(frame) + "\n")
-    sys.stdout.flush()
-
-
-def text(call_id, message, is_error=False):
-    frame = {"type": "tool_result", "id": call_id, "content": [{"type": "text", "text": message}]}
-    if is_error:
-        frame["is_error"] = True
-    return frame
+extension = Extension("py-hello", "1.0.0")
 
 
-def command(frame):
-    who = (frame.get("args") or "").strip() or "the user"
-    emit({"type": "command_response", "id": frame["id"], "action": "prompt",
-          "prompt": f"Say hello to {who} in one short sentence."})
+@extension.command("py-hello", "say hello (Python)")
+def hello(ctx, args):
+    who = args.strip() or "the user"
+    return Response.prompt(f"Say hello to {who} in one short sentence.")
 
 
-def tool(frame):
-    args = frame.get("args") or {}
-    name = args.get("name")
-    if not isinstance(name, str):
-        emit(text(frame["id"], "invalid arguments for tool `py_greet`: `name` must be a string", True))
-        return
-    emit({"type": "notify", "level": "info", "message": f"greeting {name}"})
-    emit(text(frame["id"], f"hello, {name} (from Python)"))
+@extension.tool("py_greet", "Greet someone by name.",
+                schema.object({"name": schema.string("who to greet")}, ["name"]))
+def greet(ctx, args):
+    ctx.notify(Level.INFO, f"greeting {args['name']}")
+    return ToolOutput.text(f"hello, {args['name']} (from Python)")
+
+
+@extension.tool("py_read_file", "Read a file of the workspace (needs a `read` grant).",
+                schema.object({"path": schema.string("a path in the workspace")}, ["path"]))
+def read(ctx, args):
+    try:
+        return ToolOutput.text(f"read {len(read_file(args['path']))} bytes")
+    except CapabilityError as error:
+        return ToolOutput.error(f"cannot read: {error}")
+
+
+@extension.intercept_tool_call
+def guard(ctx, tool, args):
+    if tool == "bash" and str(args.get("command", "")).strip() == "rm -rf /":
+        return Verdict.block("refused by py-hello: `rm -rf /` deletes the whole filesystem")
+    return Verdict.allow()
 
 
 class Run(exports.Run):
     def run(self) -> None:
-        emit({"type": "hello", "name": "py-hello", "version": "1.0.0",
-              "capabilities": ["commands", "tools"]})
-        emit({"type": "register_command", "name": "py-hello", "description": "say hello (Python)"})
-        emit({"type": "register_tool", "name": "py_greet", "description": "Greet someone by name.",
-              "schema": {"type": "object", "properties": {"name": {"type": "string"}},
-                         "required": ["name"]}})
-        emit({"type": "ready"})
-        for line in sys.stdin:
-            if not line.strip():
-                continue
-            frame = json.loads(line)
-            kind = frame.get("type")
-            if kind == "command_invoked" and frame.get("name") == "py-hello":
-                command(frame)
-            elif kind == "tool_call" and frame.get("name") == "py_greet":
-                tool(frame)
-            elif kind == "tool_call":
-                emit(text(frame["id"], f"unknown tool `{frame.get('name')}`", True))
-            elif kind == "shutdown":
-                emit({"type": "shutdown_ack"})
-                return
+        extension.run()

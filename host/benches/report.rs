@@ -17,7 +17,12 @@
 //!   `http` tool against a loopback HTTPS server vs a direct reqwest call;
 //! - a shell command run confined by the kernel (Landlock, user, mount, PID
 //!   and network namespaces, private HOME) vs the same command spawned
-//!   unconfined, by `execve` and with `sh -c`.
+//!   unconfined, by `execve` and with `sh -c`;
+//! - per guest language (C, Go, Python, JavaScript), its example's first
+//!   compile, start to ready, cached start (a load from the disk cache) and
+//!   tool round trip p50, side by side with the Rust example `weather` (in
+//!   the "native / direct" column); a language whose toolchain is missing
+//!   is reported as skipped, with the command that installs it.
 //!
 //! Each figure is a median (or a percentile) over many runs, measured with
 //! its own warm-up; the machine's load shows in absolutes, so read ratios.
@@ -32,7 +37,9 @@ use serde_json::json;
 use tokio::sync::broadcast;
 use zotbox::Host;
 use zotbox::Launcher;
-use zotbox::build::{CargoBuild, GUEST_TARGET};
+use zotbox::build::{
+    CargoBuild, GUEST_TARGET, GoBuild, JsBuild, MakeBuild, PyBuild, ToolchainError, find_program,
+};
 use zotbox::home::ZotHome;
 use zotbox::internals::{Session, SessionConfig, WasmRuntime};
 use zotbox::manifest::Manifest;
@@ -83,7 +90,22 @@ struct Fixture {
     /// native build.
     example_dir: PathBuf,
     example_native: PathBuf,
+    /// The Rust example the other languages are compared with.
+    rust_example: LanguageGuest,
 }
+
+/// One language's example, ready to run, and the tool call measured.
+struct LanguageGuest {
+    language: &'static str,
+    manifest: Manifest,
+    wasm: PathBuf,
+    tool: &'static str,
+    args: serde_json::Value,
+}
+
+/// The Rust example compared with the other languages: it has a tool with
+/// one notify per call, as theirs (but C's) have.
+const RUST_EXAMPLE: &str = "weather";
 
 /// The example guest: what the path zot users take is measured with (it
 /// imports nothing but WASI, so the wasmtime CLI runs it too).
@@ -101,6 +123,7 @@ fn fixture() -> Result<Fixture> {
         packages: vec![
             format!("zotbox-test-{GUEST}"),
             format!("zotbox-example-{EXAMPLE}"),
+            format!("zotbox-example-{RUST_EXAMPLE}"),
         ],
         target: target.map(str::to_owned),
         target_dir: Some(target_dir.clone()),
@@ -136,7 +159,19 @@ fn fixture() -> Result<Fixture> {
         example_dir.join("extension.json"),
         json!({"name": EXAMPLE, "wasm": format!("./{EXAMPLE}.wasm")}).to_string(),
     )?;
+    let rust_wasm = wasm_bins
+        .remove(RUST_EXAMPLE)
+        .ok_or("no wasm build of the Rust example")?;
+    let rust_example = language_guest(
+        tmp.path(),
+        "Rust",
+        RUST_EXAMPLE,
+        &rust_wasm,
+        "weather",
+        json!({"city": "Berlin"}),
+    )?;
     Ok(Fixture {
+        rust_example,
         home: ZotHome::new(tmp.path().join("home")),
         wasm: Manifest::load(&wasm_dir.join("extension.json"))?,
         native: Manifest::load(&native_dir.join("extension.json"))?,
@@ -206,14 +241,23 @@ async fn round_trips(
 }
 
 async fn measure_round_trips(session: Session, calls: usize) -> Result<(Duration, Duration)> {
-    let args = json!({"text": "ping"});
-    for _ in 0..1000 {
-        session.call_tool("echo", args.clone(), None).await?;
+    measure_round_trips_of(session, "echo", json!({"text": "ping"}), calls, 1000).await
+}
+
+async fn measure_round_trips_of(
+    session: Session,
+    tool: &str,
+    args: serde_json::Value,
+    calls: usize,
+    warm_up: usize,
+) -> Result<(Duration, Duration)> {
+    for _ in 0..warm_up {
+        session.call_tool(tool, args.clone(), None).await?;
     }
     let mut samples = Vec::with_capacity(calls);
     for _ in 0..calls {
         let begun = Instant::now();
-        session.call_tool("echo", args.clone(), None).await?;
+        session.call_tool(tool, args.clone(), None).await?;
         samples.push(begun.elapsed());
     }
     session.shutdown().await;
@@ -904,6 +948,211 @@ fn shared_host_pid(zotbox: &Path, home: &Path) -> Option<u32> {
         .and_then(|pid| u32::try_from(pid).ok())
 }
 
+// ---------------------------------------------------------------------------
+// Guest languages
+
+/// Writes `<base>/<name>/` with a copy of `wasm` and a manifest naming it.
+fn language_guest(
+    base: &Path,
+    language: &'static str,
+    name: &str,
+    wasm: &Path,
+    tool: &'static str,
+    args: serde_json::Value,
+) -> Result<LanguageGuest> {
+    let dir = base.join("languages").join(name);
+    std::fs::create_dir_all(&dir)?;
+    let file = dir.join(format!("{name}.wasm"));
+    std::fs::copy(wasm, &file)?;
+    std::fs::write(
+        dir.join("extension.json"),
+        json!({"name": name, "wasm": format!("./{name}.wasm")}).to_string(),
+    )?;
+    Ok(LanguageGuest {
+        language,
+        manifest: Manifest::load(&dir.join("extension.json"))?,
+        wasm: file,
+        tool,
+        args,
+    })
+}
+
+/// Builds the examples in C, Go, Python and JavaScript with the builders
+/// `zotbox ext build` uses: each is ready, or skipped with the reason.
+fn language_guests(base: &Path) -> Vec<std::result::Result<LanguageGuest, (&'static str, String)>> {
+    let root = workspace_root();
+    let examples = root.join("examples");
+    let out = root.join("target/bench-guests/languages");
+    let output = |name: &str| out.join(name).join(format!("{name}.wasm"));
+    type Build = Box<dyn Fn() -> std::result::Result<PathBuf, ToolchainError>>;
+    let builds: Vec<(
+        &'static str,
+        &'static str,
+        &'static str,
+        serde_json::Value,
+        Build,
+    )> = vec![
+        (
+            "C",
+            "c-shout",
+            "shout",
+            json!({"text": "ping"}),
+            Box::new({
+                let mut build = MakeBuild::guest(&examples.join("c-shout"), "c-shout");
+                build.output = output("c-shout");
+                move || build.run()
+            }),
+        ),
+        (
+            "Go",
+            "go-notes",
+            "go_weather",
+            json!({"city": "Berlin"}),
+            Box::new({
+                let mut build = GoBuild::guest(&examples.join("go-notes"), "go-notes");
+                build.output = output("go-notes");
+                move || build.run()
+            }),
+        ),
+        (
+            "Python",
+            "py-hello",
+            "py_greet",
+            json!({"name": "Ada"}),
+            Box::new({
+                let mut build = PyBuild::guest(&examples.join("py-hello"), "py-hello");
+                build.output = output("py-hello");
+                move || build.run()
+            }),
+        ),
+        (
+            "JavaScript",
+            "js-notes",
+            "js_weather",
+            json!({"city": "Oslo"}),
+            Box::new({
+                let mut build = JsBuild::guest(&examples.join("js-notes"), "js-notes");
+                build.output = output("js-notes");
+                // Where CI installs it, when it is not on PATH.
+                let checkout = root.join("target/js-toolchain/node_modules/.bin/componentize-js");
+                if find_program(&build.tool).is_none() && checkout.is_file() {
+                    build.tool = checkout;
+                }
+                move || build.run()
+            }),
+        ),
+    ];
+    builds
+        .into_iter()
+        .map(|(language, name, tool, args, build)| {
+            eprintln!("building the {language} example `{name}`…");
+            let wasm = match build() {
+                Ok(wasm) => wasm,
+                Err(ToolchainError::Missing { tool, install, .. }) => {
+                    return Err((language, format!("skipped: no `{tool}` (`{install}`)")));
+                }
+                Err(err) => return Err((language, format!("skipped: {err}"))),
+            };
+            language_guest(base, language, name, &wasm, tool, args)
+                .map_err(|err| (language, format!("skipped: {err}")))
+        })
+        .collect()
+}
+
+/// What one language's example measures.
+struct LanguageFigures {
+    compile: Duration,
+    start: Duration,
+    cached: Duration,
+    round_trip: Duration,
+}
+
+async fn language_figures(
+    home: &ZotHome,
+    guest: &LanguageGuest,
+    scale: &Scale,
+) -> Result<LanguageFigures> {
+    let name = guest.manifest.name().to_owned();
+    let cache = home.cache_dir();
+    let begun = Instant::now();
+    WasmRuntime::new(Some(cache.clone()))?.prepare(&name, &guest.wasm)?;
+    let compile = begun.elapsed();
+    let mut loads = Vec::new();
+    for _ in 0..scale.starts.min(10) {
+        let runtime = WasmRuntime::new(Some(cache.clone()))?;
+        let begun = Instant::now();
+        runtime.prepare(&name, &guest.wasm)?;
+        loads.push(begun.elapsed());
+    }
+    let launcher = Launcher::new(home.clone());
+    let ready = start_to_ready(&launcher, &guest.manifest, scale).await?;
+    let session = start(&launcher, &guest.manifest).await?;
+    let (tool, args, calls) = (guest.tool, guest.args.clone(), scale.calls / 3);
+    let (round_trip, _) =
+        tokio::spawn(async move { measure_round_trips_of(session, tool, args, calls, 200).await })
+            .await??;
+    Ok(LanguageFigures {
+        compile,
+        start: ready,
+        cached: percentile(&mut loads, 50.0),
+        round_trip,
+    })
+}
+
+/// The rows of every language, the Rust example's figure beside each.
+async fn language_rows(fixture: &Fixture, scale: &Scale) -> Result<Vec<[String; 4]>> {
+    let home = ZotHome::new(fixture.tmp.path().join("languages-home"));
+    let rust = language_figures(&home, &fixture.rust_example, scale).await?;
+    let mut rows = Vec::new();
+    for guest in language_guests(fixture.tmp.path()) {
+        let guest = match guest {
+            Ok(guest) => guest,
+            Err((language, why)) => {
+                rows.push([format!("{language} example"), why, "-".into(), "-".into()]);
+                continue;
+            }
+        };
+        eprintln!("the {} example…", guest.language);
+        let figures = language_figures(&home, &guest, scale).await?;
+        let label = format!(
+            "{} (`{}`, {} KiB) vs Rust (`{RUST_EXAMPLE}`)",
+            guest.language,
+            guest.manifest.name(),
+            std::fs::metadata(&guest.wasm)?.len() / 1024
+        );
+        for (what, figure, rust, unit) in [
+            (
+                "first compile (no cache)",
+                figures.compile,
+                rust.compile,
+                "ms",
+            ),
+            ("start to ready (median)", figures.start, rust.start, "ms"),
+            (
+                "cached start: load from the disk cache (median)",
+                figures.cached,
+                rust.cached,
+                "ms",
+            ),
+            (
+                &format!("tool round trip p50 (`{}`)", guest.tool),
+                figures.round_trip,
+                rust.round_trip,
+                "µs",
+            ),
+        ] {
+            let show = if unit == "ms" { millis } else { micros };
+            rows.push([
+                format!("{label}: {what}"),
+                show(figure),
+                show(rust),
+                dur_ratio(figure, rust),
+            ]);
+        }
+    }
+    Ok(rows)
+}
+
 fn micros(d: Duration) -> String {
     format!("{:.1} µs", d.as_secs_f64() * 1e6)
 }
@@ -1106,11 +1355,16 @@ fn main() -> Result<()> {
     })?;
     eprintln!("the path zot users take…");
     rows.extend(zot_rows(&fixture, &scale)?);
+<<<<<<< HEAD
     // The shared host the zot rows started: stopped with the report.
     let _ = std::process::Command::new(env!("CARGO_BIN_EXE_zotbox"))
         .args(["host", "stop"])
         .env("ZOT_HOME", fixture.home.root())
         .output();
+=======
+    eprintln!("guest languages…");
+    rows.extend(runtime.block_on(language_rows(&fixture, &scale))?);
+>>>>>>> langs
     println!("\n| measure | zotbox (wasm) | native / direct | ratio |\n|---|---:|---:|---:|");
     for [name, wasm, native, ratio] in rows {
         println!("| {name} | {wasm} | {native} | {ratio} |");

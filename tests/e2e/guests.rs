@@ -16,7 +16,10 @@ use std::sync::OnceLock;
 use std::time::Instant;
 
 use serde_json::{Value, json};
-use zotbox::build::{CargoBuild, GO_INSTALL, GUEST_TARGET, GoBuild, PYTHON_INSTALL, PyBuild};
+use zotbox::build::{
+    CargoBuild, GO_INSTALL, GUEST_TARGET, GoBuild, JS_INSTALL, JsBuild, MakeBuild, PYTHON_INSTALL,
+    PyBuild, find_program,
+};
 
 use crate::support::write_json;
 
@@ -38,6 +41,9 @@ pub const GO_NOTES: &str = "go-notes";
 
 /// The Python example's name.
 pub const PY_HELLO: &str = "py-hello";
+
+/// The JavaScript example's name (its folder, manifest name and `hello` name).
+pub const JS_NOTES: &str = "js-notes";
 
 /// The Debian packages that give clang a wasm32-wasi sysroot.
 const CLANG_PACKAGES: &str = "clang lld wasi-libc libclang-rt-14-dev-wasm32";
@@ -214,8 +220,9 @@ pub fn go_notes() -> Option<&'static GoNotes> {
     }
 }
 
-/// Compiles `examples/c-shout/shout.c` for wasm32-wasip1 with clang and
-/// natively with `cc`; the error says what is missing.
+/// Builds `examples/c-shout` for wasm32-wasip1 with its Makefile's `wasm`
+/// target (through the library's own [`MakeBuild`], what `zotbox ext build`
+/// runs) and natively with `cc`; the error says what is missing.
 fn build_c_shout() -> Result<CShout, String> {
     let source = workspace().join("examples/c-shout/shout.c");
     let out = target_dir().join(C_SHOUT);
@@ -224,6 +231,9 @@ fn build_c_shout() -> Result<CShout, String> {
         wasm: out.join("shout.wasm"),
         native: out.join("shout"),
     };
+    let mut make = MakeBuild::guest(&workspace().join("examples").join(C_SHOUT), C_SHOUT);
+    make.output = shout.wasm.clone();
+    make.run().map_err(|err| err.to_string())?;
     let compile = |tool: &str, flags: &[&str], output: &Path| -> Result<(), String> {
         let result = Command::new(tool)
             .args(flags)
@@ -242,15 +252,6 @@ fn build_c_shout() -> Result<CShout, String> {
             ))
         }
     };
-    compile(
-        "clang",
-        &[
-            "--target=wasm32-wasi",
-            "-I/usr/include/wasm32-wasi",
-            "-L/usr/lib/wasm32-wasi",
-        ],
-        &shout.wasm,
-    )?;
     compile("cc", &[], &shout.native)?;
     Ok(shout)
 }
@@ -337,4 +338,63 @@ pub fn py_hello() -> Option<&'static Path> {
             None
         }
     }
+}
+
+/// The `componentize-js` to build with: the one on `PATH`, else the one CI
+/// installs into `target/js-toolchain` (`npm install --prefix
+/// target/js-toolchain @bytecodealliance/componentize-js@0.23.0`).
+pub fn componentize_js() -> Result<PathBuf, String> {
+    if let Some(found) = find_program(Path::new("componentize-js")) {
+        return Ok(found);
+    }
+    let local = workspace().join("target/js-toolchain/node_modules/.bin/componentize-js");
+    if local.is_file() {
+        return Ok(local);
+    }
+    Err(format!(
+        "`componentize-js` is neither on PATH nor in `{}`",
+        local.display()
+    ))
+}
+
+/// Returns the JS toolchain, or `None` (after a note) when it is missing.
+/// With `ZOTBOX_REQUIRE_JS=1` a missing toolchain fails the test.
+pub fn js_toolchain() -> Option<PathBuf> {
+    let found = componentize_js().and_then(|tool| match find_program(Path::new("node")) {
+        Some(_) => Ok(tool),
+        None => Err("`node` is not on PATH".to_owned()),
+    });
+    match found {
+        Ok(tool) => Some(tool),
+        Err(why) if std::env::var("ZOTBOX_REQUIRE_JS").as_deref() == Ok("1") => panic!(
+            "ZOTBOX_REQUIRE_JS=1 but the JavaScript guest cannot be built: {why}\n\
+             install componentize-js: {JS_INSTALL}"
+        ),
+        Err(why) => {
+            eprintln!(
+                "note: skipping the JavaScript guest's test: {why}\n\
+                 (install componentize-js: {JS_INSTALL}; set ZOTBOX_REQUIRE_JS=1 to fail instead)"
+            );
+            None
+        }
+    }
+}
+
+/// The JavaScript example's component, built on first use with
+/// componentize-js (apart from the other guests: it takes tens of
+/// seconds), or `None` (after a note) when the toolchain is missing.
+pub fn js_notes() -> Option<&'static Path> {
+    static BUILT: OnceLock<Option<PathBuf>> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let tool = js_toolchain()?;
+            let mut build = JsBuild::guest(&workspace().join("examples").join(JS_NOTES), JS_NOTES);
+            build.tool = tool;
+            build.output = target_dir().join(JS_NOTES).join(format!("{JS_NOTES}.wasm"));
+            match build.run() {
+                Ok(wasm) => Some(wasm),
+                Err(err) => panic!("building the JavaScript example failed: {err}"),
+            }
+        })
+        .as_deref()
 }

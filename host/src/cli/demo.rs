@@ -1,7 +1,15 @@
 //! `zotbox demo`: build the bundled examples and take a short tour.
+//!
+//! The Rust examples always; then the example of every other language whose
+//! toolchain is present (C, Go, Python, JavaScript), each built as `zotbox
+//! ext build` would. A language whose toolchain is missing is skipped with
+//! the one command that installs it. An example whose component is newer
+//! than its sources is not built again, and the host's compile cache keeps
+//! the second start of the large Python and JavaScript components short:
+//! only the first demo with those toolchains pays for them.
 
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 use anyhow::{Context as _, Result};
 use serde_json::json;
@@ -9,13 +17,26 @@ use serde_json::json;
 use super::ext::install_file;
 use super::output::{cell, drain_events, table};
 use super::{Context, EXIT_OK};
-use zotbox::build::{CargoBuild, GUEST_TARGET};
+use zotbox::build::{CargoBuild, GUEST_TARGET, JsBuild, Language, ToolchainError, build_guest};
+use zotbox::manifest::{MANIFEST_FILE, Manifest, Program};
 use zotbox::{Host, Verdict};
 
 /// The Rust examples, each `examples/<name>` holding package `zotbox-example-<name>`.
 const RUST_EXAMPLES: &[&str] = &["hello", "weather", "guard", "scratchpad"];
-/// The C example, built with clang for wasm32-wasip1 when clang is present.
-const C_EXAMPLE: &str = "c-shout";
+
+/// The examples in other languages: their folder, their language's name,
+/// and the tool call the tour makes to each.
+const OTHER_EXAMPLES: &[(&str, &str, &str, &str)] = &[
+    ("c-shout", "C", "shout", r#"{"text": "any WASI language"}"#),
+    ("go-notes", "Go", "go_weather", r#"{"city": "Berlin"}"#),
+    ("py-hello", "Python", "py_greet", r#"{"name": "Ada"}"#),
+    (
+        "js-notes",
+        "JavaScript",
+        "js_weather",
+        r#"{"city": "Oslo"}"#,
+    ),
+];
 
 /// Arguments of `zotbox demo`.
 #[derive(Debug, clap::Args)]
@@ -38,8 +59,12 @@ impl Args {
             )
         })?;
         let mut folders = build_rust_examples(&examples)?;
-        if let Some(folder) = build_c_example(&examples)? {
-            folders.push(folder);
+        let mut others = Vec::new();
+        for &(folder, language, tool, args) in OTHER_EXAMPLES {
+            if let Some(built) = build_example(&examples, folder, language)? {
+                folders.push(built);
+                others.push((language, tool, args));
+            }
         }
 
         println!("\n== starting {} sandboxed extensions", folders.len());
@@ -111,14 +136,19 @@ impl Args {
             }
         }
 
-        if host.tools().iter().any(|t| t.name == "shout") {
-            println!("\n== a C extension built for wasm32-wasip1, no SDK: shout");
-            println!(
-                "{}",
-                host.call_tool("shout", json!({"text": "any WASI language"}))
-                    .await?
-                    .text()
-            );
+        for (language, tool, args) in others {
+            println!("\n== a tool of the {language} example: {tool} {args}");
+            let args: serde_json::Value = serde_json::from_str(args)?;
+            let result = host.call_tool(tool, args).await?;
+            drain_events(&mut events, false)?;
+            println!("{}", result.text());
+        }
+        if host.tools().iter().any(|t| t.name == "js_read_file") {
+            println!("\n== a capability the manifest did not ask for: js_read_file README.md");
+            let result = host
+                .call_tool("js_read_file", json!({"path": "README.md"}))
+                .await?;
+            println!("{}", result.text());
         }
         host.shutdown().await;
         println!("\nextension logs: {}", context.home()?.logs_dir().display());
@@ -151,32 +181,138 @@ fn build_rust_examples(examples: &Path) -> Result<Vec<PathBuf>> {
     Ok(folders)
 }
 
-/// Builds the C example when clang and wasi-libc are installed; says how to
-/// get them otherwise.
-fn build_c_example(examples: &Path) -> Result<Option<PathBuf>> {
-    let folder = examples.join(C_EXAMPLE);
-    let status = std::process::Command::new("clang")
-        .args([
-            "--target=wasm32-wasi",
-            "-I/usr/include/wasm32-wasi",
-            "-L/usr/lib/wasm32-wasi",
-            "-O2",
-        ])
-        .arg("-o")
-        .arg(folder.join("shout.wasm"))
-        .arg(folder.join("shout.c"))
-        .status();
-    match status {
-        Ok(status) if status.success() => {
-            println!("built {C_EXAMPLE} with clang for wasm32-wasip1");
-            Ok(Some(folder))
+/// Builds the example in `examples/<folder>` as `zotbox ext build` would
+/// (unless its component is newer than every source file), and returns its
+/// folder; `None` after naming the install command when its toolchain is
+/// missing.
+fn build_example(examples: &Path, folder: &str, language: &str) -> Result<Option<PathBuf>> {
+    let dir = examples.join(folder);
+    let manifest = Manifest::load(&dir.join(MANIFEST_FILE))?;
+    let Program::Wasm { path } = &manifest.program else {
+        anyhow::bail!("the {language} example `{folder}` has no `wasm` field");
+    };
+    let declared = manifest.raw.language.as_deref();
+    let missing = missing_toolchain(examples, &dir, declared);
+    if is_fresh(&dir, path) {
+        match missing {
+            None => println!("{folder} ({language}) is up to date"),
+            Some((tool, install)) => println!(
+                "{folder} ({language}) is kept as built before: `{tool}` is not installed; \
+                 install it with `{install}` to rebuild it"
+            ),
         }
-        _ => {
+        return Ok(Some(dir));
+    }
+    if let Some((tool, install)) = missing {
+        println!(
+            "skipping {folder} ({language}): `{tool}` is not installed; install it with \
+             `{install}`"
+        );
+        return Ok(None);
+    }
+    println!("== building {folder} ({language})");
+    let started = Instant::now();
+    let built = if Language::detect(&dir, declared) == Some(Language::JavaScript) {
+        js_build(examples, &dir, folder).map(|built| [(folder.to_owned(), built)].into())
+    } else {
+        build_guest(&dir, declared, folder, false)
+    };
+    match built {
+        Ok(artifacts) => {
+            let built = artifacts
+                .values()
+                .next()
+                .with_context(|| format!("the {language} build wrote nothing"))?;
+            install_file(built, path)?;
+            println!("built {folder} in {:.1} s", started.elapsed().as_secs_f64());
+            Ok(Some(dir))
+        }
+        Err(ToolchainError::Missing { tool, install, .. }) => {
             println!(
-                "skipping {C_EXAMPLE}: it needs clang and wasi-libc \
-                 (Debian: apt-get install clang lld wasi-libc libclang-rt-14-dev-wasm32)"
+                "skipping {folder} ({language}): `{tool}` is not installed; install it with \
+                 `{install}`"
             );
             Ok(None)
         }
+        Err(ToolchainError::Make { .. }) => {
+            println!(
+                "skipping {folder} ({language}): its build failed (above); it needs clang and \
+                 a wasm32-wasi sysroot: `{}`",
+                zotbox::build::C_INSTALL
+            );
+            Ok(None)
+        }
+        Err(err) => Err(err.into()),
     }
+}
+
+/// The program a language's build needs that is not installed, with the
+/// command that installs it; `None` when everything is there.
+fn missing_toolchain(
+    examples: &Path,
+    dir: &Path,
+    declared: Option<&str>,
+) -> Option<(String, &'static str)> {
+    use zotbox::build::{C_INSTALL, GO_INSTALL, JS_INSTALL, PYTHON_INSTALL, find_program};
+    let needs: Vec<(PathBuf, &'static str)> = match Language::detect(dir, declared)? {
+        Language::Rust => Vec::new(),
+        Language::C => vec![("make".into(), C_INSTALL), ("clang".into(), C_INSTALL)],
+        Language::Go => vec![("go".into(), GO_INSTALL)],
+        Language::Python => vec![("componentize-py".into(), PYTHON_INSTALL)],
+        Language::JavaScript => vec![
+            (js_tool(examples, dir), JS_INSTALL),
+            ("node".into(), JS_INSTALL),
+        ],
+    };
+    needs
+        .into_iter()
+        .find(|(program, _)| find_program(program).is_none())
+        .map(|(program, install)| (program.display().to_string(), install))
+}
+
+/// componentize-js: the folder's `node_modules`, `PATH`, or the checkout's
+/// `target/js-toolchain` (where CI installs it).
+fn js_tool(examples: &Path, dir: &Path) -> PathBuf {
+    let tool = JsBuild::guest(dir, "x").tool;
+    let checkout = examples.join("../target/js-toolchain/node_modules/.bin/componentize-js");
+    if zotbox::build::find_program(&tool).is_none() && checkout.is_file() {
+        checkout
+    } else {
+        tool
+    }
+}
+
+/// The JavaScript example's build, with [`js_tool`].
+fn js_build(examples: &Path, dir: &Path, name: &str) -> Result<PathBuf, ToolchainError> {
+    let mut build = JsBuild::guest(dir, name);
+    build.tool = js_tool(examples, dir);
+    build.run()
+}
+
+/// Whether `wasm` is newer than every file of `dir` (outside `target/`,
+/// `node_modules/` and other `.wasm` files): then building again would
+/// write the same component.
+fn is_fresh(dir: &Path, wasm: &Path) -> bool {
+    let Ok(built) = std::fs::metadata(wasm).and_then(|m| m.modified()) else {
+        return false;
+    };
+    newest_source(dir, 0).is_some_and(|newest| newest <= built)
+}
+
+fn newest_source(dir: &Path, depth: usize) -> Option<SystemTime> {
+    let mut newest = SystemTime::UNIX_EPOCH;
+    for entry in std::fs::read_dir(dir).ok()? {
+        let entry = entry.ok()?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        let kind = entry.file_type().ok()?;
+        if kind.is_dir() {
+            if depth < 4 && !matches!(&*name, "target" | "node_modules" | "__pycache__") {
+                newest = newest.max(newest_source(&entry.path(), depth + 1)?);
+            }
+        } else if !name.ends_with(".wasm") {
+            newest = newest.max(entry.metadata().ok()?.modified().ok()?);
+        }
+    }
+    Some(newest)
 }

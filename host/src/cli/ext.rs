@@ -124,7 +124,8 @@ async fn build(context: &Context, dir: &Path) -> Result<u8> {
     // Before anything runs: the output must land inside the folder.
     let relative = manifest.wasm_relative().unwrap_or_default();
     output_folder(&manifest.dir, &relative)?;
-    first_build_notice(context, &manifest.dir);
+    let language = zotbox::build::Language::detect(&manifest.dir, manifest.raw.language.as_deref());
+    first_build_notice(context, &manifest.dir, language);
     let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
     // The toolchain's own progress on a terminal; quiet when piped or for --json.
     let verbose = terminal && !context.json;
@@ -219,12 +220,17 @@ fn output_folder(dir: &Path, relative: &str) -> Result<()> {
 
 /// Says once per folder (recorded in `$ZOT_HOME/built-folders`) that a
 /// build runs the crate's code with the user's permissions.
-fn first_build_notice(context: &Context, dir: &Path) {
-    // Only cargo runs an author's code to build (`go build` for wasip1 and
-    // componentize-py run none of it outside a sandbox).
-    if !dir.join("Cargo.toml").is_file() {
-        return;
-    }
+fn first_build_notice(context: &Context, dir: &Path, language: Option<zotbox::build::Language>) {
+    // Only cargo and make run an author's code to build (`go build` for
+    // wasip1, componentize-py and componentize-js run none of it outside a
+    // sandbox).
+    let runs = match language {
+        Some(zotbox::build::Language::Rust) => {
+            "runs its build scripts and proc macros, and those of its dependencies,"
+        }
+        Some(zotbox::build::Language::C) => "runs the commands of its Makefile",
+        _ => return,
+    };
     let Ok(home) = context.home() else {
         return;
     };
@@ -238,8 +244,8 @@ fn first_build_notice(context: &Context, dir: &Path) {
         return;
     }
     eprintln!(
-        "note: building `{}` runs its build scripts and proc macros, and those of its \
-         dependencies, with your permissions (not in the sandbox); build only code you trust",
+        "note: building `{}` {runs} with your permissions (not in the sandbox); build only \
+         code you trust",
         shown(&folder)
     );
     let _ = std::fs::create_dir_all(home.root());

@@ -75,10 +75,17 @@ impl Lang {
                 ],
             },
             // The WASI packages the world names are the Python example's
-            // (wasmtime-wasi 48's), shared rather than copied.
+            // (wasmtime-wasi 48's), shared rather than copied. The guest
+            // library is written beside `app.py`: componentize-py finds it
+            // there offline, and an installed zotbox carries it in its
+            // binary (no checkout needed).
             Self::Python => Template {
                 files: &[
                     ("app.py", include_str!("new/python/app.py.tmpl")),
+                    (
+                        "zotbox.py",
+                        include_str!("../../../guest-sdk/python/zotbox.py"),
+                    ),
                     (
                         "extension.json",
                         include_str!("new/python/extension.json.tmpl"),
@@ -109,6 +116,26 @@ impl Lang {
                     (
                         "wit/deps/sockets.wit",
                         include_str!("../../../examples/py-hello/wit/deps/sockets.wit"),
+                    ),
+                    (
+                        "wit/deps/zot-host/types.wit",
+                        include_str!("../../../wit/types.wit"),
+                    ),
+                    (
+                        "wit/deps/zot-host/fs.wit",
+                        include_str!("../../../wit/fs.wit"),
+                    ),
+                    (
+                        "wit/deps/zot-host/http.wit",
+                        include_str!("../../../wit/http.wit"),
+                    ),
+                    (
+                        "wit/deps/zot-host/shell.wit",
+                        include_str!("../../../wit/shell.wit"),
+                    ),
+                    (
+                        "wit/deps/zot-host/world.wit",
+                        include_str!("../../../wit/world.wit"),
                     ),
                 ],
             },

@@ -1,0 +1,308 @@
+// Tests of zotbox.js under plain Node: frames in, frames out.
+//
+// Run: node --import ./register.mjs --test zotbox.test.mjs (in this folder;
+// the Rust e2e test `langs::the_js_guest_library_passes_its_tests` runs it).
+
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+
+import {
+  CapabilityError,
+  Extension,
+  Level,
+  Response,
+  ToolOutput,
+  Verdict,
+  fs,
+  schema,
+} from '../zotbox.js';
+
+const encoder = new TextEncoder();
+
+/** Runs `extension` over `input` in chunks of `chunk` bytes; returns the
+ * frames written and the log lines. */
+function session(extension, input, chunk = 1 << 16) {
+  const bytes = encoder.encode(input);
+  let at = 0;
+  const written = [];
+  const log = [];
+  extension.runWith(
+    () => {
+      if (at >= bytes.length) return null;
+      const part = bytes.subarray(at, at + chunk);
+      at += chunk;
+      return part;
+    },
+    (line) => written.push(JSON.parse(line)),
+    (line) => log.push(line),
+  );
+  return { written, log };
+}
+
+const lines = (...frames) =>
+  frames.map((f) => (typeof f === 'string' ? f : JSON.stringify(f))).join('\n') + '\n';
+
+/** The frames after the registration. */
+function answers(extension, ...frames) {
+  return session(extension, lines(...frames)).written.slice(extension.registration().length);
+}
+
+function weather() {
+  return new Extension('weather', '1.0.0').tool(
+    'weather',
+    'the weather',
+    schema.object(
+      {
+        city: schema.string('the city'),
+        units: schema.oneOf(['celsius', 'fahrenheit']),
+        days: schema.integer(),
+        tags: schema.array(schema.string()),
+      },
+      ['city'],
+    ),
+    (ctx, { city }) => {
+      ctx.notify(Level.info, `looking up ${city}`);
+      return ToolOutput.text(`${city}: 1°C`);
+    },
+  );
+}
+
+test('a full extension says hello, registers, subscribes and is ready', () => {
+  const extension = weather()
+    .command('hi', 'say hi', () => 'hi')
+    .interceptToolCall(() => Verdict.allow())
+    .on('turn_end', () => {});
+  const { written } = session(extension, '');
+  assert.deepEqual(
+    written.map((f) => f.type),
+    ['hello', 'register_command', 'register_tool', 'subscribe', 'ready'],
+  );
+  assert.deepEqual(written[0], {
+    type: 'hello',
+    name: 'weather',
+    version: '1.0.0',
+    capabilities: ['commands', 'tools', 'events'],
+  });
+  assert.deepEqual(written[3], { type: 'subscribe', events: ['turn_end'], intercept: ['tool_call'] });
+});
+
+test('typed arguments reach the handler, its note first, whatever the chunking', () => {
+  const input = lines({ type: 'tool_call', id: '1', name: 'weather', args: { city: 'Zürich' } });
+  for (const chunk of [1, 3, 1 << 16]) {
+    const { written } = session(weather(), input, chunk);
+    assert.deepEqual(written.slice(-2), [
+      { type: 'notify', level: 'info', message: 'looking up Zürich' },
+      { type: 'tool_result', id: '1', content: [{ type: 'text', text: 'Zürich: 1°C' }] },
+    ]);
+  }
+});
+
+test('arguments that do not fit the schema never reach the handler', () => {
+  const cases = [
+    [undefined, 'missing field `city`'],
+    [{}, 'missing field `city`'],
+    [{ city: 3 }, '`city` must be a string'],
+    [{ city: 'Oslo', units: 'kelvin' }, '`units` must be one of `celsius`, `fahrenheit`'],
+    [{ city: 'Oslo', days: 1.5 }, '`days` must be an integer'],
+    [{ city: 'Oslo', tags: ['a', 2] }, '`tags[1]` must be a string'],
+    [[1], '`the arguments` must be an object'],
+  ];
+  for (const [args, problem] of cases) {
+    const got = answers(weather(), { type: 'tool_call', id: '7', name: 'weather', args });
+    assert.deepEqual(got, [
+      {
+        type: 'tool_result',
+        id: '7',
+        content: [{ type: 'text', text: `invalid arguments for tool \`weather\`: ${problem}` }],
+        is_error: true,
+      },
+    ]);
+  }
+});
+
+test('an unknown tool, a throwing handler and a Promise are error results', () => {
+  const extension = new Extension('x', '1')
+    .toolJson('boom', 'd', {}, () => {
+      throw new Error('kaput');
+    })
+    .toolJson('later', 'd', {}, async () => 'never');
+  const got = answers(
+    extension,
+    { type: 'tool_call', id: '1', name: 'nope' },
+    { type: 'tool_call', id: '2', name: 'boom' },
+    { type: 'tool_call', id: '3', name: 'later' },
+  );
+  assert.deepEqual(
+    got.map((f) => [f.id, f.content[0].text, f.is_error]),
+    [
+      ['1', 'unknown tool `nope`', true],
+      ['2', 'tool `boom`: kaput', true],
+      ['3', 'tool `later`: handler returned a Promise; handlers run synchronously', true],
+    ],
+  );
+});
+
+test('each response kind has its frame', () => {
+  const cases = [
+    [Response.prompt('p'), { action: 'prompt', prompt: 'p' }],
+    [Response.insert('i'), { action: 'insert', insert: 'i' }],
+    [Response.display('d'), { action: 'display', display: 'd' }],
+    [Response.noop(), { action: 'noop' }],
+    [Response.error('e'), { action: 'noop', error: 'e' }],
+    [Response.display('d').withError('e'), { action: 'display', display: 'd', error: 'e' }],
+    [
+      Response.openPanel({ id: 'p', title: 'Notes', lines: ['one'], footer: 'q' }),
+      { action: 'open_panel', open_panel: { id: 'p', title: 'Notes', lines: ['one'], footer: 'q' } },
+    ],
+    ['plain', { action: 'display', display: 'plain' }],
+  ];
+  for (const [response, fields] of cases) {
+    const extension = new Extension('x', '1').command('c', 'd', () => response);
+    const got = answers(extension, { type: 'command_invoked', id: '9', name: 'c', args: 'x' });
+    assert.deepEqual(got, [{ type: 'command_response', id: '9', ...fields }]);
+  }
+});
+
+test('the first block wins and rewrites chain', () => {
+  const extension = new Extension('g', '1')
+    .interceptToolCall((ctx, tool, args) => Verdict.rewrite({ ...args, n: (args.n ?? 0) + 1 }))
+    .interceptToolCall((ctx, tool, args) => Verdict.rewrite({ ...args, n: args.n * 10 }))
+    .interceptToolCall((ctx, tool, args) =>
+      String(args.command).includes('rm') ? Verdict.block('no rm') : Verdict.allow(),
+    );
+  const ask = { type: 'event_intercept', event: 'tool_call', tool_name: 'bash' };
+  const got = answers(
+    extension,
+    { ...ask, id: '1', tool_args: { command: 'ls' } },
+    { ...ask, id: '2', tool_args: { command: 'rm -rf /' } },
+  );
+  assert.deepEqual(got, [
+    { type: 'event_intercept_response', id: '1', block: false, modified_args: { command: 'ls', n: 10 } },
+    { type: 'event_intercept_response', id: '2', block: true, reason: 'no rm' },
+  ]);
+});
+
+test('turn_start and assistant_message intercepts', () => {
+  const extension = new Extension('g', '1')
+    .interceptTurnStart((ctx, step) => (step > 3 ? Verdict.block('enough') : Verdict.allow()))
+    .interceptAssistantMessage((ctx, text) => Verdict.replaceText(text.replace('secret', '[redacted]')));
+  const got = answers(
+    extension,
+    { type: 'event_intercept', id: '1', event: 'turn_start', step: 2 },
+    { type: 'event_intercept', id: '2', event: 'turn_start', step: 4 },
+    { type: 'event_intercept', id: '3', event: 'assistant_message', text: 'the secret is 42' },
+  );
+  assert.deepEqual(got, [
+    { type: 'event_intercept_response', id: '1', block: false },
+    { type: 'event_intercept_response', id: '2', block: true, reason: 'enough' },
+    { type: 'event_intercept_response', id: '3', block: false, replace_text: 'the [redacted] is 42' },
+  ]);
+});
+
+test('a throwing interceptor allows, and a verdict out of place is ignored', () => {
+  const extension = new Extension('g', '1')
+    .interceptToolCall(() => {
+      throw new Error('oops');
+    })
+    .interceptToolCall(() => Verdict.replaceText('x'));
+  const { written, log } = session(
+    extension,
+    lines({ type: 'event_intercept', id: '1', event: 'tool_call', tool_name: 't' }),
+  );
+  assert.deepEqual(written.at(-1), { type: 'event_intercept_response', id: '1', block: false });
+  assert.deepEqual(log, [
+    'g: `tool_call` interceptor failed, allowing: oops',
+    'g: ignored a `replace_text` verdict on a `tool_call` intercept, which does not allow it',
+  ]);
+});
+
+test('a check that cannot be read is answered with a block', () => {
+  const extension = new Extension('g', '1').interceptToolCall(() => Verdict.allow());
+  const got = answers(
+    extension,
+    '{"type":"event_intercept","id":"k1","event":"tool_call","tool_args":{"command":"rm -rf /"',
+  );
+  assert.equal(got.length, 1);
+  assert.equal(got[0].id, 'k1');
+  assert.equal(got[0].block, true);
+  assert.match(got[0].reason, /^extension `g` could not read the request: not JSON: /);
+});
+
+test('a frame over the cap is answered and the next one read', () => {
+  const extension = new Extension('g', '1').interceptToolCall(() => Verdict.allow());
+  const huge = `{"type":"event_intercept","id":"big","event":"tool_call","tool_args":{"x":"${'a'.repeat(
+    4 * 1024 * 1024,
+  )}"}}`;
+  const next = { type: 'event_intercept', id: 'next', event: 'tool_call', tool_name: 't' };
+  for (const chunk of [4096, 1 << 16, 1 << 23]) {
+    const { written } = session(extension, lines(huge, next), chunk);
+    const got = written.slice(extension.registration().length);
+    assert.deepEqual(
+      got.map((f) => [f.id, f.block]),
+      [
+        ['big', true],
+        ['next', false],
+      ],
+    );
+    assert.equal(
+      got[0].reason,
+      'extension `g` could not read the request: a frame over the 4194304-byte cap',
+    );
+  }
+});
+
+test('events, notes, panels and shutdown', () => {
+  const seen = [];
+  const extension = new Extension('p', '1')
+    .on(['turn_end'], (ctx, event) => seen.push(event.event))
+    .onPanelKey((ctx, id, key, text) => ctx.renderPanel({ id, title: 'Notes', lines: [`${key}:${text}`] }))
+    .onPanelClose((ctx) => ctx.clearNotes());
+  const got = answers(
+    extension,
+    { type: 'hello_ack', cwd: '/ws' },
+    { type: 'event', event: 'turn_end', stop: 'end' },
+    { type: 'event', event: 'turn_start', step: 1 },
+    { type: 'panel_key', panel_id: 'n', key: 'a', text: 'a' },
+    { type: 'panel_close', panel_id: 'n' },
+    { type: 'shutdown' },
+    { type: 'event', event: 'turn_end' },
+  );
+  assert.deepEqual(seen, ['turn_end']);
+  assert.deepEqual(got, [
+    { type: 'panel_render', panel_id: 'n', lines: ['a:a'], title: 'Notes' },
+    { type: 'clear_notes' },
+    { type: 'shutdown_ack' },
+  ]);
+});
+
+test('a refusal of the host is a CapabilityError naming the rule', () => {
+  const denial = { capability: 'fs-read', subject: '.env', reason: 'not granted' };
+  // componentize-js throws the error variant, jco wraps it in `payload`.
+  for (const thrown of [{ tag: 'denied', val: denial }, { payload: { tag: 'denied', val: denial } }]) {
+    globalThis.zotHost = {
+      fs: {
+        read: () => {
+          throw thrown;
+        },
+      },
+    };
+    assert.throws(
+      () => fs.read('.env'),
+      (error) =>
+        error instanceof CapabilityError &&
+        error.kind === 'denied' &&
+        error.capability === 'fs-read' &&
+        error.message === 'fs-read `.env` refused: not granted',
+    );
+  }
+  globalThis.zotHost = { fs: { read: () => new Uint8Array([104, 105]) } };
+  assert.equal(fs.readText('a.txt'), 'hi');
+  globalThis.zotHost = {
+    fs: {
+      read: () => {
+        throw { tag: 'not-found', val: 'a.txt' };
+      },
+    },
+  };
+  assert.throws(() => fs.read('a.txt'), { message: '`a.txt` not found' });
+});
