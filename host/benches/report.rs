@@ -1355,16 +1355,13 @@ fn main() -> Result<()> {
     })?;
     eprintln!("the path zot users take…");
     rows.extend(zot_rows(&fixture, &scale)?);
-<<<<<<< HEAD
     // The shared host the zot rows started: stopped with the report.
     let _ = std::process::Command::new(env!("CARGO_BIN_EXE_zotbox"))
         .args(["host", "stop"])
         .env("ZOT_HOME", fixture.home.root())
         .output();
-=======
     eprintln!("guest languages…");
     rows.extend(runtime.block_on(language_rows(&fixture, &scale))?);
->>>>>>> langs
     println!("\n| measure | zotbox (wasm) | native / direct | ratio |\n|---|---:|---:|---:|");
     for [name, wasm, native, ratio] in rows {
         println!("| {name} | {wasm} | {native} | {ratio} |");
