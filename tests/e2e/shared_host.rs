@@ -612,14 +612,23 @@ async fn a_stopped_host_keeps_its_instances_and_the_next_relay_gets_a_new_one() 
     );
     // Retired: its socket is gone, its instance still answers.
     assert_eq!(sockets(&lab), Vec::<PathBuf>::new());
-    assert_eq!(call(&mut first, "a", "ping", json!({})).await, (false, "pong".to_owned()));
+    assert_eq!(
+        call(&mut first, "a", "ping", json!({})).await,
+        (false, "pong".to_owned())
+    );
     let mut second = relay(&lab, &dir).await;
     let new = host_pid(&lab);
     assert_ne!(new, old);
-    assert_eq!(call(&mut second, "b", "ping", json!({})).await, (false, "pong".to_owned()));
+    assert_eq!(
+        call(&mut second, "b", "ping", json!({})).await,
+        (false, "pong".to_owned())
+    );
     assert!(alive(old));
     finish(first).await;
-    eventually("the retired host exits with its last instance", || !alive(old)).await;
+    eventually("the retired host exits with its last instance", || {
+        !alive(old)
+    })
+    .await;
     assert!(alive(new));
     finish(second).await;
 }
