@@ -438,6 +438,15 @@ async fn an_idle_host_exits_and_removes_its_socket() {
     let zot = relay_env(&lab, &dir, &lab.workspace, &[("ZOTBOX_HOST_IDLE", "0.5")]).await;
     let pid = host_pid(&lab);
     assert_eq!(sockets(&lab).len(), 1);
+    // The folder and the socket are the user's alone.
+    let mode = |path: &Path| {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::metadata(path)
+            .map(|m| m.permissions().mode() & 0o777)
+            .ok()
+    };
+    assert_eq!(mode(&lab.home.join("run")), Some(0o700));
+    assert_eq!(mode(&sockets(&lab)[0]), Some(0o600));
     // Busy: it stays while the instance runs, however long.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(alive(pid));

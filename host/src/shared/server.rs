@@ -152,6 +152,12 @@ pub async fn serve(home: ZotHome, place: &Place, options: ServeOptions) -> Resul
         error,
     };
     let listener = tokio::net::UnixListener::bind(&socket).map_err(bind_error)?;
+    // The folder already keeps others out; the socket does too, should the
+    // folder ever be opened up.
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let _ = std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600));
+    }
     let identity = std::fs::symlink_metadata(&socket)
         .map(|meta| (meta.dev(), meta.ino()))
         .map_err(bind_error)?;
