@@ -231,6 +231,40 @@ pub fn build_guest(
     }
 }
 
+/// Runs `command` (the program `tool`, which builds `language` extensions)
+/// to its end. A program that is not installed is [`ToolchainError::Missing`],
+/// naming the `install` command.
+fn tool_status(
+    command: &mut Command,
+    tool: &Path,
+    language: &str,
+    install: &str,
+) -> Result<std::process::ExitStatus, ToolchainError> {
+    command.status().map_err(|error| {
+        let tool = tool.display().to_string();
+        if error.kind() == std::io::ErrorKind::NotFound {
+            ToolchainError::Missing {
+                tool,
+                language: language.to_owned(),
+                install: install.to_owned(),
+            }
+        } else {
+            ToolchainError::Run { tool, error }
+        }
+    })
+}
+
+/// Creates the folder `tool` writes `output` into.
+fn output_folder(output: &Path, tool: &Path) -> Result<(), ToolchainError> {
+    match output.parent() {
+        Some(parent) => std::fs::create_dir_all(parent).map_err(|error| ToolchainError::Run {
+            tool: tool.display().to_string(),
+            error,
+        }),
+        None => Ok(()),
+    }
+}
+
 /// A `go build` of the module in a folder.
 #[derive(Debug, Clone)]
 pub struct GoBuild {
@@ -282,20 +316,7 @@ impl GoBuild {
         } else {
             command.env_remove("GOOS").env_remove("GOARCH");
         }
-        let status = command.status().map_err(|error| {
-            if error.kind() == std::io::ErrorKind::NotFound {
-                ToolchainError::Missing {
-                    tool: self.go.display().to_string(),
-                    language: "Go".to_owned(),
-                    install: GO_INSTALL.to_owned(),
-                }
-            } else {
-                ToolchainError::Run {
-                    tool: self.go.display().to_string(),
-                    error,
-                }
-            }
-        })?;
+        let status = tool_status(&mut command, &self.go, "Go", GO_INSTALL)?;
         if !status.success() {
             return Err(ToolchainError::Go {
                 dir: self.dir.clone(),
@@ -473,32 +494,14 @@ impl PyBuild {
     /// [`ToolchainError::Missing`] without componentize-py, [`ToolchainError::Python`]
     /// when the build fails.
     pub fn run(&self) -> Result<PathBuf, ToolchainError> {
-        if let Some(parent) = self.output.parent() {
-            std::fs::create_dir_all(parent).map_err(|error| ToolchainError::Run {
-                tool: self.tool.display().to_string(),
-                error,
-            })?;
-        }
-        let status = Command::new(&self.tool)
+        output_folder(&self.output, &self.tool)?;
+        let mut command = Command::new(&self.tool);
+        command
             .current_dir(&self.dir)
             .args(["-d", "wit", "componentize", "app", "-o"])
             .arg(&self.output)
-            .stdout(Stdio::null())
-            .status()
-            .map_err(|error| {
-                if error.kind() == std::io::ErrorKind::NotFound {
-                    ToolchainError::Missing {
-                        tool: self.tool.display().to_string(),
-                        language: "Python".to_owned(),
-                        install: PYTHON_INSTALL.to_owned(),
-                    }
-                } else {
-                    ToolchainError::Run {
-                        tool: self.tool.display().to_string(),
-                        error,
-                    }
-                }
-            })?;
+            .stdout(Stdio::null());
+        let status = tool_status(&mut command, &self.tool, "Python", PYTHON_INSTALL)?;
         if !status.success() {
             return Err(ToolchainError::Python {
                 dir: self.dir.clone(),
@@ -560,28 +563,14 @@ impl JsBuild {
         if find_program(Path::new("node")).is_none() {
             return Err(missing("node"));
         }
-        if let Some(parent) = self.output.parent() {
-            std::fs::create_dir_all(parent).map_err(|error| ToolchainError::Run {
-                tool: self.tool.display().to_string(),
-                error,
-            })?;
-        }
-        let status = Command::new(&self.tool)
+        output_folder(&self.output, &self.tool)?;
+        let mut command = Command::new(&self.tool);
+        command
             .current_dir(&self.dir)
             .args(["app.js", "--wit", "wit", "--world-name", "extension", "-o"])
             .arg(&self.output)
-            .stdout(Stdio::null())
-            .status()
-            .map_err(|error| {
-                if error.kind() == std::io::ErrorKind::NotFound {
-                    missing(&self.tool.display().to_string())
-                } else {
-                    ToolchainError::Run {
-                        tool: self.tool.display().to_string(),
-                        error,
-                    }
-                }
-            })?;
+            .stdout(Stdio::null());
+        let status = tool_status(&mut command, &self.tool, "JavaScript", JS_INSTALL)?;
         if !status.success() {
             return Err(ToolchainError::JavaScript {
                 dir: self.dir.clone(),
@@ -644,34 +633,16 @@ impl MakeBuild {
                 makefile: self.makefile(),
             });
         }
-        if let Some(parent) = self.output.parent() {
-            std::fs::create_dir_all(parent).map_err(|error| ToolchainError::Run {
-                tool: self.make.display().to_string(),
-                error,
-            })?;
-        }
+        output_folder(&self.output, &self.make)?;
         let mut assignment = std::ffi::OsString::from("WASM=");
         assignment.push(&self.output);
-        let status = Command::new(&self.make)
+        let mut command = Command::new(&self.make);
+        command
             .current_dir(&self.dir)
             .arg("wasm")
             .arg(assignment)
-            .stdout(Stdio::null())
-            .status()
-            .map_err(|error| {
-                if error.kind() == std::io::ErrorKind::NotFound {
-                    ToolchainError::Missing {
-                        tool: self.make.display().to_string(),
-                        language: "C".to_owned(),
-                        install: C_INSTALL.to_owned(),
-                    }
-                } else {
-                    ToolchainError::Run {
-                        tool: self.make.display().to_string(),
-                        error,
-                    }
-                }
-            })?;
+            .stdout(Stdio::null());
+        let status = tool_status(&mut command, &self.make, "C", C_INSTALL)?;
         if !status.success() {
             return Err(ToolchainError::Make {
                 dir: self.dir.clone(),
