@@ -139,7 +139,12 @@ pub fn relay(
     build: &str,
 ) -> Result<Exit, RelayError> {
     let place = Place::for_home(home)?;
-    let dir = spelled_out(dir)?;
+    // As zot spelled it, so the host sees a workspace's extension folder
+    // that is a link as that workspace's.
+    let dir = match crate::store::trust::as_spelled(dir) {
+        Some(spelled) => spelled,
+        None => std::path::absolute(dir)?,
+    };
     let build = build.to_owned();
     let env: Vec<(String, String)> = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
@@ -221,23 +226,6 @@ pub fn relay(
         tracing::warn!("the zotbox host ended; restarting extension `{name}`");
         owe_answers(name, &in_flight)?;
     }
-}
-
-/// `dir` as an absolute path, spelled as zot spelled it: a relative `dir`
-/// is joined to `$PWD` (the folder zot started the relay in, links and all)
-/// when that names the same folder, so the host sees a workspace's
-/// extension folder that is a link as that workspace's.
-fn spelled_out(dir: &Path) -> std::io::Result<PathBuf> {
-    if dir.is_relative()
-        && let Some(pwd) = std::env::var_os("PWD").map(PathBuf::from)
-        && pwd.is_absolute()
-    {
-        let logical = pwd.join(dir);
-        if std::fs::canonicalize(&logical).ok() == std::fs::canonicalize(dir).ok() {
-            return Ok(logical);
-        }
-    }
-    std::path::absolute(dir)
 }
 
 /// Writes to zot, on this relay's own stdout, an error for each request in

@@ -414,6 +414,26 @@ pub fn assess(policy: &Policy, home: &ZotHome, workspace: &Path) -> Assessment {
     }
 }
 
+/// `dir` as an absolute path spelled as it was given, links and all: a
+/// relative `dir` joined to `$PWD` (the folder zot started `zotbox run` in),
+/// `..` and `.` resolved by name. `None` when that does not name the folder
+/// `dir` names.
+pub fn as_spelled(dir: &Path) -> Option<PathBuf> {
+    let logical = if dir.is_relative() {
+        let pwd = PathBuf::from(std::env::var_os("PWD")?);
+        if !pwd.is_absolute() {
+            return None;
+        }
+        normalise(&pwd.join(dir))
+    } else {
+        normalise(dir)
+    };
+    let real = std::fs::canonicalize(dir).ok()?;
+    std::fs::canonicalize(&logical)
+        .is_ok_and(|p| p == real)
+        .then_some(logical)
+}
+
 /// The workspace whose `.zot/extensions/` holds the extension folder `dir`
 /// (its `../../..`), if any, as `zotbox run` sees it: the folder's real
 /// path, and the path zot started it in (`$PWD`) when that names the same
@@ -424,17 +444,8 @@ pub fn workspace_of_extension(dir: &Path, home: &ZotHome) -> Option<PathBuf> {
     // The path as given (or as `$PWD` spells a relative one), when it
     // reaches the same folder through a link: a workspace's extension folder
     // may be a link to elsewhere, and it is still that workspace's.
-    let logical = if dir.is_relative() {
-        std::env::var_os("PWD")
-            .map(PathBuf::from)
-            .filter(|pwd| pwd.is_absolute())
-            .map(|pwd| normalise(&pwd.join(dir)))
-    } else {
-        Some(normalise(dir))
-    };
-    if let Some(logical) = logical
+    if let Some(logical) = as_spelled(dir)
         && logical != real
-        && std::fs::canonicalize(&logical).is_ok_and(|p| p == real)
     {
         candidates.push(logical);
     }
