@@ -204,16 +204,32 @@ fn build_go_notes() -> Result<GoNotes, String> {
 /// The Go example, or `None` (after a note) when Go is missing. With
 /// `ZOTBOX_REQUIRE_GO=1` a missing Go fails the test.
 pub fn go_notes() -> Option<&'static GoNotes> {
-    match &guests().go_notes {
-        Ok(notes) => Some(notes),
-        Err(why) if std::env::var("ZOTBOX_REQUIRE_GO").as_deref() == Ok("1") => panic!(
-            "ZOTBOX_REQUIRE_GO=1 but the Go guest cannot be built: {why}\n\
-             install Go: {GO_INSTALL}"
-        ),
+    built_or_skipped(
+        guests().go_notes.as_ref().map_err(String::as_str),
+        "Go",
+        "ZOTBOX_REQUIRE_GO",
+        &format!("install Go: {GO_INSTALL}"),
+    )
+}
+
+/// `built`, or `None` after a note saying why the `language` guest's tests
+/// are skipped and what `install`s its toolchain; with `require` (a variable)
+/// set to `1`, as CI sets it, a missing toolchain fails the test instead.
+fn built_or_skipped<T>(
+    built: Result<T, &str>,
+    language: &str,
+    require: &str,
+    install: &str,
+) -> Option<T> {
+    match built {
+        Ok(built) => Some(built),
+        Err(why) if std::env::var(require).as_deref() == Ok("1") => {
+            panic!("{require}=1 but the {language} guest cannot be built: {why}\n{install}")
+        }
         Err(why) => {
             eprintln!(
-                "note: skipping the Go guest's test: {why}\n\
-                 (install Go: {GO_INSTALL}; set ZOTBOX_REQUIRE_GO=1 to fail instead)"
+                "note: skipping the {language} guest's test: {why}\n\
+                 ({install}; set {require}=1 to fail instead)"
             );
             None
         }
@@ -259,20 +275,14 @@ fn build_c_shout() -> Result<CShout, String> {
 /// The C example, or `None` (after a note) when clang or wasi-libc is
 /// missing. With `ZOTBOX_REQUIRE_CLANG=1` a missing clang fails the test.
 pub fn c_shout() -> Option<&'static CShout> {
-    match &guests().c_shout {
-        Ok(shout) => Some(shout),
-        Err(why) if std::env::var("ZOTBOX_REQUIRE_CLANG").as_deref() == Ok("1") => panic!(
-            "ZOTBOX_REQUIRE_CLANG=1 but the C guest cannot be built: {why}\n\
-             install clang and a wasm32-wasi sysroot (Debian: apt-get install {CLANG_PACKAGES})"
+    built_or_skipped(
+        guests().c_shout.as_ref().map_err(String::as_str),
+        "C",
+        "ZOTBOX_REQUIRE_CLANG",
+        &format!(
+            "install clang and a wasm32-wasi sysroot (Debian: apt-get install {CLANG_PACKAGES})"
         ),
-        Err(why) => {
-            eprintln!(
-                "note: skipping the C guest's test: {why}\n\
-                 (Debian: apt-get install {CLANG_PACKAGES}; set ZOTBOX_REQUIRE_CLANG=1 to fail instead)"
-            );
-            None
-        }
-    }
+    )
 }
 
 /// Writes `<parent>/<name>/` for a wasm guest: a copy of `wasm` as
@@ -324,20 +334,12 @@ pub fn py_hello() -> Option<&'static Path> {
         build.output = target_dir().join(PY_HELLO).join(format!("{PY_HELLO}.wasm"));
         build.run().map_err(|err| err.to_string())
     });
-    match built {
-        Ok(wasm) => Some(wasm),
-        Err(why) if std::env::var("ZOTBOX_REQUIRE_PYTHON").as_deref() == Ok("1") => panic!(
-            "ZOTBOX_REQUIRE_PYTHON=1 but the Python guest cannot be built: {why}\n\
-             install componentize-py: {PYTHON_INSTALL}"
-        ),
-        Err(why) => {
-            eprintln!(
-                "note: skipping the Python guest's test: {why}\n\
-                 (install componentize-py: {PYTHON_INSTALL}; set ZOTBOX_REQUIRE_PYTHON=1 to fail instead)"
-            );
-            None
-        }
-    }
+    built_or_skipped(
+        built.as_deref().map_err(String::as_str),
+        "Python",
+        "ZOTBOX_REQUIRE_PYTHON",
+        &format!("install componentize-py: {PYTHON_INSTALL}"),
+    )
 }
 
 /// The `componentize-js` to build with: the one on `PATH`, else the one CI
@@ -364,20 +366,12 @@ pub fn js_toolchain() -> Option<PathBuf> {
         Some(_) => Ok(tool),
         None => Err("`node` is not on PATH".to_owned()),
     });
-    match found {
-        Ok(tool) => Some(tool),
-        Err(why) if std::env::var("ZOTBOX_REQUIRE_JS").as_deref() == Ok("1") => panic!(
-            "ZOTBOX_REQUIRE_JS=1 but the JavaScript guest cannot be built: {why}\n\
-             install componentize-js: {JS_INSTALL}"
-        ),
-        Err(why) => {
-            eprintln!(
-                "note: skipping the JavaScript guest's test: {why}\n\
-                 (install componentize-js: {JS_INSTALL}; set ZOTBOX_REQUIRE_JS=1 to fail instead)"
-            );
-            None
-        }
-    }
+    built_or_skipped(
+        found.as_ref().map_err(String::as_str).cloned(),
+        "JavaScript",
+        "ZOTBOX_REQUIRE_JS",
+        &format!("install componentize-js: {JS_INSTALL}"),
+    )
 }
 
 /// The JavaScript example's component, built on first use with

@@ -499,54 +499,85 @@ async fn next_note(events: &mut tokio::sync::broadcast::Receiver<HostEvent>) -> 
     next_event(events, "a note", |e| matches!(e, HostEvent::Notify { .. })).await
 }
 
-/// The run-twice assertions of the Rust examples, for the Go example: a
-/// command (and its error), a tool with arguments (and its errors), a
-/// notify, a `tool_call` intercept, the sandbox's refusal of a file read
-/// (a native process reads it), and 50 concurrent calls that can only be
-/// answered when each runs on a goroutine of its own while stdin is read.
-async fn check_go_notes(host: &Host, form: Form) {
+/// The part of the notes examples' contract every language shares, for
+/// the extension `name` whose commands and tools start with `lang`: a
+/// command (and its error) with a notify, and a typed tool with a notify,
+/// in both units.
+async fn assert_notes_and_weather(host: &Host, lang: &str, name: &str) {
     let mut events = host.subscribe();
-    let display = |text: &str| CommandResponse {
-        action: CommandAction::Display,
-        display: Some(text.to_owned()),
-        ..CommandResponse::default()
-    };
+    let note = format!("{lang}-note");
     assert_response(
-        command(host, "go-note", "water the plants").await,
-        display("noted: water the plants"),
+        command(host, &note, "water the plants").await,
+        CommandResponse {
+            action: CommandAction::Display,
+            display: Some("noted: water the plants".to_owned()),
+            ..CommandResponse::default()
+        },
     );
     assert_eq!(
         next_note(&mut events).await,
         HostEvent::Notify {
-            extension: GO_NOTES.into(),
+            extension: name.into(),
             level: "success".into(),
             message: "noted (1 in total)".into(),
         }
     );
     assert_response(
-        command(host, "go-note", "  ").await,
+        command(host, &note, "  ").await,
         CommandResponse {
-            error: Some("nothing to note: `/go-note TEXT`".to_owned()),
+            error: Some(format!("nothing to note: `/{note} TEXT`")),
             ..CommandResponse::default()
         },
     );
 
-    let berlin = tool(host, "go_weather", json!({"city": "Berlin"})).await;
+    let weather = format!("{lang}_weather");
+    let berlin = tool(host, &weather, json!({"city": "Berlin"})).await;
     assert_result(&berlin, false, "Berlin: 1°C, light fog (fake)");
     assert_eq!(
         next_note(&mut events).await,
         HostEvent::Notify {
-            extension: GO_NOTES.into(),
+            extension: name.into(),
             level: "info".into(),
             message: "looking up the weather in Berlin".into(),
         }
     );
     let fahrenheit = json!({"city": "Oslo", "units": "fahrenheit"});
     assert_result(
-        &tool(host, "go_weather", fahrenheit).await,
+        &tool(host, &weather, fahrenheit).await,
         false,
         "Oslo: 33°F, light fog (fake)",
     );
+}
+
+/// The notes examples' `tool_call` intercept: `rm -rf /` blocked by `name`,
+/// `ls` let through.
+async fn assert_guards_rm_rf(host: &Host, name: &str) {
+    let bash = |command: &str| host.intercept_tool_call("bash", json!({"command": command}));
+    assert_eq!(
+        bounded("rm -rf /", bash("rm -rf /")).await,
+        zotbox::Decision {
+            verdict: Verdict::Block {
+                reason: format!("refused by {name}: `rm -rf /` deletes the whole filesystem")
+            },
+            decided_by: vec![name.to_owned()],
+        }
+    );
+    assert_eq!(
+        bounded("ls", bash("ls")).await,
+        zotbox::Decision {
+            verdict: Verdict::Allow,
+            decided_by: Vec::new(),
+        }
+    );
+}
+
+/// The run-twice assertions of the Rust examples, for the Go example: a
+/// command (and its error), a tool with arguments (and its errors), a
+/// notify, a `tool_call` intercept, the sandbox's refusal of a file read
+/// (a native process reads it), and 50 concurrent calls that can only be
+/// answered when each runs on a goroutine of its own while stdin is read.
+async fn check_go_notes(host: &Host, form: Form) {
+    assert_notes_and_weather(host, "go", GO_NOTES).await;
     assert_result(
         &tool(host, "go_weather", json!({})).await,
         true,
@@ -563,23 +594,7 @@ async fn check_go_notes(host: &Host, form: Form) {
         "unknown units `kelvin`; use celsius or fahrenheit",
     );
 
-    let bash = |command: &str| host.intercept_tool_call("bash", json!({"command": command}));
-    assert_eq!(
-        bounded("rm -rf /", bash("rm -rf /")).await,
-        zotbox::Decision {
-            verdict: Verdict::Block {
-                reason: "refused by go-notes: `rm -rf /` deletes the whole filesystem".to_owned()
-            },
-            decided_by: vec![GO_NOTES.to_owned()],
-        }
-    );
-    assert_eq!(
-        bounded("ls", bash("ls")).await,
-        zotbox::Decision {
-            verdict: Verdict::Allow,
-            decided_by: Vec::new(),
-        }
-    );
+    assert_guards_rm_rf(host, GO_NOTES).await;
 
     let read = tool(host, "go_read_file", json!({"path": "/etc/passwd"})).await;
     match form {
@@ -982,47 +997,7 @@ fn the_examples_carry_the_guest_libraries_and_wit_unchanged() {
 /// intercept, and a capability call (`zot:host/fs` without a grant) that
 /// the sandbox refuses, audits, and the guest survives.
 async fn check_js_notes(lab: &Lab, host: &Host) {
-    let mut events = host.subscribe();
-    assert_response(
-        command(host, "js-note", "water the plants").await,
-        CommandResponse {
-            action: CommandAction::Display,
-            display: Some("noted: water the plants".to_owned()),
-            ..CommandResponse::default()
-        },
-    );
-    assert_eq!(
-        next_note(&mut events).await,
-        HostEvent::Notify {
-            extension: JS_NOTES.into(),
-            level: "success".into(),
-            message: "noted (1 in total)".into(),
-        }
-    );
-    assert_response(
-        command(host, "js-note", "  ").await,
-        CommandResponse {
-            error: Some("nothing to note: `/js-note TEXT`".to_owned()),
-            ..CommandResponse::default()
-        },
-    );
-
-    let berlin = tool(host, "js_weather", json!({"city": "Berlin"})).await;
-    assert_result(&berlin, false, "Berlin: 1°C, light fog (fake)");
-    assert_eq!(
-        next_note(&mut events).await,
-        HostEvent::Notify {
-            extension: JS_NOTES.into(),
-            level: "info".into(),
-            message: "looking up the weather in Berlin".into(),
-        }
-    );
-    let fahrenheit = json!({"city": "Oslo", "units": "fahrenheit"});
-    assert_result(
-        &tool(host, "js_weather", fahrenheit).await,
-        false,
-        "Oslo: 33°F, light fog (fake)",
-    );
+    assert_notes_and_weather(host, "js", JS_NOTES).await;
     for (args, problem) in [
         (json!({}), "missing field `city`"),
         (json!({"city": 3}), "`city` must be a string"),
@@ -1038,23 +1013,7 @@ async fn check_js_notes(lab: &Lab, host: &Host) {
         );
     }
 
-    let bash = |command: &str| host.intercept_tool_call("bash", json!({"command": command}));
-    assert_eq!(
-        bounded("rm -rf /", bash("rm -rf /")).await,
-        zotbox::Decision {
-            verdict: Verdict::Block {
-                reason: "refused by js-notes: `rm -rf /` deletes the whole filesystem".to_owned()
-            },
-            decided_by: vec![JS_NOTES.to_owned()],
-        }
-    );
-    assert_eq!(
-        bounded("ls", bash("ls")).await,
-        zotbox::Decision {
-            verdict: Verdict::Allow,
-            decided_by: Vec::new(),
-        }
-    );
+    assert_guards_rm_rf(host, JS_NOTES).await;
 
     assert_capability_refused(lab, host, JS_NOTES, "js_read_file").await;
 }

@@ -121,10 +121,6 @@ fn host_pid(lab: &Lab) -> i32 {
     .expect("a pid")
 }
 
-fn host_processes(lab: &Lab) -> Vec<i32> {
-    shared_hosts(&lab.home)
-}
-
 /// Waits (within [`PATIENCE`]) until `check` holds.
 async fn eventually(what: &str, check: impl Fn() -> bool) {
     let deadline = tokio::time::Instant::now() + PATIENCE;
@@ -162,7 +158,7 @@ async fn ten_relays_started_at_once_share_one_host() {
         let answer = call(zot, &format!("p{n}"), "ping", json!({})).await;
         assert_eq!(answer, (false, "pong".to_owned()));
     }
-    assert_eq!(host_processes(&lab).len(), 1, "exactly one host");
+    assert_eq!(shared_hosts(&lab.home).len(), 1, "exactly one host");
     let host = status(&lab);
     assert_eq!(
         host["instances"].as_array().map(Vec::len),
@@ -270,7 +266,7 @@ async fn two_workspaces_served_by_one_host_never_cross() {
         workspaces.contains(&other.to_str().unwrap_or_default()),
         "{host}"
     );
-    assert_eq!(host_processes(&lab).len(), 1);
+    assert_eq!(shared_hosts(&lab.home).len(), 1);
     finish(first).await;
     finish(second).await;
 }
@@ -297,7 +293,7 @@ async fn the_relays_environment_not_the_hosts_feeds_the_env_grant() {
         &[("ZOTBOX_TEST_COLOUR", "green")],
     )
     .await;
-    assert_eq!(host_processes(&lab).len(), 1);
+    assert_eq!(shared_hosts(&lab.home).len(), 1);
     let got = call(&mut blue, "b", "env", json!({"name": "ZOTBOX_TEST_COLOUR"})).await;
     assert_eq!(got, (false, "blue".to_owned()));
     let got = call(
@@ -486,7 +482,7 @@ async fn standalone_hosts_in_the_relays_own_process() {
         assert_eq!(status(&lab), Value::Null);
         finish(zot).await;
     }
-    assert!(host_processes(&lab).is_empty());
+    assert!(shared_hosts(&lab.home).is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -209,6 +209,16 @@ impl Lab {
         args: &[&str],
         env: &[(&str, &std::ffi::OsStr)],
     ) -> Option<Run> {
+        let mut command = self.script(args);
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        command.output().ok().map(Run::from)
+    }
+
+    /// `script` running `zotbox ARGS` on a pseudo-terminal with this lab's
+    /// homes, in the workspace.
+    fn script(&self, args: &[&str]) -> Command {
         let mut words = vec![
             env!("CARGO_BIN_EXE_zotbox").to_owned(),
             "--zot-home".to_owned(),
@@ -228,10 +238,7 @@ impl Lab {
             .env("ZOT_HOME", &self.home)
             .env_remove("ZOTBOX_LOG")
             .env_remove("XDG_STATE_HOME");
-        for (key, value) in env {
-            command.env(key, value);
-        }
-        command.output().ok().map(Run::from)
+        command
     }
 
     /// As [`Lab::zotbox_on_terminal`], typing `typed` once the output shows
@@ -244,24 +251,8 @@ impl Lab {
         typed: &str,
     ) -> Option<Run> {
         use std::io::{Read as _, Write as _};
-        let mut words = vec![
-            env!("CARGO_BIN_EXE_zotbox").to_owned(),
-            "--zot-home".to_owned(),
-            self.home.display().to_string(),
-            "--workspace".to_owned(),
-            self.workspace.display().to_string(),
-        ];
-        words.extend(args.iter().map(|arg| (*arg).to_owned()));
-        let quoted: Vec<String> = words
-            .iter()
-            .map(|word| format!("'{}'", word.replace('\'', "'\\''")))
-            .collect();
-        let mut child = Command::new("script")
-            .args(["-qec", &quoted.join(" "), "/dev/null"])
-            .current_dir(&self.workspace)
-            .env("ZOT_HOME", &self.home)
-            .env_remove("ZOTBOX_LOG")
-            .env_remove("XDG_STATE_HOME")
+        let mut child = self
+            .script(args)
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
