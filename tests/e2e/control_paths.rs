@@ -205,6 +205,110 @@ async fn a_guest_with_write_all_cannot_write_any_control_path() {
     );
 }
 
+/// `$ZOT_HOME` inside the workspace holds `secrets.json`: a guest granted
+/// `read: ["**"]` reads neither it nor a link to it, and cannot even
+/// describe it, while the rest of `$ZOT_HOME` stays readable by the grant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_with_read_all_cannot_read_the_users_secrets() {
+    let lab = Lab::new();
+    let ws = lab.workspace.clone();
+    let home = ws.join("home");
+    std::fs::create_dir_all(&home).expect("home");
+    std::fs::write(home.join("secrets.json"), r#"{"API_KEY":"hunter2"}"#).expect("secrets");
+    std::fs::write(home.join("policy.json"), "{}").expect("policy");
+    symlink("home/secrets.json", ws.join("leak.json")).expect("link");
+    symlink("home", ws.join("via")).expect("link");
+    let dir = prober_in(&ws.join("tools"), &json!({"read": ["**"], "write": ["**"]}));
+    let policy =
+        Policy::load(&lab.home.join("none.json"), &home.join("policy.json")).expect("policy");
+    let host = {
+        let builder = lab
+            .builder()
+            .zot_home(&home)
+            .policy(policy)
+            .restart_policy(RestartPolicy::never())
+            .extension(&dir);
+        crate::support::bounded("starting the host", builder.build())
+            .await
+            .expect("build the host")
+    };
+    let secret = "is a control path (the user's secrets: only the host reads them); no grant \
+                  reaches it";
+    let cases = vec![
+        // Attack: the file itself.
+        refused(
+            "the secrets file",
+            "fs_read",
+            json!({"path": "home/secrets.json"}),
+            format!("fs-read `home/secrets.json` refused: `home/secrets.json` {secret}"),
+        ),
+        // Attack: a link the guest did not need to write (a cloned repository's).
+        refused(
+            "a link to it",
+            "fs_read",
+            json!({"path": "leak.json"}),
+            format!(
+                "fs-read `leak.json` refused: it resolves to `home/secrets.json` through a \
+                 symlink; `home/secrets.json` {secret}"
+            ),
+        ),
+        refused(
+            "through a linked folder",
+            "fs_read",
+            json!({"path": "via/secrets.json"}),
+            format!(
+                "fs-read `via/secrets.json` refused: it resolves to `home/secrets.json` through \
+                 a symlink; `home/secrets.json` {secret}"
+            ),
+        ),
+        // Attack: another case, for a case-folding file system.
+        refused(
+            "upper case",
+            "fs_read",
+            json!({"path": "home/SECRETS.json"}),
+            format!("fs-read `home/SECRETS.json` refused: `home/secrets.json` {secret}"),
+        ),
+        refused(
+            "its size and times",
+            "fs_stat",
+            json!({"path": "home/secrets.json"}),
+            format!("fs-read `home/secrets.json` refused: `home/secrets.json` {secret}"),
+        ),
+        refused(
+            "a write over it",
+            "fs_write",
+            json!({"path": "home/secrets.json", "text": "{}"}),
+            "fs-write `home/secrets.json` refused: `home/` is a control path ($ZOT_HOME: it \
+             decides grants and what runs); no grant reaches it",
+        ),
+        // Control: the rest of `$ZOT_HOME` follows the read grant.
+        answered(
+            "control: the policy",
+            "fs_read",
+            json!({"path": "home/policy.json"}),
+            "{}",
+        ),
+    ];
+    run_cases(&host, cases).await;
+    host.shutdown().await;
+    assert_eq!(
+        std::fs::read_to_string(home.join("secrets.json")).expect("secrets"),
+        r#"{"API_KEY":"hunter2"}"#
+    );
+    let audit = audit_from(&home);
+    assert!(
+        !audit
+            .iter()
+            .any(|line| line.to_string().contains("hunter2")),
+        "{audit:#?}"
+    );
+    let denied = audit
+        .iter()
+        .filter(|line| line["capability"] == "fs-read" && line["decision"] == "deny")
+        .count();
+    assert_eq!(denied, 5, "{audit:#?}");
+}
+
 /// Every line of `<home>/logs/audit.jsonl`.
 fn audit_from(home: &Path) -> Vec<Value> {
     let text = std::fs::read_to_string(home.join("logs/audit.jsonl")).unwrap_or_default();
@@ -437,17 +541,19 @@ fn policy_explain_lists_the_control_paths_that_apply() {
         .collect();
     let names = "at any depth, in any case: it decides what runs";
     let home_what = "$ZOT_HOME: it decides grants and what runs";
+    let secrets = "the user's secrets: only the host reads them; nor any read grant";
     assert_eq!(
         listed,
         [
             "control paths: no write grant reaches them, whatever was declared".to_owned(),
-            format!("{:<18}WHAT", "CONTROL PATH"),
-            format!("{:<18}{names}", ".git/"),
-            format!("{:<18}{names}", ".zot/"),
-            format!("{:<18}{names}", ".shiro/"),
-            format!("{:<18}{home_what}", "home/"),
-            format!("{:<18}{EXTENSION_FOLDER}", "home/extensions/"),
-            format!("{:<18}{EXTENSION_FOLDER}", "tools/prober/"),
+            format!("{:<19}WHAT", "CONTROL PATH"),
+            format!("{:<19}{names}", ".git/"),
+            format!("{:<19}{names}", ".zot/"),
+            format!("{:<19}{names}", ".shiro/"),
+            format!("{:<19}{home_what}", "home/"),
+            format!("{:<19}{EXTENSION_FOLDER}", "home/extensions/"),
+            format!("{:<19}{secrets}", "home/secrets.json"),
+            format!("{:<19}{EXTENSION_FOLDER}", "tools/prober/"),
         ],
         "{}",
         run.stdout
@@ -464,9 +570,13 @@ fn policy_explain_lists_the_control_paths_that_apply() {
         .filter_map(|line| serde_json::from_str::<Value>(line).ok())
         .filter(|line| line.get("control_path").is_some())
         .collect();
-    assert_eq!(control.len(), 6, "{}", run.stdout);
+    assert_eq!(control.len(), 7, "{}", run.stdout);
     assert_eq!(
         control[5],
+        json!({"control_path": "home/secrets.json", "what": secrets})
+    );
+    assert_eq!(
+        control[6],
         json!({"control_path": "tools/prober/", "what": EXTENSION_FOLDER})
     );
 }

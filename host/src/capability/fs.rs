@@ -38,7 +38,10 @@
 //!    `out -> .git` does not reach `.git/config`. Every operation that
 //!    changes the tree (today `write`, which also creates; any future
 //!    rename or delete) is a mutating [`Op`] and passes this check. Reads
-//!    of control paths stay governed by the read grant.
+//!    of control paths stay governed by the read grant, except for the
+//!    **secret** ones ([`ControlPaths::with_secrets`]: the user's secret
+//!    values and signing keys when `$ZOT_HOME` lies inside the workspace),
+//!    which no operation reaches: not read, listed or described.
 //! 6. **Hard links**: a regular file with more than one link is neither
 //!    read nor written, checked with `fstat` on the opened handle. The jail
 //!    checks names, and a hard link is a second name for a file whose
@@ -231,6 +234,8 @@ pub struct ControlPath {
     pub folder: bool,
     /// What it is and why it matters: `$ZOT_HOME: it decides grants and what runs`.
     pub what: String,
+    /// Whether reading it is refused too (it holds secrets), not only writing.
+    pub secret: bool,
 }
 
 impl ControlPath {
@@ -265,10 +270,27 @@ impl ControlPaths {
     /// inside the workspace or holds it. A path that does not exist yet is
     /// placed by its nearest existing ancestor.
     pub fn new(workspace: &Path, outside: &[(PathBuf, bool, String)]) -> Self {
+        Self::default().placed(workspace, outside, false)
+    }
+
+    /// These control paths and `secrets` (as for [`ControlPaths::new`]),
+    /// which are refused for every operation, reads included: a guest with
+    /// `read: ["**"]` in a workspace holding `$ZOT_HOME` must not read the
+    /// values the host keeps from it.
+    #[must_use]
+    pub fn with_secrets(self, workspace: &Path, secrets: &[(PathBuf, bool, String)]) -> Self {
+        self.placed(workspace, secrets, true)
+    }
+
+    fn placed(
+        mut self,
+        workspace: &Path,
+        outside: &[(PathBuf, bool, String)],
+        secret: bool,
+    ) -> Self {
         let Some(root) = canonical_lenient(workspace) else {
-            return Self::default();
+            return self;
         };
-        let mut inside: Vec<ControlPath> = Vec::new();
         for (path, folder, what) in outside {
             let Some(canonical) = canonical_lenient(path) else {
                 continue;
@@ -289,13 +311,16 @@ impl ControlPaths {
                 path: relative.to_owned(),
                 folder: *folder || relative.is_empty(),
                 what: what.clone(),
+                secret,
             };
-            if !inside.iter().any(|seen| seen.path == entry.path) {
-                inside.push(entry);
+            match self.inside.iter_mut().find(|seen| seen.path == entry.path) {
+                // A secret path that is also a control path stays secret.
+                Some(seen) => seen.secret |= secret,
+                None => self.inside.push(entry),
             }
         }
-        inside.sort_by(|a, b| a.path.cmp(&b.path));
-        Self { inside }
+        self.inside.sort_by(|a, b| a.path.cmp(&b.path));
+        self
     }
 
     /// The workspace's own control paths (beside [`CONTROL_NAMES`]), sorted.
@@ -303,9 +328,19 @@ impl ControlPaths {
         &self.inside
     }
 
-    /// Why writing the workspace-relative `components` is refused, if it is.
-    fn refusal(&self, components: &[String]) -> Option<String> {
-        for (index, component) in components.iter().enumerate() {
+    /// Whether any path here is secret (refused for reads too).
+    fn has_secrets(&self) -> bool {
+        self.inside.iter().any(|control| control.secret)
+    }
+
+    /// Why the workspace-relative `components` are refused to an operation
+    /// that `mutates` the tree (every control path) or does not (only the
+    /// secret ones), if they are.
+    fn refusal_for(&self, components: &[String], mutates: bool) -> Option<String> {
+        // The fixed names decide what runs but hold no secrets: reads of
+        // them stay governed by the read grant.
+        let named = if mutates { components } else { &[] };
+        for (index, component) in named.iter().enumerate() {
             if CONTROL_NAMES
                 .iter()
                 .any(|name| component.eq_ignore_ascii_case(name))
@@ -321,6 +356,7 @@ impl ControlPaths {
         }
         self.inside
             .iter()
+            .filter(|control| mutates || control.secret)
             .find(|control| {
                 let prefix = split_components(&control.path);
                 prefix.len() <= components.len()
@@ -678,8 +714,9 @@ impl Jail {
         Ok(resolved)
     }
 
-    /// Step 5: a mutating operation on a control path is refused, for the
-    /// path as written and (with `written`) as resolved.
+    /// Step 5: a mutating operation on a control path, and any operation
+    /// on a secret one, is refused, for the path as written and (with
+    /// `written`) as resolved.
     fn check_control(
         &self,
         op: Op,
@@ -687,10 +724,10 @@ impl Jail {
         components: &[String],
         written: Option<&[String]>,
     ) -> Result<(), CapabilityError> {
-        if !op.mutates() {
+        if !op.mutates() && !self.control.has_secrets() {
             return Ok(());
         }
-        let Some(reason) = self.control.refusal(components) else {
+        let Some(reason) = self.control.refusal_for(components, op.mutates()) else {
             return Ok(());
         };
         let reason = match written {
@@ -1838,13 +1875,39 @@ mod tests {
             ]
         );
         // A file control path refuses itself, not names below or beside it.
-        assert!(control.refusal(&["policy.json".to_owned()]).is_some());
-        assert!(control.refusal(&["policy.json5".to_owned()]).is_none());
+        assert!(
+            control
+                .refusal_for(&["policy.json".to_owned()], true)
+                .is_some()
+        );
+        assert!(
+            control
+                .refusal_for(&["policy.json5".to_owned()], true)
+                .is_none()
+        );
+        // A secret path is refused to reads as well; control paths are not,
+        // and the fixed names are not.
+        let secret = control.with_secrets(&ws, &[(ws.join("home/zot/s.json"), false, what("s"))]);
+        let read = |path: &[&str]| {
+            let components: Vec<String> = path.iter().map(|c| (*c).to_owned()).collect();
+            secret.refusal_for(&components, false)
+        };
+        assert_eq!(
+            read(&["home", "zot", "S.json"]).as_deref(),
+            Some("`home/zot/s.json` is a control path (s); no grant reaches it")
+        );
+        assert_eq!(read(&["home", "zot", "policy.json"]), None);
+        assert_eq!(read(&[".git", "config"]), None);
+        assert!(
+            secret
+                .refusal_for(&["home".to_owned(), "zot".to_owned()], true)
+                .is_some()
+        );
         // A folder holding the workspace makes all of it a control path.
         let holding = ControlPaths::new(&ws, &[(root.clone(), true, what("$ZOT_HOME"))]);
         assert_eq!(
             holding
-                .refusal(&["src".to_owned(), "x".to_owned()])
+                .refusal_for(&["src".to_owned(), "x".to_owned()], true)
                 .as_deref(),
             Some("the whole workspace lies inside a control path ($ZOT_HOME); no grant reaches it")
         );

@@ -109,12 +109,14 @@ fn control_rows(control: &ControlPaths) -> Vec<(String, String)> {
             )
         })
         .collect();
-    rows.extend(
-        control
-            .paths()
-            .iter()
-            .map(|path| (path.shown(), path.what.clone())),
-    );
+    rows.extend(control.paths().iter().map(|path| {
+        let what = if path.secret {
+            format!("{}; nor any read grant", path.what)
+        } else {
+            path.what.clone()
+        };
+        (path.shown(), what)
+    }));
     rows
 }
 

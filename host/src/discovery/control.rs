@@ -87,9 +87,24 @@ impl ControlSources {
         found
     }
 
+    /// What under `$ZOT_HOME` holds secrets, as `(path, is a folder, what
+    /// it is)`: no grant reads it, even when `$ZOT_HOME` lies in the
+    /// workspace.
+    pub fn secrets(&self) -> Vec<(PathBuf, bool, String)> {
+        let Some(home) = &self.home else {
+            return Vec::new();
+        };
+        vec![(
+            crate::home::ZotHome::new(home).secrets_file(),
+            false,
+            "the user's secrets: only the host reads them".to_owned(),
+        )]
+    }
+
     /// The control paths of `workspace`.
     pub fn control_paths(&self, workspace: &Path) -> ControlPaths {
         ControlPaths::new(workspace, &self.outside(workspace))
+            .with_secrets(workspace, &self.secrets())
     }
 }
 
