@@ -843,8 +843,11 @@ fn zot_rows(fixture: &Fixture, scale: &Scale) -> Result<Vec<[String; 4]>> {
     let home = fixture.home.root();
     let dir = fixture.example_dir.as_path();
     let env = [("ZOT_HOME", home)];
-    // The first start (outside the measurement) starts the shared host;
-    // every measured one finds it warm.
+    // What an installed manifest makes zot start. The first start (outside
+    // the measurement) starts the shared host; every measured one finds it
+    // warm.
+    let relay = Path::new(env!("CARGO_BIN_EXE_zotbox-relay"));
+    let installed = zot_path(relay, &[], dir, &env, runs, calls)?;
     let run = zot_path(zotbox, &["run"], dir, &env, runs, calls)?;
     let standalone = zot_path(zotbox, &["run", "--standalone"], dir, &env, runs, calls)?;
     let native_bin = fixture.example_native.as_path();
@@ -870,7 +873,8 @@ fn zot_rows(fixture: &Fixture, scale: &Scale) -> Result<Vec<[String; 4]>> {
             dur_ratio(figures.round_trip, native.round_trip),
         ]);
     };
-    three("`zotbox run` (relay, shared host warm)", &run);
+    three("`zotbox-relay` (installed launcher, shared host warm)", &installed);
+    three("`zotbox run` (execs the relay)", &run);
     three("`zotbox run --standalone`", &standalone);
     if let Some(cli) = wasmtime_cli() {
         let cwasm = fixture.tmp.path().join(format!("{EXAMPLE}.cwasm"));
@@ -913,7 +917,8 @@ fn ten_rows(fixture: &Fixture) -> Result<Vec<[String; 4]>> {
             .collect::<Result<Vec<_>>>()
     };
     let natives = start_ten(&fixture.example_native, &[], &[])?;
-    let relays = start_ten(zotbox, &["run"], &[("ZOT_HOME", home)])?;
+    let relay = Path::new(env!("CARGO_BIN_EXE_zotbox-relay"));
+    let relays = start_ten(relay, &[], &[("ZOT_HOME", home)])?;
     std::thread::sleep(Duration::from_millis(300));
     let native_kib: u64 = natives.iter().map(ZotChild::rss_kib).sum();
     let relay_kib: u64 = relays.iter().map(ZotChild::rss_kib).sum();

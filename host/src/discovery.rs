@@ -307,10 +307,75 @@ pub enum ZotLaunch {
     Nothing,
 }
 
+/// The relay zot starts for an installed sandboxed extension: it hands
+/// zot's stdio to the shared host (see `crate::shared`).
+pub const RELAY: &str = "zotbox-relay";
+
+/// One of zotbox's two programs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ZotboxProgram {
+    /// `zotbox`, the command line.
+    Cli,
+    /// `zotbox-relay`, which takes the extension folder (default `.`) as its
+    /// only argument.
+    Relay,
+}
+
+impl ZotboxProgram {
+    /// The program's file name.
+    pub fn file_name(self) -> &'static str {
+        match self {
+            Self::Cli => SERVE_LAUNCHER,
+            Self::Relay => RELAY,
+        }
+    }
+
+    /// Which of zotbox's programs the file at `program` is, by device and
+    /// inode (any name or link to it counts): this executable, or one of
+    /// the pair lying beside it.
+    pub fn of_file(program: &Path) -> Option<Self> {
+        use std::os::unix::fs::MetadataExt as _;
+        let target = std::fs::metadata(program).ok()?;
+        let me = std::env::current_exe().ok()?;
+        let mine = if me.file_name().is_some_and(|name| name == RELAY) {
+            Self::Relay
+        } else {
+            Self::Cli
+        };
+        let folder = me.parent()?;
+        let candidates = [
+            (me.clone(), mine),
+            (folder.join(SERVE_LAUNCHER), Self::Cli),
+            (folder.join(RELAY), Self::Relay),
+        ];
+        candidates
+            .into_iter()
+            .find(|(path, _)| {
+                std::fs::metadata(path)
+                    .is_ok_and(|it| it.dev() == target.dev() && it.ino() == target.ino())
+            })
+            .map(|(_, which)| which)
+    }
+
+    /// Which of zotbox's programs zot starts for `exec` as written: a bare
+    /// `zotbox` or `zotbox-relay` (found on `PATH`, as zotbox writes them when
+    /// those are its own), or an absolute path to one of them. A `./zotbox`
+    /// inside a folder is the folder's program.
+    pub fn of_exec(exec: &str) -> Option<Self> {
+        match exec {
+            SERVE_LAUNCHER => Some(Self::Cli),
+            RELAY => Some(Self::Relay),
+            _ if Path::new(exec).is_absolute() => Self::of_file(Path::new(exec)),
+            _ => None,
+        }
+    }
+}
+
 /// What zot would start for `manifest`: its `exec` and `args`, natively,
-/// unless they are exactly `zotbox run` (with the `zotbox` on `PATH` or this
-/// very binary). A `wasm` field changes nothing for zot: a manifest whose
-/// `exec` is anything else runs natively, however sandboxed zotbox runs it.
+/// unless they are exactly `zotbox run` or `zotbox-relay` (the bare names,
+/// or paths to this zotbox's programs). A `wasm` field changes nothing for
+/// zot: a manifest whose `exec` is anything else runs natively, however
+/// sandboxed zotbox runs it.
 pub fn zot_launch(manifest: &Manifest) -> ZotLaunch {
     let raw = &manifest.raw;
     let Some(exec) = raw.exec.as_deref().filter(|e| !e.trim().is_empty()) else {
@@ -319,32 +384,18 @@ pub fn zot_launch(manifest: &Manifest) -> ZotLaunch {
     if !raw.enabled {
         return ZotLaunch::Nothing;
     }
-    let args_run = matches!(raw.args.as_slice(), [run] if run == "run")
-        || matches!(raw.args.as_slice(), [run, dot] if run == "run" && dot == ".");
-    if args_run && is_zotbox(exec) {
+    let args: Vec<&str> = raw.args.iter().map(String::as_str).collect();
+    let sandboxed = match ZotboxProgram::of_exec(exec) {
+        Some(ZotboxProgram::Cli) => matches!(args.as_slice(), ["run"] | ["run", "."]),
+        Some(ZotboxProgram::Relay) => matches!(args.as_slice(), [] | ["."]),
+        None => false,
+    };
+    if sandboxed {
         return ZotLaunch::Sandboxed;
     }
     let mut words = vec![exec.to_owned()];
     words.extend(raw.args.iter().cloned());
     ZotLaunch::Native(shell_words::join(words))
-}
-
-/// Whether zot would run zotbox itself for `exec`: the bare name (found on
-/// `PATH`, as `zotbox setup` writes it when that is this binary), or this
-/// binary's own path. A `./zotbox` inside a folder is the folder's program.
-fn is_zotbox(exec: &str) -> bool {
-    if exec == SERVE_LAUNCHER {
-        return true;
-    }
-    let path = Path::new(exec);
-    if !path.is_absolute() {
-        return false;
-    }
-    let me = std::env::current_exe().and_then(std::fs::canonicalize);
-    match (std::fs::canonicalize(path), me) {
-        (Ok(target), Ok(me)) => target == me,
-        _ => false,
-    }
 }
 
 /// A workspace manifest that takes the place of one of the user's inside
@@ -586,6 +637,24 @@ mod tests {
             (
                 format!(r#""exec":"{me}","args":["run","."]"#),
                 ZotLaunch::Sandboxed,
+            ),
+            (r#""exec":"zotbox-relay""#.to_owned(), ZotLaunch::Sandboxed),
+            (
+                r#""exec":"zotbox-relay","args":["."]"#.to_owned(),
+                ZotLaunch::Sandboxed,
+            ),
+            // The relay takes a folder, not a subcommand.
+            (
+                r#""exec":"zotbox-relay","args":["run"]"#.to_owned(),
+                ZotLaunch::Native("zotbox-relay run".to_owned()),
+            ),
+            (
+                r#""exec":"zotbox-relay","args":["/tmp/evil"]"#.to_owned(),
+                ZotLaunch::Native("zotbox-relay /tmp/evil".to_owned()),
+            ),
+            (
+                r#""exec":"./zotbox-relay""#.to_owned(),
+                ZotLaunch::Native("./zotbox-relay".to_owned()),
             ),
             // A `zotbox` of the folder's own is the folder's program.
             (

@@ -832,21 +832,24 @@ mod tests {
         symlink("../../proj", ws.join(".zot/extensions/proj")).unwrap();
         // An explicit extension named by its manifest file.
         let sources = ControlSources::new(&home, &[ws.join("dev/x/extension.json")]);
-        let shown: Vec<String> = sources
+        let shown: Vec<(String, bool)> = sources
             .control_paths(&ws)
             .paths()
             .iter()
-            .map(|path| path.shown())
+            .map(|path| (path.shown(), path.secret))
             .collect();
+        let shown: Vec<(&str, bool)> = shown.iter().map(|(p, s)| (p.as_str(), *s)).collect();
         assert_eq!(
             shown,
             [
-                "dev/x/",
-                "home/",
-                "home/extensions/",
-                "proj/",
-                "tools/linked/",
-                "tools/linked/run.sh"
+                ("dev/x/", false),
+                ("home/", false),
+                ("home/extensions/", false),
+                // Not even read: the user's secret values.
+                ("home/secrets.json", true),
+                ("proj/", false),
+                ("tools/linked/", false),
+                ("tools/linked/run.sh", false)
             ]
         );
         // Without a home and with nothing inside, only the names remain.

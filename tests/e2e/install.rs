@@ -242,9 +242,10 @@ fn a_native_manifest_that_starts_zotbox_is_refused() {
     let source = lab.dev.join("loop");
     std::fs::create_dir_all(&source).expect("folder");
     let zotbox = env!("CARGO_BIN_EXE_zotbox");
-    // Attack: a native extension that starts `zotbox run` on its own folder,
-    // which starts it again, and again.
-    for exec in [zotbox, "zotbox"] {
+    let relay = env!("CARGO_BIN_EXE_zotbox-relay");
+    // Attack: a native extension that starts `zotbox run` (or the relay) on
+    // its own folder, which starts it again, and again.
+    for exec in [zotbox, "zotbox", relay, "zotbox-relay"] {
         write_json(
             &source.join("extension.json"),
             &json!({"name": "loop", "exec": exec, "args": ["run"]}),

@@ -55,6 +55,14 @@ fn zotbox_exe() -> PathBuf {
         .expect("the zotbox binary")
 }
 
+/// The `zotbox-relay` beside it, canonical: what an installed wasm
+/// extension's manifest makes zot start.
+fn relay_exe() -> PathBuf {
+    Path::new(env!("CARGO_BIN_EXE_zotbox-relay"))
+        .canonicalize()
+        .expect("the zotbox-relay binary")
+}
+
 // ---------------------------------------------------------------------------
 // The driver.
 
@@ -712,8 +720,8 @@ async fn an_installed_wasm_example_answers_zot_exactly_as_its_native_build_does(
     let launch = Launch::of(&hello);
     assert_eq!(
         (launch.program.as_path(), launch.args.as_slice()),
-        (zotbox_exe().as_path(), ["run".to_owned()].as_slice()),
-        "the installed manifest launches `zotbox run`"
+        (relay_exe().as_path(), [].as_slice()),
+        "the installed manifest launches `zotbox-relay` in its folder"
     );
 
     // hello: commands.
@@ -1453,8 +1461,8 @@ async fn install_asks_first_then_writes_a_launcher_zot_can_start() {
     // --yes: installed with a launcher, precompiled into the cache.
     let installed = install(&lab, &source, &[]);
     let mut expected = source_manifest.clone();
-    expected["exec"] = json!(zotbox_exe());
-    expected["args"] = json!(["run"]);
+    expected["exec"] = json!(relay_exe());
+    expected["args"] = json!([]);
     assert_eq!(read_json(&installed.join("extension.json")), expected);
     assert!(installed.join("prober.wasm").is_file());
     let cached: Vec<PathBuf> = std::fs::read_dir(lab.home.join("cache"))

@@ -278,9 +278,12 @@ async fn install(context: &Context, source: &Path, project: bool, yes: bool) -> 
     }
     // Only a sandboxed extension uses these: its launcher and its precompile.
     let launcher = if sandboxed {
-        super::setup::launcher_exec()?
+        super::setup::wasm_launcher()?
     } else {
-        String::new()
+        install::LaunchCommand {
+            exec: String::new(),
+            args: Vec::new(),
+        }
     };
     let runtime = if sandboxed {
         let launcher = super::output::with_compile_notes(zotbox::Launcher::new(home));

@@ -1,12 +1,16 @@
 //! `zotbox setup`: register `zotbox serve` as one of zot's extensions.
 
+use std::path::{Path, PathBuf};
+
 use anyhow::{Context as _, Result};
 use serde_json::json;
 
 use super::output::json_line;
 use super::{Context, EXIT_OK};
+use zotbox::discovery::ZotboxProgram;
 use zotbox::manifest::MANIFEST_FILE;
 use zotbox::serve::SERVE_NAME;
+use zotbox::store::install::LaunchCommand;
 
 /// Arguments of `zotbox setup`.
 #[derive(Debug, clap::Args)]
@@ -16,17 +20,47 @@ pub(crate) struct Args {
     remove: bool,
 }
 
-/// How zot should start this binary: by name when `zotbox` on PATH is this
-/// very binary, else by absolute path.
-pub(crate) fn launcher_exec() -> Result<String> {
+/// This executable, canonical.
+fn this_program() -> Result<PathBuf> {
     let me = std::env::current_exe().context("cannot find this program's path")?;
-    let me = std::fs::canonicalize(&me).unwrap_or(me);
-    let on_path = zotbox::discovery::find_on_path("zotbox")
-        .and_then(|found| std::fs::canonicalize(found).ok());
-    Ok(if on_path.as_deref() == Some(me.as_path()) {
-        "zotbox".to_owned()
+    Ok(std::fs::canonicalize(&me).unwrap_or(me))
+}
+
+/// How zot should name the program at `path`, which is zotbox's `name`
+/// (`zotbox` or `zotbox-relay`): the bare name when the one on `PATH` is
+/// that very file, else its absolute path.
+fn exec_for(path: &Path, name: &str) -> String {
+    let on_path =
+        zotbox::discovery::find_on_path(name).and_then(|found| std::fs::canonicalize(found).ok());
+    if on_path.as_deref() == Some(path) {
+        name.to_owned()
     } else {
-        me.display().to_string()
+        path.display().to_string()
+    }
+}
+
+/// The `exec` that makes zot start this zotbox: `zotbox` when the one on
+/// `PATH` is this binary, else its absolute path.
+pub(crate) fn launcher_exec() -> Result<String> {
+    Ok(exec_for(&this_program()?, ZotboxProgram::Cli.file_name()))
+}
+
+/// What an installed wasm extension's manifest names so that zot starts it
+/// sandboxed: the small `zotbox-relay` beside this binary (started in the
+/// extension's folder, it needs no argument), or `zotbox run` when there is
+/// no relay beside it.
+pub(crate) fn wasm_launcher() -> Result<LaunchCommand> {
+    let me = this_program()?;
+    let relay = ZotboxProgram::Relay.file_name();
+    Ok(match me.parent().map(|folder| folder.join(relay)) {
+        Some(path) if path.is_file() => LaunchCommand {
+            exec: exec_for(&path, relay),
+            args: Vec::new(),
+        },
+        _ => LaunchCommand {
+            exec: exec_for(&me, ZotboxProgram::Cli.file_name()),
+            args: vec!["run".to_owned()],
+        },
     })
 }
 

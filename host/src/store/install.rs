@@ -735,25 +735,33 @@ fn check_program(plan: &Plan) -> Result<(), InstallError> {
     }
 }
 
-/// Whether `exec` (resolved by zot's rules from `dir`) is this zotbox
-/// binary, by any name or link, or the bare name `zotbox`.
+/// Whether `exec` (resolved by zot's rules from `dir`) is one of this
+/// zotbox's programs (`zotbox`, `zotbox-relay`), by any name or link, or
+/// one of their bare names.
 fn starts_zotbox(exec: &str, dir: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt as _;
-    if exec == "zotbox" {
-        return true;
-    }
-    let Ok(me) = std::env::current_exe().and_then(std::fs::metadata) else {
-        return false;
-    };
-    crate::runtime::native::resolve_exec(exec, dir)
-        .ok()
-        .and_then(|program| std::fs::metadata(program).ok())
-        .is_some_and(|it| it.dev() == me.dev() && it.ino() == me.ino())
+    use crate::discovery::ZotboxProgram;
+    ZotboxProgram::of_exec(exec).is_some()
+        || crate::runtime::native::resolve_exec(exec, dir)
+            .ok()
+            .is_some_and(|program| ZotboxProgram::of_file(&program).is_some())
+}
+
+/// The command an installed wasm extension's manifest gets as its
+/// `exec`/`args`, so that zot starts it sandboxed: `zotbox-relay` (no
+/// arguments: zot starts it in the extension's folder), or `zotbox run`
+/// where the relay is not installed beside zotbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaunchCommand {
+    /// The program: a bare name when the one on `PATH` is zotbox's own, else
+    /// its absolute path.
+    pub exec: String,
+    /// Its arguments.
+    pub args: Vec<String>,
 }
 
 /// Copies exactly `plan` into place (rules 5 to 7). A wasm extension's
-/// manifest gets `exec: launcher, args: ["run"]` so that zot starts it
-/// through `zotbox run`; its guest is then checked with `prepare(name, wasm)`
+/// manifest gets `launcher` as its `exec` and `args` so that zot starts it
+/// through zotbox; its guest is then checked with `prepare(name, wasm)`
 /// (compile and link, into the cache). Returns the installed folder.
 ///
 /// # Errors
@@ -764,7 +772,7 @@ fn starts_zotbox(exec: &str, dir: &Path) -> bool {
 /// previous install is as it was.
 pub fn commit(
     plan: &Plan,
-    launcher: &str,
+    launcher: &LaunchCommand,
     prepare: &dyn Fn(&str, &Path) -> Result<(), String>,
 ) -> Result<PathBuf, InstallError> {
     let name = plan.manifest.name();
@@ -815,7 +823,7 @@ pub fn commit(
 }
 
 /// The plan's manifest text with zot's launcher as `exec`/`args`.
-fn with_launcher(plan: &Plan, launcher: &str) -> Result<String, InstallError> {
+fn with_launcher(plan: &Plan, launcher: &LaunchCommand) -> Result<String, InstallError> {
     let mut value: serde_json::Value =
         serde_json::from_str(&plan.manifest_text).map_err(|err| {
             InstallError::Manifest(FileError::Parse {
@@ -829,8 +837,11 @@ fn with_launcher(plan: &Plan, launcher: &str) -> Result<String, InstallError> {
             detail: "is not a JSON object".to_owned(),
         }));
     };
-    object.insert("exec".to_owned(), serde_json::Value::from(launcher));
-    object.insert("args".to_owned(), serde_json::json!(["run"]));
+    object.insert(
+        "exec".to_owned(),
+        serde_json::Value::from(launcher.exec.as_str()),
+    );
+    object.insert("args".to_owned(), serde_json::json!(launcher.args));
     let mut text = serde_json::to_string_pretty(&value).map_err(|err| {
         InstallError::Manifest(FileError::Parse {
             path: plan.manifest.path.clone(),
@@ -1053,6 +1064,14 @@ mod tests {
         }
     }
 
+    /// `zotbox run`, as zot starts it where no relay is installed.
+    fn zotbox_run() -> LaunchCommand {
+        LaunchCommand {
+            exec: "zotbox".to_owned(),
+            args: vec!["run".to_owned()],
+        }
+    }
+
     fn no_prepare(_: &str, _: &Path) -> Result<(), String> {
         Ok(())
     }
@@ -1105,7 +1124,7 @@ mod tests {
                 ("run.sh", &EntryKind::File, 10),
             ]
         );
-        let installed = commit(&plan, "zotbox", &no_prepare).unwrap();
+        let installed = commit(&plan, &zotbox_run(), &no_prepare).unwrap();
         assert_eq!(installed, setup.extensions().join("demo"));
         // A link to a file inside is installed as a copy of that file.
         let mut expected = snapshot(&setup.src());
@@ -1270,7 +1289,11 @@ mod tests {
         // Attack: a native extension that starts zotbox on itself, by its
         // path (here the running binary) or by its bare name.
         let me = std::env::current_exe().unwrap();
-        for exec in [me.display().to_string(), "zotbox".to_owned()] {
+        for exec in [
+            me.display().to_string(),
+            "zotbox".to_owned(),
+            "zotbox-relay".to_owned(),
+        ] {
             write(&format!(
                 r#"{{"name":"demo","exec":"{exec}","args":["run"]}}"#
             ));
@@ -1400,7 +1423,7 @@ mod tests {
         for (manifest, expected) in cases {
             assert_eq!(planned(&setup, manifest).unwrap(), expected, "{manifest}");
         }
-        let installed = commit(&setup.plan().unwrap(), "zotbox", &no_prepare).unwrap();
+        let installed = commit(&setup.plan().unwrap(), &zotbox_run(), &no_prepare).unwrap();
         assert_eq!(
             snapshot(&installed).into_keys().collect::<Vec<_>>(),
             ["NOTES.md", MANIFEST_FILE, "target/release/demo"]
@@ -1494,7 +1517,7 @@ mod tests {
             let setup = Setup::new();
             let plan = setup.plan().unwrap();
             change(&setup.src());
-            match commit(&plan, "zotbox", &no_prepare) {
+            match commit(&plan, &zotbox_run(), &no_prepare) {
                 Err(InstallError::Changed { what: got, .. }) => assert_eq!(got, what),
                 other => panic!("{what}: {other:?}"),
             }
@@ -1506,7 +1529,7 @@ mod tests {
     #[test]
     fn a_failed_install_leaves_the_previous_one_as_it_was() {
         let setup = Setup::new();
-        let first = commit(&setup.plan().unwrap(), "zotbox", &no_prepare).unwrap();
+        let first = commit(&setup.plan().unwrap(), &zotbox_run(), &no_prepare).unwrap();
         let before = snapshot(&first);
         // A new version whose guest does not load.
         std::fs::write(
@@ -1517,7 +1540,7 @@ mod tests {
         std::fs::write(setup.src().join("demo.wasm"), "junk").unwrap();
         let plan = setup.plan().unwrap();
         assert!(plan.replaces());
-        let failed = commit(&plan, "zotbox", &|_, _| Err("not wasm".to_owned()));
+        let failed = commit(&plan, &zotbox_run(), &|_, _| Err("not wasm".to_owned()));
         assert!(
             matches!(&failed, Err(InstallError::NotLoaded(why)) if why == "not wasm"),
             "{failed:?}"
@@ -1525,11 +1548,15 @@ mod tests {
         assert_eq!(snapshot(&first), before);
         assert_eq!(snapshot(&setup.extensions()).len(), before.len());
         // A good one replaces it, with zot's launcher, and leaves nothing aside.
-        let second = commit(&plan, "/usr/bin/zotbox", &no_prepare).unwrap();
+        let relay = LaunchCommand {
+            exec: "/usr/bin/zotbox-relay".to_owned(),
+            args: Vec::new(),
+        };
+        let second = commit(&plan, &relay, &no_prepare).unwrap();
         let manifest: serde_json::Value =
             serde_json::from_slice(&std::fs::read(second.join(MANIFEST_FILE)).unwrap()).unwrap();
-        assert_eq!(manifest["exec"], "/usr/bin/zotbox");
-        assert_eq!(manifest["args"], serde_json::json!(["run"]));
+        assert_eq!(manifest["exec"], "/usr/bin/zotbox-relay");
+        assert_eq!(manifest["args"], serde_json::json!([]));
         assert_eq!(manifest["version"], "2.0.0");
         let names: Vec<String> = std::fs::read_dir(setup.extensions())
             .unwrap()
