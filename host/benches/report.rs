@@ -873,7 +873,10 @@ fn zot_rows(fixture: &Fixture, scale: &Scale) -> Result<Vec<[String; 4]>> {
             dur_ratio(figures.round_trip, native.round_trip),
         ]);
     };
-    three("`zotbox-relay` (installed launcher, shared host warm)", &installed);
+    three(
+        "`zotbox-relay` (installed launcher, shared host warm)",
+        &installed,
+    );
     three("`zotbox run` (execs the relay)", &run);
     three("`zotbox run --standalone`", &standalone);
     if let Some(cli) = wasmtime_cli() {

@@ -16,7 +16,9 @@
 //!    (`subject_len`, `reason_len`, in bytes). The extension name is cut the
 //!    same way.
 //! 2. **The queue is bounded.** At most [`AuditConfig::queue`] records
-//!    (default 4096) wait for the writer. A record that finds the queue full
+//!    (default 4096) wait for the writer (counted, not preallocated: an idle
+//!    log holds no queue memory, which matters with one log per extension
+//!    in the shared host). A record that finds the queue full
 //!    is dropped, never waited for (the call path never blocks on disk), and
 //!    counted per extension; the writer then records each count as a line
 //!    of its own: `{"extension":"x","capability":"audit","subject":"12
@@ -33,6 +35,7 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -171,7 +174,9 @@ enum Message {
 pub struct AuditLog {
     path: Option<PathBuf>,
     config: AuditConfig,
-    sender: Mutex<Option<mpsc::SyncSender<Message>>>,
+    sender: Mutex<Option<mpsc::Sender<Message>>>,
+    /// Records sent and not yet taken by the writer.
+    queued: Arc<AtomicUsize>,
     dropped: Dropped,
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
@@ -196,9 +201,11 @@ impl AuditLog {
                 return Self::disabled();
             }
         };
-        let (sender, receiver) = mpsc::sync_channel(config.queue.max(1));
+        let (sender, receiver) = mpsc::channel();
         let dropped = Dropped::default();
+        let queued = Arc::new(AtomicUsize::new(0));
         let writer = Writer {
+            queued: queued.clone(),
             path: path.to_owned(),
             out: std::io::BufWriter::new(file),
             len: 0,
@@ -214,6 +221,7 @@ impl AuditLog {
                 path: Some(path.to_owned()),
                 config,
                 sender: Mutex::new(Some(sender)),
+                queued,
                 dropped,
                 writer: Mutex::new(Some(handle)),
             },
@@ -230,6 +238,7 @@ impl AuditLog {
             path: None,
             config: AuditConfig::default(),
             sender: Mutex::new(None),
+            queued: Arc::default(),
             dropped: Dropped::default(),
             writer: Mutex::new(None),
         }
@@ -247,19 +256,21 @@ impl AuditLog {
         let Some(sender) = sender.as_ref() else {
             return;
         };
+        if self.queued.fetch_add(1, Ordering::AcqRel) >= self.config.queue.max(1) {
+            self.queued.fetch_sub(1, Ordering::AcqRel);
+            let mut dropped = self.dropped.lock().unwrap_or_else(PoisonError::into_inner);
+            let key = if dropped.len() < DROP_KEYS || dropped.contains_key(&record.extension) {
+                record.extension
+            } else {
+                OTHERS.to_owned()
+            };
+            *dropped.entry(key).or_default() += 1;
+            return;
+        }
         let record = record.bounded(self.config.max_field);
-        match sender.try_send(Message::Record(record)) {
-            Ok(()) | Err(mpsc::TrySendError::Disconnected(_)) => {}
-            Err(mpsc::TrySendError::Full(Message::Record(record))) => {
-                let mut dropped = self.dropped.lock().unwrap_or_else(PoisonError::into_inner);
-                let key = if dropped.len() < DROP_KEYS || dropped.contains_key(&record.extension) {
-                    record.extension
-                } else {
-                    OTHERS.to_owned()
-                };
-                *dropped.entry(key).or_default() += 1;
-            }
-            Err(mpsc::TrySendError::Full(Message::Flush(_))) => {}
+        if sender.send(Message::Record(record)).is_err() {
+            // The writer is gone (it could not start): nothing to count for.
+            self.queued.fetch_sub(1, Ordering::AcqRel);
         }
     }
 
@@ -275,17 +286,9 @@ impl AuditLog {
             return;
         };
         let (done, wait) = mpsc::channel();
-        let mut message = Message::Flush(done);
-        // The queue may be full: wait for room, but not past the deadline.
-        loop {
-            match sender.try_send(message) {
-                Ok(()) => break,
-                Err(mpsc::TrySendError::Full(back)) if Instant::now() < deadline => {
-                    message = back;
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-                Err(_) => return,
-            }
+        // A flush is never dropped: it does not count against the queue.
+        if sender.send(Message::Flush(done)).is_err() {
+            return;
         }
         let _ = wait.recv_timeout(deadline.saturating_duration_since(Instant::now()));
     }
@@ -311,6 +314,8 @@ impl Drop for AuditLog {
 
 /// The writer thread's state: the open file and how big it is.
 struct Writer {
+    /// Shared with the log: decremented as records are taken.
+    queued: Arc<AtomicUsize>,
     path: PathBuf,
     out: std::io::BufWriter<std::fs::File>,
     len: u64,
@@ -328,7 +333,10 @@ impl Writer {
             // Write everything already queued, then flush once.
             while let Some(message) = next {
                 match message {
-                    Message::Record(record) => self.write(&record),
+                    Message::Record(record) => {
+                        self.queued.fetch_sub(1, Ordering::AcqRel);
+                        self.write(&record);
+                    }
                     Message::Flush(ack) => acks.push(ack),
                 }
                 next = receiver.try_recv().ok();

@@ -196,15 +196,25 @@ impl Prepared {
     }
 }
 
+/// What the shared host gives each extension it prepares, in place of
+/// this process's own.
+pub(crate) struct Hosted {
+    /// Where granted variables come from: the relay's environment.
+    pub(crate) environment: Arc<HashMap<String, String>>,
+    /// The host's one audit log: one writer for every instance, whose
+    /// records name their extension.
+    pub(crate) audit: Arc<AuditLog>,
+}
+
 /// Reads the manifest in `dir` and the policy of `home`, checks that the
 /// extension may run at all (trust, policy) and derives its grant and
-/// limits. `environment` is where granted variables come from (`None`:
-/// this process's).
+/// limits. `hosted` is what the shared host provides (`None`: this
+/// process's environment and an audit log of its own).
 pub(crate) fn prepare(
     dir: &Path,
     home: &ZotHome,
     config: &BridgeConfig,
-    environment: Option<Arc<HashMap<String, String>>>,
+    hosted: Option<Hosted>,
 ) -> Result<Prepared, BridgeError> {
     let manifest = Manifest::load(&dir.join(MANIFEST_FILE))?;
     let name = manifest.name().to_owned();
@@ -216,7 +226,7 @@ pub(crate) fn prepare(
             reason,
         }
     })?;
-    let services = services(home, &policy, dir, environment);
+    let services = services(home, &policy, dir, hosted);
     let sandbox = crate::sandbox::confine(&policy, &services, &manifest).map_err(|reason| {
         BridgeError::Refused {
             name: name.clone(),
@@ -294,13 +304,11 @@ pub(crate) async fn start(
     .await
 }
 
-fn services(
-    home: &ZotHome,
-    policy: &Policy,
-    dir: &Path,
-    environment: Option<Arc<HashMap<String, String>>>,
-) -> Arc<Services> {
-    let audit = Arc::new(AuditLog::open(&home.audit_log()));
+fn services(home: &ZotHome, policy: &Policy, dir: &Path, hosted: Option<Hosted>) -> Arc<Services> {
+    let (audit, environment) = match hosted {
+        Some(hosted) => (hosted.audit, Some(hosted.environment)),
+        None => (Arc::new(AuditLog::open(&home.audit_log())), None),
+    };
     let http_config = policy.http_config();
     Arc::new_cyclic(|weak| {
         let services = Services::new(

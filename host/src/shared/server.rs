@@ -15,7 +15,8 @@ use tokio::sync::watch;
 
 use super::place::Place;
 use super::wire::{ExitWire, HostStatus, InstanceStatus, Reply, Request, line, recv_request};
-use crate::bridge::{self, BridgeConfig, Tap};
+use crate::audit::AuditLog;
+use crate::bridge::{self, BridgeConfig, Hosted, Tap};
 use crate::home::ZotHome;
 use crate::runtime::Launcher;
 
@@ -58,6 +59,8 @@ struct State {
     build: String,
     started: Instant,
     launcher: Launcher,
+    /// One audit log for every instance.
+    audit: Arc<AuditLog>,
     socket: PathBuf,
     /// The socket file's (device, inode): it is removed only while it is ours.
     identity: (u64, u64),
@@ -164,11 +167,13 @@ pub async fn serve(home: ZotHome, place: &Place, options: ServeOptions) -> Resul
     let launcher = Launcher::new(home.clone());
     // One engine for every instance; set up now, before the first relay waits on it.
     launcher.wasm()?;
+    let audit = Arc::new(AuditLog::open(&home.audit_log()));
     let state = Arc::new(State {
         home,
         build: options.build.unwrap_or_else(super::peer::build_id),
         started: Instant::now(),
         launcher,
+        audit,
         socket,
         identity,
         retired: watch::channel(false).0,
@@ -226,6 +231,8 @@ pub async fn serve(home: ZotHome, place: &Place, options: ServeOptions) -> Resul
         }
     }
     state.unlink_socket();
+    // Every instance's records are on disk before the host exits.
+    state.audit.flush();
     Ok(())
 }
 
@@ -331,12 +338,12 @@ async fn instance(
         return;
     }
     let environment = Arc::new(env.into_iter().collect::<HashMap<_, _>>());
-    let prepared = match bridge::prepare(
-        &dir,
-        &state.home,
-        &BridgeConfig::default(),
-        Some(environment),
-    ) {
+    let hosted = Hosted {
+        environment,
+        audit: state.audit.clone(),
+    };
+    let prepared = match bridge::prepare(&dir, &state.home, &BridgeConfig::default(), Some(hosted))
+    {
         Ok(prepared) => prepared,
         Err(err) => {
             let _ = send(&mut writer, &Reply::Failed { error: chain(&err) }).await;
