@@ -28,7 +28,10 @@
 //!   "workspace_trust": "ask",
 //!   "confine_native": true,
 //!   "require_confinement": true,
-//!   "shell_network": false
+//!   "shell_network": false,
+//!   "registries": [{"url": "https://ext.example.com/index.json", "keys": ["RWQ…"]}],
+//!   "publishers": ["RWQ…"],
+//!   "require_signature": true
 //! }
 //! ```
 //!
@@ -46,6 +49,26 @@
 //! needs one layer to grant it and none to refuse it. Root certificates from
 //! the user file apply only when there is no system policy, or the system
 //! policy says `"user_root_certificates": true`.
+//!
+//! # Registries and publishers
+//!
+//! - `registries`: the registries extensions are installed from, each an
+//!   `https://` URL of its index and the public keys (minisign base64 lines)
+//!   that may sign that index. The layers' lists add up, system first; for
+//!   a URL both layers list, the system's keys alone count (a user file
+//!   cannot add a key to a registry the team configured). A URL that is not
+//!   `https://`, or a key that does not parse, makes the file fail to load.
+//! - `publishers`: the public keys trusted to sign extension archives. One
+//!   layer setting it: that set. Both: the **intersection** (the system
+//!   list is a ceiling the user can only narrow); a key the user lists
+//!   outside the system's list is refused as "not among the allowed
+//!   publishers" of the system file. With a `publishers` list in force, an
+//!   unsigned entry is refused too: it has no publisher among the allowed.
+//! - `require_signature`: refuse unsigned registry entries. It only
+//!   tightens: either layer's `true` holds, a user `false` changes nothing.
+//! - `native_extensions: false` also refuses native registry entries.
+//!
+//! [`Policy::registries`] and [`Policy::publisher_rules`] are the merged view.
 
 use crate::user_file::FileError;
 use std::fmt;
@@ -140,6 +163,57 @@ pub struct PolicyFile {
     /// network connections. Default: no.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shell_network: Option<bool>,
+    /// Registries to install from: the index URL (`https://` only) and the
+    /// keys that may sign it. Default: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registries: Option<Vec<RegistryConfig>>,
+    /// Public keys (minisign base64) trusted to sign extension archives.
+    /// The system layer's list is a ceiling (see the module docs). Default: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub publishers: Option<Vec<String>>,
+    /// Refuse registry entries without a publisher's signature. Either
+    /// layer's `true` holds. Default: no.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub require_signature: Option<bool>,
+}
+
+/// One registry a policy lists.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub struct RegistryConfig {
+    /// The URL of its signed index (`https://` only).
+    pub url: String,
+    /// The public keys (minisign base64 lines) that may sign the index.
+    pub keys: Vec<String>,
+}
+
+/// A registry in force, and the policy file that listed it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Registry {
+    /// The URL of its index.
+    pub url: String,
+    /// The keys that may sign its index.
+    pub keys: Vec<String>,
+    /// The file that listed it.
+    pub path: PathBuf,
+}
+
+/// What the policy says about who may publish an extension: the merged
+/// `publishers`, `require_signature` and `native_extensions` (see the
+/// module docs). Each rule names the file that set it, for refusals.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PublisherRules {
+    /// The keys (minisign base64) trusted to sign archives, in force.
+    pub trusted: Vec<String>,
+    /// Every key some layer lists, trusted or not: a signature by one of
+    /// these that is not trusted is "not allowed", not "unknown".
+    pub listed: Vec<String>,
+    /// The system file whose `publishers` list is the ceiling, if any.
+    pub restricted_by: Option<PathBuf>,
+    /// The file whose `require_signature: true` is in force, if any.
+    pub signature_required_by: Option<PathBuf>,
+    /// The file whose `native_extensions: false` is in force, if any.
+    pub native_forbidden_by: Option<PathBuf>,
 }
 
 /// The `secrets` key of a policy: a switch, or the names allowed.
@@ -464,6 +538,63 @@ impl Policy {
                 .any(|l| l.file.shell_network == Some(false))
     }
 
+    /// The registries in force: every layer's, system first; for a URL
+    /// the system layer lists, its keys alone.
+    pub fn registries(&self) -> Vec<Registry> {
+        let mut merged: Vec<Registry> = Vec::new();
+        let mut ordered: Vec<&Layer> = self.layers.iter().collect();
+        ordered.sort_by_key(|l| l.scope != Scope::System);
+        for layer in ordered {
+            for config in layer.file.registries.iter().flatten() {
+                if merged.iter().any(|r| r.url == config.url) {
+                    continue;
+                }
+                merged.push(Registry {
+                    url: config.url.clone(),
+                    keys: config.keys.iter().map(|k| k.trim().to_owned()).collect(),
+                    path: layer.path.clone(),
+                });
+            }
+        }
+        merged
+    }
+
+    /// Who may publish: the merged `publishers` (system ∩ user when both
+    /// set it), `require_signature` (any layer's `true`) and
+    /// `native_extensions: false`.
+    pub fn publisher_rules(&self) -> PublisherRules {
+        let mut rules = PublisherRules {
+            signature_required_by: self
+                .layers
+                .iter()
+                .find(|l| l.file.require_signature == Some(true))
+                .map(|l| l.path.clone()),
+            native_forbidden_by: self.native_refused_by().map(Path::to_owned),
+            ..PublisherRules::default()
+        };
+        let mut in_force: Option<Vec<String>> = None;
+        for layer in &self.layers {
+            let Some(keys) = &layer.file.publishers else {
+                continue;
+            };
+            let keys: Vec<String> = keys.iter().map(|k| k.trim().to_owned()).collect();
+            for key in &keys {
+                if !rules.listed.contains(key) {
+                    rules.listed.push(key.clone());
+                }
+            }
+            if layer.scope == Scope::System {
+                rules.restricted_by = Some(layer.path.clone());
+            }
+            in_force = Some(match in_force {
+                None => keys,
+                Some(before) => before.into_iter().filter(|k| keys.contains(k)).collect(),
+            });
+        }
+        rules.trusted = in_force.unwrap_or_default();
+        rules
+    }
+
     /// The HTTP client settings the policy implies: the defaults, plus its
     /// extra root certificates (an unreadable file is warned about and skipped).
     pub fn http_config(&self) -> crate::capability::http::HttpConfig {
@@ -746,7 +877,56 @@ fn parse(text: &str, path: &Path) -> Result<PolicyFile, FileError> {
             path: path.to_owned(),
             detail,
         })?;
+    validate_publishing(&parsed.value, path)?;
     Ok(parsed.value)
+}
+
+/// Registry URLs are `https://`; every key is a minisign public key.
+fn validate_publishing(file: &PolicyFile, path: &Path) -> Result<(), FileError> {
+    let invalid = |field: String, problem: String| FileError::Invalid {
+        path: path.to_owned(),
+        field,
+        problem,
+    };
+    let check_key = |field: String, key: &str| -> Result<(), FileError> {
+        match minisign::PublicKey::from_base64(key.trim()) {
+            Ok(_) => Ok(()),
+            Err(_) => Err(invalid(
+                field,
+                format!(
+                    "`{}` is not a minisign public key; list the 56-character base64 line                      `zotbox keygen` or `minisign -G` prints",
+                    crate::text::Shown(key)
+                ),
+            )),
+        }
+    };
+    for (index, registry) in file.registries.iter().flatten().enumerate() {
+        let url = &registry.url;
+        let https = url.starts_with("https://")
+            && reqwest::Url::parse(url).is_ok_and(|u| u.host_str().is_some_and(|h| !h.is_empty()));
+        if !https {
+            return Err(invalid(
+                format!("registries[{index}].url"),
+                format!(
+                    "`{}` is refused: a registry URL must be `https://` (its index is fetched                      over TLS as well as signed)",
+                    crate::text::Shown(url)
+                ),
+            ));
+        }
+        if registry.keys.is_empty() {
+            return Err(invalid(
+                format!("registries[{index}].keys"),
+                "is empty; list the public key(s) that sign the registry's index".to_owned(),
+            ));
+        }
+        for (k, key) in registry.keys.iter().enumerate() {
+            check_key(format!("registries[{index}].keys[{k}]"), key)?;
+        }
+    }
+    for (index, key) in file.publishers.iter().flatten().enumerate() {
+        check_key(format!("publishers[{index}]"), key)?;
+    }
+    Ok(())
 }
 
 /// Whether a policy ceiling origin covers a declared origin: one rule for
