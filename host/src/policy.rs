@@ -894,7 +894,8 @@ fn validate_publishing(file: &PolicyFile, path: &Path) -> Result<(), FileError> 
             Err(_) => Err(invalid(
                 field,
                 format!(
-                    "`{}` is not a minisign public key; list the 56-character base64 line                      `zotbox keygen` or `minisign -G` prints",
+                    "`{}` is not a minisign public key; list the 56-character base64 line \
+                     `zotbox keygen` or `minisign -G` prints",
                     crate::text::Shown(key)
                 ),
             )),
@@ -908,7 +909,8 @@ fn validate_publishing(file: &PolicyFile, path: &Path) -> Result<(), FileError> 
             return Err(invalid(
                 format!("registries[{index}].url"),
                 format!(
-                    "`{}` is refused: a registry URL must be `https://` (its index is fetched                      over TLS as well as signed)",
+                    "`{}` is refused: a registry URL must be `https://` (its index is fetched \
+                     over TLS as well as signed)",
                     crate::text::Shown(url)
                 ),
             ));
@@ -1337,5 +1339,149 @@ mod tests {
         assert!(!policy("{}", "{}").shell_network());
         assert!(policy("{}", r#"{"shell_network":true}"#).shell_network());
         assert!(!policy(r#"{"shell_network":false}"#, r#"{"shell_network":true}"#).shell_network());
+    }
+
+    fn new_key() -> String {
+        minisign::KeyPair::generate_unencrypted_keypair()
+            .unwrap_or_else(|e| panic!("{e}"))
+            .pk
+            .to_base64()
+    }
+
+    #[test]
+    fn publishers_are_the_intersection_and_require_signature_only_tightens() {
+        let (a, b, c) = (new_key(), new_key(), new_key());
+        let policy = |system: String, user: String| {
+            Policy::from_layers(vec![layer("/s", &system), layer("/u", &user)])
+        };
+        let list = |keys: &[&String]| {
+            serde_json::to_string(&keys.iter().map(|k| k.as_str()).collect::<Vec<_>>())
+                .unwrap_or_default()
+        };
+        // (system, user, trusted, listed, restricted by the system file)
+        let cases: Vec<(String, String, Vec<&String>, Vec<&String>, bool)> = vec![
+            ("{}".into(), "{}".into(), vec![], vec![], false),
+            // The user's list alone: the user's keys.
+            (
+                "{}".into(),
+                format!(r#"{{"publishers":{}}}"#, list(&[&a, &b])),
+                vec![&a, &b],
+                vec![&a, &b],
+                false,
+            ),
+            // The system's alone: a ceiling in force.
+            (
+                format!(r#"{{"publishers":{}}}"#, list(&[&a])),
+                "{}".into(),
+                vec![&a],
+                vec![&a],
+                true,
+            ),
+            // Attack: the user adds a key outside the system's ceiling;
+            // only the keys both list are trusted.
+            (
+                format!(r#"{{"publishers":{}}}"#, list(&[&a, &b])),
+                format!(r#"{{"publishers":{}}}"#, list(&[&b, &c])),
+                vec![&b],
+                vec![&a, &b, &c],
+                true,
+            ),
+        ];
+        for (system, user, trusted, listed, restricted) in cases {
+            let rules = policy(system.clone(), user.clone()).publisher_rules();
+            let owned = |keys: Vec<&String>| keys.into_iter().cloned().collect::<Vec<_>>();
+            assert_eq!(rules.trusted, owned(trusted), "{system} {user}");
+            assert_eq!(rules.listed, owned(listed), "{system} {user}");
+            assert_eq!(
+                rules.restricted_by.as_deref(),
+                restricted.then_some(Path::new("/s")),
+                "{system} {user}"
+            );
+        }
+        // Attack: the user file turns `require_signature` off.
+        let rules = policy(
+            r#"{"require_signature":true,"native_extensions":false}"#.into(),
+            r#"{"require_signature":false,"native_extensions":true}"#.into(),
+        )
+        .publisher_rules();
+        assert_eq!(rules.signature_required_by.as_deref(), Some(Path::new("/s")));
+        assert_eq!(rules.native_forbidden_by.as_deref(), Some(Path::new("/s")));
+        let rules = policy("{}".into(), r#"{"require_signature":true}"#.into()).publisher_rules();
+        assert_eq!(rules.signature_required_by.as_deref(), Some(Path::new("/u")));
+        assert_eq!(policy("{}".into(), "{}".into()).publisher_rules(), PublisherRules::default());
+    }
+
+    #[test]
+    fn registries_add_up_and_the_system_keys_hold_for_its_urls() {
+        let (a, b) = (new_key(), new_key());
+        let system = format!(
+            r#"{{"registries":[{{"url":"https://team.example.com/index.json","keys":["{a}"]}}]}}"#
+        );
+        // Attack: the user file adds its own key to the team's registry.
+        let user = format!(
+            r#"{{"registries":[{{"url":"https://team.example.com/index.json","keys":["{b}"]}},
+                {{"url":"https://mine.example.com/index.json","keys":["{b}"]}}]}}"#
+        );
+        let policy = Policy::from_layers(vec![layer("/u", &user), layer("/s", &system)]);
+        let merged: Vec<(String, Vec<String>, PathBuf)> = policy
+            .registries()
+            .into_iter()
+            .map(|r| (r.url, r.keys, r.path))
+            .collect();
+        assert_eq!(
+            merged,
+            vec![
+                (
+                    "https://team.example.com/index.json".to_owned(),
+                    vec![a.clone()],
+                    PathBuf::from("/s")
+                ),
+                (
+                    "https://mine.example.com/index.json".to_owned(),
+                    vec![b.clone()],
+                    PathBuf::from("/u")
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn registry_urls_must_be_https_and_keys_must_parse() {
+        let key = new_key();
+        let path = Path::new("/etc/zotbox/policy.json");
+        let cases = [
+            (
+                format!(r#"{{"registries":[{{"url":"http://x.example.com/index.json","keys":["{key}"]}}]}}"#),
+                "`/etc/zotbox/policy.json`: field `registries[0].url` `http://x.example.com/index.json` \
+                 is refused: a registry URL must be `https://` (its index is fetched over TLS as \
+                 well as signed)",
+            ),
+            (
+                format!(r#"{{"registries":[{{"url":"file:///srv/index.json","keys":["{key}"]}}]}}"#),
+                "`/etc/zotbox/policy.json`: field `registries[0].url` `file:///srv/index.json` is \
+                 refused: a registry URL must be `https://` (its index is fetched over TLS as well \
+                 as signed)",
+            ),
+            (
+                r#"{"registries":[{"url":"https://x.example.com/index.json","keys":[]}]}"#.to_owned(),
+                "`/etc/zotbox/policy.json`: field `registries[0].keys` is empty; list the public \
+                 key(s) that sign the registry's index",
+            ),
+            (
+                r#"{"publishers":["RWQnot-a-key"]}"#.to_owned(),
+                "`/etc/zotbox/policy.json`: field `publishers[0]` `RWQnot-a-key` is not a minisign \
+                 public key; list the 56-character base64 line `zotbox keygen` or `minisign -G` \
+                 prints",
+            ),
+            (
+                r#"{"registries":[{"url":"https://x.example.com/i.json","keys":["k"],"mirror":"x"}]}"#
+                    .to_owned(),
+                "`/etc/zotbox/policy.json`: field `registries[0].mirror`: unknown field `mirror`",
+            ),
+        ];
+        for (json, expected) in cases {
+            let err = parse(&json, path).unwrap_err().to_string();
+            assert!(err.starts_with(expected), "{json}: {err}");
+        }
     }
 }
