@@ -1404,11 +1404,20 @@ mod tests {
             r#"{"require_signature":false,"native_extensions":true}"#.into(),
         )
         .publisher_rules();
-        assert_eq!(rules.signature_required_by.as_deref(), Some(Path::new("/s")));
+        assert_eq!(
+            rules.signature_required_by.as_deref(),
+            Some(Path::new("/s"))
+        );
         assert_eq!(rules.native_forbidden_by.as_deref(), Some(Path::new("/s")));
         let rules = policy("{}".into(), r#"{"require_signature":true}"#.into()).publisher_rules();
-        assert_eq!(rules.signature_required_by.as_deref(), Some(Path::new("/u")));
-        assert_eq!(policy("{}".into(), "{}".into()).publisher_rules(), PublisherRules::default());
+        assert_eq!(
+            rules.signature_required_by.as_deref(),
+            Some(Path::new("/u"))
+        );
+        assert_eq!(
+            policy("{}".into(), "{}".into()).publisher_rules(),
+            PublisherRules::default()
+        );
     }
 
     #[test]

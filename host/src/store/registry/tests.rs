@@ -52,7 +52,15 @@ fn an_index_is_refused_when_expired_replayed_or_signed_by_another_key() {
     let before = at("2026-12-01T00:00:00Z");
     let keys = std::slice::from_ref(&registry);
     // (case, index bytes, signature, keys, now, last seen, refusal)
-    let cases: Vec<(&str, &str, &str, &[PublicKey], SystemTime, Option<u64>, String)> = vec![
+    let cases: Vec<(
+        &str,
+        &str,
+        &str,
+        &[PublicKey],
+        SystemTime,
+        Option<u64>,
+        String,
+    )> = vec![
         // Attack: a frozen mirror keeps serving an index past its expiry.
         (
             "expired",
@@ -110,7 +118,10 @@ fn an_index_is_refused_when_expired_replayed_or_signed_by_another_key() {
     }
     assert!(matches!(
         verify_index(text.as_bytes(), &signed, keys, before, Some(8)),
-        Err(RegistryError::Replayed { version: 7, last_seen: 8 })
+        Err(RegistryError::Replayed {
+            version: 7,
+            last_seen: 8
+        })
     ));
     assert!(matches!(
         verify_index(text.as_bytes(), &by_stranger, keys, before, None),
@@ -390,9 +401,7 @@ fn an_entry_is_checked_against_its_digest_revocation_signature_and_the_policy() 
         EntryCase {
             what: "signature over other bytes",
             entry: Entry {
-                signature: Some(
-                    signature::sign(b"other bytes", &publisher_secret, "x").unwrap(),
-                ),
+                signature: Some(signature::sign(b"other bytes", &publisher_secret, "x").unwrap()),
                 ..signed
             },
             bytes,
@@ -476,9 +485,18 @@ fn find_takes_the_newest_version_that_is_not_revoked() {
 fn archive_urls_resolve_against_the_index_and_stay_https() {
     let index_url = "https://ext.example.com/reg/index.json";
     let cases = [
-        ("hello-1.0.0.tar.gz", Ok("https://ext.example.com/reg/hello-1.0.0.tar.gz")),
-        ("https://cdn.example.com/h.tar.gz", Ok("https://cdn.example.com/h.tar.gz")),
-        ("//evil.example.com/h.tar.gz", Ok("https://evil.example.com/h.tar.gz")),
+        (
+            "hello-1.0.0.tar.gz",
+            Ok("https://ext.example.com/reg/hello-1.0.0.tar.gz"),
+        ),
+        (
+            "https://cdn.example.com/h.tar.gz",
+            Ok("https://cdn.example.com/h.tar.gz"),
+        ),
+        (
+            "//evil.example.com/h.tar.gz",
+            Ok("https://evil.example.com/h.tar.gz"),
+        ),
     ];
     for (archive, expected) in cases {
         let entry = Entry {
@@ -495,7 +513,10 @@ fn archive_urls_resolve_against_the_index_and_stay_https() {
         archive: "a.tar.gz".to_owned(),
         ..entry("hello", "1.0.0")
     };
-    assert!(http.archive_url("http://ext.example.com/index.json").is_err());
+    assert!(
+        http.archive_url("http://ext.example.com/index.json")
+            .is_err()
+    );
 }
 
 #[test]
@@ -580,9 +601,10 @@ fn build_index_lists_packed_archives_and_keeps_revocations() {
     std::fs::write(dir.join("junk.tar.gz"), b"not gzip").unwrap();
     let err = build_index(&dir, None, &secret, None, None).unwrap_err();
     assert!(
-        err.to_string()
-            .starts_with(&format!("archive `{}` refused: it is not a .tar.gz", dir.join("junk.tar.gz").display())),
+        err.to_string().starts_with(&format!(
+            "archive `{}` refused: it is not a .tar.gz",
+            dir.join("junk.tar.gz").display()
+        )),
         "{err}"
     );
-
 }
