@@ -532,6 +532,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::type_complexity)]
     fn tampered_bytes_a_changed_comment_and_other_keys_are_refused() {
         let tmp = tempfile::tempdir().unwrap();
         let (public, secret) = pair(tmp.path(), "a");
@@ -719,7 +720,7 @@ mod tests {
         assert!(signed.status.success(), "{signed:?}");
         let theirs = std::fs::read_to_string(&theirs_path).unwrap();
         assert_eq!(
-            verify(b"archive bytes", &theirs, &[public.clone()]).unwrap(),
+            verify(b"archive bytes", &theirs, std::slice::from_ref(&public)).unwrap(),
             public.id()
         );
         assert_eq!(trusted_comment(&theirs).unwrap(), "by the tool");

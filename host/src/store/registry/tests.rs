@@ -41,6 +41,7 @@ fn at(text: &str) -> SystemTime {
 }
 
 #[test]
+#[allow(clippy::type_complexity)]
 fn an_index_is_refused_when_expired_replayed_or_signed_by_another_key() {
     let tmp = tempfile::tempdir().unwrap();
     let (registry, secret) = pair(tmp.path(), "registry");
