@@ -62,7 +62,7 @@
 //!   layer setting it: that set. Both: the **intersection** (the system
 //!   list is a ceiling the user can only narrow); a key the user lists
 //!   outside the system's list is refused as "not among the allowed
-//!   publishers" of the system file. With a `publishers` list in force, an
+//!   publishers" of the system file. Under a system `publishers` list, an
 //!   unsigned entry is refused too: it has no publisher among the allowed.
 //! - `require_signature`: refuse unsigned registry entries. It only
 //!   tightens: either layer's `true` holds, a user `false` changes nothing.

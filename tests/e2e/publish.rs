@@ -139,6 +139,8 @@ fn a_packed_signed_and_indexed_extension_verifies_with_the_library() {
     };
     let verified = registry::check_entry(entry, &bytes, &rules).unwrap();
     assert_eq!(verified.key, Some(publisher.id()));
+    let manifest = registry::check_archive_manifest(entry, &bytes).unwrap();
+    assert_eq!(manifest.name(), "hello");
     // Attack: one byte of the hosted archive changed.
     let mut tampered = bytes.clone();
     let last = tampered.len() - 1;

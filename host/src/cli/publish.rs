@@ -35,11 +35,19 @@ impl KeygenArgs {
     pub(crate) async fn run(self, context: &Context) -> Result<u8> {
         let path = match self.out {
             Some(path) => path,
-            None => context
-                .home()?
-                .root()
-                .join("keys")
-                .join(signature::DEFAULT_KEY_FILE),
+            None => {
+                let keys = context.home()?.root().join("keys");
+                // The default folder holds secrets: only the user lists it.
+                if !keys.exists() {
+                    use std::os::unix::fs::DirBuilderExt as _;
+                    std::fs::DirBuilder::new()
+                        .recursive(true)
+                        .mode(0o700)
+                        .create(&keys)
+                        .with_context(|| format!("cannot create `{}`", keys.display()))?;
+                }
+                keys.join(signature::DEFAULT_KEY_FILE)
+            }
         };
         let (public, secret) = signature::keygen(&path)?;
         let public_file = signature::public_path_for(&secret);

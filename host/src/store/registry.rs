@@ -33,10 +33,15 @@
 //!    every layer ([`RegistryError::PublisherNotAllowed`]), and match the
 //!    bytes ([`RegistryError::Invalid`]).
 //!
+//! 5. **The archive is what the entry says.** [`check_archive_manifest`]:
+//!    the manifest inside the archive names the entry's name and version,
+//!    is of its kind, and declares exactly the capabilities the entry shows
+//!    ([`RegistryError::ArchiveMismatch`]): a validly signed archive of
+//!    another extension, or one declaring more than the listing showed,
+//!    is refused.
+//!
 //! The index signature proves what the registry lists; a publisher's
 //! signature proves who made the archive, independently of the registry.
-//! The installer still checks that the manifest inside the archive names
-//! the entry's name and version.
 
 pub mod build;
 pub mod state;
@@ -324,6 +329,14 @@ pub enum RegistryError {
         version: String,
         /// The policy file.
         path: PathBuf,
+    },
+    /// The archive's manifest is not the extension its entry lists.
+    #[error("{subject}: the archive does not match its index entry: {problem}; refused")]
+    ArchiveMismatch {
+        /// The entry.
+        subject: String,
+        /// What differs.
+        problem: String,
     },
     /// A key in the policy does not parse.
     #[error(transparent)]
@@ -677,6 +690,48 @@ pub fn check_entry(
     let key = signature::verify(archive_bytes, signature_text, &trusted)
         .map_err(|err| RegistryError::from_signature(subject, "trusted publishers", err))?;
     Ok(Verified { key: Some(key) })
+}
+
+/// Checks that `archive_bytes` hold the extension `entry` lists (rule 5):
+/// returns the manifest read from the archive (in memory, capped).
+///
+/// # Errors
+///
+/// [`RegistryError::ArchiveMismatch`].
+pub fn check_archive_manifest(
+    entry: &Entry,
+    archive_bytes: &[u8],
+) -> Result<crate::manifest::Manifest, RegistryError> {
+    let mismatch = |problem: String| RegistryError::ArchiveMismatch {
+        subject: entry.subject(),
+        problem,
+    };
+    let (text, top) = build::manifest_in(archive_bytes).map_err(&mismatch)?;
+    let path = std::path::Path::new(&top).join(crate::manifest::MANIFEST_FILE);
+    let manifest = crate::manifest::Manifest::parse(&text, &path)
+        .map_err(|err| mismatch(format!("its manifest is invalid: {err}")))?;
+    let differs = |what: &str, found: &str, listed: &str| {
+        mismatch(format!(
+            "its manifest's {what} is `{}`, the index lists `{}`",
+            Shown(found),
+            Shown(listed)
+        ))
+    };
+    if top != manifest.name() || manifest.name() != entry.name {
+        return Err(differs("name", manifest.name(), &entry.name));
+    }
+    if manifest.raw.version != entry.version {
+        return Err(differs("version", &manifest.raw.version, &entry.version));
+    }
+    if manifest.kind() != entry.kind.as_str() {
+        return Err(differs("kind", manifest.kind(), entry.kind.as_str()));
+    }
+    if manifest.raw.capabilities != entry.capabilities {
+        return Err(mismatch(
+            "its manifest declares other capabilities than the index shows".to_owned(),
+        ));
+    }
+    Ok(manifest)
 }
 
 #[cfg(test)]

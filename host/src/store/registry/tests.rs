@@ -609,3 +609,74 @@ fn build_index_lists_packed_archives_and_keeps_revocations() {
         "{err}"
     );
 }
+
+#[test]
+fn an_archive_must_hold_the_extension_its_entry_lists() {
+    let tmp = tempfile::tempdir().unwrap();
+    let source = tmp.path().join("notes");
+    std::fs::create_dir(&source).unwrap();
+    std::fs::write(
+        source.join("extension.json"),
+        r#"{"name":"notes","version":"1.2.0","exec":"./run","capabilities":{"shell":["git *"]}}"#,
+    )
+    .unwrap();
+    std::fs::write(source.join("run"), "#!/bin/sh\n").unwrap();
+    let packed = pack::pack(&source).unwrap();
+    let listed = Entry {
+        kind: Kind::Native,
+        sha256: packed.sha256_hex.clone(),
+        capabilities: serde_json::from_str(r#"{"shell":["git *"]}"#).unwrap(),
+        ..entry("notes", "1.2.0")
+    };
+    let manifest = check_archive_manifest(&listed, &packed.bytes).unwrap();
+    assert_eq!(manifest.name(), "notes");
+    let cases = [
+        // Attack: a validly signed archive of another extension, listed under this name.
+        (
+            Entry {
+                name: "hello".to_owned(),
+                ..listed.clone()
+            },
+            "extension `hello` 1.2.0: the archive does not match its index entry: its manifest's \
+             name is `notes`, the index lists `hello`; refused",
+        ),
+        (
+            Entry {
+                version: "9.9.9".to_owned(),
+                ..listed.clone()
+            },
+            "extension `notes` 9.9.9: the archive does not match its index entry: its manifest's \
+             version is `1.2.0`, the index lists `9.9.9`; refused",
+        ),
+        // Attack: a native extension listed as sandboxed.
+        (
+            Entry {
+                kind: Kind::Wasm,
+                ..listed.clone()
+            },
+            "extension `notes` 1.2.0: the archive does not match its index entry: its manifest's \
+             kind is `native`, the index lists `wasm`; refused",
+        ),
+        // Attack: the listing hides a capability the manifest declares.
+        (
+            Entry {
+                capabilities: Capabilities::default(),
+                ..listed.clone()
+            },
+            "extension `notes` 1.2.0: the archive does not match its index entry: its manifest \
+             declares other capabilities than the index shows; refused",
+        ),
+    ];
+    for (entry, expected) in cases {
+        assert_eq!(
+            check_archive_manifest(&entry, &packed.bytes)
+                .unwrap_err()
+                .to_string(),
+            expected
+        );
+    }
+    assert!(matches!(
+        check_archive_manifest(&listed, b"not an archive"),
+        Err(RegistryError::ArchiveMismatch { .. })
+    ));
+}
