@@ -393,20 +393,28 @@ pub fn verify(
 ) -> Result<KeyId, SignatureError> {
     let signature = parse_signature(signature_text)?;
     let signer = signer_of(&signature)?;
-    let key = keys
-        .iter()
-        .find(|key| key.id() == signer)
-        .ok_or(SignatureError::UnknownKey { key: signer })?;
-    minisign::verify(
-        &key.inner,
-        &signature,
-        Cursor::new(bytes),
-        true,
-        false,
-        false,
-    )
-    .map_err(|_| SignatureError::Invalid)?;
-    Ok(signer)
+    // A key id is 8 bytes anyone can copy into a signature: every listed
+    // key with that id is tried, and only the key itself decides.
+    let mut candidates = keys.iter().filter(|key| key.id() == signer).peekable();
+    if candidates.peek().is_none() {
+        return Err(SignatureError::UnknownKey { key: signer });
+    }
+    let verified = candidates.any(|key| {
+        minisign::verify(
+            &key.inner,
+            &signature,
+            Cursor::new(bytes),
+            true,
+            false,
+            false,
+        )
+        .is_ok()
+    });
+    if verified {
+        Ok(signer)
+    } else {
+        Err(SignatureError::Invalid)
+    }
 }
 
 /// The id of the key that made `signature_text`, unchecked (for messages
@@ -584,6 +592,30 @@ mod tests {
         assert!(matches!(
             verify(b"archive bytes", &text, &[other]),
             Err(SignatureError::UnknownKey { key }) if key == public.id()
+        ));
+    }
+
+    #[test]
+    fn a_key_id_copied_into_another_key_decides_nothing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (real, secret) = pair(tmp.path(), "real");
+        let (other, _) = pair(tmp.path(), "other");
+        // Attack: a key of the attacker's under the real key's id.
+        let mut bytes = other.inner.to_bytes();
+        bytes[2..10].copy_from_slice(real.inner.keynum());
+        let impostor = PublicKey {
+            inner: minisign::PublicKey::from_bytes(&bytes).unwrap(),
+        };
+        assert_eq!(impostor.id(), real.id());
+        let text = sign(b"bytes", &secret, "c").unwrap();
+        // Listed first, it does not hide the real key; alone, it verifies nothing.
+        assert_eq!(
+            verify(b"bytes", &text, &[impostor.clone(), real.clone()]).unwrap(),
+            real.id()
+        );
+        assert!(matches!(
+            verify(b"bytes", &text, &[impostor]),
+            Err(SignatureError::Invalid)
         ));
     }
 
