@@ -302,6 +302,26 @@ mod tests {
     }
 
     #[test]
+    fn a_path_past_the_tar_name_field_packs_the_same_and_reads_back() {
+        let tmp = populated();
+        let deep = format!("prompts/{}/{}.md", "d".repeat(80), "f".repeat(90));
+        std::fs::create_dir_all(tmp.path().join(&deep).parent().unwrap()).unwrap();
+        std::fs::write(tmp.path().join(&deep), "deep").unwrap();
+        let first = pack(tmp.path()).unwrap();
+        assert_eq!(first, pack(tmp.path()).unwrap());
+        let entries = listing(&first.bytes);
+        assert!(
+            entries
+                .iter()
+                .any(|(path, _, _, _, content)| *path == format!("notes/{deep}")
+                    && content == "deep"),
+            "{entries:?}"
+        );
+        let (manifest, top) = crate::store::registry::build::manifest_in(&first.bytes).unwrap();
+        assert_eq!((manifest.as_str(), top.as_str()), (DATA, "notes"));
+    }
+
+    #[test]
     fn pack_refuses_what_install_refuses_and_a_manifest_without_version() {
         let outside = tempfile::tempdir().unwrap();
         std::fs::write(outside.path().join("secret"), "theirs").unwrap();
