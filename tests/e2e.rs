@@ -55,6 +55,8 @@ mod limits;
 mod load;
 #[path = "e2e/protocol.rs"]
 mod protocol;
+#[path = "e2e/publish.rs"]
+mod publish;
 #[path = "e2e/registry.rs"]
 mod registry;
 #[path = "e2e/secrets.rs"]

@@ -14,6 +14,7 @@ mod man;
 mod new;
 mod output;
 mod policy;
+mod publish;
 mod run;
 mod secret;
 mod serve;
@@ -138,6 +139,11 @@ enum Action {
     /// capabilities, a README, the build file and source with one command,
     /// one typed tool and one intercept.
     New(new::Args),
+    // Its help is `KeygenArgs`' doc comment.
+    Keygen(publish::KeygenArgs),
+    /// Build and sign a registry's index from packed archives.
+    #[command(subcommand)]
+    Registry(publish::RegistryCommand),
     /// Print a completion script: `zotbox completions bash > /etc/bash_completion.d/zotbox`.
     Completions(completions::Args),
     /// Print the man page (roff): `zotbox man > zotbox.1`.
@@ -263,6 +269,8 @@ impl Cli {
             Action::Policy(command) => command.run(&context).await?,
             Action::Secret(command) => command.run(&context).await?,
             Action::Skills(command) => command.run(&context).await?,
+            Action::Keygen(args) => args.run(&context).await?,
+            Action::Registry(command) => command.run(&context).await?,
             Action::Doctor(args) => args.run(&context).await?,
             Action::New(args) => args.run(&context).await?,
             Action::Completions(args) => args.run(&context).await?,

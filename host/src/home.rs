@@ -81,6 +81,12 @@ impl ZotHome {
         self.root.join("secrets.json")
     }
 
+    /// `registries.json`: the newest index version seen from each registry
+    /// (by URL), so an older index replayed is refused.
+    pub fn registry_state(&self) -> PathBuf {
+        self.root.join("registries.json")
+    }
+
     /// `built-folders`: the folders `ext build` has built (and warned
     /// about) before, one per line.
     pub fn built_folders(&self) -> PathBuf {

@@ -28,7 +28,10 @@
 //!   "workspace_trust": "ask",
 //!   "confine_native": true,
 //!   "require_confinement": true,
-//!   "shell_network": false
+//!   "shell_network": false,
+//!   "registries": [{"url": "https://ext.example.com/index.json", "keys": ["RWQ…"]}],
+//!   "publishers": ["RWQ…"],
+//!   "require_signature": true
 //! }
 //! ```
 //!
@@ -46,6 +49,26 @@
 //! needs one layer to grant it and none to refuse it. Root certificates from
 //! the user file apply only when there is no system policy, or the system
 //! policy says `"user_root_certificates": true`.
+//!
+//! # Registries and publishers
+//!
+//! - `registries`: the registries extensions are installed from, each an
+//!   `https://` URL of its index and the public keys (minisign base64 lines)
+//!   that may sign that index. The layers' lists add up, system first; for
+//!   a URL both layers list, the system's keys alone count (a user file
+//!   cannot add a key to a registry the team configured). A URL that is not
+//!   `https://`, or a key that does not parse, makes the file fail to load.
+//! - `publishers`: the public keys trusted to sign extension archives. One
+//!   layer setting it: that set. Both: the **intersection** (the system
+//!   list is a ceiling the user can only narrow); a key the user lists
+//!   outside the system's list is refused as "not among the allowed
+//!   publishers" of the system file. Under a system `publishers` list, an
+//!   unsigned entry is refused too: it has no publisher among the allowed.
+//! - `require_signature`: refuse unsigned registry entries. It only
+//!   tightens: either layer's `true` holds, a user `false` changes nothing.
+//! - `native_extensions: false` also refuses native registry entries.
+//!
+//! [`Policy::registries`] and [`Policy::publisher_rules`] are the merged view.
 
 use crate::user_file::FileError;
 use std::fmt;
@@ -140,6 +163,57 @@ pub struct PolicyFile {
     /// network connections. Default: no.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shell_network: Option<bool>,
+    /// Registries to install from: the index URL (`https://` only) and the
+    /// keys that may sign it. Default: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registries: Option<Vec<RegistryConfig>>,
+    /// Public keys (minisign base64) trusted to sign extension archives.
+    /// The system layer's list is a ceiling (see the module docs). Default: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub publishers: Option<Vec<String>>,
+    /// Refuse registry entries without a publisher's signature. Either
+    /// layer's `true` holds. Default: no.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub require_signature: Option<bool>,
+}
+
+/// One registry a policy lists.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub struct RegistryConfig {
+    /// The URL of its signed index (`https://` only).
+    pub url: String,
+    /// The public keys (minisign base64 lines) that may sign the index.
+    pub keys: Vec<String>,
+}
+
+/// A registry in force, and the policy file that listed it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Registry {
+    /// The URL of its index.
+    pub url: String,
+    /// The keys that may sign its index.
+    pub keys: Vec<String>,
+    /// The file that listed it.
+    pub path: PathBuf,
+}
+
+/// What the policy says about who may publish an extension: the merged
+/// `publishers`, `require_signature` and `native_extensions` (see the
+/// module docs). Each rule names the file that set it, for refusals.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PublisherRules {
+    /// The keys (minisign base64) trusted to sign archives, in force.
+    pub trusted: Vec<String>,
+    /// Every key some layer lists, trusted or not: a signature by one of
+    /// these that is not trusted is "not allowed", not "unknown".
+    pub listed: Vec<String>,
+    /// The system file whose `publishers` list is the ceiling, if any.
+    pub restricted_by: Option<PathBuf>,
+    /// The file whose `require_signature: true` is in force, if any.
+    pub signature_required_by: Option<PathBuf>,
+    /// The file whose `native_extensions: false` is in force, if any.
+    pub native_forbidden_by: Option<PathBuf>,
 }
 
 /// The `secrets` key of a policy: a switch, or the names allowed.
@@ -464,6 +538,63 @@ impl Policy {
                 .any(|l| l.file.shell_network == Some(false))
     }
 
+    /// The registries in force: every layer's, system first; for a URL
+    /// the system layer lists, its keys alone.
+    pub fn registries(&self) -> Vec<Registry> {
+        let mut merged: Vec<Registry> = Vec::new();
+        let mut ordered: Vec<&Layer> = self.layers.iter().collect();
+        ordered.sort_by_key(|l| l.scope != Scope::System);
+        for layer in ordered {
+            for config in layer.file.registries.iter().flatten() {
+                if merged.iter().any(|r| r.url == config.url) {
+                    continue;
+                }
+                merged.push(Registry {
+                    url: config.url.clone(),
+                    keys: config.keys.iter().map(|k| k.trim().to_owned()).collect(),
+                    path: layer.path.clone(),
+                });
+            }
+        }
+        merged
+    }
+
+    /// Who may publish: the merged `publishers` (system ∩ user when both
+    /// set it), `require_signature` (any layer's `true`) and
+    /// `native_extensions: false`.
+    pub fn publisher_rules(&self) -> PublisherRules {
+        let mut rules = PublisherRules {
+            signature_required_by: self
+                .layers
+                .iter()
+                .find(|l| l.file.require_signature == Some(true))
+                .map(|l| l.path.clone()),
+            native_forbidden_by: self.native_refused_by().map(Path::to_owned),
+            ..PublisherRules::default()
+        };
+        let mut in_force: Option<Vec<String>> = None;
+        for layer in &self.layers {
+            let Some(keys) = &layer.file.publishers else {
+                continue;
+            };
+            let keys: Vec<String> = keys.iter().map(|k| k.trim().to_owned()).collect();
+            for key in &keys {
+                if !rules.listed.contains(key) {
+                    rules.listed.push(key.clone());
+                }
+            }
+            if layer.scope == Scope::System {
+                rules.restricted_by = Some(layer.path.clone());
+            }
+            in_force = Some(match in_force {
+                None => keys,
+                Some(before) => before.into_iter().filter(|k| keys.contains(k)).collect(),
+            });
+        }
+        rules.trusted = in_force.unwrap_or_default();
+        rules
+    }
+
     /// The HTTP client settings the policy implies: the defaults, plus its
     /// extra root certificates (an unreadable file is warned about and skipped).
     pub fn http_config(&self) -> crate::capability::http::HttpConfig {
@@ -746,7 +877,58 @@ fn parse(text: &str, path: &Path) -> Result<PolicyFile, FileError> {
             path: path.to_owned(),
             detail,
         })?;
+    validate_publishing(&parsed.value, path)?;
     Ok(parsed.value)
+}
+
+/// Registry URLs are `https://`; every key is a minisign public key.
+fn validate_publishing(file: &PolicyFile, path: &Path) -> Result<(), FileError> {
+    let invalid = |field: String, problem: String| FileError::Invalid {
+        path: path.to_owned(),
+        field,
+        problem,
+    };
+    let check_key = |field: String, key: &str| -> Result<(), FileError> {
+        match minisign::PublicKey::from_base64(key.trim()) {
+            Ok(_) => Ok(()),
+            Err(_) => Err(invalid(
+                field,
+                format!(
+                    "`{}` is not a minisign public key; list the 56-character base64 line \
+                     `zotbox keygen` or `minisign -G` prints",
+                    crate::text::Shown(key)
+                ),
+            )),
+        }
+    };
+    for (index, registry) in file.registries.iter().flatten().enumerate() {
+        let url = &registry.url;
+        let https = url.starts_with("https://")
+            && reqwest::Url::parse(url).is_ok_and(|u| u.host_str().is_some_and(|h| !h.is_empty()));
+        if !https {
+            return Err(invalid(
+                format!("registries[{index}].url"),
+                format!(
+                    "`{}` is refused: a registry URL must be `https://` (its index is fetched \
+                     over TLS as well as signed)",
+                    crate::text::Shown(url)
+                ),
+            ));
+        }
+        if registry.keys.is_empty() {
+            return Err(invalid(
+                format!("registries[{index}].keys"),
+                "is empty; list the public key(s) that sign the registry's index".to_owned(),
+            ));
+        }
+        for (k, key) in registry.keys.iter().enumerate() {
+            check_key(format!("registries[{index}].keys[{k}]"), key)?;
+        }
+    }
+    for (index, key) in file.publishers.iter().flatten().enumerate() {
+        check_key(format!("publishers[{index}]"), key)?;
+    }
+    Ok(())
 }
 
 /// Whether a policy ceiling origin covers a declared origin: one rule for
@@ -1157,5 +1339,162 @@ mod tests {
         assert!(!policy("{}", "{}").shell_network());
         assert!(policy("{}", r#"{"shell_network":true}"#).shell_network());
         assert!(!policy(r#"{"shell_network":false}"#, r#"{"shell_network":true}"#).shell_network());
+    }
+
+    fn new_key() -> String {
+        minisign::KeyPair::generate_unencrypted_keypair()
+            .unwrap_or_else(|e| panic!("{e}"))
+            .pk
+            .to_base64()
+    }
+
+    #[test]
+    #[allow(clippy::type_complexity)]
+    fn publishers_are_the_intersection_and_require_signature_only_tightens() {
+        let (a, b, c) = (new_key(), new_key(), new_key());
+        let policy = |system: String, user: String| {
+            Policy::from_layers(vec![layer("/s", &system), layer("/u", &user)])
+        };
+        let list = |keys: &[&String]| {
+            serde_json::to_string(&keys.iter().map(|k| k.as_str()).collect::<Vec<_>>())
+                .unwrap_or_default()
+        };
+        // (system, user, trusted, listed, restricted by the system file)
+        let cases: Vec<(String, String, Vec<&String>, Vec<&String>, bool)> = vec![
+            ("{}".into(), "{}".into(), vec![], vec![], false),
+            // The user's list alone: the user's keys.
+            (
+                "{}".into(),
+                format!(r#"{{"publishers":{}}}"#, list(&[&a, &b])),
+                vec![&a, &b],
+                vec![&a, &b],
+                false,
+            ),
+            // The system's alone: a ceiling in force.
+            (
+                format!(r#"{{"publishers":{}}}"#, list(&[&a])),
+                "{}".into(),
+                vec![&a],
+                vec![&a],
+                true,
+            ),
+            // Attack: the user adds a key outside the system's ceiling;
+            // only the keys both list are trusted.
+            (
+                format!(r#"{{"publishers":{}}}"#, list(&[&a, &b])),
+                format!(r#"{{"publishers":{}}}"#, list(&[&b, &c])),
+                vec![&b],
+                vec![&a, &b, &c],
+                true,
+            ),
+        ];
+        for (system, user, trusted, listed, restricted) in cases {
+            let rules = policy(system.clone(), user.clone()).publisher_rules();
+            let owned = |keys: Vec<&String>| keys.into_iter().cloned().collect::<Vec<_>>();
+            assert_eq!(rules.trusted, owned(trusted), "{system} {user}");
+            assert_eq!(rules.listed, owned(listed), "{system} {user}");
+            assert_eq!(
+                rules.restricted_by.as_deref(),
+                restricted.then_some(Path::new("/s")),
+                "{system} {user}"
+            );
+        }
+        // Attack: the user file turns `require_signature` off.
+        let rules = policy(
+            r#"{"require_signature":true,"native_extensions":false}"#.into(),
+            r#"{"require_signature":false,"native_extensions":true}"#.into(),
+        )
+        .publisher_rules();
+        assert_eq!(
+            rules.signature_required_by.as_deref(),
+            Some(Path::new("/s"))
+        );
+        assert_eq!(rules.native_forbidden_by.as_deref(), Some(Path::new("/s")));
+        let rules = policy("{}".into(), r#"{"require_signature":true}"#.into()).publisher_rules();
+        assert_eq!(
+            rules.signature_required_by.as_deref(),
+            Some(Path::new("/u"))
+        );
+        assert_eq!(
+            policy("{}".into(), "{}".into()).publisher_rules(),
+            PublisherRules::default()
+        );
+    }
+
+    #[test]
+    fn registries_add_up_and_the_system_keys_hold_for_its_urls() {
+        let (a, b) = (new_key(), new_key());
+        let system = format!(
+            r#"{{"registries":[{{"url":"https://team.example.com/index.json","keys":["{a}"]}}]}}"#
+        );
+        // Attack: the user file adds its own key to the team's registry.
+        let user = format!(
+            r#"{{"registries":[{{"url":"https://team.example.com/index.json","keys":["{b}"]}},
+                {{"url":"https://mine.example.com/index.json","keys":["{b}"]}}]}}"#
+        );
+        let policy = Policy::from_layers(vec![layer("/u", &user), layer("/s", &system)]);
+        let merged: Vec<(String, Vec<String>, PathBuf)> = policy
+            .registries()
+            .into_iter()
+            .map(|r| (r.url, r.keys, r.path))
+            .collect();
+        assert_eq!(
+            merged,
+            vec![
+                (
+                    "https://team.example.com/index.json".to_owned(),
+                    vec![a.clone()],
+                    PathBuf::from("/s")
+                ),
+                (
+                    "https://mine.example.com/index.json".to_owned(),
+                    vec![b.clone()],
+                    PathBuf::from("/u")
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn registry_urls_must_be_https_and_keys_must_parse() {
+        let key = new_key();
+        let path = Path::new("/etc/zotbox/policy.json");
+        let cases = [
+            (
+                format!(r#"{{"registries":[{{"url":"http://x.example.com/index.json","keys":["{key}"]}}]}}"#),
+                "`/etc/zotbox/policy.json`: field `registries[0].url` `http://x.example.com/index.json` \
+                 is refused: a registry URL must be `https://` (its index is fetched over TLS as \
+                 well as signed)",
+            ),
+            (
+                format!(r#"{{"registries":[{{"url":"file:///srv/index.json","keys":["{key}"]}}]}}"#),
+                "`/etc/zotbox/policy.json`: field `registries[0].url` `file:///srv/index.json` is \
+                 refused: a registry URL must be `https://` (its index is fetched over TLS as well \
+                 as signed)",
+            ),
+            (
+                r#"{"registries":[{"url":"https://x.example.com/index.json","keys":[]}]}"#.to_owned(),
+                "`/etc/zotbox/policy.json`: field `registries[0].keys` is empty; list the public \
+                 key(s) that sign the registry's index",
+            ),
+            (
+                r#"{"publishers":["RWQnot-a-key"]}"#.to_owned(),
+                "`/etc/zotbox/policy.json`: field `publishers[0]` `RWQnot-a-key` is not a minisign \
+                 public key; list the 56-character base64 line `zotbox keygen` or `minisign -G` \
+                 prints",
+            ),
+            (
+                r#"{"registries":[{"url":"https://x.example.com/i.json","keys":["k"],"mirror":"x"}]}"#
+                    .to_owned(),
+                "`/etc/zotbox/policy.json`: field `registries[0].mirror`: unknown field `mirror`",
+            ),
+        ];
+        for (json, expected) in cases {
+            let err = match parse(&json, path) {
+                Err(err) => err.to_string(),
+                Ok(_) => panic!("{json}: accepted"),
+            };
+            assert!(err.starts_with(expected), "{json}: {err}");
+        }
     }
 }

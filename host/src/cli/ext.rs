@@ -80,6 +80,9 @@ pub(crate) enum Command {
         #[arg(default_value = ".")]
         dir: PathBuf,
     },
+    // The help of these two is their Args' doc comment.
+    Pack(super::publish::PackArgs),
+    Sign(super::publish::SignArgs),
     /// Print an extension's stderr log ($ZOT_HOME/logs/ext-<name>.log).
     Logs {
         /// The extension's name.
@@ -99,6 +102,8 @@ impl Command {
             Self::Disable { name } => set_enabled(context, &name, false),
             Self::Logs { name, follow } => logs(context, &name, follow).await,
             Self::Build { dir } => build(context, &dir).await,
+            Self::Pack(args) => args.run(context).await,
+            Self::Sign(args) => args.run(context).await,
         }
     }
 }

@@ -232,6 +232,32 @@ impl Plan {
         self.entries.iter().map(|entry| entry.size).sum()
     }
 
+    /// The manifest's text as read from the source (without a launcher):
+    /// what a packed archive carries.
+    pub fn manifest_text(&self) -> &str {
+        &self.manifest_text
+    }
+
+    /// The content of the planned file `entry` (a link's target's), read
+    /// under rule 5: it must still be the file that was planned.
+    ///
+    /// # Errors
+    ///
+    /// [`InstallError::Changed`], [`InstallError::Io`].
+    pub fn read(&self, entry: &PlannedEntry) -> Result<Vec<u8>, InstallError> {
+        let from = match &entry.kind {
+            EntryKind::Folder => return Ok(Vec::new()),
+            EntryKind::File => &entry.path,
+            EntryKind::Link { target } => target,
+        };
+        let root = Dir::open_ambient_dir(&self.source, cap_std::ambient_authority())
+            .map_err(io_error("open", &self.source))?;
+        let capacity = usize::try_from(entry.size).unwrap_or(0);
+        copy_planned_into(self, &root, from, entry, || {
+            Ok(Vec::with_capacity(capacity))
+        })
+    }
+
     fn refused(&self, reason: String) -> InstallError {
         InstallError::Refused {
             folder: self.source.clone(),
@@ -872,6 +898,21 @@ fn copy_planned(
     entry: &PlannedEntry,
     dest: &Path,
 ) -> Result<(), InstallError> {
+    copy_planned_into(plan, root, from, entry, || {
+        create_new(dest, entry.executable)
+    })
+    .map(drop)
+}
+
+/// Rule 5: copies the planned file `from` into what `open_out` opens (once
+/// the file is known to be the planned one), checking it again afterwards.
+fn copy_planned_into<W: io::Write>(
+    plan: &Plan,
+    root: &Dir,
+    from: &str,
+    entry: &PlannedEntry,
+    open_out: impl FnOnce() -> Result<W, InstallError>,
+) -> Result<W, InstallError> {
     let changed = |what: &'static str| InstallError::Changed {
         folder: plan.source.clone(),
         path: from.to_owned(),
@@ -904,7 +945,7 @@ fn copy_planned(
     if Identity::of(&before) != entry.identity {
         return Err(changed("its size, inode or times differ"));
     }
-    let mut out = create_new(dest, entry.executable)?;
+    let mut out = open_out()?;
     // One byte more than planned tells a file that grew.
     let copied = io::copy(&mut (&file).take(entry.size.saturating_add(1)), &mut out)
         .map_err(io_error("copy", &plan.source.join(from)))?;
@@ -914,7 +955,7 @@ fn copy_planned(
     if copied != entry.size || Identity::of(&after) != entry.identity {
         return Err(changed("it was written while it was copied"));
     }
-    Ok(())
+    Ok(out)
 }
 
 /// Opens `name` in `dir` for reading without following a link, without

@@ -1,0 +1,295 @@
+//! `zotbox registry index DIR`: an index built from packed archives, and
+//! signed.
+//!
+//! Every `*.tar.gz` in the folder is read in memory (never unpacked to
+//! disk): its manifest, found in the tar stream under the archive's one
+//! top folder, gives the entry's name, version, kind, description and
+//! capabilities; the archive's sha256 and file name (under `base_url` when
+//! given) complete it, with the `*.tar.gz.minisig` beside it, when there
+//! is one, inlined as the publisher's signature. Reading is capped: an
+//! archive of at most [`install::MAX_INSTALL_BYTES`], unpacking at most
+//! that plus headers, a manifest of at most 1 MiB.
+//!
+//! A previous `index.json` in the folder gives the next version (its
+//! version + 1) and its revocations: an entry it marks revoked stays
+//! revoked (and listed, even once its archive is removed), so rebuilding
+//! never brings a withdrawn version back.
+
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use super::{Entry, Index, Kind, RegistryError, UtcTime};
+use crate::manifest::{MANIFEST_FILE, Manifest};
+use crate::store::install::MAX_INSTALL_BYTES;
+use crate::store::signature::{self, SecretKey};
+use crate::store::{pack, signature::SignatureError};
+use crate::text::Shown;
+
+/// The index's file name in a registry folder.
+pub const INDEX_FILE: &str = "index.json";
+/// Its signature's.
+pub const INDEX_SIGNATURE_FILE: &str = "index.json.minisig";
+/// How long a built index is accepted by default: 30 days.
+pub const DEFAULT_EXPIRY_SECS: u64 = 30 * 24 * 3600;
+/// The largest manifest read from an archive.
+const MAX_MANIFEST: u64 = 1024 * 1024;
+/// Headers and padding allowed on top of the files' bytes when unpacking.
+const MAX_TAR_OVERHEAD: u64 = 64 * 1024 * 1024;
+
+/// Builds and signs the index of the archives in `dir`: returns the
+/// index's text and its signature's. `version` defaults to the previous
+/// `index.json`'s + 1 (else the unix time), `expires` to 30 days from now.
+///
+/// # Errors
+///
+/// [`RegistryError::Archive`] naming an archive that is not a packed
+/// extension, [`RegistryError::BadField`] when the entries do not make a
+/// valid index (a name at a version twice), [`RegistryError::Io`],
+/// [`RegistryError::Malformed`] when signing fails.
+pub fn build_index(
+    dir: &Path,
+    base_url: Option<&str>,
+    key: &SecretKey,
+    version: Option<u64>,
+    expires: Option<UtcTime>,
+) -> Result<(String, String), RegistryError> {
+    let now = UtcTime::from_system(SystemTime::now());
+    let previous = previous_index(dir)?;
+    let mut entries = Vec::new();
+    for path in archives(dir)? {
+        let mut entry = entry_of(&path, base_url)?;
+        if let Some(old) = previous.as_ref().and_then(|p| {
+            p.entries
+                .iter()
+                .find(|e| e.name == entry.name && e.version == entry.version)
+        }) && old.revoked
+        {
+            entry.revoked = true;
+            entry.reason.clone_from(&old.reason);
+        }
+        entries.push(entry);
+    }
+    if let Some(previous) = &previous {
+        for old in previous.entries.iter().filter(|e| e.revoked) {
+            if !entries
+                .iter()
+                .any(|e| e.name == old.name && e.version == old.version)
+            {
+                entries.push(old.clone());
+            }
+        }
+    }
+    entries.sort_by(|a, b| {
+        a.name
+            .cmp(&b.name)
+            .then_with(|| super::compare_versions(&a.version, &b.version))
+    });
+    let index = Index {
+        version: version.unwrap_or_else(|| {
+            previous
+                .as_ref()
+                .map_or(now.unix(), |p| p.version.saturating_add(1))
+        }),
+        expires: expires
+            .unwrap_or_else(|| UtcTime::from_unix(now.unix().saturating_add(DEFAULT_EXPIRY_SECS))),
+        entries,
+    };
+    index.validate()?;
+    let mut text = serde_json::to_string_pretty(&index)
+        .map_err(|err| RegistryError::Parse(err.to_string()))?;
+    text.push('\n');
+    let comment = format!(
+        "zotbox registry index version {} expires {}",
+        index.version, index.expires
+    );
+    let signed = signature::sign(text.as_bytes(), key, &comment).map_err(|err| {
+        RegistryError::Malformed {
+            subject: "the registry index".to_owned(),
+            detail: err.to_string(),
+        }
+    })?;
+    Ok((text, signed))
+}
+
+/// The previous index in `dir`, if there is one (unsigned: it is the
+/// maintainer's own file, read for its version and revocations).
+fn previous_index(dir: &Path) -> Result<Option<Index>, RegistryError> {
+    let path = dir.join(INDEX_FILE);
+    match std::fs::read(&path) {
+        Ok(bytes) => Index::parse(&bytes).map(Some).map_err(|err| match err {
+            RegistryError::Parse(detail) => RegistryError::Parse(format!(
+                "the previous `{}`: {detail}; fix or remove it",
+                path.display()
+            )),
+            other => other,
+        }),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(error) => Err(RegistryError::Io {
+            action: "read",
+            path,
+            error,
+        }),
+    }
+}
+
+/// The `*.tar.gz` regular files of `dir`, by name.
+fn archives(dir: &Path) -> Result<Vec<PathBuf>, RegistryError> {
+    let io = |error| RegistryError::Io {
+        action: "list",
+        path: dir.to_owned(),
+        error,
+    };
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(io)? {
+        let entry = entry.map_err(io)?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if !name.ends_with(".tar.gz") {
+            continue;
+        }
+        found.push(entry.path());
+    }
+    found.sort();
+    Ok(found)
+}
+
+fn entry_of(path: &Path, base_url: Option<&str>) -> Result<Entry, RegistryError> {
+    let refused = |problem: String| RegistryError::Archive {
+        path: path.to_owned(),
+        problem,
+    };
+    let bytes = read_capped(path, MAX_INSTALL_BYTES)?;
+    let (manifest, top) = manifest_in(&bytes).map_err(refused)?;
+    let manifest_path = Path::new(&top).join(MANIFEST_FILE);
+    let manifest = Manifest::parse(&manifest, &manifest_path)
+        .map_err(|err| refused(format!("its manifest is invalid: {err}")))?;
+    if manifest.name() != top {
+        return Err(refused(format!(
+            "its top folder `{}` is not the manifest's name `{}`; pack it with `zotbox ext pack`",
+            Shown(&top),
+            Shown(manifest.name())
+        )));
+    }
+    pack::check_version(&manifest.raw.version)
+        .map_err(|problem| refused(format!("its manifest's `version` {problem}")))?;
+    let file_name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default()
+        .to_owned();
+    let signature_path = PathBuf::from(format!("{}.minisig", path.display()));
+    let signature = match std::fs::symlink_metadata(&signature_path) {
+        Ok(_) => {
+            let text = read_capped(&signature_path, signature::MAX_SIGNATURE_TEXT as u64)?;
+            Some(
+                String::from_utf8(text)
+                    .map_err(|_| refused("its `.minisig` is not UTF-8".to_owned()))?,
+            )
+        }
+        Err(_) => None,
+    };
+    let key = signature
+        .as_deref()
+        .map(signature::signed_by)
+        .transpose()
+        .map_err(|err: SignatureError| refused(format!("its `.minisig`: {err}")))?;
+    let archive = match base_url {
+        Some(base) => format!("{}/{file_name}", base.trim_end_matches('/')),
+        None => file_name,
+    };
+    Ok(Entry {
+        name: manifest.name().to_owned(),
+        version: manifest.raw.version.clone(),
+        kind: match manifest.kind() {
+            "native" => Kind::Native,
+            _ => Kind::Wasm,
+        },
+        archive,
+        sha256: pack::sha256_hex(&bytes),
+        capabilities: manifest.raw.capabilities.clone(),
+        key,
+        signature,
+        revoked: false,
+        reason: None,
+        description: manifest.raw.description.clone(),
+    })
+}
+
+fn read_capped(path: &Path, cap: u64) -> Result<Vec<u8>, RegistryError> {
+    let io = |error| RegistryError::Io {
+        action: "read",
+        path: path.to_owned(),
+        error,
+    };
+    let meta = std::fs::symlink_metadata(path).map_err(io)?;
+    if !meta.is_file() {
+        return Err(RegistryError::Archive {
+            path: path.to_owned(),
+            problem: "is not a regular file (a symlink?)".to_owned(),
+        });
+    }
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .map_err(io)?
+        .take(cap + 1)
+        .read_to_end(&mut bytes)
+        .map_err(io)?;
+    if bytes.len() as u64 > cap {
+        return Err(RegistryError::Archive {
+            path: path.to_owned(),
+            problem: format!("is larger than {cap} bytes"),
+        });
+    }
+    Ok(bytes)
+}
+
+/// The manifest text inside a packed archive and the archive's top folder,
+/// read from the stream with caps.
+pub fn manifest_in(bytes: &[u8]) -> Result<(String, String), String> {
+    let stream = flate2::read::GzDecoder::new(bytes).take(MAX_INSTALL_BYTES + MAX_TAR_OVERHEAD);
+    let mut archive = tar::Archive::new(stream);
+    let entries = archive
+        .entries()
+        .map_err(|err| format!("it is not a .tar.gz: {err}"))?;
+    let mut top: Option<String> = None;
+    for entry in entries {
+        let entry = entry.map_err(|err| format!("it is not a .tar.gz: {err}"))?;
+        let path = entry
+            .path()
+            .map_err(|err| format!("an entry has an unreadable path: {err}"))?
+            .to_string_lossy()
+            .into_owned();
+        let first = path.split('/').next().unwrap_or_default().to_owned();
+        match &top {
+            None => top = Some(first.clone()),
+            Some(top) if *top != first => {
+                return Err(format!(
+                    "it has more than one top folder (`{}` and `{}`); a packed extension has one",
+                    Shown(top),
+                    Shown(&first)
+                ));
+            }
+            Some(_) => {}
+        }
+        if path == format!("{first}/{MANIFEST_FILE}") {
+            if entry.header().entry_type() != tar::EntryType::Regular {
+                return Err(format!("its `{MANIFEST_FILE}` is not a regular file"));
+            }
+            let mut text = String::new();
+            entry
+                .take(MAX_MANIFEST + 1)
+                .read_to_string(&mut text)
+                .map_err(|err| format!("its `{MANIFEST_FILE}` cannot be read: {err}"))?;
+            if text.len() as u64 > MAX_MANIFEST {
+                return Err(format!(
+                    "its `{MANIFEST_FILE}` is larger than {MAX_MANIFEST} bytes"
+                ));
+            }
+            return Ok((text, first));
+        }
+    }
+    Err(format!(
+        "it has no `<name>/{MANIFEST_FILE}`; pack the extension with `zotbox ext pack`"
+    ))
+}
