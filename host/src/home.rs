@@ -81,6 +81,12 @@ impl ZotHome {
         self.root.join("secrets.json")
     }
 
+    /// `keys/`: signing keys `zotbox keygen` writes by default (mode 0700;
+    /// the secret key file 0600).
+    pub fn keys_dir(&self) -> PathBuf {
+        self.root.join("keys")
+    }
+
     /// `registries.json`: the newest index version seen from each registry
     /// (by URL), so an older index replayed is refused.
     pub fn registry_state(&self) -> PathBuf {

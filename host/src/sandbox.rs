@@ -845,7 +845,8 @@ mod tests {
                 ("dev/x/", false),
                 ("home/", false),
                 ("home/extensions/", false),
-                // Not even read: the user's secret values.
+                // Not even read: the user's signing keys and secret values.
+                ("home/keys/", true),
                 ("home/secrets.json", true),
                 ("proj/", false),
                 ("tools/linked/", false),

@@ -205,9 +205,10 @@ async fn a_guest_with_write_all_cannot_write_any_control_path() {
     );
 }
 
-/// `$ZOT_HOME` inside the workspace holds `secrets.json`: a guest granted
-/// `read: ["**"]` reads neither it nor a link to it, and cannot even
-/// describe it, while the rest of `$ZOT_HOME` stays readable by the grant.
+/// `$ZOT_HOME` inside the workspace holds `secrets.json` and `keys/`: a
+/// guest granted `read: ["**"]` reads neither them nor a link to them, and
+/// cannot even describe them, while the rest of `$ZOT_HOME` stays readable
+/// by the grant.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_guest_with_read_all_cannot_read_the_users_secrets() {
     let lab = Lab::new();
@@ -216,6 +217,8 @@ async fn a_guest_with_read_all_cannot_read_the_users_secrets() {
     std::fs::create_dir_all(&home).expect("home");
     std::fs::write(home.join("secrets.json"), r#"{"API_KEY":"hunter2"}"#).expect("secrets");
     std::fs::write(home.join("policy.json"), "{}").expect("policy");
+    std::fs::create_dir_all(home.join("keys")).expect("keys");
+    std::fs::write(home.join("keys/zotbox.key"), "untrusted comment: k").expect("key");
     symlink("home/secrets.json", ws.join("leak.json")).expect("link");
     symlink("home", ws.join("via")).expect("link");
     let dir = prober_in(&ws.join("tools"), &json!({"read": ["**"], "write": ["**"]}));
@@ -268,6 +271,21 @@ async fn a_guest_with_read_all_cannot_read_the_users_secrets() {
             json!({"path": "home/SECRETS.json"}),
             format!("fs-read `home/SECRETS.json` refused: `home/secrets.json` {secret}"),
         ),
+        // Attack: the signing key `zotbox keygen` wrote, and its folder.
+        refused(
+            "the signing key",
+            "fs_read",
+            json!({"path": "home/keys/zotbox.key"}),
+            "fs-read `home/keys/zotbox.key` refused: `home/keys/` is a control path (the user's \
+             signing keys); no grant reaches it",
+        ),
+        refused(
+            "the keys folder",
+            "fs_list",
+            json!({"path": "home/keys"}),
+            "fs-read `home/keys` refused: `home/keys/` is a control path (the user's signing \
+             keys); no grant reaches it",
+        ),
         refused(
             "its size and times",
             "fs_stat",
@@ -306,7 +324,7 @@ async fn a_guest_with_read_all_cannot_read_the_users_secrets() {
         .iter()
         .filter(|line| line["capability"] == "fs-read" && line["decision"] == "deny")
         .count();
-    assert_eq!(denied, 5, "{audit:#?}");
+    assert_eq!(denied, 7, "{audit:#?}");
 }
 
 /// Every line of `<home>/logs/audit.jsonl`.
@@ -542,6 +560,7 @@ fn policy_explain_lists_the_control_paths_that_apply() {
     let names = "at any depth, in any case: it decides what runs";
     let home_what = "$ZOT_HOME: it decides grants and what runs";
     let secrets = "the user's secrets: only the host reads them; nor any read grant";
+    let keys = "the user's signing keys; nor any read grant";
     assert_eq!(
         listed,
         [
@@ -552,6 +571,7 @@ fn policy_explain_lists_the_control_paths_that_apply() {
             format!("{:<19}{names}", ".shiro/"),
             format!("{:<19}{home_what}", "home/"),
             format!("{:<19}{EXTENSION_FOLDER}", "home/extensions/"),
+            format!("{:<19}{keys}", "home/keys/"),
             format!("{:<19}{secrets}", "home/secrets.json"),
             format!("{:<19}{EXTENSION_FOLDER}", "tools/prober/"),
         ],
@@ -570,13 +590,13 @@ fn policy_explain_lists_the_control_paths_that_apply() {
         .filter_map(|line| serde_json::from_str::<Value>(line).ok())
         .filter(|line| line.get("control_path").is_some())
         .collect();
-    assert_eq!(control.len(), 7, "{}", run.stdout);
+    assert_eq!(control.len(), 8, "{}", run.stdout);
     assert_eq!(
-        control[5],
+        control[6],
         json!({"control_path": "home/secrets.json", "what": secrets})
     );
     assert_eq!(
-        control[6],
+        control[7],
         json!({"control_path": "tools/prober/", "what": EXTENSION_FOLDER})
     );
 }

@@ -36,7 +36,7 @@ impl KeygenArgs {
         let path = match self.out {
             Some(path) => path,
             None => {
-                let keys = context.home()?.root().join("keys");
+                let keys = context.home()?.keys_dir();
                 // The default folder holds secrets: only the user lists it.
                 if !keys.exists() {
                     use std::os::unix::fs::DirBuilderExt as _;

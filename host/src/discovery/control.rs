@@ -94,11 +94,15 @@ impl ControlSources {
         let Some(home) = &self.home else {
             return Vec::new();
         };
-        vec![(
-            crate::home::ZotHome::new(home).secrets_file(),
-            false,
-            "the user's secrets: only the host reads them".to_owned(),
-        )]
+        let home = crate::home::ZotHome::new(home);
+        vec![
+            (
+                home.secrets_file(),
+                false,
+                "the user's secrets: only the host reads them".to_owned(),
+            ),
+            (home.keys_dir(), true, "the user's signing keys".to_owned()),
+        ]
     }
 
     /// The control paths of `workspace`.
