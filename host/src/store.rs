@@ -10,9 +10,12 @@
 //!   the consent screen, or not at all;
 //! - [`secret`]: the values of the user's secrets, in a file only the user
 //!   can read, handed to the sandbox the moment a request is sent;
+//! - [`unpack`]: a downloaded `.tar.gz` unpacked entry by entry, refusing
+//!   anything that could write outside its folder;
 //! - [`trust`]: the records of workspaces the user trusted, bound to the
 //!   workspace's canonical path and a hash of every file that can run.
 
 pub mod install;
 pub mod secret;
 pub mod trust;
+pub mod unpack;
