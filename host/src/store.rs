@@ -10,12 +10,17 @@
 //!   the consent screen, or not at all;
 //! - [`secret`]: the values of the user's secrets, in a file only the user
 //!   can read, handed to the sandbox the moment a request is sent;
+//! - [`source`]: where an install comes from (a folder, git, an `https://`
+//!   archive, a registry entry) and how git and archives are fetched;
+//! - [`fetch`]: HTTPS downloads, through the `http` capability's client;
 //! - [`unpack`]: a downloaded `.tar.gz` unpacked entry by entry, refusing
 //!   anything that could write outside its folder;
 //! - [`trust`]: the records of workspaces the user trusted, bound to the
 //!   workspace's canonical path and a hash of every file that can run.
 
+pub mod fetch;
 pub mod install;
 pub mod secret;
+pub mod source;
 pub mod trust;
 pub mod unpack;

@@ -610,7 +610,9 @@ mod tests {
             ),
             (
                 "symlink inside",
-                good().raw(b"ext/link", T::Symlink, b"", b"extension.json").gz(),
+                good()
+                    .raw(b"ext/link", T::Symlink, b"", b"extension.json")
+                    .gz(),
                 Caps::default(),
                 UnpackError::Link {
                     entry: "ext/link".into(),
@@ -620,9 +622,7 @@ mod tests {
             ),
             (
                 "hard link",
-                good()
-                    .raw(b"ext/hard", T::Link, b"", b"/etc/passwd")
-                    .gz(),
+                good().raw(b"ext/hard", T::Link, b"", b"/etc/passwd").gz(),
                 Caps::default(),
                 UnpackError::Link {
                     entry: "ext/hard".into(),
@@ -661,17 +661,13 @@ mod tests {
                 "too large",
                 good().file("ext/big", &vec![7u8; 1024 * 1024 + 1]).gz(),
                 small,
-                UnpackError::TooLarge {
-                    limit: 1024 * 1024,
-                },
+                UnpackError::TooLarge { limit: 1024 * 1024 },
             ),
             (
                 "bomb",
                 bomb.gz(),
                 small,
-                UnpackError::TooLarge {
-                    limit: 1024 * 1024,
-                },
+                UnpackError::TooLarge { limit: 1024 * 1024 },
             ),
             (
                 "too many entries",
@@ -753,7 +749,12 @@ mod tests {
                 Caps::default(),
                 UnpackError::Corrupt("invalid gzip header".into()),
             ),
-            ("empty", Hostile::default().gz(), Caps::default(), UnpackError::Empty),
+            (
+                "empty",
+                Hostile::default().gz(),
+                Caps::default(),
+                UnpackError::Empty,
+            ),
         ];
         for (what, archive, caps, expected) in cases {
             let (result, dir) = run(&archive, caps);
