@@ -8,6 +8,9 @@
 //!
 //! - [`install`]: copy an extension folder into place, exactly as shown on
 //!   the consent screen, or not at all;
+//! - [`lock`]: `$ZOT_HOME/zotbox.lock`, what each install came from and
+//!   the digest of its files, re-checked at every start; a trusted
+//!   workspace's `.zot/zotbox.lock` may only narrow it;
 //! - [`secret`]: the values of the user's secrets, in a file only the user
 //!   can read, handed to the sandbox the moment a request is sent;
 //! - [`source`]: where an install comes from (a folder, git, an `https://`
@@ -20,6 +23,7 @@
 
 pub mod fetch;
 pub mod install;
+pub mod lock;
 pub mod secret;
 pub mod source;
 pub mod trust;
