@@ -19,6 +19,7 @@ mod secret;
 mod serve;
 mod setup;
 mod skills;
+mod source;
 mod trust;
 
 use std::path::PathBuf;
