@@ -220,9 +220,13 @@ pub(crate) fn prepare(
         }
     })?;
     // The installed files are the locked ones, and meet the pins of the
-    // workspace's lock (the workspace zot started it in, for a user install).
-    let workspace = crate::store::trust::workspace_of_extension(dir, home)
-        .or_else(|| std::env::current_dir().ok());
+    // workspace's lock: for a user install, the folder zot started `zotbox
+    // run` in (the relay's `$PWD` when the shared host prepares it).
+    let workspace =
+        crate::store::trust::workspace_of_extension(dir, home).or_else(|| match &environment {
+            Some(environment) => environment.get("PWD").map(std::path::PathBuf::from),
+            None => std::env::current_dir().ok(),
+        });
     crate::store::lock::check_at_load(&manifest, home, &policy, workspace.as_deref())?;
     let services = services(home, &policy, dir, environment);
     let sandbox = crate::sandbox::confine(&policy, &services, &manifest).map_err(|reason| {
