@@ -374,3 +374,75 @@ async fn a_tampered_installed_extension_is_refused_at_every_start_and_by_verify(
     zotbox_bounded(&lab, &["ext", "remove", "prober"]).expect_code(0);
     assert_eq!(lock_entry(&lab, "prober"), None);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_download_rechecks_every_redirect_and_stops_at_its_caps() {
+    use zotbox::capability::http::HttpConfig;
+    use zotbox::store::fetch::{Limits, download};
+    let server = TestServer::start().await;
+    let trusted = HttpConfig {
+        extra_roots: vec![server.ca_pem.clone().into_bytes()],
+        ..HttpConfig::default()
+    };
+    let port = server.port;
+    let limits = Limits::default();
+    let err = |result: Result<Vec<u8>, zotbox::store::fetch::FetchError>| {
+        result.expect_err("refused").to_string()
+    };
+    // Control: a same-origin redirect is followed.
+    assert_eq!(
+        download(&server.url("/redirect-ok"), &limits, &trusted)
+            .await
+            .unwrap(),
+        b"hello"
+    );
+    let cases = [
+        (
+            server.url("/redirect-http"),
+            limits.clone(),
+            format!(
+                "download of `{0}` refused: only https URLs are allowed; a redirect may not \
+                 downgrade https to http (redirected from `{0}`)",
+                server.url("/redirect-http")
+            ),
+        ),
+        (
+            server.url("/redirect-other"),
+            limits.clone(),
+            format!(
+                "download of `{0}` refused: host `localhost` is not granted (granted: \
+                 127.0.0.1:{port}) (redirected from `{0}`)",
+                server.url("/redirect-other")
+            ),
+        ),
+        (
+            server.url("/big"),
+            Limits {
+                max_bytes: 1024,
+                ..Limits::default()
+            },
+            format!(
+                "download of `{}` stopped: it is larger than 1024 bytes",
+                server.url("/big")
+            ),
+        ),
+        (
+            server.url("/files/none.tar.gz"),
+            limits.clone(),
+            format!(
+                "download of `{}` failed: the server answered 404",
+                server.url("/files/none.tar.gz")
+            ),
+        ),
+    ];
+    for (url, limits, expected) in cases {
+        assert_eq!(
+            err(download(&url, &limits, &trusted).await),
+            expected,
+            "{url}"
+        );
+    }
+    // Without the policy's extra root, the certificate is not trusted.
+    let untrusted = err(download(&server.url("/ok"), &limits, &HttpConfig::default()).await);
+    assert!(untrusted.starts_with(&format!("download of `{}` failed: ", server.url("/ok"))));
+}
