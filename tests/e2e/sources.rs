@@ -446,3 +446,42 @@ async fn a_download_rechecks_every_redirect_and_stops_at_its_caps() {
     let untrusted = err(download(&server.url("/ok"), &limits, &HttpConfig::default()).await);
     assert!(untrusted.starts_with(&format!("download of `{}` failed: ", server.url("/ok"))));
 }
+
+#[test]
+fn a_git_source_cannot_become_a_command_or_an_option() {
+    let lab = Lab::new();
+    let marker = lab.dev.join("ran");
+    let touch = format!("touch% {}", marker.display());
+    let cases = [
+        (
+            format!("git+ext::sh -c {touch}"),
+            "a git URL must be `https://…`, `file://…` or a local path (no `http://`, `ssh`, \
+             `git://` or `ext::`)",
+        ),
+        (
+            format!("ext::sh -c {touch}"),
+            "only `https://` and `file://` URLs and local folders are fetched (no `ssh`, \
+             `git://` or `ext::` transports)",
+        ),
+        (
+            format!("--upload-pack=touch {}", marker.display()),
+            "it starts with `-`; a source is never an option (write `./` before a folder)",
+        ),
+        (
+            format!("git+/srv/x#--upload-pack=touch {}", marker.display()),
+            "is not a commit, tag or branch name",
+        ),
+    ];
+    for (source, reason) in cases {
+        let run = zotbox_bounded(&lab, &["ext", "install", "--yes", "--", &source]);
+        run.expect_code(1);
+        let line = error_line(&run);
+        assert!(
+            line.starts_with(&format!("error: source `{source}` refused: "))
+                && line.contains(reason),
+            "{source}: {line}"
+        );
+        assert!(!marker.exists(), "{source} ran a command");
+        assert!(installed_names(&lab).is_empty());
+    }
+}
