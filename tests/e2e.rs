@@ -63,6 +63,8 @@ mod registry;
 mod secrets;
 #[path = "e2e/shared_host.rs"]
 mod shared_host;
+#[path = "e2e/sources.rs"]
+mod sources;
 #[path = "e2e/trust.rs"]
 mod trust;
 #[path = "e2e/wasm.rs"]

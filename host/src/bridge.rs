@@ -71,6 +71,9 @@ pub enum BridgeError {
         /// ``comes from the workspace `…`, which …``.
         reason: String,
     },
+    /// Its installed files are not the locked ones (`store::lock`).
+    #[error(transparent)]
+    Locked(#[from] crate::store::lock::LockError),
     /// It could not be started.
     #[error("extension `{name}`: cannot start: {error}")]
     Start {
@@ -226,6 +229,15 @@ pub(crate) fn prepare(
             reason,
         }
     })?;
+    // The installed files are the locked ones, and meet the pins of the
+    // workspace's lock: for a user install, the folder zot started the
+    // extension in (the relay's `$PWD` when the shared host prepares it).
+    let workspace =
+        crate::store::trust::workspace_of_extension(dir, home).or_else(|| match &hosted {
+            Some(hosted) => hosted.environment.get("PWD").map(std::path::PathBuf::from),
+            None => std::env::current_dir().ok(),
+        });
+    crate::store::lock::check_at_load(&manifest, home, &policy, workspace.as_deref())?;
     let services = services(home, &policy, dir, hosted);
     let sandbox = crate::sandbox::confine(&policy, &services, &manifest).map_err(|reason| {
         BridgeError::Refused {

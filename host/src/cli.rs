@@ -20,6 +20,7 @@ mod secret;
 mod serve;
 mod setup;
 mod skills;
+mod source;
 mod trust;
 
 use std::path::PathBuf;
@@ -59,6 +60,7 @@ Environment:
 Files:
   $ZOT_HOME/policy.json          the user's policy (can only narrow the system one)
   $ZOT_HOME/trust.json           the workspaces you trusted (`zotbox trust`)
+  $ZOT_HOME/zotbox.lock          what each install came from, checked at every start
   $ZOT_HOME/secrets.json         your secrets (`zotbox secret`), mode 0600
   $ZOT_HOME/logs/ext-<name>.log  each extension's stderr
   $ZOT_HOME/logs/audit.jsonl     every capability use and guard decision

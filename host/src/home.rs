@@ -65,6 +65,12 @@ impl ZotHome {
         self.root.join("trust.json")
     }
 
+    /// `zotbox.lock`: what each installed extension was installed from and
+    /// the digest of its files, re-checked at every start.
+    pub fn lock_file(&self) -> PathBuf {
+        self.root.join("zotbox.lock")
+    }
+
     /// `cache/`: compiled wasm artifacts.
     pub fn cache_dir(&self) -> PathBuf {
         self.root.join("cache")

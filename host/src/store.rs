@@ -8,18 +8,30 @@
 //!
 //! - [`install`]: copy an extension folder into place, exactly as shown on
 //!   the consent screen, or not at all;
+//! - [`lock`]: `$ZOT_HOME/zotbox.lock`, what each install came from and
+//!   the digest of its files, re-checked at every start; a trusted
+//!   workspace's `.zot/zotbox.lock` may only narrow it;
 //! - [`pack`]: an extension folder as a reproducible `.tar.gz`;
 //! - [`registry`]: a registry's signed index, and the checks of an entry
 //!   and its archive against the policy's keys and rules;
 //! - [`secret`]: the values of the user's secrets, in a file only the user
 //!   can read, handed to the sandbox the moment a request is sent;
+//! - [`source`]: where an install comes from (a folder, git, an `https://`
+//!   archive, a registry entry) and how git and archives are fetched;
+//! - [`fetch`]: HTTPS downloads, through the `http` capability's client;
+//! - [`unpack`]: a downloaded `.tar.gz` unpacked entry by entry, refusing
+//!   anything that could write outside its folder;
 //! - [`trust`]: the records of workspaces the user trusted, bound to the
 //!   workspace's canonical path and a hash of every file that can run;
 //! - [`signature`]: minisign-compatible ed25519 keys and signatures.
 
+pub mod fetch;
 pub mod install;
+pub mod lock;
 pub mod pack;
 pub mod registry;
 pub mod secret;
 pub mod signature;
+pub mod source;
 pub mod trust;
+pub mod unpack;

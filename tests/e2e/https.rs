@@ -19,6 +19,7 @@
 //! | `/redirect-post` | `303` to `/echo` |
 //! | `/redirect-loop` | `302` to itself |
 //! | `/echo-head` | `200` with header `X-Echo-Authorization: <the request's>`, body the request's head (request line and headers) |
+//! | `/files/NAME` | `200`, the bytes of `NAME` in the folder set by [`TestServer::serve_dir`] (one path segment, no `..`); `404` when there is none |
 //! | anything else | `404`, body `no route <path>` (so a test sees the path that arrived) |
 //!
 //! The host trusts the certificate through the policy key
@@ -46,6 +47,8 @@ pub struct TestServer {
     /// The head (request line and headers) of every request, in order:
     /// what really arrived, for tests of what the host put in.
     pub heads: Arc<std::sync::Mutex<Vec<String>>>,
+    /// The folder `/files/NAME` serves from, once set.
+    files: Arc<std::sync::Mutex<Option<PathBuf>>>,
 }
 
 impl TestServer {
@@ -72,15 +75,18 @@ impl TestServer {
         let port = listener.local_addr().expect("local address").port();
         let heads = Arc::new(std::sync::Mutex::new(Vec::new()));
         let recorded = heads.clone();
+        let files = Arc::new(std::sync::Mutex::new(None));
+        let served = files.clone();
         tokio::spawn(async move {
             while let Ok((tcp, _)) = listener.accept().await {
                 let acceptor = acceptor.clone();
                 let recorded = recorded.clone();
+                let served = served.clone();
                 tokio::spawn(async move {
                     if let Ok(tls) = acceptor.accept(tcp).await {
                         // A client that hangs up early (a refused redirect, a
                         // body over the cap) is the point of some routes.
-                        let _ = respond(tls, port, &recorded).await;
+                        let _ = respond(tls, port, &recorded, &served).await;
                     }
                 });
             }
@@ -89,6 +95,7 @@ impl TestServer {
             port,
             ca_pem: cert.pem(),
             heads,
+            files,
         }
     }
 
@@ -125,6 +132,13 @@ impl TestServer {
         .expect("a client trusting the test server")
     }
 
+    /// Serves the files of `dir` at `/files/NAME`.
+    pub fn serve_dir(&self, dir: &Path) {
+        if let Ok(mut files) = self.files.lock() {
+            *files = Some(dir.to_owned());
+        }
+    }
+
     /// Writes the certificate to `dir/test-ca.pem` and returns its path.
     pub fn write_ca(&self, dir: &Path) -> PathBuf {
         let path = dir.join("test-ca.pem");
@@ -139,6 +153,7 @@ async fn respond<S>(
     mut stream: S,
     port: u16,
     heads: &std::sync::Mutex<Vec<String>>,
+    files: &std::sync::Mutex<Option<PathBuf>>,
 ) -> std::io::Result<()>
 where
     S: AsyncRead + AsyncWrite + Unpin,
@@ -200,6 +215,27 @@ where
             stream
                 .write_all(simple("200 OK", "", &body).as_bytes())
                 .await?;
+        }
+        _ if path.starts_with("/files/") => {
+            let name = &path["/files/".len()..];
+            let folder = files.lock().ok().and_then(|files| files.clone());
+            let bytes = folder
+                .filter(|_| !name.is_empty() && !name.contains('/') && name != "..")
+                .and_then(|folder| std::fs::read(folder.join(name)).ok());
+            match bytes {
+                Some(bytes) => {
+                    let head = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                        bytes.len()
+                    );
+                    stream.write_all(head.as_bytes()).await?;
+                    stream.write_all(&bytes).await?;
+                }
+                None => {
+                    let reply = simple("404 Not Found", "", &format!("no file {name}"));
+                    stream.write_all(reply.as_bytes()).await?;
+                }
+            }
         }
         _ if path.starts_with("/echo-head") => {
             let extra = format!(

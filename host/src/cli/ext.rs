@@ -1,5 +1,6 @@
 //! `zotbox ext …`: manage installed extensions with zot's semantics.
 
+use std::collections::BTreeMap;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -11,13 +12,25 @@ use super::output::{json_line, table};
 use super::{Context, EXIT_OK};
 use zotbox::discovery::{Origin, SearchPath};
 use zotbox::manifest::{MANIFEST_FILE, Manifest, Program};
-use zotbox::store::install;
+use zotbox::store::source::Provenance;
+use zotbox::store::{install, lock};
 use zotbox::text::{Shown, shown};
 
 /// `zotbox ext` subcommands.
 #[derive(Debug, clap::Subcommand)]
 pub(crate) enum Command {
-    /// Copy the extension in folder PATH into $ZOT_HOME/extensions/<name>/.
+    /// Install the extension from SOURCE into $ZOT_HOME/extensions/<name>/.
+    ///
+    /// SOURCE is a folder (holding extension.json); a git repository
+    /// (`https://…/x.git`, `git+https://…`, `file://…` or `git+/local/path`,
+    /// with `#REV` to pin a commit, tag or branch); an `https://…/x.tar.gz`
+    /// archive (with `#sha256=HEX` to pin its digest); or a registry entry
+    /// `NAME[@VERSION]`. Git and archives are fetched into a private folder
+    /// first (HTTPS only, size and time capped, archives unpacked refusing
+    /// links, `..`, devices and bombs), then installed like a folder. What
+    /// was installed, from where (the commit, the archive's digest) and the
+    /// digest of its files are recorded in $ZOT_HOME/zotbox.lock, and
+    /// checked at every start.
     ///
     /// What lands is what the extension is: its manifest, its program (the
     /// `wasm` file; a native `exec` inside the folder and the `args` naming
@@ -39,8 +52,8 @@ pub(crate) enum Command {
     /// refused). Its copy then gets `exec`/`args` that make zot start it
     /// through `zotbox run`, and it is precompiled into the cache.
     Install {
-        /// The extension's folder (holding extension.json).
-        path: PathBuf,
+        /// A folder, a git URL (`#REV`), an https `.tar.gz` (`#sha256=`), or NAME[@VERSION].
+        source: String,
         /// Install into <workspace>/.zot/extensions/ instead of $ZOT_HOME.
         #[arg(long)]
         project: bool,
@@ -48,7 +61,13 @@ pub(crate) enum Command {
         #[arg(long, short)]
         yes: bool,
     },
-    /// Delete an installed extension's folder.
+    /// Check every installed extension against $ZOT_HOME/zotbox.lock.
+    ///
+    /// Lists each one as ok, changed (naming the first file that differs),
+    /// not locked (installed before the lock, or by hand) or missing (locked,
+    /// but its folder is gone). Exits 1 when anything changed or is missing.
+    Verify,
+    /// Delete an installed extension's folder (and its lock entry).
     Remove {
         /// The extension's name.
         name: String,
@@ -96,7 +115,12 @@ pub(crate) enum Command {
 impl Command {
     pub(crate) async fn run(self, context: &Context) -> Result<u8> {
         match self {
-            Self::Install { path, project, yes } => install(context, &path, project, yes).await,
+            Self::Install {
+                source,
+                project,
+                yes,
+            } => install(context, &source, project, yes).await,
+            Self::Verify => verify(context),
             Self::Remove { name } => remove(context, &name),
             Self::Enable { name } => set_enabled(context, &name, true),
             Self::Disable { name } => set_enabled(context, &name, false),
@@ -265,18 +289,42 @@ pub(crate) fn install_file(from: &Path, to: &Path) -> Result<()> {
         .with_context(|| format!("cannot replace `{}`", to.display()))
 }
 
-async fn install(context: &Context, source: &Path, project: bool, yes: bool) -> Result<u8> {
+async fn install(context: &Context, text: &str, project: bool, yes: bool) -> Result<u8> {
     let home = context.home()?;
     let extensions = if project {
         install::project_extensions_dir(&context.workspace()?)?
     } else {
         home.extensions_dir()
     };
+    let policy = zotbox::policy::Policy::load_for(&home)?;
+    // Git and archives are fetched into a private folder, dropped at the end.
+    let fetched = super::source::fetch(context, text, &policy).await?;
+    let (source, provenance) = match &fetched {
+        super::source::Got::Folder(path) => (path.clone(), None),
+        super::source::Got::Fetched(fetched) => {
+            (fetched.folder.clone(), Some(fetched.recorded.clone()))
+        }
+    };
+    let source = source.as_path();
     let plan = install::plan(source, &extensions)?;
+    let provenance = provenance.unwrap_or_else(|| Provenance {
+        source: std::fs::canonicalize(source)
+            .unwrap_or_else(|_| source.to_owned())
+            .display()
+            .to_string(),
+        sha256: None,
+        commit: None,
+    });
     let name = plan.manifest().name().to_owned();
+    let granted: BTreeMap<String, Vec<String>> = policy
+        .grant(&plan.manifest().raw.capabilities)
+        .rows
+        .into_iter()
+        .filter(|row| !row.granted.is_empty())
+        .map(|row| (row.capability.to_owned(), row.granted))
+        .collect();
     let sandboxed = matches!(plan.manifest().program, Program::Wasm { .. });
     if sandboxed {
-        let policy = zotbox::policy::Policy::load_for(&home)?;
         print_plan(&plan);
         super::policy::print_grant(&policy, plan.manifest());
         consent(&name, yes)?;
@@ -291,7 +339,7 @@ async fn install(context: &Context, source: &Path, project: bool, yes: bool) -> 
         }
     };
     let runtime = if sandboxed {
-        let launcher = super::output::with_compile_notes(zotbox::Launcher::new(home));
+        let launcher = super::output::with_compile_notes(zotbox::Launcher::new(home.clone()));
         Some(launcher.wasm()?)
     } else {
         None
@@ -303,7 +351,52 @@ async fn install(context: &Context, source: &Path, project: bool, yes: bool) -> 
         })
     })
     .await??;
+    let installed = Manifest::load(&target.join(MANIFEST_FILE))?;
+    let scope = if project {
+        lock::Scope::Project
+    } else {
+        lock::Scope::User
+    };
+    lock::record_install(&home, &target, &installed, &provenance, scope, granted)
+        .with_context(|| format!("installed `{name}`, but it could not be recorded in the lock"))?;
     report(context, "installed", &name, &target)
+}
+
+/// `ext verify`: every installed extension against the lock.
+fn verify(context: &Context) -> Result<u8> {
+    let home = context.home()?;
+    let workspace = context.workspace().ok();
+    let verdicts = lock::verify(&home, workspace.as_deref())?;
+    let failed = verdicts.iter().any(lock::Verdict::failed);
+    if context.json {
+        for verdict in &verdicts {
+            json_line(&serde_json::to_value(verdict)?)?;
+        }
+    } else if verdicts.is_empty() {
+        println!("no installed extensions");
+    } else {
+        let rows: Vec<Vec<String>> = verdicts
+            .iter()
+            .map(|verdict| {
+                let status = match &verdict.status {
+                    lock::Status::Ok => "ok".to_owned(),
+                    lock::Status::Changed { file } => format!("changed: `{}` differs", Shown(file)),
+                    lock::Status::NotLocked => "not locked".to_owned(),
+                    lock::Status::Missing => "missing: locked, but its folder is gone".to_owned(),
+                    lock::Status::Unreadable { reason } => {
+                        format!("unreadable: {}", shown(reason))
+                    }
+                };
+                vec![
+                    shown(&verdict.name).into_owned(),
+                    status,
+                    shown(&verdict.path.display().to_string()).into_owned(),
+                ]
+            })
+            .collect();
+        print!("{}", table(&["NAME", "STATUS", "PATH"], &rows));
+    }
+    Ok(if failed { super::EXIT_ERROR } else { EXIT_OK })
 }
 
 /// How many planned files the consent screen lists before summing up the rest.
@@ -431,6 +524,7 @@ fn remove(context: &Context, name: &str) -> Result<u8> {
             }
         }
     };
+    lock::forget(&context.home()?, &dir)?;
     std::fs::remove_dir_all(&dir).with_context(|| format!("cannot remove `{}`", dir.display()))?;
     report(context, "removed", name, &dir)
 }

@@ -204,6 +204,15 @@ async fn start_once(
     if let Some(problem) = manifest.missing_wasm() {
         return Err(StartFailure::Permanent(problem));
     }
+    // The installed files are the locked ones (the check `zotbox run` makes too).
+    let search = &host.inner.settings.search;
+    crate::store::lock::check_at_load(
+        manifest,
+        &search.home,
+        &host.inner.policy,
+        Some(&search.workspace),
+    )
+    .map_err(|err| StartFailure::Permanent(err.to_string()))?;
     let (limits, sandbox) = host.confine(manifest).map_err(StartFailure::Permanent)?;
     let transport = host
         .inner

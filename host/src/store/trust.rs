@@ -43,8 +43,8 @@ use serde::{Deserialize, Serialize};
 use crate::home::ZotHome;
 use crate::policy::{Policy, WorkspaceTrust};
 pub use contents::{
-    Contents, Covered, EXTENSIONS_DIR, EntryKind, MAX_COVERED_FILES, MAX_HASHED_BYTES, ScanError,
-    TOOL_DIRS,
+    Contents, Covered, EXTENSIONS_DIR, EntryKind, FolderEntry, MAX_COVERED_FILES, MAX_HASHED_BYTES,
+    ScanError, TOOL_DIRS, scan_folder,
 };
 
 /// The largest `trust.json` read.

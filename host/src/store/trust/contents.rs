@@ -4,7 +4,7 @@
 //! caps so that a hostile repository cannot make the hash itself a denial
 //! of service.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
@@ -138,6 +138,7 @@ impl Contents {
             bytes: 0,
             visited: 0,
             entries: BTreeMap::new(),
+            executable: BTreeSet::new(),
         };
         scanner.extensions()?;
         for dir in TOOL_DIRS {
@@ -174,6 +175,50 @@ impl Contents {
     }
 }
 
+/// One entry of a folder scanned by [`scan_folder`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FolderEntry {
+    /// The path relative to the folder, `/`-separated.
+    pub path: String,
+    /// What it is.
+    pub kind: EntryKind,
+    /// SHA-256 of its content (a link's text, a special file's type).
+    pub sha256: [u8; 32],
+    /// A regular file with an execute bit.
+    pub executable: bool,
+}
+
+/// Every entry below `dir` (folders walked, not listed), hashed by the
+/// same rules and caps as a workspace's extension folder: links hashed as
+/// their text and never followed, FIFOs and devices by their type, never
+/// opened. The lockfile's tree digest of an installed extension.
+///
+/// # Errors
+///
+/// [`ScanError`] when an entry cannot be read or the caps are exceeded.
+pub fn scan_folder(dir: &Path) -> Result<Vec<FolderEntry>, ScanError> {
+    let mut scanner = Scanner {
+        workspace: dir,
+        caps: Caps::default(),
+        bytes: 0,
+        visited: 0,
+        entries: BTreeMap::new(),
+        executable: BTreeSet::new(),
+    };
+    scanner.walk(dir, Path::new(""))?;
+    let executable = std::mem::take(&mut scanner.executable);
+    Ok(scanner
+        .entries
+        .into_iter()
+        .map(|(path, (kind, sha256))| FolderEntry {
+            executable: executable.contains(&path),
+            path: path.to_string_lossy().into_owned(),
+            kind,
+            sha256,
+        })
+        .collect())
+}
+
 struct Scanner<'a> {
     workspace: &'a Path,
     caps: Caps,
@@ -182,6 +227,8 @@ struct Scanner<'a> {
     visited: usize,
     // relative path → (kind, digest of the content)
     entries: BTreeMap<PathBuf, (EntryKind, [u8; 32])>,
+    // The regular files with an execute bit (the lockfile records it).
+    executable: BTreeSet<PathBuf>,
 }
 
 impl Scanner<'_> {
@@ -355,7 +402,16 @@ impl Scanner<'_> {
 
     fn file(&mut self, path: &Path, rel: PathBuf, follow: bool) -> Result<(), ScanError> {
         match self.read(path, follow)? {
-            Digested::File { digest, bytes } => self.add(rel, EntryKind::File { bytes }, digest),
+            Digested::File {
+                digest,
+                bytes,
+                executable,
+            } => {
+                if executable {
+                    self.executable.insert(rel.clone());
+                }
+                self.add(rel, EntryKind::File { bytes }, digest)
+            }
             Digested::Special(what) => {
                 let digest = Sha256::digest(what.as_bytes()).into();
                 self.add(rel, EntryKind::Special { what }, digest)
@@ -407,13 +463,18 @@ impl Scanner<'_> {
         Ok(Digested::File {
             digest: hasher.finalize().into(),
             bytes: read,
+            executable: std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o111 != 0,
         })
     }
 }
 
 /// What reading one covered path found.
 enum Digested {
-    File { digest: [u8; 32], bytes: u64 },
+    File {
+        digest: [u8; 32],
+        bytes: u64,
+        executable: bool,
+    },
     Special(&'static str),
 }
 
