@@ -35,6 +35,8 @@ mod control_paths;
 mod data;
 #[path = "e2e/deny_rules.rs"]
 mod deny_rules;
+#[path = "e2e/distribution.rs"]
+mod distribution;
 #[path = "e2e/failure.rs"]
 mod failure;
 #[path = "e2e/fault.rs"]

@@ -2,6 +2,7 @@
 
 mod approve;
 mod call;
+mod catalog;
 mod check;
 mod command;
 mod completions;

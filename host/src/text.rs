@@ -109,6 +109,21 @@ impl<W: std::io::Write> std::io::Write for EscapedLines<W> {
     }
 }
 
+/// An error and its causes, `a: b: c`, as `zotbox` prints an error chain;
+/// a cause whose text the previous one already holds is not repeated.
+pub fn chain(error: &dyn std::error::Error) -> String {
+    let mut parts: Vec<String> = vec![error.to_string()];
+    let mut source = error.source();
+    while let Some(current) = source {
+        let text = current.to_string();
+        if parts.last().is_none_or(|last| !last.contains(&text)) {
+            parts.push(text);
+        }
+        source = current.source();
+    }
+    parts.join(": ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -918,7 +918,10 @@ impl HttpClient {
             }
         }
         let client = builder.build().map_err(|err| {
-            CapabilityError::Failed(format!("cannot set up the HTTPS client: {}", chain(&err)))
+            CapabilityError::Failed(format!(
+                "cannot set up the HTTPS client: {}",
+                crate::text::chain(&err)
+            ))
         })?;
         Ok(Self { client, config })
     }
@@ -1257,21 +1260,10 @@ fn send_error(url: &Url, err: &reqwest::Error) -> CapabilityError {
         }
         source = current.source();
     }
-    CapabilityError::Failed(format!("fetch of `{url}` failed: {}", chain(err)))
-}
-
-/// An error and its sources, `a: b: c`, without repeats.
-fn chain(err: &dyn StdError) -> String {
-    let mut parts: Vec<String> = vec![err.to_string()];
-    let mut source = err.source();
-    while let Some(current) = source {
-        let text = current.to_string();
-        if parts.last().is_none_or(|last| !last.contains(&text)) {
-            parts.push(text);
-        }
-        source = current.source();
-    }
-    parts.join(": ")
+    CapabilityError::Failed(format!(
+        "fetch of `{url}` failed: {}",
+        crate::text::chain(err)
+    ))
 }
 
 #[cfg(test)]

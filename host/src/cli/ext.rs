@@ -61,6 +61,39 @@ pub(crate) enum Command {
         #[arg(long, short)]
         yes: bool,
     },
+    /// List the registries' extensions whose name or description holds TEXT.
+    ///
+    /// Registries come from the policy (`registries: [{url, keys}]`); each
+    /// index is verified against its keys, its expiry and the last version
+    /// seen before anything is listed.
+    Search {
+        /// The text to look for ("" lists everything).
+        text: String,
+    },
+    /// Show what installing NAME[@VERSION] from a registry would do,
+    /// without installing it.
+    ///
+    /// Downloads and checks the archive (digest, signature, publishers,
+    /// revocation, that it holds the listed extension), then shows its
+    /// files, the capabilities it declares against what the policy grants,
+    /// and who signed it.
+    Info {
+        /// NAME or NAME@VERSION.
+        name: String,
+    },
+    /// Update extensions installed from a registry to its newest version.
+    ///
+    /// Shows each update and what it adds to or drops from the grant; an
+    /// update that asks for more than was granted shows the full grant and
+    /// asks again (`--yes` accepts; without a terminal and without `--yes`
+    /// it is refused). Nothing is ever updated without this command.
+    Update {
+        /// Only this extension.
+        name: Option<String>,
+        /// Accept added capabilities without asking.
+        #[arg(long, short)]
+        yes: bool,
+    },
     /// Check every installed extension against $ZOT_HOME/zotbox.lock.
     ///
     /// Lists each one as ok, changed (naming the first file that differs),
@@ -121,6 +154,11 @@ impl Command {
                 yes,
             } => install(context, &source, project, yes).await,
             Self::Verify => verify(context),
+            Self::Search { text } => super::catalog::search(context, &text).await,
+            Self::Info { name } => super::catalog::info(context, &name).await,
+            Self::Update { name, yes } => {
+                super::catalog::update(context, name.as_deref(), yes).await
+            }
             Self::Remove { name } => remove(context, &name),
             Self::Enable { name } => set_enabled(context, &name, true),
             Self::Disable { name } => set_enabled(context, &name, false),
@@ -132,7 +170,7 @@ impl Command {
     }
 }
 
-fn report(context: &Context, action: &str, name: &str, path: &Path) -> Result<u8> {
+pub(crate) fn report(context: &Context, action: &str, name: &str, path: &Path) -> Result<u8> {
     if context.json {
         json_line(&serde_json::json!({"action": action, "name": name, "path": path}))?;
     } else {
@@ -297,8 +335,9 @@ async fn install(context: &Context, text: &str, project: bool, yes: bool) -> Res
         home.extensions_dir()
     };
     let policy = zotbox::policy::Policy::load_for(&home)?;
-    // Git and archives are fetched into a private folder, dropped at the end.
-    let fetched = super::source::fetch(context, text, &policy).await?;
+    // Git, archives and registry entries are fetched into a private folder,
+    // dropped at the end.
+    let fetched = super::source::fetch(context, text, &home, &policy).await?;
     let (source, provenance) = match &fetched {
         super::source::Got::Folder(path) => (path.clone(), None),
         super::source::Got::Fetched(fetched) => {
@@ -307,28 +346,56 @@ async fn install(context: &Context, text: &str, project: bool, yes: bool) -> Res
     };
     let source = source.as_path();
     let plan = install::plan(source, &extensions)?;
-    let provenance = provenance.unwrap_or_else(|| Provenance {
-        source: std::fs::canonicalize(source)
-            .unwrap_or_else(|_| source.to_owned())
-            .display()
-            .to_string(),
-        sha256: None,
-        commit: None,
+    let provenance = provenance.unwrap_or_else(|| {
+        Provenance::of_source(
+            std::fs::canonicalize(source)
+                .unwrap_or_else(|_| source.to_owned())
+                .display()
+                .to_string(),
+        )
     });
     let name = plan.manifest().name().to_owned();
-    let granted: BTreeMap<String, Vec<String>> = policy
-        .grant(&plan.manifest().raw.capabilities)
-        .rows
-        .into_iter()
-        .filter(|row| !row.granted.is_empty())
-        .map(|row| (row.capability.to_owned(), row.granted))
-        .collect();
-    let sandboxed = matches!(plan.manifest().program, Program::Wasm { .. });
-    if sandboxed {
+    if matches!(plan.manifest().program, Program::Wasm { .. }) {
         print_plan(&plan);
         super::policy::print_grant(&policy, plan.manifest());
         consent(&name, yes)?;
     }
+    let scope = if project {
+        lock::Scope::Project
+    } else {
+        lock::Scope::User
+    };
+    let target = commit_install(&home, &policy, plan, &provenance, scope).await?;
+    report(context, "installed", &name, &target)
+}
+
+/// What `policy` grants of the capabilities `manifest` declares, by
+/// capability (what the lock records, and what an update is compared to).
+pub(crate) fn granted(
+    policy: &zotbox::policy::Policy,
+    manifest: &Manifest,
+) -> BTreeMap<String, Vec<String>> {
+    policy
+        .grant(&manifest.raw.capabilities)
+        .rows
+        .into_iter()
+        .filter(|row| !row.granted.is_empty())
+        .map(|row| (row.capability.to_owned(), row.granted))
+        .collect()
+}
+
+/// Installs the planned (and consented) `plan` and records it in the
+/// lock as `provenance`; returns the installed folder.
+pub(crate) async fn commit_install(
+    home: &zotbox::home::ZotHome,
+    policy: &zotbox::policy::Policy,
+    plan: install::Plan,
+    provenance: &Provenance,
+    scope: lock::Scope,
+) -> Result<PathBuf> {
+    let name = plan.manifest().name().to_owned();
+    let granted = granted(policy, plan.manifest());
+    let sandboxed = matches!(plan.manifest().program, Program::Wasm { .. });
     // Only a sandboxed extension uses these: its launcher and its precompile.
     let launcher = if sandboxed {
         super::setup::wasm_launcher()?
@@ -352,14 +419,9 @@ async fn install(context: &Context, text: &str, project: bool, yes: bool) -> Res
     })
     .await??;
     let installed = Manifest::load(&target.join(MANIFEST_FILE))?;
-    let scope = if project {
-        lock::Scope::Project
-    } else {
-        lock::Scope::User
-    };
-    lock::record_install(&home, &target, &installed, &provenance, scope, granted)
+    lock::record_install(home, &target, &installed, provenance, scope, granted)
         .with_context(|| format!("installed `{name}`, but it could not be recorded in the lock"))?;
-    report(context, "installed", &name, &target)
+    Ok(target)
 }
 
 /// `ext verify`: every installed extension against the lock.
@@ -403,7 +465,7 @@ fn verify(context: &Context) -> Result<u8> {
 const LISTED_FILES: usize = 40;
 
 /// The consent screen's first part: what lands where, file by file.
-fn print_plan(plan: &install::Plan) {
+pub(crate) fn print_plan(plan: &install::Plan) {
     let manifest = plan.manifest();
     let shown_path = |path: &Path| shown(&path.display().to_string()).into_owned();
     let version = if manifest.raw.version.is_empty() {
@@ -465,7 +527,7 @@ fn size(bytes: u64) -> String {
 }
 
 /// Asks whether to install `name` with the capabilities shown above.
-fn consent(name: &str, yes: bool) -> Result<()> {
+pub(crate) fn consent(name: &str, yes: bool) -> Result<()> {
     if yes {
         return Ok(());
     }

@@ -346,7 +346,13 @@ async fn instance(
     {
         Ok(prepared) => prepared,
         Err(err) => {
-            let _ = send(&mut writer, &Reply::Failed { error: chain(&err) }).await;
+            let _ = send(
+                &mut writer,
+                &Reply::Failed {
+                    error: crate::text::chain(&err),
+                },
+            )
+            .await;
             return;
         }
     };
@@ -439,7 +445,9 @@ async fn instance(
         Ok(exit) => Reply::Exit {
             exit: ExitWire::from(exit),
         },
-        Err(err) => Reply::Failed { error: chain(&err) },
+        Err(err) => Reply::Failed {
+            error: crate::text::chain(&err),
+        },
     };
     let _ = send(&mut *writer.lock().await, &reply).await;
     if let Ok(mut all) = state.instances.lock() {
@@ -461,18 +469,6 @@ fn note_workspace(state: &State, id: u64, hello_ack: &str) {
     {
         instance.workspace = Some(cwd);
     }
-}
-
-/// `error` and its causes, as `zotbox` prints an error chain.
-fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 async fn send(writer: &mut OwnedWriteHalf, reply: &Reply) -> std::io::Result<()> {

@@ -234,6 +234,9 @@ pub struct LockEntry {
     /// The key that signed it, when it was signed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub publisher_key: Option<String>,
+    /// The index URL of the registry it came from (what `ext update` asks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registry: Option<String>,
     /// [`Tree::digest`] of the installed folder.
     pub tree: String,
     /// [`Tree::files`] of the installed folder.
@@ -395,7 +398,8 @@ pub fn record_install(
         source: provenance.source.clone(),
         sha256: provenance.sha256.clone(),
         commit: provenance.commit.clone(),
-        publisher_key: None,
+        publisher_key: provenance.publisher_key.clone(),
+        registry: provenance.registry.clone(),
         tree: tree.digest,
         files: tree.files,
         capabilities,
@@ -780,9 +784,8 @@ mod tests {
 
     fn record(f: &Fixture, commit: Option<&str>) -> LockEntry {
         let provenance = Provenance {
-            source: "git+/srv/x".into(),
-            sha256: None,
             commit: commit.map(Into::into),
+            ..Provenance::of_source("git+/srv/x".into())
         };
         let mut caps = BTreeMap::new();
         caps.insert(

@@ -44,6 +44,7 @@
 //! signature proves who made the archive, independently of the registry.
 
 pub mod build;
+pub mod client;
 pub mod state;
 pub mod time;
 

@@ -336,6 +336,23 @@ pub struct Provenance {
     pub sha256: Option<String>,
     /// The git commit checked out.
     pub commit: Option<String>,
+    /// The publisher key (its id) that signed a registry archive.
+    pub publisher_key: Option<String>,
+    /// The index URL of the registry it came from.
+    pub registry: Option<String>,
+}
+
+impl Provenance {
+    /// A source recorded by its text alone (a folder, say).
+    pub fn of_source(source: String) -> Self {
+        Self {
+            source,
+            sha256: None,
+            commit: None,
+            publisher_key: None,
+            registry: None,
+        }
+    }
 }
 
 /// A fetched source: a private folder, removed when this is dropped.
@@ -346,6 +363,17 @@ pub struct Fetched {
     /// What to record in the lock.
     pub recorded: Provenance,
     _temp: tempfile::TempDir,
+}
+
+impl Fetched {
+    /// `folder` (inside `temp`, which it keeps alive) fetched as `recorded`.
+    pub(crate) fn new(folder: PathBuf, recorded: Provenance, temp: tempfile::TempDir) -> Self {
+        Self {
+            folder,
+            recorded,
+            _temp: temp,
+        }
+    }
 }
 
 /// Fetches a git or archive source into a private folder (rules 2 and 3).
@@ -398,6 +426,8 @@ pub async fn fetch_source(
                     source: source.to_string(),
                     sha256: Some(actual),
                     commit: None,
+                    publisher_key: None,
+                    registry: None,
                 },
                 _temp: temp,
             })
@@ -406,7 +436,7 @@ pub async fn fetch_source(
 }
 
 /// A fresh folder only the user can enter.
-fn private_folder() -> Result<tempfile::TempDir, SourceError> {
+pub(crate) fn private_folder() -> Result<tempfile::TempDir, SourceError> {
     tempfile::Builder::new()
         .prefix("zotbox-fetch-")
         .tempdir()
@@ -475,6 +505,8 @@ fn fetch_git(url: &str, rev: Option<&str>, shown: &str) -> Result<Fetched, Sourc
             source: shown.to_owned(),
             sha256: None,
             commit: Some(head),
+            publisher_key: None,
+            registry: None,
         },
         _temp: temp,
     })

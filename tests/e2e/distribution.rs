@@ -1,0 +1,320 @@
+//! Installing from a registry: a real static HTTPS site on loopback (the
+//! test server's `/files/`), a signed index, signed archives, and the
+//! policy's `registries`, `publishers` and `require_signature`. Every
+//! refusal is asserted exactly, and that nothing was installed or changed.
+
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
+
+use serde_json::{Value, json};
+use zotbox::store::registry::{UtcTime, build_index};
+use zotbox::store::signature::{self, PublicKey, SecretKey};
+
+use crate::guests::{Form, guests};
+use crate::https::TestServer;
+use crate::support::{Lab, Run, read_json, write_json, zotbox_bounded};
+
+/// A registry as a team would host it, and a user whose policy trusts it.
+struct Site {
+    lab: Lab,
+    server: TestServer,
+    /// What the server serves at `/files/`.
+    dir: PathBuf,
+    registry: (PublicKey, SecretKey),
+    publisher: (PublicKey, SecretKey),
+}
+
+impl Site {
+    async fn new() -> Self {
+        let lab = Lab::new();
+        let server = TestServer::start().await;
+        let dir = lab.dev.join("site");
+        std::fs::create_dir_all(&dir).expect("site");
+        server.serve_dir(&dir);
+        let keys = lab.dev.join("keys");
+        std::fs::create_dir_all(&keys).expect("keys");
+        let pair = |name: &str| {
+            let (public, secret) =
+                signature::keygen(&keys.join(format!("{name}.key"))).expect("keygen");
+            (public, SecretKey::load(&secret).expect("secret key"))
+        };
+        let site = Self {
+            registry: pair("registry"),
+            publisher: pair("publisher"),
+            lab,
+            server,
+            dir,
+        };
+        site.policy(&json!({}));
+        site
+    }
+
+    fn index_url(&self) -> String {
+        self.server.url("/files/index.json")
+    }
+
+    /// The user's policy: the test server's certificate, this registry and
+    /// its publisher, plus `extra`.
+    fn policy(&self, extra: &Value) {
+        let ca = self.server.write_ca(&self.lab.home);
+        let mut policy = json!({
+            "extra_root_certificates": [ca],
+            "registries": [{"url": self.index_url(), "keys": [self.registry.0.to_base64()]}],
+            "publishers": [self.publisher.0.to_base64()],
+        });
+        for (key, value) in extra.as_object().into_iter().flatten() {
+            policy[key] = value.clone();
+        }
+        write_json(&self.lab.home.join("policy.json"), &policy);
+    }
+
+    /// Packs `notes` at `version` declaring `http`, signed by the publisher
+    /// unless `signed` is false, into the site.
+    fn publish(&self, version: &str, http: &[&str], signed: bool) {
+        let src = self.lab.dev.join("src").join(version).join("notes");
+        std::fs::create_dir_all(&src).expect("source");
+        std::fs::copy(
+            guests().artifact("prober", Form::Wasm),
+            src.join("notes.wasm"),
+        )
+        .expect("wasm");
+        write_json(
+            &src.join("extension.json"),
+            &json!({
+                "name": "notes",
+                "version": version,
+                "description": "notes for the team",
+                "wasm": "./notes.wasm",
+                "capabilities": {"http": http},
+            }),
+        );
+        let packed = zotbox::store::pack::pack(&src).expect("pack");
+        let archive = self.dir.join(format!("notes-{version}.tar.gz"));
+        std::fs::write(&archive, &packed.bytes).expect("archive");
+        if signed {
+            let text = signature::sign(&packed.bytes, &self.publisher.1, "notes").expect("sign");
+            std::fs::write(format!("{}.minisig", archive.display()), text).expect("signature");
+        }
+    }
+
+    /// Builds and signs the index of what the site holds.
+    fn index(&self, version: Option<u64>, expires: Option<UtcTime>) -> u64 {
+        let (text, signature) =
+            build_index(&self.dir, None, &self.registry.1, version, expires).expect("index");
+        self.write_index(&text, &signature);
+        serde_json::from_str::<Value>(&text).expect("index json")["version"]
+            .as_u64()
+            .expect("a version")
+    }
+
+    fn write_index(&self, text: &str, signature: &str) {
+        std::fs::write(self.dir.join("index.json"), text).expect("index");
+        std::fs::write(self.dir.join("index.json.minisig"), signature).expect("signature");
+    }
+
+    fn zotbox(&self, args: &[&str]) -> Run {
+        zotbox_bounded(&self.lab, args)
+    }
+
+    /// The lock entry of the user's `notes`.
+    fn locked(&self) -> Option<Value> {
+        let path = self.lab.home.join("zotbox.lock");
+        if !path.exists() {
+            return None;
+        }
+        let key = self.lab.user_dir().join("notes").display().to_string();
+        read_json(&path)["extensions"].get(&key).cloned()
+    }
+
+    fn installed_version(&self) -> Option<String> {
+        let manifest = self.lab.user_dir().join("notes/extension.json");
+        manifest
+            .exists()
+            .then(|| read_json(&manifest)["version"].as_str().map(str::to_owned))
+            .flatten()
+    }
+}
+
+/// The `error:` line of a failed run.
+fn error_line(run: &Run) -> String {
+    run.stderr
+        .lines()
+        .find(|line| line.starts_with("error:"))
+        .map(str::to_owned)
+        .unwrap_or_else(|| panic!("no error line: {run:#?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn search_info_install_and_update_from_a_signed_registry() {
+    let site = Site::new().await;
+    site.publish("1.0.0", &["https://a.example"], true);
+    site.index(None, None);
+    let key_id = site.publisher.0.id().to_string();
+
+    let run = site.zotbox(&["ext", "search", "notes"]);
+    run.expect_code(0);
+    assert!(
+        run.stdout.lines().any(|line| line.starts_with("notes")
+            && line.contains("1.0.0")
+            && line.contains("wasm")
+            && line.contains("notes for the team")),
+        "{run:#?}"
+    );
+
+    // The preview installs nothing.
+    let run = site.zotbox(&["ext", "info", "notes"]);
+    run.expect_code(0);
+    assert!(
+        run.stdout
+            .contains(&format!("signed by publisher key {key_id} (trusted)")),
+        "{run:#?}"
+    );
+    assert!(run.stdout.contains("nothing was installed"), "{run:#?}");
+    assert_eq!(site.installed_version(), None);
+
+    site.zotbox(&["ext", "install", "notes", "--yes"])
+        .expect_code(0);
+    assert_eq!(site.installed_version().as_deref(), Some("1.0.0"));
+    let locked = site.locked().expect("a lock entry");
+    assert_eq!(locked["source"], "notes@1.0.0");
+    assert_eq!(locked["publisher_key"], key_id);
+    assert_eq!(locked["registry"], site.index_url());
+    assert_eq!(locked["capabilities"]["http"], json!(["https://a.example"]));
+
+    // The same grant: updated without a question.
+    site.publish("1.1.0", &["https://a.example"], true);
+    site.index(None, None);
+    let run = site.zotbox(&["ext", "update"]);
+    run.expect_code(0);
+    assert!(
+        run.stdout.contains("update `notes` 1.0.0 → 1.1.0"),
+        "{run:#?}"
+    );
+    assert_eq!(site.installed_version().as_deref(), Some("1.1.0"));
+
+    // More than was granted: asked again; without a terminal or --yes, no.
+    site.publish("1.2.0", &["https://a.example", "https://b.example"], true);
+    site.index(None, None);
+    let run = site.zotbox(&["ext", "update", "notes"]);
+    run.expect_code(1);
+    assert!(
+        run.stdout.contains("  + http https://b.example"),
+        "{run:#?}"
+    );
+    assert!(
+        run.stdout
+            .contains("the new version asks for more than you granted:"),
+        "{run:#?}"
+    );
+    assert_eq!(
+        error_line(&run),
+        "error: not installing `notes` without confirmation: stdin is not a terminal; pass \
+         --yes to accept the capabilities shown above"
+    );
+    assert_eq!(site.installed_version().as_deref(), Some("1.1.0"));
+    assert_eq!(site.locked().expect("lock")["version"], "1.1.0");
+    site.zotbox(&["ext", "update", "notes", "--yes"])
+        .expect_code(0);
+    assert_eq!(site.installed_version().as_deref(), Some("1.2.0"));
+    assert_eq!(
+        site.locked().expect("lock")["capabilities"]["http"],
+        json!(["https://a.example", "https://b.example"])
+    );
+    let run = site.zotbox(&["ext", "update"]);
+    run.expect_code(0);
+    assert!(
+        run.stdout.contains("`notes` 1.2.0 is up to date"),
+        "{run:#?}"
+    );
+}
+
+/// Each way a registry, a mirror or a network attacker could hand over
+/// something else is refused, naming the rule, and nothing is installed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_refusal_installs_nothing() {
+    let site = Site::new().await;
+    let url = site.index_url();
+    let refused = |expected: &str| {
+        let run = site.zotbox(&["ext", "install", "notes", "--yes"]);
+        run.expect_code(1);
+        assert_eq!(error_line(&run), expected, "{run:#?}");
+        assert_eq!(site.installed_version(), None);
+        assert_eq!(site.locked(), None);
+    };
+
+    // Attack: a mirror swaps the archive the index lists.
+    site.publish("1.0.0", &["https://a.example"], true);
+    let first = site.index(None, None);
+    let archive = site.dir.join("notes-1.0.0.tar.gz");
+    let listed = zotbox::store::source::sha256_hex(&std::fs::read(&archive).expect("archive"));
+    let mut bytes = std::fs::read(&archive).expect("archive");
+    bytes.push(0);
+    std::fs::write(&archive, &bytes).expect("tamper");
+    let found = zotbox::store::source::sha256_hex(&bytes);
+    refused(&format!(
+        "error: registry `{url}`: extension `notes` 1.0.0: the archive's sha256 is `{found}`, \
+         not `{listed}` as the index lists; refused (tampered, or a broken download)"
+    ));
+
+    // Attack: an index signed by a key the policy does not list.
+    site.publish("1.0.0", &["https://a.example"], true);
+    let (text, _) =
+        build_index(&site.dir, None, &site.registry.1, Some(first + 1), None).expect("index");
+    let stranger = signature::keygen(&site.lab.dev.join("keys/stranger.key")).expect("keygen");
+    let stranger_secret = SecretKey::load(&stranger.1).expect("secret");
+    let signed = signature::sign(text.as_bytes(), &stranger_secret, "index").expect("sign");
+    site.write_index(&text, &signed);
+    refused(&format!(
+        "error: registry `{url}`: the registry index: signed by key `{}`, which is not among \
+         the keys of this registry; add the key to the policy only if you trust its owner",
+        stranger.0.id()
+    ));
+
+    // Attack: a frozen mirror serving an index past its expiry.
+    let past = UtcTime::from_system(SystemTime::now() - Duration::from_secs(3600));
+    site.index(Some(first + 2), Some(past));
+    refused(&format!(
+        "error: registry `{url}`: the registry index expired at `{past}`; a stale or frozen \
+         index is refused (the registry must publish a fresh one)"
+    ));
+
+    // Attack: an older, validly signed index replayed after a newer one
+    // was seen.
+    let older = site.index(Some(first + 3), None);
+    let older_text = std::fs::read_to_string(site.dir.join("index.json")).expect("index");
+    let older_sig = std::fs::read_to_string(site.dir.join("index.json.minisig")).expect("sig");
+    site.index(Some(first + 10), None);
+    site.zotbox(&["ext", "search", "notes"]).expect_code(0);
+    site.write_index(&older_text, &older_sig);
+    refused(&format!(
+        "error: registry `{url}`: the registry index is version {older}, older than version {} \
+         seen before; an older index replayed is refused (a stale mirror, or an attempt to bring \
+         back a revoked entry)",
+        first + 10
+    ));
+
+    // Attack: an entry the registry withdrew, still listed.
+    let newest = first + 11;
+    let (text, _) =
+        build_index(&site.dir, None, &site.registry.1, Some(newest), None).expect("index");
+    let mut index: Value = serde_json::from_str(&text).expect("json");
+    index["entries"][0]["revoked"] = json!(true);
+    index["entries"][0]["reason"] = json!("leaks tokens");
+    let text = serde_json::to_string_pretty(&index).expect("json");
+    let signed = signature::sign(text.as_bytes(), &site.registry.1, "index").expect("sign");
+    site.write_index(&text, &signed);
+    refused(&format!(
+        "error: registry `{url}`: extension `notes` 1.0.0: revoked by the registry (leaks \
+         tokens); choose another version"
+    ));
+
+    // Attack: an unsigned archive where the policy requires signatures.
+    site.publish("1.0.1", &["https://a.example"], false);
+    site.index(Some(newest + 1), None);
+    site.policy(&json!({"require_signature": true}));
+    refused(&format!(
+        "error: registry `{url}`: extension `notes` 1.0.1: unsigned, refused by \
+         `require_signature: true` in `{}`; ask its publisher for a signed archive",
+        site.lab.home.join("policy.json").display()
+    ));
+}
