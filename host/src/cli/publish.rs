@@ -86,17 +86,21 @@ impl KeygenArgs {
 pub(crate) struct PackArgs {
     /// The extension folder (holding extension.json).
     dir: PathBuf,
-    /// Where to write the archive.
-    #[arg(long, value_name = "FILE")]
+    /// Where to write the archive: a file, or a folder to write
+    /// `<name>-<version>.tar.gz` in (default: the current folder).
+    #[arg(long, value_name = "PATH")]
     out: Option<PathBuf>,
 }
 
 impl PackArgs {
     pub(crate) async fn run(self, context: &Context) -> Result<u8> {
         let packed = pack::pack(&self.dir)?;
-        let out = self
-            .out
-            .unwrap_or_else(|| PathBuf::from(packed.file_name()));
+        // A folder gets the conventional name inside it.
+        let out = match self.out {
+            Some(folder) if folder.is_dir() => folder.join(packed.file_name()),
+            Some(file) => file,
+            None => PathBuf::from(packed.file_name()),
+        };
         zotbox::home::write_atomic(&out, &packed.bytes)
             .with_context(|| format!("cannot write `{}`", out.display()))?;
         if context.json {
