@@ -8,6 +8,9 @@
 //!
 //! - [`install`]: copy an extension folder into place, exactly as shown on
 //!   the consent screen, or not at all;
+//! - [`installer`]: an install end to end from any source (fetch, plan,
+//!   then commit and lock), and updates from registries with what they add
+//!   to the grant;
 //! - [`lock`]: `$ZOT_HOME/zotbox.lock`, what each install came from and
 //!   the digest of its files, re-checked at every start; a trusted
 //!   workspace's `.zot/zotbox.lock` may only narrow it;
@@ -27,6 +30,7 @@
 
 pub mod fetch;
 pub mod install;
+pub mod installer;
 pub mod lock;
 pub mod pack;
 pub mod registry;

@@ -2,14 +2,12 @@
 //! preview before an install, and updates that never widen a grant without
 //! asking (the library checks; this renders).
 
-use std::collections::BTreeMap;
-
 use anyhow::{Result, bail};
 use zotbox::home::ZotHome;
 use zotbox::policy::Policy;
 use zotbox::store::registry::client::Client;
-use zotbox::store::registry::compare_versions;
-use zotbox::store::{install, lock};
+use zotbox::store::source::Source;
+use zotbox::store::{installer, lock};
 use zotbox::text::{Shown, shown};
 
 use super::output::{json_line, table};
@@ -88,8 +86,16 @@ pub(crate) async fn info(context: &Context, text: &str) -> Result<u8> {
         Some((name, version)) => (name, Some(version)),
         None => (text, None),
     };
-    let obtained = super::source::from_registry(context, &home, &policy, name, version).await?;
-    let plan = install::plan(&obtained.fetched.folder, &home.extensions_dir())?;
+    let source = Source::Registry {
+        name: name.to_owned(),
+        version: version.map(str::to_owned),
+    };
+    super::source::announce(context, &source);
+    let pending = installer::prepare(&source, &home, &policy, &home.extensions_dir()).await?;
+    let Some(obtained) = pending.obtained() else {
+        bail!("`{}` is not a registry entry", Shown(text));
+    };
+    let plan = pending.plan();
     let entry = &obtained.found.entry;
     if context.json {
         json_line(&serde_json::json!({
@@ -101,7 +107,7 @@ pub(crate) async fn info(context: &Context, text: &str) -> Result<u8> {
             "sha256": entry.sha256,
             "signed_by": obtained.verified.key.map(|k| k.to_string()),
             "capabilities": entry.capabilities,
-            "granted": super::ext::granted(&policy, plan.manifest()),
+            "granted": installer::granted(&policy, plan.manifest()),
             "files": plan.entries().iter().map(|e| &e.path).collect::<Vec<_>>(),
             "installed": plan.replaces(),
         }))?;
@@ -117,35 +123,14 @@ pub(crate) async fn info(context: &Context, text: &str) -> Result<u8> {
     if let Some(description) = &entry.description {
         println!("  {}", Shown(description));
     }
-    println!("  {}", super::source::signature_status(&obtained));
-    super::ext::print_plan(&plan);
+    println!("  {}", super::source::signature_status(obtained));
+    super::ext::print_plan(plan);
     super::policy::print_grant(&policy, plan.manifest());
     println!(
         "nothing was installed; `zotbox ext install {}` installs it",
         Shown(text)
     );
     Ok(EXIT_OK)
-}
-
-/// The capabilities `new` grants that `old` did not, and those it no
-/// longer grants, as `+ capability value` / `- capability value` lines.
-fn grant_diff(
-    old: &BTreeMap<String, Vec<String>>,
-    new: &BTreeMap<String, Vec<String>>,
-) -> (Vec<String>, Vec<String>) {
-    let lines = |from: &BTreeMap<String, Vec<String>>, to: &BTreeMap<String, Vec<String>>| {
-        let mut lines = Vec::new();
-        for (capability, values) in to {
-            let before = from.get(capability);
-            for value in values {
-                if !before.is_some_and(|before| before.contains(value)) {
-                    lines.push(format!("{capability} {}", shown(value)));
-                }
-            }
-        }
-        lines
-    };
-    (lines(old, new), lines(new, old))
 }
 
 /// `ext update [NAME]`: for each extension installed from a registry, the
@@ -155,12 +140,7 @@ fn grant_diff(
 pub(crate) async fn update(context: &Context, only: Option<&str>, yes: bool) -> Result<u8> {
     let home = context.home()?;
     let policy = Policy::load_for(&home)?;
-    let locked: Vec<(String, lock::LockEntry)> = lock::Lock::load(&home)?
-        .entries()
-        .filter(|(_, entry)| entry.registry.is_some())
-        .filter(|(_, entry)| only.is_none_or(|name| entry.name == name))
-        .map(|(dir, entry)| (dir.to_owned(), entry.clone()))
-        .collect();
+    let locked = installer::from_registries(&home, only)?;
     if locked.is_empty() {
         match only {
             Some(name) => bail!(
@@ -174,9 +154,8 @@ pub(crate) async fn update(context: &Context, only: Option<&str>, yes: bool) -> 
             }
         }
     }
-    let client = Client::new(&home, &policy);
     for (dir, entry) in locked {
-        update_one(context, &home, &policy, &client, &dir, &entry, yes).await?;
+        update_one(context, &home, &policy, &dir, &entry, yes).await?;
     }
     Ok(EXIT_OK)
 }
@@ -185,14 +164,12 @@ async fn update_one(
     context: &Context,
     home: &ZotHome,
     policy: &Policy,
-    client: &Client<'_>,
-    dir: &str,
+    dir: &std::path::Path,
     locked: &lock::LockEntry,
     yes: bool,
 ) -> Result<()> {
     let name = &locked.name;
-    let found = client.find(name, None).await?;
-    if compare_versions(&found.entry.version, &locked.version) != std::cmp::Ordering::Greater {
+    let Some(update) = installer::check_update(home, policy, dir, locked).await? else {
         if context.json {
             json_line(&serde_json::json!({
                 "action": "up-to-date", "name": name, "version": locked.version,
@@ -201,45 +178,39 @@ async fn update_one(
             println!("`{}` {} is up to date", Shown(name), Shown(&locked.version));
         }
         return Ok(());
-    }
-    let obtained = client.obtain(found).await?;
-    let extensions = std::path::Path::new(dir)
-        .parent()
-        .map_or_else(|| home.extensions_dir(), std::path::Path::to_owned);
-    let plan = install::plan(&obtained.fetched.folder, &extensions)?;
-    let granted = super::ext::granted(policy, plan.manifest());
-    let (added, removed) = grant_diff(&locked.capabilities, &granted);
-    let version = &obtained.found.entry.version;
+    };
     if !context.json {
+        let signed = update
+            .pending
+            .obtained()
+            .map(super::source::signature_status)
+            .unwrap_or_default();
         println!(
-            "update `{}` {} → {} ({})",
+            "update `{}` {} → {} ({signed})",
             Shown(name),
-            Shown(&locked.version),
-            Shown(version),
-            super::source::signature_status(&obtained)
+            Shown(&update.from),
+            Shown(&update.to),
         );
-        for line in &added {
-            println!("  + {line}");
+        for line in &update.added {
+            println!("  + {}", shown(line));
         }
-        for line in &removed {
-            println!("  - {line}");
+        for line in &update.removed {
+            println!("  - {}", shown(line));
         }
     }
-    if !added.is_empty() {
+    if !update.added.is_empty() {
         // A wider grant is a new decision: shown in full, asked again.
         if !context.json {
             println!("the new version asks for more than you granted:");
-            super::policy::print_grant(policy, plan.manifest());
+            super::policy::print_grant(policy, update.pending.plan().manifest());
         }
         super::ext::consent(name, yes)?;
     }
-    let target =
-        super::ext::commit_install(home, policy, plan, &obtained.fetched.recorded, locked.scope)
-            .await?;
+    let target = super::ext::commit(home, policy, update.pending, locked.scope).await?;
     if context.json {
         json_line(&serde_json::json!({
-            "action": "updated", "name": name, "from": locked.version, "to": version,
-            "path": target, "added": added, "removed": removed,
+            "action": "updated", "name": name, "from": update.from, "to": update.to,
+            "path": target, "added": update.added, "removed": update.removed,
         }))?;
     } else {
         println!(
@@ -249,28 +220,4 @@ async fn update_one(
         );
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_grant_diff_lists_what_is_added_and_what_is_dropped() {
-        let map = |pairs: &[(&str, &[&str])]| -> BTreeMap<String, Vec<String>> {
-            pairs
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), v.iter().map(|s| (*s).to_owned()).collect()))
-                .collect()
-        };
-        let old = map(&[("http", &["https://a.example"]), ("fs-read", &["docs/**"])]);
-        let new = map(&[
-            ("http", &["https://a.example", "https://b.example"]),
-            ("shell", &["git status"]),
-        ]);
-        let (added, removed) = grant_diff(&old, &new);
-        assert_eq!(added, ["http https://b.example", "shell git status"]);
-        assert_eq!(removed, ["fs-read docs/**"]);
-        assert_eq!(grant_diff(&old, &old), (Vec::new(), Vec::new()));
-    }
 }

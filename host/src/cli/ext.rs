@@ -1,6 +1,5 @@
 //! `zotbox ext …`: manage installed extensions with zot's semantics.
 
-use std::collections::BTreeMap;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -12,8 +11,8 @@ use super::output::{json_line, table};
 use super::{Context, EXIT_OK};
 use zotbox::discovery::{Origin, SearchPath};
 use zotbox::manifest::{MANIFEST_FILE, Manifest, Program};
-use zotbox::store::source::Provenance;
-use zotbox::store::{install, lock};
+use zotbox::store::source::Source;
+use zotbox::store::{install, installer, lock};
 use zotbox::text::{Shown, shown};
 
 /// `zotbox ext` subcommands.
@@ -335,29 +334,16 @@ async fn install(context: &Context, text: &str, project: bool, yes: bool) -> Res
         home.extensions_dir()
     };
     let policy = zotbox::policy::Policy::load_for(&home)?;
+    let source = Source::parse(text)?;
+    super::source::announce(context, &source);
     // Git, archives and registry entries are fetched into a private folder,
-    // dropped at the end.
-    let fetched = super::source::fetch(context, text, &home, &policy).await?;
-    let (source, provenance) = match &fetched {
-        super::source::Got::Folder(path) => (path.clone(), None),
-        super::source::Got::Fetched(fetched) => {
-            (fetched.folder.clone(), Some(fetched.recorded.clone()))
-        }
-    };
-    let source = source.as_path();
-    let plan = install::plan(source, &extensions)?;
-    let provenance = provenance.unwrap_or_else(|| {
-        Provenance::of_source(
-            std::fs::canonicalize(source)
-                .unwrap_or_else(|_| source.to_owned())
-                .display()
-                .to_string(),
-        )
-    });
-    let name = plan.manifest().name().to_owned();
-    if matches!(plan.manifest().program, Program::Wasm { .. }) {
-        print_plan(&plan);
-        super::policy::print_grant(&policy, plan.manifest());
+    // removed once the install is done.
+    let pending = installer::prepare(&source, &home, &policy, &extensions).await?;
+    super::source::fetched(context, &pending);
+    let name = pending.plan().manifest().name().to_owned();
+    if matches!(pending.plan().manifest().program, Program::Wasm { .. }) {
+        print_plan(pending.plan());
+        super::policy::print_grant(&policy, pending.plan().manifest());
         consent(&name, yes)?;
     }
     let scope = if project {
@@ -365,37 +351,19 @@ async fn install(context: &Context, text: &str, project: bool, yes: bool) -> Res
     } else {
         lock::Scope::User
     };
-    let target = commit_install(&home, &policy, plan, &provenance, scope).await?;
+    let target = commit(&home, &policy, pending, scope).await?;
     report(context, "installed", &name, &target)
 }
 
-/// What `policy` grants of the capabilities `manifest` declares, by
-/// capability (what the lock records, and what an update is compared to).
-pub(crate) fn granted(
-    policy: &zotbox::policy::Policy,
-    manifest: &Manifest,
-) -> BTreeMap<String, Vec<String>> {
-    policy
-        .grant(&manifest.raw.capabilities)
-        .rows
-        .into_iter()
-        .filter(|row| !row.granted.is_empty())
-        .map(|row| (row.capability.to_owned(), row.granted))
-        .collect()
-}
-
-/// Installs the planned (and consented) `plan` and records it in the
-/// lock as `provenance`; returns the installed folder.
-pub(crate) async fn commit_install(
+/// Commits a consented install: a wasm extension gets zot's launcher and
+/// is precompiled into the cache.
+pub(crate) async fn commit(
     home: &zotbox::home::ZotHome,
     policy: &zotbox::policy::Policy,
-    plan: install::Plan,
-    provenance: &Provenance,
+    pending: installer::Pending,
     scope: lock::Scope,
 ) -> Result<PathBuf> {
-    let name = plan.manifest().name().to_owned();
-    let granted = granted(policy, plan.manifest());
-    let sandboxed = matches!(plan.manifest().program, Program::Wasm { .. });
+    let sandboxed = matches!(pending.plan().manifest().program, Program::Wasm { .. });
     // Only a sandboxed extension uses these: its launcher and its precompile.
     let launcher = if sandboxed {
         super::setup::wasm_launcher()?
@@ -411,17 +379,20 @@ pub(crate) async fn commit_install(
     } else {
         None
     };
-    let target = tokio::task::spawn_blocking(move || {
-        install::commit(&plan, &launcher, &|name, wasm| match &runtime {
-            Some(runtime) => runtime.prepare(name, wasm).map_err(|err| err.to_string()),
-            None => Ok(()),
-        })
+    let (home, policy) = (home.clone(), policy.clone());
+    Ok(tokio::task::spawn_blocking(move || {
+        pending.commit(
+            &home,
+            &policy,
+            scope,
+            &launcher,
+            &|name, wasm| match &runtime {
+                Some(runtime) => runtime.prepare(name, wasm).map_err(|err| err.to_string()),
+                None => Ok(()),
+            },
+        )
     })
-    .await??;
-    let installed = Manifest::load(&target.join(MANIFEST_FILE))?;
-    lock::record_install(home, &target, &installed, provenance, scope, granted)
-        .with_context(|| format!("installed `{name}`, but it could not be recorded in the lock"))?;
-    Ok(target)
+    .await??)
 }
 
 /// `ext verify`: every installed extension against the lock.

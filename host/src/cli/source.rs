@@ -1,85 +1,43 @@
-//! `ext install SOURCE`: turning the source text into a folder to install,
-//! fetching git and archive sources (the library does the work; this says
-//! what was fetched).
+//! What `ext install|info|update` say about where an install comes from:
+//! what is fetched, the commit or digest recorded, and who signed a
+//! registry archive (the library fetches and checks; this renders).
 
-use std::path::PathBuf;
-
-use anyhow::Result;
-use zotbox::home::ZotHome;
-use zotbox::store::fetch::Limits;
-use zotbox::store::registry::client::{Client, Obtained};
-use zotbox::store::source::{self, Fetched, Source};
+use zotbox::store::installer::Pending;
+use zotbox::store::registry::client::Obtained;
+use zotbox::store::source::Source;
 use zotbox::text::{Shown, shown};
 
 use super::Context;
 
-/// The folder an install reads.
-pub(crate) enum Got {
-    /// A folder on this machine, installed as it is.
-    Folder(PathBuf),
-    /// A fetched source, in a private folder removed when this is dropped.
-    Fetched(Fetched),
-}
-
-/// Parses `text` and fetches it when it is git or an archive.
-pub(crate) async fn fetch(
-    context: &Context,
-    text: &str,
-    home: &ZotHome,
-    policy: &zotbox::policy::Policy,
-) -> Result<Got> {
-    let parsed = Source::parse(text)?;
-    match &parsed {
-        Source::Folder(path) => Ok(Got::Folder(path.clone())),
-        Source::Registry { name, version } => {
-            let obtained = from_registry(context, home, policy, name, version.as_deref()).await?;
-            Ok(Got::Fetched(obtained.fetched))
-        }
-        Source::Git { .. } | Source::Archive { .. } => {
-            if !context.json {
-                eprintln!("fetching {}", shown(&parsed.to_string()));
-            }
-            let fetched =
-                source::fetch_source(&parsed, &Limits::default(), &policy.http_config()).await?;
-            if !context.json {
-                let recorded = &fetched.recorded;
-                if let Some(commit) = &recorded.commit {
-                    eprintln!("fetched commit {}", Shown(commit));
-                }
-                if let Some(sha256) = &recorded.sha256 {
-                    eprintln!("fetched archive, sha256 {}", Shown(sha256));
-                }
-            }
-            Ok(Got::Fetched(fetched))
-        }
+/// Says on stderr what is about to be fetched (nothing for a folder).
+pub(crate) fn announce(context: &Context, source: &Source) {
+    if context.json || matches!(source, Source::Folder(_)) {
+        return;
     }
+    eprintln!("fetching {}", shown(&source.to_string()));
 }
 
-/// Finds `name` (at `version`) in the policy's registries, downloads and
-/// checks its archive, and says on stderr where it came from and who
-/// signed it.
-pub(crate) async fn from_registry(
-    context: &Context,
-    home: &ZotHome,
-    policy: &zotbox::policy::Policy,
-    name: &str,
-    version: Option<&str>,
-) -> Result<Obtained> {
-    let client = Client::new(home, policy);
-    let found = client.find(name, version).await?;
-    if !context.json {
+/// Says on stderr what was fetched: the commit, the archive's digest, the
+/// registry and who signed it.
+pub(crate) fn fetched(context: &Context, pending: &Pending) {
+    if context.json {
+        return;
+    }
+    if let Some(obtained) = pending.obtained() {
         eprintln!(
-            "fetching `{}` {} from {}",
-            Shown(&found.entry.name),
-            Shown(&found.entry.version),
-            shown(&found.registry.url)
+            "from {}: {}",
+            shown(&obtained.found.registry.url),
+            signature_status(obtained)
         );
+        return;
     }
-    let obtained = client.obtain(found).await?;
-    if !context.json {
-        eprintln!("{}", signature_status(&obtained));
+    let recorded = pending.provenance();
+    if let Some(commit) = &recorded.commit {
+        eprintln!("fetched commit {}", Shown(commit));
     }
-    Ok(obtained)
+    if let Some(sha256) = &recorded.sha256 {
+        eprintln!("fetched archive, sha256 {}", Shown(sha256));
+    }
 }
 
 /// One line on who signed an obtained archive.

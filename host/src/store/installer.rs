@@ -1,0 +1,299 @@
+//! An install end to end, from any source, and updates from registries.
+//!
+//! [`prepare`] fetches a git, archive or registry source into a private
+//! folder (a folder is read where it is) and plans the install from it
+//! ([`install::plan`]): nothing is written yet. The caller shows the plan
+//! and asks; [`Pending::commit`] then copies exactly that plan into place
+//! ([`install::commit`]) and records it in the lock ([`lock`]), with what
+//! the policy granted. [`check_update`] finds a registry's newer version of
+//! a locked install and works out what it adds to and drops from the
+//! grant, so that an update asking for more is asked about again.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::home::ZotHome;
+use crate::manifest::Manifest;
+use crate::policy::Policy;
+use crate::store::fetch::Limits;
+use crate::store::install::{self, InstallError, LaunchCommand, Plan};
+use crate::store::lock::{self, LockEntry, LockError, Scope};
+use crate::store::registry::client::{Client, ClientError, Obtained};
+use crate::store::registry::compare_versions;
+use crate::store::source::{self, Fetched, Provenance, Source, SourceError};
+
+/// Why an install or an update did not happen. After any of these,
+/// nothing was installed and a previous install is as it was (except
+/// [`InstallerError::Lock`], after which the install is in place but not
+/// recorded).
+#[derive(Debug, thiserror::Error)]
+pub enum InstallerError {
+    /// The source could not be read or fetched.
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    /// A registry refused or could not answer.
+    #[error(transparent)]
+    Registry(#[from] ClientError),
+    /// The install itself was refused or failed.
+    #[error(transparent)]
+    Install(#[from] InstallError),
+    /// Installed, but not recorded in the lock.
+    #[error("installed `{name}`, but it could not be recorded in the lock")]
+    Lock {
+        /// The extension.
+        name: String,
+        /// Why.
+        #[source]
+        source: LockError,
+    },
+    /// The lock could not be read.
+    #[error(transparent)]
+    ReadLock(LockError),
+}
+
+/// Where a pending install's folder came from; a fetched one lives in a
+/// private folder kept until the install is done.
+#[derive(Debug)]
+enum Origin {
+    Folder,
+    /// Held only to keep its private folder until the install is done.
+    Fetched {
+        _kept: Fetched,
+    },
+    Registry(Box<Obtained>),
+}
+
+/// A planned install, waiting for the user's consent.
+#[derive(Debug)]
+pub struct Pending {
+    plan: Plan,
+    provenance: Provenance,
+    origin: Origin,
+}
+
+/// Fetches `source` if it is not a folder and plans its install into
+/// `extensions`.
+///
+/// # Errors
+///
+/// [`InstallerError`] naming what refused it; nothing is left behind.
+pub async fn prepare(
+    source: &Source,
+    home: &ZotHome,
+    policy: &Policy,
+    extensions: &Path,
+) -> Result<Pending, InstallerError> {
+    let (folder, provenance, origin) = match source {
+        Source::Folder(path) => {
+            let recorded = std::fs::canonicalize(path).unwrap_or_else(|_| path.clone());
+            let provenance = Provenance::of_source(recorded.display().to_string());
+            (path.clone(), provenance, Origin::Folder)
+        }
+        Source::Registry { name, version } => {
+            let client = Client::new(home, policy);
+            let found = client.find(name, version.as_deref()).await?;
+            let obtained = client.obtain(found).await?;
+            let folder = obtained.fetched.folder.clone();
+            let provenance = obtained.fetched.recorded.clone();
+            (folder, provenance, Origin::Registry(Box::new(obtained)))
+        }
+        Source::Git { .. } | Source::Archive { .. } => {
+            let fetched =
+                source::fetch_source(source, &Limits::default(), &policy.http_config()).await?;
+            let provenance = fetched.recorded.clone();
+            (
+                fetched.folder.clone(),
+                provenance,
+                Origin::Fetched { _kept: fetched },
+            )
+        }
+    };
+    let plan = install::plan(&folder, extensions)?;
+    Ok(Pending {
+        plan,
+        provenance,
+        origin,
+    })
+}
+
+impl Pending {
+    /// What would be installed (show it before [`Pending::commit`]).
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    /// What the lock will record about where it came from.
+    pub fn provenance(&self) -> &Provenance {
+        &self.provenance
+    }
+
+    /// The registry entry and who signed it, for a registry source.
+    pub fn obtained(&self) -> Option<&Obtained> {
+        match &self.origin {
+            Origin::Registry(obtained) => Some(obtained),
+            Origin::Folder | Origin::Fetched { .. } => None,
+        }
+    }
+
+    /// Installs exactly the plan with `launcher` (for a wasm extension),
+    /// checks its guest with `prepare`, and records it in the lock under
+    /// `scope` with what `policy` grants. Blocking: file copies and a
+    /// compile. Returns the installed folder.
+    ///
+    /// # Errors
+    ///
+    /// [`InstallerError::Install`]; [`InstallerError::Lock`] when it is
+    /// installed but could not be recorded.
+    pub fn commit(
+        self,
+        home: &ZotHome,
+        policy: &Policy,
+        scope: Scope,
+        launcher: &LaunchCommand,
+        prepare: &dyn Fn(&str, &Path) -> Result<(), String>,
+    ) -> Result<PathBuf, InstallerError> {
+        let name = self.plan.manifest().name().to_owned();
+        let granted = granted(policy, self.plan.manifest());
+        let target = install::commit(&self.plan, launcher, prepare)?;
+        // What landed is what was planned; the lock reads it from disk.
+        let recorded = Manifest::load(&target.join(crate::manifest::MANIFEST_FILE))
+            .map_err(InstallError::Invalid)?;
+        lock::record_install(home, &target, &recorded, &self.provenance, scope, granted)
+            .map_err(|source| InstallerError::Lock { name, source })?;
+        // Only now may a fetched folder go.
+        drop(self.origin);
+        Ok(target)
+    }
+}
+
+/// What `policy` grants of the capabilities `manifest` declares, by
+/// capability: what the lock records and an update is compared with.
+pub fn granted(policy: &Policy, manifest: &Manifest) -> BTreeMap<String, Vec<String>> {
+    policy
+        .grant(&manifest.raw.capabilities)
+        .rows
+        .into_iter()
+        .filter(|row| !row.granted.is_empty())
+        .map(|row| (row.capability.to_owned(), row.granted))
+        .collect()
+}
+
+/// What `new` grants that `old` did not, and what it no longer grants, as
+/// `capability value` lines.
+pub fn grant_diff(
+    old: &BTreeMap<String, Vec<String>>,
+    new: &BTreeMap<String, Vec<String>>,
+) -> (Vec<String>, Vec<String>) {
+    let lines = |from: &BTreeMap<String, Vec<String>>, to: &BTreeMap<String, Vec<String>>| {
+        let mut lines = Vec::new();
+        for (capability, values) in to {
+            let before = from.get(capability);
+            for value in values {
+                if !before.is_some_and(|before| before.contains(value)) {
+                    lines.push(format!("{capability} {value}"));
+                }
+            }
+        }
+        lines
+    };
+    (lines(old, new), lines(new, old))
+}
+
+/// The installs the lock says came from a registry (only `name`, when
+/// given), with their folders.
+///
+/// # Errors
+///
+/// [`InstallerError::ReadLock`].
+pub fn from_registries(
+    home: &ZotHome,
+    name: Option<&str>,
+) -> Result<Vec<(PathBuf, LockEntry)>, InstallerError> {
+    Ok(lock::Lock::load(home)
+        .map_err(InstallerError::ReadLock)?
+        .entries()
+        .filter(|(_, entry)| entry.registry.is_some())
+        .filter(|(_, entry)| name.is_none_or(|name| entry.name == name))
+        .map(|(dir, entry)| (PathBuf::from(dir), entry.clone()))
+        .collect())
+}
+
+/// A newer version of a locked install, fetched, checked and planned.
+#[derive(Debug)]
+pub struct Update {
+    /// The version installed.
+    pub from: String,
+    /// The version offered.
+    pub to: String,
+    /// What the update grants that the install did not.
+    pub added: Vec<String>,
+    /// What it no longer grants.
+    pub removed: Vec<String>,
+    /// The install, waiting for consent (asked again when `added` is not
+    /// empty).
+    pub pending: Pending,
+}
+
+/// The registries' newest version of the install at `dir` locked as
+/// `locked`, if it is newer than the installed one.
+///
+/// # Errors
+///
+/// [`InstallerError`] naming what refused the new version.
+pub async fn check_update(
+    home: &ZotHome,
+    policy: &Policy,
+    dir: &Path,
+    locked: &LockEntry,
+) -> Result<Option<Update>, InstallerError> {
+    let client = Client::new(home, policy);
+    let found = client.find(&locked.name, None).await?;
+    if compare_versions(&found.entry.version, &locked.version) != std::cmp::Ordering::Greater {
+        return Ok(None);
+    }
+    let to = found.entry.version.clone();
+    let source = Source::Registry {
+        name: locked.name.clone(),
+        version: Some(to.clone()),
+    };
+    let extensions = dir
+        .parent()
+        .map_or_else(|| home.extensions_dir(), Path::to_owned);
+    let pending = prepare(&source, home, policy, &extensions).await?;
+    let (added, removed) = grant_diff(
+        &locked.capabilities,
+        &granted(policy, pending.plan().manifest()),
+    );
+    Ok(Some(Update {
+        from: locked.version.clone(),
+        to,
+        added,
+        removed,
+        pending,
+    }))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_grant_diff_lists_what_is_added_and_what_is_dropped() {
+        let map = |pairs: &[(&str, &[&str])]| -> BTreeMap<String, Vec<String>> {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), v.iter().map(|s| (*s).to_owned()).collect()))
+                .collect()
+        };
+        let old = map(&[("http", &["https://a.example"]), ("fs-read", &["docs/**"])]);
+        let new = map(&[
+            ("http", &["https://a.example", "https://b.example"]),
+            ("shell", &["git status"]),
+        ]);
+        let (added, removed) = grant_diff(&old, &new);
+        assert_eq!(added, ["http https://b.example", "shell git status"]);
+        assert_eq!(removed, ["fs-read docs/**"]);
+        assert_eq!(grant_diff(&old, &old), (Vec::new(), Vec::new()));
+    }
+}
