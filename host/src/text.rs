@@ -109,6 +109,17 @@ impl<W: std::io::Write> std::io::Write for EscapedLines<W> {
     }
 }
 
+/// A cap or a limit for people: `100 MiB` when it is a whole number of
+/// mebibytes, else `1024 bytes`.
+pub fn limit_size(bytes: u64) -> String {
+    const MIB: u64 = 1024 * 1024;
+    if bytes >= MIB && bytes.is_multiple_of(MIB) {
+        format!("{} MiB", bytes / MIB)
+    } else {
+        format!("{bytes} bytes")
+    }
+}
+
 /// An error and its causes, `a: b: c`, as `zotbox` prints an error chain;
 /// a cause whose text the previous one already holds is not repeated.
 pub fn chain(error: &dyn std::error::Error) -> String {

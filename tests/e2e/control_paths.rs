@@ -86,6 +86,28 @@ fn assert_untouched(ws: &Path, manifests: &[&Path]) {
     }
 }
 
+/// The prober with `read` and `write` of `**`, in `tools/` of the lab's
+/// workspace, hosted with `$ZOT_HOME` at `home` (inside the workspace);
+/// returns the host and the prober's folder.
+async fn prober_with_home_inside(lab: &Lab, home: &Path) -> (zotbox::Host, std::path::PathBuf) {
+    let dir = prober_in(
+        &lab.workspace.join("tools"),
+        &json!({"read": ["**"], "write": ["**"]}),
+    );
+    let policy =
+        Policy::load(&lab.home.join("none.json"), &home.join("policy.json")).expect("no policy");
+    let builder = lab
+        .builder()
+        .zot_home(home)
+        .policy(policy)
+        .restart_policy(RestartPolicy::never())
+        .extension(&dir);
+    let host = crate::support::bounded("starting the host", builder.build())
+        .await
+        .expect("build the host");
+    (host, dir)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_guest_with_write_all_cannot_write_any_control_path() {
     let lab = Lab::new();
@@ -94,20 +116,7 @@ async fn a_guest_with_write_all_cannot_write_any_control_path() {
     // `$ZOT_HOME` inside the workspace, and the guest's own folder too.
     let home = ws.join("home");
     std::fs::create_dir_all(&home).expect("home");
-    let dir = prober_in(&ws.join("tools"), &json!({"read": ["**"], "write": ["**"]}));
-    let policy =
-        Policy::load(&lab.home.join("none.json"), &home.join("policy.json")).expect("no policy");
-    let host = {
-        let builder = lab
-            .builder()
-            .zot_home(&home)
-            .policy(policy)
-            .restart_policy(RestartPolicy::never())
-            .extension(&dir);
-        crate::support::bounded("starting the host", builder.build())
-            .await
-            .expect("build the host")
-    };
+    let (host, dir) = prober_with_home_inside(&lab, &home).await;
     let cases = vec![
         // Attack: a shell data tool, which runs outside the sandbox.
         write_refused(
@@ -221,20 +230,7 @@ async fn a_guest_with_read_all_cannot_read_the_users_secrets() {
     std::fs::write(home.join("keys/zotbox.key"), "untrusted comment: k").expect("key");
     symlink("home/secrets.json", ws.join("leak.json")).expect("link");
     symlink("home", ws.join("via")).expect("link");
-    let dir = prober_in(&ws.join("tools"), &json!({"read": ["**"], "write": ["**"]}));
-    let policy =
-        Policy::load(&lab.home.join("none.json"), &home.join("policy.json")).expect("policy");
-    let host = {
-        let builder = lab
-            .builder()
-            .zot_home(&home)
-            .policy(policy)
-            .restart_policy(RestartPolicy::never())
-            .extension(&dir);
-        crate::support::bounded("starting the host", builder.build())
-            .await
-            .expect("build the host")
-    };
+    let (host, _) = prober_with_home_inside(&lab, &home).await;
     let secret = "is a control path (the user's secrets: only the host reads them); no grant \
                   reaches it";
     let cases = vec![

@@ -8,20 +8,7 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use crate::support::{Lab, ext, prober_in, tree, write_json, zotbox_bounded};
-
-/// Names in `$ZOT_HOME/extensions` (none when it does not exist).
-fn installed_names(lab: &Lab) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(lab.user_dir())
-        .map(|dir| {
-            dir.filter_map(Result::ok)
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default();
-    names.sort();
-    names
-}
+use crate::support::{Lab, ext, installed_names, prober_in, tree, write_json, zotbox_bounded};
 
 /// Adds `"files": files` to the manifest in `source`: what an install
 /// copies besides the manifest and the module.

@@ -13,20 +13,9 @@ use serde_json::{Value, json};
 use zotbox::host::{ExtensionState, RestartPolicy};
 
 use crate::https::TestServer;
-use crate::support::{Lab, ext, host_over, info, prober_in, read_json, write_json, zotbox_bounded};
-
-/// Names in `$ZOT_HOME/extensions` (none when it does not exist).
-fn installed_names(lab: &Lab) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(lab.user_dir())
-        .map(|dir| {
-            dir.filter_map(Result::ok)
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default();
-    names.sort();
-    names
-}
+use crate::support::{
+    Lab, ext, host_over, info, installed_names, prober_in, read_json, write_json, zotbox_bounded,
+};
 
 /// The lock entry of the user extension `name`, if any.
 fn lock_entry(lab: &Lab, name: &str) -> Option<Value> {

@@ -466,6 +466,19 @@ pub fn make_executable(path: &Path) {
     std::fs::set_permissions(path, perms).expect("chmod");
 }
 
+/// Names in `$ZOT_HOME/extensions` (none when it does not exist).
+pub fn installed_names(lab: &Lab) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(lab.user_dir())
+        .map(|dir| {
+            dir.filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
 /// The JSON file at `path`.
 pub fn read_json(path: &Path) -> Value {
     let text = std::fs::read_to_string(path)

@@ -67,7 +67,7 @@ pub enum FetchError {
         reason: String,
     },
     /// Rule 3: past the size cap.
-    #[error("download of `{}` stopped: it is larger than {}", Shown(.url), size(*.limit))]
+    #[error("download of `{}` stopped: it is larger than {}", Shown(.url), crate::text::limit_size(*.limit))]
     TooLarge {
         /// The URL.
         url: String,
@@ -98,16 +98,6 @@ pub enum FetchError {
         /// What failed.
         reason: String,
     },
-}
-
-/// A cap for people: `100 MiB`, `1024 bytes`.
-fn size(bytes: u64) -> String {
-    const MIB: u64 = 1024 * 1024;
-    if bytes >= MIB && bytes.is_multiple_of(MIB) {
-        format!("{} MiB", bytes / MIB)
-    } else {
-        format!("{bytes} bytes")
-    }
 }
 
 /// Downloads `url` (rules above) with the client settings of `http` (its

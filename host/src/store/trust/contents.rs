@@ -42,7 +42,7 @@ pub enum ScanError {
         source: std::io::Error,
     },
     /// The covered files hold more than the cap.
-    #[error("its extensions and data tools hold more than {}", size(*limit))]
+    #[error("its extensions and data tools hold more than {}", crate::text::limit_size(*limit))]
     TooLarge {
         /// The cap, in bytes.
         limit: u64,
@@ -442,6 +442,21 @@ impl Scanner<'_> {
             return Ok(Digested::Special(special_kind(&meta.file_type())));
         }
         let budget = self.caps.bytes.saturating_sub(self.bytes);
+        let executable = std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o111 != 0;
+        let stamp = Stamp::of(&meta);
+        if let Some(digest) = remembered(&stamp) {
+            if stamp.size > budget {
+                return Err(ScanError::TooLarge {
+                    limit: self.caps.bytes,
+                });
+            }
+            self.bytes += stamp.size;
+            return Ok(Digested::File {
+                digest,
+                bytes: stamp.size,
+                executable,
+            });
+        }
         let mut hasher = Sha256::new();
         let mut reader = file.take(budget.saturating_add(1));
         let mut chunk = vec![0u8; 64 * 1024];
@@ -460,12 +475,107 @@ impl Scanner<'_> {
             hasher.update(&chunk[..n]);
         }
         self.bytes += read;
+        let digest: [u8; 32] = hasher.finalize().into();
+        // Only a file that did not change while it was read, and whose last
+        // change is long enough ago, is remembered.
+        if read == stamp.size
+            && file_unchanged(&reader, &stamp)
+            && settled(&stamp, std::time::SystemTime::now())
+        {
+            remember(stamp, digest);
+        }
         Ok(Digested::File {
-            digest: hasher.finalize().into(),
+            digest,
             bytes: read,
-            executable: std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o111 != 0,
+            executable,
         })
     }
+}
+
+/// What identifies one version of a file's content without reading it:
+/// the kernel sets `ctime` on every write (and on every change of `mtime`),
+/// so a file with the same device, inode, size, `mtime` and `ctime` as when
+/// it was hashed still has that content.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Stamp {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl Stamp {
+    fn of(meta: &std::fs::Metadata) -> Self {
+        use std::os::unix::fs::MetadataExt as _;
+        Self {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.size(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
+        }
+    }
+}
+
+/// How long ago a file must have changed for its digest to be remembered.
+/// File times come from the kernel's coarse clock: a write in the same tick
+/// as the one hashed would leave every field of the [`Stamp`] as it was
+/// (git's "racily clean" entries). A file changed since the tick before
+/// the hash cannot keep its stamp.
+const SETTLED: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Whether `stamp`'s last change is at least [`SETTLED`] before `now`.
+fn settled(stamp: &Stamp, now: std::time::SystemTime) -> bool {
+    let Ok(now) = now.duration_since(std::time::UNIX_EPOCH) else {
+        return false;
+    };
+    let (seconds, nanos) = stamp.ctime;
+    let (Ok(seconds), Ok(nanos)) = (u64::try_from(seconds), u32::try_from(nanos)) else {
+        return false;
+    };
+    let changed = std::time::Duration::new(seconds, nanos.min(999_999_999));
+    now.checked_sub(changed).is_some_and(|ago| ago >= SETTLED)
+}
+
+/// How many file digests one process remembers (a few hundred bytes each).
+const REMEMBERED: usize = 4096;
+
+/// Digests of files this process hashed, by their [`Stamp`]: every start
+/// of an installed extension re-checks its files against the lock, and the
+/// shared host starts the same ones again and again (an 18 MB Python
+/// component would otherwise be read and hashed at every start).
+fn digests() -> &'static std::sync::Mutex<std::collections::HashMap<Stamp, [u8; 32]>> {
+    static DIGESTS: std::sync::OnceLock<
+        std::sync::Mutex<std::collections::HashMap<Stamp, [u8; 32]>>,
+    > = std::sync::OnceLock::new();
+    DIGESTS.get_or_init(Default::default)
+}
+
+fn remembered(stamp: &Stamp) -> Option<[u8; 32]> {
+    digests()
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .get(stamp)
+        .copied()
+}
+
+fn remember(stamp: Stamp, digest: [u8; 32]) {
+    let mut digests = digests()
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if digests.len() >= REMEMBERED {
+        digests.clear();
+    }
+    digests.insert(stamp, digest);
+}
+
+/// Whether the file behind `reader` still has `stamp` after it was read.
+fn file_unchanged(reader: &std::io::Take<std::fs::File>, stamp: &Stamp) -> bool {
+    reader
+        .get_ref()
+        .metadata()
+        .is_ok_and(|meta| Stamp::of(&meta) == *stamp)
 }
 
 /// What reading one covered path found.
@@ -514,25 +624,78 @@ fn sorted_names(dir: &Path) -> Vec<std::ffi::OsString> {
     names
 }
 
-/// A size for people: `256 MiB`, `10 bytes`.
-fn size(bytes: u64) -> String {
-    const MIB: u64 = 1024 * 1024;
-    if bytes >= MIB && bytes.is_multiple_of(MIB) {
-        format!("{} MiB", bytes / MIB)
-    } else {
-        format!("{bytes} bytes")
-    }
-}
-
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use std::os::unix::fs::symlink;
 
     use super::*;
+
+    #[test]
+    fn a_digest_is_remembered_only_for_a_settled_stamp_and_only_that_stamp() {
+        let now = std::time::SystemTime::now();
+        let seconds = |t: std::time::SystemTime| {
+            i64::try_from(t.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs()).unwrap()
+        };
+        let stamp = |ctime: i64| Stamp {
+            dev: 1,
+            ino: 2,
+            size: 3,
+            mtime: (ctime, 0),
+            ctime: (ctime, 0),
+        };
+        // Changed in this tick, or a second ago: could still change unseen.
+        assert!(!settled(&stamp(seconds(now)), now));
+        assert!(!settled(&stamp(seconds(now) - 1), now));
+        assert!(settled(&stamp(seconds(now) - 3), now));
+        // A clock set back (a change "in the future") is never settled.
+        assert!(!settled(&stamp(seconds(now) + 60), now));
+        let old = stamp(seconds(now) - 60);
+        remember(old, [7; 32]);
+        assert_eq!(remembered(&old), Some([7; 32]));
+        // Any other field: another version of the file.
+        for other in [
+            Stamp { size: 4, ..old },
+            Stamp { ino: 9, ..old },
+            Stamp {
+                ctime: (old.ctime.0, 1),
+                ..old
+            },
+            Stamp {
+                mtime: (old.mtime.0 + 1, 0),
+                ..old
+            },
+        ] {
+            assert_eq!(remembered(&other), None, "{other:?}");
+        }
+    }
+
+    #[test]
+    fn a_file_rewritten_with_its_old_size_and_times_is_hashed_again() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("ext");
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("guest.wasm");
+        std::fs::write(&file, "aaaa").unwrap();
+        let digest = |dir: &Path| scan_folder(dir).unwrap()[0].sha256;
+        let first = digest(&dir);
+        let modified = std::fs::metadata(&file).unwrap().modified().unwrap();
+        // Attack: the same size, the old mtime put back.
+        std::fs::write(&file, "bbbb").unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&file)
+            .unwrap()
+            .set_modified(modified)
+            .unwrap();
+        let second = digest(&dir);
+        assert_ne!(first, second);
+        assert_eq!(second, <[u8; 32]>::from(Sha256::digest(b"bbbb")));
+    }
 
     struct Fixture {
         _tmp: tempfile::TempDir,
