@@ -49,7 +49,8 @@ pub(crate) enum Command {
     /// it declares and what the policy grants, and asks to go on (`--yes`
     /// accepts; without a terminal and without `--yes` the install is
     /// refused). Its copy then gets `exec`/`args` that make zot start it
-    /// through `zotbox run`, and it is precompiled into the cache.
+    /// through `zotbox-relay` (or `zotbox run`, where no relay lies beside
+    /// zotbox), and it is precompiled into the cache.
     Install {
         /// A folder, a git URL (`#REV`), an https `.tar.gz` (`#sha256=`), or NAME[@VERSION].
         source: String,
@@ -169,7 +170,7 @@ impl Command {
     }
 }
 
-pub(crate) fn report(context: &Context, action: &str, name: &str, path: &Path) -> Result<u8> {
+fn report(context: &Context, action: &str, name: &str, path: &Path) -> Result<u8> {
     if context.json {
         json_line(&serde_json::json!({"action": action, "name": name, "path": path}))?;
     } else {
