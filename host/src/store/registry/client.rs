@@ -68,6 +68,32 @@ pub enum ClientError {
         /// The version asked for.
         version: Option<String>,
     },
+    /// `ext update`: the registry an extension came from no longer lists it.
+    #[error(
+        "registry `{}` no longer lists `{}`; it is left as installed",
+        Shown(url),
+        Shown(name)
+    )]
+    NotListedIn {
+        /// The registry's index URL.
+        url: String,
+        /// The extension.
+        name: String,
+    },
+    /// `ext update`: the registry an extension came from is not in the
+    /// policy any more.
+    #[error(
+        "`{}` came from registry `{}`, which the policy no longer lists; it is left as \
+         installed (reinstall it from a configured registry to update it)",
+        Shown(name),
+        Shown(url)
+    )]
+    Unconfigured {
+        /// The registry's index URL.
+        url: String,
+        /// The extension.
+        name: String,
+    },
     /// The archive could not be unpacked.
     #[error("registry `{}`", Shown(url))]
     Unpack {
@@ -234,6 +260,37 @@ impl<'a> Client<'a> {
             name: name.to_owned(),
             version: version.map(str::to_owned),
         }))
+    }
+
+    /// The newest entry `name` in the one registry at `url` (what `ext
+    /// update` asks: the registry the extension came from, never another
+    /// one listing the same name, and not another one when it is down).
+    ///
+    /// # Errors
+    ///
+    /// [`ClientError::Unconfigured`] when the policy no longer lists `url`,
+    /// [`ClientError::NotListedIn`], or why its index was refused.
+    pub async fn find_in(&self, url: &str, name: &str) -> Result<Found, ClientError> {
+        let registry = self
+            .policy
+            .registries()
+            .into_iter()
+            .find(|registry| registry.url == url)
+            .ok_or_else(|| ClientError::Unconfigured {
+                url: url.to_owned(),
+                name: name.to_owned(),
+            })?;
+        let index = self.index(&registry).await?;
+        match index.find(name, None) {
+            Some(entry) => Ok(Found {
+                entry: entry.clone(),
+                registry,
+            }),
+            None => Err(ClientError::NotListedIn {
+                url: url.to_owned(),
+                name: name.to_owned(),
+            }),
+        }
     }
 
     /// Downloads, checks and unpacks the archive of `found` (rule 3).
