@@ -130,6 +130,32 @@ impl Site {
         std::fs::write(format!("{}.minisig", archive.display()), text).expect("signature");
     }
 
+    /// A second registry, on its own server with its own key, listing a
+    /// native `notes` 9.0.0, added after this one to the user's policy.
+    async fn other_registry_listing_native_notes(&self) -> TestServer {
+        let other = TestServer::start().await;
+        let other_dir = self.lab.dev.join("other-site");
+        std::fs::create_dir_all(&other_dir).expect("other");
+        other.serve_dir(&other_dir);
+        let ca_dir = self.lab.dev.join("other-ca");
+        std::fs::create_dir_all(&ca_dir).expect("ca");
+        let other_key = signature::keygen(&self.lab.dev.join("keys/other.key")).expect("keygen");
+        let other_secret = SecretKey::load(&other_key.1).expect("secret");
+        self.publish_native(&other_dir, "9.0.0", &["https://a.example"]);
+        let (text, signed) =
+            build_index(&other_dir, None, &other_secret, None, None).expect("index");
+        std::fs::write(other_dir.join("index.json"), text).expect("index");
+        std::fs::write(other_dir.join("index.json.minisig"), signed).expect("signature");
+        self.policy(&json!({
+            "extra_root_certificates": [self.server.write_ca(&self.lab.home), other.write_ca(&ca_dir)],
+            "registries": [
+                {"url": self.index_url(), "keys": [self.registry.0.to_base64()]},
+                {"url": other.url("/files/index.json"), "keys": [other_key.0.to_base64()]},
+            ],
+        }));
+        other
+    }
+
     /// Builds and signs the index of what the site holds.
     fn index(&self, version: Option<u64>, expires: Option<UtcTime>) -> u64 {
         let (text, signature) =
@@ -398,27 +424,7 @@ async fn an_update_asks_only_the_registry_it_was_installed_from() {
         .expect_code(0);
     let before = site.locked().expect("lock");
 
-    // The other registry: its own server, key and index, in the user's policy.
-    let other = TestServer::start().await;
-    let other_dir = site.lab.dev.join("other-site");
-    std::fs::create_dir_all(&other_dir).expect("other");
-    other.serve_dir(&other_dir);
-    let ca_dir = site.lab.dev.join("other-ca");
-    std::fs::create_dir_all(&ca_dir).expect("ca");
-    let other_key = signature::keygen(&site.lab.dev.join("keys/other.key")).expect("keygen");
-    let other_secret = SecretKey::load(&other_key.1).expect("secret");
-    site.publish_native(&other_dir, "9.0.0", &["https://a.example"]);
-    let (text, signed) = build_index(&other_dir, None, &other_secret, None, None).expect("index");
-    std::fs::write(other_dir.join("index.json"), text).expect("index");
-    std::fs::write(other_dir.join("index.json.minisig"), signed).expect("signature");
-    let other_url = other.url("/files/index.json");
-    site.policy(&json!({
-        "extra_root_certificates": [site.server.write_ca(&site.lab.home), other.write_ca(&ca_dir)],
-        "registries": [
-            {"url": site.index_url(), "keys": [site.registry.0.to_base64()]},
-            {"url": other_url, "keys": [other_key.0.to_base64()]},
-        ],
-    }));
+    let _other = site.other_registry_listing_native_notes().await;
 
     // Its own registry is up and lists nothing newer: up to date.
     let run = site.zotbox(&["ext", "update"]);
@@ -456,4 +462,33 @@ async fn an_update_asks_only_the_registry_it_was_installed_from() {
     assert_eq!(site.installed_version().as_deref(), Some("1.0.0"));
     assert_eq!(site.locked(), Some(before));
     assert!(!site.lab.dev.join("native-ran").exists());
+}
+
+/// Attack: the first registry of the policy is down (or made to fail), and
+/// a later one lists the same name. The first registry that lists a name
+/// wins only if every one before it answered: otherwise the install is
+/// refused with the failing registry's error, and nothing is installed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_later_registry_never_stands_in_for_an_earlier_one_that_failed() {
+    let site = Site::new().await;
+    site.publish("1.0.0", &["https://a.example"], true);
+    site.index(None, None);
+    let _other = site.other_registry_listing_native_notes().await;
+    std::fs::remove_file(site.dir.join("index.json.minisig")).expect("down");
+    let install: &[&str] = &["ext", "install", "notes", "--yes"];
+    for args in [install, &["ext", "info", "notes"]] {
+        let run = site.zotbox(args);
+        run.expect_code(1);
+        assert_eq!(
+            error_line(&run),
+            format!(
+                "error: registry `{0}`: download of `{0}.minisig` failed: the server answered 404",
+                site.index_url()
+            ),
+            "{run:#?}"
+        );
+        assert_eq!(site.installed_version(), None);
+        assert_eq!(site.locked(), None);
+        assert!(!site.lab.dev.join("native-ran").exists());
+    }
 }

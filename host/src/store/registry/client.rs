@@ -221,10 +221,10 @@ impl<'a> Client<'a> {
     ///
     /// # Errors
     ///
-    /// [`ClientError::NotListed`], or the first registry's refusal when none
-    /// listed it and one could not be read.
+    /// [`ClientError::NotListed`], or the first refusal of a registry that
+    /// could not be read: the registries after it are not asked, so a later
+    /// one never stands in for an earlier one.
     pub async fn find(&self, name: &str, version: Option<&str>) -> Result<Found, ClientError> {
-        let mut first_error = None;
         for (registry, index) in self.indexes().await? {
             match index {
                 Ok(index) => {
@@ -250,16 +250,17 @@ impl<'a> Client<'a> {
                         });
                     }
                 }
-                Err(error) => {
-                    tracing::warn!("{}", crate::text::chain(&error));
-                    first_error.get_or_insert(error);
-                }
+                // The first registry that lists the name wins only when
+                // every one before it answered: a later registry (a user's,
+                // or an attacker's mirror) never stands in for an earlier
+                // one that is down or refused.
+                Err(error) => return Err(error),
             }
         }
-        Err(first_error.unwrap_or_else(|| ClientError::NotListed {
+        Err(ClientError::NotListed {
             name: name.to_owned(),
             version: version.map(str::to_owned),
-        }))
+        })
     }
 
     /// The newest entry `name` in the one registry at `url` (what `ext
