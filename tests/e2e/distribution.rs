@@ -492,3 +492,40 @@ async fn a_later_registry_never_stands_in_for_an_earlier_one_that_failed() {
         assert!(!site.lab.dev.join("native-ran").exists());
     }
 }
+
+/// Attack: a mirror serves a huge index signature (or index); the download
+/// stops at the signature's (the index's) own cap, far below an archive's,
+/// and nothing is installed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_index_or_signature_is_stopped_at_its_own_cap() {
+    let site = Site::new().await;
+    site.publish("1.0.0", &["https://a.example"], true);
+    site.index(None, None);
+    let url = site.index_url();
+    let signature = std::fs::read(site.dir.join("index.json.minisig")).expect("signature");
+    let mut huge = signature.clone();
+    huge.resize(zotbox::store::signature::MAX_SIGNATURE_TEXT + 1, b'\n');
+    std::fs::write(site.dir.join("index.json.minisig"), &huge).expect("huge");
+    let run = site.zotbox(&["ext", "install", "notes", "--yes"]);
+    run.expect_code(1);
+    assert_eq!(
+        error_line(&run),
+        format!(
+            "error: registry `{url}`: download of `{url}.minisig` stopped: it is larger than 16384 bytes"
+        ),
+        "{run:#?}"
+    );
+    std::fs::write(site.dir.join("index.json.minisig"), &signature).expect("signature");
+    let mut index = std::fs::read(site.dir.join("index.json")).expect("index");
+    index.resize(zotbox::store::registry::MAX_INDEX_BYTES + 1, b' ');
+    std::fs::write(site.dir.join("index.json"), &index).expect("huge");
+    let run = site.zotbox(&["ext", "install", "notes", "--yes"]);
+    run.expect_code(1);
+    assert_eq!(
+        error_line(&run),
+        format!("error: registry `{url}`: download of `{url}` stopped: it is larger than 8 MiB"),
+        "{run:#?}"
+    );
+    assert_eq!(site.installed_version(), None);
+    assert_eq!(site.locked(), None);
+}

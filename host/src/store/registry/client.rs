@@ -176,10 +176,23 @@ impl<'a> Client<'a> {
             url: url.clone(),
             source,
         };
-        let bytes = download(&url, &self.limits, &http).await.map_err(fetch)?;
-        let signature = download(&format!("{url}.minisig"), &self.limits, &http)
+        // The index and its signature have caps of their own, far below an
+        // archive's: a mirror serving a huge one is stopped at the cap, not
+        // read to 100 MiB and refused after.
+        let capped = |max: usize| Limits {
+            max_bytes: max as u64,
+            ..self.limits.clone()
+        };
+        let bytes = download(&url, &capped(super::MAX_INDEX_BYTES), &http)
             .await
             .map_err(fetch)?;
+        let signature = download(
+            &format!("{url}.minisig"),
+            &capped(crate::store::signature::MAX_SIGNATURE_TEXT),
+            &http,
+        )
+        .await
+        .map_err(fetch)?;
         let signature = String::from_utf8(signature).map_err(|_| {
             refused(RegistryError::Malformed {
                 subject: "the index signature".to_owned(),
