@@ -97,6 +97,65 @@ impl Site {
         }
     }
 
+    /// Packs a native `notes` at `version` declaring `http`, signed by the
+    /// publisher, into `dir` (the site's, or another registry's folder).
+    fn publish_native(&self, dir: &std::path::Path, version: &str, http: &[&str]) {
+        let src = self.lab.dev.join("native").join(version).join("notes");
+        std::fs::create_dir_all(src.join("bin")).expect("source");
+        let marker = self.lab.dev.join("native-ran");
+        std::fs::write(
+            src.join("bin/run"),
+            format!("#!/bin/sh\ntouch '{}'\n", marker.display()),
+        )
+        .expect("run");
+        std::fs::set_permissions(
+            src.join("bin/run"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .expect("mode");
+        write_json(
+            &src.join("extension.json"),
+            &json!({
+                "name": "notes",
+                "version": version,
+                "description": "notes for the team",
+                "exec": "./bin/run",
+                "capabilities": {"http": http},
+            }),
+        );
+        let packed = zotbox::store::pack::pack(&src).expect("pack");
+        let archive = dir.join(format!("notes-{version}.tar.gz"));
+        std::fs::write(&archive, &packed.bytes).expect("archive");
+        let text = signature::sign(&packed.bytes, &self.publisher.1, "notes").expect("sign");
+        std::fs::write(format!("{}.minisig", archive.display()), text).expect("signature");
+    }
+
+    /// A second registry, on its own server with its own key, listing a
+    /// native `notes` 9.0.0, added after this one to the user's policy.
+    async fn other_registry_listing_native_notes(&self) -> TestServer {
+        let other = TestServer::start().await;
+        let other_dir = self.lab.dev.join("other-site");
+        std::fs::create_dir_all(&other_dir).expect("other");
+        other.serve_dir(&other_dir);
+        let ca_dir = self.lab.dev.join("other-ca");
+        std::fs::create_dir_all(&ca_dir).expect("ca");
+        let other_key = signature::keygen(&self.lab.dev.join("keys/other.key")).expect("keygen");
+        let other_secret = SecretKey::load(&other_key.1).expect("secret");
+        self.publish_native(&other_dir, "9.0.0", &["https://a.example"]);
+        let (text, signed) =
+            build_index(&other_dir, None, &other_secret, None, None).expect("index");
+        std::fs::write(other_dir.join("index.json"), text).expect("index");
+        std::fs::write(other_dir.join("index.json.minisig"), signed).expect("signature");
+        self.policy(&json!({
+            "extra_root_certificates": [self.server.write_ca(&self.lab.home), other.write_ca(&ca_dir)],
+            "registries": [
+                {"url": self.index_url(), "keys": [self.registry.0.to_base64()]},
+                {"url": other.url("/files/index.json"), "keys": [other_key.0.to_base64()]},
+            ],
+        }));
+        other
+    }
+
     /// Builds and signs the index of what the site holds.
     fn index(&self, version: Option<u64>, expires: Option<UtcTime>) -> u64 {
         let (text, signature) =
@@ -317,4 +376,156 @@ async fn every_refusal_installs_nothing() {
          `require_signature: true` in `{}`; ask its publisher for a signed archive",
         site.lab.home.join("policy.json").display()
     ));
+}
+
+/// Attack: the next version keeps the capability list but is a native
+/// program, which runs unsandboxed with the user's permissions. That is a
+/// wider grant than any capability: asked again, never installed silently.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_update_that_turns_native_is_asked_again() {
+    let site = Site::new().await;
+    site.publish("1.0.0", &["https://a.example"], true);
+    site.index(None, None);
+    site.zotbox(&["ext", "install", "notes", "--yes"])
+        .expect_code(0);
+    let before = site.locked().expect("lock");
+    site.publish_native(&site.dir, "1.1.0", &["https://a.example"]);
+    site.index(None, None);
+
+    let run = site.zotbox(&["ext", "update"]);
+    run.expect_code(1);
+    assert!(
+        run.stdout.contains(
+            "  + native: the new version runs unsandboxed, with your permissions (it was \
+             sandboxed)"
+        ),
+        "{run:#?}"
+    );
+    assert_eq!(
+        error_line(&run),
+        "error: not installing `notes` without confirmation: stdin is not a terminal; pass \
+         --yes to accept the capabilities shown above"
+    );
+    assert_eq!(site.installed_version().as_deref(), Some("1.0.0"));
+    assert_eq!(site.locked(), Some(before));
+    assert!(!site.lab.dev.join("native-ran").exists());
+}
+
+/// Attack: a second registry the user added lists the same name at a
+/// higher version. An update asks only the registry the extension came
+/// from: not when that registry no longer lists it, not when it cannot be
+/// reached.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_update_asks_only_the_registry_it_was_installed_from() {
+    let site = Site::new().await;
+    site.publish("1.0.0", &["https://a.example"], true);
+    site.index(None, None);
+    site.zotbox(&["ext", "install", "notes", "--yes"])
+        .expect_code(0);
+    let before = site.locked().expect("lock");
+
+    let _other = site.other_registry_listing_native_notes().await;
+
+    // Its own registry is up and lists nothing newer: up to date.
+    let run = site.zotbox(&["ext", "update"]);
+    run.expect_code(0);
+    assert!(
+        run.stdout.contains("`notes` 1.0.0 is up to date"),
+        "{run:#?}"
+    );
+
+    // Its own registry cannot be reached: the error, not the other's entry.
+    std::fs::remove_file(site.dir.join("index.json.minisig")).expect("down");
+    let run = site.zotbox(&["ext", "update", "notes", "--yes"]);
+    run.expect_code(1);
+    assert!(
+        error_line(&run).starts_with(&format!("error: registry `{}`", site.index_url())),
+        "{run:#?}"
+    );
+    assert_eq!(site.installed_version().as_deref(), Some("1.0.0"));
+    assert_eq!(site.locked(), Some(before.clone()));
+
+    // Its own registry no longer lists it: not found there.
+    std::fs::remove_file(site.dir.join("notes-1.0.0.tar.gz")).expect("withdraw");
+    std::fs::remove_file(site.dir.join("notes-1.0.0.tar.gz.minisig")).expect("withdraw");
+    site.index(None, None);
+    let run = site.zotbox(&["ext", "update", "notes", "--yes"]);
+    run.expect_code(1);
+    assert_eq!(
+        error_line(&run),
+        format!(
+            "error: registry `{}` no longer lists `notes`; it is left as installed",
+            site.index_url()
+        ),
+        "{run:#?}"
+    );
+    assert_eq!(site.installed_version().as_deref(), Some("1.0.0"));
+    assert_eq!(site.locked(), Some(before));
+    assert!(!site.lab.dev.join("native-ran").exists());
+}
+
+/// Attack: the first registry of the policy is down (or made to fail), and
+/// a later one lists the same name. The first registry that lists a name
+/// wins only if every one before it answered: otherwise the install is
+/// refused with the failing registry's error, and nothing is installed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_later_registry_never_stands_in_for_an_earlier_one_that_failed() {
+    let site = Site::new().await;
+    site.publish("1.0.0", &["https://a.example"], true);
+    site.index(None, None);
+    let _other = site.other_registry_listing_native_notes().await;
+    std::fs::remove_file(site.dir.join("index.json.minisig")).expect("down");
+    let install: &[&str] = &["ext", "install", "notes", "--yes"];
+    for args in [install, &["ext", "info", "notes"]] {
+        let run = site.zotbox(args);
+        run.expect_code(1);
+        assert_eq!(
+            error_line(&run),
+            format!(
+                "error: registry `{0}`: download of `{0}.minisig` failed: the server answered 404",
+                site.index_url()
+            ),
+            "{run:#?}"
+        );
+        assert_eq!(site.installed_version(), None);
+        assert_eq!(site.locked(), None);
+        assert!(!site.lab.dev.join("native-ran").exists());
+    }
+}
+
+/// Attack: a mirror serves a huge index signature (or index); the download
+/// stops at the signature's (the index's) own cap, far below an archive's,
+/// and nothing is installed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_index_or_signature_is_stopped_at_its_own_cap() {
+    let site = Site::new().await;
+    site.publish("1.0.0", &["https://a.example"], true);
+    site.index(None, None);
+    let url = site.index_url();
+    let signature = std::fs::read(site.dir.join("index.json.minisig")).expect("signature");
+    let mut huge = signature.clone();
+    huge.resize(zotbox::store::signature::MAX_SIGNATURE_TEXT + 1, b'\n');
+    std::fs::write(site.dir.join("index.json.minisig"), &huge).expect("huge");
+    let run = site.zotbox(&["ext", "install", "notes", "--yes"]);
+    run.expect_code(1);
+    assert_eq!(
+        error_line(&run),
+        format!(
+            "error: registry `{url}`: download of `{url}.minisig` stopped: it is larger than 16384 bytes"
+        ),
+        "{run:#?}"
+    );
+    std::fs::write(site.dir.join("index.json.minisig"), &signature).expect("signature");
+    let mut index = std::fs::read(site.dir.join("index.json")).expect("index");
+    index.resize(zotbox::store::registry::MAX_INDEX_BYTES + 1, b' ');
+    std::fs::write(site.dir.join("index.json"), &index).expect("huge");
+    let run = site.zotbox(&["ext", "install", "notes", "--yes"]);
+    run.expect_code(1);
+    assert_eq!(
+        error_line(&run),
+        format!("error: registry `{url}`: download of `{url}` stopped: it is larger than 8 MiB"),
+        "{run:#?}"
+    );
+    assert_eq!(site.installed_version(), None);
+    assert_eq!(site.locked(), None);
 }

@@ -5,22 +5,28 @@
 //! ([`install::plan`]): nothing is written yet. The caller shows the plan
 //! and asks; [`Pending::commit`] then copies exactly that plan into place
 //! ([`install::commit`]) and records it in the lock ([`lock`]), with what
-//! the policy granted. [`check_update`] finds a registry's newer version of
-//! a locked install and works out what it adds to and drops from the
-//! grant, so that an update asking for more is asked about again.
+//! the policy granted. [`check_update`] finds a newer version of a locked
+//! install in the registry it came from (only there: another registry
+//! listing the same name is not its update) and works out what it adds to
+//! and drops from the grant, turning native included, so that an update
+//! asking for more is asked about again.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::home::ZotHome;
-use crate::manifest::Manifest;
+use crate::manifest::{MANIFEST_FILE, Manifest, Program};
 use crate::policy::Policy;
 use crate::store::fetch::Limits;
 use crate::store::install::{self, InstallError, LaunchCommand, Plan};
 use crate::store::lock::{self, LockEntry, LockError, Scope};
-use crate::store::registry::client::{Client, ClientError, Obtained};
+use crate::store::registry::client::{Client, ClientError, Found, Obtained};
 use crate::store::registry::compare_versions;
 use crate::store::source::{self, Fetched, Provenance, Source, SourceError};
+
+/// The grant line of an update from a sandboxed version to a native one.
+pub const TURNS_NATIVE: &str =
+    "native: the new version runs unsandboxed, with your permissions (it was sandboxed)";
 
 /// Why an install or an update did not happen. After any of these,
 /// nothing was installed and a previous install is as it was (except
@@ -90,12 +96,10 @@ pub async fn prepare(
             (path.clone(), provenance, Origin::Folder)
         }
         Source::Registry { name, version } => {
-            let client = Client::new(home, policy);
-            let found = client.find(name, version.as_deref()).await?;
-            let obtained = client.obtain(found).await?;
-            let folder = obtained.fetched.folder.clone();
-            let provenance = obtained.fetched.recorded.clone();
-            (folder, provenance, Origin::Registry(Box::new(obtained)))
+            let found = Client::new(home, policy)
+                .find(name, version.as_deref())
+                .await?;
+            return prepare_found(found, home, policy, extensions).await;
         }
         Source::Git { .. } | Source::Archive { .. } => {
             let fetched =
@@ -113,6 +117,22 @@ pub async fn prepare(
         plan,
         provenance,
         origin,
+    })
+}
+
+/// [`prepare`] for the registry entry `found`.
+async fn prepare_found(
+    found: Found,
+    home: &ZotHome,
+    policy: &Policy,
+    extensions: &Path,
+) -> Result<Pending, InstallerError> {
+    let obtained = Client::new(home, policy).obtain(found).await?;
+    let plan = install::plan(&obtained.fetched.folder, extensions)?;
+    Ok(Pending {
+        plan,
+        provenance: obtained.fetched.recorded.clone(),
+        origin: Origin::Registry(Box::new(obtained)),
     })
 }
 
@@ -234,8 +254,8 @@ pub struct Update {
     pub pending: Pending,
 }
 
-/// The registries' newest version of the install at `dir` locked as
-/// `locked`, if it is newer than the installed one.
+/// The newest version, in the registry it came from, of the install at
+/// `dir` locked as `locked`, if it is newer than the installed one.
 ///
 /// # Errors
 ///
@@ -246,24 +266,34 @@ pub async fn check_update(
     dir: &Path,
     locked: &LockEntry,
 ) -> Result<Option<Update>, InstallerError> {
-    let client = Client::new(home, policy);
-    let found = client.find(&locked.name, None).await?;
+    // The registry it came from, and only that one: another registry
+    // listing the same name (or answering while its own is down) is not
+    // an update of it.
+    let Some(url) = locked.registry.as_deref() else {
+        return Ok(None);
+    };
+    let found = Client::new(home, policy).find_in(url, &locked.name).await?;
     if compare_versions(&found.entry.version, &locked.version) != std::cmp::Ordering::Greater {
         return Ok(None);
     }
     let to = found.entry.version.clone();
-    let source = Source::Registry {
-        name: locked.name.clone(),
-        version: Some(to.clone()),
-    };
     let extensions = dir
         .parent()
         .map_or_else(|| home.extensions_dir(), Path::to_owned);
-    let pending = prepare(&source, home, policy, &extensions).await?;
-    let (added, removed) = grant_diff(
+    let pending = prepare_found(found, home, policy, &extensions).await?;
+    let (mut added, removed) = grant_diff(
         &locked.capabilities,
         &granted(policy, pending.plan().manifest()),
     );
+    // A native program runs unsandboxed: wider than any capability row,
+    // so turning native is an addition that is asked about. What is
+    // installed now is read from its (locked) folder; unreadable counts as
+    // sandboxed, so the question is asked rather than skipped.
+    let native = |manifest: &Manifest| matches!(manifest.program, Program::Native { .. });
+    let was_native = Manifest::load(&dir.join(MANIFEST_FILE)).is_ok_and(|m| native(&m));
+    if native(pending.plan().manifest()) && !was_native {
+        added.insert(0, TURNS_NATIVE.to_owned());
+    }
     Ok(Some(Update {
         from: locked.version.clone(),
         to,

@@ -20,8 +20,11 @@
 //!    existed, or loaded from a folder by path) is not locked and starts. A
 //!    lockfile that cannot be read refuses every start until it is fixed or
 //!    removed (fail closed).
-//! 4. **A project lock only narrows.** `<ws>/.zot/zotbox.lock` is read
-//!    only when the workspace is trusted (`store::trust`). Its entries, by
+//! 4. **A project lock only narrows.** `<ws>/.zot/zotbox.lock` is looked
+//!    at only when the workspace is trusted (`store::trust`): until then
+//!    not even a link, folder or FIFO there refuses anything. Either lock
+//!    is opened without following a link or blocking, and must be a
+//!    regular file of at most 16 MiB. Its entries, by
 //!    extension name, may pin `tree`, `sha256`, `commit` or refuse
 //!    versions (`refuse_versions`); an installed extension that does not
 //!    match is refused at start, naming the project lock. Nothing else in
@@ -340,9 +343,22 @@ fn key(dir: &Path) -> String {
 
 /// Reads a JSON file of at most [`MAX_LOCK_BYTES`]; `None` when missing.
 fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>, LockError> {
-    let file = match std::fs::File::open(path) {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    // The file itself, never a link to elsewhere, and never a FIFO that
+    // would block every start: opened without following a link or
+    // waiting, then checked to be a regular file.
+    let not_regular = || LockError::Parse {
+        path: path.to_owned(),
+        detail: "is not a regular file".to_owned(),
+    };
+    let file = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK | nix::libc::O_CLOEXEC)
+        .open(path)
+    {
         Ok(file) => file,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(err) if err.raw_os_error() == Some(nix::libc::ELOOP) => return Err(not_regular()),
         Err(source) => {
             return Err(LockError::Read {
                 path: path.to_owned(),
@@ -350,6 +366,9 @@ fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>, L
             });
         }
     };
+    if !file.metadata().is_ok_and(|meta| meta.is_file()) {
+        return Err(not_regular());
+    }
     let mut bytes = Vec::new();
     file.take(MAX_LOCK_BYTES + 1)
         .read_to_end(&mut bytes)
@@ -368,7 +387,11 @@ fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>, L
     let parsed = crate::user_file::parse::<T>(&text).map_err(parse)?;
     for unknown in parsed.unknown_keys {
         // Rule 4: a key zotbox does not know is never read.
-        tracing::warn!("`{}`: unknown key `{unknown}` ignored", path.display());
+        tracing::warn!(
+            "`{}`: unknown key `{}` ignored",
+            path.display(),
+            Shown(&unknown)
+        );
     }
     Ok(Some(parsed.value))
 }
@@ -473,17 +496,12 @@ impl ProjectLock {
         workspace: &Path,
     ) -> Result<Option<Self>, LockError> {
         let path = workspace.join(PROJECT_LOCK);
-        // The file itself, never a link to elsewhere.
-        match std::fs::symlink_metadata(&path) {
-            Ok(meta) if meta.is_file() => {}
-            Ok(_) => {
-                return Err(LockError::Parse {
-                    path,
-                    detail: "is not a regular file".to_owned(),
-                });
-            }
-            Err(_) => return Ok(None),
+        if std::fs::symlink_metadata(&path).is_err() {
+            return Ok(None);
         }
+        // Trust before anything about the file: an untrusted workspace's
+        // lock is never read, and its oddities (a link, a folder, a FIFO)
+        // must not refuse the user's own extensions either.
         if !trusted(policy, home, workspace) {
             tracing::debug!("`{}` ignored: the workspace is not trusted", path.display());
             return Ok(None);
@@ -1063,5 +1081,42 @@ mod tests {
             "check_at_load, 4 MiB: {:?} per start",
             started.elapsed() / 5
         );
+    }
+
+    #[test]
+    fn an_untrusted_workspace_cannot_refuse_the_users_extensions_with_an_odd_lock_file() {
+        // Attack: the cloned repository's `.zot/zotbox.lock` is a link, a
+        // folder or a FIFO; unread while the workspace is untrusted, it must
+        // not refuse the user's own extension either.
+        type Make = Box<dyn Fn(&Path)>;
+        let cases: Vec<(&str, Make)> = vec![
+            (
+                "symlink",
+                Box::new(|p| std::os::unix::fs::symlink("/etc/passwd", p).unwrap()),
+            ),
+            ("folder", Box::new(|p| std::fs::create_dir(p).unwrap())),
+            (
+                "fifo",
+                Box::new(|p| {
+                    nix::unistd::mkfifo(p, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap()
+                }),
+            ),
+        ];
+        for (what, make) in cases {
+            let f = fixture();
+            record(&f, None);
+            make(&f.ws.join(PROJECT_LOCK));
+            assert!(check(&f).is_ok(), "{what}: {:?}", check(&f));
+            trust(&f);
+            assert_eq!(
+                check(&f).unwrap_err().to_string(),
+                format!(
+                    "`{}`: is not a regular file; fix it or remove it (then reinstall your \
+                     extensions to lock them again)",
+                    f.ws.join(PROJECT_LOCK).display()
+                ),
+                "{what}, trusted"
+            );
+        }
     }
 }

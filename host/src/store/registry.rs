@@ -58,7 +58,7 @@ use crate::manifest::Capabilities;
 use crate::policy::PublisherRules;
 use crate::store::pack;
 use crate::store::signature::{self, KeyId, PublicKey, SignatureError};
-use crate::text::Shown;
+use crate::text::{Shown, shown};
 
 pub use build::build_index;
 pub use state::RegistryState;
@@ -397,8 +397,10 @@ impl Index {
         }
         let text = std::str::from_utf8(bytes)
             .map_err(|_| RegistryError::Parse("it is not UTF-8".to_owned()))?;
-        let index: Self =
-            serde_json::from_str(text).map_err(|err| RegistryError::Parse(err.to_string()))?;
+        // The parser quotes the index (an unknown field, a bad value):
+        // escaped, as every author's string.
+        let index: Self = serde_json::from_str(text)
+            .map_err(|err| RegistryError::Parse(shown(&err.to_string()).into_owned()))?;
         index.validate()?;
         Ok(index)
     }

@@ -179,7 +179,7 @@ pub enum UnpackError {
     #[error("archive refused: it is not a readable `.tar.gz` ({0})")]
     Corrupt(String),
     /// Rule 7: the target folder is not empty, or a write failed.
-    #[error("cannot unpack into `{}`: {error}", .path.display())]
+    #[error("cannot unpack into `{}`: {error}", Shown(&.path.display().to_string()))]
     Io {
         /// The path.
         path: PathBuf,
@@ -780,5 +780,25 @@ mod tests {
         let err = unpack(&good().gz(), dir.path(), Caps::default()).unwrap_err();
         assert!(matches!(err, UnpackError::Io { .. }), "{err}");
         assert_eq!(everything(dir.path()), ["x"]);
+    }
+
+    #[test]
+    fn an_entry_name_that_cannot_be_written_is_shown_escaped() {
+        // Attack: a name too long to create, carrying an escape sequence
+        // and a bidi override; the write fails and the error names it.
+        let name = format!("ext/\u{1b}[2J\u{202e}{}", "a".repeat(300));
+        let long = {
+            let mut data = name.as_bytes().to_vec();
+            data.push(0);
+            good().raw(b"././@LongLink", tar::EntryType::GNULongName, &data, b"")
+        };
+        let (result, dir) = run(&long.file("ext/x", b"x").gz(), Caps::default());
+        let message = result.unwrap_err().to_string();
+        assert!(!crate::text::has_unsafe(&message), "{message:?}");
+        assert!(
+            message.contains("ext/\\u{1b}[2J\\u{202e}aaaa"),
+            "{message:?}"
+        );
+        assert_eq!(everything(dir.path()), ["into"]);
     }
 }

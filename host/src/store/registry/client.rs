@@ -68,6 +68,32 @@ pub enum ClientError {
         /// The version asked for.
         version: Option<String>,
     },
+    /// `ext update`: the registry an extension came from no longer lists it.
+    #[error(
+        "registry `{}` no longer lists `{}`; it is left as installed",
+        Shown(url),
+        Shown(name)
+    )]
+    NotListedIn {
+        /// The registry's index URL.
+        url: String,
+        /// The extension.
+        name: String,
+    },
+    /// `ext update`: the registry an extension came from is not in the
+    /// policy any more.
+    #[error(
+        "`{}` came from registry `{}`, which the policy no longer lists; it is left as \
+         installed (reinstall it from a configured registry to update it)",
+        Shown(name),
+        Shown(url)
+    )]
+    Unconfigured {
+        /// The registry's index URL.
+        url: String,
+        /// The extension.
+        name: String,
+    },
     /// The archive could not be unpacked.
     #[error("registry `{}`", Shown(url))]
     Unpack {
@@ -150,10 +176,23 @@ impl<'a> Client<'a> {
             url: url.clone(),
             source,
         };
-        let bytes = download(&url, &self.limits, &http).await.map_err(fetch)?;
-        let signature = download(&format!("{url}.minisig"), &self.limits, &http)
+        // The index and its signature have caps of their own, far below an
+        // archive's: a mirror serving a huge one is stopped at the cap, not
+        // read to 100 MiB and refused after.
+        let capped = |max: usize| Limits {
+            max_bytes: max as u64,
+            ..self.limits.clone()
+        };
+        let bytes = download(&url, &capped(super::MAX_INDEX_BYTES), &http)
             .await
             .map_err(fetch)?;
+        let signature = download(
+            &format!("{url}.minisig"),
+            &capped(crate::store::signature::MAX_SIGNATURE_TEXT),
+            &http,
+        )
+        .await
+        .map_err(fetch)?;
         let signature = String::from_utf8(signature).map_err(|_| {
             refused(RegistryError::Malformed {
                 subject: "the index signature".to_owned(),
@@ -195,10 +234,10 @@ impl<'a> Client<'a> {
     ///
     /// # Errors
     ///
-    /// [`ClientError::NotListed`], or the first registry's refusal when none
-    /// listed it and one could not be read.
+    /// [`ClientError::NotListed`], or the first refusal of a registry that
+    /// could not be read: the registries after it are not asked, so a later
+    /// one never stands in for an earlier one.
     pub async fn find(&self, name: &str, version: Option<&str>) -> Result<Found, ClientError> {
-        let mut first_error = None;
         for (registry, index) in self.indexes().await? {
             match index {
                 Ok(index) => {
@@ -224,16 +263,48 @@ impl<'a> Client<'a> {
                         });
                     }
                 }
-                Err(error) => {
-                    tracing::warn!("{}", crate::text::chain(&error));
-                    first_error.get_or_insert(error);
-                }
+                // The first registry that lists the name wins only when
+                // every one before it answered: a later registry (a user's,
+                // or an attacker's mirror) never stands in for an earlier
+                // one that is down or refused.
+                Err(error) => return Err(error),
             }
         }
-        Err(first_error.unwrap_or_else(|| ClientError::NotListed {
+        Err(ClientError::NotListed {
             name: name.to_owned(),
             version: version.map(str::to_owned),
-        }))
+        })
+    }
+
+    /// The newest entry `name` in the one registry at `url` (what `ext
+    /// update` asks: the registry the extension came from, never another
+    /// one listing the same name, and not another one when it is down).
+    ///
+    /// # Errors
+    ///
+    /// [`ClientError::Unconfigured`] when the policy no longer lists `url`,
+    /// [`ClientError::NotListedIn`], or why its index was refused.
+    pub async fn find_in(&self, url: &str, name: &str) -> Result<Found, ClientError> {
+        let registry = self
+            .policy
+            .registries()
+            .into_iter()
+            .find(|registry| registry.url == url)
+            .ok_or_else(|| ClientError::Unconfigured {
+                url: url.to_owned(),
+                name: name.to_owned(),
+            })?;
+        let index = self.index(&registry).await?;
+        match index.find(name, None) {
+            Some(entry) => Ok(Found {
+                entry: entry.clone(),
+                registry,
+            }),
+            None => Err(ClientError::NotListedIn {
+                url: url.to_owned(),
+                name: name.to_owned(),
+            }),
+        }
     }
 
     /// Downloads, checks and unpacks the archive of `found` (rule 3).

@@ -229,6 +229,25 @@ fn index_fields_are_read_strictly() {
     assert!(Index::parse(with(&|_| {}).as_bytes()).is_ok());
 }
 
+#[test]
+fn a_parse_error_quoting_the_index_is_shown_escaped() {
+    // Attack: an unknown field and an unknown kind carrying an escape
+    // sequence and a bidi override, quoted back by the JSON parser.
+    let cases = [
+        r#"{"version":1,"expires":"2099-01-01T00:00:00Z","entries":[],"\u001b[2J\u202e":1}"#,
+        r#"{"version":1,"expires":"2099-01-01T00:00:00Z","entries":[{"name":"x","version":"1.0.0","kind":"\u001b[2J","archive":"x.tar.gz","sha256":"00"}]}"#,
+    ];
+    for text in cases {
+        let err = Index::parse(text.as_bytes()).unwrap_err().to_string();
+        assert!(
+            err.starts_with("the registry index does not parse: "),
+            "{err}"
+        );
+        assert!(!crate::text::has_unsafe(&err), "{err:?}");
+        assert!(err.contains("\\u{1b}[2J"), "{err:?}");
+    }
+}
+
 /// One archive and the rules it is checked under.
 struct EntryCase {
     what: &'static str,
