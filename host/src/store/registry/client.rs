@@ -238,36 +238,33 @@ impl<'a> Client<'a> {
     /// could not be read: the registries after it are not asked, so a later
     /// one never stands in for an earlier one.
     pub async fn find(&self, name: &str, version: Option<&str>) -> Result<Found, ClientError> {
-        for (registry, index) in self.indexes().await? {
-            match index {
-                Ok(index) => {
-                    if let Some(entry) = index.find(name, version) {
-                        return Ok(Found {
-                            registry,
-                            entry: entry.clone(),
-                        });
-                    }
-                    // Listed, but only as withdrawn: say so, not "unknown".
-                    if let Some(withdrawn) = index.entries.iter().rev().find(|entry| {
-                        entry.revoked
-                            && entry.name == name
-                            && version.is_none_or(|version| entry.version == version)
-                    }) {
-                        return Err(ClientError::Refused {
-                            url: registry.url,
-                            source: RegistryError::Revoked {
-                                name: withdrawn.name.clone(),
-                                version: withdrawn.version.clone(),
-                                reason: withdrawn.reason.clone(),
-                            },
-                        });
-                    }
-                }
-                // The first registry that lists the name wins only when
-                // every one before it answered: a later registry (a user's,
-                // or an attacker's mirror) never stands in for an earlier
-                // one that is down or refused.
-                Err(error) => return Err(error),
+        // One registry at a time: the first that lists the name answers,
+        // and the indexes after it are not downloaded. A registry that
+        // cannot be read is the answer too: a later one (a user's, or an
+        // attacker's mirror) never stands in for an earlier one that is
+        // down or refused.
+        for registry in self.registries()? {
+            let index = self.index(&registry).await?;
+            if let Some(entry) = index.find(name, version) {
+                return Ok(Found {
+                    registry,
+                    entry: entry.clone(),
+                });
+            }
+            // Listed, but only as withdrawn: say so, not "unknown".
+            if let Some(withdrawn) = index.entries.iter().rev().find(|entry| {
+                entry.revoked
+                    && entry.name == name
+                    && version.is_none_or(|version| entry.version == version)
+            }) {
+                return Err(ClientError::Refused {
+                    url: registry.url,
+                    source: RegistryError::Revoked {
+                        name: withdrawn.name.clone(),
+                        version: withdrawn.version.clone(),
+                        reason: withdrawn.reason.clone(),
+                    },
+                });
             }
         }
         Err(ClientError::NotListed {
