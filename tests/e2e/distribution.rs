@@ -49,6 +49,18 @@ impl Site {
         site
     }
 
+    /// A site publishing `notes` 1.0.0 (signed, declaring one origin), and
+    /// the user's install of it; returns the site and its lock entry.
+    async fn with_notes_installed() -> (Self, Value) {
+        let site = Self::new().await;
+        site.publish("1.0.0", &["https://a.example"], true);
+        site.index(None, None);
+        site.zotbox(&["ext", "install", "notes", "--yes"])
+            .expect_code(0);
+        let locked = site.locked().expect("lock");
+        (site, locked)
+    }
+
     fn index_url(&self) -> String {
         self.server.url("/files/index.json")
     }
@@ -383,12 +395,7 @@ async fn every_refusal_installs_nothing() {
 /// wider grant than any capability: asked again, never installed silently.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_update_that_turns_native_is_asked_again() {
-    let site = Site::new().await;
-    site.publish("1.0.0", &["https://a.example"], true);
-    site.index(None, None);
-    site.zotbox(&["ext", "install", "notes", "--yes"])
-        .expect_code(0);
-    let before = site.locked().expect("lock");
+    let (site, before) = Site::with_notes_installed().await;
     site.publish_native(&site.dir, "1.1.0", &["https://a.example"]);
     site.index(None, None);
 
@@ -417,12 +424,7 @@ async fn an_update_that_turns_native_is_asked_again() {
 /// reached.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_update_asks_only_the_registry_it_was_installed_from() {
-    let site = Site::new().await;
-    site.publish("1.0.0", &["https://a.example"], true);
-    site.index(None, None);
-    site.zotbox(&["ext", "install", "notes", "--yes"])
-        .expect_code(0);
-    let before = site.locked().expect("lock");
+    let (site, before) = Site::with_notes_installed().await;
 
     let _other = site.other_registry_listing_native_notes().await;
 
