@@ -18,6 +18,12 @@
 //! | project | `<workspace>/.zot` |
 //! | project | `<workspace>/.shiro` |
 //!
+//! Installed data packages ([`package`]) are roots too, each below the
+//! folders of its scope: `$ZOT_HOME/packages/*` (origin `registry`) below
+//! `$ZOT_HOME`, `<workspace>/.zot/packages/*` (origin `project`) below
+//! `<workspace>/.zot`. A package whose files changed since it was installed
+//! is refused by the host ([`DataSearch::refuse`]) and loads nothing.
+//!
 //! A name found in a higher root shadows the same name in a lower one (the
 //! loser is kept in [`DataSet::shadowed`]); inside one folder the first file
 //! in name order wins. Skills also merge with the builtin and registry ones,
@@ -27,6 +33,7 @@
 //! fatal; unknown keys are reported in [`DataSet::warnings`].
 
 pub mod approval;
+pub mod package;
 pub mod plugin;
 pub mod skill;
 pub mod tool;
@@ -258,6 +265,8 @@ pub struct DataSearch {
     pub zot_home: PathBuf,
     /// The user's home folder, for `~/.shiro-neko`; `None` skips it.
     pub home_dir: Option<PathBuf>,
+    /// Installed packages not to load, by folder, with why.
+    pub refused: std::collections::BTreeMap<PathBuf, String>,
 }
 
 impl DataSearch {
@@ -269,7 +278,101 @@ impl DataSearch {
             home_dir: std::env::var_os("HOME")
                 .filter(|v| !v.is_empty())
                 .map(PathBuf::from),
+            refused: std::collections::BTreeMap::new(),
         }
+    }
+
+    /// The installed data packages, disabled ones included, lowest
+    /// precedence first: the user's (origin `registry`), then the
+    /// workspace's (`project`). A folder whose manifest does not load or is
+    /// not a data package is left out ([`DataSearch::load`] reports it).
+    pub fn packages(&self) -> Vec<(crate::manifest::Manifest, DataOrigin)> {
+        self.package_folders()
+            .into_iter()
+            .filter_map(|(dir, origin)| {
+                let manifest =
+                    crate::manifest::Manifest::load(&dir.join(crate::manifest::MANIFEST_FILE))
+                        .ok()?;
+                manifest.is_data().then_some((manifest, origin))
+            })
+            .collect()
+    }
+
+    /// Refuses the installed package in `dir`: [`DataSearch::load`] reports
+    /// `reason` for it and loads none of its files.
+    pub fn refuse(&mut self, dir: &Path, reason: String) {
+        self.refused.insert(dir.to_owned(), reason);
+    }
+
+    fn package_folders(&self) -> Vec<(PathBuf, DataOrigin)> {
+        let mut folders = Vec::new();
+        for (base, origin) in [
+            (&self.zot_home, DataOrigin::Registry),
+            (&self.workspace.join(".zot"), DataOrigin::Project),
+        ] {
+            let Ok(entries) = std::fs::read_dir(base.join(package::PACKAGES_DIR)) else {
+                continue;
+            };
+            let mut found: Vec<PathBuf> = entries
+                .filter_map(Result::ok)
+                .filter(|entry| !entry.file_name().to_string_lossy().starts_with('.'))
+                .map(|entry| entry.path())
+                .filter(|path| path.is_dir())
+                .collect();
+            found.sort();
+            folders.extend(found.into_iter().map(|dir| (dir, origin)));
+        }
+        // `$ZOT_HOME` as the workspace's `.zot`: each package once.
+        let mut seen = std::collections::BTreeSet::new();
+        folders.retain(|(dir, _)| seen.insert(dir.clone()));
+        folders
+    }
+
+    /// [`DataSearch::roots`] with the installed packages in their places,
+    /// each package's folder a root of its own; the packages whose
+    /// manifests fail, or that were refused, are reported in `set`.
+    fn roots_with_packages(&self, set: &mut DataSet) -> Vec<(PathBuf, DataOrigin)> {
+        let mut packages: Vec<(PathBuf, DataOrigin)> = Vec::new();
+        for (dir, origin) in self.package_folders() {
+            let path = dir.join(crate::manifest::MANIFEST_FILE);
+            let problem = match crate::manifest::Manifest::load(&path) {
+                Err(error) => Some(error.to_string()),
+                Ok(m) if !m.is_data() => Some(format!(
+                    "`{}` is not a data package (its `kind` is `{}`); extensions go in \
+                     `extensions/`",
+                    path.display(),
+                    m.kind()
+                )),
+                Ok(m) if !m.raw.enabled => None,
+                Ok(_) => match self.refused.get(&dir) {
+                    Some(reason) => Some(reason.clone()),
+                    None => {
+                        packages.push((dir, origin));
+                        continue;
+                    }
+                },
+            };
+            if let Some(error) = problem {
+                tracing::warn!("{error}");
+                set.problems.push(DataProblem { path, error });
+            }
+        }
+        // The user's packages below every other root; the workspace's below
+        // its own folders.
+        let (mut roots, project): (Vec<_>, Vec<_>) = packages
+            .into_iter()
+            .partition(|(_, origin)| *origin == DataOrigin::Registry);
+        let mut project = Some(project);
+        for (root, origin) in self.roots() {
+            if origin == DataOrigin::Project
+                && let Some(project) = project.take()
+            {
+                roots.extend(project);
+            }
+            roots.push((root, origin));
+        }
+        roots.extend(project.into_iter().flatten());
+        roots
     }
 
     /// The roots that hold `tools/`, `plugins/` and `skills/`, in increasing
@@ -308,7 +411,11 @@ impl DataSearch {
     fn load_tools_of_project(&self, project: ProjectTools) -> DataSet {
         let mut set = DataSet::default();
         // Highest precedence first, so that the first name found wins.
-        let roots: Vec<_> = self.roots().into_iter().rev().collect();
+        let roots: Vec<_> = self
+            .roots_with_packages(&mut set)
+            .into_iter()
+            .rev()
+            .collect();
         for (root, origin) in &roots {
             for path in set.files_in(&root.join("tools"), "json") {
                 let result = tool::DataTool::load(&path, *origin);
@@ -491,6 +598,7 @@ mod tests {
             workspace: tmp.path().join("ws"),
             zot_home: tmp.path().join("zot"),
             home_dir: Some(tmp.path().join("home")),
+            refused: Default::default(),
         };
         Fixture { _tmp: tmp, search }
     }

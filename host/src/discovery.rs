@@ -201,9 +201,24 @@ impl SearchPath {
     }
 }
 
+/// A data package among extensions is a failure, never a program to
+/// start: its files load from `packages/`, where `zotbox ext install` puts it.
+fn not_a_package(manifest: Manifest, path: &Path) -> Result<Manifest, FileError> {
+    if !manifest.is_data() {
+        return Ok(manifest);
+    }
+    Err(FileError::Invalid {
+        path: path.to_owned(),
+        field: "kind".to_owned(),
+        problem: "is `data`: a data package has no program to start; install it with `zotbox ext \
+                  install`, which puts it under `packages/`"
+            .to_owned(),
+    })
+}
+
 impl Discovery {
     fn offer(&mut self, path: &Path, origin: Origin, held: Option<Held>, workspace: bool) {
-        let manifest = match Manifest::load(path) {
+        let manifest = match Manifest::load(path).and_then(|m| not_a_package(m, path)) {
             Ok(manifest) => manifest,
             Err(error) => {
                 tracing::warn!("{error}");

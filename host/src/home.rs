@@ -4,6 +4,10 @@ use std::io::Write as _;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 
+/// The folder data packages are installed into, beside `extensions/` (in
+/// `$ZOT_HOME` and in a workspace's `.zot`).
+pub const PACKAGES_DIR: &str = "packages";
+
 /// The folder layout under `$ZOT_HOME`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ZotHome {
@@ -37,6 +41,11 @@ impl ZotHome {
     /// `extensions/`: one folder per installed extension.
     pub fn extensions_dir(&self) -> PathBuf {
         self.root.join("extensions")
+    }
+
+    /// `packages/`: the installed data packages, one folder each.
+    pub fn packages_dir(&self) -> PathBuf {
+        self.root.join(PACKAGES_DIR)
     }
 
     /// `logs/`: extension stderr logs and the audit log.

@@ -619,10 +619,9 @@ impl Host {
             crate::store::trust::assess(&self.inner.policy, &search.home, &search.workspace);
         let trusted = assessment.standing.allows();
         let refusal = assessment.refusal().unwrap_or_default();
-        let data = DataState::load(
-            &crate::data::DataSearch::new(&search.workspace, search.home.root()),
-            trusted,
-        );
+        let mut data_search = crate::data::DataSearch::new(&search.workspace, search.home.root());
+        crate::store::lock::check_packages(&mut data_search, &search.home, &self.inner.policy);
+        let data = DataState::load(&data_search, trusted);
         *self
             .inner
             .data

@@ -25,6 +25,12 @@ pub struct RawManifest {
     /// Informational version.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub version: String,
+    /// What the extension is. Optional for a program (`wasm` or `exec`
+    /// says it); `"data"` for a data package, which has no program and
+    /// brings the tools, plugins and skills of its `tools/`, `plugins/` and
+    /// `skills/` folders.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<DeclaredKind>,
     /// The executable zot launches (for a wasm extension, zot's launcher).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exec: Option<String>,
@@ -60,6 +66,28 @@ pub struct RawManifest {
 
 fn default_true() -> bool {
     true
+}
+
+/// A manifest's `kind` field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeclaredKind {
+    /// A WebAssembly program (`wasm`).
+    Wasm,
+    /// A native program (`exec`).
+    Native,
+    /// No program: a data package.
+    Data,
+}
+
+impl DeclaredKind {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Wasm => "wasm",
+            Self::Native => "native",
+            Self::Data => "data",
+        }
+    }
 }
 
 /// The capabilities an extension declares. Each list empty means none.
@@ -244,6 +272,10 @@ pub enum Program {
         /// The resolved path of the `.wasm` file.
         path: PathBuf,
     },
+    /// No program: a data package (`"kind": "data"`), whose tools, plugins
+    /// and skills the host loads. It is installed under `packages/`, never
+    /// started.
+    Data,
 }
 
 /// A validated manifest, with the folder it came from.
@@ -267,12 +299,18 @@ impl Manifest {
         &self.raw.name
     }
 
-    /// The extension's kind as shown to users: `wasm` or `native`.
+    /// The extension's kind as shown to users: `wasm`, `native` or `data`.
     pub fn kind(&self) -> &'static str {
         match self.program {
             Program::Native { .. } => "native",
             Program::Wasm { .. } => "wasm",
+            Program::Data => "data",
         }
+    }
+
+    /// Whether it is a data package (no program).
+    pub fn is_data(&self) -> bool {
+        matches!(self.program, Program::Data)
     }
 
     /// Reads and validates `path` (an `extension.json`).
@@ -321,6 +359,71 @@ impl Manifest {
                 problem,
             })?;
         }
+        let program = program_of(&raw, path, &dir)?;
+        Ok(Self {
+            raw,
+            path: path.to_owned(),
+            dir,
+            program,
+            unknown_keys,
+        })
+    }
+}
+
+/// How the manifest at `path` runs: its `kind` (when written) must agree
+/// with its `wasm` and `exec`; a data package has neither, and declares
+/// no capabilities or limits of its own (its tools' are derived from them).
+fn program_of(raw: &RawManifest, path: &Path, dir: &Path) -> Result<Program, FileError> {
+    let invalid = |field: &str, problem: String| FileError::Invalid {
+        path: path.to_owned(),
+        field: field.to_owned(),
+        problem,
+    };
+    match raw.kind {
+        Some(DeclaredKind::Data) => {
+            for (field, present) in [("wasm", raw.wasm.is_some()), ("exec", raw.exec.is_some())] {
+                if present {
+                    return Err(invalid(
+                        field,
+                        "is set, but `kind` is `data`: a data package has no program".to_owned(),
+                    ));
+                }
+            }
+            if !raw.capabilities.is_empty() {
+                return Err(invalid(
+                    "capabilities",
+                    "is set, but `kind` is `data`: a data package's capabilities are those of \
+                     its tools, derived from them"
+                        .to_owned(),
+                ));
+            }
+            if !raw.limits.is_default() {
+                return Err(invalid(
+                    "limits",
+                    "is set, but `kind` is `data`: a data package runs no program to limit"
+                        .to_owned(),
+                ));
+            }
+            return Ok(Program::Data);
+        }
+        Some(kind @ DeclaredKind::Wasm) if raw.wasm.is_none() => {
+            return Err(invalid(
+                "kind",
+                format!("is `{}`, but there is no `wasm` field", kind.as_str()),
+            ));
+        }
+        Some(kind @ DeclaredKind::Native) if raw.wasm.is_some() || raw.exec.is_none() => {
+            return Err(invalid(
+                "kind",
+                format!(
+                    "is `{}`, which needs `exec` and no `wasm`",
+                    kind.as_str()
+                ),
+            ));
+        }
+        _ => {}
+    }
+    {
         let program = match (&raw.wasm, &raw.exec) {
             (Some(wasm), _) => {
                 if wasm.trim().is_empty() {
@@ -359,19 +462,13 @@ impl Manifest {
                 return Err(FileError::Invalid {
                     path: path.to_owned(),
                     field: "exec".to_owned(),
-                    problem: "is missing; a manifest needs `exec` (a native extension) or \
-                              `wasm` (a sandboxed one)"
+                    problem: "is missing; a manifest needs `exec` (a native extension), \
+                              `wasm` (a sandboxed one) or `\"kind\": \"data\"` (a data package)"
                         .to_owned(),
                 });
             }
         };
-        Ok(Self {
-            raw,
-            path: path.to_owned(),
-            dir,
-            program,
-            unknown_keys,
-        })
+        Ok(program)
     }
 }
 
@@ -588,6 +685,47 @@ mod tests {
                 path: PathBuf::from("/x/ext/w.wasm")
             }
         );
+    }
+
+    #[test]
+    fn a_declared_kind_must_agree_with_the_program() {
+        let data = parse(r#"{"name":"kit","version":"1.0.0","kind":"data"}"#).unwrap();
+        assert_eq!((data.kind(), data.is_data()), ("data", true));
+        assert_eq!(data.program, Program::Data);
+        let wasm = parse(r#"{"name":"w","kind":"wasm","wasm":"w.wasm"}"#).unwrap();
+        assert_eq!(wasm.kind(), "wasm");
+        let cases = [
+            (
+                r#"{"name":"k","kind":"data","exec":"./run"}"#,
+                "field `exec` is set, but `kind` is `data`: a data package has no program",
+            ),
+            (
+                r#"{"name":"k","kind":"data","wasm":"k.wasm"}"#,
+                "field `wasm` is set, but `kind` is `data`",
+            ),
+            (
+                r#"{"name":"k","kind":"data","capabilities":{"http":["https://a.example"]}}"#,
+                "field `capabilities` is set, but `kind` is `data`: a data package's \
+                 capabilities are those of its tools",
+            ),
+            (
+                r#"{"name":"k","kind":"data","limits":{"memory_mb":8}}"#,
+                "field `limits` is set, but `kind` is `data`",
+            ),
+            (
+                r#"{"name":"k","kind":"wasm","exec":"./run"}"#,
+                "field `kind` is `wasm`, but there is no `wasm` field",
+            ),
+            (
+                r#"{"name":"k","kind":"native","wasm":"k.wasm","exec":"./run"}"#,
+                "field `kind` is `native`, which needs `exec` and no `wasm`",
+            ),
+            (r#"{"name":"k","kind":"python","exec":"x"}"#, "field `kind`"),
+        ];
+        for (text, expected) in cases {
+            let err = parse(text).unwrap_err();
+            assert!(err.contains(expected), "{text}: {err}");
+        }
     }
 
     #[test]

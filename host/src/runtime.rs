@@ -129,6 +129,13 @@ pub enum StartError {
     /// A wasm program could not be loaded.
     #[error(transparent)]
     Wasm(#[from] wasm::WasmError),
+    /// A data package has no program to start (its tools, plugins and
+    /// skills are loaded by the host).
+    #[error("`{name}` is a data package: it has no program to start")]
+    NoProgram {
+        /// The package.
+        name: String,
+    },
 }
 
 /// Starts extensions of every kind; owns the wasm engine, created on first use.
@@ -245,6 +252,9 @@ impl Launcher {
                 .wasm()?
                 .start(manifest.name(), path, limits, log, sandbox)
                 .await?),
+            crate::manifest::Program::Data => Err(StartError::NoProgram {
+                name: manifest.name().to_owned(),
+            }),
         }
     }
 }

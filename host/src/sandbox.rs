@@ -759,6 +759,8 @@ pub fn confine(
     manifest: &crate::manifest::Manifest,
 ) -> Result<Option<Arc<Sandbox>>, String> {
     match manifest.program {
+        // Never started; its tools each get a sandbox of their own.
+        crate::manifest::Program::Data => Ok(None),
         crate::manifest::Program::Native { .. } => match policy.native_refused_by() {
             Some(path) => Err(format!(
                 "native extensions are refused by policy `{}` (`native_extensions: false`)",

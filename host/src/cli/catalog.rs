@@ -107,7 +107,7 @@ pub(crate) async fn info(context: &Context, text: &str) -> Result<u8> {
             "sha256": entry.sha256,
             "signed_by": obtained.verified.key.map(|k| k.to_string()),
             "capabilities": entry.capabilities,
-            "granted": installer::granted(&policy, plan.manifest()),
+            "granted": installer::granted(&policy, plan),
             "files": plan.entries().iter().map(|e| &e.path).collect::<Vec<_>>(),
             "installed": plan.replaces(),
         }))?;
@@ -125,7 +125,7 @@ pub(crate) async fn info(context: &Context, text: &str) -> Result<u8> {
     }
     println!("  {}", super::source::signature_status(obtained));
     super::ext::print_plan(plan);
-    super::policy::print_grant(&policy, plan.manifest());
+    super::policy::print_grant(&policy, plan.manifest(), &plan.declared());
     println!(
         "nothing was installed; `zotbox ext install {}` installs it",
         Shown(text)
@@ -202,7 +202,8 @@ async fn update_one(
         // A wider grant is a new decision: shown in full, asked again.
         if !context.json {
             println!("the new version asks for more than you granted:");
-            super::policy::print_grant(policy, update.pending.plan().manifest());
+            let plan = update.pending.plan();
+            super::policy::print_grant(policy, plan.manifest(), &plan.declared());
         }
         super::ext::consent(name, yes)?;
     }

@@ -342,9 +342,15 @@ async fn install(context: &Context, text: &str, project: bool, yes: bool) -> Res
     let pending = installer::prepare(&source, &home, &policy, &extensions).await?;
     super::source::fetched(context, &pending);
     let name = pending.plan().manifest().name().to_owned();
-    if matches!(pending.plan().manifest().program, Program::Wasm { .. }) {
-        print_plan(pending.plan());
-        super::policy::print_grant(&policy, pending.plan().manifest());
+    // A sandboxed extension and a data package run with what is granted
+    // here: shown, and asked about.
+    if matches!(
+        pending.plan().manifest().program,
+        Program::Wasm { .. } | Program::Data
+    ) {
+        let plan = pending.plan();
+        print_plan(plan);
+        super::policy::print_grant(&policy, plan.manifest(), &plan.declared());
         consent(&name, yes)?;
     }
     let scope = if project {
@@ -462,9 +468,13 @@ pub(crate) fn print_plan(plan: &install::Plan) {
         .iter()
         .filter(|entry| entry.kind != install::EntryKind::Folder)
         .collect();
+    let launcher = if matches!(manifest.program, Program::Wasm { .. }) {
+        "; `extension.json` gets zot's launcher as its `exec`"
+    } else {
+        ""
+    };
     println!(
-        "files: {} ({}), and nothing else from the folder (its `files` globs add more); \
-         `extension.json` gets zot's launcher as its `exec`",
+        "files: {} ({}), and nothing else from the folder (its `files` globs add more){launcher}",
         files.len(),
         size(plan.total_size())
     );
@@ -486,6 +496,45 @@ pub(crate) fn print_plan(plan: &install::Plan) {
     if files.len() > LISTED_FILES {
         println!("… and {} more files", files.len() - LISTED_FILES);
     }
+    if let Some(contents) = plan.package() {
+        print_package(contents);
+    }
+}
+
+/// What a data package brings, as the host will load it: each tool with
+/// its template, each plugin with its rules, each skill with its line.
+fn print_package(contents: &zotbox::data::package::Contents) {
+    let rows: Vec<Vec<String>> = contents
+        .tools
+        .iter()
+        .map(|tool| {
+            let approval = if tool.auto_approve {
+                ""
+            } else {
+                " (asks `zotbox approve` first)"
+            };
+            vec![
+                format!("tool {}", Shown(&tool.name)),
+                tool.kind.as_str().to_owned(),
+                format!("{}{approval}", shown(tool.kind.template())),
+            ]
+        })
+        .chain(contents.plugins.iter().map(|plugin| {
+            vec![
+                format!("plugin {}", Shown(&plugin.name)),
+                "refuses".to_owned(),
+                format!("{} deny rules", plugin.deny.len()),
+            ]
+        }))
+        .chain(contents.skills.iter().map(|skill| {
+            vec![
+                format!("skill {}", Shown(&skill.name)),
+                "text".to_owned(),
+                shown(&skill.description).into_owned(),
+            ]
+        }))
+        .collect();
+    print!("{}", table(&["BRINGS", "KIND", "WHAT IT DOES"], &rows));
 }
 
 /// A byte count for people: `812 B`, `118.3 KiB`, `4.0 MiB`.
@@ -520,7 +569,8 @@ pub(crate) fn consent(name: &str, yes: bool) -> Result<()> {
     }
 }
 
-/// The manifest of the installed (project or user) extension called `name`.
+/// The manifest of the installed (project or user) extension or data
+/// package called `name`.
 fn find_installed(context: &Context, name: &str) -> Result<Manifest> {
     let search = SearchPath {
         explicit: Vec::new(),
@@ -528,14 +578,25 @@ fn find_installed(context: &Context, name: &str) -> Result<Manifest> {
         home: context.home()?,
     };
     let discovery = search.discover();
-    discovery
+    let found = discovery
         .found
         .into_iter()
         .find(|found| found.manifest.name() == name && found.origin != Origin::Explicit)
-        .map(|found| found.manifest)
+        .map(|found| found.manifest);
+    if let Some(manifest) = found {
+        return Ok(manifest);
+    }
+    // Data packages, the workspace's first (as extensions are found).
+    let packages = zotbox::data::DataSearch::new(&search.workspace, search.home.root()).packages();
+    packages
+        .into_iter()
+        .rev()
+        .map(|(manifest, _)| manifest)
+        .find(|manifest| manifest.name() == name)
         .with_context(|| {
             format!(
-                "no installed extension `{name}` in `{}` or `{}`",
+                "no installed extension `{}` in `{}` or `{}`, and no data package of that name",
+                Shown(name),
                 search.project_dir().display(),
                 search.home.extensions_dir().display()
             )
@@ -550,9 +611,14 @@ fn remove(context: &Context, name: &str) -> Result<u8> {
         Err(err) => {
             zotbox::manifest::validate_name(name)
                 .map_err(|problem| anyhow::anyhow!("extension name {problem}"))?;
-            let project = context.workspace()?.join(".zot/extensions").join(name);
-            let user = context.home()?.extensions_dir().join(name);
-            match [project, user].into_iter().find(|dir| dir.is_dir()) {
+            let (workspace, home) = (context.workspace()?, context.home()?);
+            let candidates = [
+                workspace.join(".zot/extensions").join(name),
+                home.extensions_dir().join(name),
+                workspace.join(".zot/packages").join(name),
+                home.packages_dir().join(name),
+            ];
+            match candidates.into_iter().find(|dir| dir.is_dir()) {
                 Some(dir) => dir,
                 None => return Err(err),
             }
@@ -577,9 +643,12 @@ fn set_enabled(context: &Context, name: &str, enabled: bool) -> Result<u8> {
     let mut out = serde_json::to_string_pretty(&value)?;
     out.push('\n');
     // A new file renamed over the old: never half a manifest, and never a
-    // write through a link to some other file.
-    zotbox::home::write_atomic(path, out.as_bytes())
-        .with_context(|| format!("cannot write `{}`", path.display()))?;
+    // write through a link to some other file. The lock follows the
+    // user's own edit (only of an install that matched it).
+    lock::edit_locked(&context.home()?, &manifest.dir, || {
+        zotbox::home::write_atomic(path, out.as_bytes())
+            .with_context(|| format!("cannot write `{}`", path.display()))
+    })?;
     report(
         context,
         if enabled { "enabled" } else { "disabled" },

@@ -92,7 +92,7 @@ fn explain(context: &Context, policy: &Policy, name: &str) -> Result<u8> {
         }
         return Ok(EXIT_OK);
     }
-    print_grant(policy, &manifest);
+    print_grant(policy, &manifest, &manifest.raw.capabilities);
     print_control(&control);
     Ok(EXIT_OK)
 }
@@ -132,9 +132,15 @@ fn print_control(control: &ControlPaths) {
 
 /// Prints, per capability, what `manifest` declared, what the policy allows,
 /// what is granted and which rule decided; then its limits.
-pub(crate) fn print_grant(policy: &Policy, manifest: &zotbox::manifest::Manifest) {
+/// The grant of `declared` (the manifest's capabilities, or a data
+/// package's, derived from its tools) under `policy`, and the limits.
+pub(crate) fn print_grant(
+    policy: &Policy,
+    manifest: &zotbox::manifest::Manifest,
+    declared: &zotbox::manifest::Capabilities,
+) {
     let name = manifest.name();
-    let grant = policy.grant(&manifest.raw.capabilities);
+    let grant = policy.grant(declared);
     println!(
         "extension `{}` ({}, {})",
         Shown(name),
@@ -205,6 +211,14 @@ pub(crate) fn print_grant(policy: &Policy, manifest: &zotbox::manifest::Manifest
             &rows
         )
     );
+    let narrowed = grant.rows.iter().any(|row| !row.refused.is_empty());
+    if manifest.is_data() {
+        // No program, so no limits: each tool runs with the host's.
+        if narrowed {
+            println!("its tools need more than the policy allows; they run with the smaller grant");
+        }
+        return;
+    }
     let limits = policy.limits(
         &manifest.raw.limits,
         &zotbox::policy::LimitDefaults::default(),
@@ -223,7 +237,6 @@ pub(crate) fn print_grant(policy: &Policy, manifest: &zotbox::manifest::Manifest
         limits.intercept_timeout.value.as_millis(),
         limits.intercept_timeout.source
     );
-    let narrowed = grant.rows.iter().any(|row| !row.refused.is_empty());
     if narrowed {
         println!(
             "the extension declared more than the policy allows; it runs with the smaller grant"

@@ -35,6 +35,7 @@ use serde_json::{Value, json};
 
 use super::{DataOrigin, FileError, Parsed, check_name, check_text, parse_json, read_file};
 use crate::capability::shell::template::Template;
+use crate::manifest::Capabilities;
 
 /// The placeholder the argument replaces.
 pub const ARG_PLACEHOLDER: &str = "{arg}";
@@ -346,6 +347,17 @@ impl DataTool {
         })
     }
 
+    /// What this tool must be allowed to do, read from its template (an
+    /// `http` template fixes its origin): what an install of a data package
+    /// shows and locks.
+    pub fn declared(&self) -> Capabilities {
+        let url = match self.kind.render(None) {
+            Rendered::Http { url } => Some(url),
+            Rendered::Shell { .. } | Rendered::Read { .. } => None,
+        };
+        declared(&self.kind, url.as_deref())
+    }
+
     /// The JSON schema of the tool's input, as zot registers it: one optional
     /// string, `arg`.
     pub fn schema(&self) -> Value {
@@ -496,6 +508,61 @@ pub fn percent_encode(text: &str) -> String {
         }
     }
     out
+}
+
+/// What a data tool of this kind must be allowed to do, its URL (an
+/// `http` tool's) rendered: the grant its sandbox asks for.
+pub fn declared(kind: &ToolKind, rendered_url: Option<&str>) -> Capabilities {
+    let mut declared = Capabilities::default();
+    match kind {
+        // Whatever the template becomes, the policy's shell rules and the
+        // guard chain still apply to it.
+        ToolKind::Shell { .. } => declared.shell = vec!["**".to_owned()],
+        ToolKind::Http { .. } => {
+            if let Some(origin) = rendered_url.and_then(origin_of) {
+                // Its secrets go to the one origin the template fixes.
+                declared.secrets = kind
+                    .secrets()
+                    .into_iter()
+                    .map(|(name, query)| {
+                        let spec = crate::manifest::SecretSpec {
+                            http: vec![origin.clone()],
+                            query,
+                            env: None,
+                        };
+                        (name, spec)
+                    })
+                    .collect();
+                declared.http = vec![origin];
+            }
+        }
+        ToolKind::Read { path } => declared.read = vec![read_grant(path)],
+    }
+    declared
+}
+
+/// What a read template may reach: the folder it fixes before `{arg}`, at
+/// any depth (`docs/{arg}` → `docs/**`), or exactly its path when it takes
+/// no argument. The jail still refuses `..`, absolute paths and symlinks
+/// leading out; a symlink staying inside that folder is followed.
+fn read_grant(template: &str) -> String {
+    match template.split_once("{arg}") {
+        None => globset::escape(template),
+        Some((fixed, _)) => match fixed.rsplit_once('/') {
+            Some((folder, _)) if !folder.is_empty() => format!("{}/**", globset::escape(folder)),
+            _ => "**".to_owned(),
+        },
+    }
+}
+
+/// `https://host[:port]` of a URL.
+fn origin_of(url: &str) -> Option<String> {
+    let parsed = reqwest::Url::parse(url).ok()?;
+    let host = parsed.host_str()?;
+    Some(match parsed.port() {
+        Some(port) => format!("{}://{host}:{port}", parsed.scheme()),
+        None => format!("{}://{host}", parsed.scheme()),
+    })
 }
 
 #[cfg(test)]
@@ -880,5 +947,33 @@ mod tests {
         let none = tool(r#"{"name":"a","description":"d","kind":"read","path":"README.md"}"#);
         let description = none.schema()["properties"]["arg"]["description"].clone();
         assert_eq!(description, "Ignored: this tool takes no argument.");
+    }
+
+    #[test]
+    fn read_grants_cover_the_folder_a_template_fixes() {
+        let cases = [
+            ("docs/{arg}", "docs/**"),
+            ("docs/api/{arg}.md", "docs/api/**"),
+            ("notes-{arg}.md", "**"),
+            ("{arg}", "**"),
+            ("README.md", "README.md"),
+            ("a[1]/{arg}", "a[[]1[]]/**"),
+        ];
+        for (template, grant) in cases {
+            assert_eq!(read_grant(template), grant, "{template}");
+        }
+    }
+
+    #[test]
+    fn origins_are_taken_from_rendered_urls() {
+        assert_eq!(
+            origin_of("https://api.x.com/a?b=c").as_deref(),
+            Some("https://api.x.com")
+        );
+        assert_eq!(
+            origin_of("https://127.0.0.1:8443/x").as_deref(),
+            Some("https://127.0.0.1:8443")
+        );
+        assert_eq!(origin_of("not a url"), None);
     }
 }

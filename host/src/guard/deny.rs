@@ -610,6 +610,7 @@ mod tests {
             workspace: tmp.path().join("ws"),
             zot_home: tmp.path().join("zot"),
             home_dir: None,
+            refused: Default::default(),
         }
         .load();
         assert_eq!(set.problems.len(), 1, "{:?}", set.problems);

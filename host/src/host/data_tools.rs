@@ -10,7 +10,6 @@ use super::{Host, Inner};
 use crate::capability::http::Request;
 use crate::data::{Approvals, DataSearch, DataSet, DataTool, ToolKind};
 use crate::guard::DenyRules;
-use crate::manifest::Capabilities;
 use crate::sandbox::{CommandGuard, Sandbox};
 
 /// The most a data tool returns to the model, in characters.
@@ -102,60 +101,6 @@ pub(crate) fn cap_output(mut text: String) -> String {
 fn into_text(bytes: Vec<u8>) -> String {
     String::from_utf8(bytes)
         .unwrap_or_else(|err| String::from_utf8_lossy(err.as_bytes()).into_owned())
-}
-
-/// What a data tool of this kind and rendering must be allowed to do.
-fn declared_for(kind: &ToolKind, rendered_url: Option<&str>) -> Capabilities {
-    let mut declared = Capabilities::default();
-    match kind {
-        // The template is the user's own; the policy switch and the guard
-        // still apply to whatever it becomes.
-        ToolKind::Shell { .. } => declared.shell = vec!["**".to_owned()],
-        ToolKind::Http { .. } => {
-            if let Some(origin) = rendered_url.and_then(origin_of) {
-                // Its secrets go to the one origin the template fixes.
-                declared.secrets = kind
-                    .secrets()
-                    .into_iter()
-                    .map(|(name, query)| {
-                        let spec = crate::manifest::SecretSpec {
-                            http: vec![origin.clone()],
-                            query,
-                            env: None,
-                        };
-                        (name, spec)
-                    })
-                    .collect();
-                declared.http = vec![origin];
-            }
-        }
-        ToolKind::Read { path } => declared.read = vec![read_grant(path)],
-    }
-    declared
-}
-
-/// What a read template may reach: the folder it fixes before `{arg}`, at
-/// any depth (`docs/{arg}` → `docs/**`), or exactly its path when it takes
-/// no argument. The jail still refuses `..`, absolute paths and symlinks
-/// leading out; a symlink staying inside that folder is followed.
-fn read_grant(template: &str) -> String {
-    match template.split_once("{arg}") {
-        None => globset::escape(template),
-        Some((fixed, _)) => match fixed.rsplit_once('/') {
-            Some((folder, _)) if !folder.is_empty() => format!("{}/**", globset::escape(folder)),
-            _ => "**".to_owned(),
-        },
-    }
-}
-
-/// `https://host[:port]` of a URL.
-fn origin_of(url: &str) -> Option<String> {
-    let parsed = reqwest::Url::parse(url).ok()?;
-    let host = parsed.host_str()?;
-    Some(match parsed.port() {
-        Some(port) => format!("{}://{host}:{port}", parsed.scheme()),
-        None => format!("{}://{host}", parsed.scheme()),
-    })
 }
 
 impl Host {
@@ -419,7 +364,7 @@ impl Host {
     /// The sandbox a data tool runs in: made once per tool and what it
     /// reaches (its grant depends on nothing else), then reused.
     fn data_sandbox(&self, tool: &DataTool, url: Option<&str>) -> Result<Arc<Sandbox>, ToolResult> {
-        let declared = declared_for(&tool.kind, url);
+        let declared = crate::data::tool::declared(&tool.kind, url);
         let key = format!("{}\0{:?}", tool.name, declared);
         let data = self.data();
         let mut cache = data
@@ -457,33 +402,5 @@ mod tests {
             capped.chars().filter(|&c| c == 'é').count(),
             DATA_OUTPUT_CAP
         );
-    }
-
-    #[test]
-    fn read_grants_cover_the_folder_a_template_fixes() {
-        let cases = [
-            ("docs/{arg}", "docs/**"),
-            ("docs/api/{arg}.md", "docs/api/**"),
-            ("notes-{arg}.md", "**"),
-            ("{arg}", "**"),
-            ("README.md", "README.md"),
-            ("a[1]/{arg}", "a[[]1[]]/**"),
-        ];
-        for (template, grant) in cases {
-            assert_eq!(read_grant(template), grant, "{template}");
-        }
-    }
-
-    #[test]
-    fn origins_are_taken_from_rendered_urls() {
-        assert_eq!(
-            origin_of("https://api.x.com/a?b=c").as_deref(),
-            Some("https://api.x.com")
-        );
-        assert_eq!(
-            origin_of("https://127.0.0.1:8443/x").as_deref(),
-            Some("https://127.0.0.1:8443")
-        );
-        assert_eq!(origin_of("not a url"), None);
     }
 }

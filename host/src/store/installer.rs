@@ -55,6 +55,18 @@ pub enum InstallerError {
     /// The lock could not be read.
     #[error(transparent)]
     ReadLock(LockError),
+    /// An update would turn an extension into a data package or back: it
+    /// would land in another folder, beside the install it replaces.
+    #[error(
+        "the new version of `{name}` is of kind `{to}`, which installs elsewhere; remove it \
+         (`zotbox ext remove {name}`) and install the new version"
+    )]
+    KindChanged {
+        /// The install.
+        name: String,
+        /// The new version's kind.
+        to: &'static str,
+    },
 }
 
 /// Where a pending install's folder came from; a fetched one lives in a
@@ -173,7 +185,7 @@ impl Pending {
         prepare: &dyn Fn(&str, &Path) -> Result<(), String>,
     ) -> Result<PathBuf, InstallerError> {
         let name = self.plan.manifest().name().to_owned();
-        let granted = granted(policy, self.plan.manifest());
+        let granted = granted(policy, &self.plan);
         let target = install::commit(&self.plan, launcher, prepare)?;
         // What landed is what was planned; the lock reads it from disk.
         let recorded = Manifest::load(&target.join(crate::manifest::MANIFEST_FILE))
@@ -186,16 +198,29 @@ impl Pending {
     }
 }
 
-/// What `policy` grants of the capabilities `manifest` declares, by
-/// capability: what the lock records and an update is compared with.
-pub fn granted(policy: &Policy, manifest: &Manifest) -> BTreeMap<String, Vec<String>> {
-    policy
-        .grant(&manifest.raw.capabilities)
+/// The key under which the lock records a data package's tools.
+pub const TOOLS_KEY: &str = "tools";
+
+/// What `policy` grants of the capabilities `plan` declares, by capability:
+/// what the lock records and an update is compared with. A data package's
+/// tools are recorded too, under [`TOOLS_KEY`] (`name (kind): template`),
+/// so that an update changing a command or a URL is asked about again even
+/// where the grant stays the same (a shell tool's grant is `**`).
+pub fn granted(policy: &Policy, plan: &Plan) -> BTreeMap<String, Vec<String>> {
+    let mut granted: BTreeMap<String, Vec<String>> = policy
+        .grant(&plan.declared())
         .rows
         .into_iter()
         .filter(|row| !row.granted.is_empty())
         .map(|row| (row.capability.to_owned(), row.granted))
-        .collect()
+        .collect();
+    if let Some(contents) = plan.package() {
+        let tools = contents.tool_lines();
+        if !tools.is_empty() {
+            granted.insert(TOOLS_KEY.to_owned(), tools);
+        }
+    }
+    granted
 }
 
 /// What `new` grants that `old` did not, and what it no longer grants, as
@@ -277,13 +302,22 @@ pub async fn check_update(
         return Ok(None);
     }
     let to = found.entry.version.clone();
+    // `<root>/extensions/<name>` or `<root>/packages/<name>`: the plan
+    // puts each kind in its own folder of the same root.
     let extensions = dir
         .parent()
-        .map_or_else(|| home.extensions_dir(), Path::to_owned);
+        .and_then(Path::parent)
+        .map_or_else(|| home.extensions_dir(), |root| root.join("extensions"));
     let pending = prepare_found(found, home, policy, &extensions).await?;
+    if pending.plan().destination() != dir {
+        return Err(InstallerError::KindChanged {
+            name: locked.name.clone(),
+            to: pending.plan().manifest().kind(),
+        });
+    }
     let (mut added, removed) = grant_diff(
         &locked.capabilities,
-        &granted(policy, pending.plan().manifest()),
+        &granted(policy, pending.plan()),
     );
     // A native program runs unsandboxed: wider than any capability row,
     // so turning native is an addition that is asked about. What is

@@ -42,6 +42,7 @@ use sha2::{Digest, Sha256};
 use super::source::Provenance;
 use super::trust::{EntryKind, ScanError};
 use crate::home::ZotHome;
+use crate::data::DataSearch;
 use crate::manifest::{MANIFEST_FILE, Manifest};
 use crate::policy::Policy;
 use crate::text::Shown;
@@ -434,6 +435,44 @@ pub fn record_install(
     Ok(entry)
 }
 
+/// The user's own edit of a locked install (`ext enable`, `ext disable`
+/// rewrite its manifest): runs `edit`, then records the folder's new files
+/// in its lock entry, but only when they matched the lock before the edit,
+/// so that the user's edit never blesses a change someone else made. A
+/// folder without an entry is only edited.
+///
+/// # Errors
+///
+/// `edit`'s error (nothing recorded), or [`LockError`] when the lock
+/// cannot be read or written or the folder hashed.
+pub fn edit_locked<E: From<LockError>>(
+    home: &ZotHome,
+    dir: &Path,
+    edit: impl FnOnce() -> Result<(), E>,
+) -> Result<(), E> {
+    let mut lock = Lock::load(home)?;
+    let scan = |name: &str| {
+        let name = name.to_owned();
+        move |source| LockError::Scan { name, source }
+    };
+    let intact = match lock.entry(dir) {
+        Some(entry) => Tree::of(dir).map_err(scan(&entry.name))?.digest == entry.tree,
+        None => false,
+    };
+    edit()?;
+    if !intact {
+        return Ok(());
+    }
+    if let Some(mut entry) = lock.entry(dir).cloned() {
+        let tree = Tree::of(dir).map_err(scan(&entry.name))?;
+        entry.tree = tree.digest;
+        entry.files = tree.files;
+        lock.insert(dir, entry);
+        lock.save()?;
+    }
+    Ok(())
+}
+
 /// Drops the entry of the installed folder `dir` (before it is removed);
 /// whether there was one.
 ///
@@ -630,6 +669,22 @@ pub fn check_at_load(
     Ok(())
 }
 
+/// Rules 3 and 4 for the installed data packages `search` would load,
+/// before the host loads them: each whose files changed since its install,
+/// or that the trusted workspace's lock refuses, is refused in `search`
+/// ([`DataSearch::refuse`]) and loads nothing.
+pub fn check_packages(search: &mut DataSearch, home: &ZotHome, policy: &Policy) {
+    let workspace = search.workspace.clone();
+    for (manifest, _) in search.packages() {
+        if !manifest.raw.enabled {
+            continue;
+        }
+        if let Err(err) = check_at_load(&manifest, home, policy, Some(&workspace)) {
+            search.refuse(&manifest.dir, err.to_string());
+        }
+    }
+}
+
 /// What `ext verify` found for one installed extension.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case", tag = "status")]
@@ -683,9 +738,10 @@ impl Verdict {
 pub fn verify(home: &ZotHome, workspace: Option<&Path>) -> Result<Vec<Verdict>, LockError> {
     let lock = Lock::load(home)?;
     let mut folders: Vec<PathBuf> = Vec::new();
-    let mut roots = vec![home.extensions_dir()];
+    let mut roots = vec![home.extensions_dir(), home.packages_dir()];
     if let Some(workspace) = workspace {
         roots.push(workspace.join(super::trust::EXTENSIONS_DIR));
+        roots.push(workspace.join(".zot").join(crate::home::PACKAGES_DIR));
     }
     for root in roots {
         let Ok(entries) = std::fs::read_dir(&root) else {

@@ -317,8 +317,11 @@ mod tests {
                     && content == "deep"),
             "{entries:?}"
         );
-        let (manifest, top) = crate::store::registry::build::manifest_in(&first.bytes).unwrap();
-        assert_eq!((manifest.as_str(), top.as_str()), (DATA, "notes"));
+        let packed = crate::store::registry::build::Packed::read(&first.bytes).unwrap();
+        assert_eq!(
+            (packed.manifest_text.as_str(), packed.top.as_str()),
+            (DATA, "notes")
+        );
     }
 
     #[test]

@@ -36,6 +36,7 @@
 //! 5. **The archive is what the entry says.** [`check_archive_manifest`]:
 //!    the manifest inside the archive names the entry's name and version,
 //!    is of its kind, and declares exactly the capabilities the entry shows
+//!    (a data package: its tools need exactly those, derived from them)
 //!    ([`RegistryError::ArchiveMismatch`]): a validly signed archive of
 //!    another extension, or one declaring more than the listing showed,
 //!    is refused.
@@ -709,10 +710,9 @@ pub fn check_archive_manifest(
         subject: entry.subject(),
         problem,
     };
-    let (text, top) = build::manifest_in(archive_bytes).map_err(&mismatch)?;
-    let path = std::path::Path::new(&top).join(crate::manifest::MANIFEST_FILE);
-    let manifest = crate::manifest::Manifest::parse(&text, &path)
-        .map_err(|err| mismatch(format!("its manifest is invalid: {err}")))?;
+    let packed = build::Packed::read(archive_bytes).map_err(&mismatch)?;
+    let manifest = packed.manifest().map_err(&mismatch)?;
+    let top = &packed.top;
     let differs = |what: &str, found: &str, listed: &str| {
         mismatch(format!(
             "its manifest's {what} is `{}`, the index lists `{}`",
@@ -729,10 +729,15 @@ pub fn check_archive_manifest(
     if manifest.kind() != entry.kind.as_str() {
         return Err(differs("kind", manifest.kind(), entry.kind.as_str()));
     }
-    if manifest.raw.capabilities != entry.capabilities {
-        return Err(mismatch(
-            "its manifest declares other capabilities than the index shows".to_owned(),
-        ));
+    if packed.declared(&manifest).map_err(&mismatch)? != entry.capabilities {
+        let what = if manifest.is_data() {
+            "its tools need"
+        } else {
+            "its manifest declares"
+        };
+        return Err(mismatch(format!(
+            "{what} other capabilities than the index shows"
+        )));
     }
     Ok(manifest)
 }

@@ -4,7 +4,8 @@
 //! Every `*.tar.gz` in the folder is read in memory (never unpacked to
 //! disk): its manifest, found in the tar stream under the archive's one
 //! top folder, gives the entry's name, version, kind, description and
-//! capabilities; the archive's sha256 and file name (under `base_url` when
+//! capabilities (a data package's, derived from its tools, which must all
+//! load); the archive's sha256 and file name (under `base_url` when
 //! given) complete it, with the `*.tar.gz.minisig` beside it, when there
 //! is one, inlined as the publisher's signature. Reading is capped: an
 //! archive of at most [`install::MAX_INSTALL_BYTES`], unpacking at most
@@ -20,7 +21,8 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use super::{Entry, Index, Kind, RegistryError, UtcTime};
-use crate::manifest::{MANIFEST_FILE, Manifest};
+use crate::data::package;
+use crate::manifest::{Capabilities, MANIFEST_FILE, Manifest, Program};
 use crate::store::install::MAX_INSTALL_BYTES;
 use crate::store::signature::{self, SecretKey};
 use crate::store::{pack, signature::SignatureError};
@@ -34,6 +36,8 @@ pub const INDEX_SIGNATURE_FILE: &str = "index.json.minisig";
 pub const DEFAULT_EXPIRY_SECS: u64 = 30 * 24 * 3600;
 /// The largest manifest read from an archive.
 const MAX_MANIFEST: u64 = 1024 * 1024;
+/// The most tools, plugins and skills one packed data package may hold.
+const MAX_PACKAGE_FILES: usize = 10_000;
 /// Headers and padding allowed on top of the files' bytes when unpacking.
 const MAX_TAR_OVERHEAD: u64 = 64 * 1024 * 1024;
 
@@ -160,14 +164,14 @@ fn entry_of(path: &Path, base_url: Option<&str>) -> Result<Entry, RegistryError>
         problem,
     };
     let bytes = read_capped(path, MAX_INSTALL_BYTES)?;
-    let (manifest, top) = manifest_in(&bytes).map_err(refused)?;
-    let manifest_path = Path::new(&top).join(MANIFEST_FILE);
-    let manifest = Manifest::parse(&manifest, &manifest_path)
-        .map_err(|err| refused(format!("its manifest is invalid: {err}")))?;
+    let packed = Packed::read(&bytes).map_err(refused)?;
+    let manifest = packed.manifest().map_err(refused)?;
+    let capabilities = packed.declared(&manifest).map_err(refused)?;
+    let top = &packed.top;
     if manifest.name() != top {
         return Err(refused(format!(
             "its top folder `{}` is not the manifest's name `{}`; pack it with `zotbox ext pack`",
-            Shown(&top),
+            Shown(top),
             Shown(manifest.name())
         )));
     }
@@ -201,13 +205,14 @@ fn entry_of(path: &Path, base_url: Option<&str>) -> Result<Entry, RegistryError>
     Ok(Entry {
         name: manifest.name().to_owned(),
         version: manifest.raw.version.clone(),
-        kind: match manifest.kind() {
-            "native" => Kind::Native,
-            _ => Kind::Wasm,
+        kind: match manifest.program {
+            Program::Native { .. } => Kind::Native,
+            Program::Wasm { .. } => Kind::Wasm,
+            Program::Data => Kind::Data,
         },
         archive,
         sha256: pack::sha256_hex(&bytes),
-        capabilities: manifest.raw.capabilities.clone(),
+        capabilities,
         key,
         signature,
         revoked: false,
@@ -244,52 +249,131 @@ fn read_capped(path: &Path, cap: u64) -> Result<Vec<u8>, RegistryError> {
     Ok(bytes)
 }
 
-/// The manifest text inside a packed archive and the archive's top folder,
-/// read from the stream with caps.
-pub fn manifest_in(bytes: &[u8]) -> Result<(String, String), String> {
-    let stream = flate2::read::GzDecoder::new(bytes).take(MAX_INSTALL_BYTES + MAX_TAR_OVERHEAD);
-    let mut archive = tar::Archive::new(stream);
-    let entries = archive
-        .entries()
-        .map_err(|err| format!("it is not a .tar.gz: {err}"))?;
-    let mut top: Option<String> = None;
-    for entry in entries {
-        let entry = entry.map_err(|err| format!("it is not a .tar.gz: {err}"))?;
-        let path = entry
-            .path()
-            .map_err(|err| format!("an entry has an unreadable path: {err}"))?
-            .to_string_lossy()
-            .into_owned();
-        let first = path.split('/').next().unwrap_or_default().to_owned();
-        match &top {
-            None => top = Some(first.clone()),
-            Some(top) if *top != first => {
-                return Err(format!(
-                    "it has more than one top folder (`{}` and `{}`); a packed extension has one",
-                    Shown(top),
-                    Shown(&first)
-                ));
+/// What an index needs from a packed archive, read from the stream with
+/// caps: its one top folder, its manifest's text, and a data package's
+/// files (those [`package::classify`] knows, each at most
+/// [`crate::data::MAX_FILE_BYTES`]).
+#[derive(Debug)]
+pub struct Packed {
+    /// The archive's top folder.
+    pub top: String,
+    /// The text of `<top>/extension.json`.
+    pub manifest_text: String,
+    /// `(path inside the top folder, text)` of each package file.
+    pub package_files: Vec<(String, String)>,
+}
+
+impl Packed {
+    /// Reads `bytes`, a packed `.tar.gz`.
+    ///
+    /// # Errors
+    ///
+    /// Why it is not a packed extension, as a phrase.
+    pub fn read(bytes: &[u8]) -> Result<Self, String> {
+        let stream =
+            flate2::read::GzDecoder::new(bytes).take(MAX_INSTALL_BYTES + MAX_TAR_OVERHEAD);
+        let mut archive = tar::Archive::new(stream);
+        let entries = archive
+            .entries()
+            .map_err(|err| format!("it is not a .tar.gz: {err}"))?;
+        let mut top: Option<String> = None;
+        let mut manifest_text = None;
+        let mut package_files = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|err| format!("it is not a .tar.gz: {err}"))?;
+            let path = entry
+                .path()
+                .map_err(|err| format!("an entry has an unreadable path: {err}"))?
+                .to_string_lossy()
+                .into_owned();
+            let (first, inside) = path.split_once('/').unwrap_or((&path, ""));
+            let inside = inside.trim_end_matches('/');
+            match &top {
+                None => top = Some(first.to_owned()),
+                Some(top) if top != first => {
+                    return Err(format!(
+                        "it has more than one top folder (`{}` and `{}`); a packed extension \
+                         has one",
+                        Shown(top),
+                        Shown(first)
+                    ));
+                }
+                Some(_) => {}
             }
-            Some(_) => {}
-        }
-        if path == format!("{first}/{MANIFEST_FILE}") {
+            let wanted = if inside == MANIFEST_FILE {
+                MAX_MANIFEST
+            } else if package::classify(inside).is_some() {
+                crate::data::MAX_FILE_BYTES
+            } else {
+                continue;
+            };
+            let inside = inside.to_owned();
             if entry.header().entry_type() != tar::EntryType::Regular {
-                return Err(format!("its `{MANIFEST_FILE}` is not a regular file"));
+                return Err(format!("its `{}` is not a regular file", Shown(&inside)));
             }
             let mut text = String::new();
             entry
-                .take(MAX_MANIFEST + 1)
+                .take(wanted + 1)
                 .read_to_string(&mut text)
-                .map_err(|err| format!("its `{MANIFEST_FILE}` cannot be read: {err}"))?;
-            if text.len() as u64 > MAX_MANIFEST {
+                .map_err(|err| format!("its `{}` cannot be read: {err}", Shown(&inside)))?;
+            if text.len() as u64 > wanted {
                 return Err(format!(
-                    "its `{MANIFEST_FILE}` is larger than {MAX_MANIFEST} bytes"
+                    "its `{}` is larger than {wanted} bytes",
+                    Shown(&inside)
                 ));
             }
-            return Ok((text, first));
+            if inside == MANIFEST_FILE {
+                manifest_text = Some(text);
+            } else if package_files.len() < MAX_PACKAGE_FILES {
+                package_files.push((inside, text));
+            } else {
+                return Err(format!(
+                    "it holds more than {MAX_PACKAGE_FILES} tools, plugins and skills"
+                ));
+            }
         }
+        let (Some(top), Some(manifest_text)) = (top, manifest_text) else {
+            return Err(format!(
+                "it has no `<name>/{MANIFEST_FILE}`; pack the extension with `zotbox ext pack`"
+            ));
+        };
+        Ok(Self {
+            top,
+            manifest_text,
+            package_files,
+        })
     }
-    Err(format!(
-        "it has no `<name>/{MANIFEST_FILE}`; pack the extension with `zotbox ext pack`"
-    ))
+
+    /// Its manifest, validated.
+    ///
+    /// # Errors
+    ///
+    /// Why it is invalid, as a phrase.
+    pub fn manifest(&self) -> Result<Manifest, String> {
+        let path = Path::new(&self.top).join(MANIFEST_FILE);
+        Manifest::parse(&self.manifest_text, &path)
+            .map_err(|err| format!("its manifest is invalid: {err}"))
+    }
+
+    /// What it asks to be allowed: the manifest's capabilities, or a data
+    /// package's, derived from its tools (checked whole, as an install
+    /// checks them).
+    ///
+    /// # Errors
+    ///
+    /// Why the package's files are refused, as a phrase.
+    pub fn declared(&self, manifest: &Manifest) -> Result<Capabilities, String> {
+        if !manifest.is_data() {
+            return Ok(manifest.raw.capabilities.clone());
+        }
+        package::Contents::parse(
+            self.package_files
+                .iter()
+                .map(|(path, text)| (path.as_str(), text.as_str())),
+            Path::new(&self.top),
+            crate::data::DataOrigin::Registry,
+        )
+        .map(|contents| contents.declared())
+        .map_err(|err| format!("its data files are refused: {err}"))
+    }
 }
