@@ -316,8 +316,9 @@ impl DataSearch {
             let mut found: Vec<PathBuf> = entries
                 .filter_map(Result::ok)
                 .filter(|entry| !entry.file_name().to_string_lossy().starts_with('.'))
+                // A package is a folder of its own, never a link to one.
+                .filter(|entry| entry.file_type().is_ok_and(|t| t.is_dir()))
                 .map(|entry| entry.path())
-                .filter(|path| path.is_dir())
                 .collect();
             found.sort();
             folders.extend(found.into_iter().map(|dir| (dir, origin)));

@@ -250,7 +250,8 @@ mod tests {
 
     const SHELL: &str =
         r#"{"name":"recent","description":"d","kind":"shell","command":"git log -n 5"}"#;
-    const HTTP: &str = r#"{"name":"fetch","description":"d","kind":"http","url":"https://api.example/v1/{arg}"}"#;
+    const HTTP: &str =
+        r#"{"name":"fetch","description":"d","kind":"http","url":"https://api.example/v1/{arg}"}"#;
     const READ: &str = r#"{"name":"doc","description":"d","kind":"read","path":"docs/{arg}"}"#;
     const SKILL: &str = "---\nname: deploy\ndescription: Ship it.\n---\n\nSteps.\n";
 

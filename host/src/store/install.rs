@@ -821,7 +821,9 @@ fn check_package(plan: &Plan) -> Result<package::Contents, InstallError> {
         }
     }
     package::Contents::parse(
-        files.iter().map(|(path, text)| (path.as_str(), text.as_str())),
+        files
+            .iter()
+            .map(|(path, text)| (path.as_str(), text.as_str())),
         &plan.source,
         crate::data::DataOrigin::Registry,
     )
@@ -1227,7 +1229,8 @@ mod tests {
         }
     }
 
-    const READ_TOOL: &str = r#"{"name":"readme","description":"d","kind":"read","path":"README.md"}"#;
+    const READ_TOOL: &str =
+        r#"{"name":"readme","description":"d","kind":"read","path":"README.md"}"#;
 
     #[test]
     fn a_data_package_lands_in_packages_with_its_data_files_only() {
@@ -1238,7 +1241,10 @@ mod tests {
                 ("tools/readme.json", READ_TOOL),
                 ("tools/notes.txt", "not a tool"),
                 ("tools/deeper/x.json", READ_TOOL),
-                ("skills/deploy.md", "---\nname: deploy\ndescription: d\n---\nbody\n"),
+                (
+                    "skills/deploy.md",
+                    "---\nname: deploy\ndescription: d\n---\nbody\n",
+                ),
                 ("src/build.rs", "fn main() {}"),
             ],
         );

@@ -315,10 +315,7 @@ pub async fn check_update(
             to: pending.plan().manifest().kind(),
         });
     }
-    let (mut added, removed) = grant_diff(
-        &locked.capabilities,
-        &granted(policy, pending.plan()),
-    );
+    let (mut added, removed) = grant_diff(&locked.capabilities, &granted(policy, pending.plan()));
     // A native program runs unsandboxed: wider than any capability row,
     // so turning native is an addition that is asked about. What is
     // installed now is read from its (locked) folder; unreadable counts as

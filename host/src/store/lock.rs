@@ -41,8 +41,8 @@ use sha2::{Digest, Sha256};
 
 use super::source::Provenance;
 use super::trust::{EntryKind, ScanError};
-use crate::home::ZotHome;
 use crate::data::DataSearch;
+use crate::home::ZotHome;
 use crate::manifest::{MANIFEST_FILE, Manifest};
 use crate::policy::Policy;
 use crate::text::Shown;

@@ -270,8 +270,7 @@ impl Packed {
     ///
     /// Why it is not a packed extension, as a phrase.
     pub fn read(bytes: &[u8]) -> Result<Self, String> {
-        let stream =
-            flate2::read::GzDecoder::new(bytes).take(MAX_INSTALL_BYTES + MAX_TAR_OVERHEAD);
+        let stream = flate2::read::GzDecoder::new(bytes).take(MAX_INSTALL_BYTES + MAX_TAR_OVERHEAD);
         let mut archive = tar::Archive::new(stream);
         let entries = archive
             .entries()

@@ -27,7 +27,8 @@ pub const MAX_COVERED_FILES: usize = 100_000;
 /// Where a workspace's extensions live, relative to it.
 pub const EXTENSIONS_DIR: &str = ".zot/extensions";
 
-/// Where a workspace's data tools live, relative to it.
+/// Where a workspace's data tools live, relative to it (and in each data
+/// package of `.zot/packages/`, its `tools/`).
 pub const TOOL_DIRS: [&str; 2] = [".zot/tools", ".shiro/tools"];
 
 /// The workspace's files could not be hashed, so it cannot be trusted.
@@ -143,6 +144,11 @@ impl Contents {
         scanner.extensions()?;
         for dir in TOOL_DIRS {
             scanner.tools(Path::new(dir))?;
+        }
+        // A data package installed for the project brings tools too.
+        let packages = Path::new(".zot").join(crate::home::PACKAGES_DIR);
+        for name in sorted_names(&workspace.join(&packages)) {
+            scanner.tools(&packages.join(name).join("tools"))?;
         }
         let (entries, bytes) = (scanner.entries, scanner.bytes);
         let mut hasher = Sha256::new();
