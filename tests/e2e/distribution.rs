@@ -83,6 +83,11 @@ impl Site {
     /// Packs `notes` at `version` declaring `http`, signed by the publisher
     /// unless `signed` is false, into the site.
     fn publish(&self, version: &str, http: &[&str], signed: bool) {
+        self.publish_signed_by(version, http, signed.then_some(&self.publisher.1));
+    }
+
+    /// As [`Site::publish`], signed by `key` (none: unsigned).
+    fn publish_signed_by(&self, version: &str, http: &[&str], key: Option<&SecretKey>) {
         let src = self.lab.dev.join("src").join(version).join("notes");
         std::fs::create_dir_all(&src).expect("source");
         std::fs::copy(
@@ -103,8 +108,8 @@ impl Site {
         let packed = zotbox::store::pack::pack(&src).expect("pack");
         let archive = self.dir.join(format!("notes-{version}.tar.gz"));
         std::fs::write(&archive, &packed.bytes).expect("archive");
-        if signed {
-            let text = signature::sign(&packed.bytes, &self.publisher.1, "notes").expect("sign");
+        if let Some(key) = key {
+            let text = signature::sign(&packed.bytes, key, "notes").expect("sign");
             std::fs::write(format!("{}.minisig", archive.display()), text).expect("signature");
         }
     }
@@ -296,6 +301,36 @@ async fn search_info_install_and_update_from_a_signed_registry() {
     assert!(
         run.stdout.contains("`notes` 1.2.0 is up to date"),
         "{run:#?}"
+    );
+}
+
+/// An update signed by another publisher (trusted too) is another author:
+/// asked about again even with the same grant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_update_by_another_publisher_is_asked_again() {
+    let (site, locked) = Site::with_notes_installed().await;
+    let (other_public, other_secret) =
+        signature::keygen(&site.lab.dev.join("keys/other.key")).expect("keygen");
+    let other_secret = SecretKey::load(&other_secret).expect("secret key");
+    site.policy(&json!({
+        "publishers": [site.publisher.0.to_base64(), other_public.to_base64()],
+    }));
+    site.publish_signed_by("1.1.0", &["https://a.example"], Some(&other_secret));
+    site.index(None, None);
+    let run = site.zotbox(&["ext", "update", "notes"]);
+    run.expect_code(1);
+    let line = format!(
+        "  + publisher: signed by key {} (was key {})",
+        other_public.id(),
+        locked["publisher_key"].as_str().expect("a key")
+    );
+    assert!(run.stdout.contains(&line), "{line}: {run:#?}");
+    assert_eq!(site.installed_version().as_deref(), Some("1.0.0"));
+    site.zotbox(&["ext", "update", "notes", "--yes"])
+        .expect_code(0);
+    assert_eq!(
+        site.locked().expect("lock")["publisher_key"],
+        other_public.id().to_string()
     );
 }
 

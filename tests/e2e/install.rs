@@ -270,7 +270,8 @@ fn a_project_install_into_a_linked_dot_zot_is_refused() {
             &lab.workspace,
             &format!(
                 "`{}` is not a folder (a symlink?); a project install writes only into the \
-                 workspace's own `.zot/extensions/` (remove it, or install for the user)",
+                 workspace's own `.zot/extensions/` and `.zot/packages/` (remove it, or install \
+                 for the user)",
                 lab.workspace.join(".zot").display()
             )
         )

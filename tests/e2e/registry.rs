@@ -230,10 +230,10 @@ async fn broken_and_disabled_manifests_are_listed_and_the_rest_load() {
     let y = info(&host, "y");
     assert_eq!(y.state, ExtensionState::Invalid);
     assert!(
-        y.reason
-            .as_deref()
-            .unwrap_or_default()
-            .ends_with("field `exec` is missing; a manifest needs `exec` (a native extension) or `wasm` (a sandboxed one)"),
+        y.reason.as_deref().unwrap_or_default().ends_with(
+            "field `exec` is missing; a manifest needs `exec` (a native extension), `wasm` (a \
+                 sandboxed one) or `\"kind\": \"data\"` (a data package)"
+        ),
         "{y:#?}"
     );
 

@@ -1802,17 +1802,34 @@ mod tests {
             project_extensions_dir(&ws).unwrap(),
             ws.join(".zot/extensions")
         );
-        // Attack: a repository whose `.zot` leads somewhere else.
-        symlink(&elsewhere, ws.join(".zot")).unwrap();
-        match project_extensions_dir(&ws) {
-            Err(InstallError::Refused { reason, .. }) => assert!(
-                reason.ends_with(
-                    "/ws/.zot` is not a folder (a symlink?); a project install writes only into \
-                     the workspace's own `.zot/extensions/` (remove it, or install for the user)"
-                ),
-                "{reason}"
-            ),
+        let refusal = |ws: &Path| match project_extensions_dir(ws) {
+            Err(InstallError::Refused { reason, .. }) => reason,
             other => panic!("{other:?}"),
-        }
+        };
+        // Attack: a repository whose `.zot/packages` leads somewhere else
+        // (where a data package would land).
+        std::fs::create_dir_all(ws.join(".zot")).unwrap();
+        symlink(&elsewhere, ws.join(".zot/packages")).unwrap();
+        let reason = refusal(&ws);
+        assert!(
+            reason.ends_with(
+                "/ws/.zot/packages` is not a folder (a symlink?); a project install writes only \
+                 into the workspace's own `.zot/extensions/` and `.zot/packages/` (remove it, or \
+                 install for the user)"
+            ),
+            "{reason}"
+        );
+        // Attack: a repository whose `.zot` leads somewhere else.
+        std::fs::remove_dir_all(ws.join(".zot")).unwrap();
+        symlink(&elsewhere, ws.join(".zot")).unwrap();
+        let reason = refusal(&ws);
+        assert!(
+            reason.ends_with(
+                "/ws/.zot` is not a folder (a symlink?); a project install writes only \
+                 into the workspace's own `.zot/extensions/` and `.zot/packages/` (remove it, or \
+                 install for the user)"
+            ),
+            "{reason}"
+        );
     }
 }

@@ -325,6 +325,17 @@ pub async fn check_update(
     if native(pending.plan().manifest()) && !was_native {
         added.insert(0, TURNS_NATIVE.to_owned());
     }
+    // Another signer is another author, whatever the grant: asked about.
+    let signer = pending.provenance().publisher_key.as_deref();
+    if signer != locked.publisher_key.as_deref() {
+        let key =
+            |key: Option<&str>| key.map_or_else(|| "unsigned".to_owned(), |k| format!("key {k}"));
+        added.push(format!(
+            "publisher: signed by {} (was {})",
+            key(signer),
+            key(locked.publisher_key.as_deref())
+        ));
+    }
     Ok(Some(Update {
         from: locked.version.clone(),
         to,

@@ -90,11 +90,6 @@ impl RegistryState {
         if self.last_seen(url).is_some_and(|seen| seen >= version) {
             return Ok(false);
         }
-        self.seen.insert(url.to_owned(), Seen { version });
-        let mut text = serde_json::to_string_pretty(&self.seen).map_err(|err| {
-            RegistryError::Parse(format!("cannot write the registry state: {err}"))
-        })?;
-        text.push('\n');
         if let Some(parent) = self.path.parent().filter(|p| !p.as_os_str().is_empty()) {
             std::fs::create_dir_all(parent).map_err(|error| RegistryError::Io {
                 action: "create",
@@ -102,6 +97,21 @@ impl RegistryState {
                 error,
             })?;
         }
+        // Two installs at once: each re-reads the file under a lock and
+        // keeps the newest version of every registry, so that neither
+        // write lowers what the other recorded.
+        let _held = self.lock()?;
+        let on_disk = Self::load(&self.path)?;
+        for (other, seen) in on_disk.seen {
+            let newest = self.seen.entry(other).or_insert(seen);
+            newest.version = newest.version.max(seen.version);
+        }
+        let newest = self.seen.entry(url.to_owned()).or_insert(Seen { version });
+        newest.version = newest.version.max(version);
+        let mut text = serde_json::to_string_pretty(&self.seen).map_err(|err| {
+            RegistryError::Parse(format!("cannot write the registry state: {err}"))
+        })?;
+        text.push('\n');
         crate::home::write_atomic(&self.path, text.as_bytes()).map_err(|error| {
             RegistryError::Io {
                 action: "write",
@@ -111,12 +121,54 @@ impl RegistryState {
         })?;
         Ok(true)
     }
+
+    /// An exclusive lock on `<file>.lock`, held while the file is read
+    /// again, merged and written.
+    fn lock(&self) -> Result<nix::fcntl::Flock<std::fs::File>, RegistryError> {
+        let path = PathBuf::from(format!("{}.lock", self.path.display()));
+        let io = |error| RegistryError::Io {
+            action: "lock",
+            path: path.clone(),
+            error,
+        };
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(io)?;
+        nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
+            .map_err(|(_, errno)| io(std::io::Error::from(errno)))
+    }
 }
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn two_installs_at_once_keep_both_records_and_never_lower_one() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = crate::home::ZotHome::new(tmp.path()).registry_state();
+        let (a, b) = (
+            "https://a.example/index.json",
+            "https://b.example/index.json",
+        );
+        // Both loaded before either wrote, as two `ext install`s would.
+        let mut first = RegistryState::load(&path).unwrap();
+        let mut second = RegistryState::load(&path).unwrap();
+        assert!(first.record(a, 5).unwrap());
+        // Stale: it saw nothing of `a`, and records an older version of it.
+        assert!(second.record(a, 3).unwrap());
+        assert_eq!(second.last_seen(a), Some(5), "it read the newer one back");
+        assert!(second.record(b, 7).unwrap());
+        let merged = RegistryState::load(&path).unwrap();
+        assert_eq!(
+            (merged.last_seen(a), merged.last_seen(b)),
+            (Some(5), Some(7))
+        );
+    }
 
     #[test]
     fn a_recorded_version_only_grows_and_survives_a_reload() {
