@@ -30,11 +30,12 @@ pub mod limiter;
 mod net;
 mod p1_stdin;
 mod pipe;
+mod ticker;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Instant, SystemTime};
 
 use tokio::sync::watch;
 use wasmtime::component::{Component, Linker as ComponentLinker};
@@ -45,9 +46,6 @@ use cache::{ArtifactCache, Kind};
 use guest::{ComponentState, GuestControl, GuestLog, ModuleState};
 
 pub use cache::DEFAULT_CAP as DEFAULT_CACHE_CAP;
-
-/// How often the epoch advances: the granularity of yielding and killing.
-const EPOCH_TICK: Duration = Duration::from_millis(5);
 
 /// A wasm extension could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -119,6 +117,8 @@ struct FileStamp {
 /// The wasm engine, its linkers, and every program loaded so far.
 pub struct WasmRuntime {
     engine: Engine,
+    // Advances the epoch while a guest runs (rules in `ticker`).
+    ticker: Arc<ticker::Ticker>,
     components: ComponentLinker<ComponentState>,
     modules: ModuleLinker<ModuleState>,
     cache: ArtifactCache,
@@ -153,9 +153,10 @@ impl WasmRuntime {
             guest::component_linker(&engine).map_err(|e| WasmError::Engine(format!("{e:#}")))?;
         let modules =
             guest::module_linker(&engine).map_err(|e| WasmError::Engine(format!("{e:#}")))?;
-        start_epoch_ticker(&engine);
+        let ticker = ticker::Ticker::start(&engine);
         Ok(Self {
             engine,
+            ticker,
             components,
             modules,
             cache: ArtifactCache::new(cache_dir),
@@ -423,7 +424,14 @@ impl WasmRuntime {
             sandbox,
         };
         let engine = self.engine.clone();
-        let task = tokio::spawn(guest::run(engine, prepared, io, exit_tx, control.clone()));
+        let task = tokio::spawn(guest::run(
+            engine,
+            self.ticker.clone(),
+            prepared,
+            io,
+            exit_tx,
+            control.clone(),
+        ));
         control.attach(task.abort_handle());
         Ok(Transport {
             output: Box::new(host_output),
@@ -440,26 +448,6 @@ fn detect_kind(wasm: &[u8]) -> Option<Kind> {
         [0, b'a', b's', b'm', 1, 0, 0, 0] => Some(Kind::Module),
         [0, b'a', b's', b'm', _, _, 1, 0] => Some(Kind::Component),
         _ => None,
-    }
-}
-
-/// Advances every engine's epoch from a thread of its own, so deadlines hold
-/// even when every tokio worker is busy running guests.
-fn start_epoch_ticker(engine: &Engine) {
-    let weak = engine.weak();
-    let spawned = std::thread::Builder::new()
-        .name("zotbox-epoch".to_owned())
-        .spawn(move || {
-            while let Some(engine) = weak.upgrade() {
-                engine.increment_epoch();
-                drop(engine);
-                std::thread::sleep(EPOCH_TICK);
-            }
-        });
-    if let Err(err) = spawned {
-        tracing::error!(
-            "cannot start the epoch thread ({err}); spinning guests cannot be interrupted"
-        );
     }
 }
 

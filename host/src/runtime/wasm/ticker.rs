@@ -1,0 +1,233 @@
+//! The epoch ticker: advances an engine's epoch every [`EPOCH_TICK`] while
+//! any guest runs wasm code, and sleeps while none does.
+//!
+//! Every store yields at each new epoch (see `guest::new_store`), which is
+//! how a spinning guest shares its worker thread and how an abort or a
+//! deadline reaches it. A guest waiting for input is not running wasm (it
+//! sits in a host call), so a host whose guests all wait needs no ticks:
+//! before this, an idle shared host woke 200 times a second for nothing.
+//!
+//! Rules:
+//!
+//! 1. **Counted at the boundary.** Each store's call hook counts it as
+//!    running from the moment it enters wasm (a call in, or a return from
+//!    a host call) until it leaves (a return out, or a call to the host).
+//!    An epoch yield is a call to the host too, so a spinning guest that
+//!    yielded counts again as soon as it is resumed. A store dropped while
+//!    counted (a task aborted mid-run) stops counting when it is dropped.
+//! 2. **Never late to wake.** The ticker parks only after
+//!    [`IDLE_TICKS_BEFORE_PARK`] ticks with nothing running, and only after
+//!    announcing it; a guest entering wasm when nothing else runs wakes it.
+//!    The announcement and the count are sequentially consistent, so one of
+//!    the two always sees the other: the ticker never sleeps through a
+//!    running guest. A parked ticker still wakes every [`PARKED_CHECK`] to
+//!    notice that its engine is gone, and goes back to sleep.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::thread::Thread;
+use std::time::Duration;
+
+use wasmtime::{CallHook, Engine};
+
+/// How often the epoch advances while a guest runs.
+pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(5);
+/// Ticks with no guest running before the ticker parks (≈ 100 ms): a
+/// burst of calls does not pay a wake-up for each one.
+const IDLE_TICKS_BEFORE_PARK: u32 = 20;
+/// How long a parked ticker sleeps before looking at its engine again.
+const PARKED_CHECK: Duration = Duration::from_secs(1);
+
+/// What the ticker and the stores of one engine share.
+#[derive(Debug, Default)]
+pub(crate) struct Ticker {
+    /// Stores running wasm code now.
+    running: AtomicUsize,
+    /// The ticker announced it is about to park (or is parked).
+    parked: AtomicBool,
+    /// Ticks made so far (for tests and diagnostics).
+    ticks: AtomicU64,
+    thread: std::sync::OnceLock<Thread>,
+}
+
+impl Ticker {
+    /// Starts the ticker of `engine` on a thread of its own, so that
+    /// deadlines hold even when every tokio worker is busy running guests.
+    pub(crate) fn start(engine: &Engine) -> Arc<Self> {
+        let ticker = Arc::new(Self::default());
+        let weak = engine.weak();
+        let shared = ticker.clone();
+        let spawned = std::thread::Builder::new()
+            .name("zotbox-epoch".to_owned())
+            .spawn(move || shared.run(&weak));
+        match spawned {
+            Ok(handle) => {
+                let _ = ticker.thread.set(handle.thread().clone());
+            }
+            Err(err) => tracing::error!(
+                "cannot start the epoch thread ({err}); spinning guests cannot be interrupted"
+            ),
+        }
+        ticker
+    }
+
+    fn run(&self, engine: &wasmtime::EngineWeak) {
+        let mut idle = 0;
+        loop {
+            if idle >= IDLE_TICKS_BEFORE_PARK {
+                // Rule 2: announce, then look again before sleeping.
+                self.parked.store(true, Ordering::SeqCst);
+                if self.running.load(Ordering::SeqCst) == 0 {
+                    std::thread::park_timeout(PARKED_CHECK);
+                }
+                self.parked.store(false, Ordering::SeqCst);
+                if engine.upgrade().is_none() {
+                    return;
+                }
+                if self.running.load(Ordering::SeqCst) == 0 {
+                    // Woken by the timeout (or spuriously): back to sleep.
+                    continue;
+                }
+                // A guest woke us: it is ticked at once.
+                idle = 0;
+            }
+            let Some(strong) = engine.upgrade() else {
+                return;
+            };
+            strong.increment_epoch();
+            drop(strong);
+            self.ticks.fetch_add(1, Ordering::Relaxed);
+            idle = if self.running.load(Ordering::SeqCst) == 0 {
+                idle + 1
+            } else {
+                0
+            };
+            std::thread::sleep(EPOCH_TICK);
+        }
+    }
+
+    fn enter(&self) {
+        if self.running.fetch_add(1, Ordering::SeqCst) == 0
+            && self.parked.load(Ordering::SeqCst)
+            && let Some(thread) = self.thread.get()
+        {
+            thread.unpark();
+        }
+    }
+
+    fn leave(&self) {
+        self.running.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// The call hook for one store (rule 1).
+    pub(crate) fn hook<T>(
+        self: &Arc<Self>,
+    ) -> impl FnMut(wasmtime::StoreContextMut<'_, T>, CallHook) -> wasmtime::Result<()>
+    + Send
+    + Sync
+    + 'static {
+        let mut counted = Counted {
+            ticker: self.clone(),
+            running: false,
+        };
+        move |_, hook| {
+            counted.set(hook.exiting_host());
+            Ok(())
+        }
+    }
+
+    /// Whether the ticker is parked (or about to park).
+    #[cfg(test)]
+    fn is_parked(&self) -> bool {
+        self.parked.load(Ordering::SeqCst)
+    }
+}
+
+/// One store's place in the count; dropped with its store.
+struct Counted {
+    ticker: Arc<Ticker>,
+    running: bool,
+}
+
+impl Counted {
+    fn set(&mut self, running: bool) {
+        if running != self.running {
+            self.running = running;
+            if running {
+                self.ticker.enter();
+            } else {
+                self.ticker.leave();
+            }
+        }
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.set(false);
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    /// Waits (up to 30 s, so a loaded machine cannot fail it) for `what`.
+    fn eventually(what: impl Fn() -> bool) -> bool {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while std::time::Instant::now() < deadline {
+            if what() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        false
+    }
+
+    #[test]
+    fn the_ticker_sleeps_while_no_guest_runs_and_wakes_for_one() {
+        let mut config = wasmtime::Config::new();
+        config.epoch_interruption(true);
+        let engine = Engine::new(&config).unwrap();
+        let ticker = Ticker::start(&engine);
+        assert!(eventually(|| ticker.is_parked()), "an idle ticker parks");
+        let parked_at = ticker.ticks.load(Ordering::Relaxed);
+        // A store entering wasm wakes it, and it ticks while the store runs.
+        let mut counted = Counted {
+            ticker: ticker.clone(),
+            running: false,
+        };
+        counted.set(true);
+        assert!(
+            eventually(|| ticker.ticks.load(Ordering::Relaxed) >= parked_at + 3),
+            "a running guest is ticked"
+        );
+        assert!(!ticker.is_parked());
+        // Dropped while running (an aborted task): no longer counted.
+        drop(counted);
+        assert_eq!(ticker.running.load(Ordering::SeqCst), 0);
+        assert!(eventually(|| ticker.is_parked()), "idle again, it parks");
+    }
+
+    #[test]
+    fn the_hook_counts_a_store_once_across_nested_transitions() {
+        let ticker = Arc::new(Ticker::default());
+        let mut counted = Counted {
+            ticker: ticker.clone(),
+            running: false,
+        };
+        let running = || ticker.running.load(Ordering::SeqCst);
+        for (hook, expected) in [
+            (CallHook::CallingWasm, 1),
+            (CallHook::CallingHost, 0),
+            (CallHook::ReturningFromHost, 1),
+            (CallHook::CallingWasm, 1),
+            (CallHook::ReturningFromWasm, 0),
+            (CallHook::ReturningFromWasm, 0),
+        ] {
+            counted.set(hook.exiting_host());
+            assert_eq!(running(), expected, "{hook:?}");
+        }
+    }
+}
