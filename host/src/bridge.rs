@@ -44,6 +44,7 @@ use zotbox_protocol::{
 
 use crate::audit::AuditLog;
 use crate::home::ZotHome;
+use crate::host::launch::{self, LaunchError};
 use crate::manifest::{MANIFEST_FILE, Manifest};
 use crate::policy::Policy;
 use crate::runtime::{Exit, Launcher, Transport};
@@ -237,26 +238,32 @@ pub(crate) fn prepare(
             Some(hosted) => hosted.environment.get("PWD").map(std::path::PathBuf::from),
             None => std::env::current_dir().ok(),
         });
-    crate::store::lock::check_at_load(&manifest, home, &policy, workspace.as_deref())?;
     let services = services(home, &policy, dir, hosted);
-    let sandbox = crate::sandbox::confine(&policy, &services, &manifest).map_err(|reason| {
-        BridgeError::Refused {
+    // The launch step the host's supervisor takes too.
+    let defaults = crate::policy::LimitDefaults {
+        call_timeout: config.call_timeout,
+        intercept_timeout: config.intercept_timeout,
+        ..crate::policy::LimitDefaults::default()
+    };
+    let admitted = launch::admit(
+        &manifest,
+        home,
+        &policy,
+        &services,
+        workspace.as_deref(),
+        &defaults,
+    )
+    .map_err(|err| match err {
+        LaunchError::Locked(err) => BridgeError::Locked(err),
+        LaunchError::NotBuilt(reason) | LaunchError::Refused(reason) => BridgeError::Refused {
             name: name.clone(),
             reason,
-        }
-    })?;
-    let effective = policy.limits(
-        &manifest.raw.limits,
-        &crate::policy::LimitDefaults {
-            call_timeout: config.call_timeout,
-            intercept_timeout: config.intercept_timeout,
-            ..crate::policy::LimitDefaults::default()
         },
-    );
-    let limits = crate::runtime::wasm::GuestLimits::from_effective(&effective);
+    })?;
+    let (sandbox, limits) = (admitted.sandbox, admitted.guest);
     let timeouts = Timeouts {
-        call: effective.call_timeout.value,
-        intercept: effective.intercept_timeout.value,
+        call: admitted.limits.call_timeout.value,
+        intercept: admitted.limits.intercept_timeout.value,
     };
     Ok(Prepared {
         name,

@@ -6,6 +6,7 @@
 
 mod builder;
 mod data_tools;
+pub(crate) mod launch;
 mod registry;
 mod supervisor;
 
@@ -19,7 +20,7 @@ use zotbox_protocol::{CommandResponse, Event, ToolResult};
 use crate::discovery::SearchPath;
 use crate::event::HostEvent;
 use crate::policy::Policy;
-use crate::sandbox::{Sandbox, Services};
+use crate::sandbox::Services;
 use crate::session::{CallError, Interceptable, Session, SessionConfig, Verdict};
 pub use builder::{BuildError, HostBuilder};
 pub use data_tools::DATA_OUTPUT_CAP;
@@ -712,14 +713,21 @@ impl Host {
     /// The limits one extension runs with under this host's policy, the
     /// host's own settings being the defaults.
     fn limits(&self, manifest: &crate::manifest::Manifest) -> crate::policy::EffectiveLimits {
+        self.inner
+            .policy
+            .limits(&manifest.raw.limits, &self.limit_defaults())
+    }
+
+    /// The limits an extension gets where neither its manifest nor the
+    /// policy sets one: the host's session settings.
+    fn limit_defaults(&self) -> crate::policy::LimitDefaults {
         let session = &self.inner.settings.session;
-        let defaults = crate::policy::LimitDefaults {
+        crate::policy::LimitDefaults {
             call_timeout: session.call_timeout,
             intercept_timeout: session.intercept_timeout,
             intercept_failure: session.intercept_failure,
             ..crate::policy::LimitDefaults::default()
-        };
-        self.inner.policy.limits(&manifest.raw.limits, &defaults)
+        }
     }
 
     /// The session configuration for one extension: the host's, narrowed by
@@ -737,12 +745,20 @@ impl Host {
 
     /// What an extension runs with under this host's policy: its guest
     /// limits and its sandbox.
-    fn confine(
+    /// The launch step ([`launch::admit`]) for one of this host's
+    /// extensions: its workspace's lock, the host's policy and services.
+    fn admit(
         &self,
         manifest: &crate::manifest::Manifest,
-    ) -> Result<(crate::runtime::wasm::GuestLimits, Option<Arc<Sandbox>>), String> {
-        let sandbox = crate::sandbox::confine(&self.inner.policy, &self.inner.services, manifest)?;
-        let guest = crate::runtime::wasm::GuestLimits::from_effective(&self.limits(manifest));
-        Ok((guest, sandbox))
+    ) -> Result<launch::Admitted, launch::LaunchError> {
+        let search = &self.inner.settings.search;
+        launch::admit(
+            manifest,
+            &search.home,
+            &self.inner.policy,
+            &self.inner.services,
+            Some(&search.workspace),
+            &self.limit_defaults(),
+        )
     }
 }

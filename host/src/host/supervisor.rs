@@ -200,24 +200,14 @@ async fn start_once(
     stop: &watch::Receiver<bool>,
 ) -> Result<Session, StartFailure> {
     let manifest = &slot.manifest;
-    // A wasm file not built yet: say what to run, not which read failed.
-    if let Some(problem) = manifest.missing_wasm() {
-        return Err(StartFailure::Permanent(problem));
-    }
-    // The installed files are the locked ones (the check `zotbox run` makes too).
-    let search = &host.inner.settings.search;
-    crate::store::lock::check_at_load(
-        manifest,
-        &search.home,
-        &host.inner.policy,
-        Some(&search.workspace),
-    )
-    .map_err(|err| StartFailure::Permanent(err.to_string()))?;
-    let (limits, sandbox) = host.confine(manifest).map_err(StartFailure::Permanent)?;
+    // The launch step `zotbox run` takes too: built, locked, allowed.
+    let admitted = host
+        .admit(manifest)
+        .map_err(|err| StartFailure::Permanent(err.to_string()))?;
     let transport = host
         .inner
         .launcher
-        .start(manifest, limits, sandbox)
+        .start(manifest, admitted.guest, admitted.sandbox)
         .await
         .map_err(|err| StartFailure::Permanent(format!("cannot start: {err}")))?;
     let control = transport.control.clone();
