@@ -289,19 +289,23 @@ impl Host {
         }
     }
 
-    /// A workspace's http tool that names a secret: refused (and audited),
-    /// since a cloned repository may not send the user's secrets anywhere,
-    /// even once trusted to run. Only the user's own tools use them.
+    /// A workspace's or an installed package's http tool that names a
+    /// secret: refused (and audited), since a cloned repository or a
+    /// published package may not send the user's secrets anywhere, even
+    /// once trusted to run (an install refuses such a package already).
+    /// Only the user's own tools use them.
     fn project_secrets(&self, tool: &DataTool, url: &str) -> Option<String> {
-        if tool.origin != crate::data::DataOrigin::Project {
-            return None;
-        }
+        let whose = match tool.origin {
+            crate::data::DataOrigin::Project => "a workspace's",
+            crate::data::DataOrigin::Registry => "an installed package's",
+            crate::data::DataOrigin::User | crate::data::DataOrigin::Builtin => return None,
+        };
         let (name, _) = tool.kind.secrets().into_iter().next()?;
         let refusal = crate::capability::CapabilityError::denied(
             crate::capability::Capability::Http,
             url,
             format!(
-                "secret `{name}` may not be used by a workspace's data tool: only your own tools \
+                "secret `{name}` may not be used by {whose} data tool: only your own tools \
                  (in `$ZOT_HOME/tools`) use secrets"
             ),
         );
