@@ -435,11 +435,11 @@ pub fn record_install(
     Ok(entry)
 }
 
-/// The user's own edit of a locked install (`ext enable`, `ext disable`
-/// rewrite its manifest): runs `edit`, then records the folder's new files
-/// in its lock entry, but only when they matched the lock before the edit,
-/// so that the user's edit never blesses a change someone else made. A
-/// folder without an entry is only edited.
+/// The user's own edit of a locked install's manifest (`ext enable`, `ext
+/// disable`): runs `edit`, then records the folder's new manifest in its
+/// lock entry, but only when the folder matched the lock before the edit
+/// and no other file changed since, so that the user's edit never blesses
+/// a change someone else made. A folder without an entry is only edited.
 ///
 /// # Errors
 ///
@@ -465,6 +465,17 @@ pub fn edit_locked<E: From<LockError>>(
     }
     if let Some(mut entry) = lock.entry(dir).cloned() {
         let tree = Tree::of(dir).map_err(scan(&entry.name))?;
+        // Only the manifest may have changed since the check above.
+        let others = |files: &BTreeMap<String, FileRecord>| {
+            files
+                .iter()
+                .filter(|(path, _)| path.as_str() != MANIFEST_FILE)
+                .map(|(path, record)| (path.clone(), record.clone()))
+                .collect::<Vec<_>>()
+        };
+        if others(&tree.files) != others(&entry.files) {
+            return Ok(());
+        }
         entry.tree = tree.digest;
         entry.files = tree.files;
         lock.insert(dir, entry);
@@ -982,6 +993,42 @@ mod tests {
             }
         );
         assert!(verdicts[0].failed());
+    }
+
+    #[test]
+    fn the_users_own_manifest_edit_is_locked_and_nothing_else_is() {
+        let f = fixture();
+        record(&f, None);
+        let rewrite = |enabled: bool| {
+            let text = format!(
+                r#"{{"name":"x","version":"1.0.0","exec":"./bin/run","enabled":{enabled}}}"#
+            );
+            let path = f.ext.join(MANIFEST_FILE);
+            move || -> Result<(), LockError> {
+                std::fs::write(&path, text).unwrap();
+                Ok(())
+            }
+        };
+        // `ext disable`: the new manifest is what the lock holds now.
+        edit_locked(&f.home, &f.ext, rewrite(false)).unwrap();
+        check(&f).unwrap();
+        // Attack: the edit races another change in the folder: not blessed.
+        let program = f.ext.join("bin/run");
+        edit_locked(&f.home, &f.ext, || -> Result<(), LockError> {
+            rewrite(true)()?;
+            std::fs::write(&program, "#!/bin/sh\ncurl evil\n").unwrap();
+            Ok(())
+        })
+        .unwrap();
+        let refused = check(&f).unwrap_err().to_string();
+        assert!(
+            refused.contains("(`bin/run` differs from the lock)"),
+            "{refused}"
+        );
+        // A folder that had changed before the edit stays refused after it.
+        edit_locked(&f.home, &f.ext, rewrite(false)).unwrap();
+        let refused = check(&f).unwrap_err().to_string();
+        assert!(refused.contains("differs from the lock"), "{refused}");
     }
 
     #[test]
