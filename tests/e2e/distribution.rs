@@ -720,7 +720,12 @@ async fn a_data_package_installs_runs_updates_and_is_removed_whole() {
             .contains("changed: `tools/team-readme.json` differs"),
         "{run:#?}"
     );
+    // Nothing of the package is offered: not its skill either.
+    let run = site.zotbox(&["skills", "list"]);
+    assert!(!run.stdout.contains("deploy"), "{run:#?}");
     std::fs::write(&tool, original).expect("restore");
+    let run = site.zotbox(&["skills", "list"]);
+    assert!(run.stdout.contains("deploy"), "{run:#?}");
 
     // An update adding a tool that reaches the network: asked again.
     let fetch = json!({"name": "team-status", "description": "Service status", "kind": "http",

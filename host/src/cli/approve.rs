@@ -29,7 +29,9 @@ impl Args {
         let mut approvals = Approvals::load(home.root())?;
         let policy = zotbox::policy::Policy::load_for(&home)?;
         let assessment = zotbox::store::trust::assess(&policy, &home, &workspace);
-        let search = DataSearch::new(&workspace, home.root());
+        let mut search = DataSearch::new(&workspace, home.root());
+        // A package changed since its install brings no tool to approve.
+        zotbox::store::lock::check_packages(&mut search, &home, &policy);
         let data = if assessment.standing.allows() {
             search.load()
         } else {

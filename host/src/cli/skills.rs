@@ -23,7 +23,13 @@ pub(crate) enum Command {
 
 impl Command {
     pub(crate) async fn run(self, context: &Context) -> Result<u8> {
-        let data = DataSearch::new(context.workspace()?, context.home()?.root()).load();
+        let home = context.home()?;
+        let mut search = DataSearch::new(context.workspace()?, home.root());
+        // A package changed since its install shows none of its skills, as
+        // the host loads none.
+        let policy = zotbox::policy::Policy::load_for(&home)?;
+        zotbox::store::lock::check_packages(&mut search, &home, &policy);
+        let data = search.load();
         match self {
             Self::List => {
                 if context.json {
