@@ -6,6 +6,7 @@ use clap::Parser;
 use cli::{Cli, EXIT_ERROR, print_error};
 
 fn main() {
+    quiet_when_the_reader_is_gone();
     if let Some(code) = cli::quick_relay() {
         exit_now(code);
     }
@@ -53,6 +54,29 @@ fn main() {
     // nothing can cancel, and zot must see the process end as soon as the
     // extension has.
     exit_now(code)
+}
+
+/// `zotbox list | head`: once the reader of stdout is gone, stop quietly
+/// (status 0), as ripgrep and coreutils do, instead of panicking in
+/// `println!`. Only the printing commands use `println!`: `run` and `host
+/// serve` write zot's frames through their own handles, whose errors they
+/// handle (SIGPIPE stays ignored, so those are errors, not signals).
+fn quiet_when_the_reader_is_gone() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        if message.starts_with("failed printing to stdout")
+            && message.ends_with(&format!("(os error {})", nix::libc::EPIPE))
+        {
+            std::process::exit(0);
+        }
+        default(info);
+    }));
 }
 
 /// Exits with `code`, stdout flushed.
