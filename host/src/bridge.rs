@@ -84,7 +84,7 @@ pub enum BridgeError {
         error: crate::runtime::StartError,
     },
     /// Reading or writing zot's stdio failed.
-    #[error("the bridge to zot failed: {0}")]
+    #[error("the bridge to zot failed")]
     Io(#[from] std::io::Error),
 }
 

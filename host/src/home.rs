@@ -115,6 +115,25 @@ impl ZotHome {
     }
 }
 
+/// An exclusive lock on `<path>.lock` (created `0600`, empty), held while
+/// the lock lives: how a read-modify-write of one of `$ZOT_HOME`'s files
+/// (`registries.json`, `secrets.json`) keeps a concurrent one from losing
+/// its change. The file replaced is still written atomically beside it.
+pub(crate) fn lock_beside(path: &Path) -> std::io::Result<nix::fcntl::Flock<std::fs::File>> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut name = path.as_os_str().to_owned();
+    name.push(".lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(PathBuf::from(name))?;
+    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, errno)| std::io::Error::from(errno))
+}
+
 /// Opens `path` for appending, creating it and its folder: how every log
 /// under `$ZOT_HOME/logs` is written.
 pub(crate) fn open_append(path: &Path) -> std::io::Result<std::fs::File> {

@@ -188,6 +188,7 @@ impl SecretStore {
                 return Err(SecretError::InvalidExtension(extension.clone()));
             }
         }
+        let _held = self.lock()?;
         let mut file = self.load()?;
         let mut extensions = extensions.to_vec();
         extensions.sort();
@@ -208,6 +209,7 @@ impl SecretStore {
     ///
     /// [`SecretError`] when the file cannot be read or written.
     pub fn remove(&self, name: &str) -> Result<bool, SecretError> {
+        let _held = self.lock()?;
         let mut file = self.load()?;
         if file.secrets.remove(name).is_none() {
             return Ok(false);
@@ -219,6 +221,15 @@ impl SecretStore {
     /// Whether secret `name` is set and `who` may use it (never the value).
     pub fn is_set_for(&self, who: &str, name: &str) -> bool {
         self.value(who, name).is_ok()
+    }
+
+    /// Two `secret set` at once: each reads, changes and writes the file
+    /// under this lock, so neither loses the other's secret.
+    fn lock(&self) -> Result<nix::fcntl::Flock<std::fs::File>, SecretError> {
+        if let Some(dir) = self.path.parent() {
+            std::fs::create_dir_all(dir).map_err(|error| self.io("lock", error))?;
+        }
+        crate::home::lock_beside(&self.path).map_err(|error| self.io("lock", error))
     }
 
     fn load(&self) -> Result<File, SecretError> {
@@ -329,6 +340,27 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let store = SecretStore::new(&ZotHome::new(tmp.path().join("home")));
         (tmp, store)
+    }
+
+    #[test]
+    fn two_secret_sets_at_once_lose_nothing() {
+        let (tmp, _) = store();
+        let home = ZotHome::new(tmp.path().join("home"));
+        let writers: Vec<_> = ["A", "B"]
+            .into_iter()
+            .map(|prefix| {
+                let store = SecretStore::new(&home);
+                std::thread::spawn(move || {
+                    for n in 0..40 {
+                        store.set(&format!("{prefix}_{n}"), VALUE, &[]).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for writer in writers {
+            writer.join().unwrap();
+        }
+        assert_eq!(SecretStore::new(&home).list().unwrap().len(), 80);
     }
 
     #[test]

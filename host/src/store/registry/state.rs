@@ -100,7 +100,11 @@ impl RegistryState {
         // Two installs at once: each re-reads the file under a lock and
         // keeps the newest version of every registry, so that neither
         // write lowers what the other recorded.
-        let _held = self.lock()?;
+        let _held = crate::home::lock_beside(&self.path).map_err(|error| RegistryError::Io {
+            action: "lock",
+            path: self.path.clone(),
+            error,
+        })?;
         let on_disk = Self::load(&self.path)?;
         for (other, seen) in on_disk.seen {
             let newest = self.seen.entry(other).or_insert(seen);
@@ -120,25 +124,6 @@ impl RegistryState {
             }
         })?;
         Ok(true)
-    }
-
-    /// An exclusive lock on `<file>.lock`, held while the file is read
-    /// again, merged and written.
-    fn lock(&self) -> Result<nix::fcntl::Flock<std::fs::File>, RegistryError> {
-        let path = PathBuf::from(format!("{}.lock", self.path.display()));
-        let io = |error| RegistryError::Io {
-            action: "lock",
-            path: path.clone(),
-            error,
-        };
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(io)?;
-        nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
-            .map_err(|(_, errno)| io(std::io::Error::from(errno)))
     }
 }
 
