@@ -224,20 +224,21 @@ pub(crate) fn prepare(
     let name = manifest.name().to_owned();
     let policy = Policy::load_for(home)?;
     // zot starts a workspace's extensions without asking; zotbox does not.
-    crate::store::trust::check_extension_dir(dir, home, &policy).map_err(|reason| {
-        BridgeError::Untrusted {
-            name: name.clone(),
-            reason,
-        }
-    })?;
+    let project =
+        crate::store::trust::check_extension_dir(dir, home, &policy).map_err(|reason| {
+            BridgeError::Untrusted {
+                name: name.clone(),
+                reason,
+            }
+        })?;
     // The installed files are the locked ones, and meet the pins of the
-    // workspace's lock: for a user install, the folder zot started the
-    // extension in (the relay's `$PWD` when the shared host prepares it).
-    let workspace =
-        crate::store::trust::workspace_of_extension(dir, home).or_else(|| match &hosted {
-            Some(hosted) => hosted.environment.get("PWD").map(std::path::PathBuf::from),
-            None => std::env::current_dir().ok(),
-        });
+    // workspace's lock: a project install's own workspace, or for a user
+    // install the folder zot started the extension in (the relay's `$PWD`
+    // when the shared host prepares it).
+    let workspace = project.or_else(|| match &hosted {
+        Some(hosted) => hosted.environment.get("PWD").map(std::path::PathBuf::from),
+        None => std::env::current_dir().ok(),
+    });
     let services = services(home, &policy, dir, hosted);
     // The launch step the host's supervisor takes too.
     let defaults = crate::policy::LimitDefaults {

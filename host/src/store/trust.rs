@@ -480,18 +480,22 @@ fn normalise(path: &Path) -> PathBuf {
 
 /// Refuses the extension folder `dir` when it lies in some workspace's
 /// `.zot/extensions/` and that workspace may not run (what `zotbox run`
-/// checks before it starts anything).
+/// checks before it starts anything). Returns that workspace, if any.
 ///
 /// # Errors
 ///
 /// The refusal, ``comes from the workspace `/w`, which …``.
-pub fn check_extension_dir(dir: &Path, home: &ZotHome, policy: &Policy) -> Result<(), String> {
+pub fn check_extension_dir(
+    dir: &Path,
+    home: &ZotHome,
+    policy: &Policy,
+) -> Result<Option<PathBuf>, String> {
     let Some(workspace) = workspace_of_extension(dir, home) else {
-        return Ok(());
+        return Ok(None);
     };
     match assess(policy, home, &workspace).refusal() {
         Some(refusal) => Err(refusal),
-        None => Ok(()),
+        None => Ok(Some(workspace)),
     }
 }
 
