@@ -49,12 +49,19 @@ impl Site {
         site
     }
 
-    /// A site publishing `notes` 1.0.0 (signed, declaring one origin), and
-    /// the user's install of it; returns the site and its lock entry.
-    async fn with_notes_installed() -> (Self, Value) {
+    /// A site publishing `notes` 1.0.0 (signed, declaring one origin) in a
+    /// signed index.
+    async fn with_notes_published() -> Self {
         let site = Self::new().await;
         site.publish("1.0.0", &["https://a.example"], true);
         site.index(None, None);
+        site
+    }
+
+    /// [`Site::with_notes_published`], and the user's install of it;
+    /// returns the site and its lock entry.
+    async fn with_notes_installed() -> (Self, Value) {
+        let site = Self::with_notes_published().await;
         site.zotbox(&["ext", "install", "notes", "--yes"])
             .expect_code(0);
         let locked = site.locked().expect("lock");
@@ -222,9 +229,7 @@ fn error_line(run: &Run) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn search_info_install_and_update_from_a_signed_registry() {
-    let site = Site::new().await;
-    site.publish("1.0.0", &["https://a.example"], true);
-    site.index(None, None);
+    let site = Site::with_notes_published().await;
     let key_id = site.publisher.0.id().to_string();
 
     let run = site.zotbox(&["ext", "search", "notes"]);
@@ -507,9 +512,7 @@ async fn an_update_asks_only_the_registry_it_was_installed_from() {
 /// refused with the failing registry's error, and nothing is installed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_later_registry_never_stands_in_for_an_earlier_one_that_failed() {
-    let site = Site::new().await;
-    site.publish("1.0.0", &["https://a.example"], true);
-    site.index(None, None);
+    let site = Site::with_notes_published().await;
     let _other = site.other_registry_listing_native_notes().await;
     std::fs::remove_file(site.dir.join("index.json.minisig")).expect("down");
     let install: &[&str] = &["ext", "install", "notes", "--yes"];
@@ -535,9 +538,7 @@ async fn a_later_registry_never_stands_in_for_an_earlier_one_that_failed() {
 /// and nothing is installed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_huge_index_or_signature_is_stopped_at_its_own_cap() {
-    let site = Site::new().await;
-    site.publish("1.0.0", &["https://a.example"], true);
-    site.index(None, None);
+    let site = Site::with_notes_published().await;
     let url = site.index_url();
     let signature = std::fs::read(site.dir.join("index.json.minisig")).expect("signature");
     let mut huge = signature.clone();

@@ -238,7 +238,7 @@ impl Host {
                 let crate::data::Rendered::Http { url } = tool.kind.render(arg) else {
                     return text_result(format!("tool `{}`: not an http tool", tool.name), true);
                 };
-                if let Some(refusal) = self.project_secrets(tool, &url) {
+                if let Some(refusal) = self.refused_secret(tool, &url) {
                     return text_result(refusal, true);
                 }
                 if arg.is_some_and(|a| {
@@ -294,7 +294,7 @@ impl Host {
     /// published package may not send the user's secrets anywhere, even
     /// once trusted to run (an install refuses such a package already).
     /// Only the user's own tools use them.
-    fn project_secrets(&self, tool: &DataTool, url: &str) -> Option<String> {
+    fn refused_secret(&self, tool: &DataTool, url: &str) -> Option<String> {
         let whose = match tool.origin {
             crate::data::DataOrigin::Project => "a workspace's",
             crate::data::DataOrigin::Registry => "an installed package's",
