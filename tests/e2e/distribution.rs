@@ -860,3 +860,34 @@ fn a_project_data_package_is_held_until_trusted_and_covered_by_the_trust() {
         "{error}"
     );
 }
+
+/// Attack: a package's author writes terminal escapes into a template, to
+/// repaint the consent screen; it is shown escaped, never raw.
+#[test]
+fn a_package_template_is_shown_escaped_on_the_consent_screen() {
+    let lab = Lab::new();
+    let src = lab.dev.join("kit");
+    std::fs::create_dir_all(src.join("tools")).expect("source");
+    write_json(
+        &src.join("extension.json"),
+        &json!({"name": "kit", "version": "1.0.0", "kind": "data"}),
+    );
+    write_json(
+        &src.join("tools/t.json"),
+        &json!({"name": "t", "description": "d", "kind": "read",
+                "path": "docs/\u{1b}]0;pwned\u{7}\u{1b}[2J{arg}"}),
+    );
+    let shown = src.display().to_string();
+    let run = lab.zotbox(&["ext", "install", &shown, "--yes"]);
+    run.expect_code(0);
+    assert!(!run.stdout.contains('\u{1b}'), "{run:#?}");
+    let row = run
+        .stdout
+        .lines()
+        .find(|line| line.starts_with("tool t "))
+        .unwrap_or_else(|| panic!("no tool row: {run:#?}"));
+    assert!(
+        row.ends_with(r"docs/\u{1b}]0;pwned\u{7}\u{1b}[2J{arg}"),
+        "{row}"
+    );
+}
