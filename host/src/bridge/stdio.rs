@@ -152,9 +152,17 @@ impl AsyncRead for Polled {
         loop {
             let mut guard = ready!(self.fd.poll_read_ready(cx))?;
             let unfilled = buf.initialize_unfilled();
+            let room = unfilled.len();
             let fd = self.borrowed();
             match guard.try_io(|_| nix::unistd::read(fd, unfilled).map_err(io::Error::from)) {
                 Ok(Ok(n)) => {
+                    // A pipe or a stream socket fills a read with all it
+                    // holds: a short one drained it. Waiting for the driver
+                    // now saves the read that would only say `EAGAIN`, one
+                    // system call per frame (tokio's own streams do the same).
+                    if n > 0 && n < room {
+                        guard.clear_ready();
+                    }
                     buf.advance(n);
                     return Poll::Ready(Ok(()));
                 }
@@ -224,6 +232,41 @@ mod tests {
         }
         let after = fcntl(&read, FcntlArg::F_GETFL).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(after, before);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn after_a_short_read_the_next_write_is_still_seen() {
+        use std::io::Write as _;
+        let (read, write) = pipe();
+        let mut reader = Polled::new(read.as_fd(), false).unwrap_or_else(|| panic!("polled"));
+        // Written from another thread, at any moment against the reads.
+        let writer = std::thread::spawn(move || {
+            let mut write = std::fs::File::from(write);
+            for round in 0..200u32 {
+                write
+                    .write_all(format!("{round:03}\n").as_bytes())
+                    .unwrap_or_else(|e| panic!("{e}"));
+                if round % 3 == 0 {
+                    std::thread::sleep(std::time::Duration::from_micros(200));
+                }
+            }
+        });
+        let mut got = Vec::new();
+        let mut buf = [0u8; 64];
+        while got.len() < 800 {
+            let read =
+                tokio::time::timeout(std::time::Duration::from_secs(10), reader.read(&mut buf))
+                    .await;
+            match read {
+                Ok(Ok(n)) if n > 0 => got.extend_from_slice(&buf[..n]),
+                other => panic!("after {} bytes: {other:?}", got.len()),
+            }
+        }
+        let expected: Vec<u8> = (0..200u32)
+            .flat_map(|round| format!("{round:03}\n").into_bytes())
+            .collect();
+        assert_eq!(got, expected);
+        assert!(writer.join().is_ok());
     }
 
     #[tokio::test(flavor = "current_thread")]
