@@ -34,7 +34,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{Mutex, watch};
 use tokio::time::Instant;
 use zotbox_protocol::{
@@ -49,6 +49,7 @@ use crate::manifest::{MANIFEST_FILE, Manifest};
 use crate::policy::Policy;
 use crate::runtime::{Exit, Launcher, Transport};
 use crate::sandbox::{CommandGuard, Services};
+use crate::session::reader::ReadChunk;
 
 /// The bridge could not start the extension.
 #[derive(Debug, thiserror::Error)]
@@ -525,15 +526,14 @@ async fn bridge(
 
     // Out: every line the guest writes goes to zot, verbatim.
     let mut lines = LineSplitter::new(DEFAULT_MAX_LINE);
-    let mut chunk = vec![0u8; 64 * 1024];
-    let mut out = Vec::with_capacity(64 * 1024);
+    let mut chunk = ReadChunk::default();
+    let mut out = Vec::new();
     let mut over_cap = false;
     loop {
-        let n = match from_guest.read(&mut chunk).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
-        };
-        lines.push(&chunk[..n]);
+        match chunk.read(&mut from_guest).await {
+            Ok([]) | Err(_) => break,
+            Ok(bytes) => lines.push(bytes),
+        }
         out.clear();
         let mut answered = Vec::new();
         while let Some(line) = lines.next() {
@@ -647,15 +647,14 @@ async fn forward_inbound(
         }
     }
     let mut lines = LineSplitter::new(DEFAULT_MAX_LINE);
-    let mut chunk = vec![0u8; 64 * 1024];
-    let mut out = Vec::with_capacity(64 * 1024);
+    let mut chunk = ReadChunk::default();
+    let mut out = Vec::new();
     let mut answers = Vec::new();
     loop {
-        let n = match input.read(&mut chunk).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
-        };
-        lines.push(&chunk[..n]);
+        match chunk.read(&mut input).await {
+            Ok([]) | Err(_) => break,
+            Ok(bytes) => lines.push(bytes),
+        }
         out.clear();
         answers.clear();
         while let Some(line) = lines.next() {

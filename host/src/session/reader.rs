@@ -3,17 +3,64 @@
 
 use std::marker::PhantomData;
 
-use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::io::{AsyncRead, AsyncReadExt as _};
 use zotbox_protocol::{DecodeError, Decoder, Frame, Undecoded};
 
-/// Bytes asked of the transport per read.
+/// The most bytes asked of a stream per read.
 const READ_CHUNK: usize = 64 * 1024;
+/// The bytes asked of a stream per read at first.
+const FIRST_CHUNK: usize = 4 * 1024;
+
+/// A read buffer that starts at [`FIRST_CHUNK`] and doubles, up to
+/// [`READ_CHUNK`], each time a read fills it.
+///
+/// Every idle extension keeps one per stream: a buffer of the largest size
+/// from the start, zeroed, was a third of what an idle wasm extension costs
+/// the host. Frames are small until one is not; a stream that carries large
+/// ones soon reads in large chunks.
+#[derive(Debug)]
+pub(crate) struct ReadChunk {
+    buf: Vec<u8>,
+    filled: bool,
+}
+
+impl Default for ReadChunk {
+    fn default() -> Self {
+        Self {
+            buf: vec![0; FIRST_CHUNK],
+            filled: false,
+        }
+    }
+}
+
+impl ReadChunk {
+    /// The next bytes of `source`; empty at its end. Cancel-safe, as
+    /// `AsyncReadExt::read` is.
+    pub(crate) async fn read<R: AsyncRead + Unpin + ?Sized>(
+        &mut self,
+        source: &mut R,
+    ) -> std::io::Result<&[u8]> {
+        if self.filled && self.buf.len() < READ_CHUNK {
+            let grown = (self.buf.len() * 2).min(READ_CHUNK);
+            self.buf.resize(grown, 0);
+        }
+        let n = source.read(&mut self.buf).await?;
+        self.filled = n == self.buf.len();
+        Ok(&self.buf[..n])
+    }
+
+    /// The size of the next read.
+    #[cfg(test)]
+    fn size(&self) -> usize {
+        self.buf.len()
+    }
+}
 
 /// A stream of frames of type `F`, read from `R`.
 pub(crate) struct FrameReader<F, R> {
     source: R,
     decoder: Decoder,
-    chunk: Box<[u8]>,
+    chunk: ReadChunk,
     ended: bool,
     // The cap, once a line over it ended the stream.
     cut: Option<usize>,
@@ -29,7 +76,7 @@ impl<F: Frame, R: AsyncRead + Unpin> FrameReader<F, R> {
         Self {
             source,
             decoder: Decoder::new(max_line),
-            chunk: vec![0; READ_CHUNK].into_boxed_slice(),
+            chunk: ReadChunk::default(),
             ended: false,
             cut: None,
             overlong_ends: false,
@@ -62,9 +109,9 @@ impl<F: Frame, R: AsyncRead + Unpin> FrameReader<F, R> {
             if self.ended {
                 return self.decoder.finish().map(|item| self.check(item));
             }
-            match self.source.read(&mut self.chunk).await {
-                Ok(0) => self.ended = true,
-                Ok(n) => self.decoder.push(&self.chunk[..n]),
+            match self.chunk.read(&mut self.source).await {
+                Ok([]) => self.ended = true,
+                Ok(bytes) => self.decoder.push(bytes),
                 Err(err) => {
                     tracing::debug!("reading frames failed: {err}");
                     self.ended = true;
@@ -123,5 +170,45 @@ mod tests {
         // zot's input: the line is reported, and the stream goes on.
         let reader = FrameReader::new(&wire[..], 64);
         assert_eq!(read_all(reader).await, ["ready", over, "clear_notes"]);
+    }
+
+    #[tokio::test]
+    async fn a_read_chunk_grows_while_reads_fill_it_and_loses_nothing() {
+        let wire: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+        let mut source = &wire[..];
+        let mut chunk = ReadChunk::default();
+        assert_eq!(chunk.size(), FIRST_CHUNK);
+        let mut got = Vec::new();
+        let mut sizes = Vec::new();
+        loop {
+            let bytes = chunk
+                .read(&mut source)
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+            if bytes.is_empty() {
+                break;
+            }
+            got.extend_from_slice(bytes);
+            // The size this read asked for.
+            sizes.push(chunk.size());
+        }
+        assert_eq!(got, wire);
+        assert_eq!(
+            sizes[..6],
+            [
+                FIRST_CHUNK,
+                2 * FIRST_CHUNK,
+                4 * FIRST_CHUNK,
+                8 * FIRST_CHUNK,
+                READ_CHUNK,
+                READ_CHUNK
+            ]
+        );
+        // A short read does not grow it.
+        let mut chunk = ReadChunk::default();
+        let mut short = &b"{\"type\":\"ready\"}\n"[..];
+        let _ = chunk.read(&mut short).await;
+        let _ = chunk.read(&mut short).await;
+        assert_eq!(chunk.size(), FIRST_CHUNK);
     }
 }
