@@ -32,7 +32,7 @@ use crate::guests::{self, Form};
 use crate::load::status_kib;
 use crate::support::{
     Ext, Lab, bounded, cache_entries, entry_is_valid, eventually, ext, info, next_event,
-    process_alive, tool_names,
+    process_alive, tool_names, with_valid_trailer,
 };
 
 /// A call to a broken extension must fail well within this, against a
@@ -808,13 +808,7 @@ async fn a_corrupt_cache_entry_is_recompiled_on_restart_while_the_others_keep_an
     let mut events = scene.host.subscribe();
     let slow = scene.fault_begins().await;
 
-    let forged = {
-        let mut bytes = garbage();
-        let hash = blake3::hash(&bytes);
-        bytes.extend_from_slice(b"ZOTBOXC2");
-        bytes.extend_from_slice(hash.as_bytes());
-        bytes
-    };
+    let forged = with_valid_trailer(garbage());
     assert!(entry_is_valid(&forged));
     let wasm = broken.join("hostile.wasm");
     for (attempt, (damage, bytes)) in [("garbage", garbage()), ("forged checksum", forged)]

@@ -1179,11 +1179,19 @@ pub fn cache_entries(home: &Path) -> Vec<PathBuf> {
 /// Whether a compile-cache entry is well formed: wasmtime's artifact, then
 /// a trailer of the format's magic and the BLAKE3 hash of the artifact.
 pub fn entry_is_valid(bytes: &[u8]) -> bool {
-    let Some(body) = bytes.len().checked_sub(40).filter(|body| *body > 0) else {
+    let Some(body) = bytes.len().checked_sub(12).filter(|body| *body > 0) else {
         return false;
     };
     let (artifact, trailer) = bytes.split_at(body);
-    &trailer[..8] == b"ZOTBOXC2" && trailer[8..] == *blake3::hash(artifact).as_bytes()
+    &trailer[..8] == b"ZOTBOXC3" && trailer[8..] == crc32fast::hash(artifact).to_le_bytes()
+}
+
+/// `artifact` under a cache trailer whose checksum matches it.
+pub fn with_valid_trailer(mut artifact: Vec<u8>) -> Vec<u8> {
+    let checksum = crc32fast::hash(&artifact);
+    artifact.extend_from_slice(b"ZOTBOXC3");
+    artifact.extend_from_slice(&checksum.to_le_bytes());
+    artifact
 }
 
 /// Every entry under `dir` by relative path: a file's bytes, a symlink's

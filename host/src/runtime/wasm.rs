@@ -314,12 +314,12 @@ impl WasmRuntime {
     /// here. (1) An artifact is trusted machine code: entries are only ever
     /// written by this function, are named by the engine's compatibility
     /// hash (so a different wasmtime or configuration never reads them), and
-    /// end in a BLAKE3 hash of their bytes that rejects truncated or altered
+    /// end in a checksum of their bytes that rejects truncated or altered
     /// entries; wasmtime re-checks its own header too. Whoever can forge an
-    /// entry with a valid hash can equally edit the user's manifests and
+    /// entry with a valid checksum can equally edit the user's manifests and
     /// policy, so the cache adds no new trust. (2) A mapped file must not
     /// change while mapped: wasmtime never maps the entry itself but the
-    /// copy that was hashed, a memfd sealed against writing, shrinking and
+    /// copy that was checked, a memfd sealed against writing, shrinking and
     /// growing (or plain bytes, which it copies), so nobody — not even a
     /// process that rewrites the entry in place — can change it.
     #[allow(clippy::too_many_arguments)]

@@ -7,11 +7,15 @@
 //!    never loads a stale artifact.
 //! 2. An entry is wasmtime's own serialised artifact (an ELF file, mapped
 //!    from disk as it is by `deserialize_file`), followed by a trailer:
-//!    [`MAGIC`] and the BLAKE3 hash of every byte before it. An entry is only
-//!    handed to wasmtime after its hash was recomputed from the very file
+//!    [`MAGIC`] and the CRC-32 of every byte before it. An entry is only
+//!    handed to wasmtime after its checksum was recomputed from the very file
 //!    (the same open inode) wasmtime then maps; one that was truncated or
 //!    altered is discarded and recompiled. wasmtime re-checks its own header
-//!    and engine settings after that.
+//!    and engine settings after that. The checksum is a damage check, not a
+//!    seal (see below): CRC-32 catches every burst of damage up to 32 bits
+//!    and any other with odds of 2^-32, several times cheaper than BLAKE3 on
+//!    every start (the wasm's own key, rule 1, stays BLAKE3: it must resist a
+//!    guest's author forging a collision with another guest).
 //! 3. Entries are written whole to a temporary file, synced, and renamed into
 //!    place: a reader never sees half an entry, and an entry is never
 //!    modified in place (so a mapped entry never changes under wasmtime).
@@ -22,7 +26,7 @@
 //!
 //! The cache dir is the user's own (`$ZOT_HOME/cache`), a control path: who
 //! can write it can equally edit the user's manifests and policy, so the
-//! hash defends against damage (a full disk, a crash, a flipped bit), not
+//! checksum defends against damage (a full disk, a crash, a flipped bit), not
 //! against the user.
 
 use std::fs::File;
@@ -34,9 +38,9 @@ use std::time::SystemTime;
 use wasmtime::Engine;
 
 /// Leads the trailer of every entry: identifies the format.
-const MAGIC: &[u8; 8] = b"ZOTBOXC2";
-/// The trailer: magic, then the 32-byte BLAKE3 hash of the artifact.
-const TRAILER_LEN: u64 = MAGIC.len() as u64 + 32;
+const MAGIC: &[u8; 8] = b"ZOTBOXC3";
+/// The trailer: magic, then the artifact's CRC-32, little-endian.
+pub(crate) const TRAILER_LEN: u64 = MAGIC.len() as u64 + 4;
 /// The extension of an entry.
 const ENTRY_EXTENSION: &str = "cwasm";
 
@@ -59,7 +63,7 @@ pub(crate) struct ArtifactCache {
     cap: u64,
 }
 
-/// An entry whose hash matched, in a copy that can no longer change.
+/// An entry whose checksum matched, in a copy that can no longer change.
 #[derive(Debug)]
 pub(crate) enum Verified {
     /// A sealed memfd (no write, shrink or grow): wasmtime maps it as it
@@ -129,8 +133,8 @@ impl ArtifactCache {
     /// The entry at `path` if it is there and whole, marked as used; `None`
     /// when it is missing or damaged (then it is logged).
     ///
-    /// The entry is hashed as it is copied: what is handed on is the copy
-    /// that was hashed, so a file changed in place meanwhile (or later,
+    /// The entry is checked as it is copied: what is handed on is the copy
+    /// that was checked, so a file changed in place meanwhile (or later,
     /// while wasmtime runs its code) changes nothing that runs.
     pub(crate) fn open(path: &Path) -> Option<Verified> {
         let mut file = File::open(path).ok()?;
@@ -171,7 +175,7 @@ impl ArtifactCache {
                 let mut file = File::create(&tmp)?;
                 file.write_all(artifact)?;
                 file.write_all(MAGIC)?;
-                file.write_all(blake3::hash(artifact).as_bytes())?;
+                file.write_all(&crc32fast::hash(artifact).to_le_bytes())?;
                 file.sync_all()?;
                 std::fs::rename(&tmp, path)
             })();
@@ -298,15 +302,15 @@ impl Sink {
     }
 }
 
-/// Copies the artifact of the entry `file` while hashing it; the copy when
-/// the entry ends in a trailer whose hash matches the bytes before it,
+/// Copies the artifact of the entry `file` while checking it; the copy when
+/// the entry ends in a trailer whose checksum matches the bytes before it,
 /// `None` when it does not.
 fn copy_verified(file: &mut File) -> std::io::Result<Option<Verified>> {
     let len = file.metadata()?.len();
     let Some(body) = len.checked_sub(TRAILER_LEN).filter(|body| *body > 0) else {
         return Ok(None);
     };
-    let mut hasher = blake3::Hasher::new();
+    let mut checksum = crc32fast::Hasher::new();
     let mut sink = Sink::new(body);
     let mut chunk = vec![0u8; 128 * 1024];
     let mut left = body;
@@ -316,13 +320,15 @@ fn copy_verified(file: &mut File) -> std::io::Result<Option<Verified>> {
         if got == 0 {
             return Ok(None);
         }
-        hasher.update(&chunk[..got]);
+        checksum.update(&chunk[..got]);
         sink.write(&chunk[..got])?;
         left -= got as u64;
     }
     let mut trailer = [0u8; TRAILER_LEN as usize];
     file.read_exact(&mut trailer)?;
-    if &trailer[..MAGIC.len()] != MAGIC || trailer[MAGIC.len()..] != *hasher.finalize().as_bytes() {
+    if &trailer[..MAGIC.len()] != MAGIC
+        || trailer[MAGIC.len()..] != checksum.finalize().to_le_bytes()
+    {
         return Ok(None);
     }
     sink.finish().map(Some)
@@ -357,13 +363,13 @@ mod tests {
         cache_in(tmp.path(), DEFAULT_CAP).write(&path, b"compiled bytes");
         assert_eq!(artifact(&path).as_deref(), Some(&b"compiled bytes"[..]));
         let whole = std::fs::read(&path).unwrap_or_default();
-        let damaged: [(&str, Vec<u8>); 5] = [
+        let damaged: [(&str, Vec<u8>); 6] = [
             ("a flipped artifact byte", {
                 let mut bytes = whole.clone();
                 bytes[3] ^= 1;
                 bytes
             }),
-            ("a flipped hash byte", {
+            ("a flipped checksum byte", {
                 let mut bytes = whole.clone();
                 let last = bytes.len() - 1;
                 bytes[last] ^= 1;
@@ -372,11 +378,18 @@ mod tests {
             ("truncated by one byte", whole[..whole.len() - 1].to_vec()),
             (
                 "truncated to the trailer",
-                whole[whole.len() - 40..].to_vec(),
+                whole[whole.len() - TRAILER_LEN as usize..].to_vec(),
             ),
-            ("the old format", {
+            ("the first format", {
                 let mut bytes = b"ZOTBOXC1".to_vec();
                 bytes.extend_from_slice(&whole);
+                bytes
+            }),
+            ("the BLAKE3 trailer of the second format", {
+                let artifact = &whole[..whole.len() - TRAILER_LEN as usize];
+                let mut bytes = artifact.to_vec();
+                bytes.extend_from_slice(b"ZOTBOXC2");
+                bytes.extend_from_slice(blake3::hash(artifact).as_bytes());
                 bytes
             }),
         ];
@@ -421,8 +434,8 @@ mod tests {
     fn a_new_entry_evicts_the_least_recently_used_beyond_the_cap() {
         let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let dir = tmp.path();
-        // Each entry is 100 bytes + a 40-byte trailer: three fit in 450.
-        let cache = cache_in(dir, 450);
+        // Each entry is 100 bytes + a 12-byte trailer: three fit in 350.
+        let cache = cache_in(dir, 350);
         let artifact = [7u8; 100];
         for (name, used) in [("a", 1_000), ("b", 2_000), ("c", 3_000)] {
             let path = dir.join(format!("{name}.cwasm"));
