@@ -648,14 +648,23 @@ pub fn check_at_load(
     policy: &Policy,
     workspace: Option<&Path>,
 ) -> Result<(), LockError> {
-    let dir = &manifest.dir;
     let lock = Lock::load(home)?;
-    let entry = lock.entry(dir);
     let project = match workspace {
-        Some(workspace) => ProjectLock::load(policy, home, workspace)?
-            .filter(|project| project.pins.contains_key(manifest.name())),
+        Some(workspace) => ProjectLock::load(policy, home, workspace)?,
         None => None,
     };
+    check_against(manifest, &lock, project.as_ref())
+}
+
+/// [`check_at_load`] with the user's lock and the workspace's already read.
+fn check_against(
+    manifest: &Manifest,
+    lock: &Lock,
+    project: Option<&ProjectLock>,
+) -> Result<(), LockError> {
+    let dir = &manifest.dir;
+    let entry = lock.entry(dir);
+    let project = project.filter(|project| project.pins.contains_key(manifest.name()));
     if entry.is_none() && project.is_none() {
         return Ok(());
     }
@@ -683,14 +692,31 @@ pub fn check_at_load(
 /// Rules 3 and 4 for the installed data packages `search` would load,
 /// before the host loads them: each whose files changed since its install,
 /// or that the trusted workspace's lock refuses, is refused in `search`
-/// ([`DataSearch::refuse`]) and loads nothing.
+/// ([`DataSearch::refuse`]) and loads nothing. The locks are read once for
+/// all of them; when they cannot be read, every package is refused.
 pub fn check_packages(search: &mut DataSearch, home: &ZotHome, policy: &Policy) {
-    let workspace = search.workspace.clone();
-    for (manifest, _) in search.packages() {
-        if !manifest.raw.enabled {
-            continue;
-        }
-        if let Err(err) = check_at_load(&manifest, home, policy, Some(&workspace)) {
+    let packages: Vec<Manifest> = search
+        .packages()
+        .into_iter()
+        .map(|(manifest, _)| manifest)
+        .filter(|manifest| manifest.raw.enabled)
+        .collect();
+    if packages.is_empty() {
+        return;
+    }
+    let locks = Lock::load(home).and_then(|lock| {
+        let project = ProjectLock::load(policy, home, &search.workspace)?;
+        Ok((lock, project))
+    });
+    for manifest in packages {
+        let checked = match &locks {
+            Ok((lock, project)) => check_against(&manifest, lock, project.as_ref()),
+            Err(err) => {
+                search.refuse(&manifest.dir, err.to_string());
+                continue;
+            }
+        };
+        if let Err(err) = checked {
             search.refuse(&manifest.dir, err.to_string());
         }
     }
@@ -890,6 +916,39 @@ mod tests {
 
     fn policy(f: &Fixture) -> Policy {
         Policy::load_for(&f.home).unwrap()
+    }
+
+    #[test]
+    fn packages_are_checked_against_locks_read_once_and_an_unreadable_lock_refuses_them_all() {
+        let f = fixture();
+        for name in ["a", "b"] {
+            let dir = f.home.packages_dir().join(name);
+            std::fs::create_dir_all(dir.join("skills")).unwrap();
+            std::fs::write(
+                dir.join(MANIFEST_FILE),
+                format!(r#"{{"name":"{name}","version":"1.0.0","kind":"data"}}"#),
+            )
+            .unwrap();
+            std::fs::write(dir.join("skills/s.md"), "# s\nA skill.\n").unwrap();
+        }
+        // Unlocked packages pass.
+        let mut search = DataSearch::new(&f.ws, f.home.root());
+        check_packages(&mut search, &f.home, &policy(&f));
+        assert!(search.refused.is_empty(), "{:?}", search.refused);
+        // A lock that does not parse refuses each of them, with its error.
+        std::fs::write(f.home.lock_file(), "not a lock").unwrap();
+        let expected = Lock::load(&f.home).map(drop).unwrap_err().to_string();
+        let mut search = DataSearch::new(&f.ws, f.home.root());
+        check_packages(&mut search, &f.home, &policy(&f));
+        let refused: Vec<(String, &String)> = search
+            .refused
+            .iter()
+            .map(|(dir, why)| (dir.file_name().unwrap().to_string_lossy().into_owned(), why))
+            .collect();
+        assert_eq!(
+            refused,
+            [("a".to_owned(), &expected), ("b".to_owned(), &expected)]
+        );
     }
 
     fn check(f: &Fixture) -> Result<(), LockError> {
