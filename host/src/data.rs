@@ -346,7 +346,15 @@ impl DataSearch {
                 )),
                 Ok(m) if !m.raw.enabled => None,
                 Ok(_) => match self.refused.get(&dir) {
-                    Some(reason) => Some(reason.clone()),
+                    Some(reason) => {
+                        // The reason names the package, not where it lies.
+                        tracing::warn!("`{}`: {reason}", dir.display());
+                        set.problems.push(DataProblem {
+                            path,
+                            error: reason.clone(),
+                        });
+                        continue;
+                    }
                     None => {
                         packages.push((dir, origin));
                         continue;

@@ -707,11 +707,13 @@ async fn a_data_package_installs_runs_updates_and_is_removed_whole() {
         error_line(&run),
         "error: no tool `team-readme`; no extension registered any"
     );
-    assert!(
-        run.stderr.contains(
-            "extension `kit` changed since it was installed (`tools/team-readme.json` differs \
-             from the lock)"
-        ),
+    // Said once, naming where the package lies.
+    let said = "packages/kit`: extension `kit` changed since it was installed \
+                (`tools/team-readme.json` differs from the lock)";
+    assert_eq!(run.stderr.matches(said).count(), 1, "{run:#?}");
+    assert_eq!(
+        run.stderr.matches("changed since it was installed").count(),
+        1,
         "{run:#?}"
     );
     let run = site.zotbox(&["ext", "verify"]);

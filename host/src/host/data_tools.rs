@@ -36,9 +36,7 @@ impl DataState {
         } else {
             search.load_holding_project_tools()
         };
-        for problem in &set.problems {
-            tracing::warn!("`{}`: {}", problem.path.display(), problem.error);
-        }
+        // Each problem was logged by the loader as it was found.
         let deny = DenyRules::for_data(&set);
         deny.report_to(&mut set);
         Self {

@@ -49,7 +49,7 @@ impl ReadChunk {
         Ok(&self.buf[..n])
     }
 
-    /// The size of the next read.
+    /// How many bytes the last read asked for (the next may ask twice as many).
     #[cfg(test)]
     fn size(&self) -> usize {
         self.buf.len()
