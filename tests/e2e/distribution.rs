@@ -614,6 +614,22 @@ impl Site {
     }
 }
 
+/// A local source of the data package `kit` 1.0.0 holding `tools`, each
+/// written as `tools/<name>.json`.
+fn data_source(lab: &Lab, tools: &[Value]) -> std::path::PathBuf {
+    let src = lab.dev.join("kit");
+    std::fs::create_dir_all(src.join("tools")).expect("source");
+    write_json(
+        &src.join("extension.json"),
+        &json!({"name": "kit", "version": "1.0.0", "kind": "data"}),
+    );
+    for tool in tools {
+        let name = tool["name"].as_str().expect("a tool name");
+        write_json(&src.join(format!("tools/{name}.json")), tool);
+    }
+    src
+}
+
 fn readme_tool() -> Value {
     json!({"name": "team-readme", "description": "Read the README", "kind": "read",
            "path": "README.md"})
@@ -802,13 +818,7 @@ async fn a_data_entry_understating_its_tools_is_refused() {
 #[test]
 fn a_project_data_package_is_held_until_trusted_and_covered_by_the_trust() {
     let lab = Lab::new();
-    let src = lab.dev.join("kit");
-    std::fs::create_dir_all(src.join("tools")).expect("source");
-    write_json(
-        &src.join("extension.json"),
-        &json!({"name": "kit", "version": "1.0.0", "kind": "data"}),
-    );
-    write_json(&src.join("tools/team-readme.json"), &readme_tool());
+    let src = data_source(&lab, &[readme_tool()]);
     std::fs::write(lab.workspace.join("README.md"), "project readme\n").expect("readme");
     let shown = src.display().to_string();
     lab.zotbox(&["ext", "install", &shown, "--project", "--yes"])
@@ -868,16 +878,10 @@ fn a_project_data_package_is_held_until_trusted_and_covered_by_the_trust() {
 #[test]
 fn a_package_template_is_shown_escaped_on_the_consent_screen() {
     let lab = Lab::new();
-    let src = lab.dev.join("kit");
-    std::fs::create_dir_all(src.join("tools")).expect("source");
-    write_json(
-        &src.join("extension.json"),
-        &json!({"name": "kit", "version": "1.0.0", "kind": "data"}),
-    );
-    write_json(
-        &src.join("tools/t.json"),
-        &json!({"name": "t", "description": "d", "kind": "read",
-                "path": "docs/\u{1b}]0;pwned\u{7}\u{1b}[2J{arg}"}),
+    let src = data_source(
+        &lab,
+        &[json!({"name": "t", "description": "d", "kind": "read",
+                 "path": "docs/\u{1b}]0;pwned\u{7}\u{1b}[2J{arg}"})],
     );
     let shown = src.display().to_string();
     let run = lab.zotbox(&["ext", "install", &shown, "--yes"]);
