@@ -570,6 +570,16 @@ async fn a_trap_mid_call_fails_the_call_at_once_with_the_panic_message() {
         message.starts_with("extension `hostile` 0.1.0: trapped: "),
         "{message}"
     );
+    // The guest's log has the whole story: the trap, then the wasm
+    // backtrace (the test guests are stripped: frames by index).
+    let log = std::fs::read_to_string(lab.home.join("logs/ext-hostile.log")).expect("log");
+    assert!(
+        log.contains(
+            "zotbox: guest failed: wasm trap: wasm `unreachable` instruction executed\n\
+             wasm backtrace:\n    0: <unknown>!<wasm function "
+        ),
+        "{log}"
+    );
     let reason = restarted(&mut events).await;
     assert_eq!(reason, format!("trapped: {trap}"));
     assert_echoes(&host).await;

@@ -1,6 +1,7 @@
 //! One running guest: its store, what it is linked against, its limits and its end.
 
 use std::collections::VecDeque;
+use std::fmt::Write as _;
 use std::io::Write;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -8,7 +9,7 @@ use bytes::Bytes;
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
 use wasmtime::component::{Linker as ComponentLinker, ResourceTable};
-use wasmtime::{Engine, Linker as ModuleLinker, ResourceLimiter, Store};
+use wasmtime::{Engine, Linker as ModuleLinker, ResourceLimiter, Store, WasmBacktrace};
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p1::WasiP1Ctx;
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
@@ -256,7 +257,7 @@ fn classify(err: &wasmtime::Error, out_of_memory: bool, limit_mb: u64, log: &Gue
     if out_of_memory {
         return Exit::OutOfMemory { limit_mb };
     }
-    log.note(&format!("zotbox: guest failed: {err:?}"));
+    log.note(&format!("zotbox: guest failed: {}", failure_report(err)));
     let what = match err.downcast_ref::<wasmtime::Trap>() {
         Some(trap) => trap.to_string(),
         // The first line names the failure; the rest is a backtrace.
@@ -270,6 +271,41 @@ fn classify(err: &wasmtime::Error, out_of_memory: bool, limit_mb: u64, log: &Gue
         Some(words) => Exit::Trap(format!("{what} ({words})")),
         None => Exit::Trap(what),
     }
+}
+
+/// A guest's failure as its log shows it: the causes, outermost first, then
+/// the wasm backtrace if one was taken, with Rust names demangled (wasmtime's
+/// own demangling is not built in: it brings a C++ demangler along).
+fn failure_report(err: &wasmtime::Error) -> String {
+    let Some(trace) = err.downcast_ref::<WasmBacktrace>() else {
+        return format!("{err:#}");
+    };
+    // The backtrace is one of the error's contexts; it is the cause whose
+    // text is its own.
+    let trace_text = trace.to_string();
+    let causes: Vec<String> = err
+        .chain()
+        .map(ToString::to_string)
+        .filter(|cause| *cause != trace_text)
+        .collect();
+    let mut report = causes.join(": ");
+    report.push_str("\nwasm backtrace:");
+    for (i, frame) in trace.frames().iter().enumerate() {
+        let module = frame.module().name().unwrap_or("<unknown>");
+        let _ = match frame.func_name() {
+            Some(name) => write!(
+                report,
+                "\n  {i:>3}: {module}!{:#}",
+                rustc_demangle::demangle(name)
+            ),
+            None => write!(
+                report,
+                "\n  {i:>3}: {module}!<wasm function {}>",
+                frame.func_index()
+            ),
+        };
+    }
+    report
 }
 
 /// Reports the guest's end exactly once, whether it returned or was aborted.
@@ -500,5 +536,81 @@ impl tokio::io::AsyncWrite for LogWriter {
         _cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
         std::task::Poll::Ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use wasm_encoder::{
+        CodeSection, ExportKind, ExportSection, Function, FunctionSection, Instruction, Module,
+        NameMap, NameSection, TypeSection,
+    };
+
+    use super::failure_report;
+
+    /// A core module exporting `boom`, which traps. With `name`, the module
+    /// is `guest` and its function carries `name`, as a Rust build leaves it
+    /// in the name section; without, there is no name section (stripped).
+    fn trapping_module(name: Option<&str>) -> Vec<u8> {
+        let mut types = TypeSection::new();
+        types.ty().function([], []);
+        let mut functions = FunctionSection::new();
+        functions.function(0);
+        let mut exports = ExportSection::new();
+        exports.export("boom", ExportKind::Func, 0);
+        let mut body = Function::new([]);
+        body.instruction(&Instruction::Unreachable);
+        body.instruction(&Instruction::End);
+        let mut code = CodeSection::new();
+        code.function(&body);
+        let mut module = Module::new();
+        module
+            .section(&types)
+            .section(&functions)
+            .section(&exports)
+            .section(&code);
+        if let Some(name) = name {
+            let mut names = NameMap::new();
+            names.append(0, name);
+            let mut section = NameSection::new();
+            section.module("guest");
+            section.functions(&names);
+            module.section(&section);
+        }
+        module.finish()
+    }
+
+    fn trap_of(module: &[u8]) -> wasmtime::Error {
+        let engine = wasmtime::Engine::default();
+        let module = wasmtime::Module::new(&engine, module).expect("a valid module");
+        let mut store = wasmtime::Store::new(&engine, ());
+        let instance = wasmtime::Instance::new(&mut store, &module, &[]).expect("instantiates");
+        let boom = instance
+            .get_typed_func::<(), ()>(&mut store, "boom")
+            .expect("exports `boom`");
+        boom.call(&mut store, ()).expect_err("`boom` traps")
+    }
+
+    const TRAP: &str = "wasm trap: wasm `unreachable` instruction executed\nwasm backtrace:\n";
+
+    #[test]
+    fn a_trap_report_names_the_cause_then_the_frames_with_rust_names_demangled() {
+        let err = trap_of(&trapping_module(Some("_ZN7hostile4boom17h0123456789abcdefE")));
+        assert_eq!(
+            failure_report(&err),
+            format!("{TRAP}    0: guest!hostile::boom")
+        );
+    }
+
+    #[test]
+    fn names_that_are_not_rust_stay_as_written_and_a_nameless_frame_shows_its_index() {
+        let err = trap_of(&trapping_module(Some("boom_in_c")));
+        assert_eq!(failure_report(&err), format!("{TRAP}    0: guest!boom_in_c"));
+        let err = trap_of(&trapping_module(None));
+        assert_eq!(
+            failure_report(&err),
+            format!("{TRAP}    0: <unknown>!<wasm function 0>")
+        );
     }
 }
