@@ -27,7 +27,8 @@
 //! Each figure is a median (or a percentile) over many runs, measured with
 //! its own warm-up; the machine's load shows in absolutes, so read ratios.
 //! Set `ZOTBOX_BENCH_QUICK=1` for a shorter run, `ZOTBOX_BENCH_WORKERS=N`
-//! for another number of tokio workers (default 2).
+//! for another number of tokio workers (default 2), and
+//! `ZOTBOX_BENCH_ROUND_TRIPS=1` for the round-trip rows alone.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -1208,6 +1209,23 @@ fn main() -> Result<()> {
         });
     }
     let ping_pong = pipe_ping_pong(scale.calls)?;
+    // `ZOTBOX_BENCH_ROUND_TRIPS=1`: only the round-trip rows, to compare a
+    // change to the session path in a minute rather than a whole report.
+    if std::env::var_os("ZOTBOX_BENCH_ROUND_TRIPS").is_some() {
+        return runtime.block_on(async {
+            let launcher = Launcher::new(fixture.home.clone());
+            let (wasm, _) = round_trips(&launcher, &fixture.wasm, &scale).await?;
+            let (native, _) = round_trips(&launcher, &fixture.native, &scale).await?;
+            println!(
+                "tool round trip p50: wasm {}, native {}; bare pipe {} (native {})",
+                micros(wasm),
+                micros(native),
+                micros(ping_pong),
+                dur_ratio(native, ping_pong)
+            );
+            Ok(())
+        });
+    }
     let mut rows = runtime.block_on(async {
         let mut rows: Vec<[String; 4]> = Vec::new();
         let mut row = |name: &str, wasm: String, native: String, ratio: String| {

@@ -596,7 +596,9 @@ mod tests {
 
     #[test]
     fn a_trap_report_names_the_cause_then_the_frames_with_rust_names_demangled() {
-        let err = trap_of(&trapping_module(Some("_ZN7hostile4boom17h0123456789abcdefE")));
+        let err = trap_of(&trapping_module(Some(
+            "_ZN7hostile4boom17h0123456789abcdefE",
+        )));
         assert_eq!(
             failure_report(&err),
             format!("{TRAP}    0: guest!hostile::boom")
@@ -606,7 +608,10 @@ mod tests {
     #[test]
     fn names_that_are_not_rust_stay_as_written_and_a_nameless_frame_shows_its_index() {
         let err = trap_of(&trapping_module(Some("boom_in_c")));
-        assert_eq!(failure_report(&err), format!("{TRAP}    0: guest!boom_in_c"));
+        assert_eq!(
+            failure_report(&err),
+            format!("{TRAP}    0: guest!boom_in_c")
+        );
         let err = trap_of(&trapping_module(None));
         assert_eq!(
             failure_report(&err),
