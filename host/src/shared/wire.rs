@@ -212,7 +212,9 @@ pub(crate) async fn recv_request(
     use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
     let mut buffer = Vec::new();
     let mut fds = Vec::new();
-    let mut chunk = vec![0u8; 64 * 1024];
+    // A request is a line of a few hundred bytes (more with a large
+    // environment): start small, double while reads fill the chunk.
+    let mut chunk = vec![0u8; 4 * 1024];
     loop {
         socket.readable().await?;
         let got = socket.try_io(tokio::io::Interest::READABLE, || {
@@ -248,6 +250,9 @@ pub(crate) async fn recv_request(
             return Err(std::io::ErrorKind::UnexpectedEof.into());
         }
         buffer.extend_from_slice(&chunk[..n]);
+        if n == chunk.len() && chunk.len() < 64 * 1024 {
+            chunk.resize(chunk.len() * 2, 0);
+        }
         if let Some(end) = buffer.iter().position(|&b| b == b'\n') {
             if end + 1 != buffer.len() {
                 return Err(invalid("bytes after the request line"));
