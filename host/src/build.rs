@@ -23,6 +23,8 @@ use std::process::{Command, Stdio};
 
 /// The target sandboxed Rust guests are built for.
 pub const GUEST_TARGET: &str = "wasm32-wasip2";
+/// The most read of a C extension's Makefile, to find its `wasm` rule.
+const MAX_MAKEFILE_BYTES: u64 = 1024 * 1024;
 
 /// A guest build failed.
 #[derive(Debug, thiserror::Error)]
@@ -608,7 +610,7 @@ impl MakeBuild {
     /// Whether the Makefile has a rule named `wasm` (a line `wasm:`, not an
     /// assignment `wasm :=`).
     pub fn has_wasm_target(&self) -> bool {
-        let Ok(text) = std::fs::read_to_string(self.makefile()) else {
+        let Ok(text) = crate::user_file::read_text(&self.makefile(), MAX_MAKEFILE_BYTES) else {
             return false;
         };
         text.lines().any(|line| {

@@ -39,7 +39,6 @@ pub mod skill;
 pub mod tool;
 
 use crate::user_file::FileError;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use serde::de::DeserializeOwned;
@@ -502,22 +501,7 @@ impl DataSet {
 
 /// Reads a data file, refusing one larger than [`MAX_FILE_BYTES`].
 pub(crate) fn read_file(path: &Path) -> Result<String, FileError> {
-    let read_err = |error| FileError::read(path, error);
-    let file = std::fs::File::open(path).map_err(read_err)?;
-    let mut bytes = Vec::new();
-    file.take(MAX_FILE_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(read_err)?;
-    if bytes.len() as u64 > MAX_FILE_BYTES {
-        return Err(FileError::TooLarge {
-            path: path.to_owned(),
-            limit: MAX_FILE_BYTES,
-        });
-    }
-    String::from_utf8(bytes).map_err(|_| FileError::Parse {
-        path: path.to_owned(),
-        detail: "is not valid UTF-8".to_owned(),
-    })
+    crate::user_file::read_text(path, MAX_FILE_BYTES)
 }
 
 /// Deserializes JSON, naming the field at fault and collecting unknown keys

@@ -319,7 +319,9 @@ impl Manifest {
     ///
     /// [`FileError`] naming the file and, where one is at fault, the field.
     pub fn load(path: &Path) -> Result<Self, FileError> {
-        let text = std::fs::read_to_string(path).map_err(|source| FileError::read(path, source))?;
+        // A workspace's manifest is its author's: capped, like every file
+        // someone else wrote.
+        let text = crate::user_file::read_text(path, crate::user_file::MAX_MANIFEST_BYTES)?;
         Self::parse(&text, path)
     }
 

@@ -7,6 +7,7 @@
 //! denies them, as policies do), so a manifest written for a newer version
 //! still loads. Every failure is a [`FileError`] naming the file.
 
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
 use serde::de::DeserializeOwned;
@@ -76,6 +77,52 @@ impl FileError {
     }
 }
 
+/// The largest manifest read: far beyond any real one (a few KiB), small
+/// enough that a workspace's cannot exhaust memory.
+pub(crate) const MAX_MANIFEST_BYTES: u64 = 1024 * 1024;
+
+/// Reads at most `limit` bytes of `source`: its bytes, or `None` when it
+/// holds more. A file anyone else wrote is read through this (or
+/// [`read_text`]): one linked to something endless, like
+/// `/proc/self/pagemap`, stops at the limit instead of filling memory.
+pub(crate) fn read_at_most(source: impl Read, limit: u64) -> io::Result<Option<Vec<u8>>> {
+    let mut bytes = Vec::new();
+    source
+        .take(limit.saturating_add(1))
+        .read_to_end(&mut bytes)?;
+    Ok((bytes.len() as u64 <= limit).then_some(bytes))
+}
+
+/// Reads the text file `path`, refusing one that is not a regular file (a
+/// FIFO would block the reader for good; it is opened without waiting to
+/// find out), is over `limit` bytes ([`FileError::TooLarge`]) or is not
+/// UTF-8 ([`FileError::Parse`]).
+pub(crate) fn read_text(path: &Path, limit: u64) -> Result<String, FileError> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let read_err = |error| FileError::read(path, error);
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NONBLOCK)
+        .open(path)
+        .map_err(read_err)?;
+    if !file.metadata().map_err(read_err)?.is_file() {
+        return Err(read_err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a regular file",
+        )));
+    }
+    let Some(bytes) = read_at_most(file, limit).map_err(read_err)? else {
+        return Err(FileError::TooLarge {
+            path: path.to_owned(),
+            limit,
+        });
+    };
+    String::from_utf8(bytes).map_err(|_| FileError::Parse {
+        path: path.to_owned(),
+        detail: "is not valid UTF-8".to_owned(),
+    })
+}
+
 /// A value with the unknown keys found beside it (as `a.b` paths).
 pub(crate) struct WithUnknown<T> {
     pub(crate) value: T,
@@ -132,6 +179,50 @@ mod tests {
     struct Inner {
         #[allow(dead_code)]
         size: u32,
+    }
+
+    #[test]
+    fn a_text_file_is_read_up_to_its_limit_and_refused_past_it() {
+        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = tmp.path().join("f.json");
+        std::fs::write(&path, "0123456789").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(read_text(&path, 10).ok().as_deref(), Some("0123456789"));
+        let err = read_text(&path, 9).err().map(|e| e.to_string());
+        assert_eq!(
+            err,
+            Some(format!("`{}`: file is larger than 9 bytes", path.display()))
+        );
+        std::fs::write(&path, b"\xff").unwrap_or_else(|e| panic!("{e}"));
+        let err = read_text(&path, 10).err().map(|e| e.to_string());
+        assert_eq!(
+            err,
+            Some(format!("`{}`: is not valid UTF-8", path.display()))
+        );
+        // Endless: only the limit (and one byte past it) is read.
+        let endless = std::io::repeat(b'x');
+        assert!(matches!(read_at_most(endless, 1000), Ok(None)));
+    }
+
+    #[test]
+    fn a_fifo_is_refused_without_waiting_for_a_writer() {
+        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let fifo = tmp.path().join("extension.json");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap_or_else(|e| panic!("{e}"));
+        // On a thread: were the open to wait for a writer, the test fails
+        // after 10 s instead of hanging.
+        let (sent, got) = std::sync::mpsc::channel();
+        let path = fifo.clone();
+        std::thread::spawn(move || sent.send(read_text(&path, 10).err().map(|e| e.to_string())));
+        let err = got
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .unwrap_or_else(|_| panic!("reading a FIFO waited for a writer"));
+        assert_eq!(
+            err,
+            Some(format!(
+                "cannot read `{}`: not a regular file",
+                fifo.display()
+            ))
+        );
     }
 
     #[test]

@@ -2258,3 +2258,78 @@ async fn the_audit_log_has_one_line_per_use_and_every_guard_decision() {
     }
     assert_eq!(guard, expected, "{lines:#?}");
 }
+
+// ---------------------------------------------------------------------------
+// Manifests a cloned repository holds: read capped, never from a FIFO.
+
+/// Runs the binary in the lab and fails, rather than hangs, when it is
+/// still running after 30 s: what these tests guard against is a read of
+/// the workspace's files that never ends.
+fn zotbox_within_30s(lab: &Lab, args: &[&str]) -> Run {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_zotbox"))
+        .arg("--zot-home")
+        .arg(&lab.home)
+        .arg("--workspace")
+        .arg(&lab.workspace)
+        .args(args)
+        .current_dir(&lab.workspace)
+        .env("ZOT_HOME", &lab.home)
+        .env_remove("ZOTBOX_LOG")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run zotbox");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().expect("wait for zotbox").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("`zotbox {}` still running after 30 s", args.join(" "));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Run::from(child.wait_with_output().expect("zotbox's output"))
+}
+
+/// An extension manifest of 64 MiB (sparse: no disk) and a data package
+/// whose manifest is a FIFO, in the workspace: `zotbox list` refuses each at
+/// once, naming it, instead of reading 64 MiB into memory (or, linked to
+/// `/proc/self/pagemap`, without end) or waiting forever for a writer.
+#[test]
+fn a_workspace_manifest_that_is_huge_or_a_fifo_is_refused_at_once() {
+    let lab = Lab::new();
+    let huge = lab.workspace.join(".zot/extensions/huge/extension.json");
+    std::fs::create_dir_all(huge.parent().expect("a folder")).expect("mkdir");
+    std::fs::File::create(&huge)
+        .and_then(|file| file.set_len(64 * 1024 * 1024))
+        .expect("a sparse manifest");
+    let fifo = lab.workspace.join(".zot/packages/pipe/extension.json");
+    std::fs::create_dir_all(fifo.parent().expect("a folder")).expect("mkdir");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).expect("mkfifo");
+
+    let run = zotbox_within_30s(&lab, &["list"]);
+    run.expect_code(1);
+    assert!(
+        run.stdout.contains(&format!(
+            "huge: `{}`: file is larger than 1048576 bytes\n",
+            huge.display()
+        )),
+        "{run:?}"
+    );
+    assert!(
+        run.stdout.contains(&format!(
+            "skipped cannot read `{}`: not a regular file\n",
+            fifo.display()
+        )),
+        "{run:?}"
+    );
+    // Data packages are read for skills too.
+    let run = zotbox_within_30s(&lab, &["skills", "list"]);
+    run.expect_code(0);
+    assert!(
+        run.stderr.contains(&format!(
+            "cannot read `{}`: not a regular file\n",
+            fifo.display()
+        )),
+        "{run:?}"
+    );
+}

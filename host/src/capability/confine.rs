@@ -430,6 +430,9 @@ fn add_rule(
     }
 }
 
+/// The most read of a `.git` file or a `commondir` (each holds one path).
+const GIT_POINTER_BYTES: u64 = 64 * 1024;
+
 /// The git directories a worktree's `.git` file points to (read-only: git
 /// needs them for `status` and `diff`), when `.git` is such a file.
 fn git_dirs(workspace: &Path) -> Vec<PathBuf> {
@@ -437,7 +440,9 @@ fn git_dirs(workspace: &Path) -> Vec<PathBuf> {
     if !dot_git.is_file() {
         return Vec::new();
     }
-    let Ok(text) = std::fs::read_to_string(&dot_git) else {
+    // The workspace's author wrote `.git` and what it points to: read
+    // capped (a line is all git writes there) and never from a FIFO.
+    let Ok(text) = crate::user_file::read_text(&dot_git, GIT_POINTER_BYTES) else {
         return Vec::new();
     };
     let Some(dir) = text.trim().strip_prefix("gitdir:").map(str::trim) else {
@@ -445,7 +450,7 @@ fn git_dirs(workspace: &Path) -> Vec<PathBuf> {
     };
     let dir = workspace.join(dir);
     let mut dirs = vec![dir.clone()];
-    if let Ok(common) = std::fs::read_to_string(dir.join("commondir")) {
+    if let Ok(common) = crate::user_file::read_text(&dir.join("commondir"), GIT_POINTER_BYTES) {
         dirs.push(dir.join(common.trim()));
     }
     dirs

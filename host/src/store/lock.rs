@@ -33,7 +33,6 @@
 //!    installed does nothing.
 
 use std::collections::BTreeMap;
-use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -370,10 +369,8 @@ fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>, L
     if !file.metadata().is_ok_and(|meta| meta.is_file()) {
         return Err(not_regular());
     }
-    let mut bytes = Vec::new();
-    file.take(MAX_LOCK_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|source| LockError::Read {
+    let bytes =
+        crate::user_file::read_at_most(file, MAX_LOCK_BYTES).map_err(|source| LockError::Read {
             path: path.to_owned(),
             source,
         })?;
@@ -381,9 +378,9 @@ fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>, L
         path: path.to_owned(),
         detail,
     };
-    if bytes.len() as u64 > MAX_LOCK_BYTES {
+    let Some(bytes) = bytes else {
         return Err(parse(format!("is larger than {MAX_LOCK_BYTES} bytes")));
-    }
+    };
     let text = String::from_utf8(bytes).map_err(|_| parse("is not UTF-8".to_owned()))?;
     let parsed = crate::user_file::parse::<T>(&text).map_err(parse)?;
     for unknown in parsed.unknown_keys {

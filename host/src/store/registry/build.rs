@@ -34,8 +34,6 @@ pub const INDEX_FILE: &str = "index.json";
 pub const INDEX_SIGNATURE_FILE: &str = "index.json.minisig";
 /// How long a built index is accepted by default: 30 days.
 pub const DEFAULT_EXPIRY_SECS: u64 = 30 * 24 * 3600;
-/// The largest manifest read from an archive.
-const MAX_MANIFEST: u64 = 1024 * 1024;
 /// The most tools, plugins and skills one packed data package may hold.
 const MAX_PACKAGE_FILES: usize = 10_000;
 /// Headers and padding allowed on top of the files' bytes when unpacking.
@@ -234,19 +232,13 @@ fn read_capped(path: &Path, cap: u64) -> Result<Vec<u8>, RegistryError> {
             problem: "is not a regular file (a symlink?)".to_owned(),
         });
     }
-    let mut bytes = Vec::new();
-    std::fs::File::open(path)
+    let file = std::fs::File::open(path).map_err(io)?;
+    crate::user_file::read_at_most(file, cap)
         .map_err(io)?
-        .take(cap + 1)
-        .read_to_end(&mut bytes)
-        .map_err(io)?;
-    if bytes.len() as u64 > cap {
-        return Err(RegistryError::Archive {
+        .ok_or_else(|| RegistryError::Archive {
             path: path.to_owned(),
             problem: format!("is larger than {cap} bytes"),
-        });
-    }
-    Ok(bytes)
+        })
 }
 
 /// What an index needs from a packed archive, read from the stream with
@@ -300,7 +292,7 @@ impl Packed {
                 Some(_) => {}
             }
             let wanted = if inside == MANIFEST_FILE {
-                MAX_MANIFEST
+                crate::user_file::MAX_MANIFEST_BYTES
             } else if package::classify(inside).is_some() {
                 crate::data::MAX_FILE_BYTES
             } else {
