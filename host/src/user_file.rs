@@ -93,25 +93,31 @@ pub(crate) fn read_at_most(source: impl Read, limit: u64) -> io::Result<Option<V
     Ok((bytes.len() as u64 <= limit).then_some(bytes))
 }
 
-/// Reads the text file `path`, refusing one that is not a regular file (a
-/// FIFO would block the reader for good; it is opened without waiting to
-/// find out), is over `limit` bytes ([`FileError::TooLarge`]) or is not
-/// UTF-8 ([`FileError::Parse`]).
-pub(crate) fn read_text(path: &Path, limit: u64) -> Result<String, FileError> {
+/// Reads at most `limit` bytes of the regular file `path`: its bytes, or
+/// `None` when it holds more. Anything else (a FIFO, which would block the
+/// reader for good, a device) fails; it is opened without waiting to find
+/// out.
+pub(crate) fn read_regular(path: &Path, limit: u64) -> io::Result<Option<Vec<u8>>> {
     use std::os::unix::fs::OpenOptionsExt as _;
-    let read_err = |error| FileError::read(path, error);
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(nix::libc::O_NONBLOCK)
-        .open(path)
-        .map_err(read_err)?;
-    if !file.metadata().map_err(read_err)?.is_file() {
-        return Err(read_err(io::Error::new(
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             "not a regular file",
-        )));
+        ));
     }
-    let Some(bytes) = read_at_most(file, limit).map_err(read_err)? else {
+    read_at_most(file, limit)
+}
+
+/// Reads the text file `path` ([`read_regular`]), refusing one over
+/// `limit` bytes ([`FileError::TooLarge`]) or not UTF-8
+/// ([`FileError::Parse`]).
+pub(crate) fn read_text(path: &Path, limit: u64) -> Result<String, FileError> {
+    let read_err = |error| FileError::read(path, error);
+    let Some(bytes) = read_regular(path, limit).map_err(read_err)? else {
         return Err(FileError::TooLarge {
             path: path.to_owned(),
             limit,

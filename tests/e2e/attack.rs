@@ -2333,3 +2333,45 @@ fn a_workspace_manifest_that_is_huge_or_a_fifo_is_refused_at_once() {
         "{run:?}"
     );
 }
+
+/// A wasm extension whose `wasm` is a FIFO (in a trusted workspace: trust
+/// records it as it is) or a sparse file over the 256 MiB a guest may be (a
+/// folder loaded with `--ext`; trust refuses a workspace that large): each
+/// fails to start at once, named, instead of blocking or filling memory.
+#[test]
+fn a_wasm_path_that_is_a_fifo_or_oversized_fails_to_start_at_once() {
+    let lab = Lab::new();
+    let extension = |dir: &Path, name: &str| {
+        std::fs::create_dir_all(dir).expect("mkdir");
+        write_json(
+            &dir.join("extension.json"),
+            &json!({"name": name, "version": "0.1.0", "wasm": "guest.wasm"}),
+        );
+        dir.join("guest.wasm")
+    };
+    let fifo = extension(&lab.workspace.join(".zot/extensions/piped"), "piped");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).expect("mkfifo");
+    lab.trust_workspace();
+    let huge_dir = lab.dev.join("huge");
+    let huge = extension(&huge_dir, "huge");
+    std::fs::File::create(&huge)
+        .and_then(|file| file.set_len(300 * 1024 * 1024))
+        .expect("a sparse wasm file");
+
+    let run = zotbox_within_30s(&lab, &["--ext", &huge_dir.display().to_string(), "list"]);
+    run.expect_code(1);
+    assert!(
+        run.stdout.contains(&format!(
+            "piped: cannot start: cannot read `{}`: not a regular file\n",
+            fifo.display()
+        )),
+        "{run:?}"
+    );
+    assert!(
+        run.stdout.contains(&format!(
+            "huge: cannot start: cannot load `{}`: it is larger than the 256 MiB a guest may be\n",
+            huge.display()
+        )),
+        "{run:?}"
+    );
+}

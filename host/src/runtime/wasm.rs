@@ -21,7 +21,8 @@
 //!   declares more fails to load ([`limiter`] has the rules);
 //! - time: when a request misses its deadline while the guest is computing
 //!   (not parked waiting on stdin), the guest is killed;
-//! - output: stdout is a bounded pipe, so a flooding guest waits for the host.
+//! - output: stdout is a bounded pipe, so a flooding guest waits for the host;
+//! - the program: a regular file of at most [`MAX_WASM_BYTES`].
 
 mod cache;
 mod guest;
@@ -46,6 +47,11 @@ use cache::{ArtifactCache, Kind};
 use guest::{ComponentState, GuestControl, GuestLog, ModuleState};
 
 pub use cache::DEFAULT_CAP as DEFAULT_CACHE_CAP;
+
+/// The largest wasm file loaded: many times the largest real guest (a
+/// Python component is 18 MB), and a bound on what a `wasm` path linked to
+/// something endless costs before it is refused.
+pub const MAX_WASM_BYTES: u64 = 256 * 1024 * 1024;
 
 /// A wasm extension could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -218,10 +224,20 @@ impl WasmRuntime {
         if let Some(prepared) = prepared {
             return Ok(prepared);
         }
-        let wasm = std::fs::read(path).map_err(|error| WasmError::Read {
-            path: path.to_owned(),
-            error,
-        })?;
+        // Capped, and only a regular file: a workspace's `wasm` linked to
+        // `/proc/self/pagemap` or a FIFO must not fill memory or wait forever.
+        let wasm = crate::user_file::read_regular(path, MAX_WASM_BYTES)
+            .map_err(|error| WasmError::Read {
+                path: path.to_owned(),
+                error,
+            })?
+            .ok_or_else(|| WasmError::Limit {
+                path: path.to_owned(),
+                reason: format!(
+                    "it is larger than the {} MiB a guest may be",
+                    MAX_WASM_BYTES >> 20
+                ),
+            })?;
         let kind = detect_kind(&wasm).ok_or_else(|| WasmError::NotWasm {
             path: path.to_owned(),
         })?;

@@ -98,7 +98,10 @@ pub enum Relayed {
 /// manifest (the host reads it in full); `None` when it names no `wasm`
 /// program or does not parse.
 pub fn wasm_extension(dir: &Path) -> Option<String> {
-    let text = std::fs::read(dir.join(crate::manifest::MANIFEST_FILE)).ok()?;
+    let path = dir.join(crate::manifest::MANIFEST_FILE);
+    let text = crate::user_file::read_regular(&path, crate::user_file::MAX_MANIFEST_BYTES)
+        .ok()
+        .flatten()?;
     let manifest: serde_json::Value = serde_json::from_slice(&text).ok()?;
     manifest.get("wasm")?.as_str()?;
     Some(manifest.get("name")?.as_str()?.to_owned())
