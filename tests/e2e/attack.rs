@@ -22,7 +22,7 @@ use zotbox::policy::Policy;
 
 use crate::guests::{self, Form};
 use crate::https::{BODY_CAP, TestServer};
-use crate::support::{Lab, Run, bounded, write_json};
+use crate::support::{Lab, Run, bounded, write_json, zotbox_bounded};
 
 // ---------------------------------------------------------------------------
 // The arena: a lab with the prober, data tools, plugins and policy files.
@@ -2262,34 +2262,6 @@ async fn the_audit_log_has_one_line_per_use_and_every_guard_decision() {
 // ---------------------------------------------------------------------------
 // Manifests a cloned repository holds: read capped, never from a FIFO.
 
-/// Runs the binary in the lab and fails, rather than hangs, when it is
-/// still running after 30 s: what these tests guard against is a read of
-/// the workspace's files that never ends.
-fn zotbox_within_30s(lab: &Lab, args: &[&str]) -> Run {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_zotbox"))
-        .arg("--zot-home")
-        .arg(&lab.home)
-        .arg("--workspace")
-        .arg(&lab.workspace)
-        .args(args)
-        .current_dir(&lab.workspace)
-        .env("ZOT_HOME", &lab.home)
-        .env_remove("ZOTBOX_LOG")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("run zotbox");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while child.try_wait().expect("wait for zotbox").is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("`zotbox {}` still running after 30 s", args.join(" "));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Run::from(child.wait_with_output().expect("zotbox's output"))
-}
-
 /// An extension manifest of 64 MiB (sparse: no disk) and a data package
 /// whose manifest is a FIFO, in the workspace: `zotbox list` refuses each at
 /// once, naming it, instead of reading 64 MiB into memory (or, linked to
@@ -2306,7 +2278,7 @@ fn a_workspace_manifest_that_is_huge_or_a_fifo_is_refused_at_once() {
     std::fs::create_dir_all(fifo.parent().expect("a folder")).expect("mkdir");
     nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).expect("mkfifo");
 
-    let run = zotbox_within_30s(&lab, &["list"]);
+    let run = zotbox_bounded(&lab, &["list"]);
     run.expect_code(1);
     assert!(
         run.stdout.contains(&format!(
@@ -2323,7 +2295,7 @@ fn a_workspace_manifest_that_is_huge_or_a_fifo_is_refused_at_once() {
         "{run:?}"
     );
     // Data packages are read for skills too.
-    let run = zotbox_within_30s(&lab, &["skills", "list"]);
+    let run = zotbox_bounded(&lab, &["skills", "list"]);
     run.expect_code(0);
     assert!(
         run.stderr.contains(&format!(
@@ -2358,7 +2330,7 @@ fn a_wasm_path_that_is_a_fifo_or_oversized_fails_to_start_at_once() {
         .and_then(|file| file.set_len(300 * 1024 * 1024))
         .expect("a sparse wasm file");
 
-    let run = zotbox_within_30s(&lab, &["--ext", &huge_dir.display().to_string(), "list"]);
+    let run = zotbox_bounded(&lab, &["--ext", &huge_dir.display().to_string(), "list"]);
     run.expect_code(1);
     assert!(
         run.stdout.contains(&format!(
