@@ -83,6 +83,8 @@ use crate::manifest::Capabilities;
 
 /// The system-wide policy file, unless `$ZOTBOX_SYSTEM_POLICY` names another.
 pub const SYSTEM_POLICY: &str = "/etc/zotbox/policy.json";
+/// The largest policy file read (a real one is a few KiB).
+const MAX_POLICY_BYTES: u64 = 1024 * 1024;
 
 /// What one policy file says. Every field is a ceiling; `None` sets none.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -388,15 +390,14 @@ impl Policy {
     pub fn load(system: &Path, user: &Path) -> Result<Self, FileError> {
         let mut layers = Vec::new();
         for (scope, path) in [(Scope::System, system), (Scope::User, user)] {
-            let text = match std::fs::read_to_string(path) {
+            let text = match crate::user_file::read_text(path, MAX_POLICY_BYTES) {
                 Ok(text) => text,
-                Err(err) if err.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(error) => {
-                    return Err(FileError::Read {
-                        path: path.to_owned(),
-                        error,
-                    });
+                Err(FileError::Read { error, .. })
+                    if error.kind() == std::io::ErrorKind::NotFound =>
+                {
+                    continue;
                 }
+                Err(err) => return Err(err),
             };
             layers.push(Layer {
                 scope,
@@ -1020,6 +1021,37 @@ mod tests {
 
     fn capabilities(json: &str) -> Capabilities {
         serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn policy_files_are_read_capped_and_only_when_regular() {
+        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let system = tmp.path().join("system.json");
+        let user = tmp.path().join("user.json");
+        // Neither exists: no layer, no error.
+        let none = Policy::load(&system, &user).unwrap_or_else(|e| panic!("{e}"));
+        assert!(none.layers.is_empty());
+        std::fs::File::create(&user)
+            .and_then(|file| file.set_len(MAX_POLICY_BYTES + 1))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let err = Policy::load(&system, &user).err().map(|e| e.to_string());
+        assert_eq!(
+            err,
+            Some(format!(
+                "`{}`: file is larger than 1048576 bytes",
+                user.display()
+            ))
+        );
+        std::fs::remove_file(&user).unwrap_or_else(|e| panic!("{e}"));
+        nix::unistd::mkfifo(&user, nix::sys::stat::Mode::S_IRWXU).unwrap_or_else(|e| panic!("{e}"));
+        let err = Policy::load(&system, &user).err().map(|e| e.to_string());
+        assert_eq!(
+            err,
+            Some(format!(
+                "cannot read `{}`: not a regular file",
+                user.display()
+            ))
+        );
     }
 
     #[test]
