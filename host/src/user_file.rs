@@ -1,5 +1,10 @@
-//! Files people write (manifests, policies, data files): one parser and one
-//! error for all of them.
+//! Files people write (manifests, policies, data files): one reader, one
+//! parser and one error for all of them.
+//!
+//! The reader ([`read_text`], [`read_regular`], [`read_at_most`]) takes at
+//! most a cap per kind of file and only a regular file, opened without
+//! waiting: a file linked to something endless or a FIFO, from a cloned
+//! repository, is refused by name rather than read without end.
 //!
 //! A wrong type names the field it is in (`field `limits.memory_mb`:
 //! invalid type …`), anything after the JSON value is refused, and unknown
