@@ -40,13 +40,25 @@ impl ReadChunk {
         &mut self,
         source: &mut R,
     ) -> std::io::Result<&[u8]> {
+        let n = source.read(self.room()).await?;
+        Ok(self.got(n))
+    }
+
+    /// Where the next read goes (for a reader [`ReadChunk::read`] cannot
+    /// drive): the chunk, doubled first if the last read filled it. Pass
+    /// what the read got to [`ReadChunk::got`].
+    pub(crate) fn room(&mut self) -> &mut [u8] {
         if self.filled && self.buf.len() < READ_CHUNK {
             let grown = (self.buf.len() * 2).min(READ_CHUNK);
             self.buf.resize(grown, 0);
         }
-        let n = source.read(&mut self.buf).await?;
+        &mut self.buf
+    }
+
+    /// The `n` bytes a read into [`ReadChunk::room`] got.
+    pub(crate) fn got(&mut self, n: usize) -> &[u8] {
         self.filled = n == self.buf.len();
-        Ok(&self.buf[..n])
+        &self.buf[..n]
     }
 
     /// How many bytes the last read asked for (the next may ask twice as many).

@@ -213,13 +213,13 @@ pub(crate) async fn recv_request(
     let mut buffer = Vec::new();
     let mut fds = Vec::new();
     // A request is a line of a few hundred bytes (more with a large
-    // environment): start small, double while reads fill the chunk.
-    let mut chunk = vec![0u8; 4 * 1024];
+    // environment): start small, grow while reads fill the chunk.
+    let mut chunk = crate::session::reader::ReadChunk::default();
     loop {
         socket.readable().await?;
         let got = socket.try_io(tokio::io::Interest::READABLE, || {
             let mut space = nix::cmsg_space!([RawFd; 3]);
-            let mut iov = [std::io::IoSliceMut::new(&mut chunk)];
+            let mut iov = [std::io::IoSliceMut::new(chunk.room())];
             let message = recvmsg::<()>(
                 socket.as_raw_fd(),
                 &mut iov,
@@ -249,10 +249,7 @@ pub(crate) async fn recv_request(
         if n == 0 {
             return Err(std::io::ErrorKind::UnexpectedEof.into());
         }
-        buffer.extend_from_slice(&chunk[..n]);
-        if n == chunk.len() && chunk.len() < 64 * 1024 {
-            chunk.resize(chunk.len() * 2, 0);
-        }
+        buffer.extend_from_slice(chunk.got(n));
         if let Some(end) = buffer.iter().position(|&b| b == b'\n') {
             if end + 1 != buffer.len() {
                 return Err(invalid("bytes after the request line"));
