@@ -98,23 +98,49 @@ pub(crate) fn read_at_most(source: impl Read, limit: u64) -> io::Result<Option<V
     Ok((bytes.len() as u64 <= limit).then_some(bytes))
 }
 
-/// Reads at most `limit` bytes of the regular file `path`: its bytes, or
-/// `None` when it holds more. Anything else (a FIFO, which would block the
-/// reader for good, a device) fails; it is opened without waiting to find
-/// out.
-pub(crate) fn read_regular(path: &Path, limit: u64) -> io::Result<Option<Vec<u8>>> {
+/// Whether opening a file follows a symbolic link to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Links {
+    /// A link to a regular file opens that file.
+    Follow,
+    /// A link is refused as not a regular file (for files zotbox writes
+    /// itself, which are never links).
+    Refuse,
+}
+
+/// Opens `path` for reading when it is a regular file. Anything else (a
+/// FIFO, which would block the reader for good, a device, a folder; a link
+/// too with [`Links::Refuse`]) fails with [`io::ErrorKind::InvalidInput`]:
+/// it is opened without waiting to find out.
+pub(crate) fn open_regular(path: &Path, links: Links) -> io::Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt as _;
-    let file = std::fs::OpenOptions::new()
+    let not_regular = || io::Error::new(io::ErrorKind::InvalidInput, "not a regular file");
+    let flags = match links {
+        Links::Follow => nix::libc::O_NONBLOCK,
+        Links::Refuse => nix::libc::O_NONBLOCK | nix::libc::O_NOFOLLOW,
+    };
+    let file = match std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(nix::libc::O_NONBLOCK)
-        .open(path)?;
+        .custom_flags(flags)
+        .open(path)
+    {
+        Ok(file) => file,
+        Err(err) if links == Links::Refuse && err.raw_os_error() == Some(nix::libc::ELOOP) => {
+            return Err(not_regular());
+        }
+        Err(err) => return Err(err),
+    };
     if !file.metadata()?.is_file() {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "not a regular file",
-        ));
+        return Err(not_regular());
     }
-    read_at_most(file, limit)
+    Ok(file)
+}
+
+/// Reads at most `limit` bytes of the regular file `path`
+/// ([`open_regular`], following links): its bytes, or `None` when it holds
+/// more.
+pub(crate) fn read_regular(path: &Path, limit: u64) -> io::Result<Option<Vec<u8>>> {
+    read_at_most(open_regular(path, Links::Follow)?, limit)
 }
 
 /// Reads the text file `path` ([`read_regular`]), refusing one over
@@ -132,6 +158,17 @@ pub(crate) fn read_text(path: &Path, limit: u64) -> Result<String, FileError> {
         path: path.to_owned(),
         detail: "is not valid UTF-8".to_owned(),
     })
+}
+
+/// Runs `read` (of a FIFO, in a test) on a thread and returns what it
+/// returned; panics after 10 s rather than let a read that waits for the
+/// FIFO's writer hang the test run.
+#[cfg(test)]
+pub(crate) fn without_waiting<T: Send + 'static>(read: impl FnOnce() -> T + Send + 'static) -> T {
+    let (sent, got) = std::sync::mpsc::channel();
+    std::thread::spawn(move || sent.send(read()));
+    got.recv_timeout(std::time::Duration::from_secs(10))
+        .unwrap_or_else(|_| panic!("reading a FIFO waited for a writer"))
 }
 
 /// A value with the unknown keys found beside it (as `a.b` paths).
@@ -219,14 +256,8 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let fifo = tmp.path().join("extension.json");
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap_or_else(|e| panic!("{e}"));
-        // On a thread: were the open to wait for a writer, the test fails
-        // after 10 s instead of hanging.
-        let (sent, got) = std::sync::mpsc::channel();
         let path = fifo.clone();
-        std::thread::spawn(move || sent.send(read_text(&path, 10).err().map(|e| e.to_string())));
-        let err = got
-            .recv_timeout(std::time::Duration::from_secs(10))
-            .unwrap_or_else(|_| panic!("reading a FIFO waited for a writer"));
+        let err = without_waiting(move || read_text(&path, 10).err().map(|e| e.to_string()));
         assert_eq!(
             err,
             Some(format!(

@@ -61,10 +61,8 @@ use crate::capability::fs::open_dir_nofollow;
 use crate::data::package;
 use crate::manifest::{Capabilities, MANIFEST_FILE, Manifest, Program};
 use crate::text::Shown;
-use crate::user_file::FileError;
+use crate::user_file::{FileError, MAX_MANIFEST_BYTES};
 
-/// The largest manifest read: 1 MiB.
-const MAX_MANIFEST: u64 = 1024 * 1024;
 /// How many entries one extension folder may hold.
 const MAX_ENTRIES: usize = 100_000;
 /// How deep its folders may nest.
@@ -541,9 +539,9 @@ fn read_manifest(root: &Dir, source: &Path, path: &Path) -> Result<String, Insta
             describe(&meta)
         )));
     }
-    if meta.len() > MAX_MANIFEST {
+    if meta.len() > MAX_MANIFEST_BYTES {
         return Err(refused(format!(
-            "`{MANIFEST_FILE}` is larger than {MAX_MANIFEST} bytes"
+            "`{MANIFEST_FILE}` is larger than {MAX_MANIFEST_BYTES} bytes"
         )));
     }
     let mut file = open_nofollow(root, MANIFEST_FILE).map_err(|error| FileError::Read {
@@ -552,7 +550,7 @@ fn read_manifest(root: &Dir, source: &Path, path: &Path) -> Result<String, Insta
     })?;
     let mut bytes = Vec::new();
     (&mut file)
-        .take(MAX_MANIFEST)
+        .take(MAX_MANIFEST_BYTES)
         .read_to_end(&mut bytes)
         .map_err(|error| FileError::Read {
             path: path.to_owned(),

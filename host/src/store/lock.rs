@@ -45,6 +45,7 @@ use crate::home::ZotHome;
 use crate::manifest::{MANIFEST_FILE, Manifest};
 use crate::policy::Policy;
 use crate::text::Shown;
+use crate::user_file::Links;
 
 /// Where a workspace's own lock lives, relative to it.
 pub const PROJECT_LOCK: &str = ".zot/zotbox.lock";
@@ -343,22 +344,16 @@ fn key(dir: &Path) -> String {
 
 /// Reads a JSON file of at most [`MAX_LOCK_BYTES`]; `None` when missing.
 fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>, LockError> {
-    use std::os::unix::fs::OpenOptionsExt as _;
     // The file itself, never a link to elsewhere, and never a FIFO that
-    // would block every start: opened without following a link or
-    // waiting, then checked to be a regular file.
+    // would block every start.
     let not_regular = || LockError::Parse {
         path: path.to_owned(),
         detail: "is not a regular file".to_owned(),
     };
-    let file = match std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK | nix::libc::O_CLOEXEC)
-        .open(path)
-    {
+    let file = match crate::user_file::open_regular(path, Links::Refuse) {
         Ok(file) => file,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(err) if err.raw_os_error() == Some(nix::libc::ELOOP) => return Err(not_regular()),
+        Err(err) if err.kind() == std::io::ErrorKind::InvalidInput => return Err(not_regular()),
         Err(source) => {
             return Err(LockError::Read {
                 path: path.to_owned(),
@@ -366,9 +361,6 @@ fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>, L
             });
         }
     };
-    if !file.metadata().is_ok_and(|meta| meta.is_file()) {
-        return Err(not_regular());
-    }
     let bytes =
         crate::user_file::read_at_most(file, MAX_LOCK_BYTES).map_err(|source| LockError::Read {
             path: path.to_owned(),
@@ -707,14 +699,14 @@ pub fn check_packages(search: &mut DataSearch, home: &ZotHome, policy: &Policy) 
     });
     for manifest in packages {
         let checked = match &locks {
-            Ok((lock, project)) => check_against(&manifest, lock, project.as_ref()),
-            Err(err) => {
-                search.refuse(&manifest.dir, err.to_string());
-                continue;
+            Ok((lock, project)) => {
+                check_against(&manifest, lock, project.as_ref()).map_err(|err| err.to_string())
             }
+            // Unreadable locks refuse every package, with their error.
+            Err(err) => Err(err.to_string()),
         };
-        if let Err(err) = checked {
-            search.refuse(&manifest.dir, err.to_string());
+        if let Err(why) = checked {
+            search.refuse(&manifest.dir, why);
         }
     }
 }

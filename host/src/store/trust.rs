@@ -35,7 +35,6 @@
 mod contents;
 
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -147,22 +146,22 @@ impl TrustStore {
             }
             Err(source) => return Err(TrustError::Read { path, source }),
         };
-        let mut bytes = Vec::new();
-        file.take(MAX_TRUST_FILE_BYTES + 1)
-            .read_to_end(&mut bytes)
-            .map_err(|source| TrustError::Read {
-                path: path.clone(),
-                source,
+        let bytes =
+            crate::user_file::read_at_most(file, MAX_TRUST_FILE_BYTES).map_err(|source| {
+                TrustError::Read {
+                    path: path.clone(),
+                    source,
+                }
             })?;
         let parse_err = |detail: String| TrustError::Parse {
             path: path.clone(),
             detail,
         };
-        if bytes.len() as u64 > MAX_TRUST_FILE_BYTES {
+        let Some(bytes) = bytes else {
             return Err(parse_err(format!(
                 "is larger than {MAX_TRUST_FILE_BYTES} bytes"
             )));
-        }
+        };
         let text = String::from_utf8(bytes).map_err(|_| parse_err("is not UTF-8".to_owned()))?;
         let parsed = crate::user_file::parse::<TrustFile>(&text).map_err(parse_err)?;
         for key in parsed.unknown_keys {

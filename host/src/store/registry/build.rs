@@ -27,6 +27,7 @@ use crate::store::install::MAX_INSTALL_BYTES;
 use crate::store::signature::{self, SecretKey};
 use crate::store::{pack, signature::SignatureError};
 use crate::text::Shown;
+use crate::user_file::Links;
 
 /// The index's file name in a registry folder.
 pub const INDEX_FILE: &str = "index.json";
@@ -225,14 +226,16 @@ fn read_capped(path: &Path, cap: u64) -> Result<Vec<u8>, RegistryError> {
         path: path.to_owned(),
         error,
     };
-    let meta = std::fs::symlink_metadata(path).map_err(io)?;
-    if !meta.is_file() {
-        return Err(RegistryError::Archive {
-            path: path.to_owned(),
-            problem: "is not a regular file (a symlink?)".to_owned(),
-        });
-    }
-    let file = std::fs::File::open(path).map_err(io)?;
+    let file = match crate::user_file::open_regular(path, Links::Refuse) {
+        Ok(file) => file,
+        Err(err) if err.kind() == std::io::ErrorKind::InvalidInput => {
+            return Err(RegistryError::Archive {
+                path: path.to_owned(),
+                problem: "is not a regular file (a symlink?)".to_owned(),
+            });
+        }
+        Err(err) => return Err(io(err)),
+    };
     crate::user_file::read_at_most(file, cap)
         .map_err(io)?
         .ok_or_else(|| RegistryError::Archive {
@@ -366,5 +369,45 @@ impl Packed {
         )
         .map(|contents| contents.declared())
         .map_err(|err| format!("its data files are refused: {err}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::read_capped;
+
+    /// What `read_capped` refuses `path` for, or `None` when it reads it.
+    fn refusal(path: &std::path::Path, cap: u64) -> Option<String> {
+        read_capped(path, cap).err().map(|err| err.to_string())
+    }
+
+    #[test]
+    fn an_archive_is_read_only_as_a_regular_file_within_its_cap() {
+        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let archive = tmp.path().join("x.tar.gz");
+        std::fs::write(&archive, b"0123456789").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(refusal(&archive, 10), None);
+        assert_eq!(
+            refusal(&archive, 9),
+            Some(format!(
+                "archive `{}` refused: is larger than 9 bytes",
+                archive.display()
+            ))
+        );
+        // A link to it, and a FIFO: neither is read (nor waited on).
+        let link = tmp.path().join("link.tar.gz");
+        std::os::unix::fs::symlink(&archive, &link).unwrap_or_else(|e| panic!("{e}"));
+        let fifo = tmp.path().join("fifo.tar.gz");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap_or_else(|e| panic!("{e}"));
+        for path in [link, fifo] {
+            let shown = path.display().to_string();
+            let refused = crate::user_file::without_waiting(move || refusal(&path, 10));
+            assert_eq!(
+                refused,
+                Some(format!(
+                    "archive `{shown}` refused: is not a regular file (a symlink?)"
+                ))
+            );
+        }
     }
 }
