@@ -28,7 +28,8 @@
 //! its own warm-up; the machine's load shows in absolutes, so read ratios.
 //! Set `ZOTBOX_BENCH_QUICK=1` for a shorter run, `ZOTBOX_BENCH_WORKERS=N`
 //! for another number of tokio workers (default 2), and
-//! `ZOTBOX_BENCH_ROUND_TRIPS=1` for the round-trip rows alone.
+//! `ZOTBOX_BENCH_ROUND_TRIPS=1` for the round-trip rows alone,
+//! `ZOTBOX_BENCH_ZOT=1` for the rows of the path zot users take alone.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -1208,6 +1209,17 @@ fn main() -> Result<()> {
             Ok(())
         });
     }
+    // `ZOTBOX_BENCH_ZOT=1`: only the rows of the path zot users take, to
+    // compare a change to the relay or the shared host in a few minutes.
+    if std::env::var_os("ZOTBOX_BENCH_ZOT").is_some() {
+        // The example in the disk cache, as the whole report's earlier rows
+        // leave it: the shared host loads it rather than compiling it (a
+        // compile would stay in the host's RSS).
+        let example_wasm = fixture.example_dir.join(format!("{EXAMPLE}.wasm"));
+        WasmRuntime::new(Some(fixture.home.cache_dir()))?.prepare(EXAMPLE, &example_wasm)?;
+        print_table(zot_rows_then_stop(&fixture, &scale)?);
+        return Ok(());
+    }
     let ping_pong = pipe_ping_pong(scale.calls)?;
     // `ZOTBOX_BENCH_ROUND_TRIPS=1`: only the round-trip rows, to compare a
     // change to the session path in a minute rather than a whole report.
@@ -1380,17 +1392,26 @@ fn main() -> Result<()> {
         Ok::<_, Box<dyn std::error::Error + Send + Sync>>(rows)
     })?;
     eprintln!("the path zot users take…");
-    rows.extend(zot_rows(&fixture, &scale)?);
-    // The shared host the zot rows started: stopped with the report.
-    let _ = std::process::Command::new(env!("CARGO_BIN_EXE_zotbox"))
-        .args(["host", "stop"])
-        .env("ZOT_HOME", fixture.home.root())
-        .output();
+    rows.extend(zot_rows_then_stop(&fixture, &scale)?);
     eprintln!("guest languages…");
     rows.extend(runtime.block_on(language_rows(&fixture, &scale))?);
+    print_table(rows);
+    Ok(())
+}
+
+fn print_table(rows: Vec<[String; 4]>) {
     println!("\n| measure | zotbox (wasm) | native / direct | ratio |\n|---|---:|---:|---:|");
     for [name, wasm, native, ratio] in rows {
         println!("| {name} | {wasm} | {native} | {ratio} |");
     }
-    Ok(())
+}
+
+/// [`zot_rows`], then the shared host they started is stopped.
+fn zot_rows_then_stop(fixture: &Fixture, scale: &Scale) -> Result<Vec<[String; 4]>> {
+    let rows = zot_rows(fixture, scale);
+    let _ = std::process::Command::new(env!("CARGO_BIN_EXE_zotbox"))
+        .args(["host", "stop"])
+        .env("ZOT_HOME", fixture.home.root())
+        .output();
+    rows
 }
