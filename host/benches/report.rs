@@ -879,7 +879,7 @@ fn zot_rows(fixture: &Fixture, scale: &Scale) -> Result<Vec<[String; 4]>> {
         "`zotbox-relay` (installed launcher, shared host warm)",
         &installed,
     );
-    three("`zotbox run` (execs the relay)", &run);
+    three("`zotbox run` (hands over, then execs the relay)", &run);
     three("`zotbox run --standalone`", &standalone);
     if let Some(cli) = wasmtime_cli() {
         let cwasm = fixture.tmp.path().join(format!("{EXAMPLE}.cwasm"));

@@ -25,7 +25,10 @@
 //!    Granted variables come from the relay's environment, not the host's.
 //! 5. **The relay is not in the data path.** It hands zot's stdin and stdout
 //!    to the host (`SCM_RIGHTS`) and waits, so a frame costs what it costs
-//!    standalone. It does not start wasmtime.
+//!    standalone. It does not start wasmtime. `zotbox run` hands over
+//!    itself and then waits as the small `zotbox-relay --attached FD`,
+//!    which takes over only an open socket whose peer is this user's, and
+//!    never hosts the extension itself (the host may hold it already).
 //! 6. **Faults stay contained.** A guest that traps ends alone. A relay
 //!    whose host dies answers zot's requests in flight with an error, tells
 //!    zot in a `notify` that the extension restarted, and starts it again
@@ -39,7 +42,7 @@ pub mod server;
 mod wire;
 
 pub use place::{Place, PlaceError};
-pub use relay::{RelayError, Relayed, launch, relay, wasm_extension};
+pub use relay::{RelayError, Relayed, launch, relay, resume, wasm_extension};
 pub use server::{ServeOptions, serve};
 pub use wire::{HostStatus, InstanceStatus};
 

@@ -175,7 +175,8 @@ async fn ten_relays_started_at_once_share_one_host() {
     relays.sort_unstable();
     relays.dedup();
     assert_eq!(relays.len(), 10, "{host}");
-    // Each `zotbox run` replaced itself with the small relay program.
+    // Each `zotbox run` handed its extension over, then replaced itself
+    // with the small relay program, waiting on the socket it left open.
     for pid in &relays {
         let exe = std::fs::read_link(format!("/proc/{pid}/exe")).expect("the relay's executable");
         assert_eq!(
@@ -183,6 +184,9 @@ async fn ten_relays_started_at_once_share_one_host() {
             Some("zotbox-relay"),
             "{exe:?}"
         );
+        let argv = std::fs::read(format!("/proc/{pid}/cmdline")).expect("the relay's arguments");
+        let argv: Vec<&[u8]> = argv.split(|&b| b == 0).collect();
+        assert_eq!(argv.get(1), Some(&&b"--attached"[..]), "{argv:?}");
     }
     for zot in zots {
         let end = finish(zot).await;
@@ -636,4 +640,41 @@ async fn a_stopped_host_keeps_its_instances_and_the_next_relay_gets_a_new_one() 
     .await;
     assert!(alive(new));
     finish(second).await;
+}
+
+/// `zotbox-relay --attached FD DIR` takes over only an open socket: any
+/// other number is refused with exit status 1, and the extension is not
+/// hosted in its place (the host may hold it already: two would read zot).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_relay_takes_over_only_an_open_socket_and_hosts_nothing_else() {
+    let lab = Lab::new();
+    let dir = guest(&lab, "prober");
+    for (fd, opened, why) in [
+        ("x", "", "not a descriptor number"),
+        ("1", "", "not an open socket"),
+        ("7", "", "not an open socket"),
+        ("5", "5<extension.json", "not an open socket"),
+    ] {
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("exec \"$0\" --attached {fd} \"$1\" {opened}"))
+            .arg(env!("CARGO_BIN_EXE_zotbox-relay"))
+            .arg(&dir)
+            .current_dir(&dir)
+            .env("ZOT_HOME", &lab.home)
+            .env("HOME", user_home(&lab))
+            .env_remove("ZOTBOX_LOG")
+            .env_remove("ZOTBOX_STANDALONE")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("zotbox-relay --attached");
+        assert_eq!(out.status.code(), Some(1), "{fd}: {out:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stderr),
+            format!("error: --attached `{fd}`: {why}\n"),
+            "{fd}"
+        );
+        assert!(out.stdout.is_empty(), "{fd}: hosted after all: {out:?}");
+    }
+    assert!(shared_hosts(&lab.home).is_empty(), "no host was started");
 }

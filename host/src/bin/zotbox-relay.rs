@@ -1,8 +1,10 @@
 //! `zotbox-relay [DIR]`: `zotbox run` as zot starts it, in a process as
 //! small as a native extension's.
 //!
-//! `zotbox run DIR` (what an installed manifest makes zot start) replaces
-//! itself with this program when it lies beside `zotbox`. It only hands
+//! An installed manifest makes zot start this program; `zotbox run DIR`
+//! hands the extension over itself and then replaces itself with
+//! `zotbox-relay --attached FD DIR` to wait on the socket `FD`, when this
+//! program lies beside `zotbox`. It only hands
 //! zot's stdio to the shared host and waits: the wasm engine, the command
 //! line and the rest of zotbox are not linked into it, so ten extensions
 //! under zot cost ten small processes and one host. When the extension is
@@ -18,8 +20,19 @@ use zotbox::shared::{self, Relayed};
 use zotbox::text::shown;
 
 fn main() {
-    let dir = std::env::args_os()
-        .nth(1)
+    let mut args = std::env::args_os().skip(1).peekable();
+    // `--attached FD DIR`: `zotbox run` handed the extension over on `FD`.
+    let attached = if args.peek().is_some_and(|arg| arg == "--attached") {
+        args.next();
+        match args.next().map(|fd| fd.into_string()) {
+            Some(Ok(fd)) => Some(fd),
+            _ => fail("--attached needs a descriptor number"),
+        }
+    } else {
+        None
+    };
+    let dir = args
+        .next()
         .map_or_else(|| PathBuf::from("."), PathBuf::from);
     let Some(zotbox) = std::env::current_exe()
         .ok()
@@ -31,7 +44,11 @@ fn main() {
         fail("cannot find zot's home: set ZOT_HOME or HOME")
     };
     let build = shared::peer::build_id_of(&zotbox);
-    match shared::launch(&dir, &home, &zotbox, &build) {
+    let relayed = match attached {
+        Some(fd) => shared::resume(&fd, &dir, &home, &zotbox, &build),
+        None => shared::launch(&dir, &home, &zotbox, &build, None),
+    };
+    match relayed {
         Relayed::Exit(exit) => {
             let (status, line) = shared::status_for_zot(&exit);
             if let Some(line) = line {

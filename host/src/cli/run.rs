@@ -44,22 +44,15 @@ impl Args {
         }
         let home = context.home().ok()?;
         let exe = std::env::current_exe().ok()?;
-        // The small relay beside this executable, in place of this process:
-        // a relay lives as long as zot's session, so its size counts.
-        if let Some(relay) = exe.parent().map(|dir| dir.join("zotbox-relay"))
-            && relay.is_file()
-        {
-            use std::os::unix::process::CommandExt as _;
-            let err = std::process::Command::new(&relay)
-                .arg(dir)
-                .env("ZOT_HOME", home.root())
-                .exec();
-            tracing::warn!(
-                "cannot start `{}`: {err}; relaying from here",
-                relay.display()
-            );
-        }
-        match shared::launch(dir, &home, &exe, &shared::peer::build_id()) {
+        // The small relay beside this executable waits in place of this
+        // process once the extension is handed over: a relay lives as long
+        // as zot's session, so its size counts.
+        let waiter = exe
+            .parent()
+            .map(|dir| dir.join("zotbox-relay"))
+            .filter(|relay| relay.is_file());
+        let build = shared::peer::build_id();
+        match shared::launch(dir, &home, &exe, &build, waiter.as_deref()) {
             Relayed::Exit(exit) => Some(status_of(&exit)),
             Relayed::Standalone(why) => {
                 // zot reads this stderr into the extension's log.

@@ -67,6 +67,15 @@ pub enum RelayError {
     /// Talking to the host failed.
     #[error("talking to the zotbox host: {0}")]
     Io(#[from] std::io::Error),
+    /// `zotbox-relay --attached FD` could not take over the socket `zotbox
+    /// run` handed the extension over on.
+    #[error("--attached `{}`: {why}", crate::text::shown(fd))]
+    Attached {
+        /// The argument.
+        fd: String,
+        /// What is wrong.
+        why: String,
+    },
 }
 
 impl RelayError {
@@ -110,14 +119,65 @@ pub fn wasm_extension(dir: &Path) -> Option<String> {
 /// Relays the extension in `dir` to the shared host of `home` (started from
 /// the zotbox executable `zotbox`, of build `build`), unless it should run
 /// in this process.
-pub fn launch(dir: &Path, home: &ZotHome, zotbox: &Path, build: &str) -> Relayed {
+///
+/// With `waiter`, the small relay executable, this process only hands the
+/// extension over and then replaces itself with `waiter --attached FD DIR`
+/// ([`resume`]) to wait for its exit: the hand-over is not delayed by a
+/// second program's start, and what stays for zot's whole session is the
+/// small program. Should that `exec` fail, this process waits itself.
+pub fn launch(
+    dir: &Path,
+    home: &ZotHome,
+    zotbox: &Path,
+    build: &str,
+    waiter: Option<&Path>,
+) -> Relayed {
     if super::standalone_from_env() {
         return Relayed::Standalone(None);
     }
     let Some(name) = wasm_extension(dir) else {
         return Relayed::Standalone(None);
     };
-    match relay(dir, &name, home, zotbox, build) {
+    let relayed = Relay::new(dir, &name, home, zotbox, build).and_then(|mut relay| {
+        let stream = relay.hand_over()?;
+        if let Some(waiter) = waiter {
+            let err = exec_waiter(waiter, &stream, &relay.dir, home);
+            tracing::warn!(
+                "cannot start `{}`: {err}; waiting in this process",
+                waiter.display()
+            );
+        }
+        relay.follow(stream)
+    });
+    relayed_as(relayed)
+}
+
+/// The relay of `zotbox-relay --attached FD DIR`: waits on the socket `fd`,
+/// which [`launch`] handed the extension in `dir` over on and left open
+/// across its `exec`, as [`Relay::follow`] does.
+///
+/// The host holds the extension by then, so a failure to take the socket
+/// over is [`Relayed::Failed`], never a fallback to hosting it here too.
+pub fn resume(fd: &str, dir: &Path, home: &ZotHome, zotbox: &Path, build: &str) -> Relayed {
+    let taken = attached(fd).and_then(|stream| {
+        // The name is only for messages; `launch` found a wasm extension.
+        let name = wasm_extension(dir).unwrap_or_else(|| dir.display().to_string());
+        let relay = Relay::new(dir, &name, home, zotbox, build).map_err(|e| e.to_string())?;
+        relay.check(&stream).map_err(|e| e.to_string())?;
+        Ok((relay, stream))
+    });
+    match taken {
+        Ok((mut relay, stream)) => relayed_as(relay.follow(stream)),
+        Err(why) => Relayed::Failed(RelayError::Attached {
+            fd: fd.to_owned(),
+            why,
+        }),
+    }
+}
+
+/// What [`launch`] and [`resume`] make of a relay's result.
+fn relayed_as(relayed: Result<Exit, RelayError>) -> Relayed {
+    match relayed {
         Ok(exit) => Relayed::Exit(exit),
         Err(err) if err.falls_back() => Relayed::Standalone(Some(format!(
             "zotbox: {}; hosting the extension in this process",
@@ -125,6 +185,50 @@ pub fn launch(dir: &Path, home: &ZotHome, zotbox: &Path, build: &str) -> Relayed
         ))),
         Err(err) => Relayed::Failed(err),
     }
+}
+
+/// Replaces this process with `waiter --attached FD DIR`, `stream` left
+/// open for it as `FD`; returns only when that fails.
+fn exec_waiter(waiter: &Path, stream: &UnixStream, dir: &Path, home: &ZotHome) -> std::io::Error {
+    use nix::fcntl::{FcntlArg, FdFlag, fcntl};
+    if let Err(err) = fcntl(stream, FcntlArg::F_SETFD(FdFlag::empty())) {
+        return err.into();
+    }
+    let fd = std::os::fd::AsRawFd::as_raw_fd(stream);
+    let err = std::process::Command::new(waiter)
+        .arg("--attached")
+        .arg(fd.to_string())
+        .arg(dir)
+        .env("ZOT_HOME", home.root())
+        .exec();
+    // Not inherited by anything this process starts later.
+    let _ = fcntl(stream, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC));
+    err
+}
+
+/// The socket `fd` (its number, as [`exec_waiter`] wrote it), taken over
+/// by this process.
+fn attached(fd: &str) -> Result<UnixStream, String> {
+    let raw: std::os::fd::RawFd = fd
+        .parse()
+        .map_err(|_| "not a descriptor number".to_owned())?;
+    // Never zot's stdio, and only an open socket: a wrong number must not
+    // make this process own a descriptor something else owns.
+    let socket = raw > 2
+        && std::fs::read_link(format!("/proc/self/fd/{raw}")).is_ok_and(|target| {
+            target
+                .as_os_str()
+                .as_encoded_bytes()
+                .starts_with(b"socket:")
+        });
+    if !socket {
+        return Err("not an open socket".to_owned());
+    }
+    // SAFETY: `raw` is open (just checked) and, inherited from the process
+    // this one replaced, owned by no other part of this process.
+    #[allow(unsafe_code)]
+    let owned = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) };
+    Ok(UnixStream::from(owned))
 }
 
 /// Relays the extension in `dir` (named `name`, for messages) to the shared
@@ -141,34 +245,91 @@ pub fn relay(
     zotbox: &Path,
     build: &str,
 ) -> Result<Exit, RelayError> {
-    let place = Place::for_home(home)?;
-    // As zot spelled it, so the host sees a workspace's extension folder
-    // that is a link as that workspace's.
-    let dir = match crate::store::trust::as_spelled(dir) {
-        Some(spelled) => spelled,
-        None => std::path::absolute(dir)?,
-    };
-    let build = build.to_owned();
-    let env: Vec<(String, String)> = std::env::vars_os()
-        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-        .collect();
-    let shared_stdout = crate::bridge::stdio::stdout_is_stderr();
-    let log = home.logs_dir().join("zotbox-host.log");
-    let mut hello_ack: Option<String> = None;
-    let mut deaths: Vec<Instant> = Vec::new();
-    let mut refusals = 0;
-    loop {
-        let stream = connect_or_start(&place, home, zotbox, &log)?;
-        peer::check(&stream).map_err(|error| RelayError::Peer {
-            socket: place.socket().to_owned(),
-            error,
-        })?;
+    let mut relay = Relay::new(dir, name, home, zotbox, build)?;
+    let stream = relay.hand_over()?;
+    relay.follow(stream)
+}
+
+/// One extension's relay: what it keeps while the host takes, loses and
+/// takes its extension again.
+pub(crate) struct Relay {
+    place: Place,
+    home: ZotHome,
+    zotbox: PathBuf,
+    /// The extension's folder, as zot spelled it.
+    dir: PathBuf,
+    /// The extension's name, for messages.
+    name: String,
+    build: String,
+    /// The environment granted variables come from: the relay's own.
+    env: Vec<(String, String)>,
+    shared_stdout: bool,
+    /// The host's log, named in errors.
+    log: PathBuf,
+    /// zot's `hello_ack`, once passed: a restarted guest gets it again.
+    hello_ack: Option<String>,
+    deaths: Vec<Instant>,
+    refusals: usize,
+}
+
+impl Relay {
+    /// The relay of the extension in `dir` (named `name`) to the host of
+    /// `home`, started from `zotbox` (of build `build`) when none runs.
+    ///
+    /// # Errors
+    ///
+    /// [`RelayError::Place`] when the socket's folder is unusable,
+    /// [`RelayError::Io`] when `dir` has no absolute form.
+    pub(crate) fn new(
+        dir: &Path,
+        name: &str,
+        home: &ZotHome,
+        zotbox: &Path,
+        build: &str,
+    ) -> Result<Self, RelayError> {
+        let place = Place::for_home(home)?;
+        // As zot spelled it, so the host sees a workspace's extension folder
+        // that is a link as that workspace's.
+        let dir = match crate::store::trust::as_spelled(dir) {
+            Some(spelled) => spelled,
+            None => std::path::absolute(dir)?,
+        };
+        Ok(Self {
+            place,
+            home: home.clone(),
+            zotbox: zotbox.to_owned(),
+            dir,
+            name: name.to_owned(),
+            build: build.to_owned(),
+            env: std::env::vars_os()
+                .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+                .collect(),
+            shared_stdout: crate::bridge::stdio::stdout_is_stderr(),
+            log: home.logs_dir().join("zotbox-host.log"),
+            hello_ack: None,
+            deaths: Vec::new(),
+            refusals: 0,
+        })
+    }
+
+    /// Finds the host (starting one if none listens), checks it is this
+    /// user's, and hands it the extension with zot's stdin, stdout and
+    /// stderr. Nothing is read back: the stream's first reply is
+    /// [`Relay::follow`]'s, in this process or in one this one `exec`s.
+    ///
+    /// # Errors
+    ///
+    /// [`RelayError`]: no host could be started or reached, or someone
+    /// else's process listens.
+    pub(crate) fn hand_over(&self) -> Result<UnixStream, RelayError> {
+        let stream = connect_or_start(&self.place, &self.home, &self.zotbox, &self.log)?;
+        self.check(&stream)?;
         let request = Request::Open {
-            build: build.clone(),
-            dir: dir.clone(),
-            env: env.clone(),
-            resume: hello_ack.clone(),
-            shared_stdout,
+            build: self.build.clone(),
+            dir: self.dir.clone(),
+            env: self.env.clone(),
+            resume: self.hello_ack.clone(),
+            shared_stdout: self.shared_stdout,
         };
         send_request(
             &stream,
@@ -179,55 +340,89 @@ pub fn relay(
                 std::io::stderr().as_fd(),
             ],
         )?;
-        let mut welcomed = false;
-        let mut in_flight: Vec<(String, String)> = Vec::new();
-        let mut replies = BufReader::new(&stream);
-        let mut text = String::new();
-        let lost = loop {
-            text.clear();
-            match replies.read_line(&mut text) {
-                Ok(0) | Err(_) => break true,
-                Ok(_) => {}
-            }
-            match serde_json::from_str::<Reply>(&text) {
-                Ok(Reply::Welcome { .. }) => welcomed = true,
-                Ok(Reply::Retired { build: theirs }) => {
-                    tracing::info!(
-                        "the zotbox host was of build {theirs}; starting one of {build}"
-                    );
-                    break false;
+        Ok(stream)
+    }
+
+    /// Checks the process at the other end of `stream` runs as this user.
+    ///
+    /// # Errors
+    ///
+    /// [`RelayError::Peer`] when it does not (or `stream` is no socket).
+    pub(crate) fn check(&self, stream: &UnixStream) -> Result<(), RelayError> {
+        peer::check(stream)
+            .map(drop)
+            .map_err(|error| RelayError::Peer {
+                socket: self.place.socket().to_owned(),
+                error,
+            })
+    }
+
+    /// Waits on `stream`, handed over by [`Relay::hand_over`], for the
+    /// extension's exit; when the host dies with it, answers what zot
+    /// was owed, says so, and hands the extension over again.
+    ///
+    /// # Errors
+    ///
+    /// [`RelayError`]; see [`RelayError::falls_back`].
+    pub(crate) fn follow(&mut self, mut stream: UnixStream) -> Result<Exit, RelayError> {
+        loop {
+            let mut welcomed = false;
+            let mut in_flight: Vec<(String, String)> = Vec::new();
+            let mut replies = BufReader::new(&stream);
+            let mut text = String::new();
+            let lost = loop {
+                text.clear();
+                match replies.read_line(&mut text) {
+                    Ok(0) | Err(_) => break true,
+                    Ok(_) => {}
                 }
-                Ok(Reply::Failed { error }) => return Err(RelayError::Failed(error)),
-                Ok(Reply::HelloAck { line }) => hello_ack = Some(line),
-                Ok(Reply::InFlight { requests }) => in_flight = requests,
-                Ok(Reply::Exit { exit }) => return Ok(exit.into()),
-                Ok(Reply::Status { .. } | Reply::Stopping) => {}
-                Err(err) => tracing::warn!("an unreadable line from the zotbox host: {err}"),
+                match serde_json::from_str::<Reply>(&text) {
+                    Ok(Reply::Welcome { .. }) => welcomed = true,
+                    Ok(Reply::Retired { build: theirs }) => {
+                        tracing::info!(
+                            "the zotbox host was of build {theirs}; starting one of {}",
+                            self.build
+                        );
+                        break false;
+                    }
+                    Ok(Reply::Failed { error }) => return Err(RelayError::Failed(error)),
+                    Ok(Reply::HelloAck { line }) => self.hello_ack = Some(line),
+                    Ok(Reply::InFlight { requests }) => in_flight = requests,
+                    Ok(Reply::Exit { exit }) => return Ok(exit.into()),
+                    Ok(Reply::Status { .. } | Reply::Stopping) => {}
+                    Err(err) => tracing::warn!("an unreadable line from the zotbox host: {err}"),
+                }
+            };
+            drop(replies);
+            if !lost || !welcomed {
+                // Retired, or gone before it took the extension: nothing of
+                // zot's was read yet. Find (or start) a host again.
+                self.refusals += 1;
+                if self.refusals > MAX_RESTARTS {
+                    return Err(RelayError::Start {
+                        why: "no host took the extension".to_owned(),
+                        log: self.log.clone(),
+                    });
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            } else {
+                // The host died with the extension: answer what it owed, say
+                // so, and start the extension again.
+                self.deaths.retain(|at| at.elapsed() < RESTART_WINDOW);
+                self.deaths.push(Instant::now());
+                if self.deaths.len() >= MAX_RESTARTS {
+                    return Err(RelayError::KeepsDying {
+                        log: self.log.clone(),
+                    });
+                }
+                tracing::warn!(
+                    "the zotbox host ended; restarting extension `{}`",
+                    self.name
+                );
+                owe_answers(&self.name, &in_flight)?;
             }
-        };
-        drop(replies);
-        if !lost || !welcomed {
-            // Retired, or gone before it took the extension: nothing of
-            // zot's was read yet. Find (or start) a host again.
-            refusals += 1;
-            if refusals > MAX_RESTARTS {
-                return Err(RelayError::Start {
-                    why: "no host took the extension".to_owned(),
-                    log,
-                });
-            }
-            std::thread::sleep(Duration::from_millis(10));
-            continue;
+            stream = self.hand_over()?;
         }
-        // The host died with the extension: answer what it owed, say so,
-        // and start the extension again.
-        deaths.retain(|at| at.elapsed() < RESTART_WINDOW);
-        deaths.push(Instant::now());
-        if deaths.len() >= MAX_RESTARTS {
-            return Err(RelayError::KeepsDying { log });
-        }
-        tracing::warn!("the zotbox host ended; restarting extension `{name}`");
-        owe_answers(name, &in_flight)?;
     }
 }
 
