@@ -145,6 +145,8 @@ pub struct Launcher {
     events: Option<tokio::sync::broadcast::Sender<crate::event::HostEvent>>,
     native: Option<native::NativeConfinement>,
     cache_cap: u64,
+    // The zotbox executable first compiles run in; `None`: in-process.
+    compiler: Option<std::path::PathBuf>,
     wasm: std::sync::OnceLock<Result<Arc<wasm::WasmRuntime>, String>>,
 }
 
@@ -156,6 +158,7 @@ impl Launcher {
             events: None,
             native: None,
             cache_cap: wasm::DEFAULT_CACHE_CAP,
+            compiler: None,
             wasm: std::sync::OnceLock::new(),
         }
     }
@@ -191,6 +194,14 @@ impl Launcher {
         self
     }
 
+    /// This launcher, compiling each wasm program it has not compiled
+    /// before in a child process of the zotbox executable `zotbox` (see
+    /// [`wasm::WasmRuntime::with_compiler_process`]).
+    pub fn with_compiler_process(mut self, zotbox: std::path::PathBuf) -> Self {
+        self.compiler = Some(zotbox);
+        self
+    }
+
     /// This launcher, keeping at most `cap` bytes of compiled wasm in the
     /// disk cache (default [`wasm::DEFAULT_CACHE_CAP`]); the least recently
     /// used programs are evicted beyond it.
@@ -209,7 +220,10 @@ impl Launcher {
             .get_or_init(|| {
                 wasm::WasmRuntime::new(Some(self.home.cache_dir()))
                     .map(|runtime| {
-                        let runtime = runtime.with_cache_cap(self.cache_cap);
+                        let mut runtime = runtime.with_cache_cap(self.cache_cap);
+                        if let Some(zotbox) = &self.compiler {
+                            runtime = runtime.with_compiler_process(zotbox.clone());
+                        }
                         Arc::new(match &self.events {
                             Some(events) => runtime.with_events(events.clone()),
                             None => runtime,

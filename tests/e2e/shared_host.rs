@@ -678,3 +678,28 @@ async fn the_relay_takes_over_only_an_open_socket_and_hosts_nothing_else() {
     }
     assert!(shared_hosts(&lab.home).is_empty(), "no host was started");
 }
+
+/// The shared host compiles a program it has not seen in a child process
+/// (`zotbox host compile`), so the compiler's memory never stays in it, and
+/// loads what the child stored in the cache; a second start loads it too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shared_host_compiles_in_a_child_process_and_loads_the_cache() {
+    let lab = Lab::new();
+    let dir = guest(&lab, "prober");
+    assert!(crate::support::cache_entries(&lab.home).is_empty());
+    let mut zot = relay(&lab, &dir).await;
+    assert_eq!(
+        call(&mut zot, "p1", "ping", json!({})).await,
+        (false, "pong".to_owned())
+    );
+    let entries = crate::support::cache_entries(&lab.home);
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    let log = std::fs::read_to_string(lab.home.join("logs/zotbox-host.log")).expect("host log");
+    assert!(
+        log.contains("compiled `prober` in a child process in"),
+        "{log}"
+    );
+    assert!(!log.contains("compiling here"), "{log}");
+    let end = finish(zot).await;
+    assert_eq!(end.status.code(), Some(0), "{end:#?}");
+}

@@ -19,6 +19,23 @@ pub(crate) enum Command {
     /// Run the shared host in the foreground. `zotbox run` starts it on
     /// demand; it exits after an idle period with no extensions.
     Serve(ServeArgs),
+    /// Compile the wasm program on stdin into the disk cache (what the
+    /// shared host runs for a first compile, so the compiler's memory does
+    /// not stay in it).
+    #[command(hide = true)]
+    Compile(CompileArgs),
+}
+
+/// Arguments of `zotbox host compile`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct CompileArgs {
+    /// The disk cache to store the compiled program in.
+    #[arg(long, value_name = "DIR")]
+    cache: std::path::PathBuf,
+    /// The most bytes the cache holds; the least recently used entries
+    /// beyond it are evicted.
+    #[arg(long, value_name = "BYTES")]
+    cap: u64,
 }
 
 /// Arguments of `zotbox host serve`.
@@ -36,52 +53,61 @@ pub(crate) struct ServeArgs {
 
 impl Command {
     pub(crate) async fn run(self, context: &Context) -> Result<u8> {
-        let home = context.home()?;
         match self {
-            Self::Status => {
-                let status = shared::status(&home)?;
-                if context.json {
-                    json_line(&serde_json::json!({ "host": status }))?;
-                } else {
-                    match status {
-                        Some(status) => print_status(&status),
-                        None => println!(
-                            "no zotbox host is running for `{}` (`zotbox run` starts one on demand)",
-                            shown(&home.root().display().to_string())
-                        ),
-                    }
-                }
-            }
-            Self::Stop => {
-                let stopped = shared::stop(&home)?;
-                if context.json {
-                    json_line(&serde_json::json!({ "stopping": stopped }))?;
-                } else if stopped {
-                    println!(
-                        "the zotbox host accepts no new extension and exits when its extensions end"
-                    );
-                } else {
-                    println!("no zotbox host is running");
-                }
-            }
-            Self::Serve(args) => {
-                let place = Place::for_home(&home)?;
-                let idle = match args.idle {
-                    Some(secs) if secs.is_finite() && secs >= 0.0 => {
-                        std::time::Duration::from_secs_f64(secs)
-                    }
-                    Some(secs) => anyhow::bail!("`--idle {secs}` is not a number of seconds"),
-                    None => shared::idle_from_env(),
-                };
-                let options = ServeOptions {
-                    idle,
-                    build: args.build,
-                };
-                shared::serve(home, &place, options).await?;
-            }
+            Self::Status => status(context),
+            Self::Stop => stop(context),
+            Self::Serve(args) => serve(context, args).await,
+            Self::Compile(args) => compile(args),
         }
-        Ok(EXIT_OK)
     }
+}
+
+/// `zotbox host status`.
+fn status(context: &Context) -> Result<u8> {
+    let home = context.home()?;
+    let status = shared::status(&home)?;
+    if context.json {
+        json_line(&serde_json::json!({ "host": status }))?;
+    } else {
+        match status {
+            Some(status) => print_status(&status),
+            None => println!(
+                "no zotbox host is running for `{}` (`zotbox run` starts one on demand)",
+                shown(&home.root().display().to_string())
+            ),
+        }
+    }
+    Ok(EXIT_OK)
+}
+
+/// `zotbox host stop`.
+fn stop(context: &Context) -> Result<u8> {
+    let stopped = shared::stop(&context.home()?)?;
+    if context.json {
+        json_line(&serde_json::json!({ "stopping": stopped }))?;
+    } else if stopped {
+        println!("the zotbox host accepts no new extension and exits when its extensions end");
+    } else {
+        println!("no zotbox host is running");
+    }
+    Ok(EXIT_OK)
+}
+
+/// `zotbox host serve`.
+async fn serve(context: &Context, args: ServeArgs) -> Result<u8> {
+    let home = context.home()?;
+    let place = Place::for_home(&home)?;
+    let idle = match args.idle {
+        Some(secs) if secs.is_finite() && secs >= 0.0 => std::time::Duration::from_secs_f64(secs),
+        Some(secs) => anyhow::bail!("`--idle {secs}` is not a number of seconds"),
+        None => shared::idle_from_env(),
+    };
+    let options = ServeOptions {
+        idle,
+        build: args.build,
+    };
+    shared::serve(home, &place, options).await?;
+    Ok(EXIT_OK)
 }
 
 /// `5s`, `3m 4s`, `2h 5m`.
@@ -125,4 +151,10 @@ fn print_status(status: &HostStatus) {
             shown(&instance.dir.display().to_string())
         );
     }
+}
+
+/// `zotbox host compile`: the program on stdin compiled into the cache.
+fn compile(args: CompileArgs) -> Result<u8> {
+    shared::compile_into_cache(args.cache, args.cap, std::io::stdin().lock())?;
+    Ok(EXIT_OK)
 }

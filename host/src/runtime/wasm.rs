@@ -135,6 +135,9 @@ pub struct WasmRuntime {
     compiling: Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>,
     // Where first compiles are announced (a caller may show them).
     events: Option<tokio::sync::broadcast::Sender<crate::event::HostEvent>>,
+    // The zotbox executable a first compile runs in (`zotbox host compile`);
+    // `None`: in this process.
+    compiler: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for WasmRuntime {
@@ -151,10 +154,7 @@ impl WasmRuntime {
     ///
     /// [`WasmError::Engine`] when wasmtime rejects the configuration.
     pub fn new(cache_dir: Option<PathBuf>) -> Result<Self, WasmError> {
-        let mut config = Config::new();
-        config.epoch_interruption(true);
-        config.wasm_component_model(true);
-        let engine = Engine::new(&config).map_err(|e| WasmError::Engine(format!("{e:#}")))?;
+        let engine = engine()?;
         let components =
             guest::component_linker(&engine).map_err(|e| WasmError::Engine(format!("{e:#}")))?;
         let modules =
@@ -169,7 +169,21 @@ impl WasmRuntime {
             prepared: Mutex::new(HashMap::new()),
             compiling: Mutex::new(HashMap::new()),
             events: None,
+            compiler: None,
         })
+    }
+
+    /// This runtime, running each first compile in a child process,
+    /// `zotbox host compile` of the executable `zotbox`, which stores the
+    /// program in the disk cache this runtime then loads it from. A compile
+    /// leaves the compiler's code and heap resident (about 17 MiB for the
+    /// example guest) for as long as the process lives; a long-lived process
+    /// that hosts many guests, the shared host, keeps none of it this way.
+    /// Without a disk cache, or when the child fails, the compile happens
+    /// in this process as it would without this.
+    pub fn with_compiler_process(mut self, zotbox: PathBuf) -> Self {
+        self.compiler = Some(zotbox);
+        self
     }
 
     /// This runtime, announcing each first compile on `events`
@@ -345,20 +359,22 @@ impl WasmRuntime {
         path: &Path,
         entry: Option<&Path>,
         wasm: &[u8],
-        deserialize_cached: impl FnOnce(cache::Verified) -> wasmtime::Result<T>,
+        deserialize_cached: impl Fn(cache::Verified) -> wasmtime::Result<T>,
         compile: impl FnOnce(&[u8]) -> wasmtime::Result<T>,
         serialize: impl FnOnce(&T) -> wasmtime::Result<Vec<u8>>,
     ) -> Result<T, WasmError> {
-        if let Some(verified) = entry.and_then(ArtifactCache::open) {
-            match deserialize_cached(verified) {
-                Ok(compiled) => return Ok(compiled),
-                Err(err) => {
-                    tracing::warn!(
-                        "cached artifact for `{}` rejected ({err:#}); recompiling",
-                        crate::text::shown(name)
-                    )
-                }
+        let cached = |entry: &Path| match deserialize_cached(ArtifactCache::open(entry)?) {
+            Ok(compiled) => Some(compiled),
+            Err(err) => {
+                tracing::warn!(
+                    "cached artifact for `{}` rejected ({err:#}); recompiling",
+                    crate::text::shown(name)
+                );
+                None
             }
+        };
+        if let Some(compiled) = entry.and_then(cached) {
+            return Ok(compiled);
         }
         let extension: Arc<str> = Arc::from(name);
         self.announce(|| crate::event::HostEvent::Compiling {
@@ -366,11 +382,35 @@ impl WasmRuntime {
             bytes: u64::try_from(wasm.len()).unwrap_or(u64::MAX),
         });
         let started = Instant::now();
+        let announce_compiled = || {
+            self.announce(|| crate::event::HostEvent::Compiled {
+                extension: extension.clone(),
+                took_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            });
+        };
+        if let (Some(zotbox), Some(entry)) = (&self.compiler, entry) {
+            let outcome = self.compile_in_child(zotbox, wasm).and_then(|()| {
+                cached(entry).ok_or_else(|| "it stored no usable cache entry".to_owned())
+            });
+            match outcome {
+                Ok(compiled) => {
+                    announce_compiled();
+                    tracing::info!(
+                        "compiled `{}` in a child process in {:?}",
+                        crate::text::shown(name),
+                        started.elapsed()
+                    );
+                    return Ok(compiled);
+                }
+                Err(why) => tracing::warn!(
+                    "compiling `{}` in a child process failed ({}); compiling here",
+                    crate::text::shown(name),
+                    crate::text::shown(&why)
+                ),
+            }
+        }
         let compiled = compile(wasm);
-        self.announce(|| crate::event::HostEvent::Compiled {
-            extension,
-            took_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-        });
+        announce_compiled();
         let compiled = compiled.map_err(|e| WasmError::Compile {
             path: path.to_owned(),
             reason: format!("{e:#}"),
@@ -383,6 +423,35 @@ impl WasmRuntime {
             }
         }
         Ok(compiled)
+    }
+
+    /// Runs `zotbox host compile` of `zotbox` on `wasm` (given on its stdin,
+    /// not by path: the bytes compiled are the bytes read and keyed here,
+    /// whatever the file holds by now), which stores it in this runtime's
+    /// disk cache. Its stderr is this process's (the host's log).
+    fn compile_in_child(&self, zotbox: &Path, wasm: &[u8]) -> Result<(), String> {
+        use std::io::Write as _;
+        use std::process::{Command, Stdio};
+        let (dir, cap) = self.cache.place().ok_or("no disk cache")?;
+        let mut child = Command::new(zotbox)
+            .args(["host", "compile", "--cache"])
+            .arg(dir)
+            .arg("--cap")
+            .arg(cap.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .map_err(|err| format!("cannot start `{}`: {err}", zotbox.display()))?;
+        // It reads all of its stdin before it writes anything, so this
+        // cannot wait on it while it waits on this process.
+        let sent = child.stdin.take().map(|mut stdin| stdin.write_all(wasm));
+        let status = child.wait().map_err(|err| err.to_string())?;
+        match sent {
+            _ if !status.success() => Err(format!("it {status}")),
+            Some(Ok(())) => Ok(()),
+            Some(Err(err)) => Err(format!("cannot send it the program: {err}")),
+            None => Err("no stdin".to_owned()),
+        }
     }
 
     /// Sends an event when someone listens (none listening is no error).
@@ -459,6 +528,70 @@ impl WasmRuntime {
 }
 
 /// Tells a component (`\0asm` version 0x0d, layer 1) from a core module (version 1).
+/// The engine of every runtime (and of `zotbox host compile`): epoch
+/// interruption, the component model.
+fn engine() -> Result<Engine, WasmError> {
+    let mut config = Config::new();
+    config.epoch_interruption(true);
+    config.wasm_component_model(true);
+    Engine::new(&config).map_err(|e| WasmError::Engine(format!("{e:#}")))
+}
+
+/// What `zotbox host compile` does for a runtime made
+/// [`WasmRuntime::with_compiler_process`]: reads the program from `program`
+/// (at most [`MAX_WASM_BYTES`]), compiles it with the engine every runtime
+/// uses and stores it in the disk cache `cache_dir` (holding at most `cap`
+/// bytes), under the entry a runtime looks it up by.
+///
+/// # Errors
+///
+/// [`WasmError`] when the program cannot be read, is too large, is no wasm
+/// or does not compile, or the engine cannot be configured. A failed store
+/// is only logged, as a runtime's own would be; the runtime notices the
+/// missing entry.
+pub fn compile_into_cache(
+    cache_dir: PathBuf,
+    cap: u64,
+    program: impl std::io::Read,
+) -> Result<(), WasmError> {
+    use std::io::Read as _;
+    let stdin = || PathBuf::from("<stdin>");
+    let mut wasm = Vec::new();
+    program
+        .take(MAX_WASM_BYTES + 1)
+        .read_to_end(&mut wasm)
+        .map_err(|error| WasmError::Read {
+            path: stdin(),
+            error,
+        })?;
+    if wasm.len() as u64 > MAX_WASM_BYTES {
+        return Err(WasmError::Limit {
+            path: stdin(),
+            reason: format!(
+                "it is larger than the {} MiB a guest may be",
+                MAX_WASM_BYTES >> 20
+            ),
+        });
+    }
+    let wasm = wasm.as_slice();
+    let engine = engine()?;
+    let kind = detect_kind(wasm).ok_or_else(|| WasmError::NotWasm { path: stdin() })?;
+    let cache = ArtifactCache::new(Some(cache_dir)).with_cap(cap);
+    let Some(entry) = cache.entry(&engine, kind, wasm) else {
+        return Ok(());
+    };
+    let artifact = match kind {
+        Kind::Component => Component::new(&engine, wasm).and_then(|c| c.serialize()),
+        Kind::Module => Module::new(&engine, wasm).and_then(|m| m.serialize()),
+    }
+    .map_err(|e| WasmError::Compile {
+        path: stdin(),
+        reason: format!("{e:#}"),
+    })?;
+    cache.write(&entry, &artifact);
+    Ok(())
+}
+
 fn detect_kind(wasm: &[u8]) -> Option<Kind> {
     match wasm.get(..8)? {
         [0, b'a', b's', b'm', 1, 0, 0, 0] => Some(Kind::Module),
@@ -477,6 +610,7 @@ impl GuestLimits {
 }
 
 #[cfg(test)]
+#[allow(clippy::expect_used)]
 mod tests {
     use super::*;
 
@@ -486,5 +620,68 @@ mod tests {
         assert_eq!(detect_kind(b"\0asm\x0d\0\x01\0rest"), Some(Kind::Component));
         assert_eq!(detect_kind(b"\x7fELF\x02\x01\x01\0"), None);
         assert_eq!(detect_kind(b"\0asm"), None);
+    }
+
+    /// The smallest valid core module: no imports, nothing to run.
+    const EMPTY_MODULE: &[u8] = b"\0asm\x01\0\0\0";
+
+    fn entries(dir: &Path) -> usize {
+        std::fs::read_dir(dir).map_or(0, |d| {
+            d.flatten()
+                .filter(|e| e.path().extension().is_some_and(|x| x == ENTRY))
+                .count()
+        })
+    }
+
+    const ENTRY: &str = "cwasm";
+
+    #[test]
+    fn a_program_compiled_for_the_cache_is_loaded_from_it_without_a_compile() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let cache = tmp.path().join("cache");
+        compile_into_cache(cache.clone(), cache::DEFAULT_CAP, EMPTY_MODULE).expect("compiles");
+        assert_eq!(entries(&cache), 1);
+        let program = tmp.path().join("empty.wasm");
+        std::fs::write(&program, EMPTY_MODULE).expect("write");
+        let (events, mut heard) = tokio::sync::broadcast::channel(8);
+        let runtime = WasmRuntime::new(Some(cache.clone()))
+            .expect("runtime")
+            .with_events(events);
+        runtime.prepare("empty", &program).expect("loads");
+        assert!(heard.try_recv().is_err(), "loaded, not compiled");
+        assert_eq!(entries(&cache), 1);
+    }
+
+    #[test]
+    fn a_compiler_process_that_cannot_start_leaves_the_compile_to_this_one() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let cache = tmp.path().join("cache");
+        let program = tmp.path().join("empty.wasm");
+        std::fs::write(&program, EMPTY_MODULE).expect("write");
+        let runtime = WasmRuntime::new(Some(cache.clone()))
+            .expect("runtime")
+            .with_compiler_process(tmp.path().join("no-such-zotbox"));
+        runtime.prepare("empty", &program).expect("compiled here");
+        assert_eq!(entries(&cache), 1, "and cached");
+    }
+
+    #[test]
+    fn the_compile_for_the_cache_refuses_what_no_runtime_would_load() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let cache = tmp.path().join("cache");
+        let not_wasm = compile_into_cache(cache.clone(), cache::DEFAULT_CAP, &b"#!/bin/sh\n"[..])
+            .expect_err("no wasm");
+        assert_eq!(
+            not_wasm.to_string(),
+            "`<stdin>` is not a WebAssembly component or module"
+        );
+        let endless = std::io::Read::take(std::io::repeat(0), MAX_WASM_BYTES + 1);
+        let huge =
+            compile_into_cache(cache.clone(), cache::DEFAULT_CAP, endless).expect_err("too large");
+        assert_eq!(
+            huge.to_string(),
+            "cannot load `<stdin>`: it is larger than the 256 MiB a guest may be"
+        );
+        assert_eq!(entries(&cache), 0);
     }
 }

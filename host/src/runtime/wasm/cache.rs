@@ -114,6 +114,11 @@ impl ArtifactCache {
         self
     }
 
+    /// The folder and the cap, when caching is on.
+    pub(crate) fn place(&self) -> Option<(&Path, u64)> {
+        Some((self.dir.as_deref()?, self.cap))
+    }
+
     /// The entry path for `wasm` compiled by `engine` as `kind`.
     pub(crate) fn entry(&self, engine: &Engine, kind: Kind, wasm: &[u8]) -> Option<PathBuf> {
         let dir = self.dir.as_ref()?;
