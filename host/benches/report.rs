@@ -29,7 +29,8 @@
 //! Set `ZOTBOX_BENCH_QUICK=1` for a shorter run, `ZOTBOX_BENCH_WORKERS=N`
 //! for another number of tokio workers (default 2), and
 //! `ZOTBOX_BENCH_ROUND_TRIPS=1` for the round-trip rows alone,
-//! `ZOTBOX_BENCH_ZOT=1` for the rows of the path zot users take alone.
+//! `ZOTBOX_BENCH_ZOT=1` for the rows of the path zot users take alone,
+//! `ZOTBOX_BENCH_LOADS=N` for N loads from the disk cache (a profiler's).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -1208,6 +1209,28 @@ fn main() -> Result<()> {
             println!("wasm round trip p50 {} p99 {}", micros(p50), micros(p99));
             Ok(())
         });
+    }
+    // `ZOTBOX_BENCH_LOADS=N`: only N loads of the example from the disk
+    // cache, each by a new runtime, for a profiler.
+    if let Some(loads) = std::env::var("ZOTBOX_BENCH_LOADS")
+        .ok()
+        .and_then(|n| n.parse::<usize>().ok())
+    {
+        let cache = fixture.home.cache_dir();
+        let example_wasm = fixture.example_dir.join(format!("{EXAMPLE}.wasm"));
+        WasmRuntime::new(Some(cache.clone()))?.prepare(EXAMPLE, &example_wasm)?;
+        let mut took = Vec::with_capacity(loads);
+        for _ in 0..loads.max(1) {
+            let runtime = WasmRuntime::new(Some(cache.clone()))?;
+            let begun = Instant::now();
+            runtime.prepare(EXAMPLE, &example_wasm)?;
+            took.push(begun.elapsed());
+        }
+        println!(
+            "load from the disk cache, `{EXAMPLE}`: median {}",
+            millis(percentile(&mut took, 50.0))
+        );
+        return Ok(());
     }
     // `ZOTBOX_BENCH_ZOT=1`: only the rows of the path zot users take, to
     // compare a change to the relay or the shared host in a few minutes.
