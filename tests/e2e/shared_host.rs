@@ -703,3 +703,27 @@ async fn the_shared_host_compiles_in_a_child_process_and_loads_the_cache() {
     let end = finish(zot).await;
     assert_eq!(end.status.code(), Some(0), "{end:#?}");
 }
+
+/// A program that does not compile is refused with the compiler's reason,
+/// as standalone would refuse it, without a second compile in the host;
+/// the host lives on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_program_that_does_not_compile_is_refused_without_compiling_in_the_host() {
+    let lab = Lab::new();
+    let dir = guest(&lab, "prober");
+    let manifest = read_json(&dir.join("extension.json"));
+    let wasm = dir.join(manifest["wasm"].as_str().expect("a wasm path"));
+    // A core module whose type section says 5 bytes follow, then ends.
+    std::fs::write(&wasm, b"\0asm\x01\0\0\0\x01\x05\x01").expect("write the program");
+    let zot = spawn_relay(&lab, &dir, &[]);
+    let end = zot.end().await;
+    assert_eq!(end.status.code(), Some(1), "{end:#?}");
+    assert!(
+        end.stderr.contains("cannot compile `") && end.stderr.contains("prober.wasm`: "),
+        "{end:#?}"
+    );
+    let log = std::fs::read_to_string(lab.home.join("logs/zotbox-host.log")).expect("host log");
+    assert!(!log.contains("compiling here"), "{log}");
+    assert_eq!(shared_hosts(&lab.home).len(), 1, "the host lives on");
+    assert!(crate::support::cache_entries(&lab.home).is_empty());
+}

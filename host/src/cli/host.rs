@@ -155,6 +155,11 @@ fn print_status(status: &HostStatus) {
 
 /// `zotbox host compile`: the program on stdin compiled into the cache.
 fn compile(args: CompileArgs) -> Result<u8> {
-    shared::compile_into_cache(args.cache, args.cap, std::io::stdin().lock())?;
+    shared::compile_into_cache(
+        args.cache,
+        args.cap,
+        std::io::stdin().lock(),
+        std::io::stdout().lock(),
+    )?;
     Ok(EXIT_OK)
 }

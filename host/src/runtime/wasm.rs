@@ -389,11 +389,16 @@ impl WasmRuntime {
             });
         };
         if let (Some(zotbox), Some(entry)) = (&self.compiler, entry) {
-            let outcome = self.compile_in_child(zotbox, wasm).and_then(|()| {
-                cached(entry).ok_or_else(|| "it stored no usable cache entry".to_owned())
-            });
+            let outcome = self
+                .compile_in_child(zotbox, wasm)
+                .and_then(|verdict| match verdict {
+                    CompileVerdict::Stored => cached(entry)
+                        .map(Ok)
+                        .ok_or_else(|| "it stored no usable cache entry".to_owned()),
+                    CompileVerdict::Refused { reason } => Ok(Err(reason)),
+                });
             match outcome {
-                Ok(compiled) => {
+                Ok(Ok(compiled)) => {
                     announce_compiled();
                     tracing::info!(
                         "compiled `{}` in a child process in {:?}",
@@ -401,6 +406,15 @@ impl WasmRuntime {
                         started.elapsed()
                     );
                     return Ok(compiled);
+                }
+                // The program does not compile: compiling it here would only
+                // say so again, with the compiler's memory left behind.
+                Ok(Err(reason)) => {
+                    announce_compiled();
+                    return Err(WasmError::Compile {
+                        path: path.to_owned(),
+                        reason,
+                    });
                 }
                 Err(why) => tracing::warn!(
                     "compiling `{}` in a child process failed ({}); compiling here",
@@ -428,9 +442,13 @@ impl WasmRuntime {
     /// Runs `zotbox host compile` of `zotbox` on `wasm` (given on its stdin,
     /// not by path: the bytes compiled are the bytes read and keyed here,
     /// whatever the file holds by now), which stores it in this runtime's
-    /// disk cache. Its stderr is this process's (the host's log).
-    fn compile_in_child(&self, zotbox: &Path, wasm: &[u8]) -> Result<(), String> {
-        use std::io::Write as _;
+    /// disk cache; its verdict, or why there is none (then compiling here
+    /// is the answer). A child killed by a signal (the compiler crashed, or
+    /// ran out of memory) is a refusal: this process would fare no better.
+    /// Its stderr is this process's (the host's log).
+    fn compile_in_child(&self, zotbox: &Path, wasm: &[u8]) -> Result<CompileVerdict, String> {
+        use std::io::{Read as _, Write as _};
+        use std::os::unix::process::ExitStatusExt as _;
         use std::process::{Command, Stdio};
         let (dir, cap) = self.cache.place().ok_or("no disk cache")?;
         let mut child = Command::new(zotbox)
@@ -439,18 +457,26 @@ impl WasmRuntime {
             .arg("--cap")
             .arg(cap.to_string())
             .stdin(Stdio::piped())
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .spawn()
             .map_err(|err| format!("cannot start `{}`: {err}", zotbox.display()))?;
-        // It reads all of its stdin before it writes anything, so this
-        // cannot wait on it while it waits on this process.
+        // It reads all of its stdin before it writes its one short line, so
+        // neither side waits on the other.
         let sent = child.stdin.take().map(|mut stdin| stdin.write_all(wasm));
+        let mut answer = Vec::new();
+        if let Some(stdout) = child.stdout.take() {
+            let _ = stdout.take(64 * 1024).read_to_end(&mut answer);
+        }
         let status = child.wait().map_err(|err| err.to_string())?;
-        match sent {
-            _ if !status.success() => Err(format!("it {status}")),
-            Some(Ok(())) => Ok(()),
-            Some(Err(err)) => Err(format!("cannot send it the program: {err}")),
-            None => Err("no stdin".to_owned()),
+        if let Some(signal) = status.signal() {
+            return Ok(CompileVerdict::Refused {
+                reason: format!("the compiler process was killed by signal {signal}"),
+            });
+        }
+        match (sent, serde_json::from_slice::<CompileVerdict>(&answer)) {
+            (_, Ok(verdict)) if status.success() => Ok(verdict),
+            (Some(Err(err)), _) => Err(format!("cannot send it the program: {err}")),
+            _ => Err(format!("it {status} without a verdict")),
         }
     }
 
@@ -537,19 +563,52 @@ fn engine() -> Result<Engine, WasmError> {
     Engine::new(&config).map_err(|e| WasmError::Engine(format!("{e:#}")))
 }
 
+/// What `zotbox host compile` answers on stdout, one JSON line.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum CompileVerdict {
+    /// Compiled and stored in the cache.
+    Stored,
+    /// The program does not compile: wasmtime's reason.
+    Refused {
+        /// As a compile in the runtime's own process would give it.
+        reason: String,
+    },
+}
+
 /// What `zotbox host compile` does for a runtime made
 /// [`WasmRuntime::with_compiler_process`]: reads the program from `program`
 /// (at most [`MAX_WASM_BYTES`]), compiles it with the engine every runtime
 /// uses and stores it in the disk cache `cache_dir` (holding at most `cap`
-/// bytes), under the entry a runtime looks it up by.
+/// bytes), under the entry a runtime looks it up by; then writes its
+/// verdict (stored, or refused with the compiler's reason) to `verdict`.
 ///
 /// # Errors
 ///
-/// [`WasmError`] when the program cannot be read, is too large, is no wasm
-/// or does not compile, or the engine cannot be configured. A failed store
-/// is only logged, as a runtime's own would be; the runtime notices the
-/// missing entry.
+/// When the program cannot be read, is too large or is no wasm, the engine
+/// cannot be configured, or the verdict cannot be written: no verdict is
+/// written then, and the runtime compiles in its own process. A failed
+/// store is only logged, as a runtime's own would be; the runtime notices
+/// the missing entry.
 pub fn compile_into_cache(
+    cache_dir: PathBuf,
+    cap: u64,
+    program: impl std::io::Read,
+    mut verdict: impl std::io::Write,
+) -> std::io::Result<()> {
+    let answer = match compile_program(cache_dir, cap, program) {
+        Ok(()) => CompileVerdict::Stored,
+        Err(WasmError::Compile { reason, .. }) => CompileVerdict::Refused { reason },
+        Err(err) => return Err(std::io::Error::other(err)),
+    };
+    let mut line = serde_json::to_vec(&answer).map_err(std::io::Error::other)?;
+    line.push(b'\n');
+    verdict.write_all(&line)?;
+    verdict.flush()
+}
+
+/// [`compile_into_cache`] without its verdict.
+fn compile_program(
     cache_dir: PathBuf,
     cap: u64,
     program: impl std::io::Read,
@@ -639,7 +698,15 @@ mod tests {
     fn a_program_compiled_for_the_cache_is_loaded_from_it_without_a_compile() {
         let tmp = tempfile::tempdir().expect("tempdir");
         let cache = tmp.path().join("cache");
-        compile_into_cache(cache.clone(), cache::DEFAULT_CAP, EMPTY_MODULE).expect("compiles");
+        let mut verdict = Vec::new();
+        compile_into_cache(
+            cache.clone(),
+            cache::DEFAULT_CAP,
+            EMPTY_MODULE,
+            &mut verdict,
+        )
+        .expect("compiles");
+        assert_eq!(verdict, b"\"stored\"\n");
         assert_eq!(entries(&cache), 1);
         let program = tmp.path().join("empty.wasm");
         std::fs::write(&program, EMPTY_MODULE).expect("write");
@@ -669,19 +736,54 @@ mod tests {
     fn the_compile_for_the_cache_refuses_what_no_runtime_would_load() {
         let tmp = tempfile::tempdir().expect("tempdir");
         let cache = tmp.path().join("cache");
-        let not_wasm = compile_into_cache(cache.clone(), cache::DEFAULT_CAP, &b"#!/bin/sh\n"[..])
-            .expect_err("no wasm");
+        let mut verdict = Vec::new();
+        let not_wasm = compile_into_cache(
+            cache.clone(),
+            cache::DEFAULT_CAP,
+            &b"#!/bin/sh\n"[..],
+            &mut verdict,
+        )
+        .expect_err("no wasm");
         assert_eq!(
             not_wasm.to_string(),
             "`<stdin>` is not a WebAssembly component or module"
         );
         let endless = std::io::Read::take(std::io::repeat(0), MAX_WASM_BYTES + 1);
-        let huge =
-            compile_into_cache(cache.clone(), cache::DEFAULT_CAP, endless).expect_err("too large");
+        let huge = compile_into_cache(cache.clone(), cache::DEFAULT_CAP, endless, &mut verdict)
+            .expect_err("too large");
         assert_eq!(
             huge.to_string(),
             "cannot load `<stdin>`: it is larger than the 256 MiB a guest may be"
         );
+        assert!(
+            verdict.is_empty(),
+            "no verdict: the runtime compiles itself"
+        );
+        assert_eq!(entries(&cache), 0);
+    }
+
+    #[test]
+    fn a_program_that_does_not_compile_is_refused_with_the_compilers_reason() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let cache = tmp.path().join("cache");
+        // A type section that says 5 bytes follow, then ends.
+        let truncated = b"\0asm\x01\0\0\0\x01\x05\x01";
+        let mut verdict = Vec::new();
+        compile_into_cache(
+            cache.clone(),
+            cache::DEFAULT_CAP,
+            &truncated[..],
+            &mut verdict,
+        )
+        .expect("a verdict");
+        let engine = engine().expect("engine");
+        let reason = format!(
+            "{:#}",
+            Module::new(&engine, truncated).expect_err("does not compile")
+        );
+        let expected = serde_json::json!({"refused": {"reason": reason}});
+        let got: serde_json::Value = serde_json::from_slice(&verdict).expect("one JSON line");
+        assert_eq!(got, expected);
         assert_eq!(entries(&cache), 0);
     }
 }
