@@ -164,12 +164,11 @@ pub async fn serve(home: ZotHome, place: &Place, options: ServeOptions) -> Resul
     let identity = std::fs::symlink_metadata(&socket)
         .map(|meta| (meta.dev(), meta.ino()))
         .map_err(bind_error)?;
-    let mut launcher = Launcher::new(home.clone());
     // First compiles run in a child process: this one lives long and hosts
     // every guest, and a compile would leave the compiler resident in it.
-    if let Ok(zotbox) = std::env::current_exe() {
-        launcher = launcher.with_compiler_process(zotbox);
-    }
+    // `/proc/self/exe` is this very executable file even once an upgrade
+    // has replaced it at its path, so the child's engine is this one's.
+    let launcher = Launcher::new(home.clone()).with_compiler_process("/proc/self/exe".into());
     // One engine for every instance; set up now, before the first relay waits on it.
     launcher.wasm()?;
     let audit = Arc::new(AuditLog::open(&home.audit_log()));
