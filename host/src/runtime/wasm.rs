@@ -245,13 +245,7 @@ impl WasmRuntime {
                 path: path.to_owned(),
                 error,
             })?
-            .ok_or_else(|| WasmError::Limit {
-                path: path.to_owned(),
-                reason: format!(
-                    "it is larger than the {} MiB a guest may be",
-                    MAX_WASM_BYTES >> 20
-                ),
-            })?;
+            .ok_or_else(|| too_large(path.to_owned()))?;
         let kind = detect_kind(&wasm).ok_or_else(|| WasmError::NotWasm {
             path: path.to_owned(),
         })?;
@@ -553,7 +547,6 @@ impl WasmRuntime {
     }
 }
 
-/// Tells a component (`\0asm` version 0x0d, layer 1) from a core module (version 1).
 /// The engine of every runtime (and of `zotbox host compile`): epoch
 /// interruption, the component model.
 fn engine() -> Result<Engine, WasmError> {
@@ -613,25 +606,13 @@ fn compile_program(
     cap: u64,
     program: impl std::io::Read,
 ) -> Result<(), WasmError> {
-    use std::io::Read as _;
     let stdin = || PathBuf::from("<stdin>");
-    let mut wasm = Vec::new();
-    program
-        .take(MAX_WASM_BYTES + 1)
-        .read_to_end(&mut wasm)
+    let wasm = crate::user_file::read_at_most(program, MAX_WASM_BYTES)
         .map_err(|error| WasmError::Read {
             path: stdin(),
             error,
-        })?;
-    if wasm.len() as u64 > MAX_WASM_BYTES {
-        return Err(WasmError::Limit {
-            path: stdin(),
-            reason: format!(
-                "it is larger than the {} MiB a guest may be",
-                MAX_WASM_BYTES >> 20
-            ),
-        });
-    }
+        })?
+        .ok_or_else(|| too_large(stdin()))?;
     let wasm = wasm.as_slice();
     let engine = engine()?;
     let kind = detect_kind(wasm).ok_or_else(|| WasmError::NotWasm { path: stdin() })?;
@@ -651,6 +632,18 @@ fn compile_program(
     Ok(())
 }
 
+/// A program over [`MAX_WASM_BYTES`], refused before it is compiled.
+fn too_large(path: PathBuf) -> WasmError {
+    WasmError::Limit {
+        path,
+        reason: format!(
+            "it is larger than the {} MiB a guest may be",
+            MAX_WASM_BYTES >> 20
+        ),
+    }
+}
+
+/// Tells a component (`\0asm` version 0x0d, layer 1) from a core module (version 1).
 fn detect_kind(wasm: &[u8]) -> Option<Kind> {
     match wasm.get(..8)? {
         [0, b'a', b's', b'm', 1, 0, 0, 0] => Some(Kind::Module),
@@ -687,12 +680,14 @@ mod tests {
     fn entries(dir: &Path) -> usize {
         std::fs::read_dir(dir).map_or(0, |d| {
             d.flatten()
-                .filter(|e| e.path().extension().is_some_and(|x| x == ENTRY))
+                .filter(|e| {
+                    e.path()
+                        .extension()
+                        .is_some_and(|x| x == cache::ENTRY_EXTENSION)
+                })
                 .count()
         })
     }
-
-    const ENTRY: &str = "cwasm";
 
     #[test]
     fn a_program_compiled_for_the_cache_is_loaded_from_it_without_a_compile() {

@@ -42,7 +42,7 @@ const MAGIC: &[u8; 8] = b"ZOTBOXC3";
 /// The trailer: magic, then the artifact's CRC-32, little-endian.
 pub(crate) const TRAILER_LEN: u64 = MAGIC.len() as u64 + 4;
 /// The extension of an entry.
-const ENTRY_EXTENSION: &str = "cwasm";
+pub(super) const ENTRY_EXTENSION: &str = "cwasm";
 
 /// The default cap on the cache's entries together, bytes (512 MiB).
 pub const DEFAULT_CAP: u64 = 512 * 1024 * 1024;
