@@ -1216,19 +1216,9 @@ fn main() -> Result<()> {
         .ok()
         .and_then(|n| n.parse::<usize>().ok())
     {
-        let cache = fixture.home.cache_dir();
-        let example_wasm = fixture.example_dir.join(format!("{EXAMPLE}.wasm"));
-        WasmRuntime::new(Some(cache.clone()))?.prepare(EXAMPLE, &example_wasm)?;
-        let mut took = Vec::with_capacity(loads);
-        for _ in 0..loads.max(1) {
-            let runtime = WasmRuntime::new(Some(cache.clone()))?;
-            let begun = Instant::now();
-            runtime.prepare(EXAMPLE, &example_wasm)?;
-            took.push(begun.elapsed());
-        }
         println!(
             "load from the disk cache, `{EXAMPLE}`: median {}",
-            millis(percentile(&mut took, 50.0))
+            millis(example_loads(&fixture, loads.max(1))?)
         );
         return Ok(());
     }
@@ -1238,8 +1228,7 @@ fn main() -> Result<()> {
         // The example in the disk cache, as the whole report's earlier rows
         // leave it: the shared host loads it rather than compiling it (a
         // compile would stay in the host's RSS).
-        let example_wasm = fixture.example_dir.join(format!("{EXAMPLE}.wasm"));
-        WasmRuntime::new(Some(fixture.home.cache_dir()))?.prepare(EXAMPLE, &example_wasm)?;
+        cached_example(&fixture)?;
         print_table(zot_rows_then_stop(&fixture, &scale)?);
         return Ok(());
     }
@@ -1277,18 +1266,7 @@ fn main() -> Result<()> {
         let begun = Instant::now();
         cached.prepare(GUEST, &fixture.wasm_file)?;
         let disk_load = begun.elapsed();
-        // The example guest: compiled once, then a median of loads from the
-        // disk cache, each by a new runtime (as each `zotbox run` is).
-        let example_wasm = fixture.example_dir.join(format!("{EXAMPLE}.wasm"));
-        WasmRuntime::new(Some(cache.clone()))?.prepare(EXAMPLE, &example_wasm)?;
-        let mut loads = Vec::new();
-        for _ in 0..scale.starts {
-            let runtime = WasmRuntime::new(Some(cache.clone()))?;
-            let begun = Instant::now();
-            runtime.prepare(EXAMPLE, &example_wasm)?;
-            loads.push(begun.elapsed());
-        }
-        let example_load = percentile(&mut loads, 50.0);
+        let example_load = example_loads(&fixture, scale.starts)?;
 
         let launcher = Launcher::new(fixture.home.clone());
         eprintln!("start to ready…");
@@ -1420,6 +1398,27 @@ fn main() -> Result<()> {
     rows.extend(runtime.block_on(language_rows(&fixture, &scale))?);
     print_table(rows);
     Ok(())
+}
+
+/// The example guest compiled into the disk cache (once); its wasm file.
+fn cached_example(fixture: &Fixture) -> Result<PathBuf> {
+    let wasm = fixture.example_dir.join(format!("{EXAMPLE}.wasm"));
+    WasmRuntime::new(Some(fixture.home.cache_dir()))?.prepare(EXAMPLE, &wasm)?;
+    Ok(wasm)
+}
+
+/// The median of `loads` loads of the example from the disk cache, each
+/// by a new runtime (as each `zotbox run` is).
+fn example_loads(fixture: &Fixture, loads: usize) -> Result<Duration> {
+    let wasm = cached_example(fixture)?;
+    let mut took = Vec::with_capacity(loads);
+    for _ in 0..loads {
+        let runtime = WasmRuntime::new(Some(fixture.home.cache_dir()))?;
+        let begun = Instant::now();
+        runtime.prepare(EXAMPLE, &wasm)?;
+        took.push(begun.elapsed());
+    }
+    Ok(percentile(&mut took, 50.0))
 }
 
 fn print_table(rows: Vec<[String; 4]>) {

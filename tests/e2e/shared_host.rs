@@ -51,12 +51,19 @@ fn spawn_relay(lab: &Lab, dir: &Path, env: &[(&str, &str)]) -> Peer {
 
 /// `zotbox ARGS` with `lab`'s homes.
 fn zotbox(lab: &Lab, args: &[&str]) -> std::process::Command {
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_zotbox"));
+    let mut command = with_homes(lab, env!("CARGO_BIN_EXE_zotbox"));
+    command.args(args);
     command
-        .args(args)
+}
+
+/// `program` with `lab`'s homes and no log or standalone switch of ours.
+fn with_homes(lab: &Lab, program: &str) -> std::process::Command {
+    let mut command = std::process::Command::new(program);
+    command
         .env("ZOT_HOME", &lab.home)
         .env("HOME", user_home(lab))
         .env_remove("ZOTBOX_LOG")
+        .env_remove("ZOTBOX_STANDALONE")
         .env_remove("XDG_STATE_HOME");
     command
 }
@@ -655,16 +662,12 @@ async fn the_relay_takes_over_only_an_open_socket_and_hosts_nothing_else() {
         ("7", "", "not an open socket"),
         ("5", "5<extension.json", "not an open socket"),
     ] {
-        let out = std::process::Command::new("sh")
+        let out = with_homes(&lab, "sh")
             .arg("-c")
             .arg(format!("exec \"$0\" --attached {fd} \"$1\" {opened}"))
             .arg(env!("CARGO_BIN_EXE_zotbox-relay"))
             .arg(&dir)
             .current_dir(&dir)
-            .env("ZOT_HOME", &lab.home)
-            .env("HOME", user_home(&lab))
-            .env_remove("ZOTBOX_LOG")
-            .env_remove("ZOTBOX_STANDALONE")
             .stdin(std::process::Stdio::null())
             .output()
             .expect("zotbox-relay --attached");
@@ -681,7 +684,7 @@ async fn the_relay_takes_over_only_an_open_socket_and_hosts_nothing_else() {
 
 /// The shared host compiles a program it has not seen in a child process
 /// (`zotbox host compile`), so the compiler's memory never stays in it, and
-/// loads what the child stored in the cache; a second start loads it too.
+/// loads what the child stored in the cache.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_shared_host_compiles_in_a_child_process_and_loads_the_cache() {
     let lab = Lab::new();
