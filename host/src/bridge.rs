@@ -365,21 +365,26 @@ struct Timeouts {
 /// their type and deadline.
 #[derive(Debug, Default)]
 pub(crate) struct InFlight {
-    requests: Mutex<HashMap<String, (&'static str, Instant)>>,
+    // A plain mutex: it is never held across an await, and every frame
+    // takes it once.
+    requests: std::sync::Mutex<HashMap<String, (&'static str, Instant)>>,
     changed: tokio::sync::Notify,
 }
 
 impl InFlight {
-    async fn insert(&self, id: String, frame_type: &'static str, deadline: Instant) {
+    fn requests(&self) -> std::sync::MutexGuard<'_, HashMap<String, (&'static str, Instant)>> {
         self.requests
             .lock()
-            .await
-            .insert(id, (frame_type, deadline));
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn insert(&self, id: String, frame_type: &'static str, deadline: Instant) {
+        self.requests().insert(id, (frame_type, deadline));
         self.changed.notify_one();
     }
 
-    async fn answered(&self, ids: Vec<String>) {
-        let mut requests = self.requests.lock().await;
+    fn answered(&self, ids: Vec<String>) {
+        let mut requests = self.requests();
         for id in ids {
             requests.remove(&id);
         }
@@ -388,8 +393,8 @@ impl InFlight {
     }
 
     /// Forgets the requests past their deadline; whether there were any.
-    async fn expire(&self, now: Instant) -> bool {
-        let mut requests = self.requests.lock().await;
+    fn expire(&self, now: Instant) -> bool {
+        let mut requests = self.requests();
         let before = requests.len();
         requests.retain(|_, (_, at)| *at > now);
         let expired = before != requests.len();
@@ -406,9 +411,9 @@ impl InFlight {
     }
 
     /// `(id, type)` of every request in flight.
-    pub(crate) async fn snapshot(&self) -> Vec<(String, String)> {
-        let requests = self.requests.lock().await;
-        let mut all: Vec<(String, String)> = requests
+    pub(crate) fn snapshot(&self) -> Vec<(String, String)> {
+        let mut all: Vec<(String, String)> = self
+            .requests()
             .iter()
             .map(|(id, (frame_type, _))| (id.clone(), (*frame_type).to_owned()))
             .collect();
@@ -502,7 +507,7 @@ async fn bridge(
                     }
                 }
                 let now = Instant::now();
-                if deadlines.expire(now).await {
+                if deadlines.expire(now) {
                     control.deadline_missed();
                 }
                 if *ending.borrow() && ended_at.is_none() {
@@ -565,7 +570,7 @@ async fn bridge(
             }
         }
         if !answered.is_empty() {
-            deadlines.answered(answered).await;
+            deadlines.answered(answered);
         }
         if !out.is_empty() {
             write_to_zot(&output, &out).await?;
@@ -705,9 +710,7 @@ async fn forward_inbound(
                 _ => None,
             };
             if let (Some((frame_type, timeout)), Some(id)) = (request, seen.id) {
-                deadlines
-                    .insert(id, frame_type, Instant::now() + timeout)
-                    .await;
+                deadlines.insert(id, frame_type, Instant::now() + timeout);
             }
             out.extend_from_slice(bytes);
             out.push(b'\n');

@@ -263,7 +263,7 @@ impl LineSplitter {
         loop {
             if self.discarding {
                 let pending = &self.buf[self.start..];
-                match pending.iter().position(|&b| b == b'\n') {
+                match memchr::memchr(b'\n', pending) {
                     Some(offset) => {
                         self.start += offset + 1;
                         self.scanned = self.start;
@@ -280,7 +280,7 @@ impl LineSplitter {
                 }
             }
             let pending = &self.buf[self.scanned..];
-            match pending.iter().position(|&b| b == b'\n') {
+            match memchr::memchr(b'\n', pending) {
                 Some(offset) => {
                     let end = self.scanned + offset;
                     let begin = self.start;

@@ -13,7 +13,8 @@
 //!   and do not stop the scan;
 //! - the first occurrence of a key wins (zot writes `type` and `id` first,
 //!   and a line cut at the frame cap keeps only its start);
-//! - the work is one pass over the line, with no recursion and no allocation
+//! - the work is linear in the line (a byte is looked at once, twice in a
+//!   string with escapes), with no recursion and no allocation
 //!   beyond the two values found, whatever the line holds;
 //! - a line cut short, or broken past some point, yields what was found
 //!   before it.
@@ -88,7 +89,7 @@ struct Scanner<'a> {
     at: usize,
 }
 
-impl Scanner<'_> {
+impl<'a> Scanner<'a> {
     fn peek_byte(&self) -> Option<u8> {
         self.bytes.get(self.at).copied()
     }
@@ -111,6 +112,14 @@ impl Scanner<'_> {
     /// A key at the opening quote. Keys are compared decoded (`"\u0069d"` is
     /// `id`, as for a JSON parser), but only the first few bytes are kept.
     fn key(&mut self) -> Key {
+        if let Some((text, end)) = self.plain_string() {
+            self.at = end;
+            return match text {
+                "type" => Key::Type,
+                "id" => Key::Id,
+                _ => Key::Other,
+            };
+        }
         const LONGEST: usize = 4;
         let mut decoded = [0u8; LONGEST + 1];
         let mut len = 0;
@@ -133,12 +142,51 @@ impl Scanner<'_> {
     /// A string value at the opening quote, decoded; `None` when the line
     /// ends inside it (a value cut short is no value).
     fn string(&mut self) -> Option<String> {
+        if let Some((text, end)) = self.plain_string() {
+            self.at = end;
+            return Some(text.to_owned());
+        }
         let mut out = Vec::new();
         let closed = self.string_with(|c| {
             let mut utf8 = [0u8; 4];
             out.extend_from_slice(c.encode_utf8(&mut utf8).as_bytes());
         });
         closed.then(|| String::from_utf8_lossy(&out).into_owned())
+    }
+
+    /// The string at the opening quote when it is plain, UTF-8 with no
+    /// escape up to its closing quote (almost every key and value zot
+    /// writes): its text and the position past that quote, found without
+    /// decoding it character by character. `None` for any other string.
+    fn plain_string(&self) -> Option<(&'a str, usize)> {
+        let bytes: &'a [u8] = self.bytes;
+        let start = self.at + 1;
+        let rest = bytes.get(start..)?;
+        let run = memchr::memchr2(b'"', b'\\', rest)?;
+        if rest[run] != b'"' {
+            return None;
+        }
+        let text = std::str::from_utf8(&rest[..run]).ok()?;
+        Some((text, start + run + 1))
+    }
+
+    /// Moves past a string from its opening quote to past its closing one,
+    /// or to the end of the line, exactly as [`Self::string_with`] does but
+    /// without decoding: a backslash always consumes the byte after it, and
+    /// no escape holds a quote or a backslash past that byte.
+    fn skip_string(&mut self) {
+        self.at += 1;
+        while let Some(rest) = self.bytes.get(self.at..) {
+            let Some(run) = memchr::memchr2(b'"', b'\\', rest) else {
+                self.at = self.bytes.len();
+                return;
+            };
+            self.at += run + 1;
+            if rest[run] == b'"' {
+                return;
+            }
+            self.at = (self.at + 1).min(self.bytes.len());
+        }
     }
 
     /// Walks a string from its opening quote to past its closing one, handing
@@ -150,10 +198,7 @@ impl Scanner<'_> {
         loop {
             let rest = &self.bytes[self.at.min(self.bytes.len())..];
             // The run of plain bytes up to the next quote or backslash.
-            let run = rest
-                .iter()
-                .position(|&b| b == b'"' || b == b'\\')
-                .unwrap_or(rest.len());
+            let run = memchr::memchr2(b'"', b'\\', rest).unwrap_or(rest.len());
             for chunk in rest[..run].utf8_chunks() {
                 chunk.valid().chars().for_each(&mut each);
                 if !chunk.invalid().is_empty() {
@@ -229,7 +274,7 @@ impl Scanner<'_> {
         while let Some(byte) = self.peek_byte() {
             match byte {
                 b'"' => {
-                    self.string_with(|_| {});
+                    self.skip_string();
                     if depth == 0 {
                         return;
                     }
@@ -352,6 +397,21 @@ mod tests {
                 "a brace and a quote inside a skipped string",
                 br#"{"text":"} \" {","type":"event_intercept","id":"18"}"#.to_vec(),
                 found(Some("event_intercept"), Some("18")),
+            ),
+            (
+                "an escaped backslash right before a skipped string's closing quote",
+                br#"{"text":"a\\","path":"\\\"}\\","id":"23"}"#.to_vec(),
+                found(None, Some("23")),
+            ),
+            (
+                "escapes of every kind in a skipped string",
+                br#"{"text":"\u00e9\ud83d\ude00\ud800\u12\q\/\b","type":"x","id":"24"}"#.to_vec(),
+                found(Some("x"), Some("24")),
+            ),
+            (
+                "a line ending in a backslash inside a skipped string",
+                br#"{"type":"x","text":"abc\"#.to_vec(),
+                found(Some("x"), None),
             ),
             (
                 "scalars of every kind are skipped",

@@ -419,7 +419,7 @@ async fn instance(
                     }
                     () = in_flight.changed() => {
                         tokio::time::sleep(IN_FLIGHT_COALESCE).await;
-                        let requests = in_flight.snapshot().await;
+                        let requests = in_flight.snapshot();
                         if send(&mut *writer.lock().await, &Reply::InFlight { requests }).await.is_err() {
                             return;
                         }
