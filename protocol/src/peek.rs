@@ -84,6 +84,17 @@ enum Key {
     Other,
 }
 
+impl Key {
+    /// The key a decoded name is.
+    fn named(name: &[u8]) -> Self {
+        match name {
+            b"type" => Self::Type,
+            b"id" => Self::Id,
+            _ => Self::Other,
+        }
+    }
+}
+
 struct Scanner<'a> {
     bytes: &'a [u8],
     at: usize,
@@ -114,11 +125,7 @@ impl<'a> Scanner<'a> {
     fn key(&mut self) -> Key {
         if let Some((text, end)) = self.plain_string() {
             self.at = end;
-            return match text {
-                "type" => Key::Type,
-                "id" => Key::Id,
-                _ => Key::Other,
-            };
+            return Key::named(text.as_bytes());
         }
         const LONGEST: usize = 4;
         let mut decoded = [0u8; LONGEST + 1];
@@ -132,11 +139,11 @@ impl<'a> Scanner<'a> {
                 len += 1;
             }
         });
-        match &decoded[..len.min(decoded.len())] {
-            b"type" if len == 4 => Key::Type,
-            b"id" if len == 2 => Key::Id,
-            _ => Key::Other,
+        // Longer than any key that matters: only its first bytes were kept.
+        if len > LONGEST {
+            return Key::Other;
         }
+        Key::named(&decoded[..len])
     }
 
     /// A string value at the opening quote, decoded; `None` when the line
