@@ -387,9 +387,7 @@ impl Extension {
     ///
     /// Reading stdin or writing stdout failed (the host went away).
     pub fn run(self) -> io::Result<()> {
-        let stdin = io::stdin();
-        let stdout = io::stdout();
-        self.run_with(stdin.lock(), stdout.lock())
+        self.run_with(crate::stdio::stdin(), crate::stdio::stdout())
     }
 
     /// Runs the extension over any reader and writer, e.g. byte buffers in

@@ -127,6 +127,7 @@ mod extension;
 mod manifest;
 mod response;
 pub mod schema;
+mod stdio;
 
 pub use manifest::ManifestInfo;
 /// Derives the schema of a tool's argument type (with the default

@@ -532,6 +532,26 @@ async fn a_stdout_flood_neither_fills_host_memory_nor_outlives_its_deadline() {
     host.shutdown().await;
 }
 
+/// A megabyte each way through the guest SDK's own WASI stdio: the call
+/// arrives over many reads, the answer leaves in many 4096-byte writes,
+/// their edges falling inside multi-byte characters; both arrive whole and
+/// in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_megabyte_frame_crosses_the_guest_stdio_both_ways_intact() {
+    let lab = Lab::new();
+    let dir = hostile(&lab, json!({}));
+    let host = host_over(&lab, &[dir], quick_restarts()).await;
+    // 1, 2, 3 and 4 bytes long in UTF-8; 4096 is no multiple of their 10.
+    let text: String = "aé漢🦀".repeat(100_000);
+    let echo = tool(&host, "echo", json!({ "text": text })).await;
+    assert!(!echo.is_error, "{echo:?}");
+    let got = echo.text();
+    assert_eq!(got.len(), text.len());
+    assert!(got == text, "the echo differs from what was sent");
+    assert_echoes(&host).await;
+    host.shutdown().await;
+}
+
 /// A panic mid-call traps the guest: the pending call fails at once with
 /// the panic's message, and the guest is restarted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
