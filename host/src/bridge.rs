@@ -98,6 +98,10 @@ pub struct BridgeConfig {
     pub intercept_timeout: Duration,
     /// After `shutdown` or end of input, before the extension is stopped.
     pub shutdown_grace: Duration,
+    /// The zotbox executable a first compile runs in, under the policy's
+    /// memory cap (see [`crate::runtime::Launcher::with_compiler_process`]);
+    /// `None`: in this process, uncapped.
+    pub compiler: Option<std::path::PathBuf>,
 }
 
 impl Default for BridgeConfig {
@@ -106,6 +110,7 @@ impl Default for BridgeConfig {
             call_timeout: Duration::from_secs(60),
             intercept_timeout: Duration::from_secs(5),
             shutdown_grace: Duration::from_secs(2),
+            compiler: None,
         }
     }
 }
@@ -157,7 +162,10 @@ pub async fn run(
     let prepared = prepare(dir, &home, &config, None)?;
     let native =
         crate::runtime::native::NativeConfinement::from_policy(&prepared.policy, None, &home);
-    let launcher = Launcher::new(home).with_native_confinement(native);
+    let mut launcher = Launcher::new(home).with_native_confinement(native);
+    if let Some(zotbox) = config.compiler {
+        launcher = launcher.with_compiler_process(zotbox, prepared.policy.compile_memory_mb());
+    }
     // Nothing else runs yet: load the program on this thread rather than
     // hand it to a blocking one (`start` then finds it prepared).
     if let crate::manifest::Program::Wasm { path } = &prepared.manifest.program {

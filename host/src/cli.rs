@@ -183,13 +183,21 @@ impl Context {
     pub(crate) async fn host(&self) -> Result<Host> {
         let mut builder = Host::builder()
             .workspace(self.workspace()?)
-            .zot_home(self.home()?.root());
+            .zot_home(self.home()?.root())
+            .compiler_process(this_zotbox());
         output::show_compiles(builder.subscribe());
         for path in &self.ext {
             builder = builder.extension(path);
         }
         Ok(builder.build().await?)
     }
+}
+
+/// This executable, for first compiles in a child process of it (under the
+/// policy's memory cap): `/proc/self/exe` is the running file even once an
+/// upgrade has replaced it at its path, so the child's engine is this one's.
+pub(crate) fn this_zotbox() -> PathBuf {
+    PathBuf::from("/proc/self/exe")
 }
 
 /// `zotbox run [DIR]` exactly as zot starts it, relayed to the shared host

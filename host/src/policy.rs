@@ -22,6 +22,7 @@
 //!   "max_registrations": 64,
 //!   "max_description_bytes": 2048,
 //!   "max_schema_bytes": 16384,
+//!   "max_compile_memory_mb": 2048,
 //!   "intercept_failure": "closed",
 //!   "require_approval": true,
 //!   "extra_root_certificates": ["/etc/ssl/corp-ca.pem"],
@@ -133,6 +134,11 @@ pub struct PolicyFile {
     /// own cap is 65 536.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_schema_bytes: Option<u64>,
+    /// The memory (data, MiB) the process compiling a wasm program the
+    /// first time may use; the smallest of the layers applies. Default
+    /// [`DEFAULT_COMPILE_MEMORY_MB`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_compile_memory_mb: Option<u64>,
     /// `open` (a missed intercept allows) or `closed` (it blocks).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub intercept_failure: Option<FailMode>,
@@ -275,6 +281,12 @@ pub enum FailMode {
 
 /// The default ceiling of a wasm guest's memories and tables, MiB.
 pub const DEFAULT_MEMORY_MB: u64 = 128;
+
+/// The default ceiling on the data memory of a first compile's process,
+/// MiB. Compiling the largest guests measured (an 18 MB Python component,
+/// the 13 MB JavaScript engine) peaks near 400 MiB; a crafted program could
+/// ask far more of the compiler than its size suggests.
+pub const DEFAULT_COMPILE_MEMORY_MB: u64 = 4096;
 
 /// The limits an extension gets where its manifest sets none (zot's, for a
 /// host built with the defaults).
@@ -690,6 +702,16 @@ impl Policy {
     pub fn cap_schema_bytes(&self, value: u64) -> u64 {
         self.min_of(|f| f.max_schema_bytes)
             .map_or(value, |cap| value.min(cap))
+    }
+
+    /// The most data memory, MiB, the process compiling a wasm program for
+    /// the first time may use: the smallest value a layer sets, else
+    /// [`DEFAULT_COMPILE_MEMORY_MB`]. No manifest has a say: the program's
+    /// author is who the cap is against. A user file may raise it for the
+    /// user's own machine where the system policy sets none.
+    pub fn compile_memory_mb(&self) -> u64 {
+        self.min_of(|f| f.max_compile_memory_mb)
+            .unwrap_or(DEFAULT_COMPILE_MEMORY_MB)
     }
 
     /// What an extension that `declared` these capabilities is granted,
@@ -1211,6 +1233,35 @@ mod tests {
         assert_eq!(policy.intercept_failure(), Some(FailMode::Closed));
         assert_eq!(policy.native_refused_by(), Some(Path::new("/u")));
         assert!(Policy::permissive().intercept_failure().is_none());
+    }
+
+    #[test]
+    fn the_compile_memory_cap_is_the_smallest_a_layer_sets() {
+        let compile = |layers: &[(&str, &str)]| {
+            Policy::from_layers(layers.iter().map(|(p, j)| layer(p, j)).collect())
+                .compile_memory_mb()
+        };
+        assert_eq!(compile(&[]), DEFAULT_COMPILE_MEMORY_MB);
+        assert_eq!(
+            compile(&[
+                ("/s", r#"{"max_compile_memory_mb":1024}"#),
+                ("/u", r#"{"max_compile_memory_mb":512}"#),
+            ]),
+            512
+        );
+        assert_eq!(
+            compile(&[
+                ("/s", r#"{"max_compile_memory_mb":256}"#),
+                ("/u", r#"{"max_compile_memory_mb":512}"#),
+            ]),
+            256
+        );
+        // Without a system ceiling, the user may raise it for a large guest.
+        assert_eq!(
+            compile(&[("/u", r#"{"max_compile_memory_mb":16384}"#)]),
+            16384
+        );
+        assert!(parse(r#"{"max_compile_memory_mb":-1}"#, Path::new("/p")).is_err());
     }
 
     #[test]

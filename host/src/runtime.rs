@@ -145,8 +145,9 @@ pub struct Launcher {
     events: Option<tokio::sync::broadcast::Sender<crate::event::HostEvent>>,
     native: Option<native::NativeConfinement>,
     cache_cap: u64,
-    // The zotbox executable first compiles run in; `None`: in-process.
-    compiler: Option<std::path::PathBuf>,
+    // The zotbox executable first compiles run in, and the data memory
+    // each may use; `None`: in-process.
+    compiler: Option<(std::path::PathBuf, u64)>,
     wasm: std::sync::OnceLock<Result<Arc<wasm::WasmRuntime>, String>>,
 }
 
@@ -196,9 +197,10 @@ impl Launcher {
 
     /// This launcher, compiling each wasm program it has not compiled
     /// before in a child process of the zotbox executable `zotbox` (see
-    /// [`wasm::WasmRuntime::with_compiler_process`]).
-    pub fn with_compiler_process(mut self, zotbox: std::path::PathBuf) -> Self {
-        self.compiler = Some(zotbox);
+    /// [`wasm::WasmRuntime::with_compiler_process`]), which may use at most
+    /// `memory_mb` MiB of data memory.
+    pub fn with_compiler_process(mut self, zotbox: std::path::PathBuf, memory_mb: u64) -> Self {
+        self.compiler = Some((zotbox, memory_mb));
         self
     }
 
@@ -221,8 +223,8 @@ impl Launcher {
                 wasm::WasmRuntime::new(Some(self.home.cache_dir()))
                     .map(|runtime| {
                         let mut runtime = runtime.with_cache_cap(self.cache_cap);
-                        if let Some(zotbox) = &self.compiler {
-                            runtime = runtime.with_compiler_process(zotbox.clone());
+                        if let Some((zotbox, memory_mb)) = &self.compiler {
+                            runtime = runtime.with_compiler_process(zotbox.clone(), *memory_mb);
                         }
                         Arc::new(match &self.events {
                             Some(events) => runtime.with_events(events.clone()),

@@ -466,3 +466,49 @@ async fn names_a_terminal_would_act_on_are_refused_and_list_stays_plain() {
     assert_eq!(echo.text(), "plain");
     host.shutdown().await;
 }
+
+/// The compiler's memory is the program author's to ask for: a first
+/// compile runs in a child process capped at the policy's
+/// `max_compile_memory_mb`, and a program it cannot compile within that is
+/// refused on every path that compiles (never compiled uncapped instead),
+/// with nothing left in the cache.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compile_past_the_policys_memory_cap_is_refused_on_every_path() {
+    let lab = Lab::new();
+    write_json(
+        &lab.home.join("policy.json"),
+        &json!({"max_compile_memory_mb": 1}),
+    );
+    let dir = guests::folder(&lab.dev, "hello", Form::Wasm, None);
+    let cap = "without a verdict; it may use at most 1 MiB (policy `max_compile_memory_mb`)";
+    let refused = |stderr: &str| {
+        let line = stderr
+            .lines()
+            .find(|line| line.contains("cannot compile"))
+            .unwrap_or_else(|| panic!("no refusal in: {stderr}"));
+        assert!(line.contains("the compiler process "), "{line}");
+        assert!(line.ends_with(cap), "{line}");
+    };
+    let path = dir.display().to_string();
+
+    // `zotbox run`, standalone and through the shared host.
+    for args in [vec!["run", "--standalone", &path], vec!["run", &path]] {
+        let run = crate::support::zotbox_bounded(&lab, &args);
+        run.expect_code(1);
+        refused(&run.stderr);
+    }
+    // The library's host, as `zotbox call` builds it.
+    let call = crate::support::zotbox_bounded(&lab, &["--ext", &path, "call", "hello-noop", "{}"]);
+    call.expect_code(1);
+    refused(&call.stderr);
+    assert_eq!(
+        crate::support::cache_entries(&lab.home),
+        Vec::<PathBuf>::new()
+    );
+
+    // The same program within the default cap.
+    std::fs::remove_file(lab.home.join("policy.json")).unwrap_or_else(|e| panic!("{e}"));
+    let host = host_over(&lab, &[dir], RestartPolicy::never()).await;
+    assert_eq!(info(&host, "hello").state, ExtensionState::Ready);
+    host.shutdown().await;
+}

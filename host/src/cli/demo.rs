@@ -71,7 +71,8 @@ impl Args {
         let started = Instant::now();
         let mut builder = Host::builder()
             .workspace(context.workspace()?)
-            .zot_home(context.home()?.root());
+            .zot_home(context.home()?.root())
+            .compiler_process(super::this_zotbox());
         super::output::show_compiles(builder.subscribe());
         for folder in &folders {
             builder = builder.extension(folder);

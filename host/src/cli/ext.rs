@@ -215,7 +215,10 @@ async fn build(context: &Context, dir: &Path) -> Result<u8> {
         )
     })?;
     install_file(built, path)?;
-    let launcher = zotbox::Launcher::new(context.home()?);
+    let home = context.home()?;
+    let compile_memory_mb = zotbox::policy::Policy::load_for(&home)?.compile_memory_mb();
+    let launcher =
+        zotbox::Launcher::new(home).with_compiler_process(super::this_zotbox(), compile_memory_mb);
     let launcher = if context.json {
         launcher
     } else {
@@ -381,7 +384,10 @@ pub(crate) async fn commit(
         }
     };
     let runtime = if sandboxed {
-        let launcher = super::output::with_compile_notes(zotbox::Launcher::new(home.clone()));
+        let launcher = super::output::with_compile_notes(
+            zotbox::Launcher::new(home.clone())
+                .with_compiler_process(super::this_zotbox(), policy.compile_memory_mb()),
+        );
         Some(launcher.wasm()?)
     } else {
         None

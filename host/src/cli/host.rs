@@ -1,6 +1,6 @@
 //! `zotbox host`: the shared per-user host that `zotbox run` relays to.
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 
 use super::output::json_line;
 use super::{Context, EXIT_OK};
@@ -36,6 +36,10 @@ pub(crate) struct CompileArgs {
     /// beyond it are evicted.
     #[arg(long, value_name = "BYTES")]
     cap: u64,
+    /// The most data memory this process may use, MiB (`RLIMIT_DATA`, set
+    /// before the program is read).
+    #[arg(long, value_name = "MIB")]
+    memory_mb: Option<u64>,
 }
 
 /// Arguments of `zotbox host serve`.
@@ -155,6 +159,16 @@ fn print_status(status: &HostStatus) {
 
 /// `zotbox host compile`: the program on stdin compiled into the cache.
 fn compile(args: CompileArgs) -> Result<u8> {
+    if let Some(mib) = args.memory_mb {
+        // The program's author chooses how much the compiler asks for: a
+        // request past the cap fails here, and the host refuses the program.
+        // A lower limit already in force stays.
+        use nix::sys::resource::{Resource, getrlimit, setrlimit};
+        let (_, hard) = getrlimit(Resource::RLIMIT_DATA)?;
+        let bytes = mib.saturating_mul(1024 * 1024).min(hard);
+        setrlimit(Resource::RLIMIT_DATA, bytes, bytes)
+            .with_context(|| format!("cannot cap this process's memory at {mib} MiB"))?;
+    }
     shared::compile_into_cache(
         args.cache,
         args.cap,

@@ -73,7 +73,10 @@ impl Args {
         let exit = bridge::run(
             &self.dir,
             home,
-            BridgeConfig::default(),
+            BridgeConfig {
+                compiler: Some(super::this_zotbox()),
+                ..BridgeConfig::default()
+            },
             bridge::stdio::stdin(),
             bridge::stdio::stdout(),
         )

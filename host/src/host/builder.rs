@@ -37,6 +37,7 @@ pub struct HostBuilder {
     events: broadcast::Sender<HostEvent>,
     policy: Option<crate::policy::Policy>,
     run_extensions: bool,
+    compiler: Option<PathBuf>,
 }
 
 impl Default for HostBuilder {
@@ -79,7 +80,17 @@ impl HostBuilder {
             events: broadcast::channel(EVENT_BACKLOG).0,
             policy: None,
             run_extensions: true,
+            compiler: None,
         }
+    }
+
+    /// Compiles each wasm program not compiled before in a child process of
+    /// the zotbox executable `zotbox`, under the policy's memory cap (see
+    /// [`Launcher::with_compiler_process`](crate::runtime::Launcher::with_compiler_process)).
+    /// Without this, first compiles run in the embedding process, uncapped.
+    pub fn compiler_process(mut self, zotbox: impl Into<PathBuf>) -> Self {
+        self.compiler = Some(zotbox.into());
+        self
     }
 
     /// With `false`, no extension is discovered or started: the host serves
@@ -213,6 +224,12 @@ impl HostBuilder {
             &home,
         );
         let events = self.events;
+        let mut launcher = crate::runtime::Launcher::new(home.clone())
+            .with_events(events.clone())
+            .with_native_confinement(native);
+        if let Some(zotbox) = self.compiler {
+            launcher = launcher.with_compiler_process(zotbox, policy.compile_memory_mb());
+        }
         let (stop, _) = watch::channel(false);
         let host = Host {
             inner: std::sync::Arc::new_cyclic(|weak| Inner {
@@ -245,9 +262,7 @@ impl HostBuilder {
                     provider: self.provider,
                     model: self.model,
                 },
-                launcher: crate::runtime::Launcher::new(home.clone())
-                    .with_events(events.clone())
-                    .with_native_confinement(native),
+                launcher,
                 events,
                 registry: Mutex::new(super::Registry::default()),
                 stop: Mutex::new(stop),

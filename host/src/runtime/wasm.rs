@@ -135,9 +135,17 @@ pub struct WasmRuntime {
     compiling: Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>,
     // Where first compiles are announced (a caller may show them).
     events: Option<tokio::sync::broadcast::Sender<crate::event::HostEvent>>,
-    // The zotbox executable a first compile runs in (`zotbox host compile`);
-    // `None`: in this process.
-    compiler: Option<PathBuf>,
+    // The process a first compile runs in (`zotbox host compile`); `None`:
+    // this one.
+    compiler: Option<CompilerProcess>,
+}
+
+/// A first compile's process: the zotbox executable and the data memory
+/// it may use.
+#[derive(Debug, Clone)]
+struct CompilerProcess {
+    zotbox: PathBuf,
+    memory_mb: u64,
 }
 
 impl std::fmt::Debug for WasmRuntime {
@@ -175,14 +183,20 @@ impl WasmRuntime {
 
     /// This runtime, running each first compile in a child process,
     /// `zotbox host compile` of the executable `zotbox`, which stores the
-    /// program in the disk cache this runtime then loads it from. A compile
-    /// leaves the compiler's code and heap resident (about 17 MiB for the
-    /// example guest) for as long as the process lives; a long-lived process
-    /// that hosts many guests, the shared host, keeps none of it this way.
-    /// Without a disk cache, or when the child fails, the compile happens
-    /// in this process as it would without this.
-    pub fn with_compiler_process(mut self, zotbox: PathBuf) -> Self {
-        self.compiler = Some(zotbox);
+    /// program in the disk cache this runtime then loads it from.
+    ///
+    /// Two reasons. A compile leaves the compiler's code and heap resident
+    /// (about 17 MiB for the example guest) for as long as the process
+    /// lives; a long-lived process that hosts many guests, the shared host,
+    /// keeps none of it this way. And the compiler's appetite is the
+    /// program author's to choose: the child may use at most `memory_mb` MiB
+    /// of data memory (`RLIMIT_DATA`, set on itself before it reads the
+    /// program; [`Policy::compile_memory_mb`](crate::policy::Policy::compile_memory_mb)),
+    /// and a program it cannot compile within that is refused, never
+    /// compiled here instead. Only a child that cannot be started, or a
+    /// disk cache it cannot store into, leaves the compile to this process.
+    pub fn with_compiler_process(mut self, zotbox: PathBuf, memory_mb: u64) -> Self {
+        self.compiler = Some(CompilerProcess { zotbox, memory_mb });
         self
     }
 
@@ -382,9 +396,9 @@ impl WasmRuntime {
                 took_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
             });
         };
-        if let (Some(zotbox), Some(entry)) = (&self.compiler, entry) {
-            let outcome = self
-                .compile_in_child(zotbox, wasm)
+        if let (Some(compiler), Some(entry)) = (&self.compiler, entry) {
+            let outcome = compiler
+                .compile(&self.cache, wasm)
                 .and_then(|verdict| match verdict {
                     CompileVerdict::Stored => cached(entry)
                         .map(Ok)
@@ -431,47 +445,6 @@ impl WasmRuntime {
             }
         }
         Ok(compiled)
-    }
-
-    /// Runs `zotbox host compile` of `zotbox` on `wasm` (given on its stdin,
-    /// not by path: the bytes compiled are the bytes read and keyed here,
-    /// whatever the file holds by now), which stores it in this runtime's
-    /// disk cache; its verdict, or why there is none (then compiling here
-    /// is the answer). A child killed by a signal (the compiler crashed, or
-    /// ran out of memory) is a refusal: this process would fare no better.
-    /// Its stderr is this process's (the host's log).
-    fn compile_in_child(&self, zotbox: &Path, wasm: &[u8]) -> Result<CompileVerdict, String> {
-        use std::io::{Read as _, Write as _};
-        use std::os::unix::process::ExitStatusExt as _;
-        use std::process::{Command, Stdio};
-        let (dir, cap) = self.cache.place().ok_or("no disk cache")?;
-        let mut child = Command::new(zotbox)
-            .args(["host", "compile", "--cache"])
-            .arg(dir)
-            .arg("--cap")
-            .arg(cap.to_string())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .map_err(|err| format!("cannot start `{}`: {err}", zotbox.display()))?;
-        // It reads all of its stdin before it writes its one short line, so
-        // neither side waits on the other.
-        let sent = child.stdin.take().map(|mut stdin| stdin.write_all(wasm));
-        let mut answer = Vec::new();
-        if let Some(stdout) = child.stdout.take() {
-            let _ = stdout.take(64 * 1024).read_to_end(&mut answer);
-        }
-        let status = child.wait().map_err(|err| err.to_string())?;
-        if let Some(signal) = status.signal() {
-            return Ok(CompileVerdict::Refused {
-                reason: format!("the compiler process was killed by signal {signal}"),
-            });
-        }
-        match (sent, serde_json::from_slice::<CompileVerdict>(&answer)) {
-            (_, Ok(verdict)) if status.success() => Ok(verdict),
-            (Some(Err(err)), _) => Err(format!("cannot send it the program: {err}")),
-            _ => Err(format!("it {status} without a verdict")),
-        }
     }
 
     /// Sends an event when someone listens (none listening is no error).
@@ -543,6 +516,63 @@ impl WasmRuntime {
             input: Box::new(host_input),
             control,
             exit: exit_rx,
+        })
+    }
+}
+
+impl CompilerProcess {
+    /// Runs `zotbox host compile` on `wasm` (given on its stdin, not by
+    /// path: the bytes compiled are the bytes read and keyed here, whatever
+    /// the file holds by now), which stores it in `cache`; its verdict, or
+    /// why there is none (then compiling here is the answer: it could not
+    /// be started). A child that ends without a verdict (killed by a
+    /// signal, out of memory, crashed) is a refusal: this process would
+    /// fare no better, and must not try without the child's cap. Its stderr
+    /// is this process's (the host's log).
+    fn compile(&self, cache: &ArtifactCache, wasm: &[u8]) -> Result<CompileVerdict, String> {
+        use std::io::{Read as _, Write as _};
+        use std::os::unix::process::ExitStatusExt as _;
+        use std::process::{Command, Stdio};
+        let (dir, cap) = cache.place().ok_or("no disk cache")?;
+        let mut child = Command::new(&self.zotbox)
+            .args(["host", "compile", "--cache"])
+            .arg(dir)
+            .arg("--cap")
+            .arg(cap.to_string())
+            .arg("--memory-mb")
+            .arg(self.memory_mb.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .map_err(|err| format!("cannot start `{}`: {err}", self.zotbox.display()))?;
+        // It reads all of its stdin before it writes its one short line, so
+        // neither side waits on the other.
+        let sent = child.stdin.take().map(|mut stdin| stdin.write_all(wasm));
+        let mut answer = Vec::new();
+        if let Some(stdout) = child.stdout.take() {
+            let _ = stdout.take(64 * 1024).read_to_end(&mut answer);
+        }
+        let status = child.wait().map_err(|err| err.to_string())?;
+        if let (true, Ok(verdict)) = (
+            status.success(),
+            serde_json::from_slice::<CompileVerdict>(&answer),
+        ) {
+            return Ok(verdict);
+        }
+        if let Some(Err(err)) = sent {
+            // It stopped reading: what it wrote on stderr says why.
+            tracing::debug!("the compiler process took only part of the program: {err}");
+        }
+        let ended = match status.signal() {
+            Some(signal) => format!("was killed by signal {signal}"),
+            None => format!("ended ({status})"),
+        };
+        Ok(CompileVerdict::Refused {
+            reason: format!(
+                "the compiler process {ended} without a verdict; it may use at most {} MiB \
+                 (policy `max_compile_memory_mb`)",
+                self.memory_mb
+            ),
         })
     }
 }
@@ -722,9 +752,43 @@ mod tests {
         std::fs::write(&program, EMPTY_MODULE).expect("write");
         let runtime = WasmRuntime::new(Some(cache.clone()))
             .expect("runtime")
-            .with_compiler_process(tmp.path().join("no-such-zotbox"));
+            .with_compiler_process(tmp.path().join("no-such-zotbox"), 64);
         runtime.prepare("empty", &program).expect("compiled here");
         assert_eq!(entries(&cache), 1, "and cached");
+    }
+
+    #[test]
+    fn a_compiler_process_that_ends_without_a_verdict_is_a_refusal_not_a_retry_here() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let cache = tmp.path().join("cache");
+        let program = tmp.path().join("empty.wasm");
+        std::fs::write(&program, EMPTY_MODULE).expect("write");
+        // As a compiler over its memory cap ends: aborted, or failed.
+        let cases = [
+            ("cat >/dev/null; kill -ABRT $$", "was killed by signal 6"),
+            ("cat >/dev/null; exit 3", "ended (exit status: 3)"),
+        ];
+        for (script, ended) in cases {
+            let fake = tmp.path().join("zotbox");
+            std::fs::write(&fake, format!("#!/bin/sh\n{script}\n")).expect("write");
+            std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+            let runtime = WasmRuntime::new(Some(cache.clone()))
+                .expect("runtime")
+                .with_compiler_process(fake, 64);
+            let err = runtime
+                .prepare("empty", &program)
+                .expect_err("refused, not compiled here");
+            assert_eq!(
+                err.to_string(),
+                format!(
+                    "cannot compile `{}`: the compiler process {ended} without a verdict; \
+                     it may use at most 64 MiB (policy `max_compile_memory_mb`)",
+                    program.display()
+                )
+            );
+            assert_eq!(entries(&cache), 0, "nothing compiled here");
+        }
     }
 
     #[test]

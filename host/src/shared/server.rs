@@ -167,8 +167,15 @@ pub async fn serve(home: ZotHome, place: &Place, options: ServeOptions) -> Resul
     // First compiles run in a child process: this one lives long and hosts
     // every guest, and a compile would leave the compiler resident in it.
     // `/proc/self/exe` is this very executable file even once an upgrade
-    // has replaced it at its path, so the child's engine is this one's.
-    let launcher = Launcher::new(home.clone()).with_compiler_process("/proc/self/exe".into());
+    // has replaced it at its path, so the child's engine is this one's. Its
+    // memory cap is the policy's when the host starts (a policy that does
+    // not load refuses every instance anyway).
+    let compile_memory_mb = crate::policy::Policy::load_for(&home)
+        .map_or(crate::policy::DEFAULT_COMPILE_MEMORY_MB, |policy| {
+            policy.compile_memory_mb()
+        });
+    let launcher = Launcher::new(home.clone())
+        .with_compiler_process("/proc/self/exe".into(), compile_memory_mb);
     // One engine for every instance; set up now, before the first relay waits on it.
     launcher.wasm()?;
     let audit = Arc::new(AuditLog::open(&home.audit_log()));
