@@ -462,27 +462,22 @@ fn signer_of(signature: &minisign::SignatureBox) -> Result<KeyId, SignatureError
 }
 
 fn read_key_file(path: &Path) -> Result<String, SignatureError> {
-    use std::io::Read as _;
-    let io = |action: &'static str| {
-        let path = path.to_owned();
-        move |error| SignatureError::Io {
-            action,
-            path,
-            error,
-        }
+    let refused = |problem: String| SignatureError::Key {
+        subject: path.display().to_string(),
+        problem,
     };
-    let file = std::fs::File::open(path).map_err(io("read"))?;
-    let mut text = String::new();
-    file.take(MAX_KEY_FILE + 1)
-        .read_to_string(&mut text)
-        .map_err(io("read"))?;
-    if text.len() as u64 > MAX_KEY_FILE {
-        return Err(SignatureError::Key {
-            subject: path.display().to_string(),
-            problem: format!("is larger than {MAX_KEY_FILE} bytes; a key file is a few lines"),
-        });
-    }
-    Ok(text)
+    let bytes = crate::user_file::read_regular(path, MAX_KEY_FILE)
+        .map_err(|error| SignatureError::Io {
+            action: "read",
+            path: path.to_owned(),
+            error,
+        })?
+        .ok_or_else(|| {
+            refused(format!(
+                "is larger than {MAX_KEY_FILE} bytes; a key file is a few lines"
+            ))
+        })?;
+    String::from_utf8(bytes).map_err(|_| refused("is not UTF-8 text".to_owned()))
 }
 
 /// minisign's messages start with a capital; ours do not.
@@ -515,6 +510,27 @@ mod tests {
     fn pair(dir: &Path, name: &str) -> (PublicKey, SecretKey) {
         let (public, path) = keygen(&dir.join(format!("{name}.key"))).unwrap();
         (public, SecretKey::load(&path).unwrap())
+    }
+
+    #[test]
+    fn a_key_file_too_large_not_text_or_not_a_file_is_refused_without_waiting() {
+        let tmp = tempfile::tempdir().unwrap();
+        let refusal = |path: &Path| PublicKey::load(path).unwrap_err().to_string();
+        let big = tmp.path().join("big.pub");
+        std::fs::write(&big, vec![b'a'; 16 * 1024 + 1]).unwrap();
+        assert!(
+            refusal(&big).ends_with("is larger than 16384 bytes; a key file is a few lines"),
+            "{}",
+            refusal(&big)
+        );
+        let binary = tmp.path().join("binary.pub");
+        std::fs::write(&binary, [0xff, 0xfe, b'\n']).unwrap();
+        assert!(refusal(&binary).ends_with("is not UTF-8 text"), "{}", refusal(&binary));
+        // A FIFO nobody writes to would block a reader for good.
+        let fifo = tmp.path().join("fifo.pub");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        assert!(refusal(&fifo).contains("not a regular file"), "{}", refusal(&fifo));
+        assert!(refusal(tmp.path()).contains("not a regular file"));
     }
 
     #[test]
