@@ -525,11 +525,19 @@ mod tests {
         );
         let binary = tmp.path().join("binary.pub");
         std::fs::write(&binary, [0xff, 0xfe, b'\n']).unwrap();
-        assert!(refusal(&binary).ends_with("is not UTF-8 text"), "{}", refusal(&binary));
+        assert!(
+            refusal(&binary).ends_with("is not UTF-8 text"),
+            "{}",
+            refusal(&binary)
+        );
         // A FIFO nobody writes to would block a reader for good.
         let fifo = tmp.path().join("fifo.pub");
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
-        assert!(refusal(&fifo).contains("not a regular file"), "{}", refusal(&fifo));
+        assert!(
+            refusal(&fifo).contains("not a regular file"),
+            "{}",
+            refusal(&fifo)
+        );
         assert!(refusal(tmp.path()).contains("not a regular file"));
     }
 
