@@ -369,6 +369,19 @@ struct Timeouts {
     intercept: Duration,
 }
 
+impl Timeouts {
+    /// A request's type as the bridge names it, and its deadline; `None`
+    /// for frames that are no request.
+    fn request(self, frame_type: &str) -> Option<(&'static str, Duration)> {
+        match frame_type {
+            "tool_call" => Some(("tool_call", self.call)),
+            "command_invoked" => Some(("command_invoked", self.call)),
+            "event_intercept" => Some(("event_intercept", self.intercept)),
+            _ => None,
+        }
+    }
+}
+
 /// Requests zot made that the extension has not answered yet, by id, with
 /// their type and deadline.
 #[derive(Debug, Default)]
@@ -652,6 +665,10 @@ async fn forward_inbound(
         hello_ack,
         resume,
     } = inbound;
+    // After a host died: its last read may have ended inside one of zot's
+    // lines, whose rest now comes first. zot's frames are JSON objects; a
+    // first line that is not one is that rest, and goes nowhere.
+    let mut after_a_cut = resume.is_some();
     if let Some(mut line) = resume {
         line.push(b'\n');
         if to_guest.write_all(&line).await.is_err() || to_guest.flush().await.is_err() {
@@ -663,6 +680,8 @@ async fn forward_inbound(
     let mut chunk = ReadChunk::default();
     let mut out = Vec::new();
     let mut answers = Vec::new();
+    // The request whose line is read only in part, once counted in flight.
+    let mut begun: Option<String> = None;
     loop {
         match chunk.read(&mut input).await {
             Ok([]) | Err(_) => break,
@@ -670,6 +689,7 @@ async fn forward_inbound(
         }
         out.clear();
         answers.clear();
+        let mut answered_here = Vec::new();
         while let Some(line) = lines.next() {
             let (bytes, seen) = match line {
                 Line::Complete(bytes) => (bytes, peek(bytes)),
@@ -683,10 +703,19 @@ async fn forward_inbound(
                         },
                         peek: peek(head),
                     };
+                    answered_here.extend(undecoded.peek.id.clone());
                     answer_unreadable(&undecoded, &mut answers);
                     continue;
                 }
             };
+            if std::mem::take(&mut after_a_cut) && !bytes.trim_ascii_start().starts_with(b"{") {
+                tracing::warn!(
+                    "dropped the rest of a line from zot that the host before this one \
+                     had begun to read ({} bytes)",
+                    bytes.len()
+                );
+                continue;
+            }
             let request = match seen.frame_type.as_deref() {
                 Some("hello_ack") => {
                     if let Ok(HostFrame::HelloAck(ack)) = decode_line::<HostFrame>(bytes)
@@ -703,25 +732,30 @@ async fn forward_inbound(
                     let _ = ending.send(true);
                     None
                 }
-                Some("tool_call") => Some(("tool_call", timeouts.call)),
-                Some("command_invoked") => Some(("command_invoked", timeouts.call)),
                 Some("event_intercept") => match decode_line::<HostFrame>(bytes) {
-                    Ok(_) => Some(("event_intercept", timeouts.intercept)),
+                    Ok(_) => timeouts.request("event_intercept"),
                     Err(error) => {
                         // The guest could not read it either: a guard that
                         // skips it lets the call through. Block it here.
                         let undecoded = Undecoded { error, peek: seen };
+                        answered_here.extend(undecoded.peek.id.clone());
                         answer_unreadable(&undecoded, &mut answers);
                         continue;
                     }
                 },
-                _ => None,
+                other => other.and_then(|frame_type| timeouts.request(frame_type)),
             };
             if let (Some((frame_type, timeout)), Some(id)) = (request, seen.id) {
                 deadlines.insert(id, frame_type, Instant::now() + timeout);
             }
             out.extend_from_slice(bytes);
             out.push(b'\n');
+        }
+        // A request counts as in flight from its first bytes: should this
+        // host die before the rest arrives, the relay answers it too.
+        begun = in_flight_from_its_head(lines.partial(), begun, timeouts, &deadlines);
+        if !answered_here.is_empty() {
+            deadlines.answered(answered_here);
         }
         if !answers.is_empty() && write_to_zot(&to_zot, &answers).await.is_err() {
             break;
@@ -733,6 +767,31 @@ async fn forward_inbound(
     // zot's input ended: so does the guest's.
     let _ = to_guest.shutdown().await;
     let _ = ending.send(true);
+}
+
+/// Counts the request whose line `partial` begins as in flight, once (`begun`
+/// is the one counted already); the request now begun, if any. A head cut
+/// before its type and id says nothing yet.
+fn in_flight_from_its_head(
+    partial: &[u8],
+    begun: Option<String>,
+    timeouts: Timeouts,
+    deadlines: &InFlight,
+) -> Option<String> {
+    if partial.is_empty() {
+        return None;
+    }
+    let seen = peek(partial);
+    let (Some((frame_type, timeout)), Some(id)) = (
+        seen.frame_type.as_deref().and_then(|t| timeouts.request(t)),
+        seen.id,
+    ) else {
+        return begun;
+    };
+    if begun.as_deref() != Some(id.as_str()) {
+        deadlines.insert(id.clone(), frame_type, Instant::now() + timeout);
+    }
+    Some(id)
 }
 
 /// Queues the bridge's own answer to a request it could not read, if the

@@ -324,6 +324,15 @@ impl LineSplitter {
         }
     }
 
+    /// The line begun and not ended yet: empty at a line boundary (and
+    /// while the rest of an over-long line is being dropped).
+    pub fn partial(&self) -> &[u8] {
+        if self.discarding {
+            return &[];
+        }
+        self.buf.get(self.start..).unwrap_or_default()
+    }
+
     /// At end of stream: the last line if it had no newline.
     pub fn finish(&mut self) -> Option<Line<'_>> {
         if self.discarding {
@@ -535,6 +544,28 @@ mod tests {
                 ..
             }))
         ));
+    }
+
+    #[test]
+    fn the_partial_line_is_what_follows_the_last_newline() {
+        let mut splitter = LineSplitter::new(64);
+        assert_eq!(splitter.partial(), b"");
+        splitter.push(b"{\"type\":\"ready\"}\n{\"type\":\"tool_call\",\"id\":");
+        assert_eq!(
+            splitter.next(),
+            Some(Line::Complete(b"{\"type\":\"ready\"}"))
+        );
+        assert_eq!(splitter.next(), None);
+        assert_eq!(splitter.partial(), b"{\"type\":\"tool_call\",\"id\":");
+        splitter.push(b"\"4\"}\n");
+        assert!(matches!(splitter.next(), Some(Line::Complete(_))));
+        assert_eq!(splitter.partial(), b"");
+        // The rest of an over-long line is being dropped: nothing is partial.
+        splitter.push(&[b'x'; 100]);
+        assert!(matches!(splitter.next(), Some(Line::TooLong { .. })));
+        splitter.push(b"yyy");
+        assert_eq!(splitter.next(), None);
+        assert_eq!(splitter.partial(), b"");
     }
 
     #[test]

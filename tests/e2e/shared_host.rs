@@ -374,6 +374,62 @@ async fn a_host_killed_mid_call_fails_the_call_and_the_extension_comes_back() {
     assert_eq!(end.status.code(), Some(0), "{end:#?}");
 }
 
+/// The host dies having read only the first part of a request's line: the
+/// relay answers that request too, and the rest of the line, which the next
+/// host reads first, reaches no guest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_killed_inside_a_line_of_zots_fails_that_request_and_drops_its_rest() {
+    let lab = Lab::new();
+    let dir = guest(&lab, "hostile");
+    let mut zot = relay(&lab, &dir).await;
+    assert_eq!(
+        call(&mut zot, "e1", "echo", json!({"text": "before"})).await,
+        (false, "before".to_owned())
+    );
+    let old = host_pid(&lab);
+    let line = json!({"type": "tool_call", "id": "cut", "name": "echo",
+                      "args": {"text": "x".repeat(1000)}})
+    .to_string()
+        + "\n";
+    let (head, rest) = line.split_at(200);
+    zot.send_bytes(head.as_bytes()).await;
+    // The host reads the head and reports it in flight (coalesced).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(old),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill -9 the host");
+    let failed = zot.recv().await;
+    assert_eq!(
+        (&failed["type"], &failed["id"], &failed["is_error"]),
+        (&json!("tool_result"), &json!("cut"), &json!(true)),
+        "{}",
+        zot.describe()
+    );
+    let note = zot.recv().await;
+    assert_eq!(note["type"], "notify", "{note}");
+    let seen = zot.transcript.len();
+    zot.send_bytes(rest.as_bytes()).await;
+    assert_eq!(
+        call(&mut zot, "e2", "echo", json!({"text": "after"})).await,
+        (false, "after".to_owned())
+    );
+    assert!(
+        !zot.transcript[seen..].iter().any(|l| l.contains("\"cut\"")),
+        "answered twice: {}",
+        zot.describe()
+    );
+    assert_ne!(host_pid(&lab), old);
+    let end = finish(zot).await;
+    assert_eq!(end.status.code(), Some(0), "{end:#?}");
+    assert!(
+        end.stderr
+            .contains("dropped the rest of a line from zot that the host before this one"),
+        "{end:#?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stale_socket_is_replaced() {
     let lab = Lab::new();
