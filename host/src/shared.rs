@@ -30,10 +30,12 @@
 //!    which takes over only an open socket whose peer is this user's, and
 //!    never hosts the extension itself (the host may hold it already).
 //! 6. **Faults stay contained.** A guest that traps ends alone. A relay
-//!    whose host dies answers zot's requests in flight with an error, tells
-//!    zot in a `notify` that the extension restarted, and starts it again
-//!    (a new host if needed), giving the new guest zot's first `hello_ack`;
-//!    a relay that goes away (zot ended it) ends its instance at once.
+//!    whose host dies answers zot's requests in flight with an error (a
+//!    request is in flight from the first bytes that name its type and id),
+//!    tells zot in a `notify` that the extension restarted, and starts it
+//!    again (a new host if needed), giving the new guest zot's first
+//!    `hello_ack`; the new host drops the rest of a line the old one had
+//!    begun. A relay that goes away (zot ended it) ends its instance at once.
 
 pub mod peer;
 pub mod place;
