@@ -38,8 +38,8 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{Mutex, watch};
 use tokio::time::Instant;
 use zotbox_protocol::{
-    DEFAULT_MAX_LINE, DecodeError, HostFrame, Line, LineSplitter, Undecoded, decode_line,
-    encode_to_vec, peek,
+    DEFAULT_MAX_LINE, DecodeError, HostFrame, Line, LineSplitter, TOO_LONG_HEAD, Undecoded,
+    decode_line, encode_to_vec, peek,
 };
 
 use crate::audit::AuditLog;
@@ -771,7 +771,9 @@ async fn forward_inbound(
 
 /// Counts the request whose line `partial` begins as in flight, once (`begun`
 /// is the one counted already); the request now begun, if any. A head cut
-/// before its type and id says nothing yet.
+/// before its type and id says nothing yet. Only the line's first
+/// [`TOO_LONG_HEAD`] bytes are looked at, as for a line over the cap: a
+/// large frame arriving read by read is not walked again on every read.
 fn in_flight_from_its_head(
     partial: &[u8],
     begun: Option<String>,
@@ -781,7 +783,7 @@ fn in_flight_from_its_head(
     if partial.is_empty() {
         return None;
     }
-    let seen = peek(partial);
+    let seen = peek(&partial[..partial.len().min(TOO_LONG_HEAD)]);
     let (Some((frame_type, timeout)), Some(id)) = (
         seen.frame_type.as_deref().and_then(|t| timeouts.request(t)),
         seen.id,
