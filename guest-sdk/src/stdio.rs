@@ -62,6 +62,8 @@ mod wasi {
             }
             let stream = self.stream.get_or_insert_with(get_stdin);
             let asked = u64::try_from(buf.len()).unwrap_or(u64::MAX);
+            // WASI: a blocking read returns at least one byte, or says the
+            // stream is closed; nothing read is the end, as in wasi-libc.
             match stream.blocking_read(asked) {
                 Ok(bytes) => {
                     // A host never gives more than asked; should one, the
