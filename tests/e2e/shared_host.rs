@@ -128,6 +128,27 @@ fn host_pid(lab: &Lab) -> i32 {
     .expect("a pid")
 }
 
+/// `kill -9` of the host `pid`.
+fn kill_host(pid: i32) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill -9 the host");
+}
+
+/// zot's end of a relay of the `hostile` guest that has answered one call,
+/// and the pid of the host running it.
+async fn answering_hostile(lab: &Lab) -> (Peer, i32) {
+    let dir = guest(lab, "hostile");
+    let mut zot = relay(lab, &dir).await;
+    assert_eq!(
+        call(&mut zot, "e1", "echo", json!({"text": "before"})).await,
+        (false, "before".to_owned())
+    );
+    (zot, host_pid(lab))
+}
+
 /// Waits (within [`PATIENCE`]) until `check` holds.
 async fn eventually(what: &str, check: impl Fn() -> bool) {
     let deadline = tokio::time::Instant::now() + PATIENCE;
@@ -322,23 +343,13 @@ async fn the_relays_environment_not_the_hosts_feeds_the_env_grant() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_host_killed_mid_call_fails_the_call_and_the_extension_comes_back() {
     let lab = Lab::new();
-    let dir = guest(&lab, "hostile");
-    let mut zot = relay(&lab, &dir).await;
-    assert_eq!(
-        call(&mut zot, "e1", "echo", json!({"text": "before"})).await,
-        (false, "before".to_owned())
-    );
-    let old = host_pid(&lab);
+    let (mut zot, old) = answering_hostile(&lab).await;
     let seen = zot.transcript.len();
     zot.send(&json!({"type": "tool_call", "id": "doomed", "name": "spin", "args": {}}))
         .await;
     // The relay hears of the call in flight (reports are coalesced).
     tokio::time::sleep(Duration::from_millis(300)).await;
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(old),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .expect("kill -9 the host");
+    kill_host(old);
     let failed = zot.recv().await;
     assert_eq!(failed["type"], "tool_result", "{failed}");
     assert_eq!(failed["id"], "doomed");
@@ -380,13 +391,7 @@ async fn a_host_killed_mid_call_fails_the_call_and_the_extension_comes_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_host_killed_inside_a_line_of_zots_fails_that_request_and_drops_its_rest() {
     let lab = Lab::new();
-    let dir = guest(&lab, "hostile");
-    let mut zot = relay(&lab, &dir).await;
-    assert_eq!(
-        call(&mut zot, "e1", "echo", json!({"text": "before"})).await,
-        (false, "before".to_owned())
-    );
-    let old = host_pid(&lab);
+    let (mut zot, old) = answering_hostile(&lab).await;
     let line = json!({"type": "tool_call", "id": "cut", "name": "echo",
                       "args": {"text": "x".repeat(1000)}})
     .to_string()
@@ -395,11 +400,7 @@ async fn a_host_killed_inside_a_line_of_zots_fails_that_request_and_drops_its_re
     zot.send_bytes(head.as_bytes()).await;
     // The host reads the head and reports it in flight (coalesced).
     tokio::time::sleep(Duration::from_millis(300)).await;
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(old),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .expect("kill -9 the host");
+    kill_host(old);
     let failed = zot.recv().await;
     assert_eq!(
         (&failed["type"], &failed["id"], &failed["is_error"]),
@@ -439,11 +440,7 @@ async fn a_stale_socket_is_replaced() {
     let socket = sockets(&lab).pop().expect("a socket");
     finish(first).await;
     let old = host_pid(&lab);
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(old),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .expect("kill -9 the host");
+    kill_host(old);
     // Its last thread gone, nobody listens; the socket file stays behind.
     eventually("the host dies", || {
         std::os::unix::net::UnixStream::connect(&socket).is_err()
