@@ -313,6 +313,13 @@ pub(crate) async fn start(
     output: impl AsyncWrite + Unpin + Send + 'static,
     tap: Tap,
 ) -> Result<Exit, BridgeError> {
+    // A long-lived host compiles under the policy this extension starts
+    // under, not the one it found when it started.
+    if let crate::manifest::Program::Wasm { .. } = prepared.manifest.program
+        && let Ok(runtime) = launcher.wasm()
+    {
+        runtime.set_compile_memory_mb(prepared.policy.compile_memory_mb());
+    }
     let transport = launcher
         .start(
             &prepared.manifest,

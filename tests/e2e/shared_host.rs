@@ -431,6 +431,36 @@ async fn a_host_killed_inside_a_line_of_zots_fails_that_request_and_drops_its_re
     );
 }
 
+/// The host lives long and compiles under the policy each extension
+/// starts under: a compile cap written while it runs holds for its next
+/// first compile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compile_cap_written_while_the_host_runs_holds_for_its_next_compile() {
+    let lab = Lab::new();
+    let (zot, host) = answering_hostile(&lab).await;
+    crate::support::write_json(
+        &lab.home.join("policy.json"),
+        &json!({"max_compile_memory_mb": 512}),
+    );
+    let squares = guests::squares_folder(&lab.dev);
+    let end = spawn_relay(&lab, &squares, &[]).end().await;
+    assert_eq!(end.status.code(), Some(1), "{end:#?}");
+    assert!(
+        end.stderr.contains(
+            "without a verdict; it may use at most 512 MiB (policy `max_compile_memory_mb`)"
+        ),
+        "{end:#?}"
+    );
+    // The compiler's own last words are in the host's log, not the relay's:
+    // the host compiled it.
+    let log = std::fs::read_to_string(lab.home.join("logs/zotbox-host.log")).unwrap_or_default();
+    assert!(log.contains("memory allocation of"), "{log}");
+    assert!(!end.stderr.contains("memory allocation of"), "{end:#?}");
+    assert_eq!(host_pid(&lab), host, "the same host refused it");
+    let end = finish(zot).await;
+    assert_eq!(end.status.code(), Some(0), "{end:#?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stale_socket_is_replaced() {
     let lab = Lab::new();

@@ -141,11 +141,11 @@ pub struct WasmRuntime {
 }
 
 /// A first compile's process: the zotbox executable and the data memory
-/// it may use.
-#[derive(Debug, Clone)]
+/// it may use (the policy's, which may change while a long-lived host runs).
+#[derive(Debug)]
 struct CompilerProcess {
     zotbox: PathBuf,
-    memory_mb: u64,
+    memory_mb: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for WasmRuntime {
@@ -196,8 +196,22 @@ impl WasmRuntime {
     /// compiled here instead. Only a child that cannot be started, or a
     /// disk cache it cannot store into, leaves the compile to this process.
     pub fn with_compiler_process(mut self, zotbox: PathBuf, memory_mb: u64) -> Self {
-        self.compiler = Some(CompilerProcess { zotbox, memory_mb });
+        self.compiler = Some(CompilerProcess {
+            zotbox,
+            memory_mb: memory_mb.into(),
+        });
         self
+    }
+
+    /// The data memory, MiB, the next first compiles' processes may use
+    /// (nothing without [`WasmRuntime::with_compiler_process`]): the shared
+    /// host sets it from the policy each extension is started under.
+    pub fn set_compile_memory_mb(&self, memory_mb: u64) {
+        if let Some(compiler) = &self.compiler {
+            compiler
+                .memory_mb
+                .store(memory_mb, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 
     /// This runtime, announcing each first compile on `events`
@@ -534,13 +548,14 @@ impl CompilerProcess {
         use std::os::unix::process::ExitStatusExt as _;
         use std::process::{Command, Stdio};
         let (dir, cap) = cache.place().ok_or("no disk cache")?;
+        let memory_mb = self.memory_mb.load(std::sync::atomic::Ordering::Relaxed);
         let mut child = Command::new(&self.zotbox)
             .args(["host", "compile", "--cache"])
             .arg(dir)
             .arg("--cap")
             .arg(cap.to_string())
             .arg("--memory-mb")
-            .arg(self.memory_mb.to_string())
+            .arg(memory_mb.to_string())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -569,9 +584,8 @@ impl CompilerProcess {
         };
         Ok(CompileVerdict::Refused {
             reason: format!(
-                "the compiler process {ended} without a verdict; it may use at most {} MiB \
-                 (policy `max_compile_memory_mb`)",
-                self.memory_mb
+                "the compiler process {ended} without a verdict; it may use at most \
+                 {memory_mb} MiB (policy `max_compile_memory_mb`)"
             ),
         })
     }

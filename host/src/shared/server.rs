@@ -168,8 +168,9 @@ pub async fn serve(home: ZotHome, place: &Place, options: ServeOptions) -> Resul
     // every guest, and a compile would leave the compiler resident in it.
     // `/proc/self/exe` is this very executable file even once an upgrade
     // has replaced it at its path, so the child's engine is this one's. Its
-    // memory cap is the policy's when the host starts (a policy that does
-    // not load refuses every instance anyway).
+    // memory cap starts as the policy's now (a policy that does not load
+    // refuses every instance anyway); each instance then sets the one of
+    // the policy it starts under (`bridge::start`).
     let compile_memory_mb = crate::policy::Policy::load_for(&home)
         .map_or(crate::policy::DEFAULT_COMPILE_MEMORY_MB, |policy| {
             policy.compile_memory_mb()
