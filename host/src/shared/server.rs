@@ -167,16 +167,14 @@ pub async fn serve(home: ZotHome, place: &Place, options: ServeOptions) -> Resul
     // First compiles run in a child process: this one lives long and hosts
     // every guest, and a compile would leave the compiler resident in it.
     // `/proc/self/exe` is this very executable file even once an upgrade
-    // has replaced it at its path, so the child's engine is this one's. Its
-    // memory cap starts as the policy's now (a policy that does not load
-    // refuses every instance anyway); each instance then sets the one of
-    // the policy it starts under (`bridge::start`).
-    let compile_memory_mb = crate::policy::Policy::load_for(&home)
-        .map_or(crate::policy::DEFAULT_COMPILE_MEMORY_MB, |policy| {
-            policy.compile_memory_mb()
-        });
-    let launcher = Launcher::new(home.clone())
-        .with_compiler_process("/proc/self/exe".into(), compile_memory_mb);
+    // has replaced it at its path, so the child's engine is this one's. No
+    // compile happens before an instance starts, and each instance sets the
+    // memory cap of the policy it starts under (`bridge::start`): nothing
+    // to read for it here.
+    let launcher = Launcher::new(home.clone()).with_compiler_process(
+        "/proc/self/exe".into(),
+        crate::policy::DEFAULT_COMPILE_MEMORY_MB,
+    );
     // One engine for every instance; set up now, before the first relay waits on it.
     launcher.wasm()?;
     let audit = Arc::new(AuditLog::open(&home.audit_log()));
