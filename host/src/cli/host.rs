@@ -109,6 +109,7 @@ async fn serve(context: &Context, args: ServeArgs) -> Result<u8> {
     let options = ServeOptions {
         idle,
         build: args.build,
+        compiler: super::this_zotbox(),
     };
     shared::serve(home, &place, options).await?;
     Ok(EXIT_OK)

@@ -35,6 +35,8 @@ pub struct ServeOptions {
     pub idle: Duration,
     /// The build to claim (tests of a mismatch); `None`: this one's.
     pub build: Option<String>,
+    /// The zotbox executable first compiles run in (`zotbox host compile`).
+    pub compiler: std::path::PathBuf,
 }
 
 /// The host could not start.
@@ -166,15 +168,11 @@ pub async fn serve(home: ZotHome, place: &Place, options: ServeOptions) -> Resul
         .map_err(bind_error)?;
     // First compiles run in a child process: this one lives long and hosts
     // every guest, and a compile would leave the compiler resident in it.
-    // `/proc/self/exe` is this very executable file even once an upgrade
-    // has replaced it at its path, so the child's engine is this one's. No
-    // compile happens before an instance starts, and each instance sets the
-    // memory cap of the policy it starts under (`bridge::start`): nothing
-    // to read for it here.
-    let launcher = Launcher::new(home.clone()).with_compiler_process(
-        "/proc/self/exe".into(),
-        crate::policy::DEFAULT_COMPILE_MEMORY_MB,
-    );
+    // No compile happens before an instance starts, and each instance sets
+    // the memory cap of the policy it starts under (`bridge::start`):
+    // nothing to read for it here.
+    let launcher = Launcher::new(home.clone())
+        .with_compiler_process(options.compiler, crate::policy::DEFAULT_COMPILE_MEMORY_MB);
     // One engine for every instance; set up now, before the first relay waits on it.
     launcher.wasm()?;
     let audit = Arc::new(AuditLog::open(&home.audit_log()));
