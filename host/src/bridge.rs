@@ -39,7 +39,7 @@ use tokio::sync::{Mutex, watch};
 use tokio::time::Instant;
 use zotbox_protocol::{
     DEFAULT_MAX_LINE, DecodeError, HostFrame, Line, LineSplitter, TOO_LONG_HEAD, Undecoded,
-    decode_line, encode_to_vec, peek,
+    decode_line, encode_to_vec, peek, peek_borrowed,
 };
 
 use crate::audit::AuditLog;
@@ -420,6 +420,14 @@ impl InFlight {
         self.changed.notify_one();
     }
 
+    /// Forgets the request `id` answers, if it is one in flight.
+    fn answer(&self, id: &str) {
+        let removed = self.requests().remove(id).is_some();
+        if removed {
+            self.changed.notify_one();
+        }
+    }
+
     /// Forgets the requests past their deadline; whether there were any.
     fn expire(&self, now: Instant) -> bool {
         let mut requests = self.requests();
@@ -568,11 +576,10 @@ async fn bridge(
             Ok(bytes) => lines.push(bytes),
         }
         out.clear();
-        let mut answered = Vec::new();
         while let Some(line) = lines.next() {
             match line {
                 Line::Complete(bytes) => {
-                    let seen = peek(bytes);
+                    let seen = peek_borrowed(bytes);
                     if starting_over {
                         match seen.frame_type.as_deref() {
                             Some("hello" | "register_command" | "register_tool" | "subscribe") => {
@@ -586,7 +593,7 @@ async fn bridge(
                         }
                     }
                     if let Some(id) = seen.id {
-                        answered.push(id);
+                        deadlines.answer(&id);
                     }
                     out.extend_from_slice(bytes);
                     out.push(b'\n');
@@ -596,9 +603,6 @@ async fn bridge(
                     break;
                 }
             }
-        }
-        if !answered.is_empty() {
-            deadlines.answered(answered);
         }
         if !out.is_empty() {
             write_to_zot(&output, &out).await?;
@@ -699,7 +703,7 @@ async fn forward_inbound(
         let mut answered_here = Vec::new();
         while let Some(line) = lines.next() {
             let (bytes, seen) = match line {
-                Line::Complete(bytes) => (bytes, peek(bytes)),
+                Line::Complete(bytes) => (bytes, peek_borrowed(bytes)),
                 Line::TooLong { len, head } => {
                     // Never forwarded (the guest could not take it either):
                     // a request is answered here, anything else dropped.
@@ -744,7 +748,10 @@ async fn forward_inbound(
                     Err(error) => {
                         // The guest could not read it either: a guard that
                         // skips it lets the call through. Block it here.
-                        let undecoded = Undecoded { error, peek: seen };
+                        let undecoded = Undecoded {
+                            error,
+                            peek: seen.into_owned(),
+                        };
                         answered_here.extend(undecoded.peek.id.clone());
                         answer_unreadable(&undecoded, &mut answers);
                         continue;
@@ -753,7 +760,7 @@ async fn forward_inbound(
                 other => other.and_then(|frame_type| timeouts.request(frame_type)),
             };
             if let (Some((frame_type, timeout)), Some(id)) = (request, seen.id) {
-                deadlines.insert(id, frame_type, Instant::now() + timeout);
+                deadlines.insert(id.into_owned(), frame_type, Instant::now() + timeout);
             }
             out.extend_from_slice(bytes);
             out.push(b'\n');

@@ -92,6 +92,6 @@ pub use codec::{
     encode_frame, encode_to_vec,
 };
 pub use frame::*;
-pub use peek::{Peek, peek};
+pub use peek::{Peek, PeekRef, peek, peek_borrowed};
 pub use undecoded::{Undecoded, failed_request};
 pub use verdict::Verdict;

@@ -19,6 +19,8 @@
 //! - a line cut short, or broken past some point, yields what was found
 //!   before it.
 
+use std::borrow::Cow;
+
 /// What [`peek`] found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Peek {
@@ -35,12 +37,38 @@ impl Peek {
     }
 }
 
+/// What [`peek_borrowed`] found: a value that is a plain string on the line
+/// (no escape, valid UTF-8, as nearly every one is) is borrowed from it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PeekRef<'a> {
+    /// The string value of the top-level `type`, if there is one.
+    pub frame_type: Option<Cow<'a, str>>,
+    /// The string value of the top-level `id`, if there is one.
+    pub id: Option<Cow<'a, str>>,
+}
+
+impl PeekRef<'_> {
+    /// The same values, owned.
+    pub fn into_owned(self) -> Peek {
+        Peek {
+            frame_type: self.frame_type.map(Cow::into_owned),
+            id: self.id.map(Cow::into_owned),
+        }
+    }
+}
+
 /// Finds the top-level `type` and `id` of the JSON object on `line`, as
 /// leniently as the module docs say. A line that is not an object yields
 /// nothing.
 pub fn peek(line: &[u8]) -> Peek {
+    peek_borrowed(line).into_owned()
+}
+
+/// [`peek`], borrowing what it can from `line`: what a relay of every line
+/// uses, so that looking at a frame allocates nothing.
+pub fn peek_borrowed(line: &[u8]) -> PeekRef<'_> {
     let mut scan = Scanner { bytes: line, at: 0 };
-    let mut found = Peek::default();
+    let mut found = PeekRef::default();
     scan.whitespace();
     if !scan.eat(b'{') {
         return found;
@@ -123,9 +151,11 @@ impl<'a> Scanner<'a> {
     /// A key at the opening quote. Keys are compared decoded (`"\u0069d"` is
     /// `id`, as for a JSON parser), but only the first few bytes are kept.
     fn key(&mut self) -> Key {
-        if let Some((text, end)) = self.plain_string() {
+        // Compared as bytes: the keys that matter are ASCII, so a run that
+        // is not UTF-8 is simply some other key.
+        if let Some((bytes, end)) = self.plain_run() {
             self.at = end;
-            return Key::named(text.as_bytes());
+            return Key::named(bytes);
         }
         const LONGEST: usize = 4;
         let mut decoded = [0u8; LONGEST + 1];
@@ -148,17 +178,17 @@ impl<'a> Scanner<'a> {
 
     /// A string value at the opening quote, decoded; `None` when the line
     /// ends inside it (a value cut short is no value).
-    fn string(&mut self) -> Option<String> {
+    fn string(&mut self) -> Option<Cow<'a, str>> {
         if let Some((text, end)) = self.plain_string() {
             self.at = end;
-            return Some(text.to_owned());
+            return Some(Cow::Borrowed(text));
         }
         let mut out = Vec::new();
         let closed = self.string_with(|c| {
             let mut utf8 = [0u8; 4];
             out.extend_from_slice(c.encode_utf8(&mut utf8).as_bytes());
         });
-        closed.then(|| String::from_utf8_lossy(&out).into_owned())
+        closed.then(|| Cow::Owned(String::from_utf8_lossy(&out).into_owned()))
     }
 
     /// The string at the opening quote when it is plain, UTF-8 with no
@@ -166,6 +196,13 @@ impl<'a> Scanner<'a> {
     /// writes): its text and the position past that quote, found without
     /// decoding it character by character. `None` for any other string.
     fn plain_string(&self) -> Option<(&'a str, usize)> {
+        let (bytes, end) = self.plain_run()?;
+        Some((std::str::from_utf8(bytes).ok()?, end))
+    }
+
+    /// The bytes of the string at the opening quote when no escape comes
+    /// before its closing quote, and the position past that quote.
+    fn plain_run(&self) -> Option<(&'a [u8], usize)> {
         let bytes: &'a [u8] = self.bytes;
         let start = self.at + 1;
         let rest = bytes.get(start..)?;
@@ -173,8 +210,7 @@ impl<'a> Scanner<'a> {
         if rest[run] != b'"' {
             return None;
         }
-        let text = std::str::from_utf8(&rest[..run]).ok()?;
-        Some((text, start + run + 1))
+        Some((&rest[..run], start + run + 1))
     }
 
     /// Moves past a string from its opening quote to past its closing one,
@@ -319,6 +355,14 @@ mod tests {
 
     fn nested(depth: usize) -> String {
         format!("{}1{}", "[".repeat(depth), "]".repeat(depth))
+    }
+
+    #[test]
+    fn plain_values_are_borrowed_and_escaped_ones_decoded() {
+        let seen = peek_borrowed(br#"{"type":"tool_call","id":"a\u0062c"}"#);
+        assert!(matches!(seen.frame_type, Some(Cow::Borrowed("tool_call"))));
+        assert!(matches!(&seen.id, Some(Cow::Owned(id)) if id == "abc"));
+        assert_eq!(seen.into_owned(), found(Some("tool_call"), Some("abc")));
     }
 
     #[test]

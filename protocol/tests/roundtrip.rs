@@ -10,6 +10,12 @@ fn round_trip<F: Frame + std::fmt::Debug + PartialEq>(wire: Value) -> F {
         Ok(frame) => frame,
         Err(err) => panic!("{wire} did not decode: {err}"),
     };
+    // Decoded straight into its variant (`type` comes first): the same
+    // frame the tagged enum's own decoding gives.
+    match serde_json::from_slice::<F>(&line) {
+        Ok(tagged) => assert_eq!(tagged, frame, "{wire}"),
+        Err(err) => panic!("{wire} did not decode as a tagged enum: {err}"),
+    }
     let encoded = encode_to_vec(&frame).unwrap_or_default();
     let back: Value = serde_json::from_slice(&encoded).unwrap_or(Value::Null);
     assert_eq!(back, wire, "re-encoding changed the frame");

@@ -57,30 +57,26 @@ impl Shared {
         }
     }
 
-    /// Takes up to `max` bytes. `Ready(None)` at end of stream.
-    fn poll_take(&self, cx: &mut Context<'_>, max: usize) -> Poll<Option<Bytes>> {
-        let mut state = self.lock();
-        match take(&mut state, max) {
-            Took::Bytes(bytes) => Poll::Ready(Some(bytes)),
-            Took::End => Poll::Ready(None),
-            Took::Nothing => {
-                state.reader_parked = true;
-                state.read_waker = Some(cx.waker().clone());
-                Poll::Pending
-            }
-        }
-    }
-
-    /// `AsyncRead::poll_read` for whichever end reads: no bytes at the end of stream.
+    /// `AsyncRead::poll_read` for whichever end reads: no bytes at the end of
+    /// stream. The bytes are copied out of the pipe's buffer, which keeps
+    /// its allocation (taking them as [`Bytes`] would share it, and the next
+    /// write would allocate anew).
     fn poll_read(&self, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        match self.poll_take(cx, buf.remaining()) {
-            Poll::Ready(Some(bytes)) => {
-                buf.put_slice(&bytes);
-                Poll::Ready(Ok(()))
-            }
-            Poll::Ready(None) => Poll::Ready(Ok(())),
-            Poll::Pending => Poll::Pending,
+        let mut state = self.lock();
+        if !state.buf.is_empty() {
+            let n = buf.remaining().min(state.buf.len());
+            buf.put_slice(&state.buf[..n]);
+            bytes::Buf::advance(&mut state.buf, n);
+            taken(&mut state);
+            return Poll::Ready(Ok(()));
         }
+        if state.writer_closed {
+            state.reader_parked = false;
+            return Poll::Ready(Ok(()));
+        }
+        state.reader_parked = true;
+        state.read_waker = Some(cx.waker().clone());
+        Poll::Pending
     }
 
     /// Waits until the reader could take bytes or the stream ended.
@@ -153,11 +149,12 @@ pub(crate) enum Took {
 fn take(state: &mut State, max: usize) -> Took {
     if !state.buf.is_empty() {
         let n = max.min(state.buf.len());
-        let bytes = state.buf.split_to(n).freeze();
-        state.reader_parked = false;
-        if let Some(waker) = state.write_waker.take() {
-            waker.wake();
-        }
+        // A copy, not a share of the pipe's buffer: the guest's read hands
+        // wasmtime a `Vec`, which a sole `Bytes` becomes without a copy,
+        // and the buffer keeps its allocation for the next write.
+        let bytes = Bytes::copy_from_slice(&state.buf[..n]);
+        bytes::Buf::advance(&mut state.buf, n);
+        taken(state);
         return Took::Bytes(bytes);
     }
     if state.writer_closed {
@@ -165,6 +162,15 @@ fn take(state: &mut State, max: usize) -> Took {
         return Took::End;
     }
     Took::Nothing
+}
+
+/// After bytes were taken: the reader is not parked, and a writer waiting
+/// for room has some.
+fn taken(state: &mut State) {
+    state.reader_parked = false;
+    if let Some(waker) = state.write_waker.take() {
+        waker.wake();
+    }
 }
 
 /// Appends as much of `bytes` as there is room for, waking a waiting reader.
