@@ -771,32 +771,57 @@ struct ZotFigures {
     round_trip: Duration,
 }
 
-fn zot_path(
-    program: &Path,
-    args: &[&str],
-    dir: &Path,
-    env: &[(&str, &Path)],
-    runs: usize,
-    calls: usize,
-) -> Result<ZotFigures> {
-    // One start outside the measurement: caches and page cache warm.
-    let (warm, _) = ZotChild::start(program, args, dir, env)?;
-    warm.stop();
-    let (mut ready, mut rss, mut trips) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..runs {
-        let (mut child, took) = ZotChild::start(program, args, dir, env)?;
-        ready.push(took);
-        std::thread::sleep(Duration::from_millis(300));
-        rss.push(child.rss_kib());
-        trips.push(child.round_trips(calls)?);
-        child.stop();
+/// One way to run the example guest, as zot would start it.
+struct Way<'a> {
+    program: &'a Path,
+    args: Vec<String>,
+    env: Vec<(&'a str, &'a Path)>,
+}
+
+/// `program args…` with `env` added.
+fn way<'a>(program: &'a Path, args: &[&str], env: &[(&'a str, &'a Path)]) -> Way<'a> {
+    Way {
+        program,
+        args: args.iter().map(|arg| (*arg).to_owned()).collect(),
+        env: env.to_vec(),
     }
-    rss.sort_unstable();
-    Ok(ZotFigures {
-        ready: percentile(&mut ready, 50.0),
-        rss_kib: rss[rss.len() / 2],
-        round_trip: percentile(&mut trips, 50.0),
-    })
+}
+
+/// Spawn → ready, idle RSS and round trips of every way, `runs` times each.
+/// The ways take turns within each run, so that the machine's drift over
+/// the minute the rows take falls on all of them alike, not on whichever
+/// came last.
+fn zot_paths(dir: &Path, ways: &[Way<'_>], runs: usize, calls: usize) -> Result<Vec<ZotFigures>> {
+    let start = |way: &Way<'_>| {
+        let args: Vec<&str> = way.args.iter().map(String::as_str).collect();
+        ZotChild::start(way.program, &args, dir, &way.env)
+    };
+    // One start of each outside the measurement: caches and page cache warm.
+    for way in ways {
+        start(way)?.0.stop();
+    }
+    let mut samples = vec![(Vec::new(), Vec::new(), Vec::new()); ways.len()];
+    for _ in 0..runs {
+        for (way, (ready, rss, trips)) in ways.iter().zip(&mut samples) {
+            let (mut child, took) = start(way)?;
+            ready.push(took);
+            std::thread::sleep(Duration::from_millis(300));
+            rss.push(child.rss_kib());
+            trips.push(child.round_trips(calls)?);
+            child.stop();
+        }
+    }
+    Ok(samples
+        .into_iter()
+        .map(|(mut ready, mut rss, mut trips)| {
+            rss.sort_unstable();
+            ZotFigures {
+                ready: percentile(&mut ready, 50.0),
+                rss_kib: rss[rss.len() / 2],
+                round_trip: percentile(&mut trips, 50.0),
+            }
+        })
+        .collect())
 }
 
 /// p50 of a line bounced off `cat` through two pipes: the least a round
@@ -845,18 +870,46 @@ fn zot_rows(fixture: &Fixture, scale: &Scale) -> Result<Vec<[String; 4]>> {
     let zotbox = Path::new(env!("CARGO_BIN_EXE_zotbox"));
     let home = fixture.home.root();
     let dir = fixture.example_dir.as_path();
-    let env = [("ZOT_HOME", home)];
+    let zot_home = [("ZOT_HOME", home)];
     // What an installed manifest makes zot start. The first start (outside
     // the measurement) starts the shared host; every measured one finds it
     // warm.
     let relay = Path::new(env!("CARGO_BIN_EXE_zotbox-relay"));
-    let installed = zot_path(relay, &[], dir, &env, runs, calls)?;
-    let run = zot_path(zotbox, &["run"], dir, &env, runs, calls)?;
-    let standalone = zot_path(zotbox, &["run", "--standalone"], dir, &env, runs, calls)?;
-    let native_bin = fixture.example_native.as_path();
-    let native = zot_path(native_bin, &[], dir, &[], runs, calls)?;
+    let mut ways = vec![
+        way(fixture.example_native.as_path(), &[], &[]),
+        way(relay, &[], &zot_home),
+        way(zotbox, &["run"], &zot_home),
+        way(zotbox, &["run", "--standalone"], &zot_home),
+    ];
+    let mut names = vec![
+        "`zotbox-relay` (installed launcher, shared host warm)",
+        "`zotbox run` (hands over, then execs the relay)",
+        "`zotbox run --standalone`",
+    ];
+    let cwasm = fixture.tmp.path().join(format!("{EXAMPLE}.cwasm"));
+    let cwasm_arg = cwasm.to_string_lossy().into_owned();
+    let cli = wasmtime_cli();
+    match &cli {
+        Some(cli) => {
+            let compiled = std::process::Command::new(cli)
+                .arg("compile")
+                .arg(dir.join(format!("{EXAMPLE}.wasm")))
+                .arg("-o")
+                .arg(&cwasm)
+                .status()?;
+            if compiled.success() {
+                ways.push(way(cli, &["run", "--allow-precompiled", &cwasm_arg], &[]));
+                names.push("`wasmtime run` (precompiled)");
+            } else {
+                eprintln!("`wasmtime compile` failed; no `wasmtime run` rows");
+            }
+        }
+        None => eprintln!("no `wasmtime` on PATH; no `wasmtime run` rows"),
+    }
+    let figures = zot_paths(dir, &ways, runs, calls)?;
+    let (native, others) = figures.split_first().ok_or("no figures")?;
     let mut rows = Vec::new();
-    let mut three = |who: &str, figures: &ZotFigures| {
+    for (who, figures) in names.iter().zip(others) {
         rows.push([
             format!("{who}: spawn → ready, `{EXAMPLE}` (median of {runs})"),
             millis(figures.ready),
@@ -875,37 +928,6 @@ fn zot_rows(fixture: &Fixture, scale: &Scale) -> Result<Vec<[String; 4]>> {
             micros(native.round_trip),
             dur_ratio(figures.round_trip, native.round_trip),
         ]);
-    };
-    three(
-        "`zotbox-relay` (installed launcher, shared host warm)",
-        &installed,
-    );
-    three("`zotbox run` (hands over, then execs the relay)", &run);
-    three("`zotbox run --standalone`", &standalone);
-    if let Some(cli) = wasmtime_cli() {
-        let cwasm = fixture.tmp.path().join(format!("{EXAMPLE}.cwasm"));
-        let compiled = std::process::Command::new(&cli)
-            .arg("compile")
-            .arg(dir.join(format!("{EXAMPLE}.wasm")))
-            .arg("-o")
-            .arg(&cwasm)
-            .status()?;
-        if compiled.success() {
-            let cwasm = cwasm.to_string_lossy().into_owned();
-            let figures = zot_path(
-                &cli,
-                &["run", "--allow-precompiled", &cwasm],
-                dir,
-                &[],
-                runs,
-                calls,
-            )?;
-            three("`wasmtime run` (precompiled)", &figures);
-        } else {
-            eprintln!("`wasmtime compile` failed; no `wasmtime run` rows");
-        }
-    } else {
-        eprintln!("no `wasmtime` on PATH; no `wasmtime run` rows");
     }
     rows.extend(ten_rows(fixture)?);
     Ok(rows)
