@@ -37,6 +37,7 @@
 //!    `hello_ack`; the new host drops the rest of a line the old one had
 //!    begun. A relay that goes away (zot ended it) ends its instance at once.
 
+mod line_end;
 pub mod peer;
 pub mod place;
 pub mod relay;

@@ -431,6 +431,98 @@ async fn a_host_killed_inside_a_line_of_zots_fails_that_request_and_drops_its_re
     );
 }
 
+/// The host dies while it writes one of the guest's lines to zot, zot's
+/// pipe full: zot's stream ends inside that line, and the relay's own
+/// lines (the `notify` that the extension restarted) begin on a line of
+/// their own instead of being glued to it and lost with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_killed_inside_one_of_its_lines_to_zot_leaves_the_relays_lines_whole() {
+    use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
+    let lab = Lab::new();
+    let dir = guest(&lab, "hostile");
+    // zot's end, read only when the test says so (a `Peer` reads at once).
+    let mut relay =
+        tokio::process::Command::from(zotbox(&lab, &["run", &dir.display().to_string()]))
+            .current_dir(&dir)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("zotbox run");
+    let mut input = relay.stdin.take().expect("stdin");
+    let mut output = tokio::io::BufReader::new(relay.stdout.take().expect("stdout"));
+    let read_line = async |output: &mut tokio::io::BufReader<_>| {
+        let mut line = Vec::new();
+        let read = tokio::time::timeout(PATIENCE, output.read_until(b'\n', &mut line)).await;
+        assert!(matches!(read, Ok(Ok(n)) if n > 0), "{read:?}");
+        line
+    };
+    let write = async |input: &mut tokio::process::ChildStdin, frame: Value| {
+        let line = frame.to_string() + "\n";
+        input
+            .write_all(line.as_bytes())
+            .await
+            .expect("write to the relay");
+    };
+    loop {
+        let frame: Value = serde_json::from_slice(&read_line(&mut output).await).expect("a frame");
+        match frame["type"].as_str() {
+            Some("hello") => {
+                let ack = json!({"type": "hello_ack", "protocol_version": 1,
+                                 "cwd": lab.workspace.display().to_string()});
+                write(&mut input, ack).await;
+            }
+            Some("ready") => break,
+            _ => {}
+        }
+    }
+    // An answer of a megabyte: far more than zot's pipe holds, so the host
+    // writes part of it and waits for zot, which does not read.
+    let text = "x".repeat(1 << 20);
+    write(
+        &mut input,
+        json!({"type": "tool_call", "id": "big", "name": "echo", "args": {"text": text}}),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    kill_host(host_pid(&lab));
+    let cut = read_line(&mut output).await;
+    assert!(
+        cut.starts_with(br#"{"type":"tool_result","id":"big""#) && cut.len() < text.len(),
+        "{}",
+        String::from_utf8_lossy(&cut[..cut.len().min(200)])
+    );
+    assert!(serde_json::from_slice::<Value>(&cut).is_err());
+    assert!(
+        !String::from_utf8_lossy(&cut).contains("\"notify\""),
+        "the relay's notify was glued to the cut line"
+    );
+    let note: Value = serde_json::from_slice(&read_line(&mut output).await)
+        .expect("the relay's notify, whole, on its own line");
+    assert_eq!(note["type"], "notify", "{note}");
+    // And the extension is back.
+    write(
+        &mut input,
+        json!({"type": "tool_call", "id": "after", "name": "echo", "args": {"text": "after"}}),
+    )
+    .await;
+    let answer: Value = loop {
+        let frame: Value = serde_json::from_slice(&read_line(&mut output).await).expect("a frame");
+        if frame["id"] == "after" {
+            break frame;
+        }
+    };
+    assert_eq!(answer["content"][0]["text"], "after", "{answer}");
+    write(&mut input, json!({"type": "shutdown"})).await;
+    drop(input);
+    let status = tokio::time::timeout(PATIENCE, relay.wait()).await;
+    assert!(
+        matches!(status, Ok(Ok(status)) if status.success()),
+        "{status:?}"
+    );
+}
+
 /// The host lives long and compiles under the policy each extension
 /// starts under: a compile cap written while it runs holds for its next
 /// first compile.

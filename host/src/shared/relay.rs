@@ -368,6 +368,8 @@ impl Relay {
         loop {
             let mut welcomed = false;
             let mut in_flight: Vec<(String, String)> = Vec::new();
+            // zot's stdout stands inside a line the host was writing.
+            let mut cut = false;
             let mut replies = BufReader::new(&stream);
             let mut text = String::new();
             let lost = loop {
@@ -388,6 +390,7 @@ impl Relay {
                     Ok(Reply::Failed { error }) => return Err(RelayError::Failed(error)),
                     Ok(Reply::HelloAck { line }) => self.hello_ack = Some(line),
                     Ok(Reply::InFlight { requests }) => in_flight = requests,
+                    Ok(Reply::Cut { inside }) => cut = inside,
                     Ok(Reply::Exit { exit }) => return Ok(exit.into()),
                     Ok(Reply::Status { .. } | Reply::Stopping) => {}
                     Err(err) => tracing::warn!("an unreadable line from the zotbox host: {err}"),
@@ -419,7 +422,7 @@ impl Relay {
                     "the zotbox host ended; restarting extension `{}`",
                     self.name
                 );
-                owe_answers(&self.name, &in_flight)?;
+                owe_answers(&self.name, &in_flight, cut)?;
             }
             stream = self.hand_over()?;
         }
@@ -427,8 +430,10 @@ impl Relay {
 }
 
 /// Writes to zot, on this relay's own stdout, an error for each request in
-/// flight and a `notify` that the extension restarted.
-fn owe_answers(name: &str, in_flight: &[(String, String)]) -> std::io::Result<()> {
+/// flight and a `notify` that the extension restarted; after a newline
+/// first when the host died inside a line (`cut`), which would otherwise
+/// swallow them.
+fn owe_answers(name: &str, in_flight: &[(String, String)], cut: bool) -> std::io::Result<()> {
     // The host made zot's pipes non-blocking; blocking writes are wanted now.
     for fd in [
         std::io::stdin().as_fd().try_clone_to_owned()?,
@@ -442,6 +447,9 @@ fn owe_answers(name: &str, in_flight: &[(String, String)]) -> std::io::Result<()
     }
     let shown = crate::text::shown(name);
     let mut lines = Vec::new();
+    if cut {
+        lines.push(b'\n');
+    }
     for (id, frame_type) in in_flight {
         let why = format!(
             "the zotbox host running extension `{shown}` ended before it answered; \

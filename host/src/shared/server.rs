@@ -399,35 +399,47 @@ async fn instance(
         abandoned: Some(abandon_rx),
     };
     let in_flight = tap.in_flight.clone();
+    let (cut_tx, mut cut_rx) = watch::channel(false);
     let writer = Arc::new(tokio::sync::Mutex::new(writer));
-    // Tells the relay what it needs if this host dies: zot's `hello_ack`
-    // and the requests in flight.
+    // Tells the relay what it needs if this host dies: zot's `hello_ack`,
+    // the requests in flight (coalesced) and, at once, whether zot's stdout
+    // stands inside a line.
     let reporter = tokio::spawn({
         let writer = writer.clone();
         let state = state.clone();
         async move {
+            // When the requests in flight are next to be sent.
+            let mut due: Option<tokio::time::Instant> = None;
             loop {
-                tokio::select! {
+                let reply = tokio::select! {
                     changed = hello_rx.changed() => {
                         if changed.is_err() {
                             std::future::pending::<()>().await;
                         }
                         let line = hello_rx.borrow_and_update().clone();
-                        if let Some(line) = line {
-                            let line = String::from_utf8_lossy(&line).into_owned();
-                            note_workspace(&state, id, &line);
-                            if send(&mut *writer.lock().await, &Reply::HelloAck { line }).await.is_err() {
-                                return;
-                            }
-                        }
+                        let Some(line) = line else { continue };
+                        let line = String::from_utf8_lossy(&line).into_owned();
+                        note_workspace(&state, id, &line);
+                        Reply::HelloAck { line }
                     }
-                    () = in_flight.changed() => {
-                        tokio::time::sleep(IN_FLIGHT_COALESCE).await;
-                        let requests = in_flight.snapshot();
-                        if send(&mut *writer.lock().await, &Reply::InFlight { requests }).await.is_err() {
-                            return;
+                    changed = cut_rx.changed() => {
+                        if changed.is_err() {
+                            std::future::pending::<()>().await;
                         }
+                        Reply::Cut { inside: *cut_rx.borrow_and_update() }
                     }
+                    () = in_flight.changed(), if due.is_none() => {
+                        due = Some(tokio::time::Instant::now() + IN_FLIGHT_COALESCE);
+                        continue;
+                    }
+                    () = tokio::time::sleep_until(due.unwrap_or_else(tokio::time::Instant::now)),
+                        if due.is_some() => {
+                        due = None;
+                        Reply::InFlight { requests: in_flight.snapshot() }
+                    }
+                };
+                if send(&mut *writer.lock().await, &reply).await.is_err() {
+                    return;
                 }
             }
         }
@@ -439,7 +451,8 @@ async fn instance(
         let _ = abandon_tx.send(true);
     });
     let input = bridge::stdio::owned_input(zot_in);
-    let output = bridge::stdio::owned_output(zot_out, shared_stdout);
+    let output =
+        super::line_end::LineEnds::new(bridge::stdio::owned_output(zot_out, shared_stdout), cut_tx);
     // The instance's own diagnostics also reach zot's log of it.
     let sink = Arc::new(std::sync::Mutex::new(std::fs::File::from(zot_log)));
     let outcome = crate::instance_log::scope(

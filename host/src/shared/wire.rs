@@ -69,6 +69,12 @@ pub(crate) enum Reply {
         /// Every request not yet answered.
         requests: Vec<(String, String)>,
     },
+    /// zot's stdout now stands inside a line the host is writing (`true`),
+    /// or back at a line's end (`false`); see `line_end`.
+    Cut {
+        /// Inside a line.
+        inside: bool,
+    },
     /// The extension ended; nothing follows.
     Exit {
         /// How.
