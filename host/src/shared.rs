@@ -35,7 +35,10 @@
 //!    tells zot in a `notify` that the extension restarted, and starts it
 //!    again (a new host if needed), giving the new guest zot's first
 //!    `hello_ack`; the new host drops the rest of a line the old one had
-//!    begun. A relay that goes away (zot ended it) ends its instance at once.
+//!    begun. Should the host die inside a line it was writing to zot, the
+//!    relay (told the moment the stream stood inside one) begins its own
+//!    lines with a newline. A relay that goes away (zot ended it) ends its
+//!    instance at once.
 
 mod line_end;
 pub mod peer;
