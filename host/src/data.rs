@@ -2,7 +2,7 @@
 //!
 //! Everything here is data, never code. A *tool* describes one bounded
 //! operation the host performs itself ([`tool`]); a *plugin* carries deny
-//! rules the guard chain enforces ([`plugin`], [`crate::guard`]); a *skill*
+//! rules the guard chain enforces ([`plugin`], `crate::guard`); a *skill*
 //! is Markdown instructions with a name ([`skill`]). Tools that are not
 //! auto-approved wait for the user's approval ([`approval`]).
 //!

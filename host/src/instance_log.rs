@@ -5,7 +5,7 @@
 //! In the shared host many extensions share one process, so the host runs
 //! each instance inside [`scope`] with the relay's stderr, and the CLI's log
 //! writer copies every record made within it there too ([`current`]). Tasks
-//! an instance starts keep the route when started with [`spawn`].
+//! an instance starts keep the route when started with `spawn`.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};

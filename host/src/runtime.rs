@@ -186,7 +186,7 @@ impl Launcher {
     }
 
     /// This launcher, announcing first compiles of wasm programs on
-    /// `events` (see [`wasm::WasmRuntime::with_events`]).
+    /// `events` (see `wasm::WasmRuntime::with_events`).
     pub fn with_events(
         mut self,
         events: tokio::sync::broadcast::Sender<crate::event::HostEvent>,
@@ -197,7 +197,7 @@ impl Launcher {
 
     /// This launcher, compiling each wasm program it has not compiled
     /// before in a child process of the zotbox executable `zotbox` (see
-    /// [`wasm::WasmRuntime::with_compiler_process`]), which may use at most
+    /// `wasm::WasmRuntime::with_compiler_process`), which may use at most
     /// `memory_mb` MiB of data memory.
     pub fn with_compiler_process(mut self, zotbox: std::path::PathBuf, memory_mb: u64) -> Self {
         self.compiler = Some((zotbox, memory_mb));
@@ -205,7 +205,7 @@ impl Launcher {
     }
 
     /// This launcher, keeping at most `cap` bytes of compiled wasm in the
-    /// disk cache (default [`wasm::DEFAULT_CACHE_CAP`]); the least recently
+    /// disk cache (default `wasm::DEFAULT_CACHE_CAP`); the least recently
     /// used programs are evicted beyond it.
     pub fn with_cache_cap(mut self, cap: u64) -> Self {
         self.cache_cap = cap;
@@ -216,7 +216,7 @@ impl Launcher {
     ///
     /// # Errors
     ///
-    /// [`wasm::WasmError::Engine`] when the engine cannot be configured.
+    /// `wasm::WasmError::Engine` when the engine cannot be configured.
     pub fn wasm(&self) -> Result<Arc<wasm::WasmRuntime>, wasm::WasmError> {
         self.wasm
             .get_or_init(|| {
@@ -243,7 +243,7 @@ impl Launcher {
     ///
     /// # Errors
     ///
-    /// [`StartError`] when it cannot be started at all.
+    /// `StartError` when it cannot be started at all.
     pub async fn start(
         &self,
         manifest: &crate::manifest::Manifest,

@@ -63,7 +63,7 @@ pub struct SessionConfig {
     /// The frame cap: the longest line the extension may write. A line over
     /// it ends the extension at once. Default 4 MiB.
     pub max_line: usize,
-    /// What one extension may register. Default [`RegistrationLimits::default`].
+    /// What one extension may register. Default `RegistrationLimits::default`.
     pub registrations: RegistrationLimits,
 }
 

@@ -37,7 +37,7 @@
 //!    as written and the resolved path are checked, so a symlink
 //!    `out -> .git` does not reach `.git/config`. Every operation that
 //!    changes the tree (today `write`, which also creates; any future
-//!    rename or delete) is a mutating [`Op`] and passes this check. Reads
+//!    rename or delete) is a mutating `Op` and passes this check. Reads
 //!    of control paths stay governed by the read grant, except for the
 //!    **secret** ones ([`ControlPaths::with_secrets`]: the user's secret
 //!    values and signing keys when `$ZOT_HOME` lies inside the workspace),

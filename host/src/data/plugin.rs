@@ -16,7 +16,7 @@
 //!
 //! Patterns are case-insensitive regexes searched anywhere in the value.
 //! Loading a plugin only parses them (a syntax error is the file's problem);
-//! compiling is [`crate::guard::DenyRules`]'s job, once for the whole guard
+//! compiling is `crate::guard::DenyRules`'s job, once for the whole guard
 //! chain and within its budget, because what one pattern costs only shows
 //! when it is compiled and a workspace may hold any number of plugins. Rules
 //! are numbered from 1 in messages (`rule 2`) and from 0 in field paths
@@ -149,7 +149,7 @@ impl DenyRule {
 /// Checks a deny pattern: not empty, at most [`MAX_PATTERN_CHARS`] long,
 /// and valid regex syntax under [`pattern_syntax`]. What it costs compiled
 /// is checked where it is compiled, against the guard chain's budget
-/// ([`crate::guard::deny::Budget`]).
+/// (`crate::guard::deny::Budget`).
 ///
 /// # Errors
 ///

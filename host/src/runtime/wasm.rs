@@ -22,7 +22,7 @@
 //! - time: when a request misses its deadline while the guest is computing
 //!   (not parked waiting on stdin), the guest is killed;
 //! - output: stdout is a bounded pipe, so a flooding guest waits for the host;
-//! - the program: a regular file of at most [`MAX_WASM_BYTES`].
+//! - the program: a regular file of at most `MAX_WASM_BYTES`.
 
 mod cache;
 mod guest;
@@ -204,7 +204,7 @@ impl WasmRuntime {
     }
 
     /// The data memory, MiB, the next first compiles' processes may use
-    /// (nothing without [`WasmRuntime::with_compiler_process`]): the shared
+    /// (nothing without `WasmRuntime::with_compiler_process`): the shared
     /// host sets it from the policy each extension is started under.
     pub fn set_compile_memory_mb(&self, memory_mb: u64) {
         if let Some(compiler) = &self.compiler {
@@ -614,8 +614,8 @@ enum CompileVerdict {
 }
 
 /// What `zotbox host compile` does for a runtime made
-/// [`WasmRuntime::with_compiler_process`]: reads the program from `program`
-/// (at most [`MAX_WASM_BYTES`]), compiles it with the engine every runtime
+/// `WasmRuntime::with_compiler_process`: reads the program from `program`
+/// (at most `MAX_WASM_BYTES`), compiles it with the engine every runtime
 /// uses and stores it in the disk cache `cache_dir` (holding at most `cap`
 /// bytes), under the entry a runtime looks it up by; then writes its
 /// verdict (stored, or refused with the compiler's reason) to `verdict`.
@@ -676,7 +676,7 @@ fn compile_program(
     Ok(())
 }
 
-/// A program over [`MAX_WASM_BYTES`], refused before it is compiled.
+/// A program over `MAX_WASM_BYTES`, refused before it is compiled.
 fn too_large(path: PathBuf) -> WasmError {
     WasmError::Limit {
         path,

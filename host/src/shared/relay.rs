@@ -154,7 +154,7 @@ pub fn launch(
 
 /// The relay of `zotbox-relay --attached FD DIR`: waits on the socket `fd`,
 /// which [`launch`] handed the extension in `dir` over on and left open
-/// across its `exec`, as [`Relay::follow`] does.
+/// across its `exec`, as `Relay::follow` does.
 ///
 /// The host holds the extension by then, so a failure to take the socket
 /// over is [`Relayed::Failed`], never a fallback to hosting it here too.
@@ -315,7 +315,7 @@ impl Relay {
     /// Finds the host (starting one if none listens), checks it is this
     /// user's, and hands it the extension with zot's stdin, stdout and
     /// stderr. Nothing is read back: the stream's first reply is
-    /// [`Relay::follow`]'s, in this process or in one this one `exec`s.
+    /// `Relay::follow`'s, in this process or in one this one `exec`s.
     ///
     /// # Errors
     ///

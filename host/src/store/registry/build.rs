@@ -8,7 +8,7 @@
 //! load); the archive's sha256 and file name (under `base_url` when
 //! given) complete it, with the `*.tar.gz.minisig` beside it, when there
 //! is one, inlined as the publisher's signature. Reading is capped: an
-//! archive of at most [`install::MAX_INSTALL_BYTES`], unpacking at most
+//! archive of at most `install::MAX_INSTALL_BYTES`, unpacking at most
 //! that plus headers, a manifest of at most 1 MiB.
 //!
 //! A previous `index.json` in the folder gives the next version (its
