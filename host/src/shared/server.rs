@@ -410,11 +410,15 @@ async fn instance(
         async move {
             // When the requests in flight are next to be sent.
             let mut due: Option<tokio::time::Instant> = None;
+            // A watch whose sender is gone (the bridge ending) says no more;
+            // the others still do.
+            let (mut hello_open, mut cut_open) = (true, true);
             loop {
                 let reply = tokio::select! {
-                    changed = hello_rx.changed() => {
+                    changed = hello_rx.changed(), if hello_open => {
                         if changed.is_err() {
-                            std::future::pending::<()>().await;
+                            hello_open = false;
+                            continue;
                         }
                         let line = hello_rx.borrow_and_update().clone();
                         let Some(line) = line else { continue };
@@ -422,9 +426,10 @@ async fn instance(
                         note_workspace(&state, id, &line);
                         Reply::HelloAck { line }
                     }
-                    changed = cut_rx.changed() => {
+                    changed = cut_rx.changed(), if cut_open => {
                         if changed.is_err() {
-                            std::future::pending::<()>().await;
+                            cut_open = false;
+                            continue;
                         }
                         Reply::Cut { inside: *cut_rx.borrow_and_update() }
                     }
