@@ -441,15 +441,9 @@ async fn a_host_killed_inside_one_of_its_lines_to_zot_leaves_the_relays_lines_wh
     let lab = Lab::new();
     let dir = guest(&lab, "hostile");
     // zot's end, read only when the test says so (a `Peer` reads at once).
-    let mut relay =
-        tokio::process::Command::from(zotbox(&lab, &["run", &dir.display().to_string()]))
-            .current_dir(&dir)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("zotbox run");
+    let mut command = zotbox(&lab, &["run", &dir.display().to_string()]);
+    command.current_dir(&dir);
+    let mut relay = crate::support::spawn_piped(command.into());
     let mut input = relay.stdin.take().expect("stdin");
     let mut output = tokio::io::BufReader::new(relay.stdout.take().expect("stdout"));
     let read_line = async |output: &mut tokio::io::BufReader<_>| {

@@ -706,17 +706,23 @@ impl Lab {
     }
 }
 
+/// Starts `command` with its stdin, stdout and stderr piped, killed when
+/// dropped.
+pub fn spawn_piped(mut command: tokio::process::Command) -> tokio::process::Child {
+    command
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn the peer's process")
+}
+
 impl Peer {
     /// Spawns `command` with piped stdio.
-    pub fn spawn(mut command: tokio::process::Command) -> Self {
+    pub fn spawn(command: tokio::process::Command) -> Self {
         use tokio::io::{AsyncBufReadExt, BufReader};
-        let mut child = command
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("spawn the peer's process");
+        let mut child = spawn_piped(command);
         let stdout = child.stdout.take().expect("piped stdout");
         let (tx, lines) = tokio::sync::mpsc::unbounded_channel();
         tokio::spawn(async move {
