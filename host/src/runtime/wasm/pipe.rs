@@ -58,25 +58,17 @@ impl Shared {
     }
 
     /// `AsyncRead::poll_read` for whichever end reads: no bytes at the end of
-    /// stream. The bytes are copied out of the pipe's buffer, which keeps
-    /// its allocation (taking them as [`Bytes`] would share it, and the next
-    /// write would allocate anew).
+    /// stream. The bytes are copied straight into `buf`.
     fn poll_read(&self, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let mut state = self.lock();
-        if !state.buf.is_empty() {
-            let n = buf.remaining().min(state.buf.len());
-            buf.put_slice(&state.buf[..n]);
-            bytes::Buf::advance(&mut state.buf, n);
-            taken(&mut state);
-            return Poll::Ready(Ok(()));
+        match take_with(&mut state, buf.remaining(), |bytes| buf.put_slice(bytes)) {
+            Took::Bytes(()) | Took::End => Poll::Ready(Ok(())),
+            Took::Nothing => {
+                state.reader_parked = true;
+                state.read_waker = Some(cx.waker().clone());
+                Poll::Pending
+            }
         }
-        if state.writer_closed {
-            state.reader_parked = false;
-            return Poll::Ready(Ok(()));
-        }
-        state.reader_parked = true;
-        state.read_waker = Some(cx.waker().clone());
-        Poll::Pending
     }
 
     /// Waits until the reader could take bytes or the stream ended.
@@ -137,40 +129,41 @@ impl Shared {
     }
 }
 
-/// What a reader found without waiting.
+/// What a reader found without waiting: the bytes (as the reader took
+/// them), the end of the stream, or nothing yet.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Took {
-    Bytes(Bytes),
+pub(crate) enum Took<T = Bytes> {
+    Bytes(T),
     End,
     Nothing,
 }
 
-/// Takes up to `max` bytes from a locked pipe, waking a waiting writer.
+/// Takes up to `max` bytes from a locked pipe as a [`Bytes`] of their own.
+/// A copy, not a share of the pipe's buffer: the guest's read hands
+/// wasmtime a `Vec`, which a sole `Bytes` becomes without a copy, and the
+/// buffer keeps its allocation for the next write.
 fn take(state: &mut State, max: usize) -> Took {
+    take_with(state, max, Bytes::copy_from_slice)
+}
+
+/// Takes up to `max` bytes from a locked pipe, handing them to `copy` (the
+/// buffer keeps its allocation), and wakes a waiting writer.
+fn take_with<T>(state: &mut State, max: usize, copy: impl FnOnce(&[u8]) -> T) -> Took<T> {
     if !state.buf.is_empty() {
         let n = max.min(state.buf.len());
-        // A copy, not a share of the pipe's buffer: the guest's read hands
-        // wasmtime a `Vec`, which a sole `Bytes` becomes without a copy,
-        // and the buffer keeps its allocation for the next write.
-        let bytes = Bytes::copy_from_slice(&state.buf[..n]);
+        let copied = copy(&state.buf[..n]);
         bytes::Buf::advance(&mut state.buf, n);
-        taken(state);
-        return Took::Bytes(bytes);
+        state.reader_parked = false;
+        if let Some(waker) = state.write_waker.take() {
+            waker.wake();
+        }
+        return Took::Bytes(copied);
     }
     if state.writer_closed {
         state.reader_parked = false;
         return Took::End;
     }
     Took::Nothing
-}
-
-/// After bytes were taken: the reader is not parked, and a writer waiting
-/// for room has some.
-fn taken(state: &mut State) {
-    state.reader_parked = false;
-    if let Some(waker) = state.write_waker.take() {
-        waker.wake();
-    }
 }
 
 /// Appends as much of `bytes` as there is room for, waking a waiting reader.
