@@ -411,15 +411,6 @@ impl InFlight {
         self.changed.notify_one();
     }
 
-    fn answered(&self, ids: Vec<String>) {
-        let mut requests = self.requests();
-        for id in ids {
-            requests.remove(&id);
-        }
-        drop(requests);
-        self.changed.notify_one();
-    }
-
     /// Forgets the request `id` answers, if it is one in flight.
     fn answer(&self, id: &str) {
         let removed = self.requests().remove(id).is_some();
@@ -768,8 +759,8 @@ async fn forward_inbound(
         // A request counts as in flight from its first bytes: should this
         // host die before the rest arrives, the relay answers it too.
         begun = in_flight_from_its_head(lines.partial(), begun, timeouts, &deadlines);
-        if !answered_here.is_empty() {
-            deadlines.answered(answered_here);
+        for id in &answered_here {
+            deadlines.answer(id);
         }
         if !answers.is_empty() && write_to_zot(&to_zot, &answers).await.is_err() {
             break;
