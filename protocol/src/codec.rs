@@ -29,9 +29,19 @@ pub trait Frame: DeserializeOwned + Serialize {
     fn decode_as(frame_type: &str, line: &[u8]) -> Option<serde_json::Result<Self>>;
 }
 
-/// Implements [`Frame`] for a frame enum from its wire types and variants.
+/// Implements [`Frame`] and `frame_type` for a frame enum from its wire
+/// types and variants: the one list of them.
 macro_rules! frame_types {
     ($frame:ident { $($wire:literal => $variant:ident,)* }) => {
+        impl $frame {
+            /// The frame's wire `type`.
+            pub fn frame_type(&self) -> &'static str {
+                match self {
+                    $(Self::$variant(_) => $wire,)*
+                }
+            }
+        }
+
         impl Frame for $frame {
             const TYPES: &'static [&'static str] = &[$($wire),*];
 

@@ -68,44 +68,6 @@ pub enum HostFrame {
     Shutdown(Shutdown),
 }
 
-impl ExtensionFrame {
-    /// The frame's wire `type`.
-    pub fn frame_type(&self) -> &'static str {
-        match self {
-            Self::Hello(_) => "hello",
-            Self::RegisterCommand(_) => "register_command",
-            Self::RegisterTool(_) => "register_tool",
-            Self::Subscribe(_) => "subscribe",
-            Self::Ready(_) => "ready",
-            Self::CommandResponse(_) => "command_response",
-            Self::ToolResult(_) => "tool_result",
-            Self::EventInterceptResponse(_) => "event_intercept_response",
-            Self::Notify(_) => "notify",
-            Self::ClearNotes(_) => "clear_notes",
-            Self::PanelRender(_) => "panel_render",
-            Self::PanelClose(_) => "panel_close",
-            Self::ShutdownAck(_) => "shutdown_ack",
-        }
-    }
-}
-
-impl HostFrame {
-    /// The frame's wire `type`.
-    pub fn frame_type(&self) -> &'static str {
-        match self {
-            Self::HelloAck(_) => "hello_ack",
-            Self::CommandInvoked(_) => "command_invoked",
-            Self::ToolCall(_) => "tool_call",
-            Self::Event(_) => "event",
-            Self::EventIntercept(_) => "event_intercept",
-            Self::PanelKey(_) => "panel_key",
-            Self::PanelResize(_) => "panel_resize",
-            Self::PanelClose(_) => "panel_close",
-            Self::Shutdown(_) => "shutdown",
-        }
-    }
-}
-
 /// `hello`: the extension's identity.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -60,7 +60,8 @@ fn every_extension_frame_round_trips() {
     let mut seen = std::collections::BTreeSet::new();
     for wire in frames {
         let frame_type = wire["type"].as_str().unwrap_or_default().to_owned();
-        round_trip::<ExtensionFrame>(wire);
+        let frame = round_trip::<ExtensionFrame>(wire);
+        assert_eq!(frame.frame_type(), frame_type);
         seen.insert(frame_type);
     }
     let all: std::collections::BTreeSet<String> = ExtensionFrame::TYPES
@@ -94,7 +95,8 @@ fn every_host_frame_round_trips() {
     let mut seen = std::collections::BTreeSet::new();
     for wire in frames {
         let frame_type = wire["type"].as_str().unwrap_or_default().to_owned();
-        round_trip::<HostFrame>(wire);
+        let frame = round_trip::<HostFrame>(wire);
+        assert_eq!(frame.frame_type(), frame_type);
         seen.insert(frame_type);
     }
     let all: std::collections::BTreeSet<String> =
