@@ -389,31 +389,121 @@ impl Timeouts {
     }
 }
 
+/// How long a change to the requests in flight may wait before a relay is
+/// told of it, riding with the changes after it: a relay needs them only if
+/// its host dies, and telling it of every call would cost each call a
+/// message and a wake-up of the relay.
+pub(crate) const IN_FLIGHT_COALESCE: Duration = Duration::from_millis(5);
+
+/// How long a request waits for the relay to be told of it before it goes
+/// to the guest all the same (the relay's socket stalled: the relay is
+/// ending, and so is this instance).
+const TOLD_PATIENCE: Duration = Duration::from_secs(1);
+
 /// Requests zot made that the extension has not answered yet, by id, with
 /// their type and deadline.
+///
+/// In the shared host, each instance's relay is told of them
+/// ([`InFlight::told_to_a_relay`]), so that it can answer them itself
+/// should the host die. Rule: **a request reaches the guest only after the
+/// relay knows of it**, unless a report is already due within
+/// [`IN_FLIGHT_COALESCE`] (a burst of calls), in which case it rides with
+/// that report. A host killed as a lone call reaches its guest (the usual
+/// case under zot: a model calls a tool now and then) cannot lose it.
 #[derive(Debug, Default)]
 pub(crate) struct InFlight {
     // A plain mutex: it is never held across an await, and every frame
     // takes it once.
-    requests: std::sync::Mutex<HashMap<String, (&'static str, Instant)>>,
+    requests: std::sync::Mutex<Requests>,
     changed: tokio::sync::Notify,
+    relay: Option<RelayReports>,
+}
+
+#[derive(Debug, Default)]
+struct Requests {
+    by_id: HashMap<String, (&'static str, Instant)>,
+    /// Changes so far: what a report covers when it is taken.
+    changes: u64,
+}
+
+/// What an instance's relay has been told of its requests.
+#[derive(Debug)]
+struct RelayReports {
+    /// The changes the relay has been told of (`u64::MAX`: it will be told
+    /// of nothing more, so nothing waits for it).
+    told: watch::Sender<u64>,
+    /// A report is due within [`IN_FLIGHT_COALESCE`]: changes ride with it.
+    due: std::sync::atomic::AtomicBool,
+    /// A request waits for the relay: the next report goes at once.
+    urgent: std::sync::atomic::AtomicBool,
+}
+
+/// A report of the requests in flight for a relay.
+#[derive(Debug)]
+pub(crate) struct InFlightReport {
+    /// The changes it covers (for [`InFlight::told`]).
+    pub(crate) changes: u64,
+    /// `(id, type)` of every request in flight.
+    pub(crate) requests: Vec<(String, String)>,
 }
 
 impl InFlight {
-    fn requests(&self) -> std::sync::MutexGuard<'_, HashMap<String, (&'static str, Instant)>> {
+    /// Requests a relay is told of (see the rule above).
+    pub(crate) fn told_to_a_relay() -> Self {
+        Self {
+            relay: Some(RelayReports {
+                told: watch::Sender::new(0),
+                due: false.into(),
+                urgent: false.into(),
+            }),
+            ..Self::default()
+        }
+    }
+
+    fn requests(&self) -> std::sync::MutexGuard<'_, Requests> {
         self.requests
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn insert(&self, id: String, frame_type: &'static str, deadline: Instant) {
-        self.requests().insert(id, (frame_type, deadline));
+    /// Counts a request in flight. `Some(changes)` when a relay is to be
+    /// told of it at once: the request waits for that
+    /// ([`InFlight::known_to_the_relay`]) before it reaches the guest.
+    fn insert(&self, id: String, frame_type: &'static str, deadline: Instant) -> Option<u64> {
+        use std::sync::atomic::Ordering;
+        let changes = {
+            let mut requests = self.requests();
+            requests.by_id.insert(id, (frame_type, deadline));
+            requests.changes += 1;
+            requests.changes
+        };
+        // Urgent first, due second; the reporter sets due first, urgent
+        // second: whichever order they meet in, a request that found no
+        // report due is seen as urgent by the reporter. A request that
+        // finds one due takes back only an urgency it raised itself.
+        let urgent = self.relay.as_ref().and_then(|relay| {
+            let raised = !relay.urgent.swap(true, Ordering::SeqCst);
+            if relay.due.load(Ordering::SeqCst) {
+                if raised {
+                    relay.urgent.store(false, Ordering::SeqCst);
+                }
+                None
+            } else {
+                Some(changes)
+            }
+        });
         self.changed.notify_one();
+        urgent
     }
 
     /// Forgets the request `id` answers, if it is one in flight.
     fn answer(&self, id: &str) {
-        let removed = self.requests().remove(id).is_some();
+        let removed = {
+            let mut requests = self.requests();
+            let removed = requests.by_id.remove(id).is_some();
+            requests.changes += u64::from(removed);
+            removed
+        };
         if removed {
             self.changed.notify_one();
         }
@@ -422,9 +512,10 @@ impl InFlight {
     /// Forgets the requests past their deadline; whether there were any.
     fn expire(&self, now: Instant) -> bool {
         let mut requests = self.requests();
-        let before = requests.len();
-        requests.retain(|_, (_, at)| *at > now);
-        let expired = before != requests.len();
+        let before = requests.by_id.len();
+        requests.by_id.retain(|_, (_, at)| *at > now);
+        let expired = before != requests.by_id.len();
+        requests.changes += u64::from(expired);
         drop(requests);
         if expired {
             self.changed.notify_one();
@@ -437,15 +528,68 @@ impl InFlight {
         self.changed.notified().await;
     }
 
-    /// `(id, type)` of every request in flight.
-    pub(crate) fn snapshot(&self) -> Vec<(String, String)> {
-        let mut all: Vec<(String, String)> = self
-            .requests()
+    /// The requests in flight and the changes they reflect.
+    pub(crate) fn report(&self) -> InFlightReport {
+        let requests = self.requests();
+        let mut all: Vec<(String, String)> = requests
+            .by_id
             .iter()
             .map(|(id, (frame_type, _))| (id.clone(), (*frame_type).to_owned()))
             .collect();
         all.sort_unstable();
-        all
+        InFlightReport {
+            changes: requests.changes,
+            requests: all,
+        }
+    }
+
+    /// For the reporter, after [`InFlight::changed`] and again after
+    /// [`InFlight::set_due`]: whether a request waits to be reported (send
+    /// at once) rather than a change that may ride with a later report.
+    pub(crate) fn take_urgent(&self) -> bool {
+        self.relay.as_ref().is_some_and(|relay| {
+            relay
+                .urgent
+                .swap(false, std::sync::atomic::Ordering::SeqCst)
+        })
+    }
+
+    /// For the reporter: whether a report is due (changes until then ride
+    /// with it instead of being sent at once).
+    pub(crate) fn set_due(&self, due: bool) {
+        if let Some(relay) = &self.relay {
+            relay.due.store(due, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    /// For the reporter: the relay has been told of `changes`.
+    pub(crate) fn told(&self, changes: u64) {
+        if let Some(relay) = &self.relay {
+            relay.told.send_if_modified(|told| {
+                let newer = changes > *told;
+                *told = (*told).max(changes);
+                newer
+            });
+        }
+    }
+
+    /// For the reporter, when it ends: nothing waits for the relay any more.
+    pub(crate) fn stop_telling(&self) {
+        self.told(u64::MAX);
+    }
+
+    /// Waits until the relay (if any) knows of `changes` (bounded by
+    /// [`TOLD_PATIENCE`]).
+    async fn known_to_the_relay(&self, changes: u64) {
+        let Some(relay) = &self.relay else { return };
+        let mut told = relay.told.subscribe();
+        let known = tokio::time::timeout(TOLD_PATIENCE, told.wait_for(|told| *told >= changes));
+        if known.await.is_err() {
+            tracing::warn!(
+                "the relay was not told of a request within {} ms; it goes to the guest all the same",
+                TOLD_PATIENCE.as_millis()
+            );
+        }
     }
 }
 
@@ -692,6 +836,8 @@ async fn forward_inbound(
         out.clear();
         answers.clear();
         let mut answered_here = Vec::new();
+        // The latest change a relay must know of before the guest sees it.
+        let mut tell = None;
         while let Some(line) = lines.next() {
             let (bytes, seen) = match line {
                 Line::Complete(bytes) => (bytes, peek_borrowed(bytes)),
@@ -750,8 +896,11 @@ async fn forward_inbound(
                 },
                 other => other.and_then(|frame_type| timeouts.request(frame_type)),
             };
-            if let (Some((frame_type, timeout)), Some(id)) = (request, seen.id) {
-                deadlines.insert(id.into_owned(), frame_type, Instant::now() + timeout);
+            if let (Some((frame_type, timeout)), Some(id)) = (request, seen.id)
+                && let Some(changes) =
+                    deadlines.insert(id.into_owned(), frame_type, Instant::now() + timeout)
+            {
+                tell = Some(changes);
             }
             out.extend_from_slice(bytes);
             out.push(b'\n');
@@ -764,6 +913,9 @@ async fn forward_inbound(
         }
         if !answers.is_empty() && write_to_zot(&to_zot, &answers).await.is_err() {
             break;
+        }
+        if let Some(changes) = tell {
+            deadlines.known_to_the_relay(changes).await;
         }
         if to_guest.write_all(&out).await.is_err() || to_guest.flush().await.is_err() {
             break;
@@ -796,7 +948,8 @@ fn in_flight_from_its_head(
         return begun;
     };
     if begun.as_deref() != Some(id.as_str()) {
-        deadlines.insert(id.clone(), frame_type, Instant::now() + timeout);
+        // Nothing of it reaches the guest yet, so nothing waits for the relay.
+        let _ = deadlines.insert(id.clone(), frame_type, Instant::now() + timeout);
     }
     Some(id)
 }
@@ -811,5 +964,67 @@ fn answer_unreadable(undecoded: &Undecoded, answers: &mut Vec<u8>) {
             answers.extend_from_slice(&line);
         }
         _ => tracing::warn!("dropped a line from zot: {undecoded}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn soon() -> Instant {
+        Instant::now() + Duration::from_secs(60)
+    }
+
+    #[test]
+    fn without_a_relay_no_request_waits() {
+        let in_flight = InFlight::default();
+        assert_eq!(in_flight.insert("a".into(), "tool_call", soon()), None);
+        assert!(!in_flight.take_urgent());
+        assert_eq!(
+            in_flight.report().requests,
+            [("a".into(), "tool_call".into())]
+        );
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_lone_request_waits_for_the_relay_and_a_burst_rides_with_a_due_report() {
+        let in_flight = Arc::new(InFlight::told_to_a_relay());
+        // Quiet: the request is reported at once, and waits for that.
+        let changes = in_flight.insert("a".into(), "tool_call", soon());
+        assert_eq!(changes, Some(1));
+        assert!(in_flight.take_urgent());
+        assert!(!in_flight.take_urgent(), "taken once");
+        let waiting = tokio::spawn({
+            let in_flight = in_flight.clone();
+            async move { in_flight.known_to_the_relay(1).await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "it waits until the relay is told");
+        let report = in_flight.report();
+        assert_eq!(report.changes, 1);
+        in_flight.told(report.changes);
+        let waited = tokio::time::timeout(Duration::from_secs(5), waiting).await;
+        assert!(matches!(waited, Ok(Ok(()))), "{waited:?}");
+        // A report is due: the next changes ride with it.
+        in_flight.answer("a");
+        in_flight.set_due(true);
+        assert_eq!(
+            in_flight.insert("b".into(), "command_invoked", soon()),
+            None
+        );
+        assert!(!in_flight.take_urgent());
+        let report = in_flight.report();
+        assert_eq!(
+            (report.changes, report.requests),
+            (3, vec![("b".into(), "command_invoked".into())])
+        );
+        // The reporter gone: nothing waits for it.
+        in_flight.set_due(false);
+        let changes = in_flight.insert("c".into(), "tool_call", soon());
+        assert_eq!(changes, Some(4));
+        in_flight.stop_telling();
+        let waited =
+            tokio::time::timeout(Duration::from_secs(5), in_flight.known_to_the_relay(4)).await;
+        assert!(waited.is_ok());
     }
 }

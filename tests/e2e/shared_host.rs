@@ -385,6 +385,44 @@ async fn a_host_killed_mid_call_fails_the_call_and_the_extension_comes_back() {
     assert_eq!(end.status.code(), Some(0), "{end:#?}");
 }
 
+/// The host dies the moment a lone call reaches its guest (here: as soon as
+/// the guest says it has it): the relay knew of the call before the guest
+/// did, so it answers it, instead of zot waiting on a call no one holds.
+/// (Reports of the requests in flight were coalesced over 5 ms, and a host
+/// killed within them lost the call: this test failed.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_killed_as_a_lone_call_reaches_its_guest_fails_that_call() {
+    let lab = Lab::new();
+    let (mut zot, old) = answering_hostile(&lab).await;
+    // Quiet first: no report of the earlier call is still due.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    zot.send(&json!({"type": "tool_call", "id": "lone", "name": "hold", "args": {}}))
+        .await;
+    let holding = zot.recv().await;
+    assert_eq!(
+        (&holding["type"], &holding["message"]),
+        (&json!("notify"), &json!("holding")),
+        "{}",
+        zot.describe()
+    );
+    kill_host(old);
+    let failed = zot.recv().await;
+    assert_eq!(
+        (&failed["type"], &failed["id"], &failed["is_error"]),
+        (&json!("tool_result"), &json!("lone"), &json!(true)),
+        "{}",
+        zot.describe()
+    );
+    let note = zot.recv().await;
+    assert_eq!(note["type"], "notify", "{note}");
+    assert_eq!(
+        call(&mut zot, "e2", "echo", json!({"text": "after"})).await,
+        (false, "after".to_owned())
+    );
+    let end = finish(zot).await;
+    assert_eq!(end.status.code(), Some(0), "{end:#?}");
+}
+
 /// The host dies having read only the first part of a request's line: the
 /// relay answers that request too, and the rest of the line, which the next
 /// host reads first, reaches no guest.

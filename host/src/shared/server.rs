@@ -23,11 +23,6 @@ use crate::runtime::Launcher;
 /// How long a new connection may take to send its request.
 const REQUEST_PATIENCE: Duration = Duration::from_secs(10);
 
-/// How long a change to the requests in flight waits before it is reported:
-/// a relay needs them only if the host dies, and a call that comes and goes
-/// within it costs no report at all.
-const IN_FLIGHT_COALESCE: Duration = Duration::from_millis(5);
-
 /// How a host runs.
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
@@ -394,7 +389,7 @@ async fn instance(
     let (abandon_tx, abandon_rx) = watch::channel(false);
     let tap = Tap {
         hello_ack: Some(hello_tx),
-        in_flight: Arc::default(),
+        in_flight: Arc::new(bridge::InFlight::told_to_a_relay()),
         resume: resume.map(String::into_bytes),
         abandoned: Some(abandon_rx),
     };
@@ -402,7 +397,8 @@ async fn instance(
     let (cut_tx, mut cut_rx) = watch::channel(false);
     let writer = Arc::new(tokio::sync::Mutex::new(writer));
     // Tells the relay what it needs if this host dies: zot's `hello_ack`,
-    // the requests in flight (coalesced) and, at once, whether zot's stdout
+    // the requests in flight (a lone request at once, the rest of a burst
+    // coalesced; see `bridge::InFlight`) and, at once, whether zot's stdout
     // stands inside a line.
     let reporter = tokio::spawn({
         let writer = writer.clone();
@@ -414,7 +410,7 @@ async fn instance(
             // the others still do.
             let (mut hello_open, mut cut_open) = (true, true);
             loop {
-                let reply = tokio::select! {
+                let (reply, told) = tokio::select! {
                     changed = hello_rx.changed(), if hello_open => {
                         if changed.is_err() {
                             hello_open = false;
@@ -424,27 +420,44 @@ async fn instance(
                         let Some(line) = line else { continue };
                         let line = String::from_utf8_lossy(&line).into_owned();
                         note_workspace(&state, id, &line);
-                        Reply::HelloAck { line }
+                        (Reply::HelloAck { line }, None)
                     }
                     changed = cut_rx.changed(), if cut_open => {
                         if changed.is_err() {
                             cut_open = false;
                             continue;
                         }
-                        Reply::Cut { inside: *cut_rx.borrow_and_update() }
+                        (Reply::Cut { inside: *cut_rx.borrow_and_update() }, None)
                     }
+                    // Not woken by every change while a report is due:
+                    // no request can be urgent then.
                     () = in_flight.changed(), if due.is_none() => {
-                        due = Some(tokio::time::Instant::now() + IN_FLIGHT_COALESCE);
-                        continue;
+                        if !in_flight.take_urgent() {
+                            in_flight.set_due(true);
+                            // A request that found no report due yet.
+                            if !in_flight.take_urgent() {
+                                due = Some(tokio::time::Instant::now() + bridge::IN_FLIGHT_COALESCE);
+                                continue;
+                            }
+                            in_flight.set_due(false);
+                        }
+                        // A request waits for this report before it
+                        // reaches the guest.
+                        in_flight_reply(&in_flight)
                     }
                     () = tokio::time::sleep_until(due.unwrap_or_else(tokio::time::Instant::now)),
                         if due.is_some() => {
                         due = None;
-                        Reply::InFlight { requests: in_flight.snapshot() }
+                        in_flight.set_due(false);
+                        in_flight_reply(&in_flight)
                     }
                 };
                 if send(&mut *writer.lock().await, &reply).await.is_err() {
+                    in_flight.stop_telling();
                     return;
+                }
+                if let Some(changes) = told {
+                    in_flight.told(changes);
                 }
             }
         }
@@ -479,6 +492,17 @@ async fn instance(
     if let Ok(mut all) = state.instances.lock() {
         all.remove(&id);
     }
+}
+
+/// The report of `in_flight` for the relay, and the changes it covers.
+fn in_flight_reply(in_flight: &bridge::InFlight) -> (Reply, Option<u64>) {
+    let report = in_flight.report();
+    (
+        Reply::InFlight {
+            requests: report.requests,
+        },
+        Some(report.changes),
+    )
 }
 
 /// Records the workspace zot named for instance `id`.

@@ -79,6 +79,19 @@ fn tools() -> Extension {
             },
         )
         .tool(
+            "hold",
+            "Say it has the call (a `notify`), then never answer.",
+            schema::object(),
+            |ctx, _args: serde::de::IgnoredAny| {
+                ctx.notify(zotbox_guest::Level::Info, "holding");
+                loop {
+                    std::thread::sleep(std::time::Duration::from_secs(3600));
+                }
+                #[allow(unreachable_code)]
+                ToolOutput::text("unreachable")
+            },
+        )
+        .tool(
             "alloc",
             "Allocate without bound.",
             schema::object(),
