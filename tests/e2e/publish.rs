@@ -190,3 +190,51 @@ fn a_packed_signed_and_indexed_extension_verifies_with_the_library() {
         Err(RegistryError::UnknownKey { key, .. }) if key == registry_public.id()
     ));
 }
+
+/// `ext sign` reads the archive it is given as the registry does: a FIFO
+/// (which a plain open would block on for good) or a file over the install
+/// cap is refused with a reason, not read.
+#[test]
+fn signing_refuses_what_is_no_archive_without_reading_it() {
+    let lab = Lab::new();
+    let key = lab.dev.join("publisher.key");
+    keygen(&lab, &key);
+    let fifo = lab.dev.join("pipe.tar.gz");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let huge = lab.dev.join("huge.tar.gz");
+    std::fs::File::create(&huge)
+        .unwrap()
+        .set_len(zotbox::store::install::MAX_INSTALL_BYTES + 1)
+        .unwrap();
+    for (archive, problem) in [
+        (
+            &fifo,
+            "is not a regular file (a link, a FIFO or a device?)".to_owned(),
+        ),
+        (
+            &huge,
+            format!(
+                "is larger than {} bytes",
+                zotbox::store::install::MAX_INSTALL_BYTES
+            ),
+        ),
+    ] {
+        let run = lab.zotbox(&[
+            "ext",
+            "sign",
+            archive.to_str().unwrap(),
+            "--key",
+            key.to_str().unwrap(),
+        ]);
+        run.expect_code(1);
+        assert_eq!(
+            run.stderr,
+            format!(
+                "error: archive `{}` refused: {problem}\n",
+                archive.display()
+            ),
+            "{run:#?}"
+        );
+        assert!(!PathBuf::from(format!("{}.minisig", archive.display())).exists());
+    }
+}

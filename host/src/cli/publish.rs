@@ -1,13 +1,12 @@
 //! Authoring for a registry: `zotbox keygen`, `zotbox ext pack`, `zotbox
 //! ext sign` and `zotbox registry index`.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::{Context as _, Result, bail};
 
 use super::output::json_line;
 use super::{Context, EXIT_OK};
-use zotbox::store::install::MAX_INSTALL_BYTES;
 use zotbox::store::pack;
 use zotbox::store::registry::{self, UtcTime};
 use zotbox::store::signature::{self, SecretKey};
@@ -144,7 +143,7 @@ pub(crate) struct SignArgs {
 impl SignArgs {
     pub(crate) async fn run(self, context: &Context) -> Result<u8> {
         let key = SecretKey::load(&self.key)?;
-        let bytes = read_capped(&self.archive, MAX_INSTALL_BYTES)?;
+        let bytes = registry::build::read_archive(&self.archive)?;
         let name = self
             .archive
             .file_name()
@@ -264,22 +263,4 @@ impl RegistryCommand {
         }
         Ok(EXIT_OK)
     }
-}
-
-fn read_capped(path: &Path, cap: u64) -> Result<Vec<u8>> {
-    use std::io::Read as _;
-    let file =
-        std::fs::File::open(path).with_context(|| format!("cannot read `{}`", path.display()))?;
-    let mut bytes = Vec::new();
-    file.take(cap + 1)
-        .read_to_end(&mut bytes)
-        .with_context(|| format!("cannot read `{}`", path.display()))?;
-    if bytes.len() as u64 > cap {
-        bail!(
-            "`{}` is larger than {} MiB; an archive is at most what an install copies",
-            path.display(),
-            cap / (1024 * 1024)
-        );
-    }
-    Ok(bytes)
 }

@@ -162,7 +162,7 @@ fn entry_of(path: &Path, base_url: Option<&str>) -> Result<Entry, RegistryError>
         path: path.to_owned(),
         problem,
     };
-    let bytes = read_capped(path, MAX_INSTALL_BYTES)?;
+    let bytes = read_archive(path)?;
     let packed = Packed::read(&bytes).map_err(refused)?;
     let manifest = packed.manifest().map_err(refused)?;
     let capabilities = packed.declared(&manifest).map_err(refused)?;
@@ -220,6 +220,18 @@ fn entry_of(path: &Path, base_url: Option<&str>) -> Result<Entry, RegistryError>
     })
 }
 
+/// The bytes of the packed extension at `path` (`ext pack`'s output): a
+/// regular file (never a link, a FIFO or a device) of at most what an
+/// install copies ([`MAX_INSTALL_BYTES`]).
+///
+/// # Errors
+///
+/// [`RegistryError::Archive`] for anything else, [`RegistryError::Io`]
+/// when it cannot be read.
+pub fn read_archive(path: &Path) -> Result<Vec<u8>, RegistryError> {
+    read_capped(path, MAX_INSTALL_BYTES)
+}
+
 fn read_capped(path: &Path, cap: u64) -> Result<Vec<u8>, RegistryError> {
     let io = |error| RegistryError::Io {
         action: "read",
@@ -231,7 +243,7 @@ fn read_capped(path: &Path, cap: u64) -> Result<Vec<u8>, RegistryError> {
         Err(err) if err.kind() == std::io::ErrorKind::InvalidInput => {
             return Err(RegistryError::Archive {
                 path: path.to_owned(),
-                problem: "is not a regular file (a symlink?)".to_owned(),
+                problem: "is not a regular file (a link, a FIFO or a device?)".to_owned(),
             });
         }
         Err(err) => return Err(io(err)),
@@ -405,7 +417,7 @@ mod tests {
             assert_eq!(
                 refused,
                 Some(format!(
-                    "archive `{shown}` refused: is not a regular file (a symlink?)"
+                    "archive `{shown}` refused: is not a regular file (a link, a FIFO or a device?)"
                 ))
             );
         }
