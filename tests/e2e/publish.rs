@@ -42,6 +42,17 @@ fn keygen(lab: &Lab, path: &Path) -> PublicKey {
     key
 }
 
+/// `zotbox ext sign ARCHIVE --key KEY`.
+fn sign(lab: &Lab, archive: &Path, key: &Path) -> crate::support::Run {
+    lab.zotbox(&[
+        "ext",
+        "sign",
+        archive.to_str().unwrap(),
+        "--key",
+        key.to_str().unwrap(),
+    ])
+}
+
 #[test]
 fn a_packed_signed_and_indexed_extension_verifies_with_the_library() {
     let lab = Lab::new();
@@ -93,14 +104,7 @@ fn a_packed_signed_and_indexed_extension_verifies_with_the_library() {
     .expect_code(0);
     assert_eq!(std::fs::read(&again).unwrap(), bytes);
 
-    lab.zotbox(&[
-        "ext",
-        "sign",
-        archive.to_str().unwrap(),
-        "--key",
-        publisher_key.to_str().unwrap(),
-    ])
-    .expect_code(0);
+    sign(&lab, &archive, &publisher_key).expect_code(0);
     assert!(site.join("hello-1.0.0.tar.gz.minisig").is_file());
 
     let index_run = |lab: &Lab| {
@@ -219,13 +223,7 @@ fn signing_refuses_what_is_no_archive_without_reading_it() {
             ),
         ),
     ] {
-        let run = lab.zotbox(&[
-            "ext",
-            "sign",
-            archive.to_str().unwrap(),
-            "--key",
-            key.to_str().unwrap(),
-        ]);
+        let run = sign(&lab, archive, &key);
         run.expect_code(1);
         assert_eq!(
             run.stderr,

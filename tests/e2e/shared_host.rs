@@ -137,6 +137,23 @@ fn kill_host(pid: i32) {
     .expect("kill -9 the host");
 }
 
+/// `kill -9` of the host `pid`, then what zot must see from the relay: the
+/// request `id` failed, then the `notify` that the extension restarted
+/// (both returned for a closer look).
+async fn kill_host_expecting_failed(zot: &mut Peer, pid: i32, id: &str) -> (Value, Value) {
+    kill_host(pid);
+    let failed = zot.recv().await;
+    assert_eq!(
+        (&failed["type"], &failed["id"], &failed["is_error"]),
+        (&json!("tool_result"), &json!(id), &json!(true)),
+        "{}",
+        zot.describe()
+    );
+    let note = zot.recv().await;
+    assert_eq!(note["type"], "notify", "{note}");
+    (failed, note)
+}
+
 /// zot's end of a relay of the `hostile` guest that has answered one call,
 /// and the pid of the host running it.
 async fn answering_hostile(lab: &Lab) -> (Peer, i32) {
@@ -347,19 +364,15 @@ async fn a_host_killed_mid_call_fails_the_call_and_the_extension_comes_back() {
     let seen = zot.transcript.len();
     zot.send(&json!({"type": "tool_call", "id": "doomed", "name": "spin", "args": {}}))
         .await;
-    // The relay hears of the call in flight (reports are coalesced).
+    // The host reads the call (and, a lone call, tells the relay of it
+    // before its guest has it); the guest spins.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    kill_host(old);
-    let failed = zot.recv().await;
-    assert_eq!(failed["type"], "tool_result", "{failed}");
-    assert_eq!(failed["id"], "doomed");
-    assert_eq!(failed["is_error"], true);
+    let (failed, note) = kill_host_expecting_failed(&mut zot, old, "doomed").await;
     assert_eq!(
         failed["content"][0]["text"],
         "the zotbox host running extension `hostile` ended before it answered; \
          the extension was restarted: try again"
     );
-    let note = zot.recv().await;
     assert_eq!(
         note,
         json!({"type": "notify", "level": "warn",
@@ -405,16 +418,7 @@ async fn a_host_killed_as_a_lone_call_reaches_its_guest_fails_that_call() {
         "{}",
         zot.describe()
     );
-    kill_host(old);
-    let failed = zot.recv().await;
-    assert_eq!(
-        (&failed["type"], &failed["id"], &failed["is_error"]),
-        (&json!("tool_result"), &json!("lone"), &json!(true)),
-        "{}",
-        zot.describe()
-    );
-    let note = zot.recv().await;
-    assert_eq!(note["type"], "notify", "{note}");
+    kill_host_expecting_failed(&mut zot, old, "lone").await;
     assert_eq!(
         call(&mut zot, "e2", "echo", json!({"text": "after"})).await,
         (false, "after".to_owned())
@@ -436,18 +440,9 @@ async fn a_host_killed_inside_a_line_of_zots_fails_that_request_and_drops_its_re
         + "\n";
     let (head, rest) = line.split_at(200);
     zot.send_bytes(head.as_bytes()).await;
-    // The host reads the head and reports it in flight (coalesced).
+    // The host reads the head and tells the relay of the request in it.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    kill_host(old);
-    let failed = zot.recv().await;
-    assert_eq!(
-        (&failed["type"], &failed["id"], &failed["is_error"]),
-        (&json!("tool_result"), &json!("cut"), &json!(true)),
-        "{}",
-        zot.describe()
-    );
-    let note = zot.recv().await;
-    assert_eq!(note["type"], "notify", "{note}");
+    kill_host_expecting_failed(&mut zot, old, "cut").await;
     let seen = zot.transcript.len();
     zot.send_bytes(rest.as_bytes()).await;
     assert_eq!(
