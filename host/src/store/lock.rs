@@ -361,11 +361,12 @@ fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>, L
             });
         }
     };
-    let bytes =
-        crate::user_file::read_at_most(file, MAX_LOCK_BYTES).map_err(|source| LockError::Read {
+    let bytes = crate::user_file::read_file_at_most(file, MAX_LOCK_BYTES).map_err(|source| {
+        LockError::Read {
             path: path.to_owned(),
             source,
-        })?;
+        }
+    })?;
     let parse = |detail: String| LockError::Parse {
         path: path.to_owned(),
         detail,

@@ -147,7 +147,7 @@ impl TrustStore {
             Err(source) => return Err(TrustError::Read { path, source }),
         };
         let bytes =
-            crate::user_file::read_at_most(file, MAX_TRUST_FILE_BYTES).map_err(|source| {
+            crate::user_file::read_file_at_most(file, MAX_TRUST_FILE_BYTES).map_err(|source| {
                 TrustError::Read {
                     path: path.clone(),
                     source,

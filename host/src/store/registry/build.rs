@@ -248,7 +248,7 @@ fn read_capped(path: &Path, cap: u64) -> Result<Vec<u8>, RegistryError> {
         }
         Err(err) => return Err(io(err)),
     };
-    crate::user_file::read_at_most(file, cap)
+    crate::user_file::read_file_at_most(file, cap)
         .map_err(io)?
         .ok_or_else(|| RegistryError::Archive {
             path: path.to_owned(),
