@@ -477,10 +477,9 @@ impl InFlight {
             requests.changes += 1;
             requests.changes
         };
-        // Urgent first, due second; the reporter sets due first, urgent
-        // second: whichever order they meet in, a request that found no
-        // report due is seen as urgent by the reporter. A request that
-        // finds one due takes back only an urgency it raised itself.
+        // Urgent first, due second (see `report_at_once` for the other
+        // half). A request that finds a report due takes back only an
+        // urgency it raised itself.
         let urgent = self.relay.as_ref().and_then(|relay| {
             let raised = !relay.urgent.swap(true, Ordering::SeqCst);
             if relay.due.load(Ordering::SeqCst) {
@@ -543,10 +542,36 @@ impl InFlight {
         }
     }
 
-    /// For the reporter, after [`InFlight::changed`] and again after
-    /// [`InFlight::set_due`]: whether a request waits to be reported (send
-    /// at once) rather than a change that may ride with a later report.
-    pub(crate) fn take_urgent(&self) -> bool {
+    /// For the reporter, after [`InFlight::changed`] while no report is
+    /// due: `true` when a request waits for a report (send one at once);
+    /// else a report is now due, within [`IN_FLIGHT_COALESCE`] (then
+    /// [`InFlight::report_due`]), and the changes until then ride with it.
+    ///
+    /// Due first, urgent second, where [`InFlight::insert`] raises urgent
+    /// first and looks at due second: whichever order the two meet in, a
+    /// request that found no report due is reported at once.
+    pub(crate) fn report_at_once(&self) -> bool {
+        if self.take_urgent() {
+            return true;
+        }
+        self.set_due(true);
+        // A request that found no report due yet.
+        let urgent = self.take_urgent();
+        if urgent {
+            self.set_due(false);
+        }
+        urgent
+    }
+
+    /// For the reporter, when the report due is: the report; no report is
+    /// due any more.
+    pub(crate) fn report_due(&self) -> InFlightReport {
+        self.set_due(false);
+        self.report()
+    }
+
+    /// Whether a request waits to be reported; taken once.
+    fn take_urgent(&self) -> bool {
         self.relay.as_ref().is_some_and(|relay| {
             relay
                 .urgent
@@ -554,9 +579,9 @@ impl InFlight {
         })
     }
 
-    /// For the reporter: whether a report is due (changes until then ride
-    /// with it instead of being sent at once).
-    pub(crate) fn set_due(&self, due: bool) {
+    /// Whether a report is due (changes until then ride with it instead of
+    /// being sent at once).
+    fn set_due(&self, due: bool) {
         if let Some(relay) = &self.relay {
             relay.due.store(due, std::sync::atomic::Ordering::SeqCst);
         }
@@ -973,6 +998,19 @@ mod tests {
 
     fn soon() -> Instant {
         Instant::now() + Duration::from_secs(60)
+    }
+
+    #[test]
+    fn the_reporter_sends_at_once_only_for_a_request_that_found_no_report_due() {
+        let in_flight = InFlight::told_to_a_relay();
+        // An answer, say: a report becomes due, and a request rides with it.
+        assert!(!in_flight.report_at_once());
+        assert_eq!(in_flight.insert("a".into(), "tool_call", soon()), None);
+        assert_eq!(in_flight.report_due().requests.len(), 1);
+        // None due any more: the next request is reported at once.
+        assert_eq!(in_flight.insert("b".into(), "tool_call", soon()), Some(2));
+        assert!(in_flight.report_at_once());
+        assert!(!in_flight.report_at_once(), "once");
     }
 
     #[test]

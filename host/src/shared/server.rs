@@ -432,24 +432,18 @@ async fn instance(
                     // Not woken by every change while a report is due:
                     // no request can be urgent then.
                     () = in_flight.changed(), if due.is_none() => {
-                        if !in_flight.take_urgent() {
-                            in_flight.set_due(true);
-                            // A request that found no report due yet.
-                            if !in_flight.take_urgent() {
-                                due = Some(tokio::time::Instant::now() + bridge::IN_FLIGHT_COALESCE);
-                                continue;
-                            }
-                            in_flight.set_due(false);
+                        if !in_flight.report_at_once() {
+                            due = Some(tokio::time::Instant::now() + bridge::IN_FLIGHT_COALESCE);
+                            continue;
                         }
                         // A request waits for this report before it
                         // reaches the guest.
-                        in_flight_reply(&in_flight)
+                        in_flight_reply(in_flight.report())
                     }
                     () = tokio::time::sleep_until(due.unwrap_or_else(tokio::time::Instant::now)),
                         if due.is_some() => {
                         due = None;
-                        in_flight.set_due(false);
-                        in_flight_reply(&in_flight)
+                        in_flight_reply(in_flight.report_due())
                     }
                 };
                 if send(&mut *writer.lock().await, &reply).await.is_err() {
@@ -494,9 +488,9 @@ async fn instance(
     }
 }
 
-/// The report of `in_flight` for the relay, and the changes it covers.
-fn in_flight_reply(in_flight: &bridge::InFlight) -> (Reply, Option<u64>) {
-    let report = in_flight.report();
+/// A report of the requests in flight for the relay, and the changes it
+/// covers.
+fn in_flight_reply(report: bridge::InFlightReport) -> (Reply, Option<u64>) {
     (
         Reply::InFlight {
             requests: report.requests,
