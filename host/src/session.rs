@@ -561,8 +561,17 @@ impl Inner {
     }
 
     fn current_reason(&self) -> Closed {
-        if let Some(reason) = &lock(&self.pending).closed {
-            return reason.clone();
+        {
+            let pending = lock(&self.pending);
+            if let Some(reason) = &pending.closed {
+                return reason.clone();
+            }
+            // A shutdown under way is why, whatever ends first: a call whose
+            // request meets the writer already closed by `shutdown`, before
+            // `close` has run, fails as `close` would fail it.
+            if pending.shutting_down {
+                return Closed::ShutDown;
+            }
         }
         match &*self.exit.borrow() {
             Some(exit) => Closed::Exited(exit.clone()),
