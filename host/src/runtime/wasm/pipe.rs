@@ -71,6 +71,37 @@ impl Shared {
         }
     }
 
+    /// Takes up to `max` bytes (at least one), or waits for them: a
+    /// blocking read in one poll, with no future of its own.
+    fn poll_take(&self, cx: &mut Context<'_>, max: usize) -> Poll<StreamResult<Bytes>> {
+        let mut state = self.lock();
+        match take(&mut state, max) {
+            Took::Bytes(bytes) => Poll::Ready(Ok(bytes)),
+            Took::End => Poll::Ready(Err(StreamError::Closed)),
+            Took::Nothing => {
+                state.reader_parked = true;
+                state.read_waker = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+
+    /// Room for the writer, at least one byte, or a wait for it; `Err`
+    /// once the reader is gone.
+    fn poll_room(&self, cx: &mut Context<'_>) -> Poll<StreamResult<usize>> {
+        let mut state = self.lock();
+        if state.reader_closed {
+            return Poll::Ready(Err(StreamError::Closed));
+        }
+        match state.capacity.saturating_sub(state.buf.len()) {
+            0 => {
+                state.write_waker = Some(cx.waker().clone());
+                Poll::Pending
+            }
+            room => Poll::Ready(Ok(room)),
+        }
+    }
+
     /// Waits until the reader could take bytes or the stream ended.
     fn poll_readable(&self, cx: &mut Context<'_>) -> Poll<()> {
         let mut state = self.lock();
@@ -302,6 +333,17 @@ impl InputStream for GuestStdin {
             Took::Nothing => Ok(Bytes::new()),
         }
     }
+
+    /// What the default does (wait until readable, then read), without its
+    /// boxed `ready` future and second lock: the guest's every frame comes
+    /// through here.
+    async fn blocking_read(&mut self, size: usize) -> StreamResult<Bytes> {
+        if size == 0 {
+            self.ready().await;
+            return self.read(0);
+        }
+        std::future::poll_fn(|cx| self.0.poll_take(cx, size)).await
+    }
 }
 
 #[async_trait::async_trait]
@@ -369,6 +411,21 @@ impl OutputStream for GuestStdout {
 
     fn check_write(&mut self) -> StreamResult<usize> {
         self.0.room().map_err(|()| StreamError::Closed)
+    }
+
+    /// What the default does (wait for room, write, flush, wait for room
+    /// again), without its four boxed futures: every write is visible to
+    /// the host at once, so nothing is left to wait for once the last
+    /// chunk is in, and a full pipe holds the next write back instead.
+    async fn blocking_write_and_flush(&mut self, mut bytes: Bytes) -> StreamResult<()> {
+        loop {
+            let room = std::future::poll_fn(|cx| self.0.poll_room(cx)).await?;
+            let chunk = bytes.split_to(room.min(bytes.len()));
+            self.write(chunk)?;
+            if bytes.is_empty() {
+                return Ok(());
+            }
+        }
     }
 }
 
