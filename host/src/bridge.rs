@@ -421,7 +421,7 @@ pub(crate) struct InFlight {
 
 #[derive(Debug, Default)]
 struct Requests {
-    by_id: HashMap<String, (&'static str, Instant)>,
+    by_id: rustc_hash::FxHashMap<String, (&'static str, Instant)>,
     /// Changes so far: what a report covers when it is taken.
     changes: u64,
 }
