@@ -67,6 +67,17 @@ pub fn peek(line: &[u8]) -> Peek {
 /// [`peek`], borrowing what it can from `line`: what a relay of every line
 /// uses, so that looking at a frame allocates nothing.
 pub fn peek_borrowed(line: &[u8]) -> PeekRef<'_> {
+    if let Some((frame_type, id)) = common_shape(line) {
+        return PeekRef {
+            frame_type: Some(Cow::Borrowed(frame_type)),
+            id: Some(Cow::Borrowed(id)),
+        };
+    }
+    full_scan(line)
+}
+
+/// [`peek_borrowed`] by walking the object key by key.
+fn full_scan(line: &[u8]) -> PeekRef<'_> {
     let mut scan = Scanner { bytes: line, at: 0 };
     let mut found = PeekRef::default();
     scan.whitespace();
@@ -102,6 +113,29 @@ pub fn peek_borrowed(line: &[u8]) -> PeekRef<'_> {
             return found;
         }
     }
+}
+
+/// The `type` and `id` of a line that begins `{"type":"…","id":"…"`, both
+/// plain strings: how every writer of frames begins a request and its
+/// answer, so the relay of each frame finds them with two searches. Any
+/// other line (`None`) takes the full scan, which finds the same values
+/// on this one.
+fn common_shape(line: &[u8]) -> Option<(&str, &str)> {
+    let rest = line.strip_prefix(b"{\"type\":\"")?;
+    let (frame_type, rest) = plain_prefix(rest)?;
+    let rest = rest.strip_prefix(b",\"id\":\"")?;
+    let (id, _) = plain_prefix(rest)?;
+    Some((frame_type, id))
+}
+
+/// The text of a plain string (UTF-8, no escape) that `rest` begins after
+/// its opening quote, and what follows its closing quote.
+fn plain_prefix(rest: &[u8]) -> Option<(&str, &[u8])> {
+    let end = memchr::memchr2(b'"', b'\\', rest)?;
+    if rest[end] != b'"' {
+        return None;
+    }
+    Some((std::str::from_utf8(&rest[..end]).ok()?, &rest[end + 1..]))
 }
 
 /// The keys that matter; every other key is `Other`.
@@ -363,6 +397,36 @@ mod tests {
         assert!(matches!(seen.frame_type, Some(Cow::Borrowed("tool_call"))));
         assert!(matches!(&seen.id, Some(Cow::Owned(id)) if id == "abc"));
         assert_eq!(seen.into_owned(), found(Some("tool_call"), Some("abc")));
+    }
+
+    #[test]
+    fn the_common_shape_finds_what_the_full_scan_finds() {
+        let lines: [&[u8]; 12] = [
+            br#"{"type":"command_invoked","id":"7","name":"hello-noop","args":""}"#,
+            br#"{"type":"command_response","id":"7","action":"noop"}"#,
+            br#"{"type":"x","id":"""#,
+            br#"{"type":"","id":"8"}"#,
+            // Each of these leaves the shortcut for the full scan.
+            br#"{"type":"x","id":"a\u0062c"}"#,
+            br#"{"type":"x\n","id":"9"}"#,
+            br#"{"type":"x","id":"2"#,
+            br#"{"type":"x","id":9}"#,
+            br#"{"type":"x", "id":"10"}"#,
+            br#"{"type":"x","ids":"11","id":"12"}"#,
+            b"{\"type\":\"x\",\"id\":\"\xff\"}",
+            b"{\"type\":\"\xfe\",\"id\":\"13\"}",
+        ];
+        for line in lines {
+            let shown = String::from_utf8_lossy(line);
+            assert_eq!(peek_borrowed(line), full_scan(line), "{shown}");
+        }
+        let taken = common_shape(lines[0]);
+        assert_eq!(taken, Some(("command_invoked", "7")));
+        assert_eq!(
+            common_shape(lines[4]),
+            None,
+            "an escape leaves the shortcut"
+        );
     }
 
     #[test]
