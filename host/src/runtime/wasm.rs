@@ -516,14 +516,14 @@ impl WasmRuntime {
             sandbox,
         };
         let engine = self.engine.clone();
-        let task = tokio::spawn(guest::run(
+        // The epoch advances only while some guest's task runs.
+        let task = tokio::spawn(self.ticker.count_while_polled(guest::run(
             engine,
-            self.ticker.clone(),
             prepared,
             io,
             exit_tx,
             control.clone(),
-        ));
+        )));
         control.attach(task.abort_handle());
         Ok(Transport {
             output: Box::new(host_output),

@@ -164,7 +164,6 @@ impl GuestIo {
 /// If the task is aborted (killed), the guard reports that instead.
 pub(crate) async fn run(
     engine: Engine,
-    ticker: Arc<super::ticker::Ticker>,
     prepared: Prepared,
     io: GuestIo,
     exit: watch::Sender<Option<Exit>>,
@@ -189,7 +188,7 @@ pub(crate) async fn run(
                 http: wasmtime_wasi_http::WasiHttpCtx::new(),
                 http_hooks: super::net::RefusedHttp::new(io.sandbox.clone()),
             };
-            let mut store = new_store(&engine, &ticker, state, |s| &mut s.limiter);
+            let mut store = new_store(&engine, state, |s| &mut s.limiter);
             let result = async {
                 let command = wasmtime_wasi::p2::bindings::CommandPre::new(pre)?
                     .instantiate_async(&mut store)
@@ -212,7 +211,7 @@ pub(crate) async fn run(
                 stdin: io.stdin.clone(),
                 stdin_nonblocking: false,
             };
-            let mut store = new_store(&engine, &ticker, state, |s| &mut s.limiter);
+            let mut store = new_store(&engine, state, |s| &mut s.limiter);
             let result = async {
                 let instance = pre.instantiate_async(&mut store).await?;
                 let start = instance.get_typed_func::<(), ()>(&mut store, "_start")?;
@@ -231,7 +230,6 @@ pub(crate) async fn run(
 
 fn new_store<T: Send + 'static>(
     engine: &Engine,
-    ticker: &Arc<super::ticker::Ticker>,
     state: T,
     limiter: impl (FnMut(&mut T) -> &mut Limiter) + Send + Sync + 'static,
 ) -> Store<T> {
@@ -242,8 +240,6 @@ fn new_store<T: Send + 'static>(
     // worker thread, and an abort takes effect at the next tick.
     store.set_epoch_deadline(1);
     store.epoch_deadline_async_yield_and_update(1);
-    // The epoch advances only while some guest runs wasm code.
-    store.call_hook(ticker.hook());
     store
 }
 

@@ -9,12 +9,15 @@
 //!
 //! Rules:
 //!
-//! 1. **Counted at the boundary.** Each store's call hook counts it as
-//!    running from the moment it enters wasm (a call in, or a return from
-//!    a host call) until it leaves (a return out, or a call to the host).
-//!    An epoch yield is a call to the host too, so a spinning guest that
-//!    yielded counts again as soon as it is resumed. A store dropped while
-//!    counted (a task aborted mid-run) stops counting when it is dropped.
+//! 1. **Counted while polled.** A guest's task counts as running for as
+//!    long as the executor polls it: wasm code runs only inside a poll,
+//!    and a guest waiting for input (or anything else) has returned
+//!    `Pending`. An epoch yield returns `Pending` too, so a spinning guest
+//!    counts again as soon as it is polled again. A task dropped while
+//!    counted (aborted, or panicked mid-poll) stops counting when it is
+//!    dropped. (A call hook on each store would count the same at every
+//!    crossing between wasm and the host, six or more per frame; a poll
+//!    is one per frame.)
 //! 2. **Never late to wake.** The ticker parks only after
 //!    [`IDLE_TICKS_BEFORE_PARK`] ticks with nothing running, and only after
 //!    announcing it; a guest entering wasm when nothing else runs wakes it.
@@ -23,12 +26,15 @@
 //!    running guest. A parked ticker still wakes every [`PARKED_CHECK`] to
 //!    notice that its engine is gone, and goes back to sleep.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
 use std::thread::Thread;
 use std::time::Duration;
 
-use wasmtime::{CallHook, Engine};
+use wasmtime::Engine;
 
 /// How often the epoch advances while a guest runs.
 pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(5);
@@ -119,20 +125,14 @@ impl Ticker {
         self.running.fetch_sub(1, Ordering::SeqCst);
     }
 
-    /// The call hook for one store (rule 1).
-    pub(crate) fn hook<T>(
-        self: &Arc<Self>,
-    ) -> impl FnMut(wasmtime::StoreContextMut<'_, T>, CallHook) -> wasmtime::Result<()>
-    + Send
-    + Sync
-    + 'static {
-        let mut counted = Counted {
-            ticker: self.clone(),
-            running: false,
-        };
-        move |_, hook| {
-            counted.set(hook.exiting_host());
-            Ok(())
+    /// A guest's task, counted as running while it is polled (rule 1).
+    pub(crate) fn count_while_polled<F: Future>(self: &Arc<Self>, task: F) -> WhilePolled<F> {
+        WhilePolled {
+            task: Box::pin(task),
+            counted: Counted {
+                ticker: self.clone(),
+                running: false,
+            },
         }
     }
 
@@ -143,7 +143,26 @@ impl Ticker {
     }
 }
 
-/// One store's place in the count; dropped with its store.
+/// A guest's task with its place in the count (see
+/// [`Ticker::count_while_polled`]).
+pub(crate) struct WhilePolled<F> {
+    task: Pin<Box<F>>,
+    counted: Counted,
+}
+
+impl<F: Future> Future for WhilePolled<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = &mut *self;
+        this.counted.set(true);
+        let polled = this.task.as_mut().poll(cx);
+        this.counted.set(false);
+        polled
+    }
+}
+
+/// One task's place in the count; dropped with its task.
 struct Counted {
     ticker: Arc<Ticker>,
     running: bool,
@@ -210,24 +229,43 @@ mod tests {
         assert!(eventually(|| ticker.is_parked()), "idle again, it parks");
     }
 
-    #[test]
-    fn the_hook_counts_a_store_once_across_nested_transitions() {
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_task_counts_while_polled_and_not_once_dropped() {
         let ticker = Arc::new(Ticker::default());
-        let mut counted = Counted {
-            ticker: ticker.clone(),
-            running: false,
+        let running = {
+            let ticker = ticker.clone();
+            move || ticker.running.load(Ordering::SeqCst)
         };
-        let running = || ticker.running.load(Ordering::SeqCst);
-        for (hook, expected) in [
-            (CallHook::CallingWasm, 1),
-            (CallHook::CallingHost, 0),
-            (CallHook::ReturningFromHost, 1),
-            (CallHook::CallingWasm, 1),
-            (CallHook::ReturningFromWasm, 0),
-            (CallHook::ReturningFromWasm, 0),
-        ] {
-            counted.set(hook.exiting_host());
-            assert_eq!(running(), expected, "{hook:?}");
-        }
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let seen_inside = Arc::new(AtomicUsize::new(usize::MAX));
+        let task = ticker.count_while_polled({
+            let running = running.clone();
+            let seen_inside = seen_inside.clone();
+            async move {
+                seen_inside.store(running(), Ordering::SeqCst);
+                // Waiting (as a guest waits for input) is not running.
+                let _ = rx.await;
+                seen_inside.store(running(), Ordering::SeqCst);
+            }
+        });
+        let handle = tokio::spawn(task);
+        tokio::task::yield_now().await;
+        assert_eq!(
+            seen_inside.load(Ordering::SeqCst),
+            1,
+            "counted inside its poll"
+        );
+        assert_eq!(running(), 0, "not counted while it waits");
+        let _ = tx.send(());
+        assert!(handle.await.is_ok());
+        assert_eq!(seen_inside.load(Ordering::SeqCst), 1);
+        assert_eq!(running(), 0);
+        // Dropped without ever finishing (an aborted task): not counted.
+        let never = ticker.count_while_polled(std::future::pending::<()>());
+        let handle = tokio::spawn(never);
+        tokio::task::yield_now().await;
+        handle.abort();
+        let _ = handle.await;
+        assert_eq!(running(), 0);
     }
 }
