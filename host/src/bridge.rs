@@ -28,6 +28,7 @@
 //!    would, rather than reading an endless line to its end.
 
 pub mod stdio;
+mod to_zot;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -35,12 +36,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
-use tokio::sync::{Mutex, watch};
+use tokio::sync::watch;
 use tokio::time::Instant;
 use zotbox_protocol::{
     DEFAULT_MAX_LINE, DecodeError, HostFrame, Line, LineSplitter, TOO_LONG_HEAD, Undecoded,
     decode_line, encode_to_vec, peek, peek_borrowed,
 };
+
+use self::to_zot::{Ended, ToZot};
 
 use crate::audit::AuditLog;
 use crate::home::ZotHome;
@@ -618,16 +621,6 @@ impl InFlight {
     }
 }
 
-/// zot's stdout, shared by the copy out and the bridge's own answers: each
-/// writer holds it for whole lines, so no answer lands inside a guest's line.
-type ZotOut = Arc<Mutex<Box<dyn AsyncWrite + Send + Unpin>>>;
-
-async fn write_to_zot(out: &ZotOut, lines: &[u8]) -> std::io::Result<()> {
-    let mut out = out.lock().await;
-    out.write_all(lines).await?;
-    out.flush().await
-}
-
 async fn bridge(
     transport: Transport,
     services: Arc<Services>,
@@ -637,12 +630,12 @@ async fn bridge(
     output: impl AsyncWrite + Unpin + Send + 'static,
     tap: Tap,
 ) -> Result<Exit, BridgeError> {
-    let output: ZotOut = Arc::new(Mutex::new(Box::new(output)));
     let Transport {
         output: mut from_guest,
         input: to_guest,
         control,
         exit,
+        direct_output,
     } = transport;
     let Tap {
         hello_ack,
@@ -654,7 +647,12 @@ async fn bridge(
     let (ending_tx, ending) = watch::channel(false);
     // A restarted guest is told what zot told the first one, and its
     // startup frames (zot has them already) stop here.
-    let mut starting_over = resume.is_some();
+    let output = ToZot::new(Box::new(output), deadlines.clone(), resume.is_some());
+    if let Some(slot) = direct_output {
+        // A new transport's slot is empty: this is the only install.
+        let direct: Arc<dyn crate::runtime::DirectOutput> = output.clone();
+        let _ = slot.set(direct);
+    }
     if let Some(line) = &resume
         && let Ok(HostFrame::HelloAck(ack)) = decode_line::<HostFrame>(line)
         && !ack.cwd.is_empty()
@@ -726,79 +724,38 @@ async fn bridge(
     });
 
     // Out: every line the guest writes goes to zot, verbatim.
-    let mut lines = LineSplitter::new(DEFAULT_MAX_LINE);
-    let mut chunk = ReadChunk::default();
-    let mut out = Vec::new();
-    let mut over_cap = false;
-    loop {
-        match chunk.read(&mut from_guest).await {
-            Ok([]) | Err(_) => break,
-            Ok(bytes) => lines.push(bytes),
-        }
-        out.clear();
-        while let Some(line) = lines.next() {
-            match line {
-                Line::Complete(bytes) => {
-                    let seen = peek_borrowed(bytes);
-                    if starting_over {
-                        match seen.frame_type.as_deref() {
-                            Some("hello" | "register_command" | "register_tool" | "subscribe") => {
-                                continue;
-                            }
-                            Some("ready") => {
-                                starting_over = false;
-                                continue;
-                            }
-                            _ => starting_over = false,
-                        }
-                    }
-                    if let Some(id) = seen.id {
-                        deadlines.answer(&id);
-                    }
-                    out.extend_from_slice(bytes);
-                    out.push(b'\n');
-                }
-                Line::TooLong { .. } => {
-                    over_cap = true;
-                    break;
-                }
-            }
-        }
-        if !out.is_empty() {
-            write_to_zot(&output, &out).await?;
-        }
-        if over_cap {
-            break;
-        }
-    }
-    if over_cap {
+    let ended = output.copy_out(&mut *from_guest).await?;
+    if ended == Ended::OverCap {
         // Stop it now: reading an endless line to its end would let it
         // keep running (and keep zot waiting) for as long as it likes.
         let why = format!("wrote a line over the {DEFAULT_MAX_LINE}-byte frame cap");
         tracing::error!("the extension {why}; stopping it");
         control.kill();
         let mut exit = exit;
-        let _ = tokio::time::timeout(Duration::from_secs(5), exit.wait_for(Option::is_some)).await;
+        let exited = tokio::time::timeout(Duration::from_secs(5), exit.wait_for(Option::is_some));
+        tokio::select! {
+            _ = exited => {}
+            error = output.keep_writing() => return Err(error.into()),
+        }
         end_tasks(inbound, watchdog).await;
-        output.lock().await.flush().await?;
+        output.written().await?;
         return Ok(Exit::Killed(why));
     }
-    if let Some(Line::Complete(bytes)) = lines.finish() {
-        let mut last = bytes.to_vec();
-        last.push(b'\n');
-        write_to_zot(&output, &last).await?;
-    }
-    output.lock().await.flush().await?;
     let mut exit = exit;
-    let exit =
-        match tokio::time::timeout(Duration::from_secs(5), exit.wait_for(Option::is_some)).await {
+    let exited = tokio::time::timeout(Duration::from_secs(5), exit.wait_for(Option::is_some));
+    // Meanwhile the copy in may still answer frames of zot's.
+    let exit = tokio::select! {
+        exited = exited => match exited {
             Ok(Ok(exit)) => exit.clone().unwrap_or(Exit::Code(0)),
             _ => {
                 control.kill();
                 Exit::Killed("closed its output but kept running".to_owned())
             }
-        };
+        },
+        error = output.keep_writing() => return Err(error.into()),
+    };
     end_tasks(inbound, watchdog).await;
+    output.written().await?;
     Ok(exit)
 }
 
@@ -813,7 +770,7 @@ async fn end_tasks(inbound: tokio::task::JoinHandle<()>, watchdog: tokio::task::
 
 /// What the copy from zot to the guest needs beside the two streams.
 struct Inbound {
-    to_zot: ZotOut,
+    to_zot: Arc<ToZot>,
     services: Arc<Services>,
     deadlines: Arc<InFlight>,
     timeouts: Timeouts,
@@ -936,7 +893,7 @@ async fn forward_inbound(
         for id in &answered_here {
             deadlines.answer(id);
         }
-        if !answers.is_empty() && write_to_zot(&to_zot, &answers).await.is_err() {
+        if !answers.is_empty() && to_zot.send(&answers).is_err() {
             break;
         }
         if let Some(changes) = tell {

@@ -9,7 +9,7 @@ pub mod native;
 pub mod wasm;
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
@@ -93,7 +93,35 @@ pub struct Transport {
     pub control: Arc<dyn Control>,
     /// Becomes `Some` once it has stopped.
     pub exit: watch::Receiver<Option<Exit>>,
+    /// Where a reader of `output` may take the extension's writes on the
+    /// extension's own task instead (a wasm guest's; `None`: a process).
+    pub(crate) direct_output: Option<OutputSlot>,
 }
+
+/// Takes an extension's writes where it makes them, on its own task, for
+/// a reader of its output that would otherwise be woken for every one: no
+/// task switch, and no copy through the pipe.
+pub(crate) trait DirectOutput: Send + Sync {
+    /// Takes `bytes`, written by the extension after everything its output
+    /// pipe held was read (the pipe is empty, and the extension writes
+    /// nothing else meanwhile).
+    fn write(&self, bytes: &[u8]) -> Direct;
+}
+
+/// What a [`DirectOutput`] did with a write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Direct {
+    /// Taken: the write is done.
+    Taken,
+    /// Not now (the reader is behind): the bytes go through the pipe.
+    Later,
+    /// The reader is gone: the write fails as a closed stream's.
+    Closed,
+}
+
+/// Where a [`DirectOutput`] is installed, once; shared with the
+/// extension's end of the pipe.
+pub(crate) type OutputSlot = Arc<OnceLock<Arc<dyn DirectOutput>>>;
 
 impl fmt::Debug for Transport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -179,6 +179,7 @@ impl Session {
             input,
             control,
             exit,
+            direct_output: _,
         } = transport;
         let name: Arc<str> = Arc::from(name);
         // An extension may not write a line over the frame cap: its stream

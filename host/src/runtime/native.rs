@@ -184,6 +184,7 @@ pub fn spawn(
         input: Box::new(stdin),
         control,
         exit: exit_rx,
+        direct_output: None,
     })
 }
 

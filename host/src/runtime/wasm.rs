@@ -504,6 +504,7 @@ impl WasmRuntime {
         };
         let (host_input, guest_stdin) = pipe::stdin_pipe(pipe::PIPE_CAPACITY);
         let (guest_stdout, host_output) = pipe::stdout_pipe(pipe::PIPE_CAPACITY);
+        let direct_output = Some(guest_stdout.direct_slot());
         let log = GuestLog::new(log);
         let (exit_tx, exit_rx) = watch::channel(None);
         let control = Arc::new(GuestControl::new(guest_stdin.clone()));
@@ -530,6 +531,7 @@ impl WasmRuntime {
             input: Box::new(host_input),
             control,
             exit: exit_rx,
+            direct_output,
         })
     }
 }

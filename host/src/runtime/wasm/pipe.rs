@@ -4,6 +4,13 @@
 //! pressure), so a guest flooding stdout, or a host writing to a guest that
 //! never reads, cannot grow memory without bound. No OS pipe and no helper
 //! task sits in between: a write wakes the reader directly.
+//!
+//! A reader of a guest's stdout may also take the guest's whole writes on
+//! the guest's task ([`DirectOutput`]): the bridge does, so that a frame
+//! reaches zot before the guest's task yields, with no task woken for it.
+//! Only a write that finds the pipe empty goes that way (the guest is the
+//! pipe's one writer, so nothing it wrote before is still unread), which
+//! keeps the guest's bytes in the order it wrote them.
 
 use std::io;
 use std::pin::Pin;
@@ -14,6 +21,8 @@ use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use wasmtime_wasi::cli::{IsTerminal, StdinStream, StdoutStream};
 use wasmtime_wasi::p2::{InputStream, OutputStream, Pollable, StreamError, StreamResult};
+
+use crate::runtime::{Direct, OutputSlot};
 
 /// Bytes a pipe holds before its writer must wait.
 pub(crate) const PIPE_CAPACITY: usize = 256 * 1024;
@@ -30,9 +39,20 @@ struct State {
     reader_parked: bool,
 }
 
-#[derive(Debug)]
 struct Shared {
     state: Mutex<State>,
+    /// Who takes a guest's whole writes on its task, once installed (only
+    /// ever for a guest's stdout).
+    direct: OutputSlot,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("state", &self.state)
+            .field("direct", &self.direct.get().is_some())
+            .finish()
+    }
 }
 
 impl Shared {
@@ -112,6 +132,12 @@ impl Shared {
         state.reader_parked = true;
         state.read_waker = Some(cx.waker().clone());
         Poll::Pending
+    }
+
+    /// Whether everything written so far has been read, and a reader is there.
+    fn drained(&self) -> bool {
+        let state = self.lock();
+        state.buf.is_empty() && !state.reader_closed
     }
 
     /// Room for the writer: `Ok(n)` bytes now (maybe 0), `Err` once the reader is gone.
@@ -223,6 +249,7 @@ fn shared(capacity: usize) -> Arc<Shared> {
             write_waker: None,
             reader_parked: false,
         }),
+        direct: OutputSlot::default(),
     })
 }
 
@@ -375,6 +402,11 @@ impl GuestStdout {
     pub(crate) fn close(&self) {
         self.0.close_write();
     }
+
+    /// Where the host's reader may install a [`DirectOutput`].
+    pub(crate) fn direct_slot(&self) -> OutputSlot {
+        self.0.direct.clone()
+    }
 }
 
 impl IsTerminal for GuestStdout {
@@ -413,11 +445,21 @@ impl OutputStream for GuestStdout {
         self.0.room().map_err(|()| StreamError::Closed)
     }
 
-    /// What the default does (wait for room, write, flush, wait for room
-    /// again), without its four boxed futures: every write is visible to
-    /// the host at once, so nothing is left to wait for once the last
-    /// chunk is in, and a full pipe holds the next write back instead.
+    /// Straight to a [`DirectOutput`] when one is installed and the pipe is
+    /// empty. Else what the default does (wait for room, write, flush,
+    /// wait for room again), without its four boxed futures: every write is
+    /// visible to the host at once, so nothing is left to wait for once the
+    /// last chunk is in, and a full pipe holds the next write back instead.
     async fn blocking_write_and_flush(&mut self, mut bytes: Bytes) -> StreamResult<()> {
+        if let Some(direct) = self.0.direct.get()
+            && self.0.drained()
+        {
+            match direct.write(&bytes) {
+                Direct::Taken => return Ok(()),
+                Direct::Closed => return Err(StreamError::Closed),
+                Direct::Later => {}
+            }
+        }
         loop {
             let room = std::future::poll_fn(|cx| self.0.poll_room(cx)).await?;
             let chunk = bytes.split_to(room.min(bytes.len()));
@@ -461,6 +503,7 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     use super::*;
+    use crate::runtime::DirectOutput;
 
     #[tokio::test]
     async fn bytes_flow_and_end_of_input_is_seen() {
@@ -492,6 +535,41 @@ mod tests {
         assert_eq!(guest.check_write().ok(), Some(3));
         drop(host);
         assert!(matches!(guest.check_write(), Err(StreamError::Closed)));
+    }
+
+    #[derive(Default)]
+    struct Recorder(std::sync::Mutex<Vec<u8>>);
+
+    impl Recorder {
+        fn recorded(&self) -> MutexGuard<'_, Vec<u8>> {
+            self.0.lock().unwrap_or_else(PoisonError::into_inner)
+        }
+    }
+
+    impl DirectOutput for Recorder {
+        fn write(&self, bytes: &[u8]) -> Direct {
+            self.recorded().extend_from_slice(bytes);
+            Direct::Taken
+        }
+    }
+
+    #[tokio::test]
+    async fn a_whole_write_goes_direct_only_when_nothing_before_it_is_unread() {
+        let (mut guest, mut host) = stdout_pipe(64);
+        let recorder = Arc::new(Recorder::default());
+        let direct: Arc<dyn DirectOutput> = recorder.clone();
+        assert!(guest.direct_slot().set(direct).is_ok());
+        let one = guest.blocking_write_and_flush(Bytes::from_static(b"one\n"));
+        assert!(one.await.is_ok());
+        assert_eq!(*recorder.recorded(), b"one\n");
+        // Bytes in the pipe not read yet: the next whole write goes behind them.
+        assert!(guest.write(Bytes::from_static(b"two")).is_ok());
+        let three = guest.blocking_write_and_flush(Bytes::from_static(b"three\n"));
+        assert!(three.await.is_ok());
+        assert_eq!(*recorder.recorded(), b"one\n");
+        let mut buf = [0u8; 16];
+        let n = host.read(&mut buf).await.unwrap_or_default();
+        assert_eq!(&buf[..n], b"twothree\n");
     }
 
     #[tokio::test]

@@ -1,0 +1,410 @@
+//! Everything the bridge writes to zot: the guest's lines and the bridge's
+//! own answers, whole lines, in the order they were made.
+//!
+//! Three writers meet here. The bridge's loop reads the extension's output
+//! stream; a wasm guest's whole writes come straight from the guest's task
+//! ([`DirectOutput`]), so that a frame reaches zot before the guest yields,
+//! with no task woken and no pipe in between; the copy in answers frames it
+//! could not read. All of them go through one lock that is never held
+//! across an await, and only the bridge's loop waits on zot's stdout:
+//!
+//! 1. **Whole lines only.** The guest's bytes are split into lines here, and
+//!    a line is queued for zot only once complete, so an answer of the
+//!    bridge's lands between two of the guest's lines, never inside one.
+//! 2. **In order.** What zot could not take at once waits in `pending`, and
+//!    nothing is written before it: a direct write that finds bytes pending
+//!    is refused ([`Direct::Later`]) and goes through the pipe, behind them.
+//! 3. **One waiter.** A writer other than the loop tries zot's stdout once,
+//!    with a waker that does nothing, and wakes the loop for what is left:
+//!    zot's stdout keeps one waker, and it is the loop's.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll, Waker, ready};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use zotbox_protocol::{Line, LineSplitter, peek_borrowed};
+
+use super::InFlight;
+use crate::runtime::{Direct, DirectOutput};
+use crate::session::reader::ReadChunk;
+
+/// zot's stdout, and the guest's output on its way there.
+pub(crate) struct ToZot {
+    state: Mutex<State>,
+}
+
+/// How the guest's output ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ended {
+    /// It closed its output; every line of it reached zot.
+    Closed,
+    /// It wrote a line over the frame cap (the lines before it reached zot).
+    OverCap,
+}
+
+struct State {
+    out: Box<dyn AsyncWrite + Send + Unpin>,
+    /// Whole lines accepted for zot that it has not taken yet.
+    pending: Vec<u8>,
+    /// Written to zot since the last flush.
+    unflushed: bool,
+    /// Why writing to zot failed: nothing is written after that.
+    failed: Option<(io::ErrorKind, String)>,
+    /// The bridge's loop, to be woken for bytes left pending.
+    loop_waker: Option<Waker>,
+    guest: GuestLines,
+}
+
+/// The guest's output, split into lines.
+struct GuestLines {
+    lines: LineSplitter,
+    /// Requests zot made; a line with an id answers one.
+    deadlines: Arc<InFlight>,
+    /// A restarted guest's startup frames, which zot has already, stop here.
+    starting_over: bool,
+    over_cap: bool,
+    ended: bool,
+}
+
+impl GuestLines {
+    /// Queues the complete lines of `bytes` (and those before, held as a
+    /// line's beginning) for zot.
+    fn push(&mut self, bytes: &[u8], pending: &mut Vec<u8>) {
+        if self.over_cap {
+            return;
+        }
+        self.lines.push(bytes);
+        while let Some(line) = self.lines.next() {
+            match line {
+                Line::Complete(bytes) => {
+                    Self::forward(bytes, &mut self.starting_over, &self.deadlines, pending);
+                }
+                Line::TooLong { .. } => {
+                    self.over_cap = true;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The end of the guest's output: its last line, even without a newline.
+    fn finish(&mut self, pending: &mut Vec<u8>) {
+        self.ended = true;
+        if self.over_cap {
+            return;
+        }
+        if let Some(Line::Complete(bytes)) = self.lines.finish() {
+            Self::forward(bytes, &mut self.starting_over, &self.deadlines, pending);
+        }
+    }
+
+    fn forward(
+        bytes: &[u8],
+        starting_over: &mut bool,
+        deadlines: &InFlight,
+        pending: &mut Vec<u8>,
+    ) {
+        let seen = peek_borrowed(bytes);
+        if *starting_over {
+            match seen.frame_type.as_deref() {
+                Some("hello" | "register_command" | "register_tool" | "subscribe") => return,
+                Some("ready") => {
+                    *starting_over = false;
+                    return;
+                }
+                _ => *starting_over = false,
+            }
+        }
+        if let Some(id) = seen.id {
+            deadlines.answer(&id);
+        }
+        pending.extend_from_slice(bytes);
+        pending.push(b'\n');
+    }
+}
+
+impl State {
+    /// Writes what is pending as far as zot takes it, then flushes; ready
+    /// once nothing is left (or writing failed).
+    fn poll_write_pending(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if let Some((kind, why)) = &self.failed {
+            return Poll::Ready(Err(io::Error::new(*kind, why.clone())));
+        }
+        while !self.pending.is_empty() {
+            let written = match Pin::new(&mut self.out).poll_write(cx, &self.pending) {
+                Poll::Ready(Ok(0)) => Err(io::ErrorKind::WriteZero.into()),
+                Poll::Ready(result) => result,
+                Poll::Pending => return Poll::Pending,
+            };
+            match written {
+                Ok(n) if n == self.pending.len() => self.pending.clear(),
+                Ok(n) => drop(self.pending.drain(..n)),
+                Err(error) => return Poll::Ready(Err(self.fail(error))),
+            }
+            self.unflushed = true;
+        }
+        if self.unflushed {
+            if let Err(error) = ready!(Pin::new(&mut self.out).poll_flush(cx)) {
+                return Poll::Ready(Err(self.fail(error)));
+            }
+            self.unflushed = false;
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    fn fail(&mut self, error: io::Error) -> io::Error {
+        self.pending.clear();
+        self.failed = Some((error.kind(), error.to_string()));
+        error
+    }
+
+    /// For a writer other than the loop: writes now what zot takes at once,
+    /// and wakes the loop for the rest; `Err` once writing to zot failed.
+    fn write_now(&mut self) -> io::Result<()> {
+        let mut cx = Context::from_waker(Waker::noop());
+        let result = match self.poll_write_pending(&mut cx) {
+            Poll::Ready(result) => result,
+            Poll::Pending => Ok(()),
+        };
+        let loop_has_work =
+            !self.pending.is_empty() || self.unflushed || result.is_err() || self.guest.over_cap;
+        if loop_has_work && let Some(waker) = self.loop_waker.take() {
+            waker.wake();
+        }
+        result
+    }
+}
+
+impl ToZot {
+    /// Writes to `out`; `starting_over`: the guest is a restart, whose
+    /// startup frames zot has already.
+    pub(crate) fn new(
+        out: Box<dyn AsyncWrite + Send + Unpin>,
+        deadlines: Arc<InFlight>,
+        starting_over: bool,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            state: Mutex::new(State {
+                out,
+                pending: Vec::new(),
+                unflushed: false,
+                failed: None,
+                loop_waker: None,
+                guest: GuestLines {
+                    lines: LineSplitter::new(zotbox_protocol::DEFAULT_MAX_LINE),
+                    deadlines,
+                    starting_over,
+                    over_cap: false,
+                    ended: false,
+                },
+            }),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The bridge's own lines (whole lines), after everything queued before.
+    ///
+    /// # Errors
+    ///
+    /// Writing to zot failed (now or before).
+    pub(crate) fn send(&self, lines: &[u8]) -> io::Result<()> {
+        let mut state = self.lock();
+        if let Some((kind, why)) = &state.failed {
+            return Err(io::Error::new(*kind, why.clone()));
+        }
+        state.pending.extend_from_slice(lines);
+        state.write_now()
+    }
+
+    /// The bridge's loop: reads the guest's output from `from_guest` (what
+    /// did not come straight from the guest's task) and writes everything
+    /// out, until the output ends.
+    ///
+    /// # Errors
+    ///
+    /// Writing to zot failed.
+    pub(crate) async fn copy_out(
+        &self,
+        from_guest: &mut (dyn AsyncRead + Send + Unpin),
+    ) -> io::Result<Ended> {
+        let mut chunk = ReadChunk::default();
+        std::future::poll_fn(|cx| self.poll_copy_out(cx, from_guest, &mut chunk)).await
+    }
+
+    fn poll_copy_out(
+        &self,
+        cx: &mut Context<'_>,
+        from_guest: &mut (dyn AsyncRead + Send + Unpin),
+        chunk: &mut ReadChunk,
+    ) -> Poll<io::Result<Ended>> {
+        let mut guard = self.lock();
+        let state = &mut *guard;
+        match &state.loop_waker {
+            Some(waker) if waker.will_wake(cx.waker()) => {}
+            _ => state.loop_waker = Some(cx.waker().clone()),
+        }
+        loop {
+            ready!(state.poll_write_pending(cx))?;
+            if state.guest.over_cap {
+                return Poll::Ready(Ok(Ended::OverCap));
+            }
+            if state.guest.ended {
+                return Poll::Ready(Ok(Ended::Closed));
+            }
+            let mut buf = ReadBuf::new(chunk.room());
+            let n = match Pin::new(&mut *from_guest).poll_read(cx, &mut buf) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Ok(())) => buf.filled().len(),
+                // An output that cannot be read has ended.
+                Poll::Ready(Err(_)) => 0,
+            };
+            match chunk.got(n) {
+                [] => state.guest.finish(&mut state.pending),
+                bytes => state.guest.push(bytes, &mut state.pending),
+            }
+        }
+    }
+
+    /// Waits until everything queued has reached zot (or writing failed).
+    ///
+    /// # Errors
+    ///
+    /// Writing to zot failed.
+    pub(crate) async fn written(&self) -> io::Result<()> {
+        std::future::poll_fn(|cx| {
+            let mut state = self.lock();
+            state.loop_waker = Some(cx.waker().clone());
+            state.poll_write_pending(cx)
+        })
+        .await
+    }
+
+    /// Keeps writing what others queue, for as long as it is polled: the
+    /// loop's part once the guest's output has ended. Ends only when
+    /// writing fails.
+    pub(crate) async fn keep_writing(&self) -> io::Error {
+        std::future::poll_fn(|cx| {
+            let mut state = self.lock();
+            state.loop_waker = Some(cx.waker().clone());
+            match state.poll_write_pending(cx) {
+                Poll::Ready(Err(error)) => Poll::Ready(error),
+                // Nothing left: the next `send` wakes this again.
+                Poll::Ready(Ok(())) | Poll::Pending => Poll::Pending,
+            }
+        })
+        .await
+    }
+}
+
+impl DirectOutput for ToZot {
+    fn write(&self, bytes: &[u8]) -> Direct {
+        let mut guard = self.lock();
+        let state = &mut *guard;
+        if state.failed.is_some() || state.guest.over_cap {
+            return Direct::Closed;
+        }
+        // zot is behind: these bytes wait behind the pending ones, in the pipe.
+        if !state.pending.is_empty() {
+            return Direct::Later;
+        }
+        state.guest.push(bytes, &mut state.pending);
+        match state.write_now() {
+            Ok(()) => Direct::Taken,
+            Err(_) => Direct::Closed,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+
+    use super::*;
+
+    fn writing_to_zot(capacity: usize) -> (Arc<ToZot>, DuplexStream) {
+        let (out, zot) = tokio::io::duplex(capacity);
+        (ToZot::new(Box::new(out), Arc::default(), false), zot)
+    }
+
+    async fn read_exactly(zot: &mut DuplexStream, n: usize) -> Vec<u8> {
+        let mut got = vec![0; n];
+        let read =
+            tokio::time::timeout(std::time::Duration::from_secs(5), zot.read_exact(&mut got)).await;
+        assert!(matches!(read, Ok(Ok(_))), "{read:?}");
+        got
+    }
+
+    #[tokio::test]
+    async fn an_answer_lands_between_the_guests_lines_never_inside_one() {
+        let (to_zot, mut zot) = writing_to_zot(1 << 16);
+        assert_eq!(
+            to_zot.write(b"{\"type\":\"a\"}\n{\"type\":\"b"),
+            Direct::Taken
+        );
+        assert!(to_zot.send(b"{\"answer\":1}\n").is_ok());
+        assert_eq!(to_zot.write(b"\"}\n"), Direct::Taken);
+        let want = b"{\"type\":\"a\"}\n{\"answer\":1}\n{\"type\":\"b\"}\n";
+        assert_eq!(read_exactly(&mut zot, want.len()).await, want);
+    }
+
+    #[tokio::test]
+    async fn a_write_behind_what_zot_has_not_taken_waits_in_the_pipe_in_order() {
+        // zot takes 8 bytes at a time: the first line is left pending.
+        let (to_zot, mut zot) = writing_to_zot(8);
+        let first = format!("{{\"type\":\"{}\"}}\n", "x".repeat(40));
+        assert_eq!(to_zot.write(first.as_bytes()), Direct::Taken);
+        // The next write is refused while the first is pending, and goes
+        // through the pipe (here a duplex standing for it) behind it.
+        assert_eq!(to_zot.write(b"{\"type\":\"second\"}\n"), Direct::Later);
+        let (mut guest, mut from_guest) = tokio::io::duplex(1 << 10);
+        assert!(guest.write_all(b"{\"type\":\"second\"}\n").await.is_ok());
+        drop(guest);
+        let copy = tokio::spawn({
+            let to_zot = to_zot.clone();
+            async move { to_zot.copy_out(&mut from_guest).await }
+        });
+        let want = format!("{first}{{\"type\":\"second\"}}\n");
+        assert_eq!(read_exactly(&mut zot, want.len()).await, want.as_bytes());
+        assert!(matches!(copy.await, Ok(Ok(Ended::Closed))));
+    }
+
+    #[tokio::test]
+    async fn the_last_line_reaches_zot_without_its_newline_and_an_over_cap_line_ends_the_copy() {
+        let (to_zot, mut zot) = writing_to_zot(1 << 16);
+        let (mut guest, mut from_guest) = tokio::io::duplex(1 << 10);
+        assert!(guest.write_all(b"{\"type\":\"last\"}").await.is_ok());
+        drop(guest);
+        assert!(matches!(
+            to_zot.copy_out(&mut from_guest).await,
+            Ok(Ended::Closed)
+        ));
+        assert_eq!(read_exactly(&mut zot, 16).await, b"{\"type\":\"last\"}\n");
+
+        let (to_zot, mut zot) = writing_to_zot(1 << 16);
+        let mut bytes = b"{\"type\":\"before\"}\n".to_vec();
+        bytes.resize(bytes.len() + zotbox_protocol::DEFAULT_MAX_LINE + 1, b'x');
+        assert_eq!(to_zot.write(&bytes), Direct::Taken);
+        assert_eq!(to_zot.write(b"{\"type\":\"after\"}\n"), Direct::Closed);
+        let (_guest, mut from_guest) = tokio::io::duplex(1 << 10);
+        assert!(matches!(
+            to_zot.copy_out(&mut from_guest).await,
+            Ok(Ended::OverCap)
+        ));
+        assert_eq!(read_exactly(&mut zot, 18).await, b"{\"type\":\"before\"}\n");
+    }
+
+    #[tokio::test]
+    async fn once_zot_is_gone_every_writer_is_told() {
+        let (to_zot, zot) = writing_to_zot(1 << 10);
+        drop(zot);
+        assert_eq!(to_zot.write(b"{\"type\":\"a\"}\n"), Direct::Closed);
+        assert!(to_zot.send(b"{}\n").is_err());
+        let (_guest, mut from_guest) = tokio::io::duplex(1 << 10);
+        assert!(to_zot.copy_out(&mut from_guest).await.is_err());
+    }
+}
