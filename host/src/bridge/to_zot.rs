@@ -2,7 +2,7 @@
 //! own answers, whole lines, in the order they were made.
 //!
 //! Three writers meet here. The bridge's loop reads the extension's output
-//! stream; a wasm guest's whole writes come straight from the guest's task
+//! stream; a wasm guest's writes come straight from the guest's task
 //! ([`DirectOutput`]), so that a frame reaches zot before the guest yields,
 //! with no task woken and no pipe in between; the copy in answers frames it
 //! could not read. All of them go through one lock that is never held
@@ -129,8 +129,8 @@ impl State {
     /// Writes what is pending as far as zot takes it, then flushes; ready
     /// once nothing is left (or writing failed).
     fn poll_write_pending(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        if let Some((kind, why)) = &self.failed {
-            return Poll::Ready(Err(io::Error::new(*kind, why.clone())));
+        if let Some(error) = self.failure() {
+            return Poll::Ready(Err(error));
         }
         while !self.pending.is_empty() {
             let written = match Pin::new(&mut self.out).poll_write(cx, &self.pending) {
@@ -152,6 +152,12 @@ impl State {
             self.unflushed = false;
         }
         Poll::Ready(Ok(()))
+    }
+
+    /// Why writing to zot failed, if it did.
+    fn failure(&self) -> Option<io::Error> {
+        let (kind, why) = self.failed.as_ref()?;
+        Some(io::Error::new(*kind, why.clone()))
     }
 
     fn fail(&mut self, error: io::Error) -> io::Error {
@@ -214,8 +220,8 @@ impl ToZot {
     /// Writing to zot failed (now or before).
     pub(crate) fn send(&self, lines: &[u8]) -> io::Result<()> {
         let mut state = self.lock();
-        if let Some((kind, why)) = &state.failed {
-            return Err(io::Error::new(*kind, why.clone()));
+        if let Some(error) = state.failure() {
+            return Err(error);
         }
         state.pending.extend_from_slice(lines);
         state.write_now()

@@ -5,8 +5,8 @@
 //! never reads, cannot grow memory without bound. No OS pipe and no helper
 //! task sits in between: a write wakes the reader directly.
 //!
-//! A reader of a guest's stdout may also take the guest's whole writes on
-//! the guest's task ([`DirectOutput`]): the bridge does, so that a frame
+//! A reader of a guest's stdout may also take the guest's writes on the
+//! guest's task ([`DirectOutput`]): the bridge does, so that a frame
 //! reaches zot before the guest's task yields, with no task woken for it.
 //! Only a write that finds the pipe empty goes that way (the guest is the
 //! pipe's one writer, so nothing it wrote before is still unread), which
@@ -425,15 +425,39 @@ impl StdoutStream for GuestStdout {
     }
 }
 
-#[async_trait::async_trait]
-impl OutputStream for GuestStdout {
-    fn write(&mut self, bytes: Bytes) -> StreamResult<()> {
-        // WASI promises writes no larger than the last `check_write`, so all fit.
-        match self.0.put(&bytes) {
+impl GuestStdout {
+    /// Hands `bytes` to the installed [`DirectOutput`](crate::runtime::DirectOutput)
+    /// when nothing written before is unread; `None`: they go through the pipe.
+    fn write_directly(&self, bytes: &[u8]) -> Option<StreamResult<()>> {
+        let direct = self.0.direct.get()?;
+        if !self.0.drained() {
+            return None;
+        }
+        match direct.write(bytes) {
+            Direct::Taken => Some(Ok(())),
+            Direct::Closed => Some(Err(StreamError::Closed)),
+            Direct::Later => None,
+        }
+    }
+
+    /// Appends `bytes` to the pipe, which has room for them.
+    fn write_to_pipe(&self, bytes: &[u8]) -> StreamResult<()> {
+        match self.0.put(bytes) {
             Ok(n) if n == bytes.len() => Ok(()),
             Ok(_) => Err(StreamError::trap("write exceeded the permitted size")),
             Err(()) => Err(StreamError::Closed),
         }
+    }
+}
+
+#[async_trait::async_trait]
+impl OutputStream for GuestStdout {
+    /// Straight to a direct reader when there is one and the pipe is
+    /// empty, else into the pipe: WASI promises writes no larger than the
+    /// last `check_write`, so all fit.
+    fn write(&mut self, bytes: Bytes) -> StreamResult<()> {
+        self.write_directly(&bytes)
+            .unwrap_or_else(|| self.write_to_pipe(&bytes))
     }
 
     fn flush(&mut self) -> StreamResult<()> {
@@ -445,25 +469,19 @@ impl OutputStream for GuestStdout {
         self.0.room().map_err(|()| StreamError::Closed)
     }
 
-    /// Straight to a [`DirectOutput`] when one is installed and the pipe is
+    /// Straight to a direct reader when there is one and the pipe is
     /// empty. Else what the default does (wait for room, write, flush,
     /// wait for room again), without its four boxed futures: every write is
     /// visible to the host at once, so nothing is left to wait for once the
     /// last chunk is in, and a full pipe holds the next write back instead.
     async fn blocking_write_and_flush(&mut self, mut bytes: Bytes) -> StreamResult<()> {
-        if let Some(direct) = self.0.direct.get()
-            && self.0.drained()
-        {
-            match direct.write(&bytes) {
-                Direct::Taken => return Ok(()),
-                Direct::Closed => return Err(StreamError::Closed),
-                Direct::Later => {}
-            }
+        if let Some(result) = self.write_directly(&bytes) {
+            return result;
         }
         loop {
             let room = std::future::poll_fn(|cx| self.0.poll_room(cx)).await?;
             let chunk = bytes.split_to(room.min(bytes.len()));
-            self.write(chunk)?;
+            self.write_to_pipe(&chunk)?;
             if bytes.is_empty() {
                 return Ok(());
             }
@@ -554,7 +572,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_whole_write_goes_direct_only_when_nothing_before_it_is_unread() {
+    async fn a_write_goes_direct_only_when_nothing_before_it_is_unread() {
         let (mut guest, mut host) = stdout_pipe(64);
         let recorder = Arc::new(Recorder::default());
         let direct: Arc<dyn DirectOutput> = recorder.clone();
@@ -562,14 +580,19 @@ mod tests {
         let one = guest.blocking_write_and_flush(Bytes::from_static(b"one\n"));
         assert!(one.await.is_ok());
         assert_eq!(*recorder.recorded(), b"one\n");
+        // So does a non-blocking write.
+        assert!(guest.write(Bytes::from_static(b"one and a half\n")).is_ok());
+        assert_eq!(*recorder.recorded(), b"one\none and a half\n");
         // Bytes in the pipe not read yet: the next whole write goes behind them.
-        assert!(guest.write(Bytes::from_static(b"two")).is_ok());
+        assert!(guest.write_to_pipe(b"two").is_ok());
         let three = guest.blocking_write_and_flush(Bytes::from_static(b"three\n"));
         assert!(three.await.is_ok());
-        assert_eq!(*recorder.recorded(), b"one\n");
+        // And so does a non-blocking one.
+        assert!(guest.write(Bytes::from_static(b"four\n")).is_ok());
+        assert_eq!(*recorder.recorded(), b"one\none and a half\n");
         let mut buf = [0u8; 16];
         let n = host.read(&mut buf).await.unwrap_or_default();
-        assert_eq!(&buf[..n], b"twothree\n");
+        assert_eq!(&buf[..n], b"twothree\nfour\n");
     }
 
     #[tokio::test]
