@@ -932,3 +932,93 @@ async fn a_program_that_does_not_compile_is_refused_without_compiling_in_the_hos
     assert_eq!(shared_hosts(&lab.home).len(), 1, "the host lives on");
     assert!(crate::support::cache_entries(&lab.home).is_empty());
 }
+
+/// `VmRSS` of process `pid`, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc/PID/status");
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no VmRSS for pid {pid}"))
+}
+
+/// A guest that writes 64 MiB of complete lines to a zot that has stopped
+/// reading: the guest waits once the pipes are full, and neither the relay
+/// nor the host (nor standalone, the two in one process) holds what it has
+/// not yet written; when zot reads again, every line arrives, whole and in
+/// order, then the answer. A bridge that kept a guest's lines until zot took
+/// them would grow by the whole flood.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_flooding_lines_while_zot_reads_nothing_waits_and_nothing_piles_up() {
+    const NOTES: usize = 2048;
+    const NOTE_LEN: usize = 32 * 1024;
+    // Well below the flood's 64 MiB, well above a pipe or a socket buffer.
+    const MOST_GROWN_KIB: u64 = 24 * 1024;
+    let lab = Lab::new();
+    let dir = guest(&lab, "hostile");
+    for standalone in [true, false] {
+        let env: &[(&str, &str)] = if standalone {
+            &[("ZOTBOX_STANDALONE", "1")]
+        } else {
+            &[]
+        };
+        let mut zot = relay_env(&lab, &dir, &lab.workspace, env).await;
+        assert_eq!(
+            call(&mut zot, "e", "echo", json!({"text": "warm"})).await,
+            (false, "warm".to_owned())
+        );
+        let mut pids = vec![zot.pid().expect("the relay runs")];
+        if !standalone {
+            pids.push(u32::try_from(host_pid(&lab)).expect("a pid"));
+        }
+        let rss = || pids.iter().map(|&pid| rss_kib(pid)).sum::<u64>();
+        let before = rss();
+        zot.stop_reading();
+        zot.send(
+            &json!({"type": "tool_call", "id": "flood", "name": "notify_flood",
+                         "args": {"count": NOTES, "len": NOTE_LEN}}),
+        )
+        .await;
+        // Long enough for an unbounded bridge to take the whole flood (the
+        // guest writes it in well under a second); the peak is what counts.
+        let mut peak = before;
+        for _ in 0..40 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            peak = peak.max(rss());
+        }
+        zot.resume_reading();
+        for n in 0..NOTES {
+            let note = zot.recv().await;
+            let message = note["message"].as_str().unwrap_or_default();
+            assert!(
+                note["type"] == "notify"
+                    && message.len() == NOTE_LEN
+                    && message.bytes().all(|b| b == b'x'),
+                "note {n} (standalone: {standalone}): {:.200}",
+                note.to_string()
+            );
+        }
+        let answer = zot.recv().await;
+        assert_eq!(
+            (
+                &answer["type"],
+                &answer["id"],
+                &answer["content"][0]["text"]
+            ),
+            (
+                &json!("tool_result"),
+                &json!("flood"),
+                &json!(format!("sent {NOTES}"))
+            ),
+            "standalone: {standalone}"
+        );
+        let grown = peak.saturating_sub(before);
+        assert!(
+            grown < MOST_GROWN_KIB,
+            "standalone: {standalone}: grew by {grown} KiB ({before} KiB before) while zot read nothing"
+        );
+        let end = finish(zot).await;
+        assert_eq!(end.status.code(), Some(0), "{end:#?}");
+    }
+}

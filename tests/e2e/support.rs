@@ -676,6 +676,9 @@ pub struct Peer {
     stderr: Option<tokio::task::JoinHandle<String>>,
     /// Every line received so far, lossily decoded, for failure messages.
     pub transcript: Vec<String>,
+    /// `false` while zot stops reading the process's output
+    /// ([`Peer::stop_reading`]).
+    reading: tokio::sync::watch::Sender<bool>,
 }
 
 /// How a [`Peer`]'s process ended.
@@ -725,10 +728,19 @@ impl Peer {
         let mut child = spawn_piped(command);
         let stdout = child.stdout.take().expect("piped stdout");
         let (tx, lines) = tokio::sync::mpsc::unbounded_channel();
+        let (reading, mut gate) = tokio::sync::watch::channel(true);
         tokio::spawn(async move {
             let mut reader = BufReader::new(stdout);
             let mut line = Vec::new();
-            while let Ok(buffer) = reader.fill_buf().await {
+            loop {
+                // Stopped: nothing more leaves the pipe until reading resumes
+                // (or the peer is dropped).
+                if gate.wait_for(|reading| *reading).await.is_err() {
+                    break;
+                }
+                let Ok(buffer) = reader.fill_buf().await else {
+                    break;
+                };
                 if buffer.is_empty() {
                     break;
                 }
@@ -755,7 +767,24 @@ impl Peer {
             lines,
             stderr: Some(stderr),
             transcript: Vec::new(),
+            reading,
         }
+    }
+
+    /// The process's pid (`None` once it was waited for).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    /// Stops taking the process's output, as a zot that is busy elsewhere
+    /// does: once the pipe is full, the process's writes wait.
+    pub fn stop_reading(&self) {
+        self.reading.send_replace(false);
+    }
+
+    /// Takes the process's output again after [`Peer::stop_reading`].
+    pub fn resume_reading(&self) {
+        self.reading.send_replace(true);
     }
 
     /// Writes `frame` as one line.

@@ -120,6 +120,18 @@ fn tools() -> Extension {
             },
         )
         .tool(
+            "notify_flood",
+            "Send `count` notes of `len` bytes each, then answer.",
+            schema::object(),
+            |ctx, args: FloodArg| {
+                let note = "x".repeat(args.len);
+                for _ in 0..args.count {
+                    ctx.notify(zotbox_guest::Level::Info, note.clone());
+                }
+                ToolOutput::text(format!("sent {}", args.count))
+            },
+        )
+        .tool(
             "panic",
             "Panic in the middle of a call.",
             schema::object(),
