@@ -256,6 +256,15 @@ fn tool_status(
     })
 }
 
+/// `dir` made absolute. Each toolchain runs inside the folder it builds, and
+/// the paths handed to it are built from the folder: from a relative one
+/// (`zotbox ext build myext`) they would be taken from inside it a second
+/// time (`myext/myext/target/…`). When the working folder cannot be read,
+/// `dir` stays as it is and the build reports what it meets.
+fn folder(dir: &Path) -> PathBuf {
+    std::path::absolute(dir).unwrap_or_else(|_| dir.to_owned())
+}
+
 /// Creates the folder `tool` writes `output` into.
 fn output_folder(output: &Path, tool: &Path) -> Result<(), ToolchainError> {
     match output.parent() {
@@ -284,9 +293,10 @@ impl GoBuild {
     /// A `wasip1` build of the module at `dir` into
     /// `<dir>/target/wasip1/<name>.wasm`.
     pub fn guest(dir: &Path, name: &str) -> Self {
+        let dir = folder(dir);
         Self {
-            dir: dir.to_owned(),
             output: dir.join("target/wasip1").join(format!("{name}.wasm")),
+            dir,
             wasm: true,
             go: PathBuf::from("go"),
         }
@@ -481,9 +491,10 @@ pub struct PyBuild {
 impl PyBuild {
     /// A build of the folder at `dir` into `<dir>/target/python/<name>.wasm`.
     pub fn guest(dir: &Path, name: &str) -> Self {
+        let dir = folder(dir);
         Self {
-            dir: dir.to_owned(),
             output: dir.join("target/python").join(format!("{name}.wasm")),
+            dir,
             tool: PathBuf::from("componentize-py"),
         }
     }
@@ -528,15 +539,16 @@ pub struct JsBuild {
 impl JsBuild {
     /// A build of the folder at `dir` into `<dir>/target/js/<name>.wasm`.
     pub fn guest(dir: &Path, name: &str) -> Self {
+        let dir = folder(dir);
         let local = dir.join("node_modules/.bin/componentize-js");
         Self {
-            dir: dir.to_owned(),
             output: dir.join("target/js").join(format!("{name}.wasm")),
             tool: if local.is_file() {
                 local
             } else {
                 PathBuf::from("componentize-js")
             },
+            dir,
         }
     }
 
@@ -596,9 +608,10 @@ pub struct MakeBuild {
 impl MakeBuild {
     /// A build of the folder at `dir` into `<dir>/target/c/<name>.wasm`.
     pub fn guest(dir: &Path, name: &str) -> Self {
+        let dir = folder(dir);
         Self {
-            dir: dir.to_owned(),
             output: dir.join("target/c").join(format!("{name}.wasm")),
+            dir,
             make: PathBuf::from("make"),
         }
     }

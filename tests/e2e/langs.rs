@@ -891,30 +891,9 @@ fn the_python_template_builds_installs_and_answers() {
             .collect::<Vec<_>>(),
         ["extension.json", "pycount.wasm"]
     );
-    // The shared checks, except that the guest library names a missing
-    // field as missing (Go's template calls it not a string).
-    let run = lab.zotbox(&["call", "count_words", r#"{"text": "one two three"}"#]);
-    run.expect_code(0);
-    assert_eq!(run.stdout, "3\n");
-    for (args, problem) in [
-        ("{}", "missing field `text`"),
-        (r#"{"text": 3}"#, "`text` must be a string"),
-    ] {
-        let run = lab.zotbox(&["call", "count_words", args]);
-        run.expect_code(3);
-        assert_eq!(
-            run.stdout,
-            format!("invalid arguments for tool `count_words`: {problem}\n")
-        );
-    }
-    let run = lab.zotbox(&["command", "pycount", "Ada"]);
-    run.expect_code(0);
-    assert_eq!(run.stdout, "display: hello, Ada, from pycount\n");
-    let run = lab.zotbox(&["check", "bash", r#"{"command": "rm -rf /"}"#]);
-    assert!(
-        run.stdout.contains("pycount: `rm -rf /` is not run here"),
-        "{run:#?}"
-    );
+    // The guest library names a missing field as missing (Go's template
+    // calls it not a string).
+    crate::support::assert_template_answers(&lab, "pycount", "missing field `text`");
 }
 
 // ---------------------------------------------------------------------------
@@ -1135,6 +1114,73 @@ async fn the_js_example_builds_with_ext_build_and_answers() {
     check_js_notes(&lab, &host).await;
     host.shutdown().await;
     assert_read_denial_audited(&lab, JS_NOTES);
+}
+
+/// `zotbox new --lang js` then the two commands it says to run next, as
+/// printed (the folder relative to where the author stands): build with
+/// componentize-js, install (the manifest and the component only), a tool,
+/// its refusal of bad arguments, a command and the guard. (A relative
+/// folder was taken twice by every toolchain but cargo's, which this test
+/// found: `jsc/jsc/target/js/jsc.wasm`.)
+///
+/// Ignored by default for the reason the JavaScript example's test is; CI
+/// runs it with that one (`langs::the_js`).
+#[test]
+#[ignore = "a 12 MiB component: run on its own with --ignored"]
+fn the_js_template_builds_from_a_relative_folder_installs_and_answers() {
+    let Some(tool) = guests::js_toolchain() else {
+        return;
+    };
+    let lab = Lab::new();
+    let run = lab.zotbox(&["new", "jsc", "--lang", "js"]);
+    run.expect_code(0);
+    assert!(
+        run.stdout.starts_with(
+            "created `jsc` (javascript) in jsc: app.js, zotbox.js, extension.json, \
+             package.json, README.md, .gitignore, wit/world.wit, wit/deps/cli.wit"
+        ),
+        "{run:#?}"
+    );
+    assert!(
+        run.stdout
+            .ends_with("next:\nzotbox ext build jsc && zotbox ext install jsc\nzotbox call count_words '{\"text\": \"one two three\"}'\n"),
+        "{run:#?}"
+    );
+    // The library and the WIT packages are the repository's, byte for byte.
+    let dir = lab.workspace.join("jsc");
+    for (written, original) in [
+        ("zotbox.js", "guest-sdk/js/zotbox.js"),
+        ("wit/world.wit", "examples/js-notes/wit/world.wit"),
+        ("wit/deps/zot-host/fs.wit", "wit/fs.wit"),
+    ] {
+        assert!(
+            std::fs::read(dir.join(written)).expect("written")
+                == std::fs::read(repo(original)).expect("original"),
+            "`{written}` differs from `{original}`"
+        );
+    }
+    let mut path = std::ffi::OsString::from(tool.parent().expect("its folder"));
+    path.push(":");
+    path.push(std::env::var_os("PATH").unwrap_or_default());
+    let run = lab.zotbox_env(&["ext", "build", "jsc"], &[("PATH", &path)]);
+    run.expect_code(0);
+    assert!(
+        run.stdout.starts_with("built `jsc` → jsc/jsc.wasm ("),
+        "{run:#?}"
+    );
+    assert!(
+        !dir.join("jsc").exists(),
+        "a second `jsc/` inside the folder"
+    );
+    let run = lab.zotbox(&["ext", "install", "jsc", "--yes"]);
+    run.expect_code(0);
+    assert_eq!(
+        crate::support::tree(&lab.user_dir().join("jsc"))
+            .into_keys()
+            .collect::<Vec<_>>(),
+        ["extension.json", "jsc.wasm"]
+    );
+    crate::support::assert_template_answers(&lab, "jsc", "missing field `text`");
 }
 
 // ---------------------------------------------------------------------------

@@ -1175,18 +1175,24 @@ pub fn assert_result(got: &ToolResult, is_error: bool, text: &str) {
 }
 
 /// What an extension `zotbox new` wrote answers once built and installed
-/// as `name` (Go and Python templates): `count_words` and its refusal of
-/// bad arguments, the command, and the guard over `rm -rf /`.
-pub fn assert_template_answers(lab: &Lab, name: &str) {
+/// as `name` (the Go, Python and JavaScript templates): `count_words` and
+/// its refusal of bad arguments (`missing`: what the language's library
+/// says of a missing `text`), the command, and the guard over `rm -rf /`.
+pub fn assert_template_answers(lab: &Lab, name: &str, missing: &str) {
     let run = lab.zotbox(&["call", "count_words", r#"{"text": "one two three"}"#]);
     run.expect_code(0);
     assert_eq!(run.stdout, "3\n");
-    let run = lab.zotbox(&["call", "count_words", "{}"]);
-    run.expect_code(3);
-    assert_eq!(
-        run.stdout,
-        "invalid arguments for tool `count_words`: `text` must be a string\n"
-    );
+    for (args, problem) in [
+        ("{}", missing),
+        (r#"{"text": 3}"#, "`text` must be a string"),
+    ] {
+        let run = lab.zotbox(&["call", "count_words", args]);
+        run.expect_code(3);
+        assert_eq!(
+            run.stdout,
+            format!("invalid arguments for tool `count_words`: {problem}\n")
+        );
+    }
     let run = lab.zotbox(&["command", name, "Ada"]);
     run.expect_code(0);
     assert_eq!(run.stdout, format!("display: hello, Ada, from {name}\n"));

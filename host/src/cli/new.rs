@@ -39,6 +39,9 @@ pub(crate) enum Lang {
     Go,
     /// Python, made a component by componentize-py (`pip install componentize-py`).
     Python,
+    /// JavaScript, made a component by componentize-js (from npm, on Node.js).
+    #[value(alias = "js")]
+    Javascript,
 }
 
 /// The files of one language's extension: (path, text with placeholders).
@@ -139,6 +142,73 @@ impl Lang {
                     ),
                 ],
             },
+            // As for Python: the guest library beside `app.js` (componentize-js
+            // reads modules only from the folder it builds), the world and
+            // the WASI packages the JavaScript example's.
+            Self::Javascript => Template {
+                files: &[
+                    ("app.js", include_str!("new/javascript/app.js.tmpl")),
+                    ("zotbox.js", include_str!("../../../guest-sdk/js/zotbox.js")),
+                    (
+                        "extension.json",
+                        include_str!("new/javascript/extension.json.tmpl"),
+                    ),
+                    (
+                        "package.json",
+                        include_str!("new/javascript/package.json.tmpl"),
+                    ),
+                    ("README.md", include_str!("new/javascript/README.md.tmpl")),
+                    (".gitignore", include_str!("new/javascript/gitignore.tmpl")),
+                    (
+                        "wit/world.wit",
+                        include_str!("../../../examples/js-notes/wit/world.wit"),
+                    ),
+                    (
+                        "wit/deps/cli.wit",
+                        include_str!("../../../examples/js-notes/wit/deps/cli.wit"),
+                    ),
+                    (
+                        "wit/deps/clocks.wit",
+                        include_str!("../../../examples/js-notes/wit/deps/clocks.wit"),
+                    ),
+                    (
+                        "wit/deps/filesystem.wit",
+                        include_str!("../../../examples/js-notes/wit/deps/filesystem.wit"),
+                    ),
+                    (
+                        "wit/deps/io.wit",
+                        include_str!("../../../examples/js-notes/wit/deps/io.wit"),
+                    ),
+                    (
+                        "wit/deps/random.wit",
+                        include_str!("../../../examples/js-notes/wit/deps/random.wit"),
+                    ),
+                    (
+                        "wit/deps/sockets.wit",
+                        include_str!("../../../examples/js-notes/wit/deps/sockets.wit"),
+                    ),
+                    (
+                        "wit/deps/zot-host/types.wit",
+                        include_str!("../../../wit/types.wit"),
+                    ),
+                    (
+                        "wit/deps/zot-host/fs.wit",
+                        include_str!("../../../wit/fs.wit"),
+                    ),
+                    (
+                        "wit/deps/zot-host/http.wit",
+                        include_str!("../../../wit/http.wit"),
+                    ),
+                    (
+                        "wit/deps/zot-host/shell.wit",
+                        include_str!("../../../wit/shell.wit"),
+                    ),
+                    (
+                        "wit/deps/zot-host/world.wit",
+                        include_str!("../../../wit/world.wit"),
+                    ),
+                ],
+            },
         }
     }
 
@@ -147,6 +217,7 @@ impl Lang {
             Self::Rust => "rust",
             Self::Go => "go",
             Self::Python => "python",
+            Self::Javascript => "javascript",
         }
     }
 }
