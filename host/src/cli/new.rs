@@ -47,7 +47,61 @@ pub(crate) enum Lang {
 /// The files of one language's extension: (path, text with placeholders).
 struct Template {
     files: &'static [(&'static str, &'static str)],
+    /// Whether [`WIT_DEPS`] follow: the component toolchains (componentize-py,
+    /// componentize-js) build against the world in `wit/` and the packages
+    /// it names.
+    wit_deps: bool,
 }
+
+/// The WIT packages a Python or JavaScript world names: wasmtime-wasi 48's
+/// WASI (the examples' copies, identical in both, which a test keeps so)
+/// and zotbox's `zot:host`.
+const WIT_DEPS: &[(&str, &str)] = &[
+    (
+        "wit/deps/cli.wit",
+        include_str!("../../../examples/js-notes/wit/deps/cli.wit"),
+    ),
+    (
+        "wit/deps/clocks.wit",
+        include_str!("../../../examples/js-notes/wit/deps/clocks.wit"),
+    ),
+    (
+        "wit/deps/filesystem.wit",
+        include_str!("../../../examples/js-notes/wit/deps/filesystem.wit"),
+    ),
+    (
+        "wit/deps/io.wit",
+        include_str!("../../../examples/js-notes/wit/deps/io.wit"),
+    ),
+    (
+        "wit/deps/random.wit",
+        include_str!("../../../examples/js-notes/wit/deps/random.wit"),
+    ),
+    (
+        "wit/deps/sockets.wit",
+        include_str!("../../../examples/js-notes/wit/deps/sockets.wit"),
+    ),
+    (
+        "wit/deps/zot-host/types.wit",
+        include_str!("../../../wit/types.wit"),
+    ),
+    (
+        "wit/deps/zot-host/fs.wit",
+        include_str!("../../../wit/fs.wit"),
+    ),
+    (
+        "wit/deps/zot-host/http.wit",
+        include_str!("../../../wit/http.wit"),
+    ),
+    (
+        "wit/deps/zot-host/shell.wit",
+        include_str!("../../../wit/shell.wit"),
+    ),
+    (
+        "wit/deps/zot-host/world.wit",
+        include_str!("../../../wit/world.wit"),
+    ),
+];
 
 /// What to tell the author to run next (every template has `count_words`).
 const NEXT: &str = "zotbox ext build {{dir}} && zotbox ext install {{dir}}\n\
@@ -67,6 +121,7 @@ impl Lang {
                     (".gitignore", include_str!("new/rust/gitignore.tmpl")),
                     ("src/main.rs", include_str!("new/rust/src/main.rs.tmpl")),
                 ],
+                wit_deps: false,
             },
             Self::Go => Template {
                 files: &[
@@ -76,12 +131,11 @@ impl Lang {
                     (".gitignore", include_str!("new/go/gitignore.tmpl")),
                     ("main.go", include_str!("new/go/main.go.tmpl")),
                 ],
+                wit_deps: false,
             },
-            // The WASI packages the world names are the Python example's
-            // (wasmtime-wasi 48's), shared rather than copied. The guest
-            // library is written beside `app.py`: componentize-py finds it
-            // there offline, and an installed zotbox carries it in its
-            // binary (no checkout needed).
+            // The guest library is written beside `app.py`: componentize-py
+            // finds it there offline, and an installed zotbox carries it in
+            // its binary (no checkout needed).
             Self::Python => Template {
                 files: &[
                     ("app.py", include_str!("new/python/app.py.tmpl")),
@@ -96,55 +150,12 @@ impl Lang {
                     ("README.md", include_str!("new/python/README.md.tmpl")),
                     (".gitignore", include_str!("new/python/gitignore.tmpl")),
                     ("wit/world.wit", include_str!("new/python/world.wit.tmpl")),
-                    (
-                        "wit/deps/cli.wit",
-                        include_str!("../../../examples/py-hello/wit/deps/cli.wit"),
-                    ),
-                    (
-                        "wit/deps/clocks.wit",
-                        include_str!("../../../examples/py-hello/wit/deps/clocks.wit"),
-                    ),
-                    (
-                        "wit/deps/filesystem.wit",
-                        include_str!("../../../examples/py-hello/wit/deps/filesystem.wit"),
-                    ),
-                    (
-                        "wit/deps/io.wit",
-                        include_str!("../../../examples/py-hello/wit/deps/io.wit"),
-                    ),
-                    (
-                        "wit/deps/random.wit",
-                        include_str!("../../../examples/py-hello/wit/deps/random.wit"),
-                    ),
-                    (
-                        "wit/deps/sockets.wit",
-                        include_str!("../../../examples/py-hello/wit/deps/sockets.wit"),
-                    ),
-                    (
-                        "wit/deps/zot-host/types.wit",
-                        include_str!("../../../wit/types.wit"),
-                    ),
-                    (
-                        "wit/deps/zot-host/fs.wit",
-                        include_str!("../../../wit/fs.wit"),
-                    ),
-                    (
-                        "wit/deps/zot-host/http.wit",
-                        include_str!("../../../wit/http.wit"),
-                    ),
-                    (
-                        "wit/deps/zot-host/shell.wit",
-                        include_str!("../../../wit/shell.wit"),
-                    ),
-                    (
-                        "wit/deps/zot-host/world.wit",
-                        include_str!("../../../wit/world.wit"),
-                    ),
                 ],
+                wit_deps: true,
             },
             // As for Python: the guest library beside `app.js` (componentize-js
-            // reads modules only from the folder it builds), the world and
-            // the WASI packages the JavaScript example's.
+            // reads modules only from the folder it builds); the world is the
+            // JavaScript example's.
             Self::Javascript => Template {
                 files: &[
                     ("app.js", include_str!("new/javascript/app.js.tmpl")),
@@ -163,51 +174,8 @@ impl Lang {
                         "wit/world.wit",
                         include_str!("../../../examples/js-notes/wit/world.wit"),
                     ),
-                    (
-                        "wit/deps/cli.wit",
-                        include_str!("../../../examples/js-notes/wit/deps/cli.wit"),
-                    ),
-                    (
-                        "wit/deps/clocks.wit",
-                        include_str!("../../../examples/js-notes/wit/deps/clocks.wit"),
-                    ),
-                    (
-                        "wit/deps/filesystem.wit",
-                        include_str!("../../../examples/js-notes/wit/deps/filesystem.wit"),
-                    ),
-                    (
-                        "wit/deps/io.wit",
-                        include_str!("../../../examples/js-notes/wit/deps/io.wit"),
-                    ),
-                    (
-                        "wit/deps/random.wit",
-                        include_str!("../../../examples/js-notes/wit/deps/random.wit"),
-                    ),
-                    (
-                        "wit/deps/sockets.wit",
-                        include_str!("../../../examples/js-notes/wit/deps/sockets.wit"),
-                    ),
-                    (
-                        "wit/deps/zot-host/types.wit",
-                        include_str!("../../../wit/types.wit"),
-                    ),
-                    (
-                        "wit/deps/zot-host/fs.wit",
-                        include_str!("../../../wit/fs.wit"),
-                    ),
-                    (
-                        "wit/deps/zot-host/http.wit",
-                        include_str!("../../../wit/http.wit"),
-                    ),
-                    (
-                        "wit/deps/zot-host/shell.wit",
-                        include_str!("../../../wit/shell.wit"),
-                    ),
-                    (
-                        "wit/deps/zot-host/world.wit",
-                        include_str!("../../../wit/world.wit"),
-                    ),
                 ],
+                wit_deps: true,
             },
         }
     }
@@ -283,7 +251,8 @@ impl Args {
                 .replace("{{dir}}", &shown_dir)
         };
         let mut written = Vec::new();
-        for (path, text) in template.files {
+        let deps: &[(&str, &str)] = if template.wit_deps { WIT_DEPS } else { &[] };
+        for (path, text) in template.files.iter().chain(deps) {
             let target = dir.join(path);
             if let Some(parent) = target.parent() {
                 std::fs::create_dir_all(parent)
