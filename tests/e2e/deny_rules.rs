@@ -17,7 +17,7 @@ use zotbox::Verdict;
 use crate::attack::{
     answered, data_tool, plugin, prober, refused, run_cases, shell_tool, start, zotbox_with,
 };
-use crate::support::{Lab, bounded, write_json};
+use crate::support::{Lab, bounded, rss_kib, write_json};
 
 /// The refusal plugin of the issue: `git\s+push` and `rm\s+-rf` on `bash`,
 /// the name every shell command is checked under; and an anchored rule on
@@ -358,16 +358,6 @@ fn list_and_doctor_report_plugins_over_the_deny_rule_budget_and_the_users_still_
         )
     );
     assert_eq!(check(&"a".repeat(40)), (Some(0), "allow\n".to_owned()));
-}
-
-/// `VmRSS` of this process, in KiB.
-fn rss_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
 }
 
 /// A host over the heavy workspace (as `serve` starts at zot's start-up)

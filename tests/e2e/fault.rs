@@ -29,10 +29,9 @@ use zotbox::protocol::ToolResult;
 use zotbox::{CallError, Host, HostBuilder, HostError, HostEvent, Verdict};
 
 use crate::guests::{self, Form};
-use crate::load::status_kib;
 use crate::support::{
     Ext, Lab, bounded, cache_entries, entry_is_valid, eventually, ext, info, next_event,
-    process_alive, tool_names, with_valid_trailer,
+    process_alive, status_kib, tool_names, with_valid_trailer,
 };
 
 /// A call to a broken extension must fail well within this, against a

@@ -22,7 +22,9 @@ use zotbox::host::{ExtensionState, RestartPolicy};
 use zotbox::protocol::DEFAULT_MAX_LINE;
 
 use crate::guests::{self, Form};
-use crate::support::{Lab, PATIENCE, Peer, bounded, eventually, info, process_alive, write_json};
+use crate::support::{
+    Lab, PATIENCE, Peer, bounded, eventually, info, process_alive, rss_kib, write_json,
+};
 
 /// How soon a check must be answered here: generous (a loaded machine
 /// cannot overturn it), and still half of zot's 5 s intercept deadline and
@@ -449,15 +451,6 @@ async fn a_guest_writing_an_endless_line_ends_zotbox_run_at_once_naming_the_cap(
 
 // ---------------------------------------------------------------------------
 // Hosted sessions
-
-fn rss_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS in /proc/self/status")
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hosted_guest_writing_an_endless_line_ends_at_once_naming_the_cap() {

@@ -22,7 +22,7 @@ use zotbox::protocol::ToolResult;
 use zotbox::{CallError, Host, HostError};
 
 use crate::guests::{self, Form};
-use crate::support::{Lab, bounded, make_executable};
+use crate::support::{Lab, bounded, make_executable, status_kib};
 
 const WASM_EXTENSIONS: usize = 12;
 const NATIVE_EXTENSIONS: usize = 8;
@@ -113,16 +113,6 @@ fn write_extensions(lab: &Lab) -> (Vec<PathBuf>, Vec<Target>) {
         }
     }
     (folders, targets)
-}
-
-/// Our own resident set size (`VmRSS`) or its peak (`VmHWM`), KiB.
-pub fn status_kib(field: &str) -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {field} in /proc/self/status"))
 }
 
 /// What a run of calls came to.

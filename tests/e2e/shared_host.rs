@@ -933,16 +933,6 @@ async fn a_program_that_does_not_compile_is_refused_without_compiling_in_the_hos
     assert!(crate::support::cache_entries(&lab.home).is_empty());
 }
 
-/// `VmRSS` of process `pid`, in KiB.
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc/PID/status");
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or_else(|| panic!("no VmRSS for pid {pid}"))
-}
-
 /// A guest that writes 64 MiB of complete lines to a zot that has stopped
 /// reading: the guest waits once the pipes are full, and neither the relay
 /// nor the host (nor standalone, the two in one process) holds what it has
@@ -972,7 +962,11 @@ async fn a_guest_flooding_lines_while_zot_reads_nothing_waits_and_nothing_piles_
         if !standalone {
             pids.push(u32::try_from(host_pid(&lab)).expect("a pid"));
         }
-        let rss = || pids.iter().map(|&pid| rss_kib(pid)).sum::<u64>();
+        let rss = || {
+            pids.iter()
+                .map(|&pid| crate::support::proc_status_kib(pid, "VmRSS"))
+                .sum::<u64>()
+        };
         let before = rss();
         zot.stop_reading();
         zot.send(

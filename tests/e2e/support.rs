@@ -894,14 +894,26 @@ impl Peer {
     }
 }
 
-/// One value of `/proc/self/status`, in KiB (`VmRSS`, `VmHWM`).
-fn status_kib(field: &str) -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+/// One value of `/proc/PROCESS/status` in KiB (`VmRSS`, `VmHWM`), where
+/// PROCESS is `self` or a pid.
+pub fn proc_status_kib(process: impl std::fmt::Display, field: &str) -> u64 {
+    let path = format!("/proc/{process}/status");
+    let status = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
     status
         .lines()
         .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {field} in /proc/self/status"))
+        .unwrap_or_else(|| panic!("no {field} in {path}"))
+}
+
+/// One value of this process's `/proc/self/status`, in KiB.
+pub fn status_kib(field: &str) -> u64 {
+    proc_status_kib("self", field)
+}
+
+/// This process's resident set size (`VmRSS`), in KiB.
+pub fn rss_kib() -> u64 {
+    status_kib("VmRSS")
 }
 
 /// Whether to run the body of the test named `test` (its path in this

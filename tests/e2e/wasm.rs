@@ -20,7 +20,7 @@ use zotbox::{CallError, Decision, Host, HostError, HostEvent, Verdict};
 use crate::guests::{self, C_SHOUT, Form};
 use crate::support::{
     Lab, assert_response, assert_result, bounded, cache_entries, command, entry_is_valid,
-    host_over, info, next_event, settled, tool, tool_names, write_json,
+    host_over, info, next_event, rss_kib, settled, tool, tool_names, write_json,
 };
 
 /// Starts one example in `form` (the C one with clang's build; `None` when
@@ -483,16 +483,6 @@ async fn a_memory_bomb_hits_the_limit_and_only_that_guest_dies() {
     );
     assert_echoes(&host).await;
     host.shutdown().await;
-}
-
-/// Our own resident set size, KiB.
-fn rss_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS in /proc/self/status")
 }
 
 /// A stdout flood (one endless line): the guest is stopped as soon as the
