@@ -883,17 +883,14 @@ fn the_python_template_builds_installs_and_answers() {
             .starts_with(&format!("built `pycount` → {shown}/pycount.wasm (")),
         "{run:#?}"
     );
-    let run = lab.zotbox(&["ext", "install", &shown, "--yes"]);
-    run.expect_code(0);
-    assert_eq!(
-        crate::support::tree(&lab.user_dir().join("pycount"))
-            .into_keys()
-            .collect::<Vec<_>>(),
-        ["extension.json", "pycount.wasm"]
-    );
     // The guest library names a missing field as missing (Go's template
     // calls it not a string).
-    crate::support::assert_template_answers(&lab, "pycount", "missing field `text`");
+    crate::support::assert_template_installs_and_answers(
+        &lab,
+        &shown,
+        "pycount",
+        "missing field `text`",
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -1172,15 +1169,12 @@ fn the_js_template_builds_from_a_relative_folder_installs_and_answers() {
         !dir.join("jsc").exists(),
         "a second `jsc/` inside the folder"
     );
-    let run = lab.zotbox(&["ext", "install", "jsc", "--yes"]);
-    run.expect_code(0);
-    assert_eq!(
-        crate::support::tree(&lab.user_dir().join("jsc"))
-            .into_keys()
-            .collect::<Vec<_>>(),
-        ["extension.json", "jsc.wasm"]
+    crate::support::assert_template_installs_and_answers(
+        &lab,
+        "jsc",
+        "jsc",
+        "missing field `text`",
     );
-    crate::support::assert_template_answers(&lab, "jsc", "missing field `text`");
 }
 
 // ---------------------------------------------------------------------------

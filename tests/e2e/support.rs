@@ -1186,11 +1186,20 @@ pub fn assert_result(got: &ToolResult, is_error: bool, text: &str) {
     );
 }
 
-/// What an extension `zotbox new` wrote answers once built and installed
-/// as `name` (the Go, Python and JavaScript templates): `count_words` and
-/// its refusal of bad arguments (`missing`: what the language's library
+/// An extension `zotbox new` wrote as `name`, once built in `folder`
+/// (the Go, Python and JavaScript templates): `ext install` installs its
+/// manifest and component and nothing else, and it answers: `count_words`
+/// and its refusal of bad arguments (`missing`: what the language's library
 /// says of a missing `text`), the command, and the guard over `rm -rf /`.
-pub fn assert_template_answers(lab: &Lab, name: &str, missing: &str) {
+pub fn assert_template_installs_and_answers(lab: &Lab, folder: &str, name: &str, missing: &str) {
+    let run = lab.zotbox(&["ext", "install", folder, "--yes"]);
+    run.expect_code(0);
+    assert_eq!(
+        tree(&lab.user_dir().join(name))
+            .into_keys()
+            .collect::<Vec<_>>(),
+        ["extension.json".to_owned(), format!("{name}.wasm")]
+    );
     let run = lab.zotbox(&["call", "count_words", r#"{"text": "one two three"}"#]);
     run.expect_code(0);
     assert_eq!(run.stdout, "3\n");
