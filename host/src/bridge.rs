@@ -419,6 +419,9 @@ pub(crate) struct InFlight {
     // takes it once.
     requests: std::sync::Mutex<Requests>,
     changed: tokio::sync::Notify,
+    /// A request came in whose deadline is before the one the watchdog
+    /// sleeps until (a separate `Notify`: `changed` is the reporter's).
+    sooner: tokio::sync::Notify,
     relay: Option<RelayReports>,
 }
 
@@ -427,6 +430,10 @@ struct Requests {
     by_id: rustc_hash::FxHashMap<String, (&'static str, Instant)>,
     /// Changes so far: what a report covers when it is taken.
     changes: u64,
+    /// The deadline the watchdog sleeps until, if any: only a request due
+    /// before it wakes the watchdog, so a steady stream of calls costs it
+    /// about one wake per timeout rather than one per call.
+    watched: Option<Instant>,
 }
 
 /// What an instance's relay has been told of its requests.
@@ -474,12 +481,19 @@ impl InFlight {
     /// ([`InFlight::known_to_the_relay`]) before it reaches the guest.
     fn insert(&self, id: String, frame_type: &'static str, deadline: Instant) -> Option<u64> {
         use std::sync::atomic::Ordering;
-        let changes = {
+        let (changes, sooner) = {
             let mut requests = self.requests();
             requests.by_id.insert(id, (frame_type, deadline));
             requests.changes += 1;
-            requests.changes
+            let sooner = requests.watched.is_none_or(|at| deadline < at);
+            if sooner {
+                requests.watched = Some(deadline);
+            }
+            (requests.changes, sooner)
         };
+        if sooner {
+            self.sooner.notify_one();
+        }
         // Urgent first, due second (see `report_at_once` for the other
         // half). A request that finds a report due takes back only an
         // urgency it raised itself.
@@ -523,6 +537,22 @@ impl InFlight {
             self.changed.notify_one();
         }
         expired
+    }
+
+    /// For the watchdog: the earliest deadline in flight, which it now
+    /// sleeps until (see [`InFlight::sooner_deadline`]).
+    fn watch_next_deadline(&self) -> Option<Instant> {
+        let mut requests = self.requests();
+        let next = requests.by_id.values().map(|(_, at)| *at).min();
+        requests.watched = next;
+        next
+    }
+
+    /// For the watchdog: waits until a request due before the deadline it
+    /// watches comes in. (A `notify_one` while nobody waits is kept, so a
+    /// request that comes in between two waits is not missed.)
+    async fn sooner_deadline(&self) {
+        self.sooner.notified().await;
     }
 
     /// Waits until the set has changed since the last call.
@@ -685,9 +715,31 @@ async fn bridge(
             let mut ended_at: Option<Instant> = None;
             let mut escalated = 0u8;
             loop {
+                // Asleep until the next thing due: a deadline, or the next
+                // step of a shutdown. An idle instance costs no wake-ups.
+                let escalation = ended_at.and_then(|at| match escalated {
+                    0 => Some(at + shutdown_grace),
+                    1 => Some(at + shutdown_grace * 2),
+                    _ => None,
+                });
+                let wake = match (deadlines.watch_next_deadline(), escalation) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
                 tokio::select! {
-                    () = tokio::time::sleep(Duration::from_millis(50)) => {}
-                    _ = ending.changed(), if ended_at.is_none() => {}
+                    () = async {
+                        match wake {
+                            Some(at) => tokio::time::sleep_until(at).await,
+                            None => std::future::pending().await,
+                        }
+                    } => {}
+                    () = deadlines.sooner_deadline() => {}
+                    // Zot's side gone without a word counts as the end too.
+                    _ = ending.changed(), if ended_at.is_none() => {
+                        if ending.has_changed().is_err() {
+                            ended_at = Some(Instant::now());
+                        }
+                    }
                     _ = exit.wait_for(Option::is_some) => return,
                     // Abandoned, or whoever could say so is gone: the same.
                     _ = async {
@@ -711,10 +763,10 @@ async fn bridge(
                 // that, kill (as a session's shutdown does).
                 if let Some(at) = ended_at {
                     let waited = now.duration_since(at);
-                    if waited > shutdown_grace * 2 && escalated < 2 {
+                    if waited >= shutdown_grace * 2 && escalated < 2 {
                         control.kill();
                         escalated = 2;
-                    } else if waited > shutdown_grace && escalated < 1 {
+                    } else if waited >= shutdown_grace && escalated < 1 {
                         control.terminate();
                         escalated = 1;
                     }
@@ -979,6 +1031,41 @@ mod tests {
             in_flight.report().requests,
             [("a".into(), "tool_call".into())]
         );
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn only_a_request_due_before_the_watched_deadline_wakes_the_watchdog() {
+        let in_flight = InFlight::default();
+        let woken = |in_flight: &InFlight| {
+            let mut wait = std::pin::pin!(in_flight.sooner_deadline());
+            let waker = std::task::Waker::noop();
+            wait.as_mut()
+                .poll(&mut std::task::Context::from_waker(waker))
+                .is_ready()
+        };
+        assert_eq!(in_flight.watch_next_deadline(), None, "idle: no wake-up");
+        assert!(!woken(&in_flight));
+        // The first request wakes it, and it then sleeps until its deadline.
+        let first = soon();
+        let _ = in_flight.insert("a".into(), "tool_call", first);
+        assert!(woken(&in_flight));
+        assert_eq!(in_flight.watch_next_deadline(), Some(first));
+        // A later deadline waits for that wake-up; a sooner one does not.
+        let _ = in_flight.insert("b".into(), "tool_call", first + Duration::from_secs(1));
+        assert!(!woken(&in_flight));
+        let sooner = first - Duration::from_secs(1);
+        let _ = in_flight.insert("c".into(), "tool_call", sooner);
+        assert!(woken(&in_flight));
+        assert_eq!(in_flight.watch_next_deadline(), Some(sooner));
+        // Answered ones no longer count.
+        in_flight.answer("c");
+        in_flight.answer("a");
+        assert_eq!(
+            in_flight.watch_next_deadline(),
+            Some(first + Duration::from_secs(1))
+        );
+        in_flight.answer("b");
+        assert_eq!(in_flight.watch_next_deadline(), None);
     }
 
     #[tokio::test(flavor = "current_thread")]

@@ -124,7 +124,7 @@ struct FileStamp {
 pub struct WasmRuntime {
     engine: Engine,
     // Advances the epoch while a guest runs (rules in `ticker`).
-    ticker: Arc<ticker::Ticker>,
+    ticker: ticker::Owned,
     components: ComponentLinker<ComponentState>,
     modules: ModuleLinker<ModuleState>,
     cache: ArtifactCache,

@@ -23,8 +23,13 @@
 //!    announcing it; a guest entering wasm when nothing else runs wakes it.
 //!    The announcement and the count are sequentially consistent, so one of
 //!    the two always sees the other: the ticker never sleeps through a
-//!    running guest. A parked ticker still wakes every [`PARKED_CHECK`] to
-//!    notice that its engine is gone, and goes back to sleep.
+//!    running guest.
+//! 3. **Gone with its engine, asleep until then.** While the runtime that
+//!    started it lives, a parked ticker sleeps until a guest wakes it (an
+//!    idle host makes no wake-ups at all). Once the runtime is dropped
+//!    ([`Ticker::owner_gone`]), stores it made may still run (each holds
+//!    the engine), so the ticker lives on, and a parked one wakes every
+//!    [`PARKED_CHECK`] to notice that the engine is gone too.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -41,7 +46,8 @@ pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(5);
 /// Ticks with no guest running before the ticker parks (≈ 100 ms): a
 /// burst of calls does not pay a wake-up for each one.
 const IDLE_TICKS_BEFORE_PARK: u32 = 20;
-/// How long a parked ticker sleeps before looking at its engine again.
+/// How long a parked ticker whose runtime is gone sleeps before looking at
+/// its engine again.
 const PARKED_CHECK: Duration = Duration::from_secs(1);
 
 /// What the ticker and the stores of one engine share.
@@ -51,15 +57,23 @@ pub(crate) struct Ticker {
     running: AtomicUsize,
     /// The ticker announced it is about to park (or is parked).
     parked: AtomicBool,
+    /// The runtime that started it is gone (rule 3).
+    owner_gone: AtomicBool,
     /// Ticks made so far (for tests and diagnostics).
     ticks: AtomicU64,
+    /// Times a parked ticker woke up (for tests and diagnostics).
+    wakes: AtomicU64,
     thread: std::sync::OnceLock<Thread>,
 }
 
 impl Ticker {
     /// Starts the ticker of `engine` on a thread of its own, so that
     /// deadlines hold even when every tokio worker is busy running guests.
-    pub(crate) fn start(engine: &Engine) -> Arc<Self> {
+    pub(crate) fn start(engine: &Engine) -> Owned {
+        Owned(Self::start_thread(engine))
+    }
+
+    fn start_thread(engine: &Engine) -> Arc<Self> {
         let ticker = Arc::new(Self::default());
         let weak = engine.weak();
         let shared = ticker.clone();
@@ -84,9 +98,15 @@ impl Ticker {
                 // Rule 2: announce, then look again before sleeping.
                 self.parked.store(true, Ordering::SeqCst);
                 if self.running.load(Ordering::SeqCst) == 0 {
-                    std::thread::park_timeout(PARKED_CHECK);
+                    if self.owner_gone.load(Ordering::SeqCst) {
+                        std::thread::park_timeout(PARKED_CHECK);
+                    } else {
+                        // Rule 3: `owner_gone` unparks it.
+                        std::thread::park();
+                    }
                 }
                 self.parked.store(false, Ordering::SeqCst);
+                self.wakes.fetch_add(1, Ordering::Relaxed);
                 if engine.upgrade().is_none() {
                     return;
                 }
@@ -125,6 +145,15 @@ impl Ticker {
         self.running.fetch_sub(1, Ordering::SeqCst);
     }
 
+    /// The runtime that started the ticker is gone (rule 3): from now on a
+    /// parked ticker looks now and then whether the engine is gone too.
+    fn owner_gone(&self) {
+        self.owner_gone.store(true, Ordering::SeqCst);
+        if let Some(thread) = self.thread.get() {
+            thread.unpark();
+        }
+    }
+
     /// A guest's task, counted as running while it is polled (rule 1).
     pub(crate) fn count_while_polled<F: Future>(self: &Arc<Self>, task: F) -> WhilePolled<F> {
         WhilePolled {
@@ -140,6 +169,25 @@ impl Ticker {
     #[cfg(test)]
     fn is_parked(&self) -> bool {
         self.parked.load(Ordering::SeqCst)
+    }
+}
+
+/// The runtime's hold on its ticker: dropped with the runtime, it tells the
+/// ticker its owner is gone (rule 3).
+#[derive(Debug)]
+pub(crate) struct Owned(Arc<Ticker>);
+
+impl std::ops::Deref for Owned {
+    type Target = Arc<Ticker>;
+
+    fn deref(&self) -> &Arc<Ticker> {
+        &self.0
+    }
+}
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        self.0.owner_gone();
     }
 }
 
@@ -227,6 +275,32 @@ mod tests {
         drop(counted);
         assert_eq!(ticker.running.load(Ordering::SeqCst), 0);
         assert!(eventually(|| ticker.is_parked()), "idle again, it parks");
+    }
+
+    #[test]
+    fn a_parked_ticker_sleeps_until_woken_and_ends_after_its_engine() {
+        let mut config = wasmtime::Config::new();
+        config.epoch_interruption(true);
+        let engine = Engine::new(&config).unwrap();
+        let owned = Ticker::start(&engine);
+        let ticker = Arc::clone(&owned);
+        assert!(eventually(|| ticker.is_parked()), "an idle ticker parks");
+        // Longer than a parked check: its runtime lives, so it sleeps on.
+        std::thread::sleep(PARKED_CHECK + PARKED_CHECK / 2);
+        assert_eq!(ticker.wakes.load(Ordering::Relaxed), 0, "no idle wake-ups");
+        // Its runtime gone, it looks at the engine again, and ends with it.
+        drop(owned);
+        assert!(eventually(|| ticker.wakes.load(Ordering::Relaxed) >= 1));
+        assert_eq!(
+            Arc::strong_count(&ticker),
+            2,
+            "the engine lives: so does it"
+        );
+        drop(engine);
+        assert!(
+            eventually(|| Arc::strong_count(&ticker) == 1),
+            "its thread ends with the engine"
+        );
     }
 
     #[tokio::test(flavor = "current_thread")]
