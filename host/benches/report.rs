@@ -314,6 +314,28 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
+/// Context switches so far of every thread of `pid` (each is a wake-up:
+/// a sleeping thread that runs again switches in once).
+fn context_switches(pid: u32) -> u64 {
+    let mut total = 0;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
+        total += status
+            .lines()
+            .filter_map(|line| {
+                line.strip_prefix("voluntary_ctxt_switches:")
+                    .or_else(|| line.strip_prefix("nonvoluntary_ctxt_switches:"))
+            })
+            .filter_map(|count| count.trim().parse::<u64>().ok())
+            .sum::<u64>();
+    }
+    total
+}
+
 fn children_rss_kib() -> u64 {
     let me = std::process::id();
     let mut total = 0;
@@ -933,8 +955,12 @@ fn zot_rows(fixture: &Fixture, scale: &Scale) -> Result<Vec<[String; 4]>> {
     Ok(rows)
 }
 
+/// How long idle processes are watched for wake-ups.
+const IDLE_WATCH: Duration = Duration::from_secs(3);
+
 /// Ten copies of the example as zot holds them: the RSS of their processes,
-/// ten relays and the shared host against ten native builds.
+/// ten relays and the shared host against ten native builds; and how often
+/// they wake up while all of them wait for zot.
 fn ten_rows(fixture: &Fixture) -> Result<Vec<[String; 4]>> {
     let zotbox = Path::new(env!("CARGO_BIN_EXE_zotbox"));
     let home = fixture.home.root();
@@ -950,22 +976,45 @@ fn ten_rows(fixture: &Fixture) -> Result<Vec<[String; 4]>> {
     std::thread::sleep(Duration::from_millis(300));
     let native_kib: u64 = natives.iter().map(ZotChild::rss_kib).sum();
     let relay_kib: u64 = relays.iter().map(ZotChild::rss_kib).sum();
-    let host_kib = shared_host_pid(zotbox, home).map_or(0, rss_kib);
+    let host = shared_host_pid(zotbox, home);
+    let host_kib = host.map_or(0, rss_kib);
+    // Wake-ups per second while all twenty wait for zot.
+    let switches = |children: &[ZotChild]| -> u64 {
+        children
+            .iter()
+            .map(|c| context_switches(c.child.id()))
+            .sum()
+    };
+    let host_switches = || host.map_or(0, context_switches);
+    let before = (switches(&natives), switches(&relays) + host_switches());
+    std::thread::sleep(IDLE_WATCH);
+    let after = (switches(&natives), switches(&relays) + host_switches());
+    let per_second = |from: u64, to: u64| to.saturating_sub(from) as f64 / IDLE_WATCH.as_secs_f64();
+    let native_wakes = per_second(before.0, after.0);
+    let zotbox_wakes = per_second(before.1, after.1);
     for child in natives.into_iter().chain(relays) {
         child.stop();
     }
     let mib = |kib: u64| kib as f64 / 1024.0;
-    Ok(vec![[
-        "ten extensions under zot: RSS of their processes (relays + shared host)".to_owned(),
-        format!(
-            "{:.1} MiB ({:.1} + {:.1})",
-            mib(relay_kib + host_kib),
-            mib(relay_kib),
-            mib(host_kib)
-        ),
-        format!("{:.1} MiB", mib(native_kib)),
-        ratio((relay_kib + host_kib) as f64, native_kib as f64),
-    ]])
+    Ok(vec![
+        [
+            "ten idle extensions under zot: wake-ups per second (relays + shared host)".to_owned(),
+            format!("{zotbox_wakes:.1}"),
+            format!("{native_wakes:.1}"),
+            ratio(zotbox_wakes, native_wakes),
+        ],
+        [
+            "ten extensions under zot: RSS of their processes (relays + shared host)".to_owned(),
+            format!(
+                "{:.1} MiB ({:.1} + {:.1})",
+                mib(relay_kib + host_kib),
+                mib(relay_kib),
+                mib(host_kib)
+            ),
+            format!("{:.1} MiB", mib(native_kib)),
+            ratio((relay_kib + host_kib) as f64, native_kib as f64),
+        ],
+    ])
 }
 
 /// The pid of the shared host of `home`, from `zotbox host status`.
