@@ -314,16 +314,21 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
+/// The `/proc` folders of every thread of `pid` (none when it is gone).
+fn threads(pid: u32) -> impl Iterator<Item = PathBuf> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|task| task.path())
+}
+
 /// Context switches so far of every thread of `pid` (each is a wake-up:
 /// a sleeping thread that runs again switches in once).
 fn context_switches(pid: u32) -> u64 {
     let mut total = 0;
-    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
-        .into_iter()
-        .flatten()
-        .flatten()
-    {
-        let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
+    for thread in threads(pid) {
+        let status = std::fs::read_to_string(thread.join("status")).unwrap_or_default();
         total += status
             .lines()
             .filter_map(|line| {
@@ -337,14 +342,9 @@ fn context_switches(pid: u32) -> u64 {
 }
 
 fn children_rss_kib() -> u64 {
-    let me = std::process::id();
     let mut total = 0;
-    for task in std::fs::read_dir(format!("/proc/{me}/task"))
-        .into_iter()
-        .flatten()
-        .flatten()
-    {
-        let children = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+    for thread in threads(std::process::id()) {
+        let children = std::fs::read_to_string(thread.join("children")).unwrap_or_default();
         for pid in children.split_whitespace().filter_map(|p| p.parse().ok()) {
             total += rss_kib(pid);
         }

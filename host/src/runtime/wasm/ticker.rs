@@ -252,11 +252,15 @@ mod tests {
         false
     }
 
-    #[test]
-    fn the_ticker_sleeps_while_no_guest_runs_and_wakes_for_one() {
+    fn epoch_engine() -> Engine {
         let mut config = wasmtime::Config::new();
         config.epoch_interruption(true);
-        let engine = Engine::new(&config).unwrap();
+        Engine::new(&config).unwrap()
+    }
+
+    #[test]
+    fn the_ticker_sleeps_while_no_guest_runs_and_wakes_for_one() {
+        let engine = epoch_engine();
         let ticker = Ticker::start(&engine);
         assert!(eventually(|| ticker.is_parked()), "an idle ticker parks");
         let parked_at = ticker.ticks.load(Ordering::Relaxed);
@@ -279,9 +283,7 @@ mod tests {
 
     #[test]
     fn a_parked_ticker_sleeps_until_woken_and_ends_after_its_engine() {
-        let mut config = wasmtime::Config::new();
-        config.epoch_interruption(true);
-        let engine = Engine::new(&config).unwrap();
+        let engine = epoch_engine();
         let owned = Ticker::start(&engine);
         let ticker = Arc::clone(&owned);
         assert!(eventually(|| ticker.is_parked()), "an idle ticker parks");
