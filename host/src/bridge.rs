@@ -430,9 +430,9 @@ struct Requests {
     by_id: rustc_hash::FxHashMap<String, (&'static str, Instant)>,
     /// Changes so far: what a report covers when it is taken.
     changes: u64,
-    /// The deadline the watchdog sleeps until, if any: only a request due
-    /// before it wakes the watchdog, so a steady stream of calls costs it
-    /// about one wake per timeout rather than one per call.
+    /// When the watchdog wakes next, if it plans to: only a request due
+    /// before then wakes it sooner, so a steady stream of calls costs it
+    /// about one wake-up per timeout rather than one per call.
     watched: Option<Instant>,
 }
 
@@ -539,11 +539,17 @@ impl InFlight {
         expired
     }
 
-    /// For the watchdog: the earliest deadline in flight, which it now
-    /// sleeps until (see [`InFlight::sooner_deadline`]).
+    /// For the watchdog: when to wake next, which it now sleeps until (see
+    /// [`InFlight::sooner_deadline`]): the earliest deadline in flight, or,
+    /// with none in flight, the wake-up it had planned if that is still
+    /// ahead. Keeping that one is what spares a call answered before the
+    /// watchdog looks (the usual case: one call at a time) a wake-up of its
+    /// own: the next call is due after it, so it does not wake the watchdog.
     fn watch_next_deadline(&self) -> Option<Instant> {
         let mut requests = self.requests();
-        let next = requests.by_id.values().map(|(_, at)| *at).min();
+        let earliest = requests.by_id.values().map(|(_, at)| *at).min();
+        let now = Instant::now();
+        let next = earliest.or_else(|| requests.watched.filter(|at| *at > now));
         requests.watched = next;
         next
     }
@@ -1060,12 +1066,22 @@ mod tests {
         // Answered ones no longer count.
         in_flight.answer("c");
         in_flight.answer("a");
-        assert_eq!(
-            in_flight.watch_next_deadline(),
-            Some(first + Duration::from_secs(1))
-        );
+        let last = first + Duration::from_secs(1);
+        assert_eq!(in_flight.watch_next_deadline(), Some(last));
+        // None in flight: the wake-up planned stays, so the next call (due
+        // after it) does not wake the watchdog. One call at a time costs
+        // it no wake-up per call.
         in_flight.answer("b");
-        assert_eq!(in_flight.watch_next_deadline(), None);
+        assert_eq!(in_flight.watch_next_deadline(), Some(last));
+        let _ = in_flight.insert("d".into(), "tool_call", last + Duration::from_secs(1));
+        assert!(!woken(&in_flight));
+        in_flight.answer("d");
+        // A planned wake-up already past is not kept.
+        let past = Instant::now() - Duration::from_millis(1);
+        let _ = in_flight.insert("e".into(), "tool_call", past);
+        assert!(woken(&in_flight));
+        in_flight.answer("e");
+        assert_eq!(in_flight.watch_next_deadline(), None, "idle again");
     }
 
     #[tokio::test(flavor = "current_thread")]
