@@ -976,16 +976,17 @@ fn ten_rows(fixture: &Fixture) -> Result<Vec<[String; 4]>> {
     std::thread::sleep(Duration::from_millis(300));
     let native_kib: u64 = natives.iter().map(ZotChild::rss_kib).sum();
     let relay_kib: u64 = relays.iter().map(ZotChild::rss_kib).sum();
-    let host = shared_host_pid(zotbox, home);
-    let host_kib = host.map_or(0, rss_kib);
-    // Wake-ups per second while all twenty wait for zot.
+    // Without it, its memory and wake-ups would read as none.
+    let host = shared_host_pid(zotbox, home).ok_or("the ten relays have no shared host")?;
+    let host_kib = rss_kib(host);
+    // Wake-ups per second while all twenty (ten each way) wait for zot.
     let switches = |children: &[ZotChild]| -> u64 {
         children
             .iter()
             .map(|c| context_switches(c.child.id()))
             .sum()
     };
-    let host_switches = || host.map_or(0, context_switches);
+    let host_switches = || context_switches(host);
     let before = (switches(&natives), switches(&relays) + host_switches());
     std::thread::sleep(IDLE_WATCH);
     let after = (switches(&natives), switches(&relays) + host_switches());
