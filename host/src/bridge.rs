@@ -728,10 +728,10 @@ async fn bridge(
                     1 => Some(at + shutdown_grace * 2),
                     _ => None,
                 });
-                let wake = match (deadlines.watch_next_deadline(), escalation) {
-                    (Some(a), Some(b)) => Some(a.min(b)),
-                    (a, b) => a.or(b),
-                };
+                let wake = [deadlines.watch_next_deadline(), escalation]
+                    .into_iter()
+                    .flatten()
+                    .min();
                 tokio::select! {
                     () = async {
                         match wake {
