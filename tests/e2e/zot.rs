@@ -32,7 +32,9 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, timeout};
 
 use crate::guests::{self, Form};
-use crate::support::{Lab, PATIENCE, ext, fixture, make_executable, read_json, write_json};
+use crate::support::{
+    Lab, PATIENCE, ext, fixture, make_executable, process_alive, read_json, write_json,
+};
 
 /// zot's idle window: an extension that sends no `ready` is taken as ready
 /// once this long has passed without a frame.
@@ -990,6 +992,37 @@ async fn a_native_extension_crashing_ends_zotbox_run_with_its_status() {
     assert_eq!(ended.last_frames, Vec::<Value>::new(), "{ended:#?}");
     // The fixture exits with status 3; the bridge exits with it.
     assert_eq!(ended.status.code(), Some(3), "{ended:#?}");
+}
+
+/// The bridge's watchdog sleeps until the next step is due: a stubborn
+/// extension is still terminated after the grace period and killed after
+/// twice that, with no timer of its own waking the watchdog in between.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zotbox_run_terminates_then_kills_an_extension_ignoring_its_end() {
+    let lab = Lab::new();
+    let immortal = ext("immortal")
+        .flags(&["--ignore-shutdown", "--ignore-sigterm"])
+        .write_in(&lab.dev);
+    let mut zot = Zot::start(&lab, &Launch::zotbox_run(&immortal.dir)).await;
+    zot.until_ready().await;
+    let pid = immortal.pid();
+    zot.send(&json!({"type": "shutdown"})).await;
+    zot.stdin = None;
+    // Generous patience: the two grace periods (2 s each) come first.
+    let patience = Duration::from_secs(30);
+    loop {
+        match zot.recv(patience).await {
+            Ok(Some(frame)) => zot.keep(frame),
+            Ok(None) => break,
+            Err(()) => panic!("output still open after {patience:?}: {}", zot.describe()),
+        }
+    }
+    let status = timeout(patience, zot.child.wait()).await;
+    assert!(matches!(status, Ok(Ok(_))), "{status:?}");
+    // It saw its input end and kept running; SIGTERM did not end it either.
+    assert_eq!(immortal.recorded_of("_stdin_closed").len(), 1);
+    assert_eq!(immortal.recorded_of("_sigterm").len(), 1);
+    assert!(!process_alive(pid), "pid {pid} still running");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
