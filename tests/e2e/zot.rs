@@ -511,25 +511,30 @@ impl Zot {
 
     /// Waits for the end of the output and the exit (each within
     /// [`EXIT_WAIT`]), as zot does when an extension goes away.
-    async fn end(mut self) -> Ended {
+    async fn end(self) -> Ended {
+        self.end_within(EXIT_WAIT).await
+    }
+
+    /// [`Zot::end`] with each wait up to `wait`.
+    async fn end_within(mut self, wait: Duration) -> Ended {
         let mut last_frames = Vec::new();
         loop {
-            match self.recv(EXIT_WAIT).await {
+            match self.recv(wait).await {
                 Ok(Some(frame)) => last_frames.push(frame),
                 Ok(None) => break,
-                Err(()) => panic!("output still open after {EXIT_WAIT:?}: {}", self.describe()),
+                Err(()) => panic!("output still open after {wait:?}: {}", self.describe()),
             }
         }
-        let status = match timeout(EXIT_WAIT, self.child.wait()).await {
+        let status = match timeout(wait, self.child.wait()).await {
             Ok(Ok(status)) => status,
             Ok(Err(e)) => panic!("cannot wait for the extension: {e}"),
             Err(_) => panic!(
-                "output closed but no exit within {EXIT_WAIT:?}: {}",
+                "output closed but no exit within {wait:?}: {}",
                 self.describe()
             ),
         };
         let stderr = match self.stderr.take() {
-            Some(task) => timeout(EXIT_WAIT, task)
+            Some(task) => timeout(wait, task)
                 .await
                 .expect("stderr closes with the process")
                 .expect("stderr reader"),
@@ -1009,16 +1014,8 @@ async fn zotbox_run_terminates_then_kills_an_extension_ignoring_its_end() {
     zot.send(&json!({"type": "shutdown"})).await;
     zot.stdin = None;
     // Generous patience: the two grace periods (2 s each) come first.
-    let patience = Duration::from_secs(30);
-    loop {
-        match zot.recv(patience).await {
-            Ok(Some(frame)) => zot.keep(frame),
-            Ok(None) => break,
-            Err(()) => panic!("output still open after {patience:?}: {}", zot.describe()),
-        }
-    }
-    let status = timeout(patience, zot.child.wait()).await;
-    assert!(matches!(status, Ok(Ok(_))), "{status:?}");
+    let ended = zot.end_within(Duration::from_secs(30)).await;
+    assert_eq!(ended.last_frames, Vec::<Value>::new(), "{ended:#?}");
     // It saw its input end and kept running; SIGTERM did not end it either.
     assert_eq!(immortal.recorded_of("_stdin_closed").len(), 1);
     assert_eq!(immortal.recorded_of("_sigterm").len(), 1);
