@@ -203,6 +203,65 @@ fn a_new_go_extension_builds_installs_and_answers() {
     );
 }
 
+/// The C template, as a new author would use it: `new --lang c`, build with
+/// the Makefile (offline, for wasip1), install, and the same answers as every
+/// template; then what its JSON reader must get right, since C has no
+/// `encoding/json` to lean on: a `text` nested in another field's value is not
+/// the field, and escapes are decoded before words are counted. Skipped
+/// without clang and wasi-libc, unless `ZOTBOX_REQUIRE_CLANG=1`.
+#[test]
+fn a_new_c_extension_builds_installs_and_answers() {
+    if crate::guests::c_shout().is_none() {
+        return;
+    }
+    let lab = Lab::new();
+    let run = lab.zotbox(&["new", "ccount", "--lang", "c"]);
+    run.expect_code(0);
+    assert!(
+        run.stdout.starts_with(
+            "created `ccount` (c) in ccount: Makefile, extension.json, README.md, .gitignore, \
+             main.c\nnext:\nzotbox ext build ccount && zotbox ext install ccount\n"
+        ),
+        "{run:#?}"
+    );
+    let run = lab.zotbox(&["ext", "build", "ccount"]);
+    run.expect_code(0);
+    assert!(
+        run.stdout
+            .starts_with("built `ccount` → ccount/ccount.wasm ("),
+        "{run:#?}"
+    );
+    // make runs the author's Makefile outside the sandbox: it says so.
+    assert!(
+        run.stderr.contains("runs the commands of its Makefile"),
+        "{run:#?}"
+    );
+    crate::support::assert_template_installs_and_answers(
+        &lab,
+        "ccount",
+        "ccount",
+        "`text` is required",
+    );
+    for (args, answer) in [
+        (r#"{"note": {"text": "x"}, "text": "one two"}"#, "2\n"),
+        (
+            r#"{"text": "one\u0020two\tthree\nfour \ud83d\ude00"}"#,
+            "5\n",
+        ),
+        (r#"{"text": "\"quoted\" words"}"#, "2\n"),
+    ] {
+        let run = lab.zotbox(&["call", "count_words", args]);
+        run.expect_code(0);
+        assert_eq!(run.stdout, answer, "{args}");
+    }
+    let run = lab.zotbox(&["call", "count_words", r#"{"note": {"text": "x"}}"#]);
+    run.expect_code(3);
+    assert_eq!(
+        run.stdout,
+        "invalid arguments for tool `count_words`: `text` is required\n"
+    );
+}
+
 #[test]
 fn ext_build_never_writes_outside_the_extension_folder() {
     let lab = Lab::new();

@@ -42,6 +42,8 @@ pub(crate) enum Lang {
     /// JavaScript, made a component by componentize-js (from npm, on Node.js).
     #[value(alias = "js")]
     Javascript,
+    /// C, libc only, built for wasip1 by clang with wasi-libc (a `Makefile`).
+    C,
 }
 
 /// The files of one language's extension: (path, text with placeholders).
@@ -177,6 +179,16 @@ impl Lang {
                 ],
                 wit_deps: true,
             },
+            Self::C => Template {
+                files: &[
+                    ("Makefile", include_str!("new/c/Makefile.tmpl")),
+                    ("extension.json", include_str!("new/c/extension.json.tmpl")),
+                    ("README.md", include_str!("new/c/README.md.tmpl")),
+                    (".gitignore", include_str!("new/c/gitignore.tmpl")),
+                    ("main.c", include_str!("new/c/main.c.tmpl")),
+                ],
+                wit_deps: false,
+            },
         }
     }
 
@@ -186,6 +198,7 @@ impl Lang {
             Self::Go => "go",
             Self::Python => "python",
             Self::Javascript => "javascript",
+            Self::C => "c",
         }
     }
 }
