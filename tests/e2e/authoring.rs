@@ -262,6 +262,130 @@ fn a_new_c_extension_builds_installs_and_answers() {
     );
 }
 
+/// The C template's frame reader is C that authors copy and build natively
+/// too, where a slip is a memory error in a process with the user's rights.
+/// Built natively under AddressSanitizer and UBSan, it reads 60 000 lines
+/// mangled from real frames (cut, spliced, stray quotes, escapes and
+/// brackets; a fixed seed), brackets nested 100 000 deep and a 1 MB string,
+/// with no sanitizer report; every line it writes is JSON, and frames next
+/// to the mangled ones are still answered. Skipped without clang's
+/// sanitizer runtimes, unless `ZOTBOX_REQUIRE_CLANG=1`.
+#[test]
+fn the_c_templates_frame_reader_survives_mangled_frames_under_sanitizers() {
+    if crate::guests::c_shout().is_none() {
+        return;
+    }
+    let lab = Lab::new();
+    let dir = lab.dev.join("fz");
+    let shown = dir.display().to_string();
+    lab.zotbox(&["new", "fz", "--lang", "c", "--path", &shown])
+        .expect_code(0);
+    let bin = dir.join("fz-sanitized");
+    let built = std::process::Command::new("clang")
+        .args(["-O1", "-g", "-fsanitize=address,undefined"])
+        .args(["-fno-sanitize-recover=all", "-o"])
+        .arg(&bin)
+        .arg(dir.join("main.c"))
+        .output()
+        .expect("clang runs");
+    if !built.status.success() {
+        let why = String::from_utf8_lossy(&built.stderr);
+        assert!(
+            std::env::var("ZOTBOX_REQUIRE_CLANG").as_deref() != Ok("1"),
+            "ZOTBOX_REQUIRE_CLANG=1 but clang cannot build with sanitizers (Debian: \
+             apt-get install libclang-rt-14-dev): {why}"
+        );
+        eprintln!("note: skipping: clang cannot build with sanitizers: {why}");
+        return;
+    }
+
+    let seeds = [
+        r#"{"type":"command_invoked","id":"1","name":"fz","args":"  Ada \u00e9\"x "}"#,
+        r#"{"type":"tool_call","id":"2","name":"count_words","args":{"n":{"text":[1,{"a":"b"}]},"text":"one\ttwo"}}"#,
+        r#"{"type":"event_intercept","id":"3","event":"tool_call","tool_name":"bash","tool_args":{"command":"rm -rf /"}}"#,
+        r#"{"type":"tool_call","id":"4","name":"count_words","args":{"text":"\ud83d\ude00 \u0000 \udc00 \ud800"}}"#,
+        r#"{"type":"hello_ack","cwd":"/w","n":-1.5e10,"t":true,"f":false,"z":null}"#,
+    ];
+    let stray: Vec<char> = "{}[]\":,\\u0123456789abcdefABCDEF \t\u{1}\u{7f}é"
+        .chars()
+        .collect();
+    // xorshift64: the same lines on every run.
+    let mut state = 0x9E37_79B9_7F4A_7C15_u64;
+    let mut next = |bound: usize| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        usize::try_from(state % bound.max(1) as u64).unwrap_or(0)
+    };
+    let mut input = String::new();
+    for _ in 0..60_000 {
+        let mut line: Vec<char> = seeds[next(seeds.len())].chars().collect();
+        for _ in 0..=next(6) {
+            let at = next(line.len() + 1);
+            match next(10) {
+                0..4 if !line.is_empty() => {
+                    line.remove(at.min(line.len() - 1));
+                }
+                0..8 => line.insert(at, stray[next(stray.len())]),
+                _ => {
+                    let from = next(line.len());
+                    let piece: Vec<char> =
+                        line[from..].iter().take(1 + next(20)).copied().collect();
+                    line.splice(at..at, piece);
+                }
+            }
+        }
+        input.extend(line);
+        input.push('\n');
+    }
+    input.push_str(&"[".repeat(100_000));
+    input.push_str(&"]".repeat(100_000));
+    input.push('\n');
+    input.push_str(&format!(
+        "{{\"type\":\"tool_call\",\"id\":\"big\",\"name\":\"count_words\",\"args\":{{\"text\":\"{}\"}}}}\n",
+        "w ".repeat(500_000)
+    ));
+    input.push_str(seeds[1]);
+    input.push('\n');
+
+    let mut child = std::process::Command::new(&bin)
+        .env("ASAN_OPTIONS", "detect_leaks=0")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the sanitized build starts");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let writer =
+        std::thread::spawn(move || std::io::Write::write_all(&mut stdin, input.as_bytes()));
+    let out = child.wait_with_output().expect("it ends");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // A sanitizer's report first: the process it stops leaves input unread.
+    assert!(out.status.success(), "{:?}: {stderr}", out.status);
+    writer
+        .join()
+        .expect("the writer")
+        .expect("all of the input was read");
+    assert!(
+        !stderr.contains("Sanitizer") && !stderr.contains("runtime error"),
+        "{stderr}"
+    );
+    let stdout = String::from_utf8(out.stdout).expect("what it writes is UTF-8");
+    let frames: Vec<Value> = stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+        .collect();
+    assert!(frames.len() > 5_000, "{} frames", frames.len());
+    let answer = |id: &str| {
+        frames
+            .iter()
+            .rfind(|f| f["id"] == id && f["type"] == "tool_result")
+            .map(|f| f["content"][0]["text"].clone())
+    };
+    assert_eq!(answer("big"), Some(json!("500000")));
+    assert_eq!(answer("2"), Some(json!("2")));
+}
+
 #[test]
 fn ext_build_never_writes_outside_the_extension_folder() {
     let lab = Lab::new();
