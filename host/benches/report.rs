@@ -986,10 +986,15 @@ fn ten_rows(fixture: &Fixture) -> Result<Vec<[String; 4]>> {
             .map(|c| context_switches(c.child.id()))
             .sum()
     };
-    let host_switches = || context_switches(host);
-    let before = (switches(&natives), switches(&relays) + host_switches());
+    let sample = || {
+        (
+            switches(&natives),
+            switches(&relays) + context_switches(host),
+        )
+    };
+    let before = sample();
     std::thread::sleep(IDLE_WATCH);
-    let after = (switches(&natives), switches(&relays) + host_switches());
+    let after = sample();
     let per_second = |from: u64, to: u64| to.saturating_sub(from) as f64 / IDLE_WATCH.as_secs_f64();
     let native_wakes = per_second(before.0, after.0);
     let zotbox_wakes = per_second(before.1, after.1);

@@ -215,7 +215,7 @@ pub fn go_notes() -> Option<&'static GoNotes> {
 /// `built`, or `None` after a note saying why the `language` guest's tests
 /// are skipped and what `install`s its toolchain; with `require` (a variable)
 /// set to `1`, as CI sets it, a missing toolchain fails the test instead.
-fn built_or_skipped<T>(
+pub fn built_or_skipped<T>(
     built: Result<T, &str>,
     language: &str,
     require: &str,
