@@ -189,6 +189,8 @@ pub(crate) struct Prepared {
     services: Arc<Services>,
     sandbox: Option<Arc<crate::sandbox::Sandbox>>,
     limits: crate::runtime::wasm::GuestLimits,
+    // What its wasm must hold when read: its workspace's trusted content.
+    wasm_sha256: Option<[u8; 32]>,
     timeouts: Timeouts,
     shutdown_grace: Duration,
 }
@@ -236,13 +238,13 @@ pub(crate) fn prepare(
     let name = manifest.name().to_owned();
     let policy = Policy::load_for(home)?;
     // zot starts a workspace's extensions without asking; zotbox does not.
-    let project =
-        crate::store::trust::check_extension_dir(dir, home, &policy).map_err(|reason| {
-            BridgeError::Untrusted {
-                name: name.clone(),
-                reason,
-            }
-        })?;
+    let trust = crate::store::trust::check_extension_dir(dir, home, &policy).map_err(|reason| {
+        BridgeError::Untrusted {
+            name: name.clone(),
+            reason,
+        }
+    })?;
+    let project = trust.as_ref().map(|trust| trust.workspace.clone());
     // The installed files are the locked ones, and meet the pins of the
     // workspace's lock: a project install's own workspace, or for a user
     // install the folder zot started the extension in (the relay's `$PWD`
@@ -264,16 +266,21 @@ pub(crate) fn prepare(
         &policy,
         &services,
         workspace.as_deref(),
+        trust.as_ref(),
         &defaults,
     )
     .map_err(|err| match err {
+        LaunchError::Untrusted(err) => BridgeError::Untrusted {
+            name: name.clone(),
+            reason: err.to_string(),
+        },
         LaunchError::Locked(err) => BridgeError::Locked(err),
         LaunchError::NotBuilt(reason) | LaunchError::Refused(reason) => BridgeError::Refused {
             name: name.clone(),
             reason,
         },
     })?;
-    let (sandbox, limits) = (admitted.sandbox, admitted.guest);
+    let (sandbox, limits, wasm_sha256) = (admitted.sandbox, admitted.guest, admitted.wasm_sha256);
     let timeouts = Timeouts {
         call: admitted.limits.call_timeout.value,
         intercept: admitted.limits.intercept_timeout.value,
@@ -285,6 +292,7 @@ pub(crate) fn prepare(
         services,
         sandbox,
         limits,
+        wasm_sha256,
         timeouts,
         shutdown_grace: config.shutdown_grace,
     })
@@ -324,10 +332,11 @@ pub(crate) async fn start(
         runtime.set_compile_memory_mb(prepared.policy.compile_memory_mb());
     }
     let transport = launcher
-        .start(
+        .start_expecting(
             &prepared.manifest,
             prepared.limits.clone(),
             prepared.sandbox.clone(),
+            prepared.wasm_sha256,
         )
         .await
         .map_err(|error| prepared.start_error(error))?;

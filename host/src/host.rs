@@ -151,7 +151,8 @@ struct Inner {
 /// The workspace as the last start or reload found it.
 #[derive(Debug)]
 struct WorkspaceView {
-    assessment: crate::store::trust::Assessment,
+    // Shared with the supervisors, which check what they start against it.
+    assessment: Arc<crate::store::trust::Assessment>,
     // The names of the extensions in its `.zot/extensions`, for the note.
     extensions: Vec<String>,
 }
@@ -159,12 +160,8 @@ struct WorkspaceView {
 impl WorkspaceView {
     /// Before the first start: nothing of the workspace may run.
     fn before_start(workspace: &std::path::Path) -> Self {
-        use crate::store::trust::{Assessment, Standing, Untrusted};
         Self {
-            assessment: Assessment {
-                workspace: workspace.to_owned(),
-                standing: Standing::Untrusted(Untrusted::NotTrusted),
-            },
+            assessment: Arc::new(crate::store::trust::Assessment::not_yet(workspace)),
             extensions: Vec::new(),
         }
     }
@@ -292,11 +289,17 @@ impl Host {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Why the workspace may not run its extensions *now* (hashed again):
-    /// a restart must not start content changed since the start.
-    pub(crate) fn workspace_refusal_now(&self) -> Option<String> {
+    /// Where the workspace stands as of the last start or reload: what the
+    /// first start of each of its extensions is checked against.
+    pub(crate) fn workspace_assessment(&self) -> Arc<crate::store::trust::Assessment> {
+        self.workspace_view().assessment.clone()
+    }
+
+    /// Where the workspace stands *now* (hashed again): a restart must not
+    /// start content changed since the start.
+    pub(crate) fn workspace_assessment_now(&self) -> crate::store::trust::Assessment {
         let search = &self.inner.settings.search;
-        crate::store::trust::assess(&self.inner.policy, &search.home, &search.workspace).refusal()
+        crate::store::trust::assess(&self.inner.policy, &search.home, &search.workspace)
     }
 
     /// Where the audit log is written, if anywhere.
@@ -615,14 +618,9 @@ impl Host {
 
     async fn start_all(&self) {
         let search = &self.inner.settings.search;
-        // Trust first: nothing of the workspace is loaded to run before it.
-        let assessment =
-            crate::store::trust::assess(&self.inner.policy, &search.home, &search.workspace);
+        let (assessment, data) = self.assess_and_load_data();
         let trusted = assessment.standing.allows();
         let refusal = assessment.refusal().unwrap_or_default();
-        let mut data_search = crate::data::DataSearch::new(&search.workspace, search.home.root());
-        crate::store::lock::check_packages(&mut data_search, &search.home, &self.inner.policy);
-        let data = DataState::load(&data_search, trusted);
         *self
             .inner
             .data
@@ -639,7 +637,7 @@ impl Host {
             .workspace
             .write()
             .unwrap_or_else(PoisonError::into_inner) = WorkspaceView {
-            assessment,
+            assessment: Arc::new(assessment),
             extensions,
         };
         let discovery = if self.inner.settings.run_extensions {
@@ -672,6 +670,21 @@ impl Host {
         for started in first_attempts {
             let _ = started.await;
         }
+    }
+
+    /// Trust first: nothing of the workspace is loaded to run before it is
+    /// assessed, and the tools of it that load must be the ones hashed (a
+    /// `git pull` landing in between makes the start assess again, and so
+    /// find the workspace changed).
+    fn assess_and_load_data(&self) -> (crate::store::trust::Assessment, DataState) {
+        let search = &self.inner.settings.search;
+        let mut data_search = crate::data::DataSearch::new(&search.workspace, search.home.root());
+        crate::store::lock::check_packages(&mut data_search, &search.home, &self.inner.policy);
+        crate::store::trust::assess_then_load(
+            || crate::store::trust::assess(&self.inner.policy, &search.home, &search.workspace),
+            |assessment| DataState::load(&data_search, assessment.standing.allows()),
+            |assessment, data| data.check_trust(assessment),
+        )
     }
 
     async fn stop_all(&self) {
@@ -743,13 +756,14 @@ impl Host {
         config
     }
 
-    /// What an extension runs with under this host's policy: its guest
-    /// limits and its sandbox.
     /// The launch step ([`launch::admit`]) for one of this host's
-    /// extensions: its workspace's lock, the host's policy and services.
+    /// extensions: its workspace's lock, the host's policy and services;
+    /// `trust`, for a workspace's own extension, the assessment its files
+    /// must match. Gives its guest limits and its sandbox.
     fn admit(
         &self,
         manifest: &crate::manifest::Manifest,
+        trust: Option<&crate::store::trust::Assessment>,
     ) -> Result<launch::Admitted, launch::LaunchError> {
         let search = &self.inner.settings.search;
         launch::admit(
@@ -758,6 +772,7 @@ impl Host {
             &self.inner.policy,
             &self.inner.services,
             Some(&search.workspace),
+            trust,
             &self.limit_defaults(),
         )
     }

@@ -291,6 +291,9 @@ pub struct Manifest {
     pub program: Program,
     /// Unknown keys found in the file (`a.b` paths), for warnings.
     pub unknown_keys: Vec<String>,
+    /// SHA-256 of the text it was parsed from: a workspace's trust is
+    /// checked against what was parsed, not against the file later.
+    pub sha256: [u8; 32],
 }
 
 impl Manifest {
@@ -368,6 +371,7 @@ impl Manifest {
             dir,
             program,
             unknown_keys,
+            sha256: <sha2::Sha256 as sha2::Digest>::digest(text.as_bytes()).into(),
         })
     }
 }

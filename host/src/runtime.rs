@@ -278,6 +278,18 @@ impl Launcher {
         limits: wasm::GuestLimits,
         sandbox: Option<Arc<crate::sandbox::Sandbox>>,
     ) -> Result<Transport, StartError> {
+        self.start_expecting(manifest, limits, sandbox, None).await
+    }
+
+    /// [`Launcher::start`], a wasm program only from bytes whose SHA-256 is
+    /// `wasm_sha256` when given (what the launch step's trust check asks).
+    pub(crate) async fn start_expecting(
+        &self,
+        manifest: &crate::manifest::Manifest,
+        limits: wasm::GuestLimits,
+        sandbox: Option<Arc<crate::sandbox::Sandbox>>,
+        wasm_sha256: Option<[u8; 32]>,
+    ) -> Result<Transport, StartError> {
         let log = open_log(&self.home.extension_log(manifest.name()));
         match &manifest.program {
             crate::manifest::Program::Native { exec, args } => {
@@ -294,7 +306,7 @@ impl Launcher {
             }
             crate::manifest::Program::Wasm { path } => Ok(self
                 .wasm()?
-                .start(manifest.name(), path, limits, log, sandbox)
+                .start(manifest.name(), path, limits, log, sandbox, wasm_sha256)
                 .await?),
             crate::manifest::Program::Data => Err(StartError::NoProgram {
                 name: manifest.name().to_owned(),

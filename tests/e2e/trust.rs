@@ -393,6 +393,50 @@ async fn a_crashed_workspace_extension_is_not_restarted_once_its_files_changed()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_starts_only_the_manifest_trust_now_covers_not_the_one_held_since_the_start() {
+    let lab = Lab::new();
+    let helper = cloned(&lab, "helper", &["--crash-on-call"]);
+    lab.trust_workspace();
+    let restart = RestartPolicy {
+        initial_backoff: Duration::from_millis(50),
+        ..RestartPolicy::default()
+    };
+    let host = host_with(&lab, restart).await;
+    assert_eq!(info(&host, "helper").state, ExtensionState::Ready);
+    // The manifest changes and the user trusts the new content; the host
+    // still holds the manifest it parsed at its start, which no record
+    // covers any more.
+    let manifest = helper.dir.join("extension.json");
+    let text = std::fs::read_to_string(&manifest).expect("read the manifest");
+    std::fs::write(&manifest, text.replacen("1.0.0", "1.0.1", 1)).expect("edit the manifest");
+    lab.trust_workspace();
+    let _ = host.call_tool("helper_tool", json!({})).await;
+    let entry = eventually("untrusted", || {
+        let entry = info(&host, "helper");
+        (entry.state == ExtensionState::Untrusted).then_some(entry)
+    })
+    .await
+    .unwrap_or_else(|| panic!("{:#?}", host.list()));
+    assert_eq!(
+        entry.reason,
+        Some(format!(
+            "comes from the workspace `{}`, whose `{}` is not the content zotbox checked \
+             against your trust (it changed since): review it with `zotbox trust`, then start \
+             it again",
+            lab.workspace.display(),
+            manifest.display()
+        ))
+    );
+    assert_eq!(helper.starts(), 1, "the held manifest was started again");
+    // Control: a reload reads the manifest the user trusted, and starts it.
+    bounded("reloading", host.reload()).await;
+    let entry = info(&host, "helper");
+    assert_eq!(entry.state, ExtensionState::Ready, "{entry:#?}");
+    assert_eq!(helper.starts(), 2);
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_workspace_wasm_manifest_asking_for_everything_is_inert_until_trusted() {
     let lab = Lab::new();
     let ws = &lab.workspace;

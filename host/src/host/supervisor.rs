@@ -1,15 +1,18 @@
 //! One task per extension: start it, watch it, restart it within the policy.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
 use super::Host;
+use super::launch::LaunchError;
 use super::registry::{ExtensionState, SlotHandle};
 use crate::event::HostEvent;
 use crate::session::{Closed, Session};
+use crate::store::trust::Assessment;
 
 /// When an extension that stopped unexpectedly is started again.
 ///
@@ -62,6 +65,8 @@ enum StartFailure {
     Permanent(String),
     /// It may work next time (it crashed during the handshake).
     Transient(String),
+    /// It is its workspace's, and not the content trust hashed.
+    Untrusted(String),
     /// The host stopped while it was starting; it was killed.
     Stopped,
 }
@@ -81,18 +86,23 @@ pub(super) async fn supervise(
         if *stop.borrow() {
             break;
         }
-        // The start checked the workspace; a restart runs the files as they
-        // are now, so it checks again (an edit since revokes trust).
-        if slot.workspace
-            && !std::mem::take(&mut first)
-            && let Some(reason) = host.workspace_refusal_now()
-        {
-            tracing::warn!("extension `{name}` not restarted: it {reason}");
-            host.registry()
-                .set_state(slot.id, ExtensionState::Untrusted, Some(reason));
-            break;
-        }
-        let attempt = start_once(&host, &slot, &stop).await;
+        // A workspace's extension starts only as the content its trust
+        // hashed: the first start as the host's start found it; a restart
+        // runs the files as they are now, so it checks again (an edit since
+        // revokes trust).
+        let trust = if !slot.workspace {
+            None
+        } else if std::mem::take(&mut first) {
+            Some(host.workspace_assessment())
+        } else {
+            let now = host.workspace_assessment_now();
+            if let Some(reason) = now.refusal() {
+                untrusted(&host, &slot, &name, "restarted", reason);
+                break;
+            }
+            Some(Arc::new(now))
+        };
+        let attempt = start_once(&host, &slot, &stop, trust.as_deref()).await;
         let reason = match attempt {
             Ok(session) => {
                 if !host.registry().install(slot.id, session.clone()) {
@@ -123,6 +133,10 @@ pub(super) async fn supervise(
                 reason
             }
             Err(StartFailure::Stopped) => break,
+            Err(StartFailure::Untrusted(reason)) => {
+                untrusted(&host, &slot, &name, "started", reason);
+                break;
+            }
             Err(StartFailure::Permanent(reason)) => {
                 fail(&host, &slot, &name, reason);
                 break;
@@ -181,6 +195,13 @@ pub(super) async fn supervise(
     }
 }
 
+/// Holds a workspace's extension its trust does not cover (any more).
+fn untrusted(host: &Host, slot: &SlotHandle, name: &str, not: &str, reason: String) {
+    tracing::warn!("extension `{name}` not {not}: it {reason}");
+    host.registry()
+        .set_state(slot.id, ExtensionState::Untrusted, Some(reason));
+}
+
 fn fail(host: &Host, slot: &SlotHandle, name: &str, reason: String) {
     tracing::warn!("extension `{name}` failed: {reason}");
     if host
@@ -198,16 +219,23 @@ async fn start_once(
     host: &Host,
     slot: &SlotHandle,
     stop: &watch::Receiver<bool>,
+    trust: Option<&Assessment>,
 ) -> Result<Session, StartFailure> {
     let manifest = &slot.manifest;
-    // The launch step `zotbox run` takes too: built, locked, allowed.
-    let admitted = host
-        .admit(manifest)
-        .map_err(|err| StartFailure::Permanent(err.to_string()))?;
+    // The launch step `zotbox run` takes too: trusted, built, locked, allowed.
+    let admitted = host.admit(manifest, trust).map_err(|err| match err {
+        LaunchError::Untrusted(err) => StartFailure::Untrusted(err.to_string()),
+        err => StartFailure::Permanent(err.to_string()),
+    })?;
     let transport = host
         .inner
         .launcher
-        .start(manifest, admitted.guest, admitted.sandbox)
+        .start_expecting(
+            manifest,
+            admitted.guest,
+            admitted.sandbox,
+            admitted.wasm_sha256,
+        )
         .await
         .map_err(|err| StartFailure::Permanent(format!("cannot start: {err}")))?;
     let control = transport.control.clone();

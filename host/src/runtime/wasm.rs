@@ -94,6 +94,17 @@ pub enum WasmError {
         /// What it declares, and the cap.
         reason: String,
     },
+    /// The file is not the content a start expected (a trusted
+    /// workspace's, changed since it was hashed).
+    #[error(
+        "`{}` is not the content zotbox checked against your trust in its workspace (it \
+         changed since): review it with `zotbox trust`, then start it again",
+        path.display()
+    )]
+    Changed {
+        /// The file.
+        path: PathBuf,
+    },
     /// The engine could not be configured.
     #[error("cannot set up the wasm engine: {0}")]
     Engine(String),
@@ -120,6 +131,25 @@ struct FileStamp {
     modified: Option<SystemTime>,
 }
 
+/// A program prepared from one wasm path.
+#[derive(Clone)]
+struct Memo {
+    stamp: FileStamp,
+    prepared: Prepared,
+    // SHA-256 of the bytes it was prepared from, when a start expected one.
+    sha256: Option<[u8; 32]>,
+}
+
+impl Memo {
+    /// The prepared program, if it may stand for `expected` bytes.
+    fn serves(self, expected: Option<&[u8; 32]>) -> Option<Prepared> {
+        match expected {
+            Some(expected) if self.sha256.as_ref() != Some(expected) => None,
+            _ => Some(self.prepared),
+        }
+    }
+}
+
 /// The wasm engine, its linkers, and every program loaded so far.
 pub struct WasmRuntime {
     engine: Engine,
@@ -129,7 +159,7 @@ pub struct WasmRuntime {
     modules: ModuleLinker<ModuleState>,
     cache: ArtifactCache,
     // One entry per wasm path: a rebuilt file replaces its old code.
-    prepared: Mutex<HashMap<PathBuf, (FileStamp, Prepared)>>,
+    prepared: Mutex<HashMap<PathBuf, Memo>>,
     // One lock per cache entry: identical guests starting together compile
     // once; the others wait and load what the first one cached.
     compiling: Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>,
@@ -239,12 +269,12 @@ impl WasmRuntime {
     ///
     /// [`WasmError`] when the file cannot be read, compiled or linked.
     pub fn prepare(&self, name: &str, path: &Path) -> Result<(), WasmError> {
-        self.load(name, path).map(drop)
+        self.load(name, path, None).map(drop)
     }
 
     /// What `path` identifies now, and what was prepared for it if that is
     /// still current.
-    fn memoized(&self, path: &Path) -> Result<(FileStamp, Option<Prepared>), WasmError> {
+    fn memoized(&self, path: &Path) -> Result<(FileStamp, Option<Memo>), WasmError> {
         let meta = std::fs::metadata(path).map_err(|error| WasmError::Read {
             path: path.to_owned(),
             error,
@@ -254,16 +284,24 @@ impl WasmRuntime {
             len: meta.len(),
             modified: meta.modified().ok(),
         };
-        let prepared = match self.memo().get(path) {
-            Some((known, prepared)) if *known == stamp => Some(prepared.clone()),
-            _ => None,
-        };
-        Ok((stamp, prepared))
+        let memo = self
+            .memo()
+            .get(path)
+            .filter(|memo| memo.stamp == stamp)
+            .cloned();
+        Ok((stamp, memo))
     }
 
-    fn load(&self, name: &str, path: &Path) -> Result<Prepared, WasmError> {
-        let (stamp, prepared) = self.memoized(path)?;
-        if let Some(prepared) = prepared {
+    /// Prepares `path`; with `expected`, only from bytes whose SHA-256 it
+    /// is (a trusted workspace's file, checked as it is read).
+    fn load(
+        &self,
+        name: &str,
+        path: &Path,
+        expected: Option<&[u8; 32]>,
+    ) -> Result<Prepared, WasmError> {
+        let (stamp, memo) = self.memoized(path)?;
+        if let Some(prepared) = memo.and_then(|memo| memo.serves(expected)) {
             return Ok(prepared);
         }
         // Capped, and only a regular file: a workspace's `wasm` linked to
@@ -274,6 +312,18 @@ impl WasmRuntime {
                 error,
             })?
             .ok_or_else(|| too_large(path.to_owned()))?;
+        let sha256 = match expected {
+            Some(expected) => {
+                let read: [u8; 32] = <sha2::Sha256 as sha2::Digest>::digest(&wasm).into();
+                if read != *expected {
+                    return Err(WasmError::Changed {
+                        path: path.to_owned(),
+                    });
+                }
+                Some(read)
+            }
+            None => None,
+        };
         let kind = detect_kind(&wasm).ok_or_else(|| WasmError::NotWasm {
             path: path.to_owned(),
         })?;
@@ -354,8 +404,14 @@ impl WasmRuntime {
                 Prepared::Module(self.modules.instantiate_pre(&module).map_err(link_error)?)
             }
         };
-        self.memo()
-            .insert(path.to_owned(), (stamp, prepared.clone()));
+        self.memo().insert(
+            path.to_owned(),
+            Memo {
+                stamp,
+                prepared: prepared.clone(),
+                sha256,
+            },
+        );
         Ok(prepared)
     }
 
@@ -468,11 +524,12 @@ impl WasmRuntime {
         }
     }
 
-    fn memo(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, (FileStamp, Prepared)>> {
+    fn memo(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, Memo>> {
         self.prepared.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Starts the guest at `path` on its own task and returns its transport.
+    /// Starts the guest at `path` on its own task and returns its transport;
+    /// with `expected`, only from bytes whose SHA-256 it is.
     ///
     /// # Errors
     ///
@@ -485,14 +542,18 @@ impl WasmRuntime {
         limits: GuestLimits,
         log: Option<std::fs::File>,
         sandbox: Option<Arc<crate::sandbox::Sandbox>>,
+        expected: Option<[u8; 32]>,
     ) -> Result<Transport, WasmError> {
         // Prepared already (every start after the first): no thread hop.
-        let prepared = if let (_, Some(prepared)) = self.memoized(path)? {
+        let memo = self.memoized(path)?.1;
+        let prepared = if let Some(prepared) = memo.and_then(|memo| memo.serves(expected.as_ref()))
+        {
             prepared
         } else {
             let runtime = self.clone();
             let (name, owned_path) = (name.to_owned(), path.to_owned());
-            match tokio::task::spawn_blocking(move || runtime.load(&name, &owned_path)).await {
+            let load = move || runtime.load(&name, &owned_path, expected.as_ref());
+            match tokio::task::spawn_blocking(load).await {
                 Ok(result) => result?,
                 Err(join) => {
                     return Err(WasmError::Compile {
@@ -835,6 +896,52 @@ mod tests {
             "no verdict: the runtime compiles itself"
         );
         assert_eq!(entries(&cache), 0);
+    }
+
+    #[test]
+    fn a_start_expecting_a_digest_loads_only_those_bytes_even_from_its_memo() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let program = tmp.path().join("guest.wasm");
+        std::fs::write(&program, EMPTY_MODULE).expect("write");
+        let digest =
+            |bytes: &[u8]| -> [u8; 32] { <sha2::Sha256 as sha2::Digest>::digest(bytes).into() };
+        let trusted = digest(EMPTY_MODULE);
+        // The same module with a custom section: valid, and other bytes.
+        let other = [EMPTY_MODULE, b"\0\x02\x01x"].concat();
+        let refusal = format!(
+            "`{}` is not the content zotbox checked against your trust in its workspace (it \
+             changed since): review it with `zotbox trust`, then start it again",
+            program.display()
+        );
+        let runtime = WasmRuntime::new(None).expect("runtime");
+        runtime
+            .load("guest", &program, Some(&trusted))
+            .expect("the trusted bytes load");
+        // Attack: other bytes where the hashed ones were.
+        std::fs::write(&program, &other).expect("write");
+        let changed = runtime
+            .load("guest", &program, Some(&trusted))
+            .err()
+            .map(|e| e.to_string());
+        assert_eq!(changed.as_deref(), Some(refusal.as_str()));
+        // Nothing expected (a user's own file): they load, and the program
+        // prepared from them, unhashed, never stands for the trusted digest.
+        runtime.load("guest", &program, None).expect("loads");
+        let memo = runtime.memoized(&program).expect("stamp").1;
+        assert!(memo.is_some_and(|memo| memo.serves(Some(&trusted)).is_none()));
+        let changed = runtime
+            .load("guest", &program, Some(&trusted))
+            .err()
+            .map(|e| e.to_string());
+        assert_eq!(changed.as_deref(), Some(refusal.as_str()));
+        // A program prepared from the trusted bytes stands only for them.
+        std::fs::write(&program, EMPTY_MODULE).expect("write");
+        runtime
+            .load("guest", &program, Some(&trusted))
+            .expect("the trusted bytes load");
+        let memo = runtime.memoized(&program).expect("stamp").1.expect("memo");
+        assert!(memo.clone().serves(Some(&trusted)).is_some());
+        assert!(memo.serves(Some(&digest(&other))).is_none());
     }
 
     #[test]

