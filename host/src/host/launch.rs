@@ -102,7 +102,7 @@ fn trusted_content(
 ) -> Result<Option<[u8; 32]>, crate::store::trust::PinError> {
     trust.check(&manifest.path, &manifest.sha256)?;
     match &manifest.program {
-        Program::Wasm { path } => trust.expect(path),
+        Program::Wasm { path } => trust.expected(path),
         Program::Native { .. } => {
             for path in crate::store::trust::named_paths(manifest) {
                 // An argument that names no file is data, not a script.

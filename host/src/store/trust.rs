@@ -465,7 +465,7 @@ impl Assessment {
     ///
     /// [`PinError`] when the workspace may not run, or the file lies where
     /// trust covers files and was not hashed (it appeared since).
-    pub fn expect(&self, path: &Path) -> Result<Option<[u8; 32]>, PinError> {
+    pub fn expected(&self, path: &Path) -> Result<Option<[u8; 32]>, PinError> {
         if let Some(refusal) = self.refusal() {
             return Err(PinError::Untrusted(refusal));
         }
@@ -490,13 +490,13 @@ impl Assessment {
     }
 
     /// Checks that `digest`, the SHA-256 of what was read from `path`, is
-    /// what [`Assessment::expect`] says the file must hold.
+    /// what [`Assessment::expected`] says the file must hold.
     ///
     /// # Errors
     ///
-    /// As [`Assessment::expect`], and [`PinError::Changed`] for other content.
+    /// As [`Assessment::expected`], and [`PinError::Changed`] for other content.
     pub fn check(&self, path: &Path, digest: &[u8; 32]) -> Result<(), PinError> {
-        match self.expect(path)? {
+        match self.expected(path)? {
             Some(expected) if expected != *digest => Err(self.changed(path)),
             _ => Ok(()),
         }
@@ -511,7 +511,7 @@ impl Assessment {
     /// As [`Assessment::check`] (a FIFO or device swapped in for a file is
     /// not it, and is never read), and [`PinError::Unreadable`].
     pub fn check_file(&self, path: &Path) -> Result<(), PinError> {
-        let Some(expected) = self.expect(path)? else {
+        let Some(expected) = self.expected(path)? else {
             return Ok(());
         };
         let unreadable = |source| PinError::Unreadable {
@@ -912,7 +912,7 @@ mod tests {
         // A file that appeared in the folder since: not among the trusted.
         write(&ext.join("helper.wasm"), "\0asm\x01\0\0\0");
         assert_eq!(
-            err_text(trusted.expect(&ext.join("helper.wasm"))),
+            err_text(trusted.expected(&ext.join("helper.wasm"))),
             format!(
                 "comes from the workspace `{}`, whose `{}` is not among the files you trusted \
                  (it appeared since): review it with `zotbox trust`, then start it again",
@@ -963,11 +963,11 @@ mod tests {
             panic!("not wasm: {manifest:?}");
         };
         let hashed = sha256(b"\0asm\x01\0\0\0v1");
-        assert_eq!(trusted.expect(path).ok().flatten(), Some(hashed));
+        assert_eq!(trusted.expected(path).ok().flatten(), Some(hashed));
         // Rebuilt after the assessment: the start still expects what was
         // hashed, and the runtime refuses the new bytes as it reads them.
         write(&f.ws.join("build/linked.wasm"), "\0asm\x01\0\0\0v2");
-        assert_eq!(trusted.expect(path).ok().flatten(), Some(hashed));
+        assert_eq!(trusted.expected(path).ok().flatten(), Some(hashed));
         // A FIFO trusted where a file could be: no file's content matches
         // it, so a module swapped in later is refused.
         let fifo = f.ws.join(".zot/extensions/helper/piped.wasm");
@@ -992,7 +992,7 @@ mod tests {
         // the workspace's content: nothing is expected of it.
         let outside = f.ws.with_file_name("elsewhere.wasm");
         write(&outside, "\0asm\x01\0\0\0");
-        assert_eq!(trusted.expect(&outside).ok().flatten(), None);
+        assert_eq!(trusted.expected(&outside).ok().flatten(), None);
     }
 
     #[test]
@@ -1017,7 +1017,7 @@ mod tests {
         let untrusted = assess(&Policy::permissive(), &f.home, &f.ws);
         let refusal = untrusted.refusal().unwrap_or_default();
         assert_eq!(
-            err_text(untrusted.expect(&f.ws.join(".zot/extensions/helper/run.sh"))),
+            err_text(untrusted.expected(&f.ws.join(".zot/extensions/helper/run.sh"))),
             refusal
         );
         // The system's `always` trusts whatever the workspace holds.
@@ -1030,7 +1030,7 @@ mod tests {
         let by_policy = assess(&always, &f.home, &f.ws);
         for file in ["run.sh", "extension.json"] {
             let path = f.ws.join(".zot/extensions/helper").join(file);
-            assert_eq!(by_policy.expect(&path).ok().flatten(), None);
+            assert_eq!(by_policy.expected(&path).ok().flatten(), None);
             by_policy
                 .check_file(&path)
                 .unwrap_or_else(|e| panic!("{e}"));

@@ -102,7 +102,7 @@ pub struct Contents {
     /// The content digest of every regular file hashed in an extension's
     /// folder, named by its manifest or read as a data tool, by the file's
     /// real path: what a start checks the files it loads against
-    /// ([`super::Assessment::expect`]).
+    /// ([`super::Assessment::expected`]).
     pub(super) by_real_path: BTreeMap<PathBuf, [u8; 32]>,
     /// The real folders whose files trust covers: the workspace, each
     /// extension folder and each tools folder (which a link may put
