@@ -140,6 +140,31 @@ async fn host_with(lab: &Lab, restart: RestartPolicy) -> zotbox::Host {
     .expect("build the host")
 }
 
+/// The lab's workspace with `helper`, which crashes at each call, trusted
+/// and started in a host that restarts it after 50 ms.
+async fn trusted_crasher(lab: &Lab) -> (Cloned, zotbox::Host) {
+    let helper = cloned(lab, "helper", &["--crash-on-call"]);
+    lab.trust_workspace();
+    let restart = RestartPolicy {
+        initial_backoff: Duration::from_millis(50),
+        ..RestartPolicy::default()
+    };
+    let host = host_with(lab, restart).await;
+    assert_eq!(info(&host, "helper").state, ExtensionState::Ready);
+    (helper, host)
+}
+
+/// Crashes `helper` and waits until its restart is held as untrusted.
+async fn crash_until_held(host: &zotbox::Host) -> zotbox::host::ExtensionInfo {
+    let _ = host.call_tool("helper_tool", json!({})).await;
+    eventually("untrusted", || {
+        let entry = info(host, "helper");
+        (entry.state == ExtensionState::Untrusted).then_some(entry)
+    })
+    .await
+    .unwrap_or_else(|| panic!("{:#?}", host.list()))
+}
+
 fn trusted_at(lab: &Lab, workspace: &Path) -> String {
     TrustStore::load(&ZotHome::new(&lab.home))
         .expect("trust records")
@@ -352,14 +377,7 @@ fn trusting_runs_it_and_one_changed_byte_makes_it_untrusted_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashed_workspace_extension_is_not_restarted_once_its_files_changed() {
     let lab = Lab::new();
-    let helper = cloned(&lab, "helper", &["--crash-on-call"]);
-    lab.trust_workspace();
-    let restart = RestartPolicy {
-        initial_backoff: Duration::from_millis(50),
-        ..RestartPolicy::default()
-    };
-    let host = host_with(&lab, restart).await;
-    assert_eq!(info(&host, "helper").state, ExtensionState::Ready);
+    let (helper, host) = trusted_crasher(&lab).await;
     // Control: a crash is followed by a restart.
     let _ = host.call_tool("helper_tool", json!({})).await;
     eventually("a restart", || (helper.starts() == 2).then_some(()))
@@ -372,13 +390,7 @@ async fn a_crashed_workspace_extension_is_not_restarted_once_its_files_changed()
     .expect("ready again");
     // Attack: the script changes while it runs; the next crash would start it.
     helper.edit_one_byte();
-    let _ = host.call_tool("helper_tool", json!({})).await;
-    let entry = eventually("untrusted", || {
-        let entry = info(&host, "helper");
-        (entry.state == ExtensionState::Untrusted).then_some(entry)
-    })
-    .await
-    .unwrap_or_else(|| panic!("{:#?}", host.list()));
+    let entry = crash_until_held(&host).await;
     assert_eq!(
         entry.reason,
         Some(format!(
@@ -392,17 +404,13 @@ async fn a_crashed_workspace_extension_is_not_restarted_once_its_files_changed()
     assert_eq!(helper.starts(), 2, "the changed script was started");
 }
 
+/// What a restart starts is what the records cover now: a manifest the
+/// host parsed before the user trusted new content is not started again
+/// (what runs must be what was hashed); a reload reads the trusted one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_starts_only_the_manifest_trust_now_covers_not_the_one_held_since_the_start() {
     let lab = Lab::new();
-    let helper = cloned(&lab, "helper", &["--crash-on-call"]);
-    lab.trust_workspace();
-    let restart = RestartPolicy {
-        initial_backoff: Duration::from_millis(50),
-        ..RestartPolicy::default()
-    };
-    let host = host_with(&lab, restart).await;
-    assert_eq!(info(&host, "helper").state, ExtensionState::Ready);
+    let (helper, host) = trusted_crasher(&lab).await;
     // The manifest changes and the user trusts the new content; the host
     // still holds the manifest it parsed at its start, which no record
     // covers any more.
@@ -410,13 +418,7 @@ async fn a_restart_starts_only_the_manifest_trust_now_covers_not_the_one_held_si
     let text = std::fs::read_to_string(&manifest).expect("read the manifest");
     std::fs::write(&manifest, text.replacen("1.0.0", "1.0.1", 1)).expect("edit the manifest");
     lab.trust_workspace();
-    let _ = host.call_tool("helper_tool", json!({})).await;
-    let entry = eventually("untrusted", || {
-        let entry = info(&host, "helper");
-        (entry.state == ExtensionState::Untrusted).then_some(entry)
-    })
-    .await
-    .unwrap_or_else(|| panic!("{:#?}", host.list()));
+    let entry = crash_until_held(&host).await;
     assert_eq!(
         entry.reason,
         Some(format!(
