@@ -5,9 +5,10 @@
 //! In order: a wasm file that is not built yet is named with what to run;
 //! a workspace's own extension must be the content its workspace's trust
 //! hashed (its manifest as parsed, its native program and script as they
-//! are now, its wasm as the runtime reads it: [`Admitted::wasm_sha256`]);
-//! the installed files must be the locked ones and meet the trusted
-//! workspace's pins ([`crate::store::lock::check_at_load`]); the policy may
+//! are now); the installed files must be the locked ones and meet the
+//! trusted workspace's pins ([`crate::store::lock::check_at_load`]); its
+//! wasm must be read as the bytes trust or the lock check hashed
+//! ([`Admitted::wasm_sha256`], which the runtime checks); the policy may
 //! refuse the extension, and otherwise gives its grant as a sandbox
 //! ([`crate::sandbox::confine`]); its limits are the manifest's within the
 //! policy's ceilings, over the caller's defaults. Trust is the caller's:
@@ -51,7 +52,8 @@ pub(crate) struct Admitted {
     /// The part of `limits` a wasm guest's store enforces.
     pub(crate) guest: GuestLimits,
     /// The SHA-256 its wasm file must hold when the runtime reads it: the
-    /// content its workspace's trust hashed (none: not a workspace's file).
+    /// content its workspace's trust hashed, or else the lock check (none:
+    /// neither covers it).
     pub(crate) wasm_sha256: Option<[u8; 32]>,
 }
 
@@ -79,7 +81,11 @@ pub(crate) fn admit(
         Some(trust) => trusted_content(manifest, trust)?,
         None => None,
     };
-    crate::store::lock::check_at_load(manifest, home, policy, workspace)?;
+    let locked = crate::store::lock::check_at_load(manifest, home, policy, workspace)?;
+    // The wasm as the lock check hashed it, when trust pins none: a file
+    // changed after the check is refused as the runtime reads it.
+    let wasm_sha256 =
+        wasm_sha256.or_else(|| locked.as_ref().and_then(|tree| locked_wasm(manifest, tree)));
     let sandbox =
         crate::sandbox::confine(policy, services, manifest).map_err(LaunchError::Refused)?;
     let limits = policy.limits(&manifest.raw.limits, defaults);
@@ -90,6 +96,20 @@ pub(crate) fn admit(
         guest,
         wasm_sha256,
     })
+}
+
+/// The SHA-256 `tree` (an installed folder, as the lock check hashed it)
+/// records for `manifest`'s wasm file, when that is a file of the folder.
+fn locked_wasm(manifest: &Manifest, tree: &crate::store::lock::Tree) -> Option<[u8; 32]> {
+    let Program::Wasm { path } = &manifest.program else {
+        return None;
+    };
+    let relative = path.strip_prefix(&manifest.dir).ok()?;
+    let parts: Vec<&str> = relative
+        .components()
+        .map(|c| c.as_os_str().to_str())
+        .collect::<Option<_>>()?;
+    tree.file_sha256(&parts.join("/"))
 }
 
 /// Checks a workspace extension against what `trust` hashed: its manifest
@@ -130,6 +150,46 @@ mod tests {
 
     fn load(path: &Path) -> Manifest {
         Manifest::load(path).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn a_locked_installs_wasm_must_be_read_as_the_lock_check_hashed_it() {
+        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let home = ZotHome::new(tmp.path().join("home"));
+        let dir = home.extensions_dir().join("w");
+        write(
+            &dir.join("extension.json"),
+            br#"{"name":"w","version":"1.0.0","wasm":"./lib/w.wasm"}"#,
+        );
+        let module = b"\0asm\x01\0\0\0";
+        write(&dir.join("lib/w.wasm"), module);
+        let manifest = load(&dir.join("extension.json"));
+        let policy = Policy::permissive();
+        // Not locked: nothing to expect.
+        let unlocked = crate::store::lock::check_at_load(&manifest, &home, &policy, None)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(unlocked.is_none());
+        crate::store::lock::record_install(
+            &home,
+            &dir,
+            &manifest,
+            &crate::store::source::Provenance::of_source("git+/srv/w".into()),
+            crate::store::lock::Scope::User,
+            std::collections::BTreeMap::new(),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let tree = crate::store::lock::check_at_load(&manifest, &home, &policy, None)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .unwrap_or_else(|| panic!("locked, and no tree"));
+        let hashed: [u8; 32] = <sha2::Sha256 as sha2::Digest>::digest(module).into();
+        assert_eq!(locked_wasm(&manifest, &tree), Some(hashed));
+        // A native extension's program is not a wasm the runtime reads.
+        let native = Manifest::parse(
+            r#"{"name":"w","version":"1.0.0","exec":"./lib/w.wasm"}"#,
+            &dir.join("extension.json"),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(locked_wasm(&native, &tree), None);
     }
 
     #[test]

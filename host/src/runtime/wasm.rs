@@ -94,11 +94,11 @@ pub enum WasmError {
         /// What it declares, and the cap.
         reason: String,
     },
-    /// The file is not the content a start expected (a trusted
-    /// workspace's, changed since it was hashed).
+    /// The file is not the content a start expected: it changed after the
+    /// start checked it (against a workspace's trust or the lockfile).
     #[error(
-        "`{}` is not the content zotbox checked against your trust in its workspace (it \
-         changed since): review it with `zotbox trust`, then start it again",
+        "`{}` changed after zotbox checked it and before it was read, so it was not loaded: \
+         start it again to have it checked anew",
         path.display()
     )]
     Changed {
@@ -909,8 +909,8 @@ mod tests {
         // The same module with a custom section: valid, and other bytes.
         let other = [EMPTY_MODULE, b"\0\x02\x01x"].concat();
         let refusal = format!(
-            "`{}` is not the content zotbox checked against your trust in its workspace (it \
-             changed since): review it with `zotbox trust`, then start it again",
+            "`{}` changed after zotbox checked it and before it was read, so it was not loaded: \
+             start it again to have it checked anew",
             program.display()
         );
         let runtime = WasmRuntime::new(None).expect("runtime");

@@ -172,6 +172,22 @@ impl Tree {
         Ok(Self::from_files(files))
     }
 
+    /// The SHA-256 of the regular file at `path` (relative, `/`-separated)
+    /// in this tree; `None` for a link, a special file or no entry.
+    pub fn file_sha256(&self, path: &str) -> Option<[u8; 32]> {
+        let record = self.files.get(path).filter(|r| r.kind == "file")?;
+        let hex = record.sha256.as_bytes();
+        if hex.len() != 64 {
+            return None;
+        }
+        let mut digest = [0u8; 32];
+        for (byte, pair) in digest.iter_mut().zip(hex.chunks_exact(2)) {
+            let pair = std::str::from_utf8(pair).ok()?;
+            *byte = u8::from_str_radix(pair, 16).ok()?;
+        }
+        Some(digest)
+    }
+
     /// The tree of these records.
     pub fn from_files(files: BTreeMap<String, FileRecord>) -> Self {
         let mut hasher = Sha256::new();
@@ -627,6 +643,8 @@ fn trusted(policy: &Policy, home: &ZotHome, workspace: &Path) -> bool {
 /// Rules 3 and 4, before the extension in `manifest.dir` starts: its tree
 /// against its lock entry, and against the pins of `workspace`'s lock when
 /// that workspace is trusted. The one check `zotbox run` and the host share.
+/// Returns the tree it checked, if any: what the files read after it must
+/// hold ([`Tree::file_sha256`]).
 ///
 /// # Errors
 ///
@@ -637,7 +655,7 @@ pub fn check_at_load(
     home: &ZotHome,
     policy: &Policy,
     workspace: Option<&Path>,
-) -> Result<(), LockError> {
+) -> Result<Option<Tree>, LockError> {
     let lock = Lock::load(home)?;
     let project = match workspace {
         Some(workspace) => ProjectLock::load(policy, home, workspace)?,
@@ -651,12 +669,12 @@ fn check_against(
     manifest: &Manifest,
     lock: &Lock,
     project: Option<&ProjectLock>,
-) -> Result<(), LockError> {
+) -> Result<Option<Tree>, LockError> {
     let dir = &manifest.dir;
     let entry = lock.entry(dir);
     let project = project.filter(|project| project.pins.contains_key(manifest.name()));
     if entry.is_none() && project.is_none() {
-        return Ok(());
+        return Ok(None);
     }
     let tree = Tree::of(dir).map_err(|source| LockError::Scan {
         name: manifest.name().to_owned(),
@@ -676,7 +694,7 @@ fn check_against(
     if let Some(project) = project {
         project.check(manifest, entry, &tree)?;
     }
-    Ok(())
+    Ok(Some(tree))
 }
 
 /// Rules 3 and 4 for the installed data packages `search` would load,
@@ -700,9 +718,9 @@ pub fn check_packages(search: &mut DataSearch, home: &ZotHome, policy: &Policy) 
     });
     for manifest in packages {
         let checked = match &locks {
-            Ok((lock, project)) => {
-                check_against(&manifest, lock, project.as_ref()).map_err(|err| err.to_string())
-            }
+            Ok((lock, project)) => check_against(&manifest, lock, project.as_ref())
+                .map(drop)
+                .map_err(|err| err.to_string()),
             // Unreadable locks refuse every package, with their error.
             Err(err) => Err(err.to_string()),
         };
@@ -942,7 +960,7 @@ mod tests {
     }
 
     fn check(f: &Fixture) -> Result<(), LockError> {
-        check_at_load(&manifest(f), &f.home, &policy(f), Some(&f.ws))
+        check_at_load(&manifest(f), &f.home, &policy(f), Some(&f.ws)).map(drop)
     }
 
     #[test]
