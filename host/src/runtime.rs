@@ -282,7 +282,8 @@ impl Launcher {
     }
 
     /// [`Launcher::start`], a wasm program only from bytes whose SHA-256 is
-    /// `wasm_sha256` when given (what the launch step's trust check asks).
+    /// `wasm_sha256` when given (what the launch step's trust or lock check
+    /// asks).
     pub(crate) async fn start_expecting(
         &self,
         manifest: &crate::manifest::Manifest,

