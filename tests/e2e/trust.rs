@@ -296,6 +296,37 @@ async fn nothing_of_an_untrusted_workspace_starts_whatever_zotbox_command_runs()
     assert_eq!(helper.starts(), 0, "the workspace's script ran");
 }
 
+/// Consent shows the truth about links: one whose target trust hashes
+/// (a file of the folder) reads as a link; one leading out of what trust
+/// covers says that a change where it leads revokes nothing.
+#[test]
+fn the_review_says_which_links_are_covered_by_their_text_only() {
+    let lab = Lab::new();
+    let ext = lab.project_dir().join("linked");
+    std::fs::create_dir_all(&ext).expect("extension folder");
+    write_json(
+        &ext.join("extension.json"),
+        &json!({"name": "linked", "version": "1.0.0", "wasm": "linked.wasm"}),
+    );
+    let outside = lab.dev.join("linked.wasm");
+    std::fs::write(&outside, b"\0asm\x01\0\0\0").expect("write the module");
+    std::os::unix::fs::symlink(&outside, ext.join("linked.wasm")).expect("link out");
+    std::os::unix::fs::symlink("extension.json", ext.join("manifest")).expect("link in");
+    let review = lab.zotbox_in(&lab.workspace, &["trust"]);
+    assert_line(
+        &review,
+        &format!(
+            "  .zot/extensions/linked/linked.wasm  symlink to `{}` (only the link: a change \
+             where it leads does not revoke the trust)",
+            outside.display()
+        ),
+    );
+    assert_line(
+        &review,
+        "  .zot/extensions/linked/manifest  symlink to `extension.json`",
+    );
+}
+
 #[test]
 fn trusting_runs_it_and_one_changed_byte_makes_it_untrusted_again() {
     let lab = Lab::new();

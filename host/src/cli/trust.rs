@@ -325,7 +325,15 @@ impl Review {
                 let what = match &covered.kind {
                     EntryKind::File { bytes } => format!("{bytes} bytes"),
                     EntryKind::Symlink { target } => {
-                        format!("symlink to `{}`", shown(&target.display().to_string()))
+                        let target = shown(&target.display().to_string()).into_owned();
+                        if contents.follows_link(&covered.path) {
+                            format!("symlink to `{target}`")
+                        } else {
+                            format!(
+                                "symlink to `{target}` (only the link: a change where it \
+                                 leads does not revoke the trust)"
+                            )
+                        }
                     }
                     EntryKind::Special { what } => (*what).to_owned(),
                 };

@@ -185,6 +185,18 @@ impl Contents {
     pub fn is_empty(&self) -> bool {
         self.covered.is_empty()
     }
+
+    /// Whether what the covered link `path` (relative to the workspace)
+    /// leads to was hashed too: a folder walked or a file read. A link
+    /// whose target was not (a file outside the workspace, one no manifest
+    /// names, nothing at all) is covered by its text only, so a change
+    /// where it leads revokes nothing: the review says so.
+    pub fn follows_link(&self, path: &Path) -> bool {
+        std::fs::canonicalize(self.workspace.join(path)).is_ok_and(|real| {
+            // The first root is the workspace, which is not walked whole.
+            self.by_real_path.contains_key(&real) || self.roots.iter().skip(1).any(|r| *r == real)
+        })
+    }
 }
 
 /// One entry of a folder scanned by [`scan_folder`].
@@ -908,6 +920,55 @@ mod tests {
                 .iter()
                 .any(|c| c.path.ends_with("pipe") && c.kind == EntryKind::Special { what: "fifo" })
         );
+    }
+
+    #[test]
+    fn the_review_can_tell_a_link_whose_target_is_hashed_from_one_covered_by_its_text_only() {
+        let f = fixture();
+        let ext = f.ws.join(".zot/extensions/helper");
+        let outside = f.ws.with_file_name("outside.wasm");
+        write(&outside, "\0asm");
+        let links = [
+            // Followed: a file of the folder, a folder linked in as an
+            // extension, a tool's target.
+            ("run", "run.sh", &ext),
+            ("linked", "../../src/linked", &f.ws.join(".zot/extensions")),
+            ("t.json", "../../data/t.json", &f.ws.join(".zot/tools")),
+            // Covered by their text only: outside the workspace, inside
+            // it but named by nothing, nowhere.
+            ("out.wasm", outside.to_str().unwrap_or_default(), &ext),
+            ("readme", "../../../README", &ext),
+            ("gone", "nothing-here", &ext),
+        ];
+        write(
+            &f.ws.join("src/linked/extension.json"),
+            r#"{"name":"linked","exec":"true"}"#,
+        );
+        write(&f.ws.join("data/t.json"), "{}");
+        write(&f.ws.join("README"), "hello");
+        for (name, target, dir) in links {
+            std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("{e}"));
+            symlink(target, dir.join(name)).unwrap_or_else(|e| panic!("{e}"));
+        }
+        let contents = Contents::scan(&f.ws).unwrap_or_else(|e| panic!("{e}"));
+        let followed: Vec<(String, bool)> = contents
+            .covered
+            .iter()
+            .filter(|c| matches!(c.kind, EntryKind::Symlink { .. }))
+            .map(|c| (c.path.display().to_string(), contents.follows_link(&c.path)))
+            .collect();
+        let expected: Vec<(String, bool)> = [
+            (".zot/extensions/helper/gone", false),
+            (".zot/extensions/helper/out.wasm", false),
+            (".zot/extensions/helper/readme", false),
+            (".zot/extensions/helper/run", true),
+            (".zot/extensions/linked", true),
+            (".zot/tools/t.json", true),
+        ]
+        .into_iter()
+        .map(|(p, f)| (p.to_owned(), f))
+        .collect();
+        assert_eq!(followed, expected);
     }
 
     #[test]
