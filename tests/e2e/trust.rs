@@ -325,6 +325,33 @@ fn the_review_says_which_links_are_covered_by_their_text_only() {
         &review,
         "  .zot/extensions/linked/manifest  symlink to `extension.json`",
     );
+    // The same, for a program reading the review.
+    let json = lab.zotbox_in(&lab.workspace, &["trust", "--json"]);
+    let workspace: Value = json
+        .stdout
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .find(|value| value.get("covered").is_some())
+        .unwrap_or_else(|| panic!("no workspace line in {}", json.stdout));
+    let links: Vec<(&str, bool)> = workspace["covered"]
+        .as_array()
+        .expect("covered")
+        .iter()
+        .filter(|entry| entry["type"] == "symlink")
+        .map(|entry| {
+            (
+                entry["path"].as_str().unwrap_or_default(),
+                entry["target_covered"].as_bool().expect("target_covered"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        links,
+        [
+            (".zot/extensions/linked/linked.wasm", false),
+            (".zot/extensions/linked/manifest", true)
+        ]
+    );
 }
 
 #[test]

@@ -13,7 +13,8 @@
 //!
 //! `--json` writes one JSON object per line: `{"extension": …}`,
 //! `{"tool": …}`, `{"plugin": …}`, `{"skill": …}`, `{"workspace": …}` (the
-//! hash and files), then `{"action": …}`; with `--list`, one
+//! hash and files; a link with `target_covered`), then `{"action": …}`;
+//! with `--list`, one
 //! `{"workspace": …, "status": …}` per record.
 
 use std::path::{Path, PathBuf};
@@ -405,11 +406,23 @@ impl Review {
                 "path": skill.path,
             }))?;
         }
+        // A link says whether what it leads to is covered too.
+        let covered = contents
+            .covered
+            .iter()
+            .map(|entry| {
+                let mut value = serde_json::to_value(entry)?;
+                if matches!(entry.kind, EntryKind::Symlink { .. }) {
+                    value["target_covered"] = json!(contents.follows_link(&entry.path));
+                }
+                Ok(value)
+            })
+            .collect::<serde_json::Result<Vec<_>>>()?;
         json_line(&json!({
             "workspace": contents.workspace,
             "sha256": contents.sha256,
             "bytes": contents.bytes,
-            "covered": contents.covered,
+            "covered": covered,
         }))
     }
 
