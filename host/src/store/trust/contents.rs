@@ -384,9 +384,8 @@ impl<'a> Scanner<'a> {
     /// workspace outside the extension's folder (`"exec": "../../../bin/x"`,
     /// `"args": ["../../../scripts/x.py"]`, an `exec` through a symlink
     /// leading out): editing them changes what runs as surely as editing
-    /// the folder. Those are the `exec` when it is a path, the first
-    /// argument that is not an option (an interpreter's script), and the
-    /// `wasm` file; later arguments are often data the extension writes.
+    /// the folder. Which files a manifest names is [`named_paths`]'s rule,
+    /// which the launch step's check shares.
     fn named_files(&mut self, dir: &Path, rel: &Path) -> Result<(), ScanError> {
         let Ok(manifest) = Manifest::load(&dir.join(MANIFEST_FILE)) else {
             // An invalid manifest runs nothing; its text is hashed above.
