@@ -103,6 +103,17 @@ pub enum LockError {
         /// The first file that differs, relative to its folder.
         path: String,
     },
+    /// Rule 3: the manifest a start holds is not the installed one (it
+    /// was parsed before a reinstall or an edit that the lock followed).
+    #[error(
+        "extension `{}`: its `extension.json` changed since it was read (reinstalled or \
+         edited); start it again to load what is installed",
+        Shown(.name)
+    )]
+    Stale {
+        /// The extension.
+        name: String,
+    },
     /// Rule 4: a project lock's pin is not met.
     #[error(
         "extension `{}` refused by the project lock `{}`: {reason}; install the version it pins, \
@@ -691,6 +702,16 @@ fn check_against(
             path,
         });
     }
+    // The files are the locked ones; the manifest in hand must be theirs.
+    if entry.is_some()
+        && tree
+            .file_sha256(MANIFEST_FILE)
+            .is_some_and(|installed| installed != manifest.sha256)
+    {
+        return Err(LockError::Stale {
+            name: manifest.name().to_owned(),
+        });
+    }
     if let Some(project) = project {
         project.check(manifest, entry, &tree)?;
     }
@@ -1060,6 +1081,31 @@ mod tests {
             }
         );
         assert!(verdicts[0].failed());
+    }
+
+    #[test]
+    fn a_manifest_read_before_a_reinstall_does_not_start_with_the_new_files() {
+        let f = fixture();
+        record(&f, None);
+        let held = manifest(&f);
+        check_at_load(&held, &f.home, &policy(&f), Some(&f.ws)).unwrap();
+        // Reinstalled (files and lock both new) while a host held the old
+        // manifest: its restart would run the new files under the old one.
+        std::fs::write(
+            f.ext.join(MANIFEST_FILE),
+            r#"{"name":"x","version":"1.1.0","exec":"./bin/run"}"#,
+        )
+        .unwrap();
+        record(&f, None);
+        assert_eq!(
+            check_at_load(&held, &f.home, &policy(&f), Some(&f.ws))
+                .unwrap_err()
+                .to_string(),
+            "extension `x`: its `extension.json` changed since it was read (reinstalled or \
+             edited); start it again to load what is installed"
+        );
+        // Read again, it starts.
+        assert!(check(&f).is_ok());
     }
 
     #[test]
