@@ -44,7 +44,6 @@ mod contents;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -389,7 +388,7 @@ pub struct Assessment {
     pub standing: Standing,
     // What was hashed, when the standing rests on it (trusted, or nothing
     // to trust): what a start checks the files it loads against.
-    contents: Option<Arc<Contents>>,
+    pins: Option<contents::Pins>,
 }
 
 /// A file a workspace extension is about to load is not the one its
@@ -449,7 +448,7 @@ impl Assessment {
         Self {
             workspace: workspace.to_owned(),
             standing: Standing::Untrusted(Untrusted::NotTrusted),
-            contents: None,
+            pins: None,
         }
     }
 
@@ -469,7 +468,7 @@ impl Assessment {
         if let Some(refusal) = self.refusal() {
             return Err(PinError::Untrusted(refusal));
         }
-        let Some(contents) = &self.contents else {
+        let Some(pins) = &self.pins else {
             return Ok(None);
         };
         let real = std::fs::canonicalize(path).map_err(|source| PinError::Unreadable {
@@ -477,10 +476,10 @@ impl Assessment {
             path: path.to_owned(),
             source,
         })?;
-        if let Some(digest) = contents.by_real_path.get(&real) {
+        if let Some(digest) = pins.by_real_path.get(&real) {
             return Ok(Some(*digest));
         }
-        if contents.roots.iter().any(|root| real.starts_with(root)) {
+        if pins.roots.iter().any(|root| real.starts_with(root)) {
             return Err(PinError::Uncovered {
                 workspace: self.workspace.clone(),
                 path: path.to_owned(),
@@ -568,7 +567,7 @@ pub fn assess(policy: &Policy, home: &ZotHome, workspace: &Path) -> Assessment {
         WorkspaceTrust::Ask => match Contents::scan(&workspace) {
             Err(err) => Standing::Untrusted(Untrusted::Unhashable(err)),
             Ok(contents) if contents.is_empty() => {
-                hashed = Some(Arc::new(contents));
+                hashed = Some(contents.into_pins());
                 Standing::NothingToTrust
             }
             Ok(contents) => match TrustStore::load(home) {
@@ -577,7 +576,7 @@ pub fn assess(policy: &Policy, home: &ZotHome, workspace: &Path) -> Assessment {
                     None => Standing::Untrusted(Untrusted::NotTrusted),
                     Some(record) if record.sha256 == contents.sha256 => {
                         let at = record.trusted_at.clone();
-                        hashed = Some(Arc::new(contents));
+                        hashed = Some(contents.into_pins());
                         Standing::Trusted { at }
                     }
                     Some(record) => Standing::Untrusted(Untrusted::Changed {
@@ -590,7 +589,7 @@ pub fn assess(policy: &Policy, home: &ZotHome, workspace: &Path) -> Assessment {
     Assessment {
         workspace,
         standing,
-        contents: hashed,
+        pins: hashed,
     }
 }
 
@@ -621,7 +620,7 @@ pub(crate) fn assess_then_load<T>(
     let unsettled = Assessment {
         workspace: assessment.workspace,
         standing: Standing::Untrusted(Untrusted::Unsettled),
-        contents: None,
+        pins: None,
     };
     let loaded = load(&unsettled);
     (unsettled, loaded)

@@ -99,13 +99,21 @@ pub struct Contents {
     pub bytes: u64,
     /// SHA-256 (lowercase hex) over every covered entry's path and content.
     pub sha256: String,
+    /// What a start checks the files it loads against.
+    pub(super) pins: Pins,
+}
+
+/// What a start checks the files it loads against
+/// ([`super::Assessment::expected`]); an assessment keeps only this of
+/// what it hashed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Pins {
     /// The content digest of every regular file hashed in an extension's
     /// folder, named by its manifest or read as a data tool, by the file's
-    /// real path: what a start checks the files it loads against
-    /// ([`super::Assessment::expected`]).
+    /// real path.
     pub(super) by_real_path: BTreeMap<PathBuf, [u8; 32]>,
-    /// The real folders whose files trust covers: the workspace, each
-    /// extension folder and each tools folder (which a link may put
+    /// The real folders whose files trust covers: the workspace first, then
+    /// each extension folder and each tools folder (which a link may put
     /// elsewhere).
     pub(super) roots: Vec<PathBuf>,
 }
@@ -176,8 +184,10 @@ impl Contents {
             covered,
             bytes,
             sha256: hex(&hasher.finalize()),
-            by_real_path,
-            roots,
+            pins: Pins {
+                by_real_path,
+                roots,
+            },
         })
     }
 
@@ -192,10 +202,17 @@ impl Contents {
     /// names, nothing at all) is covered by its text only, so a change
     /// where it leads revokes nothing: the review says so.
     pub fn follows_link(&self, path: &Path) -> bool {
+        let pins = &self.pins;
         std::fs::canonicalize(self.workspace.join(path)).is_ok_and(|real| {
             // The first root is the workspace, which is not walked whole.
-            self.by_real_path.contains_key(&real) || self.roots.iter().skip(1).any(|r| *r == real)
+            pins.by_real_path.contains_key(&real) || pins.roots.iter().skip(1).any(|r| *r == real)
         })
+    }
+
+    /// What a start checks the files it loads against: all an assessment
+    /// keeps (the list of entries is for the review).
+    pub(super) fn into_pins(self) -> Pins {
+        self.pins
     }
 }
 
