@@ -36,9 +36,10 @@
 //!    its manifest as parsed, its wasm as read and its native program and
 //!    script just before they run must match ([`Assessment::check`]);
 //!    a file changed, or added where trust covers files, since the
-//!    assessment refuses the start. The window between hashing and
-//!    loading (a `git pull` landing in it) lets nothing through, and a
-//!    restart is checked against a fresh assessment.
+//!    assessment refuses the start. Its data tools must match as loaded,
+//!    or the workspace is assessed again (`assess_then_load`). The
+//!    window between hashing and loading (a `git pull` landing in it) lets
+//!    nothing through, and a restart is checked against a fresh assessment.
 
 mod contents;
 
