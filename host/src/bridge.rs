@@ -732,11 +732,7 @@ async fn bridge(
             loop {
                 // Asleep until the next thing due: a deadline, or the next
                 // step of a shutdown. An idle instance costs no wake-ups.
-                let escalation = ended_at.and_then(|at| match escalated {
-                    0 => Some(at + shutdown_grace),
-                    1 => Some(at + shutdown_grace * 2),
-                    _ => None,
-                });
+                let escalation = next_escalation(ended_at, escalated, shutdown_grace);
                 let wake = [deadlines.watch_next_deadline(), escalation]
                     .into_iter()
                     .flatten()
@@ -775,16 +771,20 @@ async fn bridge(
                     ended_at = Some(now);
                 }
                 // After the grace period, terminate once; after twice
-                // that, kill (as a session's shutdown does).
-                if let Some(at) = ended_at {
-                    let waited = now.duration_since(at);
-                    if waited >= shutdown_grace * 2 && escalated < 2 {
+                // that, kill (as a session's shutdown does); a watchdog
+                // that wakes past both kills at once.
+                let mut step = escalated;
+                while next_escalation(ended_at, step, shutdown_grace).is_some_and(|due| now >= due)
+                {
+                    step += 1;
+                }
+                if step > escalated {
+                    if step >= 2 {
                         control.kill();
-                        escalated = 2;
-                    } else if waited >= shutdown_grace && escalated < 1 {
+                    } else {
                         control.terminate();
-                        escalated = 1;
                     }
+                    escalated = step;
                 }
             }
         }
@@ -824,6 +824,18 @@ async fn bridge(
     end_tasks(inbound, watchdog).await;
     output.written().await?;
     Ok(exit)
+}
+
+/// When the next step of a shutdown is due, `escalated` steps in, for an
+/// instance whose end was seen at `ended_at`: terminate after the grace
+/// period, kill after twice that, then nothing.
+fn next_escalation(ended_at: Option<Instant>, escalated: u8, grace: Duration) -> Option<Instant> {
+    let at = ended_at?;
+    match escalated {
+        0 => Some(at + grace),
+        1 => Some(at + grace * 2),
+        _ => None,
+    }
 }
 
 /// Stops the copy in and the watchdog and waits until they are gone, so
@@ -1022,6 +1034,16 @@ mod tests {
 
     fn soon() -> Instant {
         Instant::now() + Duration::from_secs(60)
+    }
+
+    #[test]
+    fn a_shutdown_terminates_after_the_grace_period_and_kills_after_twice_that() {
+        let grace = Duration::from_millis(500);
+        let end = Instant::now();
+        assert_eq!(next_escalation(None, 0, grace), None, "nothing ended");
+        assert_eq!(next_escalation(Some(end), 0, grace), Some(end + grace));
+        assert_eq!(next_escalation(Some(end), 1, grace), Some(end + grace * 2));
+        assert_eq!(next_escalation(Some(end), 2, grace), None, "killed already");
     }
 
     #[test]
