@@ -101,15 +101,7 @@ pub(crate) fn admit(
 /// The SHA-256 `tree` (an installed folder, as the lock check hashed it)
 /// records for `manifest`'s wasm file, when that is a file of the folder.
 fn locked_wasm(manifest: &Manifest, tree: &crate::store::lock::Tree) -> Option<[u8; 32]> {
-    let Program::Wasm { path } = &manifest.program else {
-        return None;
-    };
-    let relative = path.strip_prefix(&manifest.dir).ok()?;
-    let parts: Vec<&str> = relative
-        .components()
-        .map(|c| c.as_os_str().to_str())
-        .collect::<Option<_>>()?;
-    tree.file_sha256(&parts.join("/"))
+    tree.file_sha256(&manifest.wasm_relative()?)
 }
 
 /// Checks a workspace extension against what `trust` hashed: its manifest

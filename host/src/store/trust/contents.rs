@@ -342,11 +342,11 @@ impl<'a> Scanner<'a> {
                 source,
             })?;
             self.roots.push(real.clone());
-            self.folder = Some((path.clone(), real));
+            self.folder = Some((path.clone(), real.clone()));
             let walked = self.walk(&path, &rel);
             self.folder = None;
             walked?;
-            self.named_files(&path, &rel)?;
+            self.named_files(&path, &real, &rel)?;
         }
         Ok(())
     }
@@ -402,20 +402,17 @@ impl<'a> Scanner<'a> {
     /// `"args": ["../../../scripts/x.py"]`, an `exec` through a symlink
     /// leading out): editing them changes what runs as surely as editing
     /// the folder. Which files a manifest names is [`named_paths`]'s rule,
-    /// which the launch step's check shares.
-    fn named_files(&mut self, dir: &Path, rel: &Path) -> Result<(), ScanError> {
+    /// which the launch step's check shares. `folder` is `dir`'s real path.
+    fn named_files(&mut self, dir: &Path, folder: &Path, rel: &Path) -> Result<(), ScanError> {
         let Ok(manifest) = Manifest::load(&dir.join(MANIFEST_FILE)) else {
             // An invalid manifest runs nothing; its text is hashed above.
-            return Ok(());
-        };
-        let Ok(folder) = std::fs::canonicalize(dir) else {
             return Ok(());
         };
         for candidate in named_paths(&manifest) {
             let Ok(real) = std::fs::canonicalize(&candidate) else {
                 continue;
             };
-            if real.starts_with(&folder) || !real.is_file() {
+            if real.starts_with(folder) || !real.is_file() {
                 continue;
             }
             let Ok(inside) = real.strip_prefix(self.workspace) else {
