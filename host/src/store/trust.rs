@@ -937,6 +937,36 @@ mod tests {
     }
 
     #[test]
+    fn a_refusal_shows_an_authors_folder_name_without_its_control_bytes() {
+        // The workspace's author names the folder; the refusal reaches a
+        // terminal (`list`, a log line) and must not act on it.
+        let path = PathBuf::from("/w/.zot/extensions/\u{1b}[2Jx\u{202e}/run.sh");
+        let workspace = PathBuf::from("/w");
+        for refusal in [
+            PinError::Changed {
+                workspace: workspace.clone(),
+                path: path.clone(),
+            },
+            PinError::Uncovered {
+                workspace: workspace.clone(),
+                path: path.clone(),
+            },
+            PinError::Unreadable {
+                workspace: workspace.clone(),
+                path: path.clone(),
+                source: std::io::Error::other("gone"),
+            },
+        ] {
+            let text = refusal.to_string();
+            assert!(
+                !text.contains('\u{1b}') && !text.contains('\u{202e}'),
+                "{text:?}"
+            );
+            assert!(text.contains(".zot/extensions/"), "{text:?}");
+        }
+    }
+
+    #[test]
     fn pins_follow_a_linked_extension_folder_and_a_wasm_linked_out_of_its_folder() {
         let f = fixture();
         // `.zot/extensions/linked` is a link to `src/linked`, whose wasm is
