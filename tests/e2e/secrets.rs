@@ -10,7 +10,8 @@ use std::path::PathBuf;
 use serde_json::{Value, json};
 
 use crate::attack::{
-    answer, answered, audit_lines, prober, refused, run_cases, start, user_policy, zotbox_with,
+    answer, answered, audit_lines, prober, refused, refused_with, run_cases, start, user_policy,
+    zotbox_with,
 };
 use crate::https::TestServer;
 use crate::support::{Lab, Run, files_holding};
@@ -222,6 +223,14 @@ async fn a_secret_reaches_its_bound_origin_and_no_other_place() {
                  not be used in the query string: its manifest entry does not say \
                  `\"query\": true`"
             ),
+        ),
+        // Attack: the same, the placeholder cut by a tab the scan would
+        // not see through and parsing the URL drops.
+        refused_with(
+            "query hidden by a tab",
+            "http",
+            json!({"url": server.url("/echo-head?k={{sec\tret:API_KEY}}")}),
+            &["is not a valid URL: it holds the control character \\u{9}"],
         ),
         // Attack: a shell command (which could print what it gets).
         refused(

@@ -293,6 +293,17 @@ pub fn secrets_used(
 ) -> Result<Vec<String>, CapabilityError> {
     let only = "placeholders are only replaced in header values (and in the query string of a \
                 secret whose manifest entry says `\"query\": true`)";
+    // The scan reads the URL as written, the request sends it as parsed,
+    // and parsing drops every tab and line break: `{{sec<TAB>ret:K}}` is
+    // no placeholder to the scan and one in the query string sent. No URL
+    // holds a control character, so none is taken.
+    if let Some(control) = request.url.chars().find(|c| c.is_control()) {
+        return Err(CapabilityError::Invalid(format!(
+            "`{}` is not a valid URL: it holds the control character {}",
+            crate::text::Shown(&request.url),
+            control.escape_unicode()
+        )));
+    }
     let mut names: Vec<String> = Vec::new();
     for (name, place) in placeholders_of(request)? {
         let refuse = |rule: String| {
@@ -1329,7 +1340,7 @@ mod tests {
             body: body.map(|b| b.as_bytes().to_vec()),
         };
         let query_ok = |name: &str| name == "Q";
-        let cases: [(Request, Result<Vec<&str>, &str>); 9] = [
+        let cases: [(Request, Result<Vec<&str>, &str>); 12] = [
             // Header values, each name once.
             (
                 request(
@@ -1380,12 +1391,28 @@ mod tests {
                 request("https://a.dev/", &[("X", "{{secret:K")], None),
                 Err("a secret placeholder is malformed"),
             ),
+            // Attack: a tab or a line break hides a placeholder from the
+            // scan, and parsing the URL drops it, which makes one of it in
+            // the query string sent.
+            (
+                request("https://a.dev/?k={{sec\tret:K}}", &[], None),
+                Err("is not a valid URL: it holds the control character \\u{9}"),
+            ),
+            (
+                request("https://a.dev/?k={{secret:K\n}}", &[], None),
+                Err("it holds the control character \\u{a}"),
+            ),
+            (
+                request("https://a.dev/\r?k=1", &[], None),
+                Err("it holds the control character \\u{d}"),
+            ),
         ];
         for (request, expected) in cases {
             let got = secrets_used(&request, query_ok);
             match (&got, expected) {
                 (Ok(names), Ok(expected)) => assert_eq!(names, &expected, "{}", request.url),
-                (Err(CapabilityError::Denied { reason, .. }), Err(words)) => {
+                (Err(CapabilityError::Denied { reason, .. }), Err(words))
+                | (Err(CapabilityError::Invalid(reason)), Err(words)) => {
                     assert!(reason.contains(words), "{}: {reason}", request.url);
                 }
                 _ => panic!("{}: {got:?}", request.url),
