@@ -1312,7 +1312,9 @@ mod tests {
                 "field `intercept_failure`: unknown variant `ajar`",
             ),
             (r#"{"max_memory_mb":-1}"#, "field `max_memory_mb`"),
-            ("[", "EOF while parsing"),
+            ("{", "EOF while parsing"),
+            // An array is not read by position as the fields.
+            (r#"[true]"#, "is a JSON array; the file is one object"),
             // A misspelt ceiling fails closed, naming the key and the known ones.
             (
                 r#"{"Shell":false}"#,

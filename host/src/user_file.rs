@@ -200,7 +200,12 @@ pub(crate) struct WithUnknown<T> {
 }
 
 /// Parses `text`; on failure, a phrase naming the field at fault.
+///
+/// Every file people write is one JSON object: serde would also take an
+/// array and read its items by position (`[true]` as a policy whose first
+/// field is `true`), which no one means.
 pub(crate) fn parse<T: DeserializeOwned>(text: &str) -> Result<WithUnknown<T>, String> {
+    not_an_object(text)?;
     let mut unknown_keys = Vec::new();
     let mut deserializer = serde_json::Deserializer::from_str(text);
     // serde_ignored marks an `Option` layer as `?`; people think `inner.x`.
@@ -230,6 +235,20 @@ pub(crate) fn parse<T: DeserializeOwned>(text: &str) -> Result<WithUnknown<T>, S
         value,
         unknown_keys,
     })
+}
+
+/// `Err` with a phrase when `text` holds a JSON value that is not an
+/// object (an empty text is left to the parser, which says it ended).
+pub(crate) fn not_an_object(text: &str) -> Result<(), String> {
+    let first = text
+        .trim_start_matches([' ', '\t', '\n', '\r'])
+        .chars()
+        .next();
+    match first {
+        None | Some('{') => Ok(()),
+        Some('[') => Err("is a JSON array; the file is one object (`{ … }`)".to_owned()),
+        Some(_) => Err("is not a JSON object; the file is one object (`{ … }`)".to_owned()),
+    }
 }
 
 #[cfg(test)]
@@ -312,7 +331,13 @@ mod tests {
             (r#"{"name":"a","inner":{"size":-1}}"#, "field `inner.size`"),
             // Cut short at the top level: no made-up field.
             (r#"{"name":"a""#, "EOF while parsing an object"),
-            ("[", "EOF while parsing a list"),
+            ("", "EOF while parsing a value"),
+            // An array is not read by position as the fields in order.
+            ("[", "is a JSON array; the file is one object (`{ … }`)"),
+            (r#" ["a", null]"#, "is a JSON array"),
+            ("\n\"a\"", "is not a JSON object; the file is one object"),
+            ("3", "is not a JSON object"),
+            ("null", "is not a JSON object"),
             // Trailing content is an error, whatever it is.
             (r#"{"name":"a"} {"name":"b"}"#, "trailing characters"),
             (r#"{"name":"a"}]"#, "trailing characters"),

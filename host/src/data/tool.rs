@@ -713,7 +713,9 @@ mod tests {
                 r#"{"name":"a","description":"d","kind":"shell","command":""}"#,
                 "field `command` is empty",
             ),
-            ("[", "EOF while parsing"),
+            ("{", "EOF while parsing"),
+            // An array is not read by position as the fields.
+            (r#"[true]"#, "is a JSON array; the file is one object"),
         ];
         for (text, expected) in cases {
             let err = parse(text).err().unwrap_or_default();

@@ -87,6 +87,17 @@ pub enum SecretError {
     /// An extension name that is not one.
     #[error("`{0}` is not an extension name")]
     InvalidExtension(String),
+    /// The file (edited by hand) holds an entry `set` would have refused.
+    #[error(
+        "the secrets file `{}` is refused: {error}; fix the entry or remove it from the file",
+        path.display()
+    )]
+    Refused {
+        /// The file.
+        path: PathBuf,
+        /// What `set` would have said of the entry (never its value).
+        error: Box<SecretError>,
+    },
 }
 
 /// One stored secret.
@@ -177,16 +188,7 @@ impl SecretStore {
             .unwrap_or(value);
         check_value(name, value)?;
         for extension in extensions {
-            // An extension's name, or `data:<tool>` for a data tool.
-            let name = extension.strip_prefix("data:").unwrap_or(extension);
-            let valid = !name.is_empty()
-                && name.len() <= 64
-                && name
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
-            if !valid {
-                return Err(SecretError::InvalidExtension(extension.clone()));
-            }
+            check_extension(extension)?;
         }
         let _held = self.lock()?;
         let mut file = self.load()?;
@@ -261,12 +263,21 @@ impl SecretStore {
             )));
         }
         let text = std::fs::read_to_string(&self.path).map_err(|error| self.io("read", error))?;
-        // serde_json's messages may quote the text; only the place is kept.
-        serde_json::from_str(&text).map_err(|err| SecretError::Corrupt {
+        let corrupt = |line, column| SecretError::Corrupt {
             path: self.path.clone(),
-            line: err.line(),
-            column: err.column(),
-        })
+            line,
+            column,
+        };
+        // An array would be read by position as the fields.
+        crate::user_file::not_an_object(&text).map_err(|_| corrupt(1, 1))?;
+        // serde_json's messages may quote the text; only the place is kept.
+        let file: File =
+            serde_json::from_str(&text).map_err(|err| corrupt(err.line(), err.column()))?;
+        check_entries(&file).map_err(|error| SecretError::Refused {
+            path: self.path.clone(),
+            error: Box::new(error),
+        })?;
+        Ok(file)
     }
 
     fn save(&self, file: &File) -> Result<(), SecretError> {
@@ -290,6 +301,36 @@ impl SecretStore {
 }
 
 /// A value goes into HTTP headers and must be told apart in responses.
+/// An extension's name, or `data:<tool>` for a data tool.
+fn check_extension(extension: &str) -> Result<(), SecretError> {
+    let name = extension.strip_prefix("data:").unwrap_or(extension);
+    let valid = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+    if valid {
+        Ok(())
+    } else {
+        Err(SecretError::InvalidExtension(extension.to_owned()))
+    }
+}
+
+/// A file edited by hand holds only what `set` would have stored: the
+/// same names, values and extensions.
+fn check_entries(file: &File) -> Result<(), SecretError> {
+    for (name, entry) in &file.secrets {
+        if !crate::capability::http::valid_secret_name(name) {
+            return Err(SecretError::InvalidName(name.clone()));
+        }
+        check_value(name, &entry.value)?;
+        for extension in &entry.extensions {
+            check_extension(extension)?;
+        }
+    }
+    Ok(())
+}
+
 fn check_value(name: &str, value: &str) -> Result<(), SecretError> {
     let refuse = |problem: &str| {
         Err(SecretError::InvalidValue {
@@ -472,5 +513,52 @@ mod tests {
             "{message}"
         );
         assert!(!message.contains("12345678"), "{message}");
+    }
+
+    #[test]
+    fn a_file_edited_by_hand_holds_only_what_set_would_store() {
+        let (_tmp, store) = store();
+        std::fs::create_dir_all(store.path().parent().unwrap()).unwrap();
+        let write = |text: &str| {
+            std::fs::write(store.path(), text).unwrap();
+            std::fs::set_permissions(store.path(), std::fs::Permissions::from_mode(0o600)).unwrap();
+        };
+        // An array is not an empty store (serde would read it by position).
+        write("[]");
+        let message = store.list().unwrap_err().to_string();
+        assert!(
+            message.contains("is not valid (line 1, column 1)"),
+            "{message}"
+        );
+        let refused = |entry: &str| {
+            write(&format!(r#"{{"secrets":{{{entry}}}}}"#));
+            let message = store.list().unwrap_err().to_string();
+            assert!(message.contains("the secrets file `"), "{message}");
+            assert!(
+                message.ends_with("; fix the entry or remove it from the file"),
+                "{message}"
+            );
+            assert!(store.value("any", "K").is_err());
+            message
+        };
+        let message = refused(r#""../K\u001b[2J":{"value":"sk-test-0123456789"}"#);
+        assert!(message.contains("is not a secret name"), "{message}");
+        let message = refused(r#""K":{"value":"k3y"}"#);
+        assert!(
+            message.contains("the value of secret `K` is refused: it is shorter than 8 bytes"),
+            "{message}"
+        );
+        assert!(!message.contains("k3y"), "{message}");
+        let message = refused(r#""K":{"value":"sk-abc\r\nX-Evil: 1"}"#);
+        assert!(message.contains("control character"), "{message}");
+        assert!(!message.contains("X-Evil"), "{message}");
+        let message = refused(r#""K":{"value":"sk-test-0123456789","extensions":["a/b"]}"#);
+        assert!(
+            message.contains("`a/b` is not an extension name"),
+            "{message}"
+        );
+        // What `set` writes still reads.
+        write(r#"{"secrets":{"K":{"value":"sk-test-0123456789","extensions":["data:t"]}}}"#);
+        assert_eq!(store.value("data:t", "K").unwrap(), VALUE);
     }
 }
