@@ -521,12 +521,25 @@ impl InFlight {
         urgent
     }
 
-    /// Forgets the request `id` answers, if it is one in flight.
-    fn answer(&self, id: &str) {
+    /// Forgets request `id` when a frame of `response_type` answers it: a
+    /// `tool_result` a `tool_call`, and so on. Any other frame naming the
+    /// id (a guest's `notify`, an answer of the wrong kind) leaves it in
+    /// flight, with its deadline, so a guest cannot call off its own
+    /// watchdog, or the answer a relay owes zot, by echoing an id.
+    fn answer(&self, id: &str, response_type: &str) {
+        let Some(request_type) = zotbox_protocol::request_answered_by(response_type) else {
+            return;
+        };
         let removed = {
             let mut requests = self.requests();
-            let removed = requests.by_id.remove(id).is_some();
-            requests.changes += u64::from(removed);
+            let removed = requests
+                .by_id
+                .get(id)
+                .is_some_and(|(frame_type, _)| *frame_type == request_type);
+            if removed {
+                requests.by_id.remove(id);
+                requests.changes += 1;
+            }
             removed
         };
         if removed {
@@ -970,7 +983,7 @@ async fn forward_inbound(
         // host die before the rest arrives, the relay answers it too.
         begun = in_flight_from_its_head(lines.partial(), begun, timeouts, &deadlines);
         for id in &answered_here {
-            deadlines.answer(id);
+            deadlines.answer(id, "event_intercept_response");
         }
         if !answers.is_empty() && to_zot.send(&answers).is_err() {
             break;
@@ -1095,24 +1108,48 @@ mod tests {
         assert!(woken(&in_flight));
         assert_eq!(in_flight.watch_next_deadline(), Some(sooner));
         // Answered ones no longer count.
-        in_flight.answer("c");
-        in_flight.answer("a");
+        in_flight.answer("c", "tool_result");
+        in_flight.answer("a", "tool_result");
         let last = first + Duration::from_secs(1);
         assert_eq!(in_flight.watch_next_deadline(), Some(last));
         // None in flight: the wake-up planned stays, so the next call (due
         // after it) does not wake the watchdog. One call at a time costs
         // it no wake-up per call.
-        in_flight.answer("b");
+        in_flight.answer("b", "tool_result");
         assert_eq!(in_flight.watch_next_deadline(), Some(last));
         let _ = in_flight.insert("d".into(), "tool_call", last + Duration::from_secs(1));
         assert!(!woken(&in_flight));
-        in_flight.answer("d");
+        in_flight.answer("d", "tool_result");
         // A planned wake-up already past is not kept.
         let past = Instant::now() - Duration::from_millis(1);
         let _ = in_flight.insert("e".into(), "tool_call", past);
         assert!(woken(&in_flight));
-        in_flight.answer("e");
+        in_flight.answer("e", "tool_result");
         assert_eq!(in_flight.watch_next_deadline(), None, "idle again");
+    }
+
+    #[test]
+    fn only_the_answer_of_its_kind_ends_a_request() {
+        let in_flight = InFlight::default();
+        let deadline = soon();
+        let _ = in_flight.insert("k1".into(), "tool_call", deadline);
+        let _ = in_flight.insert("k2".into(), "event_intercept", deadline);
+        // Attack: a guest echoes the ids on frames that answer nothing, or
+        // answer another kind of request, to call off its deadline.
+        for (id, frame_type) in [
+            ("k1", "notify"),
+            ("k1", "command_response"),
+            ("k1", "event_intercept_response"),
+            ("k2", "tool_result"),
+            ("k2", "register_tool"),
+        ] {
+            in_flight.answer(id, frame_type);
+        }
+        assert_eq!(in_flight.report().requests.len(), 2);
+        assert_eq!(in_flight.watch_next_deadline(), Some(deadline));
+        in_flight.answer("k1", "tool_result");
+        in_flight.answer("k2", "event_intercept_response");
+        assert!(in_flight.report().requests.is_empty());
     }
 
     #[tokio::test(flavor = "current_thread")]
@@ -1135,7 +1172,7 @@ mod tests {
         let waited = tokio::time::timeout(Duration::from_secs(5), waiting).await;
         assert!(matches!(waited, Ok(Ok(()))), "{waited:?}");
         // A report is due: the next changes ride with it.
-        in_flight.answer("a");
+        in_flight.answer("a", "tool_result");
         in_flight.set_due(true);
         assert_eq!(
             in_flight.insert("b".into(), "command_invoked", soon()),

@@ -93,5 +93,5 @@ pub use codec::{
 };
 pub use frame::*;
 pub use peek::{Peek, PeekRef, peek, peek_borrowed};
-pub use undecoded::{Undecoded, failed_request};
+pub use undecoded::{Undecoded, failed_request, request_answered_by};
 pub use verdict::Verdict;

@@ -71,6 +71,20 @@ pub fn failed_request(frame_type: &str, id: String, why: String) -> Option<Exten
     }
 }
 
+/// The type of request a frame of `response_type` answers: `tool_call`
+/// for a `tool_result`, `command_invoked` for a `command_response`,
+/// `event_intercept` for an `event_intercept_response`; `None` for any
+/// other type, which answers nothing (a `notify` carrying a request's `id`
+/// does not end it).
+pub fn request_answered_by(response_type: &str) -> Option<&'static str> {
+    match response_type {
+        "tool_result" => Some("tool_call"),
+        "command_response" => Some("command_invoked"),
+        "event_intercept_response" => Some("event_intercept"),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::{Value, json};

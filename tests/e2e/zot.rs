@@ -966,8 +966,10 @@ async fn a_trap_mid_call_ends_the_process_while_zot_still_holds_its_stdin() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_guest_spinning_past_its_deadline_is_killed_and_the_process_ends() {
     let lab = Lab::new();
-    let sent = Instant::now();
     let zot = hostile_call(&lab, &json!({"limits": {"tool_timeout_ms": 300}}), "spin").await;
+    // From the call (just sent), not from the install: a first build of
+    // the guest is no part of the deadline.
+    let sent = Instant::now();
     let ended = zot.end().await;
     assert_eq!(ended.last_frames, Vec::<Value>::new(), "{ended:#?}");
     assert_eq!(ended.status.code(), Some(1), "{ended:#?}");
@@ -976,6 +978,44 @@ async fn a_guest_spinning_past_its_deadline_is_killed_and_the_process_ends() {
         "zotbox: the extension killed: still running after a request's deadline\n"
     );
     // Long before zot's own 60 s tool timeout would free it.
+    assert!(
+        sent.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        sent.elapsed()
+    );
+}
+
+/// Attack: the guest names the call's id on frames that answer nothing, or
+/// answer another kind of request, to call off its deadline and spin on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_echoing_its_calls_id_is_still_killed_at_the_deadline() {
+    let lab = Lab::new();
+    let installed = install_guest(
+        &lab,
+        "hostile",
+        &json!({"limits": {"tool_timeout_ms": 300}}),
+    );
+    let mut zot = Zot::start(&lab, &Launch::of(&installed)).await;
+    zot.until_ready().await;
+    let sent = Instant::now();
+    zot.send(&json!({
+        "type": "tool_call", "id": "doomed", "name": "spin_echoing", "args": {"id": "doomed"}
+    }))
+    .await;
+    let ended = zot.end().await;
+    assert_eq!(
+        ended.last_frames,
+        vec![
+            json!({"type": "notify", "id": "doomed", "level": "info", "message": "mine"}),
+            json!({"type": "command_response", "id": "doomed"}),
+        ],
+        "{ended:#?}"
+    );
+    assert_eq!(ended.status.code(), Some(1), "{ended:#?}");
+    assert_eq!(
+        ended.stderr,
+        "zotbox: the extension killed: still running after a request's deadline\n"
+    );
     assert!(
         sent.elapsed() < Duration::from_secs(10),
         "{:?}",

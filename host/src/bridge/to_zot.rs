@@ -117,8 +117,8 @@ impl GuestLines {
                 _ => *starting_over = false,
             }
         }
-        if let Some(id) = seen.id {
-            deadlines.answer(&id);
+        if let (Some(id), Some(frame_type)) = (&seen.id, &seen.frame_type) {
+            deadlines.answer(id, frame_type);
         }
         pending.extend_from_slice(bytes);
         pending.push(b'\n');

@@ -29,6 +29,11 @@ struct TextArg {
 }
 
 #[derive(Deserialize)]
+struct IdArg {
+    id: String,
+}
+
+#[derive(Deserialize)]
 struct FloodArg {
     count: usize,
     len: usize,
@@ -70,6 +75,30 @@ fn tools() -> Extension {
             "Loop forever.",
             schema::object(),
             |_ctx, _args: serde::de::IgnoredAny| {
+                let mut counter = 0u64;
+                loop {
+                    counter = std::hint::black_box(counter.wrapping_add(1));
+                }
+                #[allow(unreachable_code)]
+                ToolOutput::text(counter.to_string())
+            },
+        )
+        .tool(
+            "spin_echoing",
+            "Name the call's `id` on frames that answer nothing (a `notify`) or \
+             another kind of request (a `command_response`), then loop forever.",
+            schema::object(),
+            |_ctx, args: IdArg| {
+                // Written by hand, as a hostile guest would: the SDK's
+                // frames carry no request's id.
+                let id: String = args.id.escape_debug().collect();
+                let mut stdout = std::io::stdout();
+                let _ = writeln!(
+                    stdout,
+                    r#"{{"type":"notify","id":"{id}","level":"info","message":"mine"}}"#
+                );
+                let _ = writeln!(stdout, r#"{{"type":"command_response","id":"{id}"}}"#);
+                let _ = stdout.flush();
                 let mut counter = 0u64;
                 loop {
                     counter = std::hint::black_box(counter.wrapping_add(1));
