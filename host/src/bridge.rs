@@ -4,12 +4,17 @@
 //! folder, and speaks the protocol on its stdin/stdout. The bridge starts
 //! the extension (a wasm guest, in the sandbox, or a native one, if the
 //! policy allows) and forwards every line, byte for byte, in both
-//! directions: it adds no frame and loses none. It only looks at what passes:
+//! directions, but for the guest's registrations. It adds no frame and
+//! loses none but those. It looks at what passes:
 //!
 //! - `hello_ack` names the workspace, which becomes the sandbox's root;
 //! - requests (`tool_call`, `command_invoked`, `event_intercept`) start a
-//!   deadline; a wasm guest still computing past it is killed;
-//! - `shutdown` or the end of zot's input ends the guest, gracefully first.
+//!   deadline, which only the answer of its kind ends; a wasm guest still
+//!   computing past it is killed;
+//! - `shutdown` or the end of zot's input ends the guest, gracefully first;
+//! - the guest's `hello`, `register_*` and `subscribe` reach zot as the
+//!   library would hold them (`registered`): refused ones not at all (a
+//!   warning in zot's log), descriptions and the `hello` escaped.
 //!
 //! When the extension ends, the bridge exits with its status, so zot sees
 //! exactly what it would see of a native extension.
@@ -27,6 +32,7 @@
 //!    stops it, logs an error naming the cap, and exits as a crashed extension
 //!    would, rather than reading an endless line to its end.
 
+mod registered;
 pub mod stdio;
 mod to_zot;
 
@@ -193,6 +199,8 @@ pub(crate) struct Prepared {
     wasm_sha256: Option<[u8; 32]>,
     timeouts: Timeouts,
     shutdown_grace: Duration,
+    /// What it may register, the policy's ceilings applied.
+    registrations: crate::session::RegistrationLimits,
 }
 
 impl Prepared {
@@ -285,6 +293,7 @@ pub(crate) fn prepare(
         call: admitted.limits.call_timeout.value,
         intercept: admitted.limits.intercept_timeout.value,
     };
+    let registrations = crate::session::RegistrationLimits::default().within(&policy);
     Ok(Prepared {
         name,
         manifest,
@@ -295,6 +304,7 @@ pub(crate) fn prepare(
         wasm_sha256,
         timeouts,
         shutdown_grace: config.shutdown_grace,
+        registrations,
     })
 }
 
@@ -340,13 +350,14 @@ pub(crate) async fn start(
         )
         .await
         .map_err(|error| prepared.start_error(error))?;
+    let registrations = registered::Registrations::new(&prepared.name, prepared.registrations);
     bridge(
         transport,
         prepared.services,
         prepared.timeouts,
         prepared.shutdown_grace,
-        input,
-        output,
+        (input, output),
+        registrations,
         tap,
     )
     .await
@@ -684,8 +695,11 @@ async fn bridge(
     services: Arc<Services>,
     timeouts: Timeouts,
     shutdown_grace: Duration,
-    input: impl AsyncRead + Unpin + Send + 'static,
-    output: impl AsyncWrite + Unpin + Send + 'static,
+    (input, output): (
+        impl AsyncRead + Unpin + Send + 'static,
+        impl AsyncWrite + Unpin + Send + 'static,
+    ),
+    registrations: registered::Registrations,
     tap: Tap,
 ) -> Result<Exit, BridgeError> {
     let Transport {
@@ -705,7 +719,12 @@ async fn bridge(
     let (ending_tx, ending) = watch::channel(false);
     // A restarted guest is told what zot told the first one, and its
     // startup frames (zot has them already) stop here.
-    let output = ToZot::new(Box::new(output), deadlines.clone(), resume.is_some());
+    let output = ToZot::new(
+        Box::new(output),
+        deadlines.clone(),
+        resume.is_some(),
+        registrations,
+    );
     if let Some(slot) = direct_output {
         // A new transport's slot is empty: this is the only install.
         let direct: Arc<dyn crate::runtime::DirectOutput> = output.clone();

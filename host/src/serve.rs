@@ -312,12 +312,15 @@ impl Serving {
     }
 
     /// Tools, skills as commands, the `tool_call` intercept, then `ready`.
+    /// zot shows descriptions in its menus: an author's are escaped on the
+    /// way, as every author's text zotbox shows (names are plain already).
     async fn register(&self) -> Result<(), ServeError> {
+        use crate::text::shown_text;
         for tool in &self.host.tools() {
             self.out
                 .send(&ExtensionFrame::RegisterTool(RegisterTool {
                     name: tool.name.clone(),
-                    description: tool.description.clone(),
+                    description: shown_text(&tool.description).into_owned(),
                     schema: tool.schema.clone(),
                 }))
                 .await?;
@@ -326,7 +329,7 @@ impl Serving {
             self.out
                 .send(&ExtensionFrame::RegisterCommand(RegisterCommand {
                     name: skill.name.clone(),
-                    description: skill.description.clone(),
+                    description: shown_text(&skill.description).into_owned(),
                 }))
                 .await?;
         }
@@ -454,7 +457,9 @@ impl Serving {
     fn command(&self, invoked: CommandInvoked) -> CommandResponse {
         match self.data.skill(&invoked.name) {
             Some(skill) => {
-                let mut prompt = skill.body.trim_end().to_owned();
+                // zot shows the prompt it sends: the skill author's control
+                // characters escaped (the user's own arguments as typed).
+                let mut prompt = crate::text::shown_text(skill.body.trim_end()).into_owned();
                 if !invoked.args.trim().is_empty() {
                     prompt.push_str("\n\n");
                     prompt.push_str(invoked.args.trim());
@@ -493,7 +498,10 @@ async fn refusal(host: &Host, tool: &str, args: &Value) -> Option<String> {
     for name in names {
         let decision = host.intercept_tool_call(name, args.clone()).await;
         if let Verdict::Block { reason } = decision.verdict {
-            return Some(format!("{reason} ({})", decision.decided_by.join(", ")));
+            // A workspace plugin's reason reaches zot's screen: escaped,
+            // on one line.
+            let reason = format!("{reason} ({})", decision.decided_by.join(", "));
+            return Some(crate::text::shown(&reason).into_owned());
         }
     }
     None

@@ -27,6 +27,7 @@ use zotbox_protocol::{
 use crate::event::HostEvent;
 use crate::runtime::{Control, Exit, Transport};
 pub use error::{CallError, Closed, SessionError};
+pub(crate) use handshake::Registrar;
 pub use handshake::RegistrationLimits;
 use handshake::{HandshakeFailure, handshake, publish_unsolicited};
 pub use intercept::{Interceptable, Verdict};

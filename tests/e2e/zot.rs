@@ -985,6 +985,76 @@ async fn a_guest_spinning_past_its_deadline_is_killed_and_the_process_ends() {
     );
 }
 
+/// Attack: a guest registers names that would clear zot's screen, set the
+/// terminal's title or forge a row, and more tools than an extension may.
+/// Through `zotbox run` (the relay and `--standalone`), zot gets only what
+/// the library would hold: the plain names, 256 at most, and the refusals
+/// are in zot's log of the extension, escaped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zot_gets_only_the_registrations_the_rules_hold() {
+    let lab = Lab::new();
+    let wasm = guests::guests().artifact("hostile", Form::Wasm);
+    let evil = guests::wasm_folder(&lab.dev, "hostile-evil-names", wasm, None);
+    let flood = guests::wasm_folder(&lab.dev, "hostile-register-300-10", wasm, None);
+    let standalone = |dir: &Path| Launch {
+        args: vec![
+            "run".to_owned(),
+            "--standalone".to_owned(),
+            dir.display().to_string(),
+        ],
+        ..Launch::zotbox_run(dir)
+    };
+    for launch in [Launch::zotbox_run(&evil), standalone(&evil)] {
+        let mut zot = Zot::start(&lab, &launch).await;
+        zot.until_ready().await;
+        let tools = zot.registered("register_tool");
+        let commands = zot.registered("register_command");
+        assert!(tools.contains(&"echo".to_owned()), "{tools:?}");
+        for name in tools.iter().chain(&commands) {
+            assert!(!name.contains(char::is_control), "{name:?} reached zot");
+        }
+        let echo = zot.tool("echo", json!({"text": "plain"})).await;
+        assert_eq!(echo, result(&echo["id"], false, "plain"));
+        let ended = zot.shutdown().await;
+        assert!(
+            !ended.stderr.contains(['\u{1b}', '\r', '\u{7}']),
+            "{:?}",
+            ended.stderr
+        );
+        for shown in ["\\u{1b}[2Jevil", "a\\u{d}\\u{a}b", "\\u{1b}]0;pwned\\u{7}"] {
+            for kind in ["tool", "command"] {
+                let refusal = format!(
+                    "{kind} `{shown}` refused: its name holds control or invisible characters"
+                );
+                assert!(
+                    ended.stderr.contains(&refusal),
+                    "{:?}: no {refusal:?} in {:?}",
+                    launch.args,
+                    ended.stderr
+                );
+            }
+        }
+    }
+    for launch in [Launch::zotbox_run(&flood), standalone(&flood)] {
+        let mut zot = Zot::start(&lab, &launch).await;
+        zot.until_ready().await;
+        assert_eq!(
+            zot.registered("register_tool").len(),
+            256,
+            "{:?}",
+            launch.args
+        );
+        let ended = zot.shutdown().await;
+        assert!(
+            ended
+                .stderr
+                .contains("256 tools and commands registered already, the most an extension may"),
+            "{:?}",
+            ended.stderr
+        );
+    }
+}
+
 /// Attack: the guest names the call's id on frames that answer nothing, or
 /// answer another kind of request, to call off its deadline and spin on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -999,7 +1069,7 @@ async fn a_guest_echoing_its_calls_id_is_still_killed_at_the_deadline() {
     zot.until_ready().await;
     let sent = Instant::now();
     zot.send(&json!({
-        "type": "tool_call", "id": "doomed", "name": "spin_echoing", "args": {"id": "doomed"}
+        "type": "tool_call", "id": "doomed", "name": "spin_naming_its_id", "args": {"id": "doomed"}
     }))
     .await;
     let ended = zot.end().await;
@@ -1021,6 +1091,74 @@ async fn a_guest_echoing_its_calls_id_is_still_killed_at_the_deadline() {
         "{:?}",
         sent.elapsed()
     );
+}
+
+/// zot ends an extension that does not stop with `SIGKILL`. A native
+/// extension that never reads its input (so never sees it close) must not
+/// outlive the `zotbox run` zot killed, running unseen with the user's
+/// permissions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_native_extension_dies_with_the_zotbox_run_zot_killed() {
+    let lab = Lab::new();
+    let dir = lab.dev.join("deaf");
+    let pid_file = lab.dev.join("deaf.pid");
+    write_text(
+        &dir.join("deaf.py"),
+        "import os, sys, time\n\
+         sys.stdout.write('{\"type\":\"hello\",\"name\":\"deaf\",\"version\":\"1.0.0\"}\\n')\n\
+         sys.stdout.write('{\"type\":\"ready\"}\\n')\n\
+         sys.stdout.flush()\n\
+         open(sys.argv[1] + '.tmp', 'w').write(str(os.getpid()))\n\
+         os.rename(sys.argv[1] + '.tmp', sys.argv[1])\n\
+         time.sleep(3600)\n",
+    );
+    write_file_json(
+        &dir.join("extension.json"),
+        &json!({"name": "deaf", "version": "1.0.0", "exec": "python3",
+                "args": ["deaf.py", pid_file]}),
+    );
+    let standalone = Launch {
+        args: vec![
+            "run".to_owned(),
+            "--standalone".to_owned(),
+            dir.display().to_string(),
+        ],
+        ..Launch::zotbox_run(&dir)
+    };
+    for launch in [Launch::zotbox_run(&dir), standalone] {
+        let _ = std::fs::remove_file(&pid_file);
+        let mut zot = Zot::start(&lab, &launch).await;
+        zot.until_ready().await;
+        let started = Instant::now();
+        let pid = loop {
+            if let Ok(pid) = std::fs::read_to_string(&pid_file) {
+                break pid;
+            }
+            assert!(started.elapsed() < PATIENCE, "no pid from the extension");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        let bridge = zot.child.id().expect("running");
+        let killed = std::process::Command::new("kill")
+            .args(["-KILL", &bridge.to_string()])
+            .status()
+            .expect("kill");
+        assert!(killed.success());
+        let gone = Instant::now();
+        loop {
+            // Gone, or a zombie waiting for whoever adopted it.
+            let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let state = state.rsplit(") ").next().unwrap_or_default();
+            if state.is_empty() || state.starts_with('Z') {
+                break;
+            }
+            assert!(
+                gone.elapsed() < Duration::from_secs(5),
+                "{:?}: the extension (pid {pid}) outlived its bridge: {state}",
+                launch.args
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1454,6 +1592,48 @@ async fn serve_brings_data_tools_skills_and_refusals_to_zot() {
     let ended = zot.shutdown().await;
     assert!(ended.last_frames.is_empty(), "{ended:#?}");
     assert_eq!(zot_frames_after_ready(&ended.transcript), 12, "{ended:#?}");
+}
+
+/// Attack: a cloned repository (not trusted: its skills and plugins load
+/// all the same, they grant nothing) writes text for zot's screen, with
+/// escape sequences, a bidi override and line breaks. `serve` hands zot
+/// every author's text escaped, as it does the plugin's appendix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_escapes_a_workspaces_text_on_its_way_to_zot() {
+    let lab = Lab::new();
+    let zot_dir = lab.workspace.join(".zot");
+    write_text(
+        &zot_dir.join("skills/raw.md"),
+        "---\nname: raw\ndescription: raw \u{1b}[31mred \u{202e} bidi\n---\n\nbody \u{1b}[2J\n",
+    );
+    write_file_json(
+        &zot_dir.join("plugins/p.json"),
+        &json!({"name": "p", "description": "d",
+                "deny": [{"tools": ["bash"], "commandPattern": "wipe",
+                          "reason": "r \u{1b}[31m\n\rX"}]}),
+    );
+    lab.zotbox(&["setup"]).expect_code(0);
+    let mut zot = Zot::start(&lab, &serve_launch(&lab)).await;
+    let registered = zot.until_ready().await.to_vec();
+    let raw = registered
+        .iter()
+        .find(|frame| frame["name"] == "raw")
+        .unwrap_or_else(|| panic!("no `raw` in {registered:#?}"));
+    assert_eq!(
+        raw,
+        &json!({"type": "register_command", "name": "raw",
+                "description": "raw \\u{1b}[31mred \\u{202e} bidi"})
+    );
+    let blocked = zot
+        .intercept_tool_call("bash", json!({"command": "wipe"}))
+        .await;
+    assert_eq!(
+        blocked["reason"], "r \\u{1b}[31m\\u{a}\\u{d}X (plugin `p` rule 1)",
+        "{blocked}"
+    );
+    let prompt = zot.command("raw", "").await;
+    assert_eq!(prompt["prompt"], "body \\u{1b}[2J", "{prompt}");
+    zot.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -27,6 +27,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use zotbox_protocol::{Line, LineSplitter, peek_borrowed};
 
 use super::InFlight;
+use super::registered::{Checked, Registrations};
 use crate::runtime::{Direct, DirectOutput};
 use crate::session::reader::ReadChunk;
 
@@ -60,12 +61,19 @@ struct State {
 /// The guest's output, split into lines.
 struct GuestLines {
     lines: LineSplitter,
-    /// Requests zot made; a line with an id answers one.
+    forwarding: Forwarding,
+    over_cap: bool,
+    ended: bool,
+}
+
+/// What decides which of the guest's lines reach zot, and as what.
+struct Forwarding {
+    /// Requests zot made; an answer ends one.
     deadlines: Arc<InFlight>,
     /// A restarted guest's startup frames, which zot has already, stop here.
     starting_over: bool,
-    over_cap: bool,
-    ended: bool,
+    /// What the guest registered: zot gets only what the rules hold.
+    registrations: Registrations,
 }
 
 impl GuestLines {
@@ -78,9 +86,7 @@ impl GuestLines {
         self.lines.push(bytes);
         while let Some(line) = self.lines.next() {
             match line {
-                Line::Complete(bytes) => {
-                    Self::forward(bytes, &mut self.starting_over, &self.deadlines, pending);
-                }
+                Line::Complete(bytes) => self.forwarding.forward(bytes, pending),
                 Line::TooLong { .. } => {
                     self.over_cap = true;
                     return;
@@ -96,29 +102,39 @@ impl GuestLines {
             return;
         }
         if let Some(Line::Complete(bytes)) = self.lines.finish() {
-            Self::forward(bytes, &mut self.starting_over, &self.deadlines, pending);
+            self.forwarding.forward(bytes, pending);
         }
     }
+}
 
-    fn forward(
-        bytes: &[u8],
-        starting_over: &mut bool,
-        deadlines: &InFlight,
-        pending: &mut Vec<u8>,
-    ) {
+impl Forwarding {
+    fn forward(&mut self, bytes: &[u8], pending: &mut Vec<u8>) {
         let seen = peek_borrowed(bytes);
-        if *starting_over {
+        if self.starting_over {
             match seen.frame_type.as_deref() {
                 Some("hello" | "register_command" | "register_tool" | "subscribe") => return,
                 Some("ready") => {
-                    *starting_over = false;
+                    self.starting_over = false;
                     return;
                 }
-                _ => *starting_over = false,
+                _ => self.starting_over = false,
             }
         }
-        if let (Some(id), Some(frame_type)) = (&seen.id, &seen.frame_type) {
-            deadlines.answer(id, frame_type);
+        if let Some(frame_type) = seen.frame_type.as_deref() {
+            if let Some(id) = &seen.id {
+                self.deadlines.answer(id, frame_type);
+            }
+            if Registrations::looks_at(frame_type) {
+                match self.registrations.check(bytes) {
+                    Checked::AsIs => {}
+                    Checked::Rewritten(line) => {
+                        pending.extend_from_slice(&line);
+                        pending.push(b'\n');
+                        return;
+                    }
+                    Checked::Dropped => return,
+                }
+            }
         }
         pending.extend_from_slice(bytes);
         pending.push(b'\n');
@@ -185,11 +201,12 @@ impl State {
 
 impl ToZot {
     /// Writes to `out`; `starting_over`: the guest is a restart, whose
-    /// startup frames zot has already.
+    /// startup frames zot has already; `registrations` checks the others.
     pub(crate) fn new(
         out: Box<dyn AsyncWrite + Send + Unpin>,
         deadlines: Arc<InFlight>,
         starting_over: bool,
+        registrations: Registrations,
     ) -> Arc<Self> {
         Arc::new(Self {
             state: Mutex::new(State {
@@ -200,8 +217,11 @@ impl ToZot {
                 loop_waker: None,
                 guest: GuestLines {
                     lines: LineSplitter::new(zotbox_protocol::DEFAULT_MAX_LINE),
-                    deadlines,
-                    starting_over,
+                    forwarding: Forwarding {
+                        deadlines,
+                        starting_over,
+                        registrations,
+                    },
                     over_cap: false,
                     ended: false,
                 },
@@ -334,7 +354,11 @@ mod tests {
 
     fn writing_to_zot(capacity: usize) -> (Arc<ToZot>, DuplexStream) {
         let (out, zot) = tokio::io::duplex(capacity);
-        (ToZot::new(Box::new(out), Arc::default(), false), zot)
+        let registrations = Registrations::new("t", crate::session::RegistrationLimits::default());
+        (
+            ToZot::new(Box::new(out), Arc::default(), false, registrations),
+            zot,
+        )
     }
 
     async fn read_exactly(zot: &mut DuplexStream, n: usize) -> Vec<u8> {

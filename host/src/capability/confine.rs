@@ -576,6 +576,12 @@ fn probe_namespaces() -> Result<(), String> {
 #[allow(unsafe_code)]
 mod child;
 
+/// Makes the process `command` starts die with the thread that starts it
+/// (`PR_SET_PDEATHSIG`), confined or not.
+pub(crate) fn die_with_parent(command: &mut std::process::Command) {
+    child::die_with_parent(command);
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {

@@ -119,6 +119,9 @@ pub fn spawn(
         .stdout(Stdio::piped())
         .stderr(stderr)
         .kill_on_drop(true);
+    // `kill_on_drop` needs this process alive to act: should it be killed
+    // (zot's `SIGKILL`), the kernel ends the extension instead.
+    crate::capability::confine::die_with_parent(command.as_std_mut());
     let confine_error = |reason: String| SpawnError::Confine {
         program: program.clone(),
         reason,

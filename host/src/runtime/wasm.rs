@@ -578,8 +578,10 @@ impl WasmRuntime {
             sandbox,
         };
         let engine = self.engine.clone();
-        // The epoch advances only while some guest's task runs.
-        let task = tokio::spawn(self.ticker.count_while_polled(guest::run(
+        // The epoch advances only while some guest's task runs. What the
+        // task logs (the bridge writes the guest's frames to zot on it) is
+        // the instance's, as the bridge's own tasks' is.
+        let task = crate::instance_log::spawn(self.ticker.count_while_polled(guest::run(
             engine,
             prepared,
             io,

@@ -12,7 +12,7 @@ use zotbox_protocol::{ExtensionFrame, HelloAck, HostFrame, PanelRender, encode_t
 
 use super::{Outgoing, Registration, SessionConfig, SessionError};
 use crate::event::HostEvent;
-use registrar::Registrar;
+pub(crate) use registrar::Registrar;
 pub use registrar::RegistrationLimits;
 
 /// The longest note (`notify` message) passed on, bytes.
@@ -91,9 +91,15 @@ pub(super) async fn handshake(
                 registrar.ready();
                 break;
             }
-            ExtensionFrame::RegisterCommand(command) => registrar.command(command),
-            ExtensionFrame::RegisterTool(tool) => registrar.tool(tool),
-            ExtensionFrame::Subscribe(subscribe) => registrar.subscribe(subscribe),
+            ExtensionFrame::RegisterCommand(command) => {
+                registrar.command(command);
+            }
+            ExtensionFrame::RegisterTool(tool) => {
+                registrar.tool(tool);
+            }
+            ExtensionFrame::Subscribe(subscribe) => {
+                registrar.subscribe(subscribe);
+            }
             other => publish_unsolicited(name, other, events),
         }
     }

@@ -75,6 +75,30 @@ pub(super) fn install(command: &mut std::process::Command, plan: Plan) {
     }
 }
 
+/// Makes the process `command` starts die (`SIGKILL`) when the thread
+/// that started it ends, and not start at all when its parent is gone
+/// already: a native extension whose bridge is killed (zot's `SIGKILL`, a
+/// crash) is not left running, unseen, with the user's permissions. The
+/// thread is a runtime's, which lives as long as the process.
+pub(super) fn die_with_parent(command: &mut std::process::Command) {
+    let parent = libc::pid_t::try_from(std::process::id()).unwrap_or(0);
+    // SAFETY: the closure runs in the child between `fork` and `execve`
+    // and makes only async-signal-safe system calls (prctl(2), getppid(2),
+    // _exit(2)), with no allocation or lock.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The parent died before the line above: no signal will come.
+            if libc::getppid() != parent {
+                libc::_exit(1);
+            }
+            Ok(())
+        });
+    }
+}
+
 /// The pid a forwarding handler passes signals to.
 static FORWARD_TO: AtomicI32 = AtomicI32::new(0);
 

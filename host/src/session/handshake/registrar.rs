@@ -100,17 +100,18 @@ impl RegistrationLimits {
     }
 }
 
-/// Builds a [`Registration`] frame by frame, within the limits.
-pub(super) struct Registrar<'a> {
-    name: &'a str,
-    limits: &'a RegistrationLimits,
+/// Builds a [`Registration`] frame by frame, within the limits: the
+/// session's handshake, and the bridge for the frames it passes to zot.
+pub(crate) struct Registrar {
+    name: String,
+    limits: RegistrationLimits,
     registration: Registration,
     held: usize,
     unlisted: usize,
 }
 
-impl<'a> Registrar<'a> {
-    pub(super) fn new(name: &'a str, limits: &'a RegistrationLimits, mut hello: Hello) -> Self {
+impl Registrar {
+    pub(crate) fn new(name: &str, limits: &RegistrationLimits, mut hello: Hello) -> Self {
         let mut refused = Vec::new();
         if hello.version.chars().count() > MAX_VERSION_CHARS || has_unsafe(&hello.version) {
             refused.push(format!(
@@ -119,15 +120,16 @@ impl<'a> Registrar<'a> {
             ));
             hello.version.clear();
         }
-        // Informational only, but held for the extension's life.
-        hello.name = clip(&hello.name, MAX_NAME_CHARS);
+        // Informational only, but held for the extension's life, and shown
+        // (zot shows what the bridge passes on).
+        hello.name = Shown(&clip(&hello.name, MAX_NAME_CHARS)).to_string();
         hello.capabilities.truncate(MAX_HELLO_CAPABILITIES);
         for capability in &mut hello.capabilities {
-            *capability = clip(capability, MAX_NAME_CHARS);
+            *capability = Shown(&clip(capability, MAX_NAME_CHARS)).to_string();
         }
         let mut registrar = Self {
-            name,
-            limits,
+            name: name.to_owned(),
+            limits: limits.clone(),
             registration: Registration {
                 hello,
                 ..Registration::default()
@@ -139,6 +141,12 @@ impl<'a> Registrar<'a> {
             registrar.refuse(why);
         }
         registrar
+    }
+
+    /// The extension's `hello`, as kept: its version dropped when it was
+    /// refused, its name and capabilities clipped and escaped.
+    pub(crate) fn hello(&self) -> &Hello {
+        &self.registration.hello
     }
 
     pub(super) fn ready(&mut self) {
@@ -158,7 +166,8 @@ impl<'a> Registrar<'a> {
         self.registration
     }
 
-    pub(super) fn tool(&mut self, tool: RegisterTool) {
+    /// Holds `tool`, or refuses it (a warning); whether it was held.
+    pub(crate) fn tool(&mut self, tool: RegisterTool) -> bool {
         let shown = match checked_name("tool", &tool.name) {
             Ok(shown) => shown,
             Err(why) => return self.refuse(why),
@@ -190,9 +199,11 @@ impl<'a> Registrar<'a> {
             description: tool.description,
             schema,
         });
+        true
     }
 
-    pub(super) fn command(&mut self, command: RegisterCommand) {
+    /// Holds `command`, or refuses it (a warning); whether it was held.
+    pub(crate) fn command(&mut self, command: RegisterCommand) -> bool {
         let shown = match checked_name("command", &command.name) {
             Ok(shown) => shown,
             Err(why) => return self.refuse(why),
@@ -211,15 +222,22 @@ impl<'a> Registrar<'a> {
             .and_then(|()| self.description(&command.description))
             .and_then(|()| self.hold(bytes));
         match checked {
-            Ok(()) => self.registration.commands.push(command),
+            Ok(()) => {
+                self.registration.commands.push(command);
+                true
+            }
             Err(why) => self.refuse(format!("command `{shown}` refused: {why}")),
         }
     }
 
-    pub(super) fn subscribe(&mut self, subscribe: Subscribe) {
+    /// Holds the events of `subscribe` that may be, refusing the others
+    /// (a warning each); the events held.
+    pub(crate) fn subscribe(&mut self, subscribe: Subscribe) -> Subscribe {
+        let mut held = Subscribe::default();
         for event in subscribe.events {
             if let Some(event) = self.checked_event(event) {
-                self.registration.events.insert(event);
+                self.registration.events.insert(event.clone());
+                held.events.push(event);
             }
         }
         for event in subscribe.intercept {
@@ -227,11 +245,13 @@ impl<'a> Registrar<'a> {
                 continue;
             };
             if event_name::INTERCEPTABLE.contains(&event.as_str()) {
-                self.registration.intercepts.insert(event);
+                self.registration.intercepts.insert(event.clone());
+                held.intercept.push(event);
             } else {
                 self.refuse(format!("`{}` cannot be intercepted", Shown(&event)));
             }
         }
+        held
     }
 
     /// `event` if its name is plain and there is room for one more.
@@ -310,13 +330,15 @@ impl<'a> Registrar<'a> {
         Ok(())
     }
 
-    fn refuse(&mut self, why: String) {
+    /// Records a refusal; `false`, for the registration it refuses.
+    fn refuse(&mut self, why: String) -> bool {
         if self.registration.refused.len() < MAX_REFUSALS_LISTED {
             tracing::warn!("extension `{}`: {why}", self.name);
             self.registration.refused.push(why);
         } else {
             self.unlisted += 1;
         }
+        false
     }
 }
 

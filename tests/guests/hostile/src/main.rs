@@ -84,7 +84,7 @@ fn tools() -> Extension {
             },
         )
         .tool(
-            "spin_echoing",
+            "spin_naming_its_id",
             "Name the call's `id` on frames that answer nothing (a `notify`) or \
              another kind of request (a `command_response`), then loop forever.",
             schema::object(),

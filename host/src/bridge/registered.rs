@@ -1,0 +1,273 @@
+//! The registrations a guest sends zot through the bridge, held to the
+//! rules the library holds them to ([`Registrar`]).
+//!
+//! Every other frame passes byte for byte, but a `hello`, a
+//! `register_tool`, a `register_command` or a `subscribe` is what zot keeps
+//! for the extension's whole life and shows in its menus. So, as in the
+//! library's handshake:
+//!
+//! 1. A registration the registrar refuses (a name with control or
+//!    invisible characters, past the count or size caps, twice the same
+//!    name) does not reach zot; the refusal is a warning in zot's log of
+//!    the extension (its stderr).
+//! 2. What zot shows is escaped ([`crate::text::shown_text`]): a
+//!    description's control characters, the `hello`'s name and
+//!    capabilities; a version with them is dropped. Such a frame is written
+//!    anew; a frame with nothing to change passes as it came.
+//! 3. A `subscribe` passes with the events held; one with none is dropped.
+//! 4. A registration frame that does not decode is dropped (the library
+//!    skips it too), and so is a second `hello`.
+
+use zotbox_protocol::{ExtensionFrame, Hello, decode_line, encode_to_vec};
+
+use crate::session::{Registrar, RegistrationLimits};
+use crate::text::shown_text;
+
+/// What becomes of one registration line.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Checked {
+    /// Passes to zot as it came.
+    AsIs,
+    /// Passes to zot as this line (without its newline).
+    Rewritten(Vec<u8>),
+    /// Does not reach zot.
+    Dropped,
+}
+
+/// One guest's registrations so far.
+pub(crate) struct Registrations {
+    name: String,
+    limits: RegistrationLimits,
+    registrar: Option<Registrar>,
+    hello_seen: bool,
+}
+
+impl Registrations {
+    /// For extension `name`, within `limits` (the policy's already).
+    pub(crate) fn new(name: &str, limits: RegistrationLimits) -> Self {
+        Self {
+            name: name.to_owned(),
+            limits,
+            registrar: None,
+            hello_seen: false,
+        }
+    }
+
+    /// Whether a frame of `frame_type` is checked here.
+    pub(crate) fn looks_at(frame_type: &str) -> bool {
+        matches!(
+            frame_type,
+            "hello" | "register_tool" | "register_command" | "subscribe"
+        )
+    }
+
+    /// What becomes of `line`, a frame [`Registrations::looks_at`].
+    pub(crate) fn check(&mut self, line: &[u8]) -> Checked {
+        let frame = match decode_line::<ExtensionFrame>(line) {
+            Ok(frame) => frame,
+            Err(err) => {
+                tracing::warn!(
+                    "extension `{}`: a registration that does not decode was not passed to zot: {err}",
+                    self.name
+                );
+                return Checked::Dropped;
+            }
+        };
+        match frame {
+            ExtensionFrame::Hello(hello) => self.hello(hello),
+            ExtensionFrame::RegisterTool(tool) => {
+                let escaped = shown_text(&tool.description).into_owned();
+                let changed = escaped != tool.description;
+                if !self.registrar().tool(tool.clone()) {
+                    return Checked::Dropped;
+                }
+                changed
+                    .then(|| {
+                        ExtensionFrame::RegisterTool(zotbox_protocol::RegisterTool {
+                            description: escaped,
+                            ..tool
+                        })
+                    })
+                    .map_or(Checked::AsIs, rewritten)
+            }
+            ExtensionFrame::RegisterCommand(command) => {
+                let escaped = shown_text(&command.description).into_owned();
+                let changed = escaped != command.description;
+                if !self.registrar().command(command.clone()) {
+                    return Checked::Dropped;
+                }
+                changed
+                    .then(|| {
+                        ExtensionFrame::RegisterCommand(zotbox_protocol::RegisterCommand {
+                            description: escaped,
+                            ..command
+                        })
+                    })
+                    .map_or(Checked::AsIs, rewritten)
+            }
+            ExtensionFrame::Subscribe(subscribe) => {
+                let held = self.registrar().subscribe(subscribe.clone());
+                if held == subscribe {
+                    Checked::AsIs
+                } else if held.events.is_empty() && held.intercept.is_empty() {
+                    Checked::Dropped
+                } else {
+                    rewritten(ExtensionFrame::Subscribe(held))
+                }
+            }
+            // Not one of the types looked at: nothing to hold.
+            _ => Checked::AsIs,
+        }
+    }
+
+    fn hello(&mut self, hello: Hello) -> Checked {
+        if self.hello_seen {
+            tracing::warn!(
+                "extension `{}`: a second `hello` was not passed to zot",
+                self.name
+            );
+            return Checked::Dropped;
+        }
+        self.hello_seen = true;
+        // Cleaned by a registrar of its own when registrations came first
+        // (the one holding them keeps its empty `hello`).
+        let cleaner = Registrar::new(&self.name, &self.limits, hello.clone());
+        let kept = cleaner.hello().clone();
+        if self.registrar.is_none() {
+            self.registrar = Some(cleaner);
+        }
+        if kept == hello {
+            Checked::AsIs
+        } else {
+            rewritten(ExtensionFrame::Hello(kept))
+        }
+    }
+
+    fn registrar(&mut self) -> &mut Registrar {
+        self.registrar
+            .get_or_insert_with(|| Registrar::new(&self.name, &self.limits, Hello::default()))
+    }
+}
+
+/// `frame` as a line for zot (without its newline); dropped in the
+/// unlikely case it does not encode.
+fn rewritten(frame: ExtensionFrame) -> Checked {
+    match encode_to_vec(&frame) {
+        Ok(mut line) => {
+            if line.last() == Some(&b'\n') {
+                line.pop();
+            }
+            Checked::Rewritten(line)
+        }
+        Err(_) => Checked::Dropped,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    fn check(registrations: &mut Registrations, frame: Value) -> Checked {
+        registrations.check(frame.to_string().as_bytes())
+    }
+
+    fn line(checked: Checked) -> Value {
+        match checked {
+            Checked::Rewritten(line) => serde_json::from_slice(&line).unwrap_or(Value::Null),
+            other => panic!("not rewritten: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn registrations_reach_zot_as_the_library_would_hold_them() {
+        let limits = RegistrationLimits {
+            max_registrations: 3,
+            ..RegistrationLimits::default()
+        };
+        let mut registrations = Registrations::new("hostile", limits);
+        let tool = |name: &str, description: &str| {
+            json!({"type": "register_tool", "name": name, "description": description,
+                   "schema": {"type": "object"}})
+        };
+        // A plain hello passes as it came; a second one does not.
+        let hello = json!({"type": "hello", "name": "hostile", "version": "0.1.0"});
+        assert_eq!(check(&mut registrations, hello.clone()), Checked::AsIs);
+        assert_eq!(check(&mut registrations, hello), Checked::Dropped);
+        // Attack: names a terminal would act on.
+        for name in [
+            "\u{1b}[2Jevil",
+            "a\r\nb",
+            "\u{1b}]0;pwned\u{7}",
+            "\u{202e}txt.exe",
+        ] {
+            assert_eq!(
+                check(&mut registrations, tool(name, "d")),
+                Checked::Dropped,
+                "{name:?}"
+            );
+        }
+        assert_eq!(
+            check(&mut registrations, tool("ok", "plain")),
+            Checked::AsIs
+        );
+        assert_eq!(
+            check(&mut registrations, tool("ok", "again")),
+            Checked::Dropped
+        );
+        // A description a terminal would act on is escaped, not refused.
+        let escaped = line(check(
+            &mut registrations,
+            tool(
+                "colour",
+                "red \u{1b}[31m, a link \u{1b}]8;;https://x\u{7}\nline two",
+            ),
+        ));
+        assert_eq!(
+            escaped,
+            json!({"type": "register_tool", "name": "colour",
+                   "description": "red \\u{1b}[31m, a link \\u{1b}]8;;https://x\\u{7}\nline two",
+                   "schema": {"type": "object"}})
+        );
+        let command = json!({"type": "register_command", "name": "go", "description": "\u{202e}d"});
+        assert_eq!(
+            line(check(&mut registrations, command)),
+            json!({"type": "register_command", "name": "go", "description": "\\u{202e}d"})
+        );
+        // The count cap: three held, the fourth refused.
+        assert_eq!(
+            check(&mut registrations, tool("fourth", "d")),
+            Checked::Dropped
+        );
+        // Events: the ones that may be held pass, the rest are cut.
+        let subscribe = json!({"type": "subscribe", "events": ["session_start", "\u{1b}x"],
+                               "intercept": ["session_start", "tool_call"]});
+        assert_eq!(
+            line(check(&mut registrations, subscribe)),
+            json!({"type": "subscribe", "events": ["session_start"], "intercept": ["tool_call"]})
+        );
+        let none = json!({"type": "subscribe", "intercept": ["session_start"]});
+        assert_eq!(check(&mut registrations, none), Checked::Dropped);
+        // A registration that does not decode is not passed on.
+        assert_eq!(
+            registrations.check(br#"{"type":"register_tool","name":3}"#),
+            Checked::Dropped
+        );
+    }
+
+    #[test]
+    fn a_hello_is_passed_on_cleaned() {
+        let mut registrations = Registrations::new("x", RegistrationLimits::default());
+        // Registrations before the hello are held all the same.
+        let tool = json!({"type": "register_command", "name": "early"});
+        assert_eq!(check(&mut registrations, tool), Checked::AsIs);
+        let hello = json!({"type": "hello", "name": "x\u{1b}[2J", "version": "1\u{7}",
+                           "capabilities": ["tools\u{202e}"]});
+        assert_eq!(
+            line(check(&mut registrations, hello)),
+            json!({"type": "hello", "name": "x\\u{1b}[2J", "version": "",
+                   "capabilities": ["tools\\u{202e}"]})
+        );
+    }
+}
