@@ -968,10 +968,12 @@ async fn a_name_resolving_to_loopback_is_refused() {
         v4 => v4.to_string(),
     };
     let url = server.localhost("/ok");
+    // The origin to grant keeps the URL's port: without it, 443.
+    let port = server.port;
     let reason = format!(
         "`{url}` refused: host `localhost` resolves to `{address}`, a loopback address; names may \
-         only reach public addresses (grant the address itself, as `https://{shown}`, and use it \
-         in the URL to allow it)"
+         only reach public addresses (grant the address itself, as `https://{shown}:{port}`, and \
+         use it in the URL to allow it)"
     );
     run_cases(
         &host,

@@ -750,18 +750,26 @@ struct AddressRefused {
     class: &'static str,
 }
 
-impl fmt::Display for AddressRefused {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
+impl AddressRefused {
+    /// The refusal, with the origin to grant instead: the address, with
+    /// the URL's `port` (a grant without one means 443).
+    fn explain(&self, port: Option<u16>) -> String {
+        let port = port.map(|port| format!(":{port}")).unwrap_or_default();
+        format!(
             "host `{}` resolves to `{}`, {} {} address; names may only reach public addresses \
-             (grant the address itself, as `https://{}`, and use it in the URL to allow it)",
+             (grant the address itself, as `https://{}{port}`, and use it in the URL to allow it)",
             self.host,
             self.address,
             article(self.class),
             self.class,
             Host::Ip(self.address),
         )
+    }
+}
+
+impl fmt::Display for AddressRefused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.explain(None))
     }
 }
 
@@ -1267,7 +1275,8 @@ fn send_error(url: &Url, err: &reqwest::Error) -> CapabilityError {
     let mut source: Option<&(dyn StdError + 'static)> = Some(err);
     while let Some(current) = source {
         if let Some(refused) = current.downcast_ref::<AddressRefused>() {
-            return CapabilityError::denied(Capability::Http, url.as_str(), refused.to_string());
+            let explained = refused.explain(url.port());
+            return CapabilityError::denied(Capability::Http, url.as_str(), explained);
         }
         source = current.source();
     }
