@@ -313,6 +313,25 @@ fn doctor_names_every_malformed_data_file_and_passes_when_all_is_well() {
         "{}",
         run.stdout
     );
+    // A key the loader ignores may be one its author misspelt: a finding.
+    let plugin = lab.home.join("plugins/typo.json");
+    std::fs::create_dir_all(plugin.parent().expect("parent")).expect("plugins folder");
+    std::fs::write(
+        &plugin,
+        r#"{"name":"typo","description":"d","appendix":"Be careful.","denny":[]}"#,
+    )
+    .expect("plugin");
+    let run = zotbox(&lab, &["doctor"]);
+    run.expect_code(1);
+    let line = format!(
+        "  data file: warning: `{}`: unknown key `denny` ignored",
+        plugin.display()
+    );
+    assert!(
+        run.stdout.lines().any(|l| l == line),
+        "no `{line}` in\n{}",
+        run.stdout
+    );
 }
 
 /// What a data tool hands back is capped at 30 000 characters, with a

@@ -73,6 +73,13 @@ impl Args {
                 // The error names the file already.
                 findings.push(("data file skipped".to_owned(), problem.error.clone()));
             }
+            // Loaded, but with a key ignored: perhaps one its author misspelt.
+            for warning in &data.warnings {
+                findings.push((
+                    "data file".to_owned(),
+                    format!("warning: {}", warning.error),
+                ));
+            }
             workspace_findings(host, &mut findings, &mut notes);
             launcher_findings(host, &mut findings);
             native_secret_notes(host, &home, &mut notes);

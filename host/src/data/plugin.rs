@@ -221,6 +221,17 @@ impl Plugin {
             check_text(appendix, MAX_APPENDIX_CHARS)
                 .map_err(|p| FileError::invalid(path, "appendix", p))?;
         }
+        // A team's plugin whose `deny` is misspelt would load, be listed
+        // as ready and block nothing: a plugin that does nothing is refused.
+        // (A blank appendix is refused above.)
+        if raw.deny.is_empty() && raw.appendix.is_none() {
+            return Err(FileError::invalid(
+                path,
+                "deny",
+                "is missing or empty, and there is no `appendix`: the plugin would do nothing \
+                 (list its rules under `deny`)",
+            ));
+        }
         let mut deny = Vec::with_capacity(raw.deny.len());
         for (index, rule) in raw.deny.into_iter().enumerate() {
             deny.push(compile_rule(rule, index, path)?);
@@ -331,6 +342,26 @@ mod tests {
         let plugin = parse(r#"{"name":"p","description":"d","appendix":"Be brief."}"#)
             .unwrap_or_else(|e| panic!("{e}"));
         assert!(plugin.value.deny.is_empty());
+    }
+
+    #[test]
+    fn a_plugin_that_would_do_nothing_is_refused() {
+        let refusal = format!(
+            "`{FILE}`: field `deny` is missing or empty, and there is no `appendix`: the plugin \
+             would do nothing (list its rules under `deny`)"
+        );
+        for text in [
+            // Attack on the team's intent: `deny` misspelt loads as ready
+            // and blocks nothing.
+            r#"{"name":"p","description":"d","denny":[{"tools":["bash"],"commandPattern":"rm","reason":"r"}]}"#,
+            r#"{"name":"p","description":"d","deny":[]}"#,
+        ] {
+            assert_eq!(
+                parse(text).err().as_deref(),
+                Some(refusal.as_str()),
+                "{text}"
+            );
+        }
     }
 
     #[test]
