@@ -532,6 +532,13 @@ pub(crate) fn check_name(name: &str, max: usize) -> Result<(), String> {
     if name.is_empty() {
         return Err("is empty".to_owned());
     }
+    // `zotbox skills show -x` would read the name as an option.
+    if name.starts_with('-') {
+        return Err(format!(
+            "`{}` must not start with `-` (a command line would read it as an option)",
+            crate::text::Shown(name)
+        ));
+    }
     if let Some(bad) = name
         .chars()
         .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_')))
@@ -539,7 +546,7 @@ pub(crate) fn check_name(name: &str, max: usize) -> Result<(), String> {
         return Err(format!(
             "`{}` contains `{}`; use letters, digits, `-` and `_`",
             crate::text::Shown(name),
-            bad.escape_default()
+            crate::text::Shown(&bad.to_string())
         ));
     }
     if name.len() > max {
@@ -842,7 +849,9 @@ mod tests {
             ("", Some("is empty")),
             ("a b", Some("contains ` `")),
             ("../x", Some("contains `.`")),
-            ("é", Some("contains `\\u{e9}`")),
+            ("é", Some("contains `é`")),
+            ("x\u{1b}", Some("contains `\\u{1b}`")),
+            ("-x", Some("`-x` must not start with `-`")),
             (&"x".repeat(41), Some("longer than 40")),
         ];
         for (name, expected) in cases {

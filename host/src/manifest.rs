@@ -608,13 +608,19 @@ pub fn validate_name(name: &str) -> Result<(), String> {
     if name.starts_with('.') {
         return Err(format!("`{shown}` must not start with a dot"));
     }
+    // `zotbox ext remove -rf` would read the name as options.
+    if name.starts_with('-') {
+        return Err(format!(
+            "`{shown}` must not start with `-` (a command line would read it as an option)"
+        ));
+    }
     if let Some(bad) = name
         .chars()
         .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
     {
         return Err(format!(
             "`{shown}` contains `{}`; use letters, digits, `-`, `_` and `.`",
-            bad.escape_default()
+            crate::text::Shown(&bad.to_string())
         ));
     }
     Ok(())
@@ -760,6 +766,14 @@ mod tests {
                 "field `name` `../evil` must not start",
             ),
             (r#"{"name":"a/b","exec":"x"}"#, "contains `/`"),
+            (
+                r#"{"name":"-rf","exec":"x"}"#,
+                "field `name` `-rf` must not start with `-` (a command line would read it as an option)",
+            ),
+            (
+                r#"{"name":"Ünï","exec":"x"}"#,
+                "field `name` `Ünï` contains `Ü`",
+            ),
             (r#"{"name":"","exec":"x"}"#, "field `name` is empty"),
             // Attack: code outside the folder, which can change after approval.
             (

@@ -148,6 +148,30 @@ fn call_prints_the_result_and_exits_by_outcome() {
         run.stderr,
         "error: arguments `[1, 2]` must be a JSON object\n"
     );
+    // From stdin: at most a frame's worth is read, and an error quotes only
+    // the start of what was given.
+    let huge = "x".repeat(5 * 1024 * 1024);
+    let run = lab.zotbox_in_with(&lab.workspace, &["call", "weather_tool", "-"], &huge);
+    run.expect_code(1);
+    assert_eq!(
+        run.stderr,
+        "error: the arguments on stdin are over 4194304 bytes, a frame's cap\n"
+    );
+    let run = lab.zotbox_in_with(
+        &lab.workspace,
+        &["call", "weather_tool", "-"],
+        &huge[..5000],
+    );
+    run.expect_code(1);
+    assert!(
+        run.stderr.starts_with(&format!(
+            "error: arguments `{}…` are not JSON: ",
+            &huge[..200]
+        )),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.len() < 400, "{}", run.stderr.len());
 
     let run = lab.zotbox(&["--json", "call", "weather_tool", r#"{"n":1}"#]);
     run.expect_code(0);

@@ -19,19 +19,41 @@ pub(crate) struct Args {
     args: String,
 }
 
-/// Parses a JSON argument given on the command line (or `-` for stdin).
+/// Parses a JSON argument given on the command line (or `-` for stdin, at
+/// most a frame's worth: no extension could be sent more).
 pub(crate) fn parse_json_arg(text: &str) -> Result<Value> {
     let text = if text == "-" {
-        std::io::read_to_string(std::io::stdin()).context("cannot read arguments from stdin")?
+        let limit = zotbox::protocol::DEFAULT_MAX_LINE;
+        let mut read = String::new();
+        std::io::Read::read_to_string(
+            &mut std::io::Read::take(std::io::stdin(), limit as u64 + 1),
+            &mut read,
+        )
+        .context("cannot read arguments from stdin")?;
+        if read.len() > limit {
+            anyhow::bail!("the arguments on stdin are over {limit} bytes, a frame's cap");
+        }
+        read
     } else {
         text.to_owned()
     };
     let value: Value = serde_json::from_str(&text)
-        .with_context(|| format!("arguments `{}` are not JSON", text.trim()))?;
+        .with_context(|| format!("arguments `{}` are not JSON", excerpt(&text)))?;
     if !value.is_object() {
-        anyhow::bail!("arguments `{}` must be a JSON object", text.trim());
+        anyhow::bail!("arguments `{}` must be a JSON object", excerpt(&text));
     }
     Ok(value)
+}
+
+/// The start of `text` as an error quotes it: enough to recognise, never
+/// a whole file pasted back.
+fn excerpt(text: &str) -> String {
+    const SHOWN: usize = 200;
+    let text = text.trim();
+    match text.char_indices().nth(SHOWN) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_owned(),
+    }
 }
 
 /// For a name no live extension owns: which extensions are held back (an

@@ -339,6 +339,19 @@ pub fn plan(source: &Path, extensions: &Path) -> Result<Plan, InstallError> {
     let manifest_path = source.join(MANIFEST_FILE);
     let manifest_text = read_manifest(&root, source, &manifest_path)?;
     let manifest = Manifest::parse(&manifest_text, &manifest_path)?;
+    // `zotbox setup` keeps zotbox's own launcher under this name; an
+    // extension installed as it would take its place in zot, and with it
+    // every data tool and refusal plugin `serve` brings.
+    if !manifest.is_data() && manifest.name() == crate::discovery::SERVE_LAUNCHER {
+        return Err(InstallError::Refused {
+            folder: source.to_owned(),
+            reason: format!(
+                "the name `{}` is zotbox's own (`zotbox setup` installs its `serve` \
+                 launcher under it); rename the extension",
+                crate::discovery::SERVE_LAUNCHER
+            ),
+        });
+    }
     if let Some(problem) = manifest.missing_wasm() {
         return Err(InstallError::NotBuilt(problem));
     }
@@ -1389,7 +1402,20 @@ mod tests {
     fn links_leaving_the_folder_and_special_files_are_refused() {
         // (what to plant in `src/`, the refusal)
         type Plant = fn(&Path);
-        let cases: [(Plant, &str); 9] = [
+        let cases: [(Plant, &str); 10] = [
+            // Attack: an extension named as zotbox's own `serve` launcher
+            // would take its place in zot, and the refusal plugins with it.
+            (
+                |src| {
+                    let path = src.join(MANIFEST_FILE);
+                    let mut manifest: serde_json::Value =
+                        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+                    manifest["name"] = "zotbox".into();
+                    std::fs::write(&path, manifest.to_string()).unwrap();
+                },
+                "the name `zotbox` is zotbox's own (`zotbox setup` installs its `serve` launcher \
+                 under it); rename the extension",
+            ),
             // Attack: the manifest is a link to a user's other extension.
             (
                 |src| {
