@@ -901,7 +901,59 @@ fn parse(text: &str, path: &Path) -> Result<PolicyFile, FileError> {
             detail,
         })?;
     validate_publishing(&parsed.value, path)?;
+    validate_ceilings(&parsed.value, path)?;
     Ok(parsed.value)
+}
+
+/// Ceilings that could hold nothing are refused rather than applied: a
+/// `max_memory_mb` of 0 would fail every guest with an out-of-memory that
+/// names no policy, an origin that does not parse would silently grant
+/// nothing, a variable name that cannot be one would silently match none.
+fn validate_ceilings(file: &PolicyFile, path: &Path) -> Result<(), FileError> {
+    let invalid = |field: String, problem: String| FileError::Invalid {
+        path: path.to_owned(),
+        field,
+        problem,
+    };
+    let limits = [
+        ("max_memory_mb", file.max_memory_mb),
+        ("max_tool_timeout_ms", file.max_tool_timeout_ms),
+        ("max_intercept_timeout_ms", file.max_intercept_timeout_ms),
+        ("max_registrations", file.max_registrations),
+        ("max_description_bytes", file.max_description_bytes),
+        ("max_schema_bytes", file.max_schema_bytes),
+        ("max_compile_memory_mb", file.max_compile_memory_mb),
+    ];
+    for (field, value) in limits {
+        if value == Some(0) {
+            return Err(invalid(
+                field.to_owned(),
+                "is 0, which no extension could run within; the least is 1".to_owned(),
+            ));
+        }
+    }
+    for (index, origin) in file.http.iter().flatten().enumerate() {
+        if let Err(err) = Origin::parse(origin) {
+            return Err(invalid(format!("http[{index}]"), err.to_string()));
+        }
+    }
+    for (index, name) in file.env.iter().flatten().enumerate() {
+        let valid = name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+        if !valid {
+            return Err(invalid(
+                format!("env[{index}]"),
+                format!(
+                    "`{}` is not a variable name; use `A-Z a-z 0-9 _`, not starting with a digit",
+                    crate::text::Shown(name)
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Registry URLs are `https://`; every key is a minisign public key.
@@ -1327,6 +1379,32 @@ mod tests {
             (
                 r#"{"workspace_trust":"sometimes"}"#,
                 "unknown variant `sometimes`",
+            ),
+            // Ceilings that could hold nothing.
+            (
+                r#"{"max_memory_mb":0}"#,
+                "field `max_memory_mb` is 0, which no extension could run within; the least is 1",
+            ),
+            (
+                r#"{"max_tool_timeout_ms":0}"#,
+                "field `max_tool_timeout_ms` is 0",
+            ),
+            (
+                r#"{"max_registrations":0}"#,
+                "field `max_registrations` is 0",
+            ),
+            (r#"{"http":["http://x.com"]}"#, "field `http[0]`"),
+            (
+                r#"{"http":["https://a.dev","https://\u001b[31m.com"]}"#,
+                "field `http[1]`",
+            ),
+            (
+                r#"{"env":["LANG",""]}"#,
+                "field `env[1]` `` is not a variable name",
+            ),
+            (
+                r#"{"env":["A=B"]}"#,
+                "field `env[0]` `A=B` is not a variable name",
             ),
             // Anything after the object is refused, not ignored.
             (r#"{"shell":true} {"shell":false}"#, "trailing characters"),

@@ -334,6 +334,24 @@ impl DataTool {
                 if template.contains('\0') {
                     return Err(FileError::invalid(path, field, "contains a NUL byte"));
                 }
+                // A template whose fixed part leaves the workspace could
+                // never be read: refused here, not listed as ready to fail
+                // at every call.
+                if let Err(err) = crate::capability::fs::FsGrant::new(&[read_grant(&template)], &[])
+                {
+                    let problem = match err {
+                        crate::capability::CapabilityError::Invalid(problem) => problem,
+                        other => other.to_string(),
+                    };
+                    return Err(FileError::invalid(
+                        path,
+                        field,
+                        format!(
+                            "`{}` is refused: it reaches no workspace file ({problem})",
+                            crate::text::Shown(&template)
+                        ),
+                    ));
+                }
                 ToolKind::Read { path: template }
             }
         };
@@ -679,6 +697,17 @@ mod tests {
             (
                 r#"{"name":"a","description":"d","kind":"read"}"#,
                 "field `path` is missing; a `read` tool needs it",
+            ),
+            // A read the jail would refuse at every call.
+            (
+                r#"{"name":"a","description":"d","kind":"read","path":"../../etc/passwd"}"#,
+                "field `path` `../../etc/passwd` is refused: it reaches no workspace file (read \
+                 glob `../../etc/passwd` contains `..`; globs stay inside the workspace)",
+            ),
+            (
+                r#"{"name":"a","description":"d","kind":"read","path":"/etc/{arg}"}"#,
+                "field `path` `/etc/{arg}` is refused: it reaches no workspace file (read glob \
+                 `/etc/**` is absolute; globs are relative to the workspace root)",
             ),
             (
                 r#"{"name":"a","description":"d","kind":"shell","url":"https://x"}"#,
