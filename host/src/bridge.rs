@@ -165,7 +165,10 @@ pub async fn run(
     dir: &Path,
     home: ZotHome,
     config: BridgeConfig,
-    input: impl AsyncRead + Unpin + Send + 'static,
+    (input, hang_up): (
+        impl AsyncRead + Unpin + Send + 'static,
+        Option<stdio::HangUp>,
+    ),
     output: impl AsyncWrite + Unpin + Send + 'static,
 ) -> Result<Exit, BridgeError> {
     let prepared = prepare(dir, &home, &config, None)?;
@@ -183,7 +186,11 @@ pub async fn run(
             .and_then(|runtime| runtime.prepare(&prepared.name, path))
             .map_err(|error| prepared.start_error(error.into()))?;
     }
-    start(prepared, &launcher, input, output, Tap::default()).await
+    let tap = Tap {
+        hang_up,
+        ..Tap::default()
+    };
+    start(prepared, &launcher, input, output, tap).await
 }
 
 /// An extension checked and ready to start: its manifest read, its
@@ -323,6 +330,8 @@ pub(crate) struct Tap {
     /// Becomes true when whoever started this extension is gone: it is
     /// stopped at once.
     pub(crate) abandoned: Option<watch::Receiver<bool>>,
+    /// A watch on zot's end of the input, for while the guest does not read.
+    pub(crate) hang_up: Option<stdio::HangUp>,
 }
 
 /// Starts a prepared extension with `launcher` and bridges it to
@@ -714,6 +723,7 @@ async fn bridge(
         in_flight: deadlines,
         resume,
         abandoned,
+        hang_up,
     } = tap;
     // Set once zot's input ends or says `shutdown`: the guest gets a grace period.
     let (ending_tx, ending) = watch::channel(false);
@@ -748,6 +758,7 @@ async fn bridge(
             ending: ending_tx,
             hello_ack,
             resume,
+            hang_up,
         },
     ));
 
@@ -888,6 +899,36 @@ struct Inbound {
     ending: watch::Sender<bool>,
     hello_ack: Option<watch::Sender<Option<Vec<u8>>>>,
     resume: Option<Vec<u8>>,
+    hang_up: Option<stdio::HangUp>,
+}
+
+/// Writes `bytes` to the guest; `false` once it can take no more (gone).
+/// While it does not take them, zot closing its end counts as the end
+/// (`ending`): the grace period starts then, and the write lasts only until
+/// the guest is stopped.
+async fn write_to_guest(
+    to_guest: &mut (dyn AsyncWrite + Send + Unpin),
+    bytes: &[u8],
+    hang_up: Option<&stdio::HangUp>,
+    ending: &watch::Sender<bool>,
+) -> bool {
+    let mut write = std::pin::pin!(async {
+        to_guest.write_all(bytes).await?;
+        to_guest.flush().await
+    });
+    if let Some(hang_up) = hang_up {
+        tokio::select! {
+            // A guest that reads takes the bytes at once: the watch is not
+            // even polled.
+            biased;
+            written = &mut write => return written.is_ok(),
+            () = hang_up.hung_up() => {
+                tracing::debug!("zot closed its input while the guest was not reading");
+                let _ = ending.send(true);
+            }
+        }
+    }
+    write.await.is_ok()
 }
 
 async fn forward_inbound(
@@ -903,6 +944,7 @@ async fn forward_inbound(
         ending,
         hello_ack,
         resume,
+        hang_up,
     } = inbound;
     // After a host died: its last read may have ended inside one of zot's
     // lines, whose rest now comes first. zot's frames are JSON objects; a
@@ -1010,7 +1052,7 @@ async fn forward_inbound(
         if let Some(changes) = tell {
             deadlines.known_to_the_relay(changes).await;
         }
-        if to_guest.write_all(&out).await.is_err() || to_guest.flush().await.is_err() {
+        if !write_to_guest(&mut *to_guest, &out, hang_up.as_ref(), &ending).await {
             break;
         }
     }

@@ -1055,6 +1055,51 @@ async fn zot_gets_only_the_registrations_the_rules_hold() {
     }
 }
 
+/// A guest that does not read (here it holds a call and sleeps) lets zot's
+/// frames pile up in its input until the bridge waits to write. zot then
+/// says `shutdown` and closes its end: the bridge sees the close though the
+/// `shutdown` waits unread, and the guest is stopped after the grace period
+/// (2 s, then 4 s to kill), not at its call's deadline (60 s here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zot_closing_its_input_ends_a_guest_that_does_not_read() {
+    let lab = Lab::new();
+    let limits = json!({"limits": {"tool_timeout_ms": 60_000}});
+    let installed = install_guest(&lab, "hostile", &limits);
+    let source = guest_source(&lab, "hostile", &limits);
+    let standalone = Launch {
+        args: vec![
+            "run".to_owned(),
+            "--standalone".to_owned(),
+            source.display().to_string(),
+        ],
+        ..Launch::zotbox_run(&source)
+    };
+    // ~300 KB: past the guest's 256 KiB input, within what the pipes
+    // before it hold, so that zot's own writes finish.
+    let event = json!({"type": "event", "event": "message_update", "data": "x".repeat(500)});
+    for launch in [Launch::of(&installed), standalone] {
+        let mut zot = Zot::start(&lab, &launch).await;
+        zot.until_ready().await;
+        zot.send(&json!({"type": "tool_call", "id": "held", "name": "hold", "args": {}}))
+            .await;
+        assert_eq!(zot.unsolicited_of("notify").await["message"], "holding");
+        for _ in 0..580 {
+            zot.send(&event).await;
+        }
+        zot.send(&json!({"type": "shutdown"})).await;
+        let closed = Instant::now();
+        zot.stdin = None;
+        let ended = zot.end_within(Duration::from_secs(30)).await;
+        assert!(
+            closed.elapsed() < Duration::from_secs(15),
+            "{:?}: ended {:?} after zot closed its input: {ended:#?}",
+            launch.args,
+            closed.elapsed()
+        );
+        assert_ne!(ended.status.code(), Some(0), "{ended:#?}");
+    }
+}
+
 /// Attack: the guest names the call's id on frames that answer nothing, or
 /// answer another kind of request, to call off its deadline and spin on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

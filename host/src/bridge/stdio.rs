@@ -57,6 +57,54 @@ pub(crate) fn owned_output(fd: OwnedFd, shared: bool) -> Box<dyn AsyncWrite + Se
     }
 }
 
+/// A watch on zot's end of the input: ready once zot has closed it (a
+/// pipe's writer gone, a socket's peer shut), whatever is still unread.
+///
+/// The bridge reads zot's input only as fast as the guest takes it. While
+/// a guest does not read (it computes, or never reads at all), zot's
+/// `shutdown` and its closing of the input wait unread behind it; the
+/// watch sees the close all the same, so the guest's shutdown grace starts
+/// then, not at its deadline.
+pub struct HangUp(AsyncFd<OwnedFd>);
+
+impl HangUp {
+    /// A watch on `fd` (a duplicate of it is registered), when it is a pipe
+    /// or a socket and a runtime with I/O is running.
+    pub fn of(fd: BorrowedFd<'_>) -> Option<Self> {
+        let kind = SFlag::from_bits_truncate(fstat(fd).ok()?.st_mode) & SFlag::S_IFMT;
+        if kind != SFlag::S_IFIFO && kind != SFlag::S_IFSOCK {
+            return None;
+        }
+        tokio::runtime::Handle::try_current().ok()?;
+        let duplicate = fd.try_clone_to_owned().ok()?;
+        // Readable interest: epoll reports a hang-up with it.
+        // SAFETY: the `AsyncFd` owns the duplicate, so nothing else closes
+        // or replaces that descriptor while it is registered.
+        #[allow(unsafe_code)]
+        let registered =
+            unsafe { AsyncFd::register_with_interest(duplicate, tokio::io::Interest::READABLE) };
+        registered.ok().map(Self)
+    }
+
+    /// A watch on this process's stdin.
+    pub fn of_stdin() -> Option<Self> {
+        Self::of(io::stdin().as_fd())
+    }
+
+    /// Waits until zot has closed its end. Never reads: every readiness
+    /// that is not the close (more bytes arriving) is waited past.
+    pub(crate) async fn hung_up(&self) {
+        loop {
+            match self.0.readable().await {
+                Ok(guard) if guard.ready().is_read_closed() => return,
+                Ok(mut guard) => guard.clear_ready(),
+                // The watch itself failed: it can tell nothing more.
+                Err(_) => std::future::pending::<()>().await,
+            }
+        }
+    }
+}
+
 /// Whether stdout and stderr name the same file.
 pub(crate) fn stdout_is_stderr() -> bool {
     same_file(io::stdout().as_fd(), io::stderr().as_fd())

@@ -77,7 +77,7 @@ impl Args {
                 compiler: Some(super::this_zotbox()),
                 ..BridgeConfig::default()
             },
-            bridge::stdio::stdin(),
+            (bridge::stdio::stdin(), bridge::stdio::HangUp::of_stdin()),
             bridge::stdio::stdout(),
         )
         .await?;

@@ -2,7 +2,7 @@
 //! instance for each, until it has had none for its idle period.
 
 use std::collections::HashMap;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd as _, OwnedFd};
 use std::os::unix::fs::MetadataExt as _;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -392,6 +392,7 @@ async fn instance(
         in_flight: Arc::new(bridge::InFlight::told_to_a_relay()),
         resume: resume.map(String::into_bytes),
         abandoned: Some(abandon_rx),
+        hang_up: bridge::stdio::HangUp::of(zot_in.as_fd()),
     };
     let in_flight = tap.in_flight.clone();
     let (cut_tx, mut cut_rx) = watch::channel(false);
