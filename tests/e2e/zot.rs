@@ -1098,6 +1098,36 @@ async fn zot_closing_its_input_ends_a_guest_that_does_not_read() {
         );
         assert_ne!(ended.status.code(), Some(0), "{ended:#?}");
     }
+    // A native extension that never reads, whose deadlines the bridge
+    // cannot enforce: zot's close ends it all the same.
+    let deaf = lab.dev.join("deaf");
+    write_text(
+        &deaf.join("deaf.py"),
+        "import sys, time\n\
+         sys.stdout.write('{\"type\":\"hello\",\"name\":\"deaf\",\"version\":\"1.0.0\"}\\n')\n\
+         sys.stdout.write('{\"type\":\"ready\"}\\n')\n\
+         sys.stdout.flush()\n\
+         time.sleep(3600)\n",
+    );
+    write_file_json(
+        &deaf.join("extension.json"),
+        &json!({"name": "deaf", "version": "1.0.0", "exec": "python3", "args": ["deaf.py"]}),
+    );
+    let mut zot = Zot::start(&lab, &Launch::zotbox_run(&deaf)).await;
+    zot.until_ready().await;
+    // ~100 KB: past the 64 KiB pipe to the extension.
+    for _ in 0..190 {
+        zot.send(&event).await;
+    }
+    zot.send(&json!({"type": "shutdown"})).await;
+    let closed = Instant::now();
+    zot.stdin = None;
+    let ended = zot.end_within(Duration::from_secs(30)).await;
+    assert!(
+        closed.elapsed() < Duration::from_secs(15),
+        "the native extension ended {:?} after zot closed its input: {ended:#?}",
+        closed.elapsed()
+    );
 }
 
 /// Attack: the guest names the call's id on frames that answer nothing, or
