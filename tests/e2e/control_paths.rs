@@ -304,6 +304,18 @@ async fn a_guest_with_read_all_cannot_read_the_users_secrets() {
         ),
     ];
     run_cases(&host, cases).await;
+    // Attack: a listing of the folder holding them, which would name them
+    // and give their sizes: the secret ones are left out.
+    let (is_error, listed) = crate::attack::answer(&host, "fs_list", json!({"path": "home"})).await;
+    assert!(!is_error, "{listed}");
+    let names: Vec<&str> = listed.split(',').collect();
+    assert!(names.contains(&"policy.json"), "{listed}");
+    assert!(
+        !names
+            .iter()
+            .any(|name| name.eq_ignore_ascii_case("secrets.json") || *name == "keys"),
+        "{listed}"
+    );
     host.shutdown().await;
     assert_eq!(
         std::fs::read_to_string(home.join("secrets.json")).expect("secrets"),

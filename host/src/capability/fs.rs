@@ -856,8 +856,18 @@ impl Jail {
         };
         let failed = |err: io::Error| io_failure(resolved.op, &resolved.subject, &err);
         let mut entries = Vec::new();
+        let mut components = resolved.components.clone();
         for entry in dir.entries().map_err(failed)? {
             let entry = entry.map_err(failed)?;
+            // A secret path is not even named (rule 5).
+            if self.control.has_secrets() {
+                components.push(entry.file_name().to_string_lossy().into_owned());
+                let secret = self.control.refusal_for(&components, false).is_some();
+                components.pop();
+                if secret {
+                    continue;
+                }
+            }
             let meta = entry.metadata().map_err(failed)?;
             let kind = kind_of(&meta);
             entries.push(Entry {
