@@ -174,6 +174,11 @@ impl Context {
     /// The workspace as given, or the current directory.
     pub(crate) fn workspace(&self) -> Result<PathBuf> {
         match &self.workspace {
+            // A missing one is the host's to report (it names the error).
+            Some(path) if path.exists() && !path.is_dir() => anyhow::bail!(
+                "--workspace `{}` is not a folder",
+                zotbox::text::Shown(&path.display().to_string())
+            ),
             Some(path) => Ok(path.clone()),
             None => std::env::current_dir().context("cannot read the current directory"),
         }

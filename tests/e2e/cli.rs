@@ -418,6 +418,24 @@ fn a_missing_workspace_is_reported_once() {
             missing.display()
         )
     );
+    // A file given as the workspace: said at once, rather than a dozen
+    // skipped-folder warnings and success.
+    let file = lab.dev.join("a-file");
+    std::fs::write(&file, "x").expect("file");
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_zotbox"))
+        .arg("--zot-home")
+        .arg(&lab.home)
+        .arg("--workspace")
+        .arg(&file)
+        .arg("list")
+        .output()
+        .expect("run zotbox");
+    let run = crate::support::Run::from(output);
+    run.expect_code(1);
+    assert_eq!(
+        run.stderr,
+        format!("error: --workspace `{}` is not a folder\n", file.display())
+    );
 }
 
 #[test]

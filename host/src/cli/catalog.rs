@@ -82,13 +82,14 @@ pub(crate) async fn search(context: &Context, text: &str) -> Result<u8> {
 pub(crate) async fn info(context: &Context, text: &str) -> Result<u8> {
     let home = context.home()?;
     let policy = Policy::load_for(&home)?;
-    let (name, version) = match text.split_once('@') {
-        Some((name, version)) => (name, Some(version)),
-        None => (text, None),
-    };
-    let source = Source::Registry {
-        name: name.to_owned(),
-        version: version.map(str::to_owned),
+    // Read by the rules `ext install` reads a registry entry by: a name,
+    // and after `@` a version that is one.
+    let source = match Source::parse(text)? {
+        source @ Source::Registry { .. } => source,
+        _ => bail!(
+            "`{}` is not a registry entry: give NAME or NAME@VERSION",
+            Shown(text)
+        ),
     };
     super::source::announce(context, &source);
     let pending = installer::prepare(&source, &home, &policy, &home.extensions_dir()).await?;
@@ -143,6 +144,15 @@ pub(crate) async fn update(context: &Context, only: Option<&str>, yes: bool) -> 
     let locked = installer::from_registries(&home, only)?;
     if locked.is_empty() {
         match only {
+            Some(name)
+                if !home.extensions_dir().join(name).is_dir()
+                    && !home.packages_dir().join(name).is_dir() =>
+            {
+                bail!(
+                    "no extension `{}` is installed (see `zotbox list`)",
+                    Shown(name)
+                )
+            }
             Some(name) => bail!(
                 "`{}` was not installed from a registry; reinstall it from its source with \
                  `zotbox ext install`",

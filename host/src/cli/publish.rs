@@ -15,8 +15,9 @@ use zotbox::store::signature::{self, SecretKey};
 ///
 /// Writes the secret key to PATH (default $ZOT_HOME/keys/zotbox.key; a
 /// folder gets `zotbox.key` inside it), mode 0600, and the public key
-/// beside it (`zotbox.pub`). Prints the public key line to list in a
-/// policy's `publishers` or `registries[].keys`, and its key id.
+/// beside it (`NAME.pub` for `NAME.key`, else `PATH.pub`; a PATH ending in
+/// `.pub` is refused). Prints the public key line to list in a policy's
+/// `publishers` or `registries[].keys`, and its key id.
 ///
 /// The secret key file is NOT encrypted: whoever can read it can sign as
 /// you. Keep it out of repositories; in CI, hand it in as a secret file.
@@ -25,7 +26,8 @@ use zotbox::store::signature::{self, SecretKey};
 /// overwritten.
 #[derive(Debug, clap::Args)]
 pub(crate) struct KeygenArgs {
-    /// Where to write the secret key (the public key goes beside it).
+    /// Where to write the secret key (the public key goes beside it);
+    /// missing folders are made.
     #[arg(long, value_name = "PATH")]
     out: Option<PathBuf>,
 }

@@ -16,7 +16,7 @@ use zotbox::shared::{self, Relayed};
 /// Arguments of `zotbox run`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// The extension's folder (zot starts its `exec` there) [default: .].
+    /// The extension's folder (zot starts its `exec` there).
     #[arg(default_value = ".")]
     dir: PathBuf,
     /// Host the extension in this process instead of the shared per-user

@@ -60,11 +60,8 @@ impl Command {
                     .iter()
                     .filter(|p| p.path.extension().is_some_and(|e| e == "md"))
                 {
-                    eprintln!(
-                        "warning: skipped `{}`: {}",
-                        zotbox::text::shown(&problem.path.display().to_string()),
-                        zotbox::text::shown(&problem.error)
-                    );
+                    // The error names the file already.
+                    eprintln!("warning: skipped: {}", zotbox::text::shown(&problem.error));
                 }
             }
             Self::Show { name } => {

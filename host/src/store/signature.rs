@@ -304,6 +304,15 @@ pub fn keygen(path: &Path) -> Result<(PublicKey, PathBuf), SignatureError> {
     } else {
         path.to_owned()
     };
+    // The secret key under a public key's name would be handed out as one.
+    if secret_path.extension().is_some_and(|ext| ext == "pub") {
+        return Err(SignatureError::Key {
+            subject: secret_path.display().to_string(),
+            problem: "the secret key would be written under a public key's name (`.pub`); \
+                      name it `….key` (its public key goes beside it as `….pub`)"
+                .to_owned(),
+        });
+    }
     let public_path = public_path_for(&secret_path);
     for existing in [&secret_path, &public_path] {
         if std::fs::symlink_metadata(existing).is_ok() {
@@ -700,6 +709,16 @@ mod tests {
             Err(SignatureError::Exists(p)) if p == tmp.path().join("lone.pub")
         ));
         assert!(!tmp.path().join("lone.key").exists());
+        // A secret key is never written under a public key's name.
+        let err = keygen(&tmp.path().join("k2.pub")).unwrap_err().to_string();
+        assert!(
+            err.ends_with(
+                "the secret key would be written under a public key's name (`.pub`); \
+                           name it `….key` (its public key goes beside it as `….pub`)"
+            ),
+            "{err}"
+        );
+        assert!(!tmp.path().join("k2.pub").exists());
         // The Debug of a secret key shows its id, never the key.
         let secret = SecretKey::load(&path).unwrap();
         assert_eq!(format!("{secret:?}"), format!("SecretKey({})", public.id()));
