@@ -400,16 +400,20 @@ fn ext_logs_refuses_a_name_that_walks_out_of_the_logs_folder() {
 #[test]
 fn a_missing_workspace_is_reported_once() {
     let lab = Lab::new();
+    // `zotbox --workspace WORKSPACE list`, whatever WORKSPACE is.
+    let list_in = |workspace: &Path| {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_zotbox"))
+            .arg("--zot-home")
+            .arg(&lab.home)
+            .arg("--workspace")
+            .arg(workspace)
+            .arg("list")
+            .output()
+            .expect("run zotbox");
+        crate::support::Run::from(output)
+    };
     let missing = lab.dev.join("no-such-workspace");
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_zotbox"))
-        .arg("--zot-home")
-        .arg(&lab.home)
-        .arg("--workspace")
-        .arg(&missing)
-        .arg("list")
-        .output()
-        .expect("run zotbox");
-    let run = crate::support::Run::from(output);
+    let run = list_in(&missing);
     run.expect_code(1);
     assert_eq!(
         run.stderr,
@@ -422,15 +426,7 @@ fn a_missing_workspace_is_reported_once() {
     // skipped-folder warnings and success.
     let file = lab.dev.join("a-file");
     std::fs::write(&file, "x").expect("file");
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_zotbox"))
-        .arg("--zot-home")
-        .arg(&lab.home)
-        .arg("--workspace")
-        .arg(&file)
-        .arg("list")
-        .output()
-        .expect("run zotbox");
-    let run = crate::support::Run::from(output);
+    let run = list_in(&file);
     run.expect_code(1);
     assert_eq!(
         run.stderr,

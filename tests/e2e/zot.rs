@@ -173,6 +173,18 @@ impl Launch {
         }
     }
 
+    /// `zotbox run --standalone DIR` started in DIR: the in-process path.
+    fn zotbox_run_standalone(dir: &Path) -> Self {
+        Self {
+            args: vec![
+                "run".to_owned(),
+                "--standalone".to_owned(),
+                dir.display().to_string(),
+            ],
+            ..Self::zotbox_run(dir)
+        }
+    }
+
     /// Sets `name` in the extension's environment.
     fn env(mut self, name: &str, value: &Path) -> Self {
         self.env.push((name.to_owned(), value.to_owned()));
@@ -972,12 +984,41 @@ async fn a_guest_spinning_past_its_deadline_is_killed_and_the_process_ends() {
     let sent = Instant::now();
     let ended = zot.end().await;
     assert_eq!(ended.last_frames, Vec::<Value>::new(), "{ended:#?}");
+    assert_killed_at_the_deadline(&ended, sent);
+}
+
+/// A native extension that says `hello` and `ready` and then never reads
+/// its input, writing its pid to `pid_file` (when given) once it is ready.
+fn deaf_extension(lab: &Lab, pid_file: Option<&Path>) -> PathBuf {
+    let dir = lab.dev.join("deaf");
+    write_text(
+        &dir.join("deaf.py"),
+        "import os, sys, time\n\
+         sys.stdout.write('{\"type\":\"hello\",\"name\":\"deaf\",\"version\":\"1.0.0\"}\\n')\n\
+         sys.stdout.write('{\"type\":\"ready\"}\\n')\n\
+         sys.stdout.flush()\n\
+         if len(sys.argv) > 1:\n\
+         \x20   open(sys.argv[1] + '.tmp', 'w').write(str(os.getpid()))\n\
+         \x20   os.rename(sys.argv[1] + '.tmp', sys.argv[1])\n\
+         time.sleep(3600)\n",
+    );
+    let mut args = vec![json!("deaf.py")];
+    args.extend(pid_file.map(|path| json!(path)));
+    write_file_json(
+        &dir.join("extension.json"),
+        &json!({"name": "deaf", "version": "1.0.0", "exec": "python3", "args": args}),
+    );
+    dir
+}
+
+/// What zot sees of a guest killed at its deadline: within 10 s of `sent`,
+/// long before zot's own 60 s tool timeout would free it.
+fn assert_killed_at_the_deadline(ended: &Ended, sent: Instant) {
     assert_eq!(ended.status.code(), Some(1), "{ended:#?}");
     assert_eq!(
         ended.stderr,
         "zotbox: the extension killed: still running after a request's deadline\n"
     );
-    // Long before zot's own 60 s tool timeout would free it.
     assert!(
         sent.elapsed() < Duration::from_secs(10),
         "{:?}",
@@ -996,15 +1037,10 @@ async fn zot_gets_only_the_registrations_the_rules_hold() {
     let wasm = guests::guests().artifact("hostile", Form::Wasm);
     let evil = guests::wasm_folder(&lab.dev, "hostile-evil-names", wasm, None);
     let flood = guests::wasm_folder(&lab.dev, "hostile-register-300-10", wasm, None);
-    let standalone = |dir: &Path| Launch {
-        args: vec![
-            "run".to_owned(),
-            "--standalone".to_owned(),
-            dir.display().to_string(),
-        ],
-        ..Launch::zotbox_run(dir)
-    };
-    for launch in [Launch::zotbox_run(&evil), standalone(&evil)] {
+    for launch in [
+        Launch::zotbox_run(&evil),
+        Launch::zotbox_run_standalone(&evil),
+    ] {
         let mut zot = Zot::start(&lab, &launch).await;
         zot.until_ready().await;
         let tools = zot.registered("register_tool");
@@ -1035,7 +1071,10 @@ async fn zot_gets_only_the_registrations_the_rules_hold() {
             }
         }
     }
-    for launch in [Launch::zotbox_run(&flood), standalone(&flood)] {
+    for launch in [
+        Launch::zotbox_run(&flood),
+        Launch::zotbox_run_standalone(&flood),
+    ] {
         let mut zot = Zot::start(&lab, &launch).await;
         zot.until_ready().await;
         assert_eq!(
@@ -1066,18 +1105,13 @@ async fn zot_closing_its_input_ends_a_guest_that_does_not_read() {
     let limits = json!({"limits": {"tool_timeout_ms": 60_000}});
     let installed = install_guest(&lab, "hostile", &limits);
     let source = guest_source(&lab, "hostile", &limits);
-    let standalone = Launch {
-        args: vec![
-            "run".to_owned(),
-            "--standalone".to_owned(),
-            source.display().to_string(),
-        ],
-        ..Launch::zotbox_run(&source)
-    };
     // ~300 KB: past the guest's 256 KiB input, within what the pipes
     // before it hold, so that zot's own writes finish.
     let event = json!({"type": "event", "event": "message_update", "data": "x".repeat(500)});
-    for launch in [Launch::of(&installed), standalone] {
+    for launch in [
+        Launch::of(&installed),
+        Launch::zotbox_run_standalone(&source),
+    ] {
         let mut zot = Zot::start(&lab, &launch).await;
         zot.until_ready().await;
         zot.send(&json!({"type": "tool_call", "id": "held", "name": "hold", "args": {}}))
@@ -1100,19 +1134,7 @@ async fn zot_closing_its_input_ends_a_guest_that_does_not_read() {
     }
     // A native extension that never reads, whose deadlines the bridge
     // cannot enforce: zot's close ends it all the same.
-    let deaf = lab.dev.join("deaf");
-    write_text(
-        &deaf.join("deaf.py"),
-        "import sys, time\n\
-         sys.stdout.write('{\"type\":\"hello\",\"name\":\"deaf\",\"version\":\"1.0.0\"}\\n')\n\
-         sys.stdout.write('{\"type\":\"ready\"}\\n')\n\
-         sys.stdout.flush()\n\
-         time.sleep(3600)\n",
-    );
-    write_file_json(
-        &deaf.join("extension.json"),
-        &json!({"name": "deaf", "version": "1.0.0", "exec": "python3", "args": ["deaf.py"]}),
-    );
+    let deaf = deaf_extension(&lab, None);
     let mut zot = Zot::start(&lab, &Launch::zotbox_run(&deaf)).await;
     zot.until_ready().await;
     // ~100 KB: past the 64 KiB pipe to the extension.
@@ -1156,16 +1178,7 @@ async fn a_guest_echoing_its_calls_id_is_still_killed_at_the_deadline() {
         ],
         "{ended:#?}"
     );
-    assert_eq!(ended.status.code(), Some(1), "{ended:#?}");
-    assert_eq!(
-        ended.stderr,
-        "zotbox: the extension killed: still running after a request's deadline\n"
-    );
-    assert!(
-        sent.elapsed() < Duration::from_secs(10),
-        "{:?}",
-        sent.elapsed()
-    );
+    assert_killed_at_the_deadline(&ended, sent);
 }
 
 /// zot ends an extension that does not stop with `SIGKILL`. A native
@@ -1175,32 +1188,12 @@ async fn a_guest_echoing_its_calls_id_is_still_killed_at_the_deadline() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_native_extension_dies_with_the_zotbox_run_zot_killed() {
     let lab = Lab::new();
-    let dir = lab.dev.join("deaf");
     let pid_file = lab.dev.join("deaf.pid");
-    write_text(
-        &dir.join("deaf.py"),
-        "import os, sys, time\n\
-         sys.stdout.write('{\"type\":\"hello\",\"name\":\"deaf\",\"version\":\"1.0.0\"}\\n')\n\
-         sys.stdout.write('{\"type\":\"ready\"}\\n')\n\
-         sys.stdout.flush()\n\
-         open(sys.argv[1] + '.tmp', 'w').write(str(os.getpid()))\n\
-         os.rename(sys.argv[1] + '.tmp', sys.argv[1])\n\
-         time.sleep(3600)\n",
-    );
-    write_file_json(
-        &dir.join("extension.json"),
-        &json!({"name": "deaf", "version": "1.0.0", "exec": "python3",
-                "args": ["deaf.py", pid_file]}),
-    );
-    let standalone = Launch {
-        args: vec![
-            "run".to_owned(),
-            "--standalone".to_owned(),
-            dir.display().to_string(),
-        ],
-        ..Launch::zotbox_run(&dir)
-    };
-    for launch in [Launch::zotbox_run(&dir), standalone] {
+    let dir = deaf_extension(&lab, Some(&pid_file));
+    for launch in [
+        Launch::zotbox_run(&dir),
+        Launch::zotbox_run_standalone(&dir),
+    ] {
         let _ = std::fs::remove_file(&pid_file);
         let mut zot = Zot::start(&lab, &launch).await;
         zot.until_ready().await;
