@@ -1120,16 +1120,7 @@ async fn zot_closing_its_input_ends_a_guest_that_does_not_read() {
         for _ in 0..580 {
             zot.send(&event).await;
         }
-        zot.send(&json!({"type": "shutdown"})).await;
-        let closed = Instant::now();
-        zot.stdin = None;
-        let ended = zot.end_within(Duration::from_secs(30)).await;
-        assert!(
-            closed.elapsed() < Duration::from_secs(15),
-            "{:?}: ended {:?} after zot closed its input: {ended:#?}",
-            launch.args,
-            closed.elapsed()
-        );
+        let ended = stop_without_reading(zot, &format!("{:?}", launch.args)).await;
         assert_ne!(ended.status.code(), Some(0), "{ended:#?}");
     }
     // A native extension that never reads, whose deadlines the bridge
@@ -1141,15 +1132,23 @@ async fn zot_closing_its_input_ends_a_guest_that_does_not_read() {
     for _ in 0..190 {
         zot.send(&event).await;
     }
+    stop_without_reading(zot, "the native extension").await;
+}
+
+/// zot's stop of an extension whose input is full: `shutdown`, then its end
+/// of the input closed at once; the end must come within 15 s (the grace
+/// period and the kill after it), not at a deadline.
+async fn stop_without_reading(mut zot: Zot, what: &str) -> Ended {
     zot.send(&json!({"type": "shutdown"})).await;
     let closed = Instant::now();
     zot.stdin = None;
     let ended = zot.end_within(Duration::from_secs(30)).await;
     assert!(
         closed.elapsed() < Duration::from_secs(15),
-        "the native extension ended {:?} after zot closed its input: {ended:#?}",
+        "{what} ended {:?} after zot closed its input: {ended:#?}",
         closed.elapsed()
     );
+    ended
 }
 
 /// Attack: the guest names the call's id on frames that answer nothing, or

@@ -18,7 +18,9 @@
 //! 4. A registration frame that does not decode is dropped (the library
 //!    skips it too), and so is a second `hello`.
 
-use zotbox_protocol::{ExtensionFrame, Hello, decode_line, encode_to_vec};
+use zotbox_protocol::{
+    ExtensionFrame, Hello, RegisterCommand, RegisterTool, decode_line, encode_to_vec,
+};
 
 use crate::session::{Registrar, RegistrationLimits};
 use crate::text::shown_text;
@@ -76,34 +78,28 @@ impl Registrations {
         match frame {
             ExtensionFrame::Hello(hello) => self.hello(hello),
             ExtensionFrame::RegisterTool(tool) => {
-                let escaped = shown_text(&tool.description).into_owned();
-                let changed = escaped != tool.description;
                 if !self.registrar().tool(tool.clone()) {
                     return Checked::Dropped;
                 }
-                changed
-                    .then(|| {
-                        ExtensionFrame::RegisterTool(zotbox_protocol::RegisterTool {
-                            description: escaped,
-                            ..tool
-                        })
+                let description = tool.description.clone();
+                description_shown(&description, |description| {
+                    ExtensionFrame::RegisterTool(RegisterTool {
+                        description,
+                        ..tool
                     })
-                    .map_or(Checked::AsIs, rewritten)
+                })
             }
             ExtensionFrame::RegisterCommand(command) => {
-                let escaped = shown_text(&command.description).into_owned();
-                let changed = escaped != command.description;
                 if !self.registrar().command(command.clone()) {
                     return Checked::Dropped;
                 }
-                changed
-                    .then(|| {
-                        ExtensionFrame::RegisterCommand(zotbox_protocol::RegisterCommand {
-                            description: escaped,
-                            ..command
-                        })
+                let description = command.description.clone();
+                description_shown(&description, |description| {
+                    ExtensionFrame::RegisterCommand(RegisterCommand {
+                        description,
+                        ..command
                     })
-                    .map_or(Checked::AsIs, rewritten)
+                })
             }
             ExtensionFrame::Subscribe(subscribe) => {
                 let held = self.registrar().subscribe(subscribe.clone());
@@ -146,6 +142,15 @@ impl Registrations {
     fn registrar(&mut self) -> &mut Registrar {
         self.registrar
             .get_or_insert_with(|| Registrar::new(&self.name, &self.limits, Hello::default()))
+    }
+}
+
+/// A held registration whose `description` zot will show: as it came, or
+/// written anew by `with` with the description escaped.
+fn description_shown(description: &str, with: impl FnOnce(String) -> ExtensionFrame) -> Checked {
+    match shown_text(description) {
+        std::borrow::Cow::Borrowed(_) => Checked::AsIs,
+        std::borrow::Cow::Owned(escaped) => rewritten(with(escaped)),
     }
 }
 
