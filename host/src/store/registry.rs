@@ -398,6 +398,8 @@ impl Index {
         }
         let text = std::str::from_utf8(bytes)
             .map_err(|_| RegistryError::Parse("it is not UTF-8".to_owned()))?;
+        // An array would be read by position as the fields.
+        crate::user_file::not_an_object(text).map_err(RegistryError::Parse)?;
         // The parser quotes the index (an unknown field, a bad value):
         // escaped, as every author's string.
         let index: Self = serde_json::from_str(text)

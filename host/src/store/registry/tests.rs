@@ -216,6 +216,12 @@ fn index_fields_are_read_strictly() {
             with(&|v| v["entries"][0]["key"] = "nope".into()),
             "the registry index does not parse: `nope` is not a key id",
         ),
+        // An array is not read by position as the fields.
+        (
+            "an array",
+            "[1, \"2026-01-01T00:00:00Z\", []]".to_owned(),
+            "the registry index does not parse: is a JSON array",
+        ),
     ];
     for (case, text, expected) in cases {
         let err = Index::parse(text.as_bytes()).unwrap_err().to_string();
