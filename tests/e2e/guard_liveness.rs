@@ -210,6 +210,37 @@ async fn serve_answers_checks_while_a_ten_second_tool_runs() {
     assert_eq!(end.status.code(), Some(0), "{end:#?}");
 }
 
+/// Attack: a command of 100 000 simple commands (690 KB, well under the
+/// frame cap). Read in every normal form, each compared with the forms
+/// before it, it took 17 s: past zot's 5 s, and so allowed, with every
+/// check behind it waiting. It is answered at once, blocked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_answers_a_check_of_a_hundred_thousand_commands_promptly() {
+    let lab = Lab::new();
+    safety_plugin(&lab);
+    let mut zot = start_serve(&lab).await;
+    let many: Vec<String> = (0..100_000).map(|n| format!(":{n}")).collect();
+    let command = format!("rm -rf important;{}", many.join(";"));
+    let asked = Instant::now();
+    zot.send(&bash_check("long", &command)).await;
+    zot.send(&bash_check("list", "ls")).await;
+    let Ok(Some((long_at, long))) = zot.recv_within(PATIENCE).await else {
+        panic!("no answer: {}", zot.describe());
+    };
+    assert_eq!(long, blocked("long", WIPE_REFUSED));
+    assert_eq!(
+        zot.recv().await,
+        json!({"type": "event_intercept_response", "id": "list"})
+    );
+    assert!(
+        long_at.duration_since(asked) < PROMPTLY,
+        "the check took {:?}",
+        long_at.duration_since(asked)
+    );
+    zot.send(&json!({"type": "shutdown"})).await;
+    assert_eq!(zot.recv().await, json!({"type": "shutdown_ack"}));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_blocks_every_check_it_cannot_read_and_answers_requests_it_cannot_read() {
     let lab = Lab::new();

@@ -52,8 +52,12 @@ pub(super) fn normal_forms(command: &str) -> Vec<String> {
     }
     let parsed = Lexer::run(command);
     let mut forms: Vec<String> = Vec::new();
+    // A line may hold tens of thousands of simple commands: a search of
+    // the forms so far for each would make the check quadratic, and a
+    // check that outlasts zot's 5 s lets the call through.
+    let mut seen: std::collections::HashSet<String> = std::collections::HashSet::new();
     let mut add = |form: String| {
-        if !form.is_empty() && form != command && !forms.contains(&form) {
+        if !form.is_empty() && form != command && seen.insert(form.clone()) {
             forms.push(form);
         }
     };
