@@ -13,18 +13,40 @@ use std::borrow::Cow;
 use std::fmt::{self, Write as _};
 
 /// Whether `c` must not reach a terminal raw: C0 and C1 controls, DEL,
-/// the line and paragraph separators, and the invisible formatting
-/// characters that reorder or hide text (bidi overrides and isolates,
-/// zero-width characters, the byte-order mark).
+/// the line and paragraph separators, and the invisible characters that
+/// reorder or hide text: the format characters (bidi overrides and
+/// isolates, zero-width characters, the byte-order mark, the soft hyphen,
+/// the tag characters that can spell a whole hidden sentence), variation
+/// selectors, and the fillers that draw nothing.
 pub fn is_unsafe(c: char) -> bool {
     c.is_control()
         || matches!(
             c,
-            '\u{061C}'
+            '\u{00AD}'
+                | '\u{034F}'
+                | '\u{0600}'..='\u{0605}'
+                | '\u{061C}'
+                | '\u{06DD}'
+                | '\u{070F}'
+                | '\u{08E2}'
+                | '\u{115F}'..='\u{1160}'
+                | '\u{17B4}'..='\u{17B5}'
+                | '\u{180B}'..='\u{180F}'
                 | '\u{200B}'..='\u{200F}'
                 | '\u{2028}'..='\u{202E}'
-                | '\u{2060}'..='\u{2069}'
+                | '\u{2060}'..='\u{206F}'
+                | '\u{3164}'
+                | '\u{FE00}'..='\u{FE0F}'
                 | '\u{FEFF}'
+                | '\u{FFA0}'
+                | '\u{FFF9}'..='\u{FFFB}'
+                | '\u{110BD}'
+                | '\u{110CD}'
+                | '\u{13430}'..='\u{1343F}'
+                | '\u{1BCA0}'..='\u{1BCA3}'
+                | '\u{1D173}'..='\u{1D17A}'
+                | '\u{E0000}'..='\u{E007F}'
+                | '\u{E0100}'..='\u{E01EF}'
         )
 }
 
@@ -160,6 +182,21 @@ mod tests {
             ("a\u{200b}b\u{2028}c", "a\\u{200b}b\\u{2028}c"),
             // Backslashes are text.
             ("C:\\dir", "C:\\dir"),
+            // Attack: a description that shows as `lint` and holds a
+            // sentence in tag characters, which the model reads too.
+            (
+                "lint\u{E0020}\u{E0061}\u{E006E}\u{E0064}",
+                "lint\\u{e0020}\\u{e0061}\\u{e006e}\\u{e0064}",
+            ),
+            // Other characters that draw nothing: a soft hyphen, the
+            // Mongolian vowel separator, a grapheme joiner, a variation
+            // selector, a Hangul filler.
+            (
+                "echo ok\u{AD}\u{180E}\u{34F}\u{FE0F}\u{3164}",
+                "echo ok\\u{ad}\\u{180e}\\u{34f}\\u{fe0f}\\u{3164}",
+            ),
+            // Letters of every script, and emoji without selectors, stay.
+            ("日本語 ελληνικά 🙂", "日本語 ελληνικά 🙂"),
         ];
         for (raw, expected) in cases {
             assert_eq!(shown(raw), expected, "{raw:?}");

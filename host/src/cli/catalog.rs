@@ -26,7 +26,7 @@ pub(crate) async fn search(context: &Context, text: &str) -> Result<u8> {
             Ok(index) => index,
             Err(err) => {
                 failed = true;
-                eprintln!("warning: {err}");
+                eprintln!("warning: {}", zotbox::text::chain(&err));
                 continue;
             }
         };
