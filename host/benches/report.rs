@@ -648,6 +648,7 @@ async fn shell_cost(base: &Path, argv: &[&str], scale: &Scale) -> Result<(Durati
                 &workspace,
                 &ShellLimits::default(),
                 &Settings::default(),
+                &zotbox::capability::fs::ControlPaths::default(),
             )
             .await?;
             if output.exit_code != Some(0) {

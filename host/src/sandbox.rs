@@ -564,12 +564,18 @@ impl Sandbox {
                 format!("blocked by {by}: {why}"),
             ));
         }
+        let control = self
+            .services
+            .jail(Capability::Shell, command)?
+            .control()
+            .clone();
         crate::capability::shell::run(
             rendered,
             self.services
                 .workspace_or_refuse(Capability::Shell, command)?,
             &self.services.shell_limits,
             &self.services.confinement,
+            &control,
         )
         .await
     }

@@ -608,3 +608,52 @@ fn policy_explain_lists_the_control_paths_that_apply() {
         json!({"control_path": "tools/prober/", "what": EXTENSION_FOLDER})
     );
 }
+
+/// `$ZOT_HOME` inside the workspace, and the user's own shell tools there:
+/// a command may read and write the workspace, but it reads nothing of the
+/// user's secrets (`secrets.json` and `keys/` are covered) and writes
+/// nothing of `$ZOT_HOME` (read-only, as `.zot/` is), so it can neither
+/// hand out a secret nor delete the refusal plugin that guards zot.
+#[test]
+fn a_shell_tool_reads_no_secret_and_writes_nothing_of_zot_home_inside_the_workspace() {
+    let lab = Lab::new();
+    let home = lab.workspace.join("zh");
+    for (name, command) in [("show", "cat -- {arg}"), ("clean", "rm -f -- {arg}")] {
+        write_json(
+            &home.join(format!("tools/{name}.json")),
+            &json!({"name": name, "description": "d", "kind": "shell", "command": command}),
+        );
+    }
+    let plugin = home.join("plugins/guard.json");
+    write_json(
+        &plugin,
+        &json!({"name": "guard", "description": "d", "deny": [
+            {"tools": ["bash"], "commandPattern": "rm\\s+-rf", "reason": "no"}]}),
+    );
+    std::fs::write(home.join("secrets.json"), "hunter2-in-the-file").expect("secrets");
+    std::fs::create_dir_all(home.join("keys")).expect("keys");
+    std::fs::write(home.join("keys/zotbox.key"), "untrusted comment: k").expect("key");
+    std::fs::write(lab.workspace.join("notes.txt"), "the workspace's own\n").expect("notes");
+
+    let call = |tool: &str, arg: &str| {
+        let args = json!({ "arg": arg }).to_string();
+        zotbox_with_home(&lab, &home, &["call", tool, &args])
+    };
+    // Control: the workspace's own files.
+    let run = call("show", "notes.txt");
+    run.expect_code(0);
+    assert_eq!(run.stdout.trim_end(), "the workspace's own");
+    // Attack: the secrets file and the signing key read by a command.
+    let run = call("show", "zh/secrets.json");
+    assert!(!run.stdout.contains("hunter2"), "{run:#?}");
+    let run = call("show", "zh/keys/zotbox.key");
+    assert!(!run.stdout.contains("untrusted comment"), "{run:#?}");
+    // Attack: the refusal plugin deleted by a command.
+    let run = call("clean", "zh/plugins/guard.json");
+    assert!(plugin.exists(), "{run:#?}");
+    let run = zotbox_with_home(&lab, &home, &["check", "bash", r#"{"command":"rm -rf x"}"#]);
+    assert_eq!(
+        run.stdout, "block by plugin `guard` rule 1: no\n",
+        "{run:#?}"
+    );
+}

@@ -305,6 +305,13 @@ pub struct Jail {
     pub write: Vec<PathBuf>,
     /// Whether TCP and the network namespace are left open.
     pub network: bool,
+    /// Further paths inside the workspace made read-only, as its control
+    /// paths are (`$ZOT_HOME` or an extension folder lying in it).
+    pub read_only: Vec<PathBuf>,
+    /// Paths inside the workspace covered so that nothing of them can be
+    /// read (the user's secrets, when `$ZOT_HOME` lies in it): an empty
+    /// folder over a folder, an empty file over a file.
+    pub hidden: Vec<PathBuf>,
 }
 
 impl Jail {
@@ -397,9 +404,10 @@ impl Jail {
         let gid = nix::unistd::getgid().as_raw();
         let mut binds = Vec::new();
         if let Some(workspace) = &self.workspace {
-            for name in CONTROL_PATHS {
+            let named = CONTROL_PATHS.iter().map(|name| workspace.join(name));
+            for path in named.chain(self.read_only.iter().cloned()) {
                 // Through a symlink, the folder it leads to is what git or zot reads.
-                let Ok(path) = std::fs::canonicalize(workspace.join(name)) else {
+                let Ok(path) = std::fs::canonicalize(path) else {
                     continue;
                 };
                 let flags = locked_flags(&path);
@@ -409,11 +417,30 @@ impl Jail {
                 binds.push((c_path, flags));
             }
         }
+        let mut masks = Vec::new();
+        if let Some(workspace) = self.workspace.as_ref().and_then(|w| w.canonicalize().ok()) {
+            for path in &self.hidden {
+                // Only what exists and lies in the workspace: anything
+                // else is outside what a command may read at all.
+                let Ok(path) = std::fs::canonicalize(path) else {
+                    continue;
+                };
+                if !path.starts_with(&workspace) {
+                    continue;
+                }
+                let folder = path.is_dir();
+                let c_path = CString::new(path.as_os_str().as_bytes()).map_err(|_| {
+                    ConfineError::Prepare(format!("`{}` holds a NUL byte", path.display()))
+                })?;
+                masks.push((c_path, folder));
+            }
+        }
         Ok(Namespaces {
             uid_map: format!("{uid} {uid} 1\n").into_bytes(),
             gid_map: format!("{gid} {gid} 1\n").into_bytes(),
             network: !self.network,
             binds,
+            masks,
         })
     }
 }
@@ -488,6 +515,8 @@ struct Namespaces {
     network: bool,
     /// Paths to bind read-only, with the mount flags they must keep.
     binds: Vec<(CString, u64)>,
+    /// Secret paths to cover, and whether each is a folder.
+    masks: Vec<(CString, bool)>,
 }
 
 /// A confinement ready to install on one command.

@@ -365,8 +365,10 @@ pub async fn run(
     cwd: &Path,
     limits: &ShellLimits,
     settings: &confine::Settings,
+    control: &crate::capability::fs::ControlPaths,
 ) -> Result<Output, CapabilityError> {
     let shown = command.shown.as_str();
+
     let words: Vec<&str> = match &command.invocation {
         Invocation::Shell(line) => vec!["sh", "-c", line],
         Invocation::Exec(argv) => argv.iter().map(String::as_str).collect(),
@@ -395,6 +397,21 @@ pub async fn run(
         workspace: Some(cwd.to_owned()),
         write: vec![home.path().to_owned()],
         network: settings.shell_network,
+        // The workspace's own control paths (`$ZOT_HOME`, an extension's
+        // folder) are read-only, as `.git`, `.zot` and `.shiro` are.
+        read_only: control
+            .paths()
+            .iter()
+            .map(|control| cwd.join(&control.path))
+            .collect(),
+        // The user's secrets (`$ZOT_HOME` inside the workspace), which the
+        // jail refuses by name, are covered: a command reads nothing there.
+        hidden: control
+            .paths()
+            .iter()
+            .filter(|control| control.secret)
+            .map(|control| cwd.join(&control.path))
+            .collect(),
         ..Jail::default()
     };
     let confinement = jail.prepare(settings).map_err(|err| match err {
@@ -403,6 +420,17 @@ pub async fn run(
         }
         ConfineError::Prepare(_) => CapabilityError::Failed(format!("`{shown}`: {err}")),
     })?;
+    // Only a mount namespace can cover the secrets; without one (no user
+    // namespaces here) a command could read them.
+    if !confinement.namespaced() && jail.hidden.iter().any(|path| path.exists()) {
+        return Err(CapabilityError::denied(
+            Capability::Shell,
+            shown,
+            "the workspace holds the user's secrets (`$ZOT_HOME` lies in it), which this \
+             system cannot hide from a command (no user namespaces); no shell command runs in \
+             it: keep `$ZOT_HOME` outside the workspace",
+        ));
+    }
     let watch = confine::ControlPathWatch::before(cwd);
     let mut child = tokio::process::Command::new(program);
     child
@@ -534,7 +562,15 @@ mod tests {
         cwd: &Path,
         limits: &ShellLimits,
     ) -> Result<Output, CapabilityError> {
-        super::run(command, cwd, limits, &confine::Settings::default()).await
+        let control = crate::capability::fs::ControlPaths::default();
+        super::run(
+            command,
+            cwd,
+            limits,
+            &confine::Settings::default(),
+            &control,
+        )
+        .await
     }
 
     fn grant(patterns: &[&str]) -> ShellGrant {

@@ -142,6 +142,8 @@ pub fn spawn(
             read: vec![dir.to_owned()],
             write: vec![data_dir, private.path().to_owned()],
             network: true,
+            read_only: Vec::new(),
+            hidden: Vec::new(),
         };
         let ready = jail
             .prepare(&settings.settings)

@@ -32,6 +32,7 @@ const STEPS: &[&str] = &[
     "drop root's capabilities",
     "set no_new_privs",
     "apply the Landlock ruleset",
+    "hide a secret path",
 ];
 const USER_NS: u8 = 1;
 const ID_MAP: u8 = 2;
@@ -43,6 +44,7 @@ const READ_ONLY: u8 = 7;
 const SECUREBITS: u8 = 8;
 const NO_NEW_PRIVS: u8 = 9;
 const LANDLOCK: u8 = 10;
+const MASK: u8 = 11;
 
 /// `SECBIT_NOROOT | SECBIT_NOROOT_LOCKED`: uid 0 gains no capabilities at `execve`.
 const NOROOT: libc::c_ulong = 0b11;
@@ -313,6 +315,38 @@ fn enter(plan: &Plan, namespaces: &Namespaces) -> io::Result<()> {
             ) != 0
             {
                 return Err(failed(plan, READ_ONLY));
+            }
+        }
+        // Secret paths: an empty, read-only folder over a folder, the empty
+        // `/dev/null` over a file, so a command reads nothing of them.
+        for (path, folder) in &namespaces.masks {
+            let flags = libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+            let hidden = if *folder {
+                libc::mount(
+                    c"tmpfs".as_ptr(),
+                    path.as_ptr(),
+                    c"tmpfs".as_ptr(),
+                    flags,
+                    c"size=4k,mode=0500".as_ptr().cast(),
+                ) == 0
+            } else {
+                libc::mount(
+                    c"/dev/null".as_ptr(),
+                    path.as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_BIND,
+                    std::ptr::null(),
+                ) == 0
+                    && libc::mount(
+                        std::ptr::null(),
+                        path.as_ptr(),
+                        std::ptr::null(),
+                        libc::MS_BIND | libc::MS_REMOUNT | flags,
+                        std::ptr::null(),
+                    ) == 0
+            };
+            if !hidden {
+                return Err(failed(plan, MASK));
             }
         }
         if libc::prctl(libc::PR_SET_SECUREBITS, NOROOT) != 0 {
