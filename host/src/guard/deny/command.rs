@@ -208,10 +208,20 @@ struct Lexer<'a> {
     word: Option<String>,
     quote: Quote,
     parsed: Parsed,
+    /// How many parameter expansions this line lies in (see `braced`).
+    nesting: usize,
 }
+
+/// Parameter expansions read inside one another before the line counts as
+/// nested too deep to follow (and is also read conservatively).
+const MAX_EXPANSIONS: usize = 8;
 
 impl<'a> Lexer<'a> {
     fn run(command: &'a str) -> Parsed {
+        Self::run_nested(command, 0)
+    }
+
+    fn run_nested(command: &'a str, nesting: usize) -> Parsed {
         let mut lexer = Lexer {
             chars: command.chars().peekable(),
             frames: vec![Frame {
@@ -226,6 +236,7 @@ impl<'a> Lexer<'a> {
             word: None,
             quote: Quote::None,
             parsed: Parsed::default(),
+            nesting,
         };
         while let Some(c) = lexer.chars.next() {
             match lexer.quote {
@@ -422,19 +433,53 @@ impl<'a> Lexer<'a> {
                 self.quote = Quote::Double;
             }
             Some('{') => {
-                // A parameter expansion: its value is unknown; keep it as
-                // written.
+                self.chars.next();
+                // A parameter expansion: its value is unknown, so it stays
+                // as written. But a command substituted in its word
+                // (`${x:-$(git push)}`, `` ${x:=`rm -rf y`} ``) runs: its
+                // text is read again as a line of its own.
+                let text = self.braced();
                 let word = self.word.get_or_insert_with(String::new);
-                word.push('$');
-                for c in self.chars.by_ref() {
-                    word.push(c);
-                    if c == '}' {
-                        break;
+                word.push_str("${");
+                word.push_str(&text);
+                word.push('}');
+                if text.contains(['$', '`']) {
+                    if self.nesting < MAX_EXPANSIONS {
+                        let inner = Lexer::run_nested(&text, self.nesting + 1);
+                        self.parsed.lists.extend(inner.lists);
+                        self.parsed.unbalanced |= inner.unbalanced;
+                    } else {
+                        self.parsed.unbalanced = true;
                     }
                 }
             }
             _ => self.word().push('$'),
         }
+    }
+
+    /// The text of a parameter expansion after its `${`, up to the `}` that
+    /// closes it (past the `${…}` and `$(…)` inside it); the end of the
+    /// line leaves it unclosed.
+    fn braced(&mut self) -> String {
+        let mut text = String::new();
+        let (mut braces, mut parens) = (1usize, 0usize);
+        for c in self.chars.by_ref() {
+            match c {
+                '{' if text.ends_with('$') => braces += 1,
+                '}' if parens == 0 => {
+                    braces -= 1;
+                    if braces == 0 {
+                        return text;
+                    }
+                }
+                '(' => parens += 1,
+                ')' => parens = parens.saturating_sub(1),
+                _ => {}
+            }
+            text.push(c);
+        }
+        self.parsed.unbalanced = true;
+        text
     }
 
     fn single(&mut self, c: char) {
@@ -672,6 +717,42 @@ mod tests {
             })
             .collect();
         assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
+
+    #[test]
+    fn a_command_substituted_in_a_parameter_expansion_is_read() {
+        // Attack: each runs the inner command (`sh` substitutes the word of
+        // `${x:-word}` when `x` is unset), hidden behind `${`.
+        for (command, inner) in [
+            ("echo ${x:-$(git 'push')}", "git push"),
+            ("echo ${x:-$(rm -r''f y)}", "rm -rf y"),
+            ("echo \"${x:-$(git pu\\sh)}\"", "git push"),
+            (": ${x:=`git 'push'`}", "git push"),
+            ("echo ${x#$(git 'push')}", "git push"),
+            ("echo ${a:-${b:-$(/bin/rm -rf /)}}", "rm -rf /"),
+            ("echo ${x:-$(echo }) $(git push)}", "git push"),
+        ] {
+            let forms = normal_forms(command);
+            assert!(
+                forms.iter().any(|form| form == inner),
+                "{command:?}: {forms:?}"
+            );
+        }
+        // A plain parameter expansion still stays as written.
+        assert_eq!(forms("git ${X}push"), Vec::<String>::new());
+        // Expansions nested past the limit: read conservatively as well,
+        // without recursing without bound.
+        let deep = format!(
+            "{}$(git 'push'){}",
+            "${x:-".repeat(10_000),
+            "}".repeat(10_000)
+        );
+        let forms = normal_forms(&deep);
+        assert!(
+            forms.iter().any(|form| form.contains("git push")),
+            "{}",
+            forms.len()
+        );
     }
 
     #[test]
