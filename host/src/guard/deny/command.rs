@@ -30,10 +30,65 @@ const RESERVED: &[&str] = &[
     "!", "{", "}", "if", "then", "else", "elif", "fi", "do", "done", "while", "until", "time",
 ];
 
-/// Programs that run the next word as a program.
-const WRAPPERS: &[&str] = &[
-    "builtin", "command", "env", "exec", "nice", "nohup", "sudo", "time", "xargs",
+/// A program that runs another, named after its options.
+struct Wrapper {
+    name: &'static str,
+    /// Its options whose value is the next word (`nice -n 5 git push`),
+    /// separated by spaces: that word is no program.
+    valued: &'static str,
+    /// Words it takes before the program, options aside (`timeout 5 git`).
+    operands: usize,
+}
+
+impl Wrapper {
+    /// Whether option `word` takes the next word as its value.
+    fn takes_a_value(&self, word: &str) -> bool {
+        self.valued.split(' ').any(|option| option == word)
+    }
+}
+
+const fn wrapper(name: &'static str, valued: &'static str, operands: usize) -> Wrapper {
+    Wrapper {
+        name,
+        valued,
+        operands,
+    }
+}
+
+/// Programs that run a later word as a program.
+const WRAPPERS: &[Wrapper] = &[
+    wrapper("builtin", "", 0),
+    wrapper("chrt", "", 1),
+    wrapper("command", "", 0),
+    wrapper("doas", "-u -C", 0),
+    wrapper("env", "-u --unset -C --chdir", 0),
+    wrapper("exec", "-a", 0),
+    wrapper("ionice", "-c --class -n --classdata", 0),
+    wrapper("nice", "-n --adjustment", 0),
+    wrapper("nohup", "", 0),
+    wrapper("setsid", "", 0),
+    wrapper("stdbuf", "-i --input -o --output -e --error", 0),
+    wrapper(
+        "sudo",
+        "-u --user -g --group -h --host -p --prompt -C --close-from -D --chdir -r --role -t \
+         --type -T --command-timeout -U --other-user -R --chroot",
+        0,
+    ),
+    wrapper("taskset", "", 1),
+    wrapper("time", "-f --format -o --output", 0),
+    wrapper("timeout", "-s --signal -k --kill-after", 1),
+    wrapper(
+        "xargs",
+        "-I -n --max-args -P --max-procs -s --max-chars -L --max-lines -d --delimiter -E -a \
+         --arg-file",
+        0,
+    ),
 ];
+
+/// The wrapper named `name`, if it is one.
+fn wrapper_named(name: &str) -> Option<&'static Wrapper> {
+    WRAPPERS.iter().find(|wrapper| wrapper.name == name)
+}
 
 /// Characters after which a command needs reading as the shell would; a
 /// line without any of them (and without a path, a doubled space or a
@@ -98,7 +153,7 @@ fn is_plain(command: &str) -> bool {
         return false;
     }
     let first = command.split(' ').next().unwrap_or_default();
-    !(RESERVED.contains(&first) || WRAPPERS.contains(&first))
+    !(RESERVED.contains(&first) || wrapper_named(first).is_some())
 }
 
 /// Appends `word` after a space; an empty word (`''`) adds nothing, so
@@ -563,16 +618,28 @@ impl<'a> Lexer<'a> {
 fn simple(mut words: Vec<String>) -> Simple {
     let mut index = 0;
     let mut program = words.len();
-    let mut after_wrapper = false;
+    // The wrapper whose options and operands come next, and how many of
+    // its operands are still to come.
+    let mut wrapping: Option<(&Wrapper, usize)> = None;
     while let Some(word) = words.get(index) {
         if is_redirection(word) {
             // The operator and its target.
             index += 2;
             continue;
         }
-        let skip = is_assignment(word)
-            || (!after_wrapper && RESERVED.contains(&word.as_str()))
-            || (after_wrapper && word.starts_with('-'));
+        if let Some((wrapper, operands)) = &mut wrapping {
+            if word.starts_with('-') {
+                // An option, and its value when that is the next word.
+                index += if wrapper.takes_a_value(word) { 2 } else { 1 };
+                continue;
+            }
+            if *operands > 0 {
+                *operands -= 1;
+                index += 1;
+                continue;
+            }
+        }
+        let skip = is_assignment(word) || (wrapping.is_none() && RESERVED.contains(&word.as_str()));
         if skip {
             index += 1;
             continue;
@@ -582,10 +649,10 @@ fn simple(mut words: Vec<String>) -> Simple {
             words[index] = base.to_owned();
         }
         program = index;
-        if !WRAPPERS.contains(&words[index].as_str()) {
+        let Some(wrapper) = wrapper_named(&words[index]) else {
             break;
-        }
-        after_wrapper = true;
+        };
+        wrapping = Some((wrapper, wrapper.operands));
         index += 1;
     }
     Simple { words, program }
@@ -686,6 +753,20 @@ mod tests {
             ("exec /usr/bin/git push", &["exec git push", "git push"]),
             ("env -i A=b git push", &["git push"]),
             ("sudo rm -rf /", &["rm -rf /"]),
+            // Attack: a wrapper's option value, or operand, taken for the
+            // program, which an anchored rule would then miss.
+            ("nice -n 5 curl x", &["curl x"]),
+            ("sudo -u root curl x", &["curl x"]),
+            ("env -u A curl x", &["curl x"]),
+            ("exec -a foo curl x", &["curl x"]),
+            ("timeout 5 curl x", &["curl x"]),
+            ("timeout -s KILL 5 curl x", &["curl x"]),
+            ("setsid curl x", &["curl x"]),
+            ("stdbuf -o0 curl x", &["curl x"]),
+            (
+                "nice -n 5 sudo -u root /usr/bin/curl x",
+                &["curl x", "nice -n 5 sudo -u root curl x"],
+            ),
             (
                 "if /usr/bin/git push; then :; fi",
                 &[":", "git push", "if git push ; then : ; fi"],
