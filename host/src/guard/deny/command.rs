@@ -9,11 +9,13 @@
 //! 2. Every simple command counts. The line is split where `sh` starts
 //!    another command (`;`, `&&`, `||`, `|`, `&`, newlines, `(`, `)`) and
 //!    where it runs one inside another (`$(…)`, backticks, also inside double
-//!    quotes), so `x; /bin/rm -rf y` or `echo "$(git push)"` is caught.
+//!    quotes and inside a parameter expansion's word: `${x:-$(…)}`), so
+//!    `x; /bin/rm -rf y` or `echo "$(git push)"` is caught.
 //! 3. The program is reduced to its basename (`/usr/bin/git` is `git`), past
 //!    leading assignments, redirections, reserved words (`if`, `{`, `!`, …)
 //!    and the wrappers that run their argument (`exec`, `command`, `env`,
-//!    `sudo`, …).
+//!    `sudo`, `timeout`, …) with their options, the values those take
+//!    (`sudo -u root`) and their operands (`timeout 5`).
 //! 4. A line `sh` would reject (an unclosed quote) is read as far as it goes
 //!    and, conservatively, also with every quote character and backslash
 //!    removed: the lines before the error may still run.
@@ -21,9 +23,11 @@
 //! The forms returned are the whole line normalised (commands joined by
 //! their operators), each list inside a substitution likewise, and each
 //! simple command from its program on. A rule matching the raw line or any
-//! form blocks. What this cannot see — the value of a variable, a command
-//! built at run time, `sh -c '…'` nested in an argument, an alias — is the
-//! kernel sandbox's to contain: deny rules are a filter, not the sandbox.
+//! form blocks. What this cannot see — the value of a variable (`${IFS}`,
+//! `$@`), a command built at run time (`eval`), `sh -c '…'` nested in an
+//! argument, an alias or a function, bash's brace expansion
+//! (`git pu{s,}h`), another spelling of the same options — is the kernel
+//! sandbox's to contain: deny rules are a filter, not the sandbox.
 
 /// Reserved words that may stand before a simple command's program.
 const RESERVED: &[&str] = &[
