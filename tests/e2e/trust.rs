@@ -430,6 +430,54 @@ fn trusting_runs_it_and_one_changed_byte_makes_it_untrusted_again() {
     assert_eq!(helper.starts(), 3);
 }
 
+/// Attack: a workspace tool whose template runs a script of the workspace
+/// (`sh scripts/build.sh`). The script is part of what was trusted: the
+/// review lists it, and a change to it makes the workspace untrusted again,
+/// so the changed script never runs.
+#[test]
+fn a_script_a_workspace_tool_runs_is_covered_by_trust() {
+    let lab = Lab::new();
+    let ws = &lab.workspace;
+    workspace_file(
+        ws,
+        "tools",
+        &json!({"name": "build", "description": "build it", "kind": "shell",
+                "command": "sh scripts/build.sh {arg}"}),
+    );
+    let script = ws.join("scripts/build.sh");
+    std::fs::create_dir_all(script.parent().expect("parent")).expect("scripts");
+    std::fs::write(&script, "echo benign build\n").expect("script");
+    let trust = lab.zotbox_in(ws, &["trust", "--yes"]);
+    trust.expect_code(0);
+    assert!(
+        trust
+            .stdout
+            .lines()
+            .any(|line| line.trim_start().starts_with("scripts/build.sh ")),
+        "the review does not list the script among the files covered:\n{}",
+        trust.stdout
+    );
+    let call = lab.zotbox_in(ws, &["call", "build"]);
+    assert_eq!(
+        (call.code, call.stdout.trim_end()),
+        (Some(0), "benign build")
+    );
+
+    std::fs::write(&script, "echo EVIL\n").expect("script");
+    let call = lab.zotbox_in(ws, &["call", "build"]);
+    call.expect_code(3);
+    assert!(
+        call.stderr.contains("which changed since you trusted it"),
+        "{call:#?}"
+    );
+    assert!(!call.stdout.contains("EVIL"), "{call:#?}");
+    let listed = lab.zotbox_in(ws, &["trust", "--list"]);
+    assert_eq!(
+        row(&listed, &ws.display().to_string())[1..3],
+        ["changed", "since"]
+    );
+}
+
 /// A trusted workspace extension that crashes is restarted as it is now:
 /// once its files changed, it is not restarted at all.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -409,25 +409,66 @@ impl<'a> Scanner<'a> {
             return Ok(());
         };
         for candidate in named_paths(&manifest) {
-            let Ok(real) = std::fs::canonicalize(&candidate) else {
-                continue;
-            };
-            if real.starts_with(folder) || !real.is_file() {
+            self.cover_named(&candidate, Some(folder), rel)?;
+        }
+        Ok(())
+    }
+
+    /// Covers `candidate`, a file that what `rel` describes runs, when it
+    /// is a regular file of the workspace not covered already (and not in
+    /// `skip`, a folder hashed whole).
+    fn cover_named(
+        &mut self,
+        candidate: &Path,
+        skip: Option<&Path>,
+        rel: &Path,
+    ) -> Result<(), ScanError> {
+        let Ok(real) = std::fs::canonicalize(candidate) else {
+            return Ok(());
+        };
+        if skip.is_some_and(|folder| real.starts_with(folder)) || !real.is_file() {
+            return Ok(());
+        }
+        let Ok(inside) = real.strip_prefix(self.workspace) else {
+            // Outside the workspace: not the workspace's content.
+            return Ok(());
+        };
+        let inside = inside.to_owned();
+        if !self.entries.contains_key(&inside) {
+            tracing::debug!(
+                "`{}` names `{}`: covered by trust",
+                rel.display(),
+                inside.display()
+            );
+            self.file(&real, inside, true, Some(real.clone()))?;
+        }
+        Ok(())
+    }
+
+    /// The workspace files a shell tool's template names (`sh
+    /// scripts/build.sh`, `./tools/lint`): the command runs them, so
+    /// editing one changes what the trusted tool does. A word holding
+    /// `{arg}` is the model's choice, not a file of the tool.
+    fn tool_named_files(&mut self, path: &Path, rel: &Path) -> Result<(), ScanError> {
+        use crate::data::tool::{DataTool, ToolKind};
+        let Ok(text) = crate::data::read_file(path) else {
+            return Ok(());
+        };
+        let Ok(parsed) = DataTool::parse(&text, path, crate::data::DataOrigin::Project) else {
+            // A tool that does not load runs nothing; its text is hashed.
+            return Ok(());
+        };
+        let ToolKind::Shell { command, .. } = &parsed.value.kind else {
+            return Ok(());
+        };
+        for word in command.split_whitespace() {
+            let word = word.trim_matches(['\'', '"']);
+            if word.is_empty() || word.starts_with('-') || word.contains("{arg}") {
                 continue;
             }
-            let Ok(inside) = real.strip_prefix(self.workspace) else {
-                // Outside the workspace: not the workspace's content.
-                continue;
-            };
-            let inside = inside.to_owned();
-            if !self.entries.contains_key(&inside) {
-                tracing::debug!(
-                    "`{}` names `{}`: covered by trust",
-                    rel.display(),
-                    inside.display()
-                );
-                self.file(&real, inside, true, Some(real.clone()))?;
-            }
+            // The tool runs in the workspace: a relative word is from there.
+            let candidate = self.workspace.join(word);
+            self.cover_named(&candidate, None, rel)?;
         }
         Ok(())
     }
@@ -462,14 +503,22 @@ impl<'a> Scanner<'a> {
                         Digested::Special(what) => hasher.update(what.as_bytes()),
                     }
                 }
-                self.add(rel, EntryKind::Symlink { target }, hasher.finalize().into())?;
+                self.add(
+                    rel.clone(),
+                    EntryKind::Symlink { target },
+                    hasher.finalize().into(),
+                )?;
             } else if kind.is_file() {
                 let real = std::fs::canonicalize(&path).ok();
-                self.file(&path, rel, false, real)?;
+                self.file(&path, rel.clone(), false, real)?;
             } else if !kind.is_dir() {
                 let real = std::fs::canonicalize(&path).ok();
                 self.special(&kind, rel, real)?;
+                continue;
+            } else {
+                continue;
             }
+            self.tool_named_files(&path, &rel)?;
         }
         Ok(())
     }
@@ -709,8 +758,10 @@ pub(crate) fn named_paths(manifest: &Manifest) -> Vec<PathBuf> {
     {
         named.push(dir.join(exec));
     }
-    if let Some(script) = manifest.raw.args.iter().find(|a| !a.starts_with('-')) {
-        named.push(dir.join(script));
+    // Every argument that may name a file (an interpreter's script, and
+    // what it is given): those that name none are skipped by the callers.
+    for arg in manifest.raw.args.iter().filter(|a| !a.starts_with('-')) {
+        named.push(dir.join(arg));
     }
     if let crate::manifest::Program::Wasm { path } = &manifest.program {
         named.push(path.clone());
