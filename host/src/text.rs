@@ -98,6 +98,21 @@ pub fn shown_text(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// A path as [`shown`] writes text, each byte of its name that is not
+/// UTF-8 written as `\x{ff}`: a file named with such a byte and one named
+/// with the replacement character `�` read differently, as they are.
+pub fn shown_path(path: &std::path::Path) -> String {
+    use std::os::unix::ffi::OsStrExt as _;
+    let mut out = String::new();
+    for chunk in path.as_os_str().as_bytes().utf8_chunks() {
+        out.push_str(&shown(chunk.valid()));
+        for byte in chunk.invalid() {
+            let _ = write!(out, "\\x{{{byte:x}}}");
+        }
+    }
+    out
+}
+
 /// A [`fmt::Display`] of a string through [`shown`], for `format!` arguments.
 #[derive(Debug, Clone, Copy)]
 pub struct Shown<'a>(pub &'a str);
@@ -206,6 +221,18 @@ mod tests {
             assert_eq!(shown(&shown(raw)), expected, "{raw:?}");
         }
         assert!(matches!(shown("plain"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn a_path_shows_the_bytes_that_are_not_utf8() {
+        use std::os::unix::ffi::OsStrExt as _;
+        let raw = std::path::Path::new(std::ffi::OsStr::from_bytes(b"a/bad\xff\xfename\x1b"));
+        assert_eq!(shown_path(raw), "a/bad\\x{ff}\\x{fe}name\\u{1b}");
+        // The replacement character itself is text, and reads otherwise.
+        assert_eq!(
+            shown_path(std::path::Path::new("bad\u{fffd}")),
+            "bad\u{fffd}"
+        );
     }
 
     #[test]

@@ -29,7 +29,7 @@ use zotbox::discovery::{SearchPath, ZotLaunch, ZotShadow, zot_launch};
 use zotbox::manifest::{Manifest, Program};
 use zotbox::policy::{Policy, WorkspaceTrust};
 use zotbox::store::trust::{Contents, EntryKind, TrustStore};
-use zotbox::text::shown;
+use zotbox::text::{shown, shown_path};
 
 /// How many covered files the review lists before it summarises the rest.
 const FILES_SHOWN: usize = 50;
@@ -57,8 +57,8 @@ impl Args {
         }
         let given = context.workspace()?;
         let workspace = std::fs::canonicalize(&given)
-            .with_context(|| format!("workspace `{}`", shown(&given.display().to_string())))?;
-        let shown_ws = shown(&workspace.display().to_string()).into_owned();
+            .with_context(|| format!("workspace `{}`", shown_path(&given)))?;
+        let shown_ws = shown_path(&workspace);
         let mut store = TrustStore::load(&home)?;
         if self.revoke {
             if !store.revoke(&workspace) {
@@ -155,7 +155,7 @@ fn say(
         }))?;
         return Ok(EXIT_OK);
     }
-    let ws = shown(&workspace.display().to_string()).into_owned();
+    let ws = shown_path(workspace);
     match (action, contents) {
         ("trusted", Some(c)) => println!(
             "trusted `{ws}` ({} files, sha256 {}); any change to them makes it untrusted again",
@@ -208,7 +208,7 @@ impl Review {
         }
         println!(
             "workspace `{}`: {} files covered ({} bytes), sha256 {}",
-            shown(&contents.workspace.display().to_string()),
+            shown_path(&contents.workspace),
             contents.covered.len(),
             contents.bytes,
             &contents.sha256[..12.min(contents.sha256.len())]
@@ -236,11 +236,7 @@ impl Review {
             );
             for (path, manifest) in &self.extensions {
                 if let Err(err) = manifest {
-                    println!(
-                        "invalid `{}`: {}",
-                        shown(&path.display().to_string()),
-                        shown(err)
-                    );
+                    println!("invalid `{}`: {}", shown_path(path), shown(err));
                 }
             }
         }
@@ -248,11 +244,11 @@ impl Review {
             let what = if shadow.serve_launcher {
                 "zotbox's serve launcher (every refusal plugin is off inside zot)".to_owned()
             } else {
-                format!("your `{}`", shown(&shadow.user.display().to_string()))
+                format!("your `{}`", shown_path(&shadow.user))
             };
             println!(
                 "inside zot, `{}` replaces {what}",
-                shown(&shadow.workspace.display().to_string())
+                shown_path(&shadow.workspace)
             );
         }
         let tools = &self.data.untrusted_tools;
@@ -326,7 +322,7 @@ impl Review {
                 let what = match &covered.kind {
                     EntryKind::File { bytes } => format!("{bytes} bytes"),
                     EntryKind::Symlink { target } => {
-                        let target = shown(&target.display().to_string()).into_owned();
+                        let target = shown_path(target);
                         if contents.follows_link(&covered.path) {
                             format!("symlink to `{target}`")
                         } else {
@@ -338,7 +334,7 @@ impl Review {
                     }
                     EntryKind::Special { what } => (*what).to_owned(),
                 };
-                println!("  {}  {what}", shown(&covered.path.display().to_string()));
+                println!("  {}  {what}", shown_path(&covered.path));
             }
             if contents.covered.len() > FILES_SHOWN {
                 println!("  … and {} more", contents.covered.len() - FILES_SHOWN);
@@ -463,7 +459,7 @@ fn capabilities_cell(policy: &Policy, manifest: &Manifest) -> String {
         return match policy.native_refused_by() {
             Some(path) => format!(
                 "refused: native extensions are off in `{}`",
-                shown(&path.display().to_string())
+                shown_path(path)
             ),
             None => {
                 // The one thing its manifest decides: secrets handed over as variables.
