@@ -19,15 +19,18 @@
 //! 4. A line `sh` would reject (an unclosed quote) is read as far as it goes
 //!    and, conservatively, also with every quote character and backslash
 //!    removed: the lines before the error may still run.
+//! 5. bash expands brace groups before it runs a line (`git pu{s,}h` is
+//!    `git push puh`): a form holding one is also tried expanded, within a
+//!    budget per word and per line, so a check stays quick.
 //!
 //! The forms returned are the whole line normalised (commands joined by
 //! their operators), each list inside a substitution likewise, and each
 //! simple command from its program on. A rule matching the raw line or any
 //! form blocks. What this cannot see — the value of a variable (`${IFS}`,
 //! `$@`), a command built at run time (`eval`), `sh -c '…'` nested in an
-//! argument, an alias or a function, bash's brace expansion
-//! (`git pu{s,}h`), another spelling of the same options — is the kernel
-//! sandbox's to contain: deny rules are a filter, not the sandbox.
+//! argument, an alias or a function, another spelling of the same
+//! options — is the kernel sandbox's to contain: deny rules are a filter,
+//! not the sandbox.
 
 /// Reserved words that may stand before a simple command's program.
 const RESERVED: &[&str] = &[
@@ -145,7 +148,119 @@ pub(super) fn normal_forms(command: &str) -> Vec<String> {
     if parsed.unbalanced {
         add(conservative(command));
     }
+    // bash expands `{a,b}` before it runs a line (`git pu{s,}h` is `git
+    // push puh`): each form holding one is also tried expanded, within a
+    // budget for the whole line (a check must stay quick: past it, the
+    // rest is tried as written).
+    let mut line_budget = MAX_LINE_EXPANSION_BYTES;
+    let braced: Vec<String> = forms
+        .iter()
+        .chain(std::iter::once(&command.to_owned()))
+        .filter(|form| form.contains('{') && form.contains(','))
+        .map_while(|form| {
+            let expanded = expand_braces(form);
+            let cost = expanded.as_ref().map_or(0, String::len);
+            line_budget = line_budget.checked_sub(cost)?;
+            Some(expanded)
+        })
+        .flatten()
+        .collect();
+    for form in braced {
+        if form != command && seen.insert(form.clone()) {
+            forms.push(form);
+        }
+    }
     forms
+}
+
+/// Brace groups expanded in one word at most; a word with more is left as
+/// it is (each group may double it).
+const MAX_BRACE_GROUPS: usize = 8;
+
+/// The longest expanded form tried: past it the form is not expanded (a
+/// line of many groups would otherwise grow by their product).
+const MAX_EXPANDED_BYTES: usize = 64 * 1024;
+
+/// The expanded forms of one line, together, at most.
+const MAX_LINE_EXPANSION_BYTES: usize = 1024 * 1024;
+
+/// `form` with every word's brace groups expanded as bash expands them
+/// (`-r{,}f` is `-rf -rf`, `{rm,-rf,x}` is `rm -rf x`), or `None` when no
+/// word changes or the expansion would pass [`MAX_EXPANDED_BYTES`].
+fn expand_braces(form: &str) -> Option<String> {
+    let mut changed = false;
+    let mut words = Vec::new();
+    let mut budget = MAX_EXPANDED_BYTES;
+    for word in form.split(' ') {
+        let before = words.len();
+        expand_word(word, MAX_BRACE_GROUPS, &mut words, &mut budget)?;
+        changed |= words.len() != before + 1 || words[before] != word;
+    }
+    changed.then(|| words.join(" "))
+}
+
+/// Pushes the words `word` expands to (as it is when it holds no brace
+/// group, or more groups than `groups_left`), each paid from `budget`;
+/// `None` once the budget is spent.
+fn expand_word(
+    word: &str,
+    groups_left: usize,
+    out: &mut Vec<String>,
+    budget: &mut usize,
+) -> Option<()> {
+    let group = brace_group(word).filter(|_| groups_left > 0);
+    let Some((open, close, alternatives)) = group else {
+        *budget = budget.checked_sub(word.len() + 1)?;
+        out.push(word.to_owned());
+        return Some(());
+    };
+    let (before, after) = (&word[..open], &word[close + 1..]);
+    for alternative in alternatives {
+        let next = format!("{before}{alternative}{after}");
+        if next.len() > *budget {
+            return None;
+        }
+        expand_word(&next, groups_left - 1, out, budget)?;
+    }
+    Some(())
+}
+
+/// The first brace group of `word` (not a `${…}`): where it opens and
+/// closes, and its comma-separated alternatives (a group without a comma
+/// at its own level is no group).
+fn brace_group(word: &str) -> Option<(usize, usize, Vec<&str>)> {
+    let bytes = word.as_bytes();
+    let mut start = 0;
+    while let Some(found) = word[start..].find('{') {
+        let open = start + found;
+        start = open + 1;
+        if open > 0 && bytes[open - 1] == b'$' {
+            continue;
+        }
+        let (mut depth, mut from) = (0usize, open + 1);
+        let mut alternatives = Vec::new();
+        for (index, byte) in bytes.iter().enumerate().skip(open) {
+            match byte {
+                b'{' => depth += 1,
+                b'}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        if alternatives.is_empty() {
+                            break;
+                        }
+                        alternatives.push(&word[from..index]);
+                        return Some((open, index, alternatives));
+                    }
+                }
+                b',' if depth == 1 => {
+                    alternatives.push(&word[from..index]);
+                    from = index + 1;
+                }
+                _ => {}
+            }
+        }
+    }
+    None
 }
 
 /// Whether `command` needs no reading: its normal form is itself.
@@ -838,6 +953,58 @@ mod tests {
             "{}",
             forms.len()
         );
+    }
+
+    #[test]
+    fn brace_groups_are_tried_expanded_as_bash_expands_them() {
+        // Attack: bash runs each of these as the denied command.
+        for (command, expanded) in [
+            ("{rm,-rf,x}", "rm -rf x"),
+            ("rm -r{,}f x", "rm -rf -rf x"),
+            ("git pu{s,}h", "git push puh"),
+            ("{kubectl,apply} -f x", "kubectl apply -f x"),
+            ("x; /bin/{rm,-rf} y", "rm -rf y"),
+            ("echo {a,{b,c}}d", "echo ad bd cd"),
+        ] {
+            let forms = normal_forms(command);
+            assert!(
+                forms.iter().any(|form| form == expanded),
+                "{command:?}: {forms:?}"
+            );
+        }
+        // No group: a parameter, one alternative, a shell group.
+        for command in ["echo ${a,b}", "echo {a}", "{ a; b; }", "echo ${x}{"] {
+            assert!(
+                normal_forms(command)
+                    .iter()
+                    .all(|form| !form.contains(" , ")),
+                "{command:?}"
+            );
+        }
+        // A line of many commands each holding groups: within the line's
+        // budget, at once.
+        let line = "x{a,b}{a,b}{a,b}{a,b}{a,b}{a,b}{a,b}{a,b};".repeat(100_000);
+        let total: usize = normal_forms(&line).iter().map(String::len).sum();
+        assert!(
+            total <= line.len() * 3 + MAX_LINE_EXPANSION_BYTES,
+            "{total}"
+        );
+        // Many groups, or a long word: the expansion stays within its
+        // budget, or is not tried.
+        for many in [
+            "{a,b}".repeat(100_000),
+            "{a,b}".repeat(9),
+            format!("{{a,b}}{}", "x".repeat(40_000)),
+        ] {
+            let forms = normal_forms(&many);
+            assert!(
+                forms
+                    .iter()
+                    .all(|form| form.len() <= MAX_EXPANDED_BYTES.max(many.len())),
+                "{}",
+                many.len()
+            );
+        }
     }
 
     #[test]
