@@ -327,6 +327,7 @@ struct Writer {
 impl Writer {
     fn run(mut self, receiver: mpsc::Receiver<Message>) {
         while let Ok(message) = receiver.recv() {
+            self.follow_path();
             self.refresh_len();
             let mut acks = Vec::new();
             let mut next = Some(message);
@@ -360,9 +361,10 @@ impl Writer {
     }
 
     fn write(&mut self, record: &AuditRecord) {
-        let Ok(mut line) = serde_json::to_vec(record) else {
+        let Ok(line) = serde_json::to_string(record) else {
             return;
         };
+        let mut line = ascii_safe(&line).into_bytes();
         line.push(b'\n');
         let size = line.len() as u64;
         if self.len > 0 && self.len.saturating_add(size) > self.config.max_file_bytes {
@@ -409,6 +411,20 @@ impl Writer {
                 self.refresh_len();
             }
             Err(err) => self.rotation_failed(&err),
+        }
+    }
+
+    /// Reopens the path when it no longer names the open file (the user
+    /// deleted or moved the log, or a rotation by another tool): a
+    /// long-lived host would otherwise write its records where nobody
+    /// reads them.
+    fn follow_path(&mut self) {
+        if self.still_ours() {
+            return;
+        }
+        let _ = self.out.flush();
+        if let Ok(file) = crate::home::open_append(&self.path) {
+            self.out = std::io::BufWriter::new(file);
         }
     }
 
@@ -480,9 +496,50 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
     (year, month, day)
 }
 
+/// JSON `text` with every character [`crate::text::is_unsafe`] names
+/// written as a `\\uXXXX` escape (a surrogate pair past the BMP): the same
+/// values for a JSON reader, but a line holds no C1 control, no bidi
+/// override and no line separator a guest put in a path or a URL, which
+/// `tail -f` would pass to the terminal and a line splitter would break on.
+/// Such characters occur only inside strings, where the escape means them.
+fn ascii_safe(text: &str) -> String {
+    use std::fmt::Write as _;
+    if !crate::text::has_unsafe(text) {
+        return text.to_owned();
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if crate::text::is_unsafe(c) {
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                let _ = write!(out, "\\u{unit:04x}");
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_line_holds_no_character_a_terminal_or_a_line_splitter_acts_on() {
+        // Attack: a path a guest chose, with a line separator and a forged
+        // record after it, a C1 CSI and a bidi override.
+        let subject = "a\u{2028}{\"decision\":\"allow\"}\u{85}\u{9b}31m\u{202e}\u{7f}\u{E0041}";
+        let record = AuditRecord::now("x", "fs-read", subject, Decision::Deny, "r".to_owned());
+        let line = ascii_safe(&serde_json::to_string(&record).unwrap_or_default());
+        assert!(line.is_ascii(), "{line}");
+        assert!(!line.chars().any(char::is_control), "{line}");
+        // The same values for a JSON reader.
+        let back: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+        assert_eq!(back["subject"], subject, "{line}");
+        assert!(line.contains("\\u2028"), "{line}");
+        assert!(line.contains("\\udb40\\udc41"), "{line}");
+    }
 
     #[test]
     fn times_format_as_rfc3339() {
@@ -529,6 +586,24 @@ mod tests {
         assert_eq!(last["decision"], "deny");
         assert_eq!(last["capability"], "fs-read");
         assert_eq!(last["reason"], "`..` may not leave");
+    }
+
+    #[test]
+    fn a_log_deleted_under_a_long_lived_writer_is_made_again() {
+        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = tmp.path().join("logs/audit.jsonl");
+        let log = AuditLog::open(&path);
+        let deny =
+            |n: usize| AuditRecord::now("x", "fs-read", format!("p{n}"), Decision::Deny, "r");
+        log.record(deny(1));
+        log.flush();
+        // The user deletes it (or a tool rotates it away) while the host runs.
+        std::fs::remove_file(&path).unwrap_or_else(|e| panic!("{e}"));
+        log.record(deny(2));
+        log.flush();
+        let lines = std::fs::read_to_string(&path).unwrap_or_default();
+        assert_eq!(lines.lines().count(), 1, "{lines}");
+        assert!(lines.contains("\"p2\""), "{lines}");
     }
 
     fn lines_of(path: &Path) -> Vec<serde_json::Value> {
