@@ -156,7 +156,9 @@ impl CommandGuard for PluginGuard {
 const READER: &str = "zotbox";
 
 /// Runs the extension in `dir` bridged to `input`/`output` until it ends;
-/// returns its exit status for the bridge's own.
+/// returns its exit status for the bridge's own. `hang_up` watches zot's
+/// end of `input` ([`stdio::HangUp::of_stdin`] for the process's stdin),
+/// so that zot closing it is seen while the guest does not read.
 ///
 /// # Errors
 ///
