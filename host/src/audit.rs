@@ -604,6 +604,13 @@ mod tests {
         let lines = std::fs::read_to_string(&path).unwrap_or_default();
         assert_eq!(lines.lines().count(), 1, "{lines}");
         assert!(lines.contains("\"p2\""), "{lines}");
+        // Paths, URLs and commands: the user's alone.
+        let mode = std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(&path)
+                .unwrap_or_else(|e| panic!("{e}"))
+                .permissions(),
+        );
+        assert_eq!(mode & 0o777, 0o600);
     }
 
     fn lines_of(path: &Path) -> Vec<serde_json::Value> {

@@ -137,12 +137,16 @@ pub(crate) fn lock_beside(path: &Path) -> std::io::Result<nix::fcntl::Flock<std:
 /// Opens `path` for appending, creating it and its folder: how every log
 /// under `$ZOT_HOME/logs` is written.
 pub(crate) fn open_append(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt as _;
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
+    // A log holds paths, URLs and commands (and an extension's stderr
+    // whatever it prints): a new one is the user's alone.
     std::fs::OpenOptions::new()
         .create(true)
         .append(true)
+        .mode(0o600)
         .open(path)
 }
 
