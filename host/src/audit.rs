@@ -364,7 +364,7 @@ impl Writer {
         let Ok(line) = serde_json::to_string(record) else {
             return;
         };
-        let mut line = ascii_safe(&line).into_bytes();
+        let mut line = ascii_safe(line).into_bytes();
         line.push(b'\n');
         let size = line.len() as u64;
         if self.len > 0 && self.len.saturating_add(size) > self.config.max_file_bytes {
@@ -502,10 +502,11 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
 /// override and no line separator a guest put in a path or a URL, which
 /// `tail -f` would pass to the terminal and a line splitter would break on.
 /// Such characters occur only inside strings, where the escape means them.
-fn ascii_safe(text: &str) -> String {
+fn ascii_safe(text: String) -> String {
     use std::fmt::Write as _;
-    if !crate::text::has_unsafe(text) {
-        return text.to_owned();
+    // The usual line: kept as it is, not copied.
+    if !crate::text::has_unsafe(&text) {
+        return text;
     }
     let mut out = String::with_capacity(text.len() + 16);
     for c in text.chars() {
@@ -531,7 +532,7 @@ mod tests {
         // record after it, a C1 CSI and a bidi override.
         let subject = "a\u{2028}{\"decision\":\"allow\"}\u{85}\u{9b}31m\u{202e}\u{7f}\u{E0041}";
         let record = AuditRecord::now("x", "fs-read", subject, Decision::Deny, "r".to_owned());
-        let line = ascii_safe(&serde_json::to_string(&record).unwrap_or_default());
+        let line = ascii_safe(serde_json::to_string(&record).unwrap_or_default());
         assert!(line.is_ascii(), "{line}");
         assert!(!line.chars().any(char::is_control), "{line}");
         // The same values for a JSON reader.

@@ -174,12 +174,20 @@ pub fn granted_env(
     Ok(granted)
 }
 
-fn validate_env_name(name: &str) -> Result<(), CapabilityError> {
+/// Whether `name` is an environment (or shell) variable name: ASCII
+/// letters, digits and `_`, not starting with a digit. The one rule for a
+/// grant, a manifest's secret variable, a policy ceiling and the guard's
+/// reading of `NAME=value`.
+pub fn is_variable_name(name: &str) -> bool {
     let mut chars = name.chars();
-    let valid_start = chars
+    chars
         .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
-    if valid_start && chars.all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+fn validate_env_name(name: &str) -> Result<(), CapabilityError> {
+    if is_variable_name(name) {
         Ok(())
     } else {
         Err(CapabilityError::Invalid(format!(

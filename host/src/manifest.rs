@@ -194,17 +194,14 @@ impl Capabilities {
                     ));
                 }
             }
-            if let Some(env) = &spec.env {
-                let valid = !env.is_empty()
-                    && !env.starts_with(|c: char| c.is_ascii_digit())
-                    && env.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
-                if !valid {
-                    return Err(invalid(
-                        format!("capabilities.secrets.{name}.env"),
-                        "is not a variable name; use `A-Z a-z 0-9 _`, not starting with a digit"
-                            .to_owned(),
-                    ));
-                }
+            if let Some(env) = &spec.env
+                && !crate::capability::is_variable_name(env)
+            {
+                return Err(invalid(
+                    format!("capabilities.secrets.{name}.env"),
+                    "is not a variable name; use `A-Z a-z 0-9 _`, not starting with a digit"
+                        .to_owned(),
+                ));
             }
         }
         Ok(())

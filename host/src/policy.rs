@@ -938,12 +938,7 @@ fn validate_ceilings(file: &PolicyFile, path: &Path) -> Result<(), FileError> {
         }
     }
     for (index, name) in file.env.iter().flatten().enumerate() {
-        let valid = name
-            .chars()
-            .next()
-            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-            && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
-        if !valid {
+        if !crate::capability::is_variable_name(name) {
             return Err(invalid(
                 format!("env[{index}]"),
                 format!(

@@ -113,6 +113,14 @@ pub fn shown_path(path: &std::path::Path) -> String {
     out
 }
 
+/// The first `max` characters of `text`, and `…` when there were more.
+pub fn clipped(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_owned(),
+    }
+}
+
 /// A [`fmt::Display`] of a string through [`shown`], for `format!` arguments.
 #[derive(Debug, Clone, Copy)]
 pub struct Shown<'a>(pub &'a str);

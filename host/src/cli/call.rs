@@ -48,12 +48,7 @@ pub(crate) fn parse_json_arg(text: &str) -> Result<Value> {
 /// The start of `text` as an error quotes it: enough to recognise, never
 /// a whole file pasted back.
 fn excerpt(text: &str) -> String {
-    const SHOWN: usize = 200;
-    let text = text.trim();
-    match text.char_indices().nth(SHOWN) {
-        Some((end, _)) => format!("{}…", &text[..end]),
-        None => text.to_owned(),
-    }
+    zotbox::text::clipped(text.trim(), 200)
 }
 
 /// For a name no live extension owns: which extensions are held back (an

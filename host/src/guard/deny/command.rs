@@ -155,7 +155,8 @@ pub(super) fn normal_forms(command: &str) -> Vec<String> {
     let mut line_budget = MAX_LINE_EXPANSION_BYTES;
     let braced: Vec<String> = forms
         .iter()
-        .chain(std::iter::once(&command.to_owned()))
+        .map(String::as_str)
+        .chain(std::iter::once(command))
         .filter(|form| form.contains('{') && form.contains(','))
         .map_while(|form| {
             let expanded = expand_braces(form);
@@ -789,14 +790,8 @@ fn is_redirection(word: &str) -> bool {
 
 /// `NAME=value`.
 fn is_assignment(word: &str) -> bool {
-    let Some((name, _)) = word.split_once('=') else {
-        return false;
-    };
-    let mut chars = name.chars();
-    chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+    word.split_once('=')
+        .is_some_and(|(name, _)| crate::capability::is_variable_name(name))
 }
 
 /// The last `/`-separated part of `word`, unless that is empty.

@@ -36,7 +36,7 @@ use serde_json::Value;
 use zotbox_protocol::{Hello, RegisterCommand, RegisterTool, Subscribe, event_name};
 
 use crate::session::{RegisteredTool, Registration};
-use crate::text::{Shown, has_unsafe};
+use crate::text::{Shown, clipped, has_unsafe};
 
 /// The longest tool, command or event name, in characters.
 pub const MAX_NAME_CHARS: usize = 64;
@@ -116,16 +116,16 @@ impl Registrar {
         if hello.version.chars().count() > MAX_VERSION_CHARS || has_unsafe(&hello.version) {
             refused.push(format!(
                 "version `{}` ignored: a version is at most {MAX_VERSION_CHARS} plain characters",
-                Shown(&clip(&hello.version, MAX_VERSION_CHARS))
+                Shown(&clipped(&hello.version, MAX_VERSION_CHARS))
             ));
             hello.version.clear();
         }
         // Informational only, but held for the extension's life, and shown
         // (zot shows what the bridge passes on).
-        hello.name = Shown(&clip(&hello.name, MAX_NAME_CHARS)).to_string();
+        hello.name = Shown(&clipped(&hello.name, MAX_NAME_CHARS)).to_string();
         hello.capabilities.truncate(MAX_HELLO_CAPABILITIES);
         for capability in &mut hello.capabilities {
-            *capability = Shown(&clip(capability, MAX_NAME_CHARS)).to_string();
+            *capability = Shown(&clipped(capability, MAX_NAME_CHARS)).to_string();
         }
         let mut registrar = Self {
             name: name.to_owned(),
@@ -349,7 +349,7 @@ fn checked_name(what: &str, name: &str) -> Result<String, String> {
         return Err(format!("a {what} with an empty name refused"));
     }
     let chars = name.chars().count();
-    let shown = Shown(&clip(name, MAX_NAME_CHARS)).to_string();
+    let shown = Shown(&clipped(name, MAX_NAME_CHARS)).to_string();
     if has_unsafe(name) {
         return Err(format!(
             "{what} `{shown}` refused: its name holds control or invisible characters"
@@ -362,14 +362,6 @@ fn checked_name(what: &str, name: &str) -> Result<String, String> {
         ));
     }
     Ok(shown)
-}
-
-/// The first `max` characters of `text`, and `…` when there were more.
-fn clip(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((end, _)) => format!("{}…", &text[..end]),
-        None => text.to_owned(),
-    }
 }
 
 /// Counts bytes written, failing once past `max`.
