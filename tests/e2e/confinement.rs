@@ -667,6 +667,77 @@ async fn a_confined_native_extension_reaches_its_folder_its_data_and_the_workspa
     host.shutdown().await;
 }
 
+/// `$ZOT_HOME` inside the workspace (a user working in their home folder):
+/// a confined native extension may write the workspace, yet it reads
+/// nothing of the user's secrets and writes nothing of `$ZOT_HOME` (the
+/// policy that confines it included), while its own data dir there stays
+/// writable. Shell commands get the same mounts
+/// (`control_paths::a_shell_tool_reads_no_secret_…`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_confined_native_extension_reads_no_secret_and_writes_nothing_of_zot_home_in_the_workspace()
+ {
+    let lab = Lab::new();
+    let home = lab.workspace.join("zh");
+    let policy_file = home.join("policy.json");
+    crate::support::write_json(&policy_file, &json!({"confine_native": true}));
+    std::fs::write(home.join("secrets.json"), "hunter2-in-the-file").expect("secrets");
+    std::fs::create_dir_all(home.join("keys")).expect("keys");
+    std::fs::write(home.join("keys/zotbox.key"), "untrusted comment: k").expect("key");
+    let policy = zotbox::policy::Policy::load(&home.join("no-system-policy.json"), &policy_file)
+        .expect("policy");
+    let host = lab
+        .builder()
+        .zot_home(&home)
+        .policy(policy)
+        .extension(native_probe(&lab))
+        .build()
+        .await
+        .expect("build the host");
+    let run = |script: &str| {
+        let host = &host;
+        let script = script.to_owned();
+        async move {
+            let (is_error, text) = answer(host, "run", json!({ "sh": script })).await;
+            assert!(!is_error, "{text}");
+            text
+        }
+    };
+    // Attack: the secrets file and the signing key (`/dev/null` on a mount
+    // that opens no device, an empty folder).
+    let ws = lab.workspace.display();
+    assert_eq!(
+        run(&format!("cat {ws}/zh/secrets.json {ws}/zh/keys/zotbox.key")).await,
+        format!(
+            "exit=1 out= err=cat: {ws}/zh/secrets.json: Permission denied\n\
+             cat: {ws}/zh/keys/zotbox.key: No such file or directory\n"
+        )
+    );
+    assert_eq!(
+        run(&format!("ls -A {ws}/zh/keys")).await,
+        "exit=0 out= err="
+    );
+    // Attack: the policy that confines it, rewritten for the next start.
+    assert_eq!(
+        run(&format!("echo {{}} > {ws}/zh/policy.json")).await,
+        format!(
+            "exit=2 out= err=sh: 1: cannot create {ws}/zh/policy.json: Read-only file system\n"
+        )
+    );
+    // Control: the workspace and its own data dir are writable.
+    assert_eq!(
+        run(&format!(
+            "echo w > {ws}/w.txt && echo d > {ws}/zh/data/natprobe/d.txt && cat {ws}/w.txt {ws}/zh/data/natprobe/d.txt"
+        ))
+        .await,
+        "exit=0 out=w\nd\n err="
+    );
+    host.shutdown().await;
+    assert_eq!(
+        std::fs::read_to_string(&policy_file).expect("policy"),
+        "{\n  \"confine_native\": true\n}\n"
+    );
+}
+
 // ---------------------------------------------------------------------------
 // doctor
 

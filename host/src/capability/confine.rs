@@ -17,9 +17,14 @@
 //!    Landlock refuses TCP `connect` and `bind` (ABI 4+). From ABI 6 it also
 //!    cannot reach abstract Unix sockets or signal processes outside it.
 //! 3. **Control paths** `.git/`, `.zot/` and `.shiro/` of the workspace
-//!    (where they exist) are bound read-only in a private mount namespace,
-//!    inside an unprivileged user namespace that maps the caller's own uid,
-//!    as bubblewrap does. Capabilities inside it end at `execve`.
+//!    (where they exist), and the ones the caller names ([`Jail::guarding`]:
+//!    `$ZOT_HOME` or an extension folder lying in it), are bound read-only
+//!    in a private mount namespace, inside an unprivileged user namespace
+//!    that maps the caller's own uid, as bubblewrap does. Capabilities
+//!    inside it end at `execve`. The user's secrets lying in the workspace
+//!    are covered (`/dev/null` on a mount that opens no device, an empty
+//!    folder); without namespaces to do so nothing starts
+//!    ([`ConfineError::CannotHide`]).
 //! 4. **Every descendant dies with the call.** The command runs in a new PID
 //!    namespace whose init dies with the process zotbox waits for, and the
 //!    kernel then kills everything in it: `setsid`, double forks and
@@ -63,6 +68,8 @@ use landlock::{
     ABI, Access, AccessFs, AccessNet, PathBeneath, PathFd, Ruleset, RulesetAttr, RulesetCreated,
     RulesetCreatedAttr, Scope,
 };
+
+use super::fs::ControlPaths;
 
 /// Directories every confined process may read and execute from.
 pub const SYSTEM_DIRS: &[&str] = &[
@@ -292,6 +299,14 @@ pub enum ConfineError {
     /// Preparing the confinement failed (a path or ruleset error).
     #[error("cannot prepare the kernel confinement: {0}")]
     Prepare(String),
+    /// The workspace holds the user's secrets ([`Jail::hidden`]), and only a
+    /// mount namespace can cover them, which this system does not offer.
+    #[error(
+        "the workspace holds the user's secrets (`$ZOT_HOME` lies in it), which this system \
+         cannot hide from a confined process (no user namespaces): keep `$ZOT_HOME` outside \
+         the workspace"
+    )]
+    CannotHide,
 }
 
 /// What a confined process may reach.
@@ -310,11 +325,31 @@ pub struct Jail {
     pub read_only: Vec<PathBuf>,
     /// Paths inside the workspace covered so that nothing of them can be
     /// read (the user's secrets, when `$ZOT_HOME` lies in it): an empty
-    /// folder over a folder, an empty file over a file.
+    /// folder over a folder, `/dev/null` on a mount that opens no device
+    /// over a file.
     pub hidden: Vec<PathBuf>,
 }
 
 impl Jail {
+    /// This jail, with the workspace's own `control` paths (`$ZOT_HOME`, an
+    /// extension folder lying in it) read-only, as `.git`, `.zot` and
+    /// `.shiro` are, and the secret ones among them (the user's secrets file
+    /// and keys) [hidden](Jail::hidden). Without a workspace it is unchanged.
+    #[must_use]
+    pub fn guarding(mut self, control: &ControlPaths) -> Self {
+        let Some(workspace) = &self.workspace else {
+            return self;
+        };
+        for path in control.paths() {
+            let inside = workspace.join(&path.path);
+            if path.secret {
+                self.hidden.push(inside.clone());
+            }
+            self.read_only.push(inside);
+        }
+        self
+    }
+
     /// Prepares the confinement for one process under `settings` (only its
     /// `required_by` is read here; the caller sets [`Jail::network`]).
     ///
@@ -340,6 +375,11 @@ impl Jail {
     }
 
     fn prepare_with(&self, landlock_abi: i32, namespaces: bool) -> Result<Prepared, ConfineError> {
+        // Landlock cannot take one file out of a readable tree: without a
+        // mount namespace to cover them, the secrets would be readable.
+        if !namespaces && self.hidden.iter().any(|path| path.exists()) {
+            return Err(ConfineError::CannotHide);
+        }
         let ruleset = if landlock_abi >= 1 {
             self.ruleset(landlock_abi)
                 .map_err(|err| ConfineError::Prepare(format!("landlock: {err}")))?
@@ -402,7 +442,22 @@ impl Jail {
     fn namespaces(&self) -> Result<Namespaces, ConfineError> {
         let uid = nix::unistd::getuid().as_raw();
         let gid = nix::unistd::getgid().as_raw();
+        let mut writable = Vec::new();
         let mut binds = Vec::new();
+        if let Some(workspace) = self.workspace.as_ref().and_then(|w| w.canonicalize().ok()) {
+            // A writable folder inside a read-only one (a native extension's
+            // data dir when `$ZOT_HOME` lies in the workspace) is a mount of
+            // its own first: the read-only bind above it carries it along
+            // and makes only its own mount read-only.
+            for path in &self.write {
+                let Ok(path) = std::fs::canonicalize(path) else {
+                    continue;
+                };
+                if path.starts_with(&workspace) && path != workspace {
+                    writable.push(c_string(&path)?);
+                }
+            }
+        }
         if let Some(workspace) = &self.workspace {
             let named = CONTROL_PATHS.iter().map(|name| workspace.join(name));
             for path in named.chain(self.read_only.iter().cloned()) {
@@ -411,10 +466,7 @@ impl Jail {
                     continue;
                 };
                 let flags = locked_flags(&path);
-                let c_path = CString::new(path.as_os_str().as_bytes()).map_err(|_| {
-                    ConfineError::Prepare(format!("`{}` holds a NUL byte", path.display()))
-                })?;
-                binds.push((c_path, flags));
+                binds.push((c_string(&path)?, flags));
             }
         }
         let mut masks = Vec::new();
@@ -429,20 +481,24 @@ impl Jail {
                     continue;
                 }
                 let folder = path.is_dir();
-                let c_path = CString::new(path.as_os_str().as_bytes()).map_err(|_| {
-                    ConfineError::Prepare(format!("`{}` holds a NUL byte", path.display()))
-                })?;
-                masks.push((c_path, folder));
+                masks.push((c_string(&path)?, folder));
             }
         }
         Ok(Namespaces {
             uid_map: format!("{uid} {uid} 1\n").into_bytes(),
             gid_map: format!("{gid} {gid} 1\n").into_bytes(),
             network: !self.network,
+            writable,
             binds,
             masks,
         })
     }
+}
+
+/// `path` for a system call.
+fn c_string(path: &Path) -> Result<CString, ConfineError> {
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| ConfineError::Prepare(format!("`{}` holds a NUL byte", path.display())))
 }
 
 /// Adds one path rule; a path that does not exist is skipped.
@@ -513,6 +569,10 @@ struct Namespaces {
     gid_map: Vec<u8>,
     /// Make a network namespace too.
     network: bool,
+    /// Writable paths inside the workspace, bound to themselves before
+    /// [`Namespaces::binds`] so that a read-only bind above one leaves it
+    /// writable.
+    writable: Vec<CString>,
     /// Paths to bind read-only, with the mount flags they must keep.
     binds: Vec<(CString, u64)>,
     /// Secret paths to cover, and whether each is a folder.
@@ -877,6 +937,84 @@ mod tests {
             .offers(Protection::LandlockNetwork),
             Err("this kernel offers Landlock ABI 3; 4 is needed".to_owned())
         );
+    }
+
+    /// `$ZOT_HOME` inside the workspace, guarded as the host guards it: the
+    /// secrets read as nothing, the rest is read-only, and a writable
+    /// folder inside it (a native extension's data dir) stays writable.
+    #[test]
+    fn zot_home_in_the_workspace_is_read_only_and_its_secrets_hidden() {
+        let world = world();
+        let home = world.workspace.join("zh");
+        let data = home.join("data/ext");
+        std::fs::create_dir_all(&data).unwrap();
+        std::fs::create_dir_all(home.join("keys")).unwrap();
+        std::fs::write(home.join("keys/zotbox.key"), "private key").unwrap();
+        std::fs::write(home.join("secrets.json"), "hunter2").unwrap();
+        std::fs::write(home.join("policy.json"), "{}").unwrap();
+        let control = ControlPaths::new(&world.workspace, &[(home.clone(), true, "h".into())])
+            .with_secrets(
+                &world.workspace,
+                &[
+                    (home.join("secrets.json"), false, "s".into()),
+                    (home.join("keys"), true, "k".into()),
+                ],
+            );
+        let guarded = Jail {
+            write: vec![data.clone()],
+            ..jail(&world)
+        }
+        .guarding(&control);
+        // Attack: read the secrets, rewrite the policy, drop the key.
+        for script in [
+            "cat zh/secrets.json zh/keys/zotbox.key; ls zh/keys",
+            "echo '{\"grant\":1}' > zh/policy.json",
+            "rm -rf zh/keys",
+            "mv zh zh-old",
+        ] {
+            let output = confined(&guarded, &world.workspace, script);
+            assert!(!text(&output.stdout).contains("hunter2"), "{script}");
+            assert!(!text(&output.stdout).contains("private"), "{script}");
+        }
+        assert_eq!(
+            std::fs::read_to_string(home.join("policy.json")).unwrap(),
+            "{}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(home.join("keys/zotbox.key")).unwrap(),
+            "private key"
+        );
+        let output = confined(
+            &guarded,
+            &world.workspace,
+            "cat zh/secrets.json; ls -A zh/keys",
+        );
+        assert!(output.status.success(), "{}", text(&output.stderr));
+        assert_eq!(text(&output.stdout), "");
+        let output = confined(&guarded, &world.workspace, "echo x > zh/policy.json");
+        assert!(
+            text(&output.stderr).contains("Read-only file system"),
+            "{}",
+            text(&output.stderr)
+        );
+        // Control: the data dir inside it is writable, the rest readable.
+        let output = confined(
+            &guarded,
+            &world.workspace,
+            "echo d > zh/data/ext/f && cat zh/data/ext/f zh/policy.json",
+        );
+        assert_eq!(text(&output.stdout), "d\n{}", "{}", text(&output.stderr));
+        // Without a mount namespace the secrets could not be covered: refused.
+        let err = guarded.prepare_with(7, false).unwrap_err();
+        assert!(matches!(err, ConfineError::CannotHide), "{err}");
+        assert!(
+            err.to_string().contains("keep `$ZOT_HOME` outside"),
+            "{err}"
+        );
+        // Control: with nothing to hide, Landlock alone still runs.
+        std::fs::remove_file(home.join("secrets.json")).unwrap();
+        std::fs::remove_dir_all(home.join("keys")).unwrap();
+        assert!(guarded.prepare_with(7, false).is_ok());
     }
 
     #[test]

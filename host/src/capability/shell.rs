@@ -393,44 +393,22 @@ pub async fn run(
         .map_err(|err| {
             CapabilityError::Failed(format!("cannot make a private home for `{shown}`: {err}"))
         })?;
+    // The workspace's own control paths (`$ZOT_HOME`, an extension's folder)
+    // are read-only, and the user's secrets in it (which the jail refuses by
+    // name) are covered: a command reads nothing there.
     let jail = Jail {
         workspace: Some(cwd.to_owned()),
         write: vec![home.path().to_owned()],
         network: settings.shell_network,
-        // The workspace's own control paths (`$ZOT_HOME`, an extension's
-        // folder) are read-only, as `.git`, `.zot` and `.shiro` are.
-        read_only: control
-            .paths()
-            .iter()
-            .map(|control| cwd.join(&control.path))
-            .collect(),
-        // The user's secrets (`$ZOT_HOME` inside the workspace), which the
-        // jail refuses by name, are covered: a command reads nothing there.
-        hidden: control
-            .paths()
-            .iter()
-            .filter(|control| control.secret)
-            .map(|control| cwd.join(&control.path))
-            .collect(),
         ..Jail::default()
-    };
+    }
+    .guarding(control);
     let confinement = jail.prepare(settings).map_err(|err| match err {
-        ConfineError::Unavailable { .. } => {
+        ConfineError::Unavailable { .. } | ConfineError::CannotHide => {
             CapabilityError::denied(Capability::Shell, shown, err.to_string())
         }
         ConfineError::Prepare(_) => CapabilityError::Failed(format!("`{shown}`: {err}")),
     })?;
-    // Only a mount namespace can cover the secrets; without one (no user
-    // namespaces here) a command could read them.
-    if !confinement.namespaced() && jail.hidden.iter().any(|path| path.exists()) {
-        return Err(CapabilityError::denied(
-            Capability::Shell,
-            shown,
-            "the workspace holds the user's secrets (`$ZOT_HOME` lies in it), which this \
-             system cannot hide from a command (no user namespaces); no shell command runs in \
-             it: keep `$ZOT_HOME` outside the workspace",
-        ));
-    }
     let watch = confine::ControlPathWatch::before(cwd);
     let mut child = tokio::process::Command::new(program);
     child

@@ -220,7 +220,7 @@ impl HostBuilder {
         let control = crate::discovery::ControlSources::new(home.root(), &self.explicit);
         let native = crate::runtime::native::NativeConfinement::from_policy(
             &policy,
-            Some(workspace.clone()),
+            Some((workspace.clone(), control.control_paths(&workspace))),
             &home,
         );
         let events = self.events;

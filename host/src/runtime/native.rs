@@ -11,6 +11,7 @@ use tokio::sync::watch;
 
 use super::{Control, Exit, Transport};
 use crate::capability::confine::{self, Jail};
+use crate::capability::fs::ControlPaths;
 
 /// A subprocess could not be started.
 #[derive(Debug, thiserror::Error)]
@@ -59,6 +60,9 @@ pub fn resolve_exec(exec: &str, dir: &Path) -> Result<PathBuf, SpawnError> {
 pub struct NativeConfinement {
     /// The workspace, read-write (control paths read-only), when known.
     pub workspace: Option<PathBuf>,
+    /// The workspace's own control paths (`$ZOT_HOME`, an extension folder
+    /// lying in it): read-only, the secret ones hidden.
+    pub control: ControlPaths,
     /// Where each extension's data dir is made.
     pub data_root: PathBuf,
     /// The policy's confinement settings (`required_by` refuses to start
@@ -68,15 +72,17 @@ pub struct NativeConfinement {
 
 impl NativeConfinement {
     /// The confinement `policy` asks for native extensions, if any: data
-    /// dirs under `$ZOT_HOME/data`.
+    /// dirs under `$ZOT_HOME/data`; `workspace` with its control paths.
     pub fn from_policy(
         policy: &crate::policy::Policy,
-        workspace: Option<PathBuf>,
+        workspace: Option<(PathBuf, ControlPaths)>,
         home: &crate::home::ZotHome,
     ) -> Option<Self> {
         let required_by = policy.confinement_required_by().map(Path::to_owned);
+        let (workspace, control) = workspace.unzip();
         (policy.confine_native() || required_by.is_some()).then(|| Self {
             workspace,
+            control: control.unwrap_or_default(),
             data_root: home.data_dir(),
             settings: confine::Settings {
                 shell_network: true,
@@ -142,9 +148,9 @@ pub fn spawn(
             read: vec![dir.to_owned()],
             write: vec![data_dir, private.path().to_owned()],
             network: true,
-            read_only: Vec::new(),
-            hidden: Vec::new(),
-        };
+            ..Jail::default()
+        }
+        .guarding(&settings.control);
         let ready = jail
             .prepare(&settings.settings)
             .map_err(|err| confine_error(err.to_string()))?;

@@ -295,6 +295,20 @@ fn enter(plan: &Plan, namespaces: &Namespaces) -> io::Result<()> {
         {
             return Err(failed(plan, PRIVATE));
         }
+        // A writable folder inside a read-only one is a mount of its own
+        // first, which the read-only bind above it carries along.
+        for path in &namespaces.writable {
+            if libc::mount(
+                path.as_ptr(),
+                path.as_ptr(),
+                std::ptr::null(),
+                libc::MS_BIND | libc::MS_REC,
+                std::ptr::null(),
+            ) != 0
+            {
+                return Err(failed(plan, BIND));
+            }
+        }
         for (path, locked) in &namespaces.binds {
             if libc::mount(
                 path.as_ptr(),
@@ -317,8 +331,9 @@ fn enter(plan: &Plan, namespaces: &Namespaces) -> io::Result<()> {
                 return Err(failed(plan, READ_ONLY));
             }
         }
-        // Secret paths: an empty, read-only folder over a folder, the empty
-        // `/dev/null` over a file, so a command reads nothing of them.
+        // Secret paths: an empty, read-only folder over a folder, `/dev/null`
+        // over a file (on a `nodev` mount, so even opening it fails): a
+        // command reads nothing of them.
         for (path, folder) in &namespaces.masks {
             let flags = libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
             let hidden = if *folder {
