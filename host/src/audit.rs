@@ -31,6 +31,17 @@
 //!    appending to the same file (`zotbox run` beside a host) are allowed
 //!    for: the size is re-read before every batch, and a file someone else
 //!    already rotated is reopened rather than rotated again.
+//! 4. **No extension fills it alone.** Without a limit, one guest making
+//!    refused calls in a loop would rotate every other extension's records
+//!    (and its own earlier ones) away within seconds. As journald does for
+//!    services, each extension may write at most [`AuditConfig::burst`]
+//!    records (default 10 000) in each [`AuditConfig::interval`] (default
+//!    30 s); past that its records are counted, not written, and once the
+//!    interval ends (or the log closes) one line says how many of which
+//!    kind were suppressed: `{"extension":"x","capability":"audit","subject":
+//!    "5000 records suppressed","decision":"deny","reason":"… fs-read deny
+//!    4998, http allow 2"}`. Filling the kept files then takes a flooding
+//!    extension hours rather than seconds, and the suppression lines name it.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -143,6 +154,11 @@ pub struct AuditConfig {
     /// Rotated files kept (`audit.jsonl.1` … `audit.jsonl.<keep>`); 0 keeps
     /// none. Default 2.
     pub keep: usize,
+    /// Records one extension may write in one [`AuditConfig::interval`];
+    /// past this they are counted and suppressed. Default 10 000.
+    pub burst: u64,
+    /// The window [`AuditConfig::burst`] counts over. Default 30 s.
+    pub interval: Duration,
 }
 
 impl Default for AuditConfig {
@@ -152,6 +168,8 @@ impl Default for AuditConfig {
             max_field: 1024,
             max_file_bytes: 64 * 1024 * 1024,
             keep: 2,
+            burst: 10_000,
+            interval: Duration::from_secs(30),
         }
     }
 }
@@ -159,10 +177,23 @@ impl Default for AuditConfig {
 /// Drops counted per extension since the writer last recorded them.
 type Dropped = Arc<Mutex<BTreeMap<String, u64>>>;
 
-/// Extensions counted apart in [`Dropped`]; the rest share one count.
+/// Extensions counted apart in [`Dropped`] and rate-limited apart
+/// (rule 4); the rest share one count and one limit.
 const DROP_KEYS: usize = 64;
 /// The name the shared count of drops is recorded under.
 const OTHERS: &str = "(other extensions)";
+/// The capability of the log's own lines (drops, suppressions): never
+/// rate-limited, and at most a few per extension per interval.
+const OWN_LINES: &str = "audit";
+
+/// One extension's records in its current window (rule 4).
+#[derive(Debug)]
+struct Window {
+    started: Instant,
+    written: u64,
+    /// Records suppressed in this window, by `capability decision`.
+    suppressed: BTreeMap<String, u64>,
+}
 
 enum Message {
     Record(AuditRecord),
@@ -211,6 +242,7 @@ impl AuditLog {
             len: 0,
             config: config.clone(),
             dropped: dropped.clone(),
+            windows: std::collections::HashMap::new(),
             rotation_failed: false,
         };
         let spawned = std::thread::Builder::new()
@@ -321,12 +353,33 @@ struct Writer {
     len: u64,
     config: AuditConfig,
     dropped: Dropped,
+    /// Each extension's current window (rule 4), at most [`DROP_KEYS`] + 1.
+    windows: std::collections::HashMap<String, Window>,
     rotation_failed: bool,
 }
 
 impl Writer {
     fn run(mut self, receiver: mpsc::Receiver<Message>) {
-        while let Ok(message) = receiver.recv() {
+        loop {
+            // While a suppression is pending, wake when its window ends
+            // to say so even if no record comes.
+            let message = match self.next_window_end() {
+                None => receiver.recv().map_err(|_| ()),
+                Some(end) => {
+                    match receiver.recv_timeout(end.saturating_duration_since(Instant::now())) {
+                        Ok(message) => Ok(message),
+                        Err(mpsc::RecvTimeoutError::Timeout) => {
+                            self.end_windows(false);
+                            let _ = self.out.flush();
+                            continue;
+                        }
+                        Err(mpsc::RecvTimeoutError::Disconnected) => Err(()),
+                    }
+                }
+            };
+            let Ok(message) = message else {
+                break;
+            };
             self.follow_path();
             self.refresh_len();
             let mut acks = Vec::new();
@@ -343,13 +396,94 @@ impl Writer {
                 next = receiver.try_recv().ok();
             }
             self.record_drops();
+            self.end_windows(false);
             let _ = self.out.flush();
             for ack in acks {
                 let _ = ack.send(());
             }
         }
         self.record_drops();
+        self.end_windows(true);
         let _ = self.out.flush();
+    }
+
+    /// Whether `record` fits its extension's window (rule 4); when not, it
+    /// is counted as suppressed.
+    fn admit(&mut self, record: &AuditRecord) -> bool {
+        if record.capability == OWN_LINES {
+            return true;
+        }
+        let now = Instant::now();
+        let key = if self.windows.len() <= DROP_KEYS || self.windows.contains_key(&record.extension)
+        {
+            record.extension.as_str()
+        } else {
+            OTHERS
+        };
+        let window = self
+            .windows
+            .entry(key.to_owned())
+            .or_insert_with(|| Window {
+                started: now,
+                written: 0,
+                suppressed: BTreeMap::new(),
+            });
+        if window.written < self.config.burst {
+            window.written += 1;
+            return true;
+        }
+        let kind = format!("{} {}", record.capability, decision_word(record.decision));
+        *window.suppressed.entry(kind).or_default() += 1;
+        false
+    }
+
+    /// When the first window with suppressed records ends.
+    fn next_window_end(&self) -> Option<Instant> {
+        self.windows
+            .values()
+            .filter(|window| !window.suppressed.is_empty())
+            .map(|window| window.started + self.config.interval)
+            .min()
+    }
+
+    /// Ends every window past its interval (all of them when `all`),
+    /// writing one line for each that suppressed records.
+    fn end_windows(&mut self, all: bool) {
+        let interval = self.config.interval;
+        let now = Instant::now();
+        let ended: Vec<String> = self
+            .windows
+            .iter()
+            .filter(|(_, window)| all || now.saturating_duration_since(window.started) >= interval)
+            .map(|(extension, _)| extension.clone())
+            .collect();
+        for extension in ended {
+            let Some(window) = self.windows.remove(&extension) else {
+                continue;
+            };
+            if window.suppressed.is_empty() {
+                continue;
+            }
+            let total: u64 = window.suppressed.values().sum();
+            let kinds: Vec<String> = window
+                .suppressed
+                .iter()
+                .map(|(kind, count)| format!("{kind} {count}"))
+                .collect();
+            let record = AuditRecord::now(
+                extension,
+                OWN_LINES,
+                format!("{total} records suppressed"),
+                Decision::Deny,
+                format!(
+                    "more than {} records in {} s from this extension: {}",
+                    self.config.burst,
+                    interval.as_secs_f64(),
+                    kinds.join(", ")
+                ),
+            );
+            self.write(&record.bounded(self.config.max_field));
+        }
     }
 
     /// The file's size as it is now: other processes may append too.
@@ -361,6 +495,9 @@ impl Writer {
     }
 
     fn write(&mut self, record: &AuditRecord) {
+        if !self.admit(record) {
+            return;
+        }
         let Ok(line) = serde_json::to_string(record) else {
             return;
         };
@@ -382,7 +519,7 @@ impl Writer {
         for (extension, count) in dropped {
             let record = AuditRecord::now(
                 extension,
-                "audit",
+                OWN_LINES,
                 format!("{count} records dropped"),
                 Decision::Deny,
                 format!(
@@ -464,6 +601,15 @@ impl Writer {
                 self.config.max_file_bytes
             );
         }
+    }
+}
+
+/// How a decision is written in the log.
+fn decision_word(decision: Decision) -> &'static str {
+    match decision {
+        Decision::Allow => "allow",
+        Decision::Deny => "deny",
+        Decision::Rewrite => "rewrite",
     }
 }
 
@@ -742,6 +888,115 @@ mod tests {
         }
         assert!(dropped > 0, "nothing was dropped");
         assert_eq!(written.len() + dropped, SENT);
+    }
+
+    /// Rule 4: a guest refused in a loop (here 1 000 records, with a burst
+    /// of 100) neither rotates the file nor pushes out another extension's
+    /// records; what it lost is counted, by kind, in one line.
+    #[test]
+    fn one_extension_flooding_the_log_is_suppressed_past_its_burst_and_counted() {
+        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = tmp.path().join("audit.jsonl");
+        let config = AuditConfig {
+            max_file_bytes: 64 * 1024,
+            burst: 100,
+            interval: Duration::from_secs(3600),
+            ..AuditConfig::default()
+        };
+        let log = AuditLog::open_with(&path, config);
+        let record = |extension: &str, capability: &str, subject: String, decision| {
+            AuditRecord::now(extension, capability, subject, decision, "r")
+        };
+        log.record(record("quiet", "http", "before".into(), Decision::Allow));
+        for i in 0..1000 {
+            log.record(record(
+                "flood",
+                "fs-read",
+                format!("{i:0>200}"),
+                Decision::Deny,
+            ));
+        }
+        log.record(record(
+            "flood",
+            "http",
+            "https://evil/".into(),
+            Decision::Allow,
+        ));
+        log.record(record("quiet", "http", "after".into(), Decision::Allow));
+        drop(log);
+        assert!(
+            !tmp.path().join("audit.jsonl.1").exists(),
+            "the flood rotated the file"
+        );
+        let lines = lines_of(&path);
+        let of = |extension: &str| {
+            lines
+                .iter()
+                .filter(|line| line["extension"] == extension && line["capability"] != "audit")
+                .count()
+        };
+        assert_eq!(of("flood"), 100);
+        let quiet: Vec<&str> = lines
+            .iter()
+            .filter(|line| line["extension"] == "quiet")
+            .filter_map(|line| line["subject"].as_str())
+            .collect();
+        assert_eq!(quiet, ["before", "after"]);
+        let own: Vec<(&str, &str)> = lines
+            .iter()
+            .filter(|line| line["capability"] == "audit")
+            .map(|line| {
+                (
+                    line["subject"].as_str().unwrap_or_default(),
+                    line["reason"].as_str().unwrap_or_default(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            own,
+            [(
+                "901 records suppressed",
+                "more than 100 records in 3600 s from this extension: fs-read deny 900, http allow 1"
+            )]
+        );
+    }
+
+    /// Rule 4: the limit is per window; a new window writes again, and the
+    /// line for the old one comes when it ends, records or not.
+    #[test]
+    fn a_suppression_is_reported_when_its_window_ends_and_the_next_window_writes() {
+        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = tmp.path().join("audit.jsonl");
+        let config = AuditConfig {
+            burst: 10,
+            interval: Duration::from_millis(500),
+            ..AuditConfig::default()
+        };
+        let log = AuditLog::open_with(&path, config);
+        let deny =
+            |n: usize| AuditRecord::now("flood", "fs-read", format!("p{n}"), Decision::Deny, "r");
+        for n in 0..50 {
+            log.record(deny(n));
+        }
+        log.flush();
+        // The log stays open and idle: the writer reports on its own.
+        let reported = (0..100).any(|_| {
+            std::thread::sleep(Duration::from_millis(50));
+            lines_of(&path)
+                .iter()
+                .any(|line| line["capability"] == "audit")
+        });
+        assert!(reported, "no suppression line while the log stayed open");
+        log.record(deny(50));
+        drop(log);
+        let subjects: Vec<String> = lines_of(&path)
+            .iter()
+            .map(|line| line["subject"].as_str().unwrap_or_default().to_owned())
+            .collect();
+        let mut expected: Vec<String> = (0..10).map(|n| format!("p{n}")).collect();
+        expected.push("40 records suppressed".to_owned());
+        expected.push("p50".to_owned());
+        assert_eq!(subjects, expected);
     }
 
     #[test]
