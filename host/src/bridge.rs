@@ -4,8 +4,9 @@
 //! folder, and speaks the protocol on its stdin/stdout. The bridge starts
 //! the extension (a wasm guest, in the sandbox, or a native one, if the
 //! policy allows) and forwards every line, byte for byte, in both
-//! directions, but for the guest's registrations. It adds no frame and
-//! loses none but those. It looks at what passes:
+//! directions, but for the guest's registrations and the text zot prints
+//! from its notes. It adds no frame and loses none but refused
+//! registrations. It looks at what passes:
 //!
 //! - `hello_ack` names the workspace, which becomes the sandbox's root;
 //! - requests (`tool_call`, `command_invoked`, `event_intercept`) start a
@@ -14,7 +15,9 @@
 //! - `shutdown` or the end of zot's input ends the guest, gracefully first;
 //! - the guest's `hello`, `register_*` and `subscribe` reach zot as the
 //!   library would hold them (`registered`): refused ones not at all (a
-//!   warning in zot's log), descriptions and the `hello` escaped.
+//!   warning in zot's log), descriptions and the `hello` escaped;
+//! - a `notify`'s message and a command's `display`, which zot prints on
+//!   the user's terminal, arrive escaped (`shown`).
 //!
 //! When the extension ends, the bridge exits with its status, so zot sees
 //! exactly what it would see of a native extension.
@@ -33,6 +36,7 @@
 //!    would, rather than reading an endless line to its end.
 
 mod registered;
+mod shown;
 pub mod stdio;
 mod to_zot;
 

@@ -1180,6 +1180,90 @@ async fn a_guest_echoing_its_calls_id_is_still_killed_at_the_deadline() {
     assert_killed_at_the_deadline(&ended, sent);
 }
 
+/// Attack: a guest answers its call, then spins with no request open, so no
+/// deadline covers it. In the shared host it would slow every extension of
+/// every zot session, without end; it is killed once it has computed its
+/// call timeout without reading its input, through the relay and
+/// `--standalone` alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_spinning_with_no_request_open_is_killed_after_its_call_timeout() {
+    let lab = Lab::new();
+    let dir = guests::folder(
+        &lab.dev,
+        "hostile",
+        Form::Wasm,
+        Some(json!({"tool_timeout_ms": 500})),
+    );
+    for launch in [
+        Launch::zotbox_run(&dir),
+        Launch::zotbox_run_standalone(&dir),
+    ] {
+        let mut zot = Zot::start(&lab, &launch).await;
+        zot.until_ready().await;
+        zot.send(&json!({
+            "type": "tool_call", "id": "bg", "name": "answer_then_spin", "args": {"id": "bg"}
+        }))
+        .await;
+        let ended = zot.end().await;
+        assert_eq!(
+            ended.last_frames,
+            vec![json!({"type": "tool_result", "id": "bg",
+                        "content": [{"type": "text", "text": "spinning"}]})],
+            "{:?}: {ended:#?}",
+            launch.args
+        );
+        assert_eq!(ended.status.code(), Some(1), "{ended:#?}");
+        assert_eq!(
+            ended.stderr,
+            "zotbox: the extension killed: computed for 0.5 s without reading its input (the \
+             most a tool call of it may take)\n",
+            "{:?}",
+            launch.args
+        );
+    }
+}
+
+/// Attack: a guest's note, which zot prints on the user's terminal, holds
+/// escape sequences (clear the screen, retitle the window), a carriage
+/// return and a bidi override, to forge a line from zotbox. Through
+/// `zotbox run` (the relay and `--standalone`) they arrive escaped; the line
+/// break of a note of two lines stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guests_note_reaches_zot_escaped() {
+    let lab = Lab::new();
+    let dir = guests::folder(&lab.dev, "hostile", Form::Wasm, None);
+    for launch in [
+        Launch::zotbox_run(&dir),
+        Launch::zotbox_run_standalone(&dir),
+    ] {
+        let mut zot = Zot::start(&lab, &launch).await;
+        zot.until_ready().await;
+        zot.send(&json!({"type": "tool_call", "id": "n", "name": "notify_evil", "args": {}}))
+            .await;
+        let mut note = None;
+        loop {
+            let frame = zot
+                .recv(PATIENCE)
+                .await
+                .unwrap_or_else(|()| panic!("no answer: {}", zot.describe()))
+                .unwrap_or_else(|| panic!("the output ended: {}", zot.describe()));
+            match frame["type"].as_str() {
+                Some("notify") => note = Some(frame),
+                Some("tool_result") => break,
+                _ => {}
+            }
+        }
+        assert_eq!(
+            note,
+            Some(json!({"type": "notify", "level": "info",
+                "message": "\\u{1b}]0;owned\\u{7}\\u{1b}[2J\\u{d}\\u{202e}zotbox: all clear\nsecond line"})),
+            "{:?}",
+            launch.args
+        );
+        zot.shutdown().await;
+    }
+}
+
 /// zot ends an extension that does not stop with `SIGKILL`. A native
 /// extension that never reads its input (so never sees it close) must not
 /// outlive the `zotbox run` zot killed, running unseen with the user's

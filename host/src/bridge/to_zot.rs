@@ -134,6 +134,12 @@ impl Forwarding {
                     }
                     Checked::Dropped => return,
                 }
+            } else if super::shown::looks_at(frame_type)
+                && let Some(line) = super::shown::escaped(bytes)
+            {
+                pending.extend_from_slice(&line);
+                pending.push(b'\n');
+                return;
             }
         }
         pending.extend_from_slice(bytes);

@@ -20,11 +20,14 @@
 //!   most 100 core instances, 16 memories and 100 tables; a program that
 //!   declares more fails to load ([`limiter`] has the rules);
 //! - time: when a request misses its deadline while the guest is computing
-//!   (not parked waiting on stdin), the guest is killed;
+//!   (not parked waiting on stdin), the guest is killed; so is a guest that
+//!   computes longer than its call timeout without reading its input, a
+//!   request open or not ([`compute`]);
 //! - output: stdout is a bounded pipe, so a flooding guest waits for the host;
 //! - the program: a regular file of at most `MAX_WASM_BYTES`.
 
 mod cache;
+mod compute;
 mod guest;
 mod host_api;
 pub mod limiter;
@@ -115,6 +118,9 @@ pub enum WasmError {
 pub struct GuestLimits {
     /// Ceiling of all linear memories and tables together, bytes.
     pub memory_bytes: usize,
+    /// The most a guest computes between two reads of its input (see
+    /// `compute`): its call timeout.
+    pub compute: std::time::Duration,
 }
 
 #[derive(Clone)]
@@ -581,13 +587,10 @@ impl WasmRuntime {
         // The epoch advances only while some guest's task runs. What the
         // task logs (the bridge writes the guest's frames to zot on it) is
         // the instance's, as the bridge's own tasks' is.
-        let task = crate::instance_log::spawn(self.ticker.count_while_polled(guest::run(
-            engine,
-            prepared,
-            io,
-            exit_tx,
-            control.clone(),
-        )));
+        let task = crate::instance_log::spawn(self.ticker.count_while_polled(
+            guest::run(engine, prepared, io, exit_tx, control.clone()),
+            control.clock(),
+        ));
         control.attach(task.abort_handle());
         Ok(Transport {
             output: Box::new(host_output),
@@ -766,6 +769,7 @@ impl GuestLimits {
     pub fn from_effective(limits: &crate::policy::EffectiveLimits) -> Self {
         Self {
             memory_bytes: limits.memory_bytes(),
+            compute: limits.call_timeout.value,
         }
     }
 }

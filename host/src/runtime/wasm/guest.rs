@@ -9,12 +9,15 @@ use bytes::Bytes;
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
 use wasmtime::component::{Linker as ComponentLinker, ResourceTable};
-use wasmtime::{Engine, Linker as ModuleLinker, ResourceLimiter, Store, WasmBacktrace};
+use wasmtime::{
+    Engine, Linker as ModuleLinker, ResourceLimiter, Store, UpdateDeadline, WasmBacktrace,
+};
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p1::WasiP1Ctx;
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 use wasmtime_wasi::{I32Exit, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
+use super::compute::{ComputeBudget, ComputeClock};
 use super::limiter::Limiter;
 use super::pipe::{GuestStdin, GuestStdout};
 use super::{GuestLimits, Prepared};
@@ -188,7 +191,7 @@ pub(crate) async fn run(
                 http: wasmtime_wasi_http::WasiHttpCtx::new(),
                 http_hooks: super::net::RefusedHttp::new(io.sandbox.clone()),
             };
-            let mut store = new_store(&engine, state, |s| &mut s.limiter);
+            let mut store = new_store(&engine, state, |s| &mut s.limiter, watch(&io, &guard));
             let result = async {
                 let command = wasmtime_wasi::p2::bindings::CommandPre::new(pre)?
                     .instantiate_async(&mut store)
@@ -211,7 +214,7 @@ pub(crate) async fn run(
                 stdin: io.stdin.clone(),
                 stdin_nonblocking: false,
             };
-            let mut store = new_store(&engine, state, |s| &mut s.limiter);
+            let mut store = new_store(&engine, state, |s| &mut s.limiter, watch(&io, &guard));
             let result = async {
                 let instance = pre.instantiate_async(&mut store).await?;
                 let start = instance.get_typed_func::<(), ()>(&mut store, "_start")?;
@@ -228,18 +231,39 @@ pub(crate) async fn run(
     guard.outcome = Some(outcome);
 }
 
+/// What a guest's store checks at each epoch tick: its compute budget, and
+/// whom to tell when it is spent.
+struct Watch {
+    budget: ComputeBudget,
+    control: Arc<GuestControl>,
+}
+
+fn watch(io: &GuestIo, guard: &ExitGuard) -> Watch {
+    Watch {
+        budget: ComputeBudget::new(io.limits.compute, guard.control.clock(), io.stdin.clone()),
+        control: guard.control.clone(),
+    }
+}
+
 fn new_store<T: Send + 'static>(
     engine: &Engine,
     state: T,
     limiter: impl (FnMut(&mut T) -> &mut Limiter) + Send + Sync + 'static,
+    mut watch: Watch,
 ) -> Store<T> {
     let mut store = Store::new(engine, state);
     let mut limiter = limiter;
     store.limiter(move |s| limiter(s) as &mut dyn ResourceLimiter);
     // Yield to the executor at every tick: a spinning guest shares its
-    // worker thread, and an abort takes effect at the next tick.
+    // worker thread, and an abort takes effect at the next tick. A guest
+    // past its compute budget is killed there (the abort lands as it yields).
     store.set_epoch_deadline(1);
-    store.epoch_deadline_async_yield_and_update(1);
+    store.epoch_deadline_callback(move |_| {
+        if let Some(reason) = watch.budget.exceeded() {
+            watch.control.kill_with(&reason);
+        }
+        Ok(UpdateDeadline::Yield(1))
+    });
     store
 }
 
@@ -336,6 +360,8 @@ pub(crate) struct GuestControl {
     task: Mutex<Option<AbortHandle>>,
     reason: Mutex<Option<String>>,
     stdin: GuestStdin,
+    /// How long its task has been polled (see [`super::compute`]).
+    clock: Arc<ComputeClock>,
 }
 
 impl GuestControl {
@@ -344,7 +370,13 @@ impl GuestControl {
             task: Mutex::new(None),
             reason: Mutex::new(None),
             stdin,
+            clock: Arc::default(),
         }
+    }
+
+    /// The clock its task's polls are charged to.
+    pub(crate) fn clock(&self) -> Arc<ComputeClock> {
+        self.clock.clone()
     }
 
     pub(crate) fn attach(&self, handle: AbortHandle) {

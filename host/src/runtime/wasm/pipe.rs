@@ -37,6 +37,9 @@ struct State {
     write_waker: Option<Waker>,
     // The reader is parked waiting for bytes (for a guest: idle on stdin).
     reader_parked: bool,
+    // Bytes the reader has taken, ever (for a guest: how it shows that it
+    // read its input, see `compute`).
+    taken: u64,
 }
 
 struct Shared {
@@ -210,6 +213,7 @@ fn take_with<T>(state: &mut State, max: usize, copy: impl FnOnce(&[u8]) -> T) ->
         let n = max.min(state.buf.len());
         let copied = copy(&state.buf[..n]);
         bytes::Buf::advance(&mut state.buf, n);
+        state.taken = state.taken.wrapping_add(n as u64);
         state.reader_parked = false;
         if let Some(waker) = state.write_waker.take() {
             waker.wake();
@@ -248,6 +252,7 @@ fn shared(capacity: usize) -> Arc<Shared> {
             read_waker: None,
             write_waker: None,
             reader_parked: false,
+            taken: 0,
         }),
         direct: OutputSlot::default(),
     })
@@ -322,6 +327,11 @@ impl GuestStdin {
     /// Whether the guest is parked waiting for input: idle, not computing.
     pub(crate) fn guest_is_idle(&self) -> bool {
         self.0.lock().reader_parked
+    }
+
+    /// Bytes the guest has read so far: a change means it took new input.
+    pub(crate) fn taken(&self) -> u64 {
+        self.0.lock().taken
     }
 
     /// Marks the guest gone: host writes fail from now on.

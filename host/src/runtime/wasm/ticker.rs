@@ -37,9 +37,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::thread::Thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use wasmtime::Engine;
+
+use super::compute::ComputeClock;
 
 /// How often the epoch advances while a guest runs.
 pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(5);
@@ -154,14 +156,20 @@ impl Ticker {
         }
     }
 
-    /// A guest's task, counted as running while it is polled (rule 1).
-    pub(crate) fn count_while_polled<F: Future>(self: &Arc<Self>, task: F) -> WhilePolled<F> {
+    /// A guest's task, counted as running while it is polled (rule 1), each
+    /// poll's length charged to `clock` (see [`super::compute`]).
+    pub(crate) fn count_while_polled<F: Future>(
+        self: &Arc<Self>,
+        task: F,
+        clock: Arc<ComputeClock>,
+    ) -> WhilePolled<F> {
         WhilePolled {
             task: Box::pin(task),
             counted: Counted {
                 ticker: self.clone(),
                 running: false,
             },
+            clock,
         }
     }
 
@@ -196,6 +204,7 @@ impl Drop for Owned {
 pub(crate) struct WhilePolled<F> {
     task: Pin<Box<F>>,
     counted: Counted,
+    clock: Arc<ComputeClock>,
 }
 
 impl<F: Future> Future for WhilePolled<F> {
@@ -203,9 +212,11 @@ impl<F: Future> Future for WhilePolled<F> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let this = &mut *self;
+        let started = Instant::now();
         this.counted.set(true);
         let polled = this.task.as_mut().poll(cx);
         this.counted.set(false);
+        this.clock.charge(started.elapsed());
         polled
     }
 }
@@ -314,16 +325,19 @@ mod tests {
         };
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let seen_inside = Arc::new(AtomicUsize::new(usize::MAX));
-        let task = ticker.count_while_polled({
-            let running = running.clone();
-            let seen_inside = seen_inside.clone();
-            async move {
-                seen_inside.store(running(), Ordering::SeqCst);
-                // Waiting (as a guest waits for input) is not running.
-                let _ = rx.await;
-                seen_inside.store(running(), Ordering::SeqCst);
-            }
-        });
+        let task = ticker.count_while_polled(
+            {
+                let running = running.clone();
+                let seen_inside = seen_inside.clone();
+                async move {
+                    seen_inside.store(running(), Ordering::SeqCst);
+                    // Waiting (as a guest waits for input) is not running.
+                    let _ = rx.await;
+                    seen_inside.store(running(), Ordering::SeqCst);
+                }
+            },
+            Arc::default(),
+        );
         let handle = tokio::spawn(task);
         tokio::task::yield_now().await;
         assert_eq!(
@@ -337,7 +351,7 @@ mod tests {
         assert_eq!(seen_inside.load(Ordering::SeqCst), 1);
         assert_eq!(running(), 0);
         // Dropped without ever finishing (an aborted task): not counted.
-        let never = ticker.count_while_polled(std::future::pending::<()>());
+        let never = ticker.count_while_polled(std::future::pending::<()>(), Arc::default());
         let handle = tokio::spawn(never);
         tokio::task::yield_now().await;
         handle.abort();
