@@ -41,7 +41,7 @@ pub mod stdio;
 mod to_zot;
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -178,8 +178,19 @@ pub async fn run(
     output: impl AsyncWrite + Unpin + Send + 'static,
 ) -> Result<Exit, BridgeError> {
     let prepared = prepare(dir, &home, &config, None)?;
+    // A confined native extension's jail is set as it starts, before zot's
+    // `hello_ack` names the workspace (it answers the extension's `hello`):
+    // the folder zot runs in is the one it will name.
+    let workspace = match &prepared.manifest.program {
+        crate::manifest::Program::Native { .. } => zot_folder().map(|workspace| {
+            let control = crate::discovery::ControlSources::new(home.root(), &[dir.to_owned()])
+                .control_paths(&workspace);
+            (workspace, control)
+        }),
+        _ => None,
+    };
     let native =
-        crate::runtime::native::NativeConfinement::from_policy(&prepared.policy, None, &home);
+        crate::runtime::native::NativeConfinement::from_policy(&prepared.policy, workspace, &home);
     let mut launcher = Launcher::new(home).with_native_confinement(native);
     if let Some(zotbox) = config.compiler {
         launcher = launcher.with_compiler_process(zotbox, prepared.policy.compile_memory_mb());
@@ -197,6 +208,17 @@ pub async fn run(
         ..Tap::default()
     };
     start(prepared, &launcher, input, output, tap).await
+}
+
+/// The folder zot runs in (the process that started this one; zot starts
+/// an extension in the extension's own folder), when there is such a
+/// parent: none for an orphan, whose parent is init.
+fn zot_folder() -> Option<PathBuf> {
+    let parent = nix::unistd::getppid();
+    if parent.as_raw() <= 1 {
+        return None;
+    }
+    std::fs::canonicalize(format!("/proc/{parent}/cwd")).ok()
 }
 
 /// An extension checked and ready to start: its manifest read, its

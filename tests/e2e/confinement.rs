@@ -738,6 +738,68 @@ async fn a_confined_native_extension_reads_no_secret_and_writes_nothing_of_zot_h
     );
 }
 
+/// Under zot (`zotbox run`, started in the extension's folder by a zot
+/// running in the workspace), a confined native extension reaches the
+/// workspace zot runs in, with the same mounts as under the library: its
+/// `$ZOT_HOME` there read-only, the secrets covered. Before, it started with
+/// no workspace at all: nothing of the project was readable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_zotbox_run_a_confined_native_extension_reaches_the_workspace_zot_runs_in() {
+    let lab = Lab::new();
+    let ws = lab.workspace.display().to_string();
+    crate::attack::user_policy(&lab, &json!({"confine_native": true}));
+    let dir = native_probe(&lab);
+    std::fs::write(lab.workspace.join("notes.txt"), "the project's\n").expect("notes");
+    let home = lab.dev.join("user-home");
+    std::fs::create_dir_all(&home).expect("user home");
+    // zot: running in the workspace, it starts `zotbox run` in the
+    // extension's folder (the subshell), and waits for it.
+    let mut command = tokio::process::Command::new("sh");
+    command
+        .args([
+            "-c",
+            r#"(cd "$1" && exec "$0" run "$1")"#,
+            env!("CARGO_BIN_EXE_zotbox"),
+        ])
+        .arg(&dir)
+        .current_dir(&lab.workspace)
+        .env("ZOT_HOME", &lab.home)
+        .env("HOME", &home)
+        .env_remove("ZOTBOX_LOG");
+    let mut zot = crate::support::Peer::spawn(command);
+    zot.recv_through("ready").await;
+    zot.send(
+        &json!({"type": "hello_ack", "protocol_version": 1, "zot_version": "x",
+                     "provider": "p", "model": "m", "cwd": ws}),
+    )
+    .await;
+    let mut run = async |script: String| {
+        zot.send(&json!({"type": "tool_call", "id": "1", "name": "run", "args": {"sh": script}}))
+            .await;
+        let answer = zot.recv_through("tool_result").await;
+        answer.last().expect("an answer")["content"][0]["text"]
+            .as_str()
+            .expect("text")
+            .to_owned()
+    };
+    assert_eq!(
+        run(format!(
+            "cat {ws}/notes.txt && echo w > {ws}/w.txt && cat {ws}/w.txt"
+        ))
+        .await,
+        "exit=0 out=the project's\nw\n err="
+    );
+    // Attack: the user's zot home (here outside the workspace) and its policy.
+    let policy = lab.home.join("policy.json").display().to_string();
+    assert_eq!(
+        run(format!("cat {policy}")).await,
+        format!("exit=1 out= err=cat: {policy}: Permission denied\n")
+    );
+    zot.send(&json!({"type": "shutdown"})).await;
+    let ended = zot.end().await;
+    assert!(ended.status.success(), "{ended:#?}");
+}
+
 // ---------------------------------------------------------------------------
 // doctor
 
