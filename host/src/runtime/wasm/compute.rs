@@ -10,9 +10,11 @@
 //! input** (the longest a tool call of it may take, which the policy
 //! bounds). Computing is counted as the time its task is polled (wasm code
 //! and the host calls it makes run only then; a guest waiting for input, a
-//! timer or the network is not counted). Reading any new bytes of input
-//! starts the count again. Past the limit the guest is killed, as at a
-//! missed deadline, and its exit says why.
+//! timer or the network is not counted). Reading the rest of what the host
+//! wrote it starts the count again: a guest reading one byte at a time
+//! gets one budget per frame the host sends, not one per byte. Past the
+//! limit the guest is killed, as at a missed deadline, and its exit says
+//! why.
 //!
 //! The count is taken once per poll (two clock reads) and checked at the
 //! epoch ticks a running guest yields at anyway, so a guest that computes
@@ -48,7 +50,7 @@ pub(crate) struct ComputeBudget {
     limit: Duration,
     clock: Arc<ComputeClock>,
     stdin: GuestStdin,
-    /// Input bytes taken when last checked.
+    /// Times the input was drained, when last checked.
     seen: u64,
     /// The clock when the guest last took input.
     since: u64,
@@ -70,9 +72,9 @@ impl ComputeBudget {
     /// it last took input.
     pub(crate) fn exceeded(&mut self) -> Option<String> {
         let now = self.clock.total();
-        let taken = self.stdin.taken();
-        if taken != self.seen {
-            self.seen = taken;
+        let drained = self.stdin.drained();
+        if drained != self.seen {
+            self.seen = drained;
             self.since = now;
             return None;
         }
@@ -107,10 +109,18 @@ mod tests {
                 "computed for 0.1 s without reading its input (the most a tool call of it may take)"
             )
         );
-        // New input, read: a new stretch.
+        // Attack: new input read a byte at a time: no new stretch until
+        // the last byte written is taken.
         assert!(host.write_all(b"{}\n").await.is_ok());
+        for _ in 0..2 {
+            assert!(matches!(
+                stdin.try_take(1),
+                super::super::pipe::Took::Bytes(_)
+            ));
+            assert!(budget.exceeded().is_some());
+        }
         assert!(matches!(
-            stdin.try_take(16),
+            stdin.try_take(1),
             super::super::pipe::Took::Bytes(_)
         ));
         assert_eq!(budget.exceeded(), None);

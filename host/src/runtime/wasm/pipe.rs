@@ -37,9 +37,9 @@ struct State {
     write_waker: Option<Waker>,
     // The reader is parked waiting for bytes (for a guest: idle on stdin).
     reader_parked: bool,
-    // Bytes the reader has taken, ever (for a guest: how it shows that it
-    // read its input, see `compute`).
-    taken: u64,
+    // Times the reader has taken the last byte written so far (for a
+    // guest: how it shows that it read its input, see `compute`).
+    drained: u64,
 }
 
 struct Shared {
@@ -213,7 +213,9 @@ fn take_with<T>(state: &mut State, max: usize, copy: impl FnOnce(&[u8]) -> T) ->
         let n = max.min(state.buf.len());
         let copied = copy(&state.buf[..n]);
         bytes::Buf::advance(&mut state.buf, n);
-        state.taken = state.taken.wrapping_add(n as u64);
+        if state.buf.is_empty() {
+            state.drained = state.drained.wrapping_add(1);
+        }
         state.reader_parked = false;
         if let Some(waker) = state.write_waker.take() {
             waker.wake();
@@ -252,7 +254,7 @@ fn shared(capacity: usize) -> Arc<Shared> {
             read_waker: None,
             write_waker: None,
             reader_parked: false,
-            taken: 0,
+            drained: 0,
         }),
         direct: OutputSlot::default(),
     })
@@ -329,9 +331,10 @@ impl GuestStdin {
         self.0.lock().reader_parked
     }
 
-    /// Bytes the guest has read so far: a change means it took new input.
-    pub(crate) fn taken(&self) -> u64 {
-        self.0.lock().taken
+    /// Times the guest has read all its input so far: a change means it
+    /// took the rest of what the host wrote it (a byte at a time or not).
+    pub(crate) fn drained(&self) -> u64 {
+        self.0.lock().drained
     }
 
     /// Marks the guest gone: host writes fail from now on.
