@@ -1,28 +1,32 @@
 //! The audit log: every capability use and guard decision, one JSON line each.
 //!
 //! Lines go to `$ZOT_HOME/logs/audit.jsonl` from a writer thread, so the call
-//! path only pays for a channel send. [`AuditLog::flush`] waits until every
-//! line sent so far is on disk; the host calls it at shutdown, and dropping
-//! the log flushes too, so no line is lost on a normal exit.
+//! path pays for encoding one line, a short lock and a channel send, never
+//! for the disk. [`AuditLog::flush`] waits until every line sent so far is
+//! on disk; the host calls it at shutdown (the shared host on `SIGTERM`
+//! too), and dropping the log flushes as well, so no line is lost on a
+//! normal exit.
 //!
 //! # Rules
 //!
 //! A guest decides how often it calls, and what it passes: a refused call
-//! costs it nothing, so the log must not grow with its call rate.
+//! costs it nothing, so the log must not grow with its call rate, and one
+//! extension must not crowd out the others (the shared host keeps one log
+//! for every instance).
 //!
 //! 1. **Fields are cut.** A subject or reason longer than
 //!    [`AuditConfig::max_field`] (default 1 KiB) is cut at a character
 //!    boundary and ends in `…`; the record then says how long it was
 //!    (`subject_len`, `reason_len`, in bytes). The extension name is cut the
 //!    same way.
-//! 2. **The queue is bounded.** At most [`AuditConfig::queue`] records
-//!    (default 4096) wait for the writer (counted, not preallocated: an idle
-//!    log holds no queue memory, which matters with one log per extension
-//!    in the shared host). A record that finds the queue full
-//!    is dropped, never waited for (the call path never blocks on disk), and
-//!    counted per extension; the writer then records each count as a line
-//!    of its own: `{"extension":"x","capability":"audit","subject":"12
-//!    records dropped","decision":"deny",…}`.
+//! 2. **The queue is bounded, and shared.** At most [`AuditConfig::queue`]
+//!    records (default 4096) wait for the writer, at most a quarter of them
+//!    from one extension (counted, not preallocated: an idle log holds no
+//!    queue memory). A record that finds no place is dropped, never waited
+//!    for (the call path never blocks on disk), and counted per extension;
+//!    the writer then records each count as a line of its own:
+//!    `{"extension":"x","capability":"audit","subject":"12 records
+//!    dropped","decision":"deny",…}`.
 //! 3. **The file rotates.** A line that would take the file past
 //!    [`AuditConfig::max_file_bytes`] (default 64 MiB) first renames it to
 //!    `audit.jsonl.1` (the older ones moving to `.2` …, up to
@@ -33,22 +37,22 @@
 //!    already rotated is reopened rather than rotated again.
 //! 4. **No extension fills it alone.** Without a limit, one guest making
 //!    refused calls in a loop would rotate every other extension's records
-//!    (and its own earlier ones) away within seconds. As journald does for
-//!    services, each extension may write at most [`AuditConfig::burst`]
-//!    records (default 10 000) in each [`AuditConfig::interval`] (default
-//!    30 s); past that its records are counted, not written, and once the
-//!    interval ends (or the log closes) one line says how many of which
-//!    kind were suppressed: `{"extension":"x","capability":"audit","subject":
-//!    "5000 records suppressed","decision":"deny","reason":"… fs-read deny
-//!    4998, http allow 2"}`. Filling the kept files then takes a flooding
-//!    extension at least eight minutes (every line at its 1 KiB cut; some
-//!    forty with paths of common length) rather than seconds, and the
+//!    (and its own earlier ones) away within seconds. Much as journald
+//!    limits a service, each extension's lines may take at most
+//!    [`AuditConfig::burst_bytes`] (default 2 MiB, as written: a character
+//!    escaped six times over counts six times) in each
+//!    [`AuditConfig::interval`] (default 30 s). Past that its records are
+//!    counted, not queued, and once the interval ends (or at a flush, or
+//!    when the log closes) one line says how many of which kind were
+//!    suppressed: `{"extension":"x","capability":"audit","subject":"5000
+//!    records suppressed","decision":"deny","reason":"… fs-read deny 4998,
+//!    http allow 2"}`. Filling the kept files then takes a flooding
+//!    extension at least 48 minutes rather than seconds, and the
 //!    suppression lines name it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -156,10 +160,11 @@ pub struct AuditConfig {
     /// Rotated files kept (`audit.jsonl.1` … `audit.jsonl.<keep>`); 0 keeps
     /// none. Default 2.
     pub keep: usize,
-    /// Records one extension may write in one [`AuditConfig::interval`];
-    /// past this they are counted and suppressed. Default 10 000.
-    pub burst: u64,
-    /// The window [`AuditConfig::burst`] counts over. Default 30 s.
+    /// Bytes of lines one extension may write in one
+    /// [`AuditConfig::interval`]; past this its records are counted and
+    /// suppressed. Default 2 MiB.
+    pub burst_bytes: u64,
+    /// The window [`AuditConfig::burst_bytes`] counts over. Default 30 s.
     pub interval: Duration,
 }
 
@@ -170,17 +175,14 @@ impl Default for AuditConfig {
             max_field: 1024,
             max_file_bytes: 64 * 1024 * 1024,
             keep: 2,
-            burst: 10_000,
+            burst_bytes: 2 * 1024 * 1024,
             interval: Duration::from_secs(30),
         }
     }
 }
 
-/// Drops counted per extension since the writer last recorded them.
-type Dropped = Arc<Mutex<BTreeMap<String, u64>>>;
-
-/// Extensions counted apart in [`Dropped`] and rate-limited apart
-/// (rule 4); the rest share one count and one limit.
+/// Extensions counted apart (drops, queue shares, windows); the rest share
+/// one count, one share and one window.
 const DROP_KEYS: usize = 64;
 /// The name the shared count of drops is recorded under.
 const OTHERS: &str = "(other extensions)";
@@ -192,13 +194,103 @@ const OWN_LINES: &str = "audit";
 #[derive(Debug)]
 struct Window {
     started: Instant,
-    written: u64,
+    /// Bytes of its lines queued in this window.
+    bytes: u64,
     /// Records suppressed in this window, by `capability decision`.
     suppressed: BTreeMap<String, u64>,
 }
 
+/// What the log (on the callers' threads) and its writer share about each
+/// extension: rules 2 and 4 are decided before a record takes a place in
+/// the queue, so one extension's flood neither fills the queue for the
+/// others nor the file.
+#[derive(Debug, Default)]
+struct Shares {
+    /// Records waiting for the writer, in all.
+    queued: usize,
+    /// Records waiting for the writer, by extension.
+    queued_by: HashMap<String, usize>,
+    /// Drops since the writer last recorded them, by extension.
+    dropped: BTreeMap<String, u64>,
+    /// Each extension's current window.
+    windows: HashMap<String, Window>,
+}
+
+/// `name`, or [`OTHERS`] once `map` counts [`DROP_KEYS`] others.
+fn key_in<V>(map: &HashMap<String, V>, name: &str) -> String {
+    if map.len() < DROP_KEYS || map.contains_key(name) {
+        name.to_owned()
+    } else {
+        OTHERS.to_owned()
+    }
+}
+
+impl Shares {
+    /// Whether a line of `size` bytes from `record`'s extension fits its
+    /// window (rule 4); when not, it is counted as suppressed.
+    fn admit(&mut self, record: &AuditRecord, size: u64, config: &AuditConfig) -> bool {
+        let now = Instant::now();
+        let key = key_in(&self.windows, &record.extension);
+        let window = self.windows.entry(key).or_insert_with(|| Window {
+            started: now,
+            bytes: 0,
+            suppressed: BTreeMap::new(),
+        });
+        if now.saturating_duration_since(window.started) >= config.interval
+            && window.suppressed.is_empty()
+        {
+            // Its window ended with nothing to report: a new one.
+            window.started = now;
+            window.bytes = 0;
+        }
+        if window.bytes.saturating_add(size) <= config.burst_bytes {
+            window.bytes += size;
+            return true;
+        }
+        let kind = format!("{} {}", record.capability, decision_word(record.decision));
+        *window.suppressed.entry(kind).or_default() += 1;
+        false
+    }
+
+    /// Takes a place in the queue for `extension` (rule 2): none when the
+    /// queue is full or the extension holds its share of it (a quarter).
+    fn enqueue(&mut self, extension: &str, config: &AuditConfig) -> Option<String> {
+        let capacity = config.queue.max(1);
+        let key = key_in(&self.queued_by, extension);
+        let mine = self.queued_by.get(&key).copied().unwrap_or(0);
+        if self.queued >= capacity || mine >= (capacity / 4).max(1) {
+            let drop_key = if self.dropped.len() < DROP_KEYS || self.dropped.contains_key(extension)
+            {
+                extension.to_owned()
+            } else {
+                OTHERS.to_owned()
+            };
+            *self.dropped.entry(drop_key).or_default() += 1;
+            return None;
+        }
+        self.queued += 1;
+        *self.queued_by.entry(key.clone()).or_default() += 1;
+        Some(key)
+    }
+
+    /// The writer took a record queued under `key`.
+    fn dequeue(&mut self, key: &str) {
+        self.queued = self.queued.saturating_sub(1);
+        if let Some(count) = self.queued_by.get_mut(key) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                self.queued_by.remove(key);
+            }
+        }
+    }
+}
+
 enum Message {
-    Record(AuditRecord),
+    /// A record's line, queued under its extension's key.
+    Line {
+        key: String,
+        line: Vec<u8>,
+    },
     Flush(mpsc::Sender<()>),
 }
 
@@ -208,9 +300,7 @@ pub struct AuditLog {
     path: Option<PathBuf>,
     config: AuditConfig,
     sender: Mutex<Option<mpsc::Sender<Message>>>,
-    /// Records sent and not yet taken by the writer.
-    queued: Arc<AtomicUsize>,
-    dropped: Dropped,
+    shares: Arc<Mutex<Shares>>,
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
@@ -235,16 +325,13 @@ impl AuditLog {
             }
         };
         let (sender, receiver) = mpsc::channel();
-        let dropped = Dropped::default();
-        let queued = Arc::new(AtomicUsize::new(0));
+        let shares = Arc::new(Mutex::new(Shares::default()));
         let writer = Writer {
-            queued: queued.clone(),
+            shares: shares.clone(),
             path: path.to_owned(),
             out: std::io::BufWriter::new(file),
             len: 0,
             config: config.clone(),
-            dropped: dropped.clone(),
-            windows: std::collections::HashMap::new(),
             rotation_failed: false,
         };
         let spawned = std::thread::Builder::new()
@@ -255,8 +342,7 @@ impl AuditLog {
                 path: Some(path.to_owned()),
                 config,
                 sender: Mutex::new(Some(sender)),
-                queued,
-                dropped,
+                shares,
                 writer: Mutex::new(Some(handle)),
             },
             Err(err) => {
@@ -272,8 +358,7 @@ impl AuditLog {
             path: None,
             config: AuditConfig::default(),
             sender: Mutex::new(None),
-            queued: Arc::default(),
-            dropped: Dropped::default(),
+            shares: Arc::default(),
             writer: Mutex::new(None),
         }
     }
@@ -283,32 +368,43 @@ impl AuditLog {
         self.path.as_deref()
     }
 
-    /// Queues a record, its fields cut to the configured size; never blocks.
-    /// When the queue is full the record is dropped and counted.
+    /// Queues a record, its fields cut to the configured size; never
+    /// blocks. A record past its extension's rate is counted as suppressed
+    /// (rule 4), one that finds no place in the queue as dropped (rule 2).
     pub fn record(&self, record: AuditRecord) {
         let sender = self.sender.lock().unwrap_or_else(PoisonError::into_inner);
         let Some(sender) = sender.as_ref() else {
             return;
         };
-        if self.queued.fetch_add(1, Ordering::AcqRel) >= self.config.queue.max(1) {
-            self.queued.fetch_sub(1, Ordering::AcqRel);
-            let mut dropped = self.dropped.lock().unwrap_or_else(PoisonError::into_inner);
-            let key = if dropped.len() < DROP_KEYS || dropped.contains_key(&record.extension) {
-                record.extension
-            } else {
-                OTHERS.to_owned()
-            };
-            *dropped.entry(key).or_default() += 1;
-            return;
-        }
         let record = record.bounded(self.config.max_field);
-        if sender.send(Message::Record(record)).is_err() {
+        let Some(line) = line_of(&record) else {
+            return;
+        };
+        let key = {
+            let mut shares = self.shares.lock().unwrap_or_else(PoisonError::into_inner);
+            if record.capability != OWN_LINES
+                && !shares.admit(&record, line.len() as u64, &self.config)
+            {
+                return;
+            }
+            match shares.enqueue(&record.extension, &self.config) {
+                Some(key) => key,
+                None => return,
+            }
+        };
+        if let Err(mpsc::SendError(Message::Line { key, .. })) =
+            sender.send(Message::Line { key, line })
+        {
             // The writer is gone (it could not start): nothing to count for.
-            self.queued.fetch_sub(1, Ordering::AcqRel);
+            self.shares
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .dequeue(&key);
         }
     }
 
-    /// Waits (up to 5 s) until every record queued so far is written.
+    /// Waits (up to 5 s) until every record queued so far is written, and
+    /// what was suppressed so far is said.
     pub fn flush(&self) {
         let deadline = Instant::now() + Duration::from_secs(5);
         let Some(sender) = self
@@ -326,6 +422,14 @@ impl AuditLog {
         }
         let _ = wait.recv_timeout(deadline.saturating_duration_since(Instant::now()));
     }
+}
+
+/// A record as one line of the log, newline included.
+fn line_of(record: &AuditRecord) -> Option<Vec<u8>> {
+    let line = serde_json::to_string(record).ok()?;
+    let mut line = ascii_safe(line).into_bytes();
+    line.push(b'\n');
+    Some(line)
 }
 
 impl Drop for AuditLog {
@@ -348,19 +452,30 @@ impl Drop for AuditLog {
 
 /// The writer thread's state: the open file and how big it is.
 struct Writer {
-    /// Shared with the log: decremented as records are taken.
-    queued: Arc<AtomicUsize>,
+    /// Shared with the log (see [`Shares`]).
+    shares: Arc<Mutex<Shares>>,
     path: PathBuf,
     out: std::io::BufWriter<std::fs::File>,
     len: u64,
     config: AuditConfig,
-    dropped: Dropped,
-    /// Each extension's current window (rule 4), at most [`DROP_KEYS`] + 1.
-    windows: std::collections::HashMap<String, Window>,
     rotation_failed: bool,
 }
 
+/// Which windows [`Writer::report`] ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Report {
+    /// Those whose interval is over.
+    Ended,
+    /// Every one with something suppressed (a flush, the end of the log);
+    /// a window still running goes on, its count said.
+    All,
+}
+
 impl Writer {
+    fn shares(&self) -> std::sync::MutexGuard<'_, Shares> {
+        self.shares.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn run(mut self, receiver: mpsc::Receiver<Message>) {
         loop {
             // While a suppression is pending, wake when its window ends
@@ -371,7 +486,7 @@ impl Writer {
                     match receiver.recv_timeout(end.saturating_duration_since(Instant::now())) {
                         Ok(message) => Ok(message),
                         Err(mpsc::RecvTimeoutError::Timeout) => {
-                            self.end_windows(false);
+                            self.report(Report::Ended);
                             let _ = self.out.flush();
                             continue;
                         }
@@ -389,86 +504,57 @@ impl Writer {
             // Write everything already queued, then flush once.
             while let Some(message) = next {
                 match message {
-                    Message::Record(record) => {
-                        self.queued.fetch_sub(1, Ordering::AcqRel);
-                        self.write(&record);
+                    Message::Line { key, line } => {
+                        self.shares().dequeue(&key);
+                        self.write_line(&line);
                     }
                     Message::Flush(ack) => acks.push(ack),
                 }
                 next = receiver.try_recv().ok();
             }
             self.record_drops();
-            self.end_windows(false);
+            self.report(if acks.is_empty() {
+                Report::Ended
+            } else {
+                Report::All
+            });
             let _ = self.out.flush();
             for ack in acks {
                 let _ = ack.send(());
             }
         }
         self.record_drops();
-        self.end_windows(true);
+        self.report(Report::All);
         let _ = self.out.flush();
-    }
-
-    /// Whether `record` fits its extension's window (rule 4); when not, it
-    /// is counted as suppressed.
-    fn admit(&mut self, record: &AuditRecord) -> bool {
-        if record.capability == OWN_LINES {
-            return true;
-        }
-        let now = Instant::now();
-        let key = if self.windows.len() <= DROP_KEYS || self.windows.contains_key(&record.extension)
-        {
-            record.extension.as_str()
-        } else {
-            OTHERS
-        };
-        let window = self
-            .windows
-            .entry(key.to_owned())
-            .or_insert_with(|| Window {
-                started: now,
-                written: 0,
-                suppressed: BTreeMap::new(),
-            });
-        if window.written < self.config.burst {
-            window.written += 1;
-            return true;
-        }
-        let kind = format!("{} {}", record.capability, decision_word(record.decision));
-        *window.suppressed.entry(kind).or_default() += 1;
-        false
     }
 
     /// When the first window with suppressed records ends.
     fn next_window_end(&self) -> Option<Instant> {
-        self.windows
+        self.shares()
+            .windows
             .values()
             .filter(|window| !window.suppressed.is_empty())
             .map(|window| window.started + self.config.interval)
             .min()
     }
 
-    /// Ends every window past its interval (all of them when `all`),
-    /// writing one line for each that suppressed records.
-    fn end_windows(&mut self, all: bool) {
+    /// Writes one line for each window `which` names that suppressed
+    /// records; drops the windows whose interval is over.
+    fn report(&mut self, which: Report) {
         let interval = self.config.interval;
         let now = Instant::now();
-        let ended: Vec<String> = self
-            .windows
-            .iter()
-            .filter(|(_, window)| all || now.saturating_duration_since(window.started) >= interval)
-            .map(|(extension, _)| extension.clone())
-            .collect();
-        for extension in ended {
-            let Some(window) = self.windows.remove(&extension) else {
-                continue;
-            };
-            if window.suppressed.is_empty() {
-                continue;
+        let mut lines = Vec::new();
+        self.shares().windows.retain(|extension, window| {
+            let over = now.saturating_duration_since(window.started) >= interval;
+            if (over || which == Report::All) && !window.suppressed.is_empty() {
+                let counts = std::mem::take(&mut window.suppressed);
+                lines.push((extension.clone(), counts));
             }
-            let total: u64 = window.suppressed.values().sum();
-            let kinds: Vec<String> = window
-                .suppressed
+            !over
+        });
+        for (extension, counts) in lines {
+            let total: u64 = counts.values().sum();
+            let kinds: Vec<String> = counts
                 .iter()
                 .map(|(kind, count)| format!("{kind} {count}"))
                 .collect();
@@ -478,13 +564,13 @@ impl Writer {
                 format!("{total} records suppressed"),
                 Decision::Deny,
                 format!(
-                    "more than {} records in {} s from this extension: {}",
-                    self.config.burst,
+                    "more than {} bytes of records in {} s from this extension: {}",
+                    self.config.burst_bytes,
                     interval.as_secs_f64(),
                     kinds.join(", ")
                 ),
             );
-            self.write(&record.bounded(self.config.max_field));
+            self.write_record(&record.bounded(self.config.max_field));
         }
     }
 
@@ -496,28 +582,25 @@ impl Writer {
         }
     }
 
-    fn write(&mut self, record: &AuditRecord) {
-        if !self.admit(record) {
-            return;
+    fn write_record(&mut self, record: &AuditRecord) {
+        if let Some(line) = line_of(record) {
+            self.write_line(&line);
         }
-        let Ok(line) = serde_json::to_string(record) else {
-            return;
-        };
-        let mut line = ascii_safe(line).into_bytes();
-        line.push(b'\n');
+    }
+
+    fn write_line(&mut self, line: &[u8]) {
         let size = line.len() as u64;
         if self.len > 0 && self.len.saturating_add(size) > self.config.max_file_bytes {
             self.rotate();
         }
-        if self.out.write_all(&line).is_ok() {
+        if self.out.write_all(line).is_ok() {
             self.len = self.len.saturating_add(size);
         }
     }
 
     /// One `deny` line per extension whose records were dropped.
     fn record_drops(&mut self) {
-        let dropped =
-            std::mem::take(&mut *self.dropped.lock().unwrap_or_else(PoisonError::into_inner));
+        let dropped = std::mem::take(&mut self.shares().dropped);
         for (extension, count) in dropped {
             let record = AuditRecord::now(
                 extension,
@@ -525,11 +608,12 @@ impl Writer {
                 format!("{count} records dropped"),
                 Decision::Deny,
                 format!(
-                    "the audit queue was full ({} records waiting for the disk)",
+                    "the audit queue was full ({} records waiting for the disk, a quarter of \
+                     them at most from one extension)",
                     self.config.queue
                 ),
             );
-            self.write(&record.bounded(self.config.max_field));
+            self.write_record(&record.bounded(self.config.max_field));
         }
     }
 
@@ -880,7 +964,8 @@ mod tests {
             assert_eq!(line["decision"], "deny");
             assert_eq!(
                 line["reason"],
-                "the audit queue was full (8 records waiting for the disk)"
+                "the audit queue was full (8 records waiting for the disk, a quarter of them at \
+                 most from one extension)"
             );
             let subject = line["subject"].as_str().unwrap_or_default();
             let count = subject.strip_suffix(" records dropped").unwrap_or_default();
@@ -892,16 +977,38 @@ mod tests {
         assert_eq!(written.len() + dropped, SENT);
     }
 
-    /// Rule 4: a guest refused in a loop (here 1 000 records, with a burst
-    /// of 100) neither rotates the file nor pushes out another extension's
-    /// records; what it lost is counted, by kind, in one line.
+    /// The lines of `extension` other than the log's own.
+    fn of<'a>(lines: &'a [serde_json::Value], extension: &str) -> Vec<&'a serde_json::Value> {
+        lines
+            .iter()
+            .filter(|line| line["extension"] == extension && line["capability"] != "audit")
+            .collect()
+    }
+
+    /// The log's own lines: `(extension, subject, reason)`.
+    fn own(lines: &[serde_json::Value]) -> Vec<(String, String, String)> {
+        lines
+            .iter()
+            .filter(|line| line["capability"] == "audit")
+            .map(|line| {
+                let field = |name: &str| line[name].as_str().unwrap_or_default().to_owned();
+                (field("extension"), field("subject"), field("reason"))
+            })
+            .collect()
+    }
+
+    /// Rule 4: a guest refused in a loop, with a path of control characters
+    /// that its line writes six times over (1 000 records of 6 KiB lines,
+    /// with a burst of 32 KiB), neither rotates the file nor pushes out
+    /// another extension's records; what it lost is counted, by kind, in
+    /// one line.
     #[test]
     fn one_extension_flooding_the_log_is_suppressed_past_its_burst_and_counted() {
         let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let path = tmp.path().join("audit.jsonl");
         let config = AuditConfig {
             max_file_bytes: 64 * 1024,
-            burst: 100,
+            burst_bytes: 32 * 1024,
             interval: Duration::from_secs(3600),
             ..AuditConfig::default()
         };
@@ -910,11 +1017,11 @@ mod tests {
             AuditRecord::now(extension, capability, subject, decision, "r")
         };
         log.record(record("quiet", "http", "before".into(), Decision::Allow));
-        for i in 0..1000 {
+        for _ in 0..1000 {
             log.record(record(
                 "flood",
                 "fs-read",
-                format!("{i:0>200}"),
+                "\u{1}".repeat(1024),
                 Decision::Deny,
             ));
         }
@@ -930,35 +1037,40 @@ mod tests {
             !tmp.path().join("audit.jsonl.1").exists(),
             "the flood rotated the file"
         );
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
         let lines = lines_of(&path);
-        let of = |extension: &str| {
-            lines
-                .iter()
-                .filter(|line| line["extension"] == extension && line["capability"] != "audit")
-                .count()
-        };
-        assert_eq!(of("flood"), 100);
-        let quiet: Vec<&str> = lines
+        let flood_bytes: usize = text
+            .lines()
+            .filter(|line| line.contains(r#""extension":"flood","capability":"fs-read""#))
+            .map(|line| line.len() + 1)
+            .sum();
+        let written = of(&lines, "flood").len();
+        assert!(
+            written > 0 && flood_bytes <= 32 * 1024,
+            "{written} lines, {flood_bytes} bytes"
+        );
+        let quiet: Vec<&str> = of(&lines, "quiet")
             .iter()
-            .filter(|line| line["extension"] == "quiet")
             .filter_map(|line| line["subject"].as_str())
             .collect();
         assert_eq!(quiet, ["before", "after"]);
-        let own: Vec<(&str, &str)> = lines
-            .iter()
-            .filter(|line| line["capability"] == "audit")
-            .map(|line| {
-                (
-                    line["subject"].as_str().unwrap_or_default(),
-                    line["reason"].as_str().unwrap_or_default(),
-                )
-            })
-            .collect();
+        // What is left of its budget still takes a short line.
+        assert!(
+            of(&lines, "flood")
+                .iter()
+                .any(|line| line["subject"] == "https://evil/"),
+            "{text}"
+        );
+        let suppressed = 1001 - written;
         assert_eq!(
-            own,
+            own(&lines),
             [(
-                "901 records suppressed",
-                "more than 100 records in 3600 s from this extension: fs-read deny 900, http allow 1"
+                "flood".to_owned(),
+                format!("{suppressed} records suppressed"),
+                format!(
+                    "more than 32768 bytes of records in 3600 s from this extension: fs-read \
+                     deny {suppressed}"
+                )
             )]
         );
     }
@@ -969,36 +1081,127 @@ mod tests {
     fn a_suppression_is_reported_when_its_window_ends_and_the_next_window_writes() {
         let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let path = tmp.path().join("audit.jsonl");
+        let deny =
+            |n: usize| AuditRecord::now("flood", "fs-read", format!("p{n}"), Decision::Deny, "r");
+        // Lines of one length: p10 … p60.
+        let line = line_of(&deny(10)).map_or(0, |line| line.len() as u64);
         let config = AuditConfig {
-            burst: 10,
+            burst_bytes: 10 * line,
             interval: Duration::from_millis(500),
             ..AuditConfig::default()
         };
         let log = AuditLog::open_with(&path, config);
-        let deny =
-            |n: usize| AuditRecord::now("flood", "fs-read", format!("p{n}"), Decision::Deny, "r");
-        for n in 0..50 {
+        for n in 10..60 {
             log.record(deny(n));
         }
-        log.flush();
         // The log stays open and idle: the writer reports on its own.
         let reported = (0..100).any(|_| {
             std::thread::sleep(Duration::from_millis(50));
-            lines_of(&path)
-                .iter()
-                .any(|line| line["capability"] == "audit")
+            own(&lines_of(&path)).len() == 1
         });
         assert!(reported, "no suppression line while the log stayed open");
-        log.record(deny(50));
+        log.record(deny(60));
         drop(log);
         let subjects: Vec<String> = lines_of(&path)
             .iter()
             .map(|line| line["subject"].as_str().unwrap_or_default().to_owned())
             .collect();
-        let mut expected: Vec<String> = (0..10).map(|n| format!("p{n}")).collect();
+        let mut expected: Vec<String> = (10..20).map(|n| format!("p{n}")).collect();
         expected.push("40 records suppressed".to_owned());
-        expected.push("p50".to_owned());
+        expected.push("p60".to_owned());
         assert_eq!(subjects, expected);
+    }
+
+    /// Rule 2: one extension's flood takes at most a quarter of the queue,
+    /// so the others' records still find a place; and a flush says what
+    /// was suppressed so far, while the window runs on.
+    #[test]
+    fn one_extension_holds_a_quarter_of_the_queue_and_a_flush_reports_suppressions() {
+        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        // A FIFO nobody reads yet: the writer blocks on it as on a hung disk.
+        let fifo = tmp.path().join("audit.jsonl");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap_or_else(|e| panic!("mkfifo: {e}"));
+        assert!(made.success());
+        let reader = std::thread::spawn({
+            let fifo = fifo.clone();
+            move || {
+                let mut text = String::new();
+                let mut file = std::fs::File::open(&fifo).unwrap_or_else(|e| panic!("{e}"));
+                std::io::Read::read_to_string(&mut file, &mut text)
+                    .unwrap_or_else(|e| panic!("{e}"));
+                text
+            }
+        });
+        let config = AuditConfig {
+            queue: 16,
+            ..AuditConfig::default()
+        };
+        let log = AuditLog::open_with(&fifo, config);
+        for i in 0..100 {
+            log.record(AuditRecord::now(
+                "flood",
+                "fs-read",
+                format!("{i}"),
+                Decision::Deny,
+                "r",
+            ));
+        }
+        for i in 0..4 {
+            log.record(AuditRecord::now(
+                "quiet",
+                "http",
+                format!("q{i}"),
+                Decision::Allow,
+                "",
+            ));
+        }
+        drop(log);
+        let text = reader.join().unwrap_or_else(|_| panic!("the reader"));
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}")))
+            .collect();
+        let quiet: Vec<&str> = of(&lines, "quiet")
+            .iter()
+            .filter_map(|line| line["subject"].as_str())
+            .collect();
+        assert_eq!(quiet, ["q0", "q1", "q2", "q3"]);
+        assert!(of(&lines, "flood").len() <= 100);
+
+        // A flush reports what was suppressed so far.
+        let path = tmp.path().join("flushed.jsonl");
+        let config = AuditConfig {
+            burst_bytes: 1,
+            interval: Duration::from_secs(3600),
+            ..AuditConfig::default()
+        };
+        let log = AuditLog::open_with(&path, config);
+        for i in 0..5 {
+            log.record(AuditRecord::now(
+                "flood",
+                "fs-read",
+                format!("{i}"),
+                Decision::Deny,
+                "r",
+            ));
+        }
+        log.flush();
+        let subjects: Vec<String> = own(&lines_of(&path)).into_iter().map(|o| o.1).collect();
+        assert_eq!(subjects, ["5 records suppressed"]);
+        // The window runs on: still suppressed, said at the end.
+        log.record(AuditRecord::now(
+            "flood",
+            "fs-read",
+            "6",
+            Decision::Deny,
+            "r",
+        ));
+        drop(log);
+        let subjects: Vec<String> = own(&lines_of(&path)).into_iter().map(|o| o.1).collect();
+        assert_eq!(subjects, ["5 records suppressed", "1 records suppressed"]);
     }
 
     #[test]

@@ -851,11 +851,9 @@ mod tests {
             shown,
             [
                 ("dev/x/", false),
-                ("home/", false),
+                // Not even read: the user's secrets and keys, zot's credentials.
+                ("home/", true),
                 ("home/extensions/", false),
-                // Not even read: the user's signing keys and secret values.
-                ("home/keys/", true),
-                ("home/secrets.json", true),
                 ("proj/", false),
                 ("tools/linked/", false),
                 ("tools/linked/run.sh", false)

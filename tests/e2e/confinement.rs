@@ -669,10 +669,10 @@ async fn a_confined_native_extension_reaches_its_folder_its_data_and_the_workspa
 
 /// `$ZOT_HOME` inside the workspace (a user working in their home folder):
 /// a confined native extension may write the workspace, yet it reads
-/// nothing of the user's secrets and writes nothing of `$ZOT_HOME` (the
-/// policy that confines it included), while its own data dir there stays
-/// writable. Shell commands get the same mounts
-/// (`control_paths::a_shell_tool_reads_no_secret_…`).
+/// nothing of `$ZOT_HOME` (the user's secrets and keys, zot's credentials)
+/// and writes nothing there (the policy that confines it included), while
+/// its own data dir there stays writable. Shell commands get the same
+/// mounts (`control_paths::a_shell_tool_reads_no_secret_…`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_confined_native_extension_reads_no_secret_and_writes_nothing_of_zot_home_in_the_workspace()
  {
@@ -681,6 +681,7 @@ async fn a_confined_native_extension_reads_no_secret_and_writes_nothing_of_zot_h
     let policy_file = home.join("policy.json");
     crate::support::write_json(&policy_file, &json!({"confine_native": true}));
     std::fs::write(home.join("secrets.json"), "hunter2-in-the-file").expect("secrets");
+    std::fs::write(home.join("auth.json"), "sk-zot-credential").expect("auth");
     std::fs::create_dir_all(home.join("keys")).expect("keys");
     std::fs::write(home.join("keys/zotbox.key"), "untrusted comment: k").expect("key");
     let policy = zotbox::policy::Policy::load(&home.join("no-system-policy.json"), &policy_file)
@@ -702,19 +703,19 @@ async fn a_confined_native_extension_reads_no_secret_and_writes_nothing_of_zot_h
             text
         }
     };
-    // Attack: the secrets file and the signing key (`/dev/null` on a mount
-    // that opens no device, an empty folder).
     let ws = lab.workspace.display();
+    // Attack: the secrets, the signing key and zot's credentials: the
+    // folder is an empty cover, but for the way to the data dir.
     assert_eq!(
-        run(&format!("cat {ws}/zh/secrets.json {ws}/zh/keys/zotbox.key")).await,
+        run(&format!(
+            "cat {ws}/zh/secrets.json {ws}/zh/auth.json {ws}/zh/keys/zotbox.key; ls -A {ws}/zh"
+        ))
+        .await,
         format!(
-            "exit=1 out= err=cat: {ws}/zh/secrets.json: Permission denied\n\
+            "exit=0 out=data\n err=cat: {ws}/zh/secrets.json: No such file or directory\n\
+             cat: {ws}/zh/auth.json: No such file or directory\n\
              cat: {ws}/zh/keys/zotbox.key: No such file or directory\n"
         )
-    );
-    assert_eq!(
-        run(&format!("ls -A {ws}/zh/keys")).await,
-        "exit=0 out= err="
     );
     // Attack: the policy that confines it, rewritten for the next start.
     assert_eq!(
@@ -735,6 +736,10 @@ async fn a_confined_native_extension_reads_no_secret_and_writes_nothing_of_zot_h
     assert_eq!(
         std::fs::read_to_string(&policy_file).expect("policy"),
         "{\n  \"confine_native\": true\n}\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(home.join("data/natprobe/d.txt")).expect("data"),
+        "d\n"
     );
 }
 

@@ -167,8 +167,8 @@ async fn a_guest_with_write_all_cannot_write_any_control_path() {
         write_refused(
             "$ZOT_HOME inside the workspace",
             "home/policy.json",
-            "`home/` is a control path ($ZOT_HOME: it decides grants and what runs); no grant \
-             reaches it",
+            "`home/` is a control path ($ZOT_HOME: it decides grants and what runs, and holds \
+             the user's secrets and zot's credentials); no grant reaches it",
         ),
         // Attack: its own (explicit) folder inside the workspace.
         write_refused(
@@ -214,10 +214,11 @@ async fn a_guest_with_write_all_cannot_write_any_control_path() {
     );
 }
 
-/// `$ZOT_HOME` inside the workspace holds `secrets.json` and `keys/`: a
-/// guest granted `read: ["**"]` reads neither them nor a link to them, and
-/// cannot even describe them, while the rest of `$ZOT_HOME` stays readable
-/// by the grant.
+/// `$ZOT_HOME` inside the workspace holds `secrets.json`, `keys/` and zot's
+/// own credentials (`auth.json`): a guest granted `read: ["**"]` reads
+/// nothing of it, through a link or not, cannot even describe or list it,
+/// and a listing of the workspace leaves it out; the rest of the workspace
+/// follows the grant.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_guest_with_read_all_cannot_read_the_users_secrets() {
     let lab = Lab::new();
@@ -225,114 +226,90 @@ async fn a_guest_with_read_all_cannot_read_the_users_secrets() {
     let home = ws.join("home");
     std::fs::create_dir_all(&home).expect("home");
     std::fs::write(home.join("secrets.json"), r#"{"API_KEY":"hunter2"}"#).expect("secrets");
+    std::fs::write(home.join("auth.json"), r#"{"key":"sk-zot-credential"}"#).expect("auth");
     std::fs::write(home.join("policy.json"), "{}").expect("policy");
     std::fs::create_dir_all(home.join("keys")).expect("keys");
     std::fs::write(home.join("keys/zotbox.key"), "untrusted comment: k").expect("key");
+    std::fs::write(ws.join("notes.txt"), "the workspace's own").expect("notes");
     symlink("home/secrets.json", ws.join("leak.json")).expect("link");
     symlink("home", ws.join("via")).expect("link");
     let (host, _) = prober_with_home_inside(&lab, &home).await;
-    let secret = "is a control path (the user's secrets: only the host reads them); no grant \
-                  reaches it";
+    let secret = "`home/` is a control path ($ZOT_HOME: it decides grants and what runs, and \
+                  holds the user's secrets and zot's credentials); no grant reaches it";
+    let read = |name: &'static str, tool: &'static str, path: &str, through: Option<&str>| {
+        let how = through.map_or_else(String::new, |to| {
+            format!("it resolves to `{to}` through a symlink; ")
+        });
+        refused(
+            name,
+            tool,
+            json!({ "path": path }),
+            format!("fs-read `{path}` refused: {how}{secret}"),
+        )
+    };
     let cases = vec![
-        // Attack: the file itself.
-        refused(
-            "the secrets file",
-            "fs_read",
-            json!({"path": "home/secrets.json"}),
-            format!("fs-read `home/secrets.json` refused: `home/secrets.json` {secret}"),
-        ),
+        // Attack: the file itself, and zot's own credentials.
+        read("the secrets file", "fs_read", "home/secrets.json", None),
+        read("zot's credentials", "fs_read", "home/auth.json", None),
         // Attack: a link the guest did not need to write (a cloned repository's).
-        refused(
+        read(
             "a link to it",
             "fs_read",
-            json!({"path": "leak.json"}),
-            format!(
-                "fs-read `leak.json` refused: it resolves to `home/secrets.json` through a \
-                 symlink; `home/secrets.json` {secret}"
-            ),
+            "leak.json",
+            Some("home/secrets.json"),
         ),
-        refused(
+        read(
             "through a linked folder",
             "fs_read",
-            json!({"path": "via/secrets.json"}),
-            format!(
-                "fs-read `via/secrets.json` refused: it resolves to `home/secrets.json` through \
-                 a symlink; `home/secrets.json` {secret}"
-            ),
+            "via/secrets.json",
+            Some("home/secrets.json"),
         ),
         // Attack: another case, for a case-folding file system.
-        refused(
-            "upper case",
-            "fs_read",
-            json!({"path": "home/SECRETS.json"}),
-            format!("fs-read `home/SECRETS.json` refused: `home/secrets.json` {secret}"),
-        ),
-        // Attack: the signing key `zotbox keygen` wrote, and its folder.
-        refused(
-            "the signing key",
-            "fs_read",
-            json!({"path": "home/keys/zotbox.key"}),
-            "fs-read `home/keys/zotbox.key` refused: `home/keys/` is a control path (the user's \
-             signing keys); no grant reaches it",
-        ),
-        refused(
-            "the keys folder",
-            "fs_list",
-            json!({"path": "home/keys"}),
-            "fs-read `home/keys` refused: `home/keys/` is a control path (the user's signing \
-             keys); no grant reaches it",
-        ),
-        refused(
-            "its size and times",
-            "fs_stat",
-            json!({"path": "home/secrets.json"}),
-            format!("fs-read `home/secrets.json` refused: `home/secrets.json` {secret}"),
-        ),
+        read("upper case", "fs_read", "HOME/secrets.json", None),
+        // Attack: the signing key `zotbox keygen` wrote, and the folders.
+        read("the signing key", "fs_read", "home/keys/zotbox.key", None),
+        read("the keys folder", "fs_list", "home/keys", None),
+        read("the home folder", "fs_list", "home", None),
+        read("its size and times", "fs_stat", "home/secrets.json", None),
+        read("the policy", "fs_read", "home/policy.json", None),
         refused(
             "a write over it",
             "fs_write",
             json!({"path": "home/secrets.json", "text": "{}"}),
-            "fs-write `home/secrets.json` refused: `home/` is a control path ($ZOT_HOME: it \
-             decides grants and what runs); no grant reaches it",
+            format!("fs-write `home/secrets.json` refused: {secret}"),
         ),
-        // Control: the rest of `$ZOT_HOME` follows the read grant.
+        // Control: the rest of the workspace follows the read grant.
         answered(
-            "control: the policy",
+            "control: the workspace's own",
             "fs_read",
-            json!({"path": "home/policy.json"}),
-            "{}",
+            json!({"path": "notes.txt"}),
+            "the workspace's own",
         ),
     ];
     run_cases(&host, cases).await;
-    // Attack: a listing of the folder holding them, which would name them
-    // and give their sizes: the secret ones are left out.
-    let (is_error, listed) = crate::attack::answer(&host, "fs_list", json!({"path": "home"})).await;
+    // Attack: a listing of the workspace, which would name the folder.
+    let (is_error, listed) = crate::attack::answer(&host, "fs_list", json!({"path": "."})).await;
     assert!(!is_error, "{listed}");
     let names: Vec<&str> = listed.split(',').collect();
-    assert!(names.contains(&"policy.json"), "{listed}");
-    assert!(
-        !names
-            .iter()
-            .any(|name| name.eq_ignore_ascii_case("secrets.json") || *name == "keys"),
-        "{listed}"
-    );
+    assert!(names.contains(&"notes.txt"), "{listed}");
+    assert!(!names.contains(&"home"), "{listed}");
     host.shutdown().await;
     assert_eq!(
         std::fs::read_to_string(home.join("secrets.json")).expect("secrets"),
         r#"{"API_KEY":"hunter2"}"#
     );
     let audit = audit_from(&home);
-    assert!(
-        !audit
-            .iter()
-            .any(|line| line.to_string().contains("hunter2")),
-        "{audit:#?}"
-    );
+    for value in ["hunter2", "sk-zot"] {
+        assert!(
+            !audit.iter().any(|line| line.to_string().contains(value)),
+            "{audit:#?}"
+        );
+    }
     let denied = audit
         .iter()
         .filter(|line| line["capability"] == "fs-read" && line["decision"] == "deny")
         .count();
-    assert_eq!(denied, 7, "{audit:#?}");
+    assert_eq!(denied, 10, "{audit:#?}");
 }
 
 /// Every line of `<home>/logs/audit.jsonl`.
@@ -566,22 +543,19 @@ fn policy_explain_lists_the_control_paths_that_apply() {
         .skip_while(|line| !line.starts_with("control paths"))
         .collect();
     let names = "at any depth, in any case: it decides what runs";
-    let home_what = "$ZOT_HOME: it decides grants and what runs";
-    let secrets = "the user's secrets: only the host reads them; nor any read grant";
-    let keys = "the user's signing keys; nor any read grant";
+    let home_what = "$ZOT_HOME: it decides grants and what runs, and holds the user's secrets \
+                     and zot's credentials; nor any read grant";
     assert_eq!(
         listed,
         [
             "control paths: no write grant reaches them, whatever was declared".to_owned(),
-            format!("{:<19}WHAT", "CONTROL PATH"),
-            format!("{:<19}{names}", ".git/"),
-            format!("{:<19}{names}", ".zot/"),
-            format!("{:<19}{names}", ".shiro/"),
-            format!("{:<19}{home_what}", "home/"),
-            format!("{:<19}{EXTENSION_FOLDER}", "home/extensions/"),
-            format!("{:<19}{keys}", "home/keys/"),
-            format!("{:<19}{secrets}", "home/secrets.json"),
-            format!("{:<19}{EXTENSION_FOLDER}", "tools/prober/"),
+            format!("{:<18}WHAT", "CONTROL PATH"),
+            format!("{:<18}{names}", ".git/"),
+            format!("{:<18}{names}", ".zot/"),
+            format!("{:<18}{names}", ".shiro/"),
+            format!("{:<18}{home_what}", "home/"),
+            format!("{:<18}{EXTENSION_FOLDER}", "home/extensions/"),
+            format!("{:<18}{EXTENSION_FOLDER}", "tools/prober/"),
         ],
         "{}",
         run.stdout
@@ -598,22 +572,22 @@ fn policy_explain_lists_the_control_paths_that_apply() {
         .filter_map(|line| serde_json::from_str::<Value>(line).ok())
         .filter(|line| line.get("control_path").is_some())
         .collect();
-    assert_eq!(control.len(), 8, "{}", run.stdout);
+    assert_eq!(control.len(), 6, "{}", run.stdout);
     assert_eq!(
-        control[6],
-        json!({"control_path": "home/secrets.json", "what": secrets})
+        control[3],
+        json!({"control_path": "home/", "what": home_what})
     );
     assert_eq!(
-        control[7],
+        control[5],
         json!({"control_path": "tools/prober/", "what": EXTENSION_FOLDER})
     );
 }
 
 /// `$ZOT_HOME` inside the workspace, and the user's own shell tools there:
-/// a command may read and write the workspace, but it reads nothing of the
-/// user's secrets (`secrets.json` and `keys/` are covered) and writes
-/// nothing of `$ZOT_HOME` (read-only, as `.zot/` is), so it can neither
-/// hand out a secret nor delete the refusal plugin that guards zot.
+/// a command may read and write the workspace, but it reads and writes
+/// nothing of `$ZOT_HOME` (an empty, read-only cover), so it can neither
+/// hand out a secret or zot's credentials nor delete the refusal plugin
+/// that guards zot.
 #[test]
 fn a_shell_tool_reads_no_secret_and_writes_nothing_of_zot_home_inside_the_workspace() {
     let lab = Lab::new();
@@ -631,6 +605,7 @@ fn a_shell_tool_reads_no_secret_and_writes_nothing_of_zot_home_inside_the_worksp
             {"tools": ["bash"], "commandPattern": "rm\\s+-rf", "reason": "no"}]}),
     );
     std::fs::write(home.join("secrets.json"), "hunter2-in-the-file").expect("secrets");
+    std::fs::write(home.join("auth.json"), "sk-zot-credential").expect("auth");
     std::fs::create_dir_all(home.join("keys")).expect("keys");
     std::fs::write(home.join("keys/zotbox.key"), "untrusted comment: k").expect("key");
     std::fs::write(lab.workspace.join("notes.txt"), "the workspace's own\n").expect("notes");
@@ -648,6 +623,9 @@ fn a_shell_tool_reads_no_secret_and_writes_nothing_of_zot_home_inside_the_worksp
     assert!(!run.stdout.contains("hunter2"), "{run:#?}");
     let run = call("show", "zh/keys/zotbox.key");
     assert!(!run.stdout.contains("untrusted comment"), "{run:#?}");
+    // Attack: zot's own credentials beside them.
+    let run = call("show", "zh/auth.json");
+    assert!(!run.stdout.contains("sk-zot"), "{run:#?}");
     // Attack: the refusal plugin deleted by a command.
     let run = call("clean", "zh/plugins/guard.json");
     assert!(plugin.exists(), "{run:#?}");

@@ -190,6 +190,76 @@ fn sockets(lab: &Lab) -> Vec<PathBuf> {
         .unwrap_or_default()
 }
 
+/// Attack: in the shared host, which keeps one audit log for every
+/// instance, one guest floods it with refusals (3 000 stats of a 4 KiB
+/// path of control characters, each line 6 KiB as written) to push its
+/// neighbour's records out. Its share of the log (2 MiB in 30 s) holds: the
+/// neighbour's records are all there, the file never rotates, and when the
+/// host is stopped by `SIGTERM` (a logout) the count of what was suppressed
+/// is written before it exits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_flooding_the_audit_log_leaves_its_neighbours_records_and_is_counted() {
+    let lab = Lab::new();
+    let hostile = guest(&lab, "hostile");
+    let prober = guest(&lab, "prober");
+    let mut flood = relay(&lab, &hostile).await;
+    let mut quiet = relay(&lab, &prober).await;
+    let probe = |n: usize| json!({"path": format!("../quiet-{n}")});
+    assert!(call(&mut quiet, "q0", "fs_read", probe(0)).await.0);
+    let answer = call(
+        &mut flood,
+        "f",
+        "stat_flood",
+        json!({"count": 3000, "len": 4096, "control": true}),
+    )
+    .await;
+    assert_eq!(answer, (false, "3000 refused".to_owned()));
+    assert!(call(&mut quiet, "q1", "fs_read", probe(1)).await.0);
+    let pid = host_pid(&lab);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .expect("SIGTERM to the host");
+    eventually("the host to exit", || !alive(pid)).await;
+    let log = lab.home.join("logs/audit.jsonl");
+    assert!(
+        !lab.home.join("logs/audit.jsonl.1").exists(),
+        "the flood rotated the log"
+    );
+    let text = std::fs::read_to_string(&log).expect("the audit log");
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON line"))
+        .collect();
+    let subjects = |extension: &str, capability: &str| -> Vec<String> {
+        lines
+            .iter()
+            .filter(|l| l["extension"] == extension && l["capability"] == capability)
+            .map(|l| l["subject"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    };
+    assert_eq!(subjects("prober", "fs-read"), ["../quiet-0", "../quiet-1"]);
+    let written = subjects("hostile", "fs-read").len();
+    let counted: usize = subjects("hostile", "audit")
+        .iter()
+        .map(|subject| {
+            subject
+                .strip_suffix(" records suppressed")
+                .or_else(|| subject.strip_suffix(" records dropped"))
+                .unwrap_or_else(|| panic!("{subject}"))
+                .parse::<usize>()
+                .expect("a count")
+        })
+        .sum();
+    assert!(written < 400, "{written} lines of the flood written");
+    assert_eq!(
+        written + counted,
+        3000,
+        "{written} written, {counted} counted"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_relays_started_at_once_share_one_host() {
     let lab = Lab::new();

@@ -21,10 +21,12 @@
 //!    `$ZOT_HOME` or an extension folder lying in it), are bound read-only
 //!    in a private mount namespace, inside an unprivileged user namespace
 //!    that maps the caller's own uid, as bubblewrap does. Capabilities
-//!    inside it end at `execve`. The user's secrets lying in the workspace
-//!    are covered (`/dev/null` on a mount that opens no device, an empty
-//!    folder); without namespaces to do so nothing starts
-//!    ([`ConfineError::CannotHide`]).
+//!    inside it end at `execve`. A secret path lying in the workspace
+//!    (`$ZOT_HOME`, whole) is covered with an empty, read-only tmpfs (a
+//!    file with `/dev/null` on a mount that opens no device), so a file
+//!    made or replaced in it later is covered too; a writable folder inside
+//!    it (a native extension's data dir) is moved back into the cover.
+//!    Without namespaces to do so nothing starts ([`ConfineError::CannotHide`]).
 //! 4. **Every descendant dies with the call.** The command runs in a new PID
 //!    namespace whose init dies with the process zotbox waits for, and the
 //!    kernel then kills everything in it: `setsid`, double forks and
@@ -333,8 +335,8 @@ pub struct Jail {
 impl Jail {
     /// This jail, with the workspace's own `control` paths (`$ZOT_HOME`, an
     /// extension folder lying in it) read-only, as `.git`, `.zot` and
-    /// `.shiro` are, and the secret ones among them (the user's secrets file
-    /// and keys) [hidden](Jail::hidden). Without a workspace it is unchanged.
+    /// `.shiro` are, and the secret ones among them (`$ZOT_HOME`, whole)
+    /// [hidden](Jail::hidden). Without a workspace it is unchanged.
     #[must_use]
     pub fn guarding(mut self, control: &ControlPaths) -> Self {
         let Some(workspace) = &self.workspace else {
@@ -481,7 +483,30 @@ impl Jail {
                     continue;
                 }
                 let folder = path.is_dir();
-                masks.push((c_string(&path)?, folder));
+                let mut restore = Vec::new();
+                if folder {
+                    for write in &self.write {
+                        let Ok(write) = std::fs::canonicalize(write) else {
+                            continue;
+                        };
+                        if let Ok(inside) = write.strip_prefix(&path)
+                            && !inside.as_os_str().is_empty()
+                        {
+                            restore.push(Restore::prepare(&path, inside)?);
+                        }
+                    }
+                }
+                if restore.len() > MAX_RESTORES {
+                    return Err(ConfineError::Prepare(format!(
+                        "more than {MAX_RESTORES} writable folders inside `{}`",
+                        path.display()
+                    )));
+                }
+                masks.push(Mask {
+                    path: c_string(&path)?,
+                    folder,
+                    restore,
+                });
             }
         }
         Ok(Namespaces {
@@ -492,6 +517,41 @@ impl Jail {
             binds,
             masks,
         })
+    }
+}
+
+/// A covered folder: an empty tmpfs over it, or `/dev/null` over a file.
+#[derive(Debug, Clone)]
+struct Mask {
+    path: CString,
+    folder: bool,
+    /// Writable folders inside it, bound back into the cover.
+    restore: Vec<Restore>,
+}
+
+/// The most writable folders bound back into one cover.
+const MAX_RESTORES: usize = 4;
+
+/// A writable folder inside a covered one (a native extension's data dir
+/// in `$ZOT_HOME`): copied as a detached mount before the cover goes on
+/// (`open_tree`), then moved back to its own path, made anew in the cover.
+#[derive(Debug, Clone)]
+struct Restore {
+    /// The folders to make inside the cover, outermost first; the last is
+    /// the folder itself.
+    dirs: Vec<CString>,
+}
+
+impl Restore {
+    /// Plans the way back to `covered/inside`.
+    fn prepare(covered: &Path, inside: &Path) -> Result<Self, ConfineError> {
+        let mut dirs = Vec::new();
+        let mut path = covered.to_owned();
+        for part in inside.components() {
+            path.push(part);
+            dirs.push(c_string(&path)?);
+        }
+        Ok(Self { dirs })
     }
 }
 
@@ -575,8 +635,8 @@ struct Namespaces {
     writable: Vec<CString>,
     /// Paths to bind read-only, with the mount flags they must keep.
     binds: Vec<(CString, u64)>,
-    /// Secret paths to cover, and whether each is a folder.
-    masks: Vec<(CString, bool)>,
+    /// Secret paths to cover.
+    masks: Vec<Mask>,
 }
 
 /// A confinement ready to install on one command.
@@ -939,72 +999,80 @@ mod tests {
         );
     }
 
-    /// `$ZOT_HOME` inside the workspace, guarded as the host guards it: the
-    /// secrets read as nothing, the rest is read-only, and a writable
-    /// folder inside it (a native extension's data dir) stays writable.
+    /// `$ZOT_HOME` inside the workspace, guarded as the host guards it
+    /// (`ControlSources::secrets`: the whole folder): nothing of it reads or
+    /// writes, zot's credentials included, not even a secrets file made or
+    /// replaced while the command runs; a writable folder inside it (a
+    /// native extension's data dir) is bound back and stays writable.
     #[test]
-    fn zot_home_in_the_workspace_is_read_only_and_its_secrets_hidden() {
+    fn zot_home_in_the_workspace_is_covered_but_for_a_writable_folder_in_it() {
         let world = world();
         let home = world.workspace.join("zh");
         let data = home.join("data/ext");
         std::fs::create_dir_all(&data).unwrap();
         std::fs::create_dir_all(home.join("keys")).unwrap();
         std::fs::write(home.join("keys/zotbox.key"), "private key").unwrap();
-        std::fs::write(home.join("secrets.json"), "hunter2").unwrap();
+        std::fs::write(home.join("auth.json"), "sk-zot-credential").unwrap();
         std::fs::write(home.join("policy.json"), "{}").unwrap();
+        std::fs::write(data.join("kept"), "the extension's own").unwrap();
         let control = ControlPaths::new(&world.workspace, &[(home.clone(), true, "h".into())])
-            .with_secrets(
-                &world.workspace,
-                &[
-                    (home.join("secrets.json"), false, "s".into()),
-                    (home.join("keys"), true, "k".into()),
-                ],
-            );
+            .with_secrets(&world.workspace, &[(home.clone(), true, "s".into())]);
         let guarded = Jail {
             write: vec![data.clone()],
             ..jail(&world)
         }
         .guarding(&control);
-        // Attack: read the secrets, rewrite the policy, drop the key.
-        for script in [
-            "cat zh/secrets.json zh/keys/zotbox.key; ls zh/keys",
-            "echo '{\"grant\":1}' > zh/policy.json",
-            "rm -rf zh/keys",
-            "mv zh zh-old",
-        ] {
-            let output = confined(&guarded, &world.workspace, script);
-            assert!(!text(&output.stdout).contains("hunter2"), "{script}");
-            assert!(!text(&output.stdout).contains("private"), "{script}");
+        // Attack: read zot's credentials and the key, rewrite the policy,
+        // move the folder away; and read a secrets file the user writes
+        // (by rename, as `zotbox secret set` does) while the command runs.
+        let script = "sleep 0.3; cat zh/auth.json zh/keys/zotbox.key zh/secrets.json; ls -A zh; \
+                      echo '{\"grant\":1}' > zh/policy.json; rm -rf zh/keys; mv zh zh-old";
+        let prepared = guarded.prepare(&Settings::default()).unwrap();
+        let mut command = Command::new("sh");
+        command
+            .args(["-c", script])
+            .current_dir(&world.workspace)
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        prepared.install(&mut command);
+        let child = command.spawn().unwrap();
+        drop(prepared);
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        std::fs::write(home.join("secrets.tmp"), "hunter2").unwrap();
+        std::fs::rename(home.join("secrets.tmp"), home.join("secrets.json")).unwrap();
+        let output = child.wait_with_output().unwrap();
+        let (stdout, stderr) = (text(&output.stdout), text(&output.stderr));
+        // `ls -A zh` lists the bound-back way to the data dir, nothing else.
+        assert_eq!(stdout, "data\n", "{stderr}");
+        for secret in ["sk-zot", "private", "hunter2"] {
+            assert!(
+                !stdout.contains(secret) && !stderr.contains(secret),
+                "{secret}"
+            );
         }
         assert_eq!(
             std::fs::read_to_string(home.join("policy.json")).unwrap(),
             "{}"
         );
-        assert_eq!(
-            std::fs::read_to_string(home.join("keys/zotbox.key")).unwrap(),
-            "private key"
-        );
+        assert!(home.join("keys/zotbox.key").exists());
+        assert!(!world.workspace.join("zh-old").exists());
+        // Control: the data dir inside it keeps its files and takes writes.
         let output = confined(
             &guarded,
             &world.workspace,
-            "cat zh/secrets.json; ls -A zh/keys",
+            "cat zh/data/ext/kept && echo d > zh/data/ext/f && cat zh/data/ext/f",
         );
-        assert!(output.status.success(), "{}", text(&output.stderr));
-        assert_eq!(text(&output.stdout), "");
-        let output = confined(&guarded, &world.workspace, "echo x > zh/policy.json");
-        assert!(
-            text(&output.stderr).contains("Read-only file system"),
+        assert_eq!(
+            text(&output.stdout),
+            "the extension's ownd\n",
             "{}",
             text(&output.stderr)
         );
-        // Control: the data dir inside it is writable, the rest readable.
-        let output = confined(
-            &guarded,
-            &world.workspace,
-            "echo d > zh/data/ext/f && cat zh/data/ext/f zh/policy.json",
-        );
-        assert_eq!(text(&output.stdout), "d\n{}", "{}", text(&output.stderr));
-        // Without a mount namespace the secrets could not be covered: refused.
+        assert_eq!(std::fs::read_to_string(data.join("f")).unwrap(), "d\n");
+        // Without a mount namespace it could not be covered: refused.
         let err = guarded.prepare_with(7, false).unwrap_err();
         assert!(matches!(err, ConfineError::CannotHide), "{err}");
         assert!(
@@ -1012,9 +1080,11 @@ mod tests {
             "{err}"
         );
         // Control: with nothing to hide, Landlock alone still runs.
-        std::fs::remove_file(home.join("secrets.json")).unwrap();
-        std::fs::remove_dir_all(home.join("keys")).unwrap();
-        assert!(guarded.prepare_with(7, false).is_ok());
+        let elsewhere = Jail {
+            hidden: vec![world.workspace.join("absent")],
+            ..jail(&world)
+        };
+        assert!(elsewhere.prepare_with(7, false).is_ok());
     }
 
     #[test]

@@ -39,9 +39,10 @@
 //!    changes the tree (today `write`, which also creates; any future
 //!    rename or delete) is a mutating `Op` and passes this check. Reads
 //!    of control paths stay governed by the read grant, except for the
-//!    **secret** ones ([`ControlPaths::with_secrets`]: the user's secret
-//!    values and signing keys when `$ZOT_HOME` lies inside the workspace),
-//!    which no operation reaches: not read, listed or described.
+//!    **secret** ones ([`ControlPaths::with_secrets`]: all of `$ZOT_HOME`
+//!    when it lies inside the workspace, with the user's secret values and
+//!    signing keys and zot's credentials), which no operation reaches: not
+//!    read, listed or described.
 //! 6. **Hard links**: a regular file with more than one link is neither
 //!    read nor written, checked with `fstat` on the opened handle. The jail
 //!    checks names, and a hard link is a second name for a file whose
@@ -314,8 +315,12 @@ impl ControlPaths {
                 secret,
             };
             match self.inside.iter_mut().find(|seen| seen.path == entry.path) {
-                // A secret path that is also a control path stays secret.
-                Some(seen) => seen.secret |= secret,
+                // A control path that is also secret is secret, and says why.
+                Some(seen) if secret => {
+                    seen.secret = true;
+                    seen.what = entry.what;
+                }
+                Some(_) => {}
                 None => self.inside.push(entry),
             }
         }

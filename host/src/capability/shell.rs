@@ -394,8 +394,8 @@ pub async fn run(
             CapabilityError::Failed(format!("cannot make a private home for `{shown}`: {err}"))
         })?;
     // The workspace's own control paths (`$ZOT_HOME`, an extension's folder)
-    // are read-only, and the user's secrets in it (which the jail refuses by
-    // name) are covered: a command reads nothing there.
+    // are read-only, and `$ZOT_HOME` in it (which the jail refuses by name)
+    // is covered: a command reads nothing there.
     let jail = Jail {
         workspace: Some(cwd.to_owned()),
         write: vec![home.path().to_owned()],

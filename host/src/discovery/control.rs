@@ -87,22 +87,22 @@ impl ControlSources {
         found
     }
 
-    /// What under `$ZOT_HOME` holds secrets, as `(path, is a folder, what
-    /// it is)`: no grant reads it, even when `$ZOT_HOME` lies in the
-    /// workspace.
+    /// What no grant reads, as `(path, is a folder, what it is)`, even when
+    /// it lies in the workspace: all of `$ZOT_HOME`. Beside the user's
+    /// secrets and signing keys it holds zot's own credentials and
+    /// sessions, and whatever zot keeps there later: covering the folder
+    /// also covers a file made or replaced while a guest or a command runs.
     pub fn secrets(&self) -> Vec<(PathBuf, bool, String)> {
         let Some(home) = &self.home else {
             return Vec::new();
         };
-        let home = crate::home::ZotHome::new(home);
-        vec![
-            (
-                home.secrets_file(),
-                false,
-                "the user's secrets: only the host reads them".to_owned(),
-            ),
-            (home.keys_dir(), true, "the user's signing keys".to_owned()),
-        ]
+        vec![(
+            home.clone(),
+            true,
+            "$ZOT_HOME: it decides grants and what runs, and holds the user's secrets and \
+             zot's credentials"
+                .to_owned(),
+        )]
     }
 
     /// The control paths of `workspace`.

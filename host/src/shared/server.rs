@@ -193,6 +193,12 @@ pub async fn serve(home: ZotHome, place: &Place, options: ServeOptions) -> Resul
     let mut connections = state.connections.subscribe();
     let mut retired = state.retired.subscribe();
     let mut listener = Some(listener);
+    // Stopped by the system (a logout, a shutdown): the relays restart
+    // their guests in a new host, and this one's audit records are written
+    // first, its suppression counts said.
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|err| tracing::warn!("cannot watch for SIGTERM: {err}"))
+        .ok();
     loop {
         let idle = *connections.borrow_and_update() == 0;
         let is_retired = *retired.borrow_and_update();
@@ -221,6 +227,15 @@ pub async fn serve(home: ZotHome, place: &Place, options: ServeOptions) -> Resul
             },
             _ = connections.changed() => {}
             _ = retired.changed() => {}
+            Some(()) = async {
+                match &mut terminate {
+                    Some(terminate) => terminate.recv().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                tracing::info!("SIGTERM; exiting");
+                break;
+            }
             () = async {
                 if idle {
                     tokio::time::sleep(options.idle).await;

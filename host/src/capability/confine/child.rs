@@ -46,6 +46,13 @@ const NO_NEW_PRIVS: u8 = 9;
 const LANDLOCK: u8 = 10;
 const MASK: u8 = 11;
 
+/// `open_tree(2)`: a detached copy of the mount tree, not the tree itself.
+const OPEN_TREE_CLONE: libc::c_uint = 1;
+/// `open_tree(2)`: the submounts too.
+const AT_RECURSIVE: libc::c_uint = 0x8000;
+/// `move_mount(2)`: the source is the descriptor itself.
+const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+
 /// `SECBIT_NOROOT | SECBIT_NOROOT_LOCKED`: uid 0 gains no capabilities at `execve`.
 const NOROOT: libc::c_ulong = 0b11;
 
@@ -333,28 +340,64 @@ fn enter(plan: &Plan, namespaces: &Namespaces) -> io::Result<()> {
         }
         // Secret paths: an empty, read-only folder over a folder, `/dev/null`
         // over a file (on a `nodev` mount, so even opening it fails): a
-        // command reads nothing of them.
-        for (path, folder) in &namespaces.masks {
+        // command reads nothing of them. A writable folder inside a covered
+        // one is copied as a detached mount first, then moved back to its
+        // path, made anew in the cover, before the cover turns read-only.
+        for mask in &namespaces.masks {
             let flags = libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
-            let hidden = if *folder {
-                libc::mount(
-                    c"tmpfs".as_ptr(),
-                    path.as_ptr(),
-                    c"tmpfs".as_ptr(),
-                    flags,
-                    c"size=4k,mode=0500".as_ptr().cast(),
-                ) == 0
+            let hidden = if mask.folder {
+                let mut trees = [-1; super::MAX_RESTORES];
+                for (tree, restore) in trees.iter_mut().zip(&mask.restore) {
+                    if let Some(target) = restore.dirs.last() {
+                        *tree = libc::syscall(
+                            libc::SYS_open_tree,
+                            libc::AT_FDCWD,
+                            target.as_ptr(),
+                            OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | AT_RECURSIVE,
+                        ) as libc::c_int;
+                    }
+                }
+                trees.iter().take(mask.restore.len()).all(|tree| *tree >= 0)
+                    && libc::mount(
+                        c"tmpfs".as_ptr(),
+                        mask.path.as_ptr(),
+                        c"tmpfs".as_ptr(),
+                        flags & !libc::MS_RDONLY,
+                        c"size=64k,mode=0500".as_ptr().cast(),
+                    ) == 0
+                    && mask.restore.iter().zip(trees).all(|(restore, tree)| {
+                        restore.dirs.iter().all(|dir| {
+                            libc::mkdir(dir.as_ptr(), 0o700) == 0
+                                || io::Error::last_os_error().raw_os_error() == Some(libc::EEXIST)
+                        }) && restore.dirs.last().is_some_and(|target| {
+                            libc::syscall(
+                                libc::SYS_move_mount,
+                                tree,
+                                c"".as_ptr(),
+                                libc::AT_FDCWD,
+                                target.as_ptr(),
+                                MOVE_MOUNT_F_EMPTY_PATH,
+                            ) == 0
+                        })
+                    })
+                    && libc::mount(
+                        std::ptr::null(),
+                        mask.path.as_ptr(),
+                        std::ptr::null(),
+                        libc::MS_BIND | libc::MS_REMOUNT | flags,
+                        std::ptr::null(),
+                    ) == 0
             } else {
                 libc::mount(
                     c"/dev/null".as_ptr(),
-                    path.as_ptr(),
+                    mask.path.as_ptr(),
                     std::ptr::null(),
                     libc::MS_BIND,
                     std::ptr::null(),
                 ) == 0
                     && libc::mount(
                         std::ptr::null(),
-                        path.as_ptr(),
+                        mask.path.as_ptr(),
                         std::ptr::null(),
                         libc::MS_BIND | libc::MS_REMOUNT | flags,
                         std::ptr::null(),

@@ -37,6 +37,10 @@ struct IdArg {
 struct FloodArg {
     count: usize,
     len: usize,
+    /// The path is of control characters (each written as `\u0001` in
+    /// the audit log) rather than `a`s.
+    #[serde(default)]
+    control: bool,
 }
 
 fn main() -> std::io::Result<()> {
@@ -243,7 +247,7 @@ fn tools() -> Extension {
             "Stat one `len`-byte path `count` times; count the refusals.",
             schema::object(),
             |_ctx, args: FloodArg| {
-                let path = "a".repeat(args.len);
+                let path = if args.control { "\u{1}" } else { "a" }.repeat(args.len);
                 let refused = (0..args.count)
                     .filter(|_| {
                         matches!(
