@@ -1264,6 +1264,65 @@ async fn a_guests_note_reaches_zot_escaped() {
     }
 }
 
+/// Attack: frames zot's JSON decoder reads otherwise than a quick look
+/// does (the last of two `type` keys wins, keys match in any case and fold
+/// `ſ` to `s`), to slip a note past escaping and a registration past its
+/// rules. Through `zotbox run` (relay and `--standalone`) zot gets each as
+/// its decoder reads it: the notes escaped, the registration refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frames_zot_reads_otherwise_are_read_as_zot_reads_them() {
+    let lab = Lab::new();
+    let dir = guests::folder(&lab.dev, "hostile", Form::Wasm, None);
+    let lines = [
+        r#"{"type":"x","type":"notify","level":"info","message":"\u001b[2Jone"}"#,
+        r#"{"Type":"notify","level":"info","Message":"\u001b]0;two\u0007"}"#,
+        "{\"type\":\"notify\",\"level\":\"info\",\"me\u{17f}\u{17f}age\":\"\\u202ethree\"}",
+        r#"{"type":"ready","TYPE":"register_tool","name":"\u001b[2Jevil","description":"d","schema":{}}"#,
+    ];
+    for launch in [
+        Launch::zotbox_run(&dir),
+        Launch::zotbox_run_standalone(&dir),
+    ] {
+        let mut zot = Zot::start(&lab, &launch).await;
+        zot.until_ready().await;
+        zot.send(&json!({"type": "tool_call", "id": "r", "name": "raw_lines",
+                         "args": {"lines": lines}}))
+            .await;
+        let mut seen = Vec::new();
+        loop {
+            let frame = zot
+                .recv(PATIENCE)
+                .await
+                .unwrap_or_else(|()| panic!("no answer: {}", zot.describe()))
+                .unwrap_or_else(|| panic!("the output ended: {}", zot.describe()));
+            if frame["type"] == "tool_result" {
+                break;
+            }
+            seen.push(frame);
+        }
+        assert_eq!(
+            seen,
+            [
+                json!({"type": "notify", "level": "info", "message": "\\u{1b}[2Jone"}),
+                json!({"type": "notify", "level": "info", "message": "\\u{1b}]0;two\\u{7}"}),
+                json!({"type": "notify", "level": "info", "message": "\\u{202e}three"}),
+            ],
+            "{:?}: {}",
+            launch.args,
+            zot.describe()
+        );
+        let ended = zot.shutdown().await;
+        assert!(
+            ended
+                .stderr
+                .contains("tool `\\u{1b}[2Jevil` refused: its name holds control or invisible"),
+            "{:?}: {}",
+            launch.args,
+            ended.stderr
+        );
+    }
+}
+
 /// zot ends an extension that does not stop with `SIGKILL`. A native
 /// extension that never reads its input (so never sees it close) must not
 /// outlive the `zotbox run` zot killed, running unseen with the user's

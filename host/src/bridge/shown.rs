@@ -1,87 +1,250 @@
-//! What zot prints on the user's terminal from a guest's frame: a
-//! `notify`'s `level` and `message`, a `command_response`'s `display`.
+//! A guest's line as zot will read it, and the text in it zot prints.
 //!
-//! The bridge passes frames byte for byte, but these two carry text a guest
-//! wrote for the screen, where an escape sequence clears it, retitles the
-//! window or forges a line from zotbox, and a bidi override makes text
-//! read backwards. They are escaped as the library escapes what it shows
-//! ([`crate::text`]): the message and the display keep their line breaks
-//! and tabs (a body of text), the level keeps nothing (one word). A frame
-//! with nothing to escape, or one that is not a JSON object (zot skips
-//! it), passes as it came; otherwise it is written anew with every other
-//! field as it was.
+//! The bridge passes the guest's lines byte for byte and looks at them
+//! quickly ([`zotbox_protocol::peek_borrowed`]: the first `type`, exact
+//! keys). zot reads them with Go's `encoding/json`, which reads otherwise:
+//! the last of two `type` keys wins, keys match in any case (`"Type"`,
+//! `"meſſage"`), and a byte that is not UTF-8 becomes U+FFFD where serde
+//! refuses the line. A guest could so show zot a frame the bridge never
+//! saw (a `register_tool` that skipped the registration rules, a `notify`
+//! that skipped escaping) and put on the user's terminal what clears it,
+//! retitles the window or reads backwards. So:
+//!
+//! 1. **A quick test on every line** ([`suspect`]): a line of printable
+//!    ASCII, with no escape but `\n`, `\t`, `\"`, `\\` and `\/`, and at most
+//!    one key spelled `"type"`, is read the same by both and holds no
+//!    character a terminal acts on. It passes as it came: every ordinary
+//!    frame, at the cost of one pass over its bytes.
+//! 2. **Any other line is read as zot reads it** ([`canonical`]): bytes
+//!    that are not UTF-8 replaced, the frame's keys folded as Go folds them
+//!    (the last of a folded name wins), and written anew in that form, so
+//!    the rest of the bridge, and zot, see the same frame. A line that
+//!    does not parse (a lone surrogate, a number out of range, nesting past
+//!    128) is dropped with a warning rather than passed unread.
+//! 3. **What zot shows is escaped** ([`crate::text::shown_text`]: line
+//!    breaks and tabs stay) in every string of such a frame, but for a
+//!    `tool_result`, whose content is the model's data, passed as it is,
+//!    and for registrations, which the registration rules check next
+//!    (`registered`: a name with such a character is refused, not escaped).
 
-use std::borrow::Cow;
+use serde_json::{Map, Value};
 
-use serde_json::Value;
+use crate::text::shown_text;
 
-use crate::text::{shown, shown_text};
-
-/// Whether a frame of `frame_type` is looked at here.
-pub(crate) fn looks_at(frame_type: &str) -> bool {
-    matches!(frame_type, "notify" | "command_response")
+/// What becomes of one suspect line.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Canonical {
+    /// zot skips it whatever it holds (not an object): it passes.
+    AsIs,
+    /// Passes as this line (without its newline).
+    Rewritten(Vec<u8>),
+    /// Does not reach zot, for this reason.
+    Dropped(String),
 }
 
-/// `line` with its shown text escaped, when anything needed it.
-pub(crate) fn escaped(line: &[u8]) -> Option<Vec<u8>> {
-    let Ok(Value::Object(mut frame)) = serde_json::from_slice::<Value>(line) else {
-        return None;
+/// Whether zot might read `line` otherwise than the bridge's quick look, or
+/// find in it a character a terminal acts on (rule 1): one pass, minding
+/// strings and depth (a content block's own `type` is no second one).
+pub(crate) fn suspect(line: &[u8]) -> bool {
+    let mut depth = 0usize;
+    let mut string_start = None;
+    let mut types = 0;
+    let mut i = 0;
+    while let Some(&byte) = line.get(i) {
+        if !(0x20..0x80).contains(&byte) {
+            return true;
+        }
+        match (string_start, byte) {
+            (Some(_), b'\\') => {
+                if matches!(line.get(i + 1), Some(b'u' | b'r' | b'b' | b'f')) {
+                    return true;
+                }
+                i += 1;
+            }
+            (Some(start), b'"') => {
+                string_start = None;
+                let text = &line[start + 1..i];
+                if depth == 1 && text.eq_ignore_ascii_case(b"type") {
+                    types += 1;
+                    if types > 1 || text != b"type" {
+                        return true;
+                    }
+                }
+            }
+            (Some(_), _) => {}
+            (None, b'"') => string_start = Some(i),
+            (None, b'{' | b'[') => depth += 1,
+            (None, b'}' | b']') => depth = depth.saturating_sub(1),
+            (None, _) => {}
+        }
+        i += 1;
+    }
+    false
+}
+
+/// `line` as zot reads it, with what it shows escaped (rules 2 and 3).
+pub(crate) fn canonical(line: &[u8]) -> Canonical {
+    let text = String::from_utf8_lossy(line);
+    let frame = match serde_json::from_str::<Value>(&text) {
+        Ok(Value::Object(frame)) => frame,
+        Ok(_) => return Canonical::AsIs,
+        Err(err) => {
+            return Canonical::Dropped(format!(
+                "a line zot would read but zotbox cannot check ({err})"
+            ));
+        }
     };
-    let mut changed = false;
-    for (field, body) in [("message", true), ("display", true), ("level", false)] {
-        let Some(Value::String(text)) = frame.get_mut(field) else {
-            continue;
-        };
-        let safe = if body { shown_text(text) } else { shown(text) };
-        if let Cow::Owned(safe) = safe {
-            *text = safe;
-            changed = true;
+    let mut folded = Map::with_capacity(frame.len());
+    for (key, value) in frame {
+        // As Go's decoder: the last key of a folded name wins.
+        folded.insert(fold(&key), value);
+    }
+    // A tool's result is data; registrations meet their own rules next
+    // (`registered`), which refuse a name a plain escape would let by.
+    let escaped = !matches!(
+        folded.get("type").and_then(Value::as_str),
+        Some("tool_result" | "hello" | "register_tool" | "register_command" | "subscribe")
+    );
+    if escaped {
+        for value in folded.values_mut() {
+            escape_strings(value);
         }
     }
-    if !changed {
-        return None;
+    match serde_json::to_vec(&Value::Object(folded)) {
+        Ok(line) => Canonical::Rewritten(line),
+        Err(err) => Canonical::Dropped(format!("it cannot be written anew ({err})")),
     }
-    serde_json::to_vec(&frame).ok()
+}
+
+/// A key as Go's decoder compares it with a field's name: Unicode case
+/// folding, so `ſ` reads as `s` and the Kelvin sign as `k`.
+fn fold(key: &str) -> String {
+    key.chars()
+        .flat_map(char::to_uppercase)
+        .flat_map(char::to_lowercase)
+        .collect()
+}
+
+/// Escapes every string in `value`, at any depth (keys below the frame's
+/// own stay as written: they are data, a schema's property names).
+fn escape_strings(value: &mut Value) {
+    match value {
+        Value::String(text) => {
+            if let std::borrow::Cow::Owned(safe) = shown_text(text) {
+                *text = safe;
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(escape_strings),
+        Value::Object(map) => map.values_mut().for_each(escape_strings),
+        Value::Null | Value::Bool(_) | Value::Number(_) => {}
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn escaped_text(line: &str) -> Option<String> {
-        escaped(line.as_bytes()).map(|line| String::from_utf8_lossy(&line).into_owned())
+    fn canonical_text(line: &[u8]) -> String {
+        match canonical(line) {
+            Canonical::Rewritten(line) => String::from_utf8_lossy(&line).into_owned(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn ordinary_frames_pass_untouched() {
+        for line in [
+            r#"{"type":"tool_result","id":"1","content":[{"type":"text","text":"two\nlines \"quoted\" C:\\users"}]}"#,
+            r#"{"type":"notify","level":"info","message":"done\tok"}"#,
+            r#"{"type":"register_tool","name":"lint","schema":{"type":"object"}}"#,
+        ] {
+            assert!(!suspect(line.as_bytes()), "{line}");
+        }
     }
 
     #[test]
     fn text_for_the_screen_is_escaped_and_every_other_field_kept() {
         // Attack: clear the screen, retitle the window, read backwards.
+        let line = r#"{"type":"notify","level":"info\u001b[2J","message":"a\u001b]0;owned\u0007\r\u202ex\nb","extra":1}"#;
+        assert!(suspect(line.as_bytes()));
         assert_eq!(
-            escaped_text(
-                r#"{"type":"notify","level":"info\u001b[2J","message":"a\u001b]0;owned\u0007\r\u202ex\nb\tc","extra":"\u001b"}"#
-            )
-            .as_deref(),
-            Some(
-                r#"{"type":"notify","level":"info\\u{1b}[2J","message":"a\\u{1b}]0;owned\\u{7}\\u{d}\\u{202e}x\nb\tc","extra":"\u001b"}"#
-            )
+            canonical_text(line.as_bytes()),
+            r#"{"type":"notify","level":"info\\u{1b}[2J","message":"a\\u{1b}]0;owned\\u{7}\\u{d}\\u{202e}x\nb","extra":1}"#
         );
+        let line =
+            r#"{"type":"command_response","id":"7","action":"display","display":"ok\u009b31m"}"#;
         assert_eq!(
-            escaped_text(
-                r#"{"type":"command_response","id":"7","action":"display","display":"ok\u009b31m"}"#
-            )
-            .as_deref(),
-            Some(
-                r#"{"type":"command_response","id":"7","action":"display","display":"ok\\u{9b}31m"}"#
-            )
+            canonical_text(line.as_bytes()),
+            r#"{"type":"command_response","id":"7","action":"display","display":"ok\\u{9b}31m"}"#
         );
-        // Control: plain text, line breaks included, and what zot skips
-        // anyway pass as they came.
-        for line in [
-            r#"{"type":"notify","level":"info","message":"two\nlines, °C"}"#,
-            r#"{"type":"command_response","id":"7","action":"prompt","prompt":"\u001b"}"#,
-            r#"{"type":"notify","message":"#,
-            r#"["notify"]"#,
-        ] {
-            assert_eq!(escaped_text(line), None, "{line}");
+        // Raw UTF-8 of a bidi override, and a C1 control.
+        let line = "{\"type\":\"notify\",\"message\":\"\u{202e}x\u{9b}\"}";
+        assert_eq!(
+            canonical_text(line.as_bytes()),
+            r#"{"type":"notify","message":"\\u{202e}x\\u{9b}"}"#
+        );
+    }
+
+    /// Attack: frames zot reads otherwise than a quick look, each made to
+    /// read as zot reads it.
+    #[test]
+    fn a_frame_is_read_as_zot_reads_it() {
+        let cases: [(&[u8], &str); 5] = [
+            // The last `type` wins in Go.
+            (
+                br#"{"type":"x","type":"notify","message":"\u001b[2J"}"#,
+                r#"{"type":"notify","message":"\\u{1b}[2J"}"#,
+            ),
+            // Keys match in any case, and fold as Unicode does.
+            (
+                br#"{"Type":"notify","Message":"\u001b[2J"}"#,
+                r#"{"type":"notify","message":"\\u{1b}[2J"}"#,
+            ),
+            (
+                "{\"type\":\"notify\",\"me\u{17f}\u{17f}age\":\"\\u001b[2J\"}".as_bytes(),
+                r#"{"type":"notify","message":"\\u{1b}[2J"}"#,
+            ),
+            // A registration hidden from the bridge's registration rules:
+            // now one they see (and refuse, for its name).
+            (
+                br#"{"type":"ready","TYPE":"register_tool","name":"\u001b[2J"}"#,
+                r#"{"type":"register_tool","name":"\u001b[2J"}"#,
+            ),
+            // Bytes that are not UTF-8 read as U+FFFD, as Go reads them.
+            (
+                b"{\"type\":\"notify\",\"message\":\"\\u001b[2J\xff\"}",
+                "{\"type\":\"notify\",\"message\":\"\\\\u{1b}[2J\u{fffd}\"}",
+            ),
+        ];
+        for (line, expected) in cases {
+            assert!(suspect(line), "{}", String::from_utf8_lossy(line));
+            assert_eq!(canonical_text(line), expected);
         }
+        // A line zot would read and serde cannot: dropped, not passed unread.
+        let deep = format!(
+            r#"{{"type":"notify","message":"\u001b","x":{}1{}}}"#,
+            "[".repeat(200),
+            "]".repeat(200)
+        );
+        for line in [
+            r#"{"type":"notify","message":"\u001b\ud800"}"#,
+            r#"{"type":"notify","message":"\u001b","x":1e400}"#,
+            deep.as_str(),
+        ] {
+            assert!(
+                matches!(canonical(line.as_bytes()), Canonical::Dropped(_)),
+                "{line:.80}"
+            );
+        }
+    }
+
+    /// A tool's result is the model's data: read as zot reads it, not escaped.
+    #[test]
+    fn a_tool_result_keeps_its_content() {
+        let line =
+            r#"{"type":"tool_result","id":"1","content":[{"type":"text","text":"a\r\nb\u001b"}]}"#;
+        assert_eq!(canonical_text(line.as_bytes()), line);
+        // Not a JSON object: zot skips it, so it passes.
+        assert_eq!(canonical(b"[\"\\u001b\"]"), Canonical::AsIs);
     }
 }

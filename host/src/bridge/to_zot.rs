@@ -28,6 +28,7 @@ use zotbox_protocol::{Line, LineSplitter, peek_borrowed};
 
 use super::InFlight;
 use super::registered::{Checked, Registrations};
+use super::shown::Canonical;
 use crate::runtime::{Direct, DirectOutput};
 use crate::session::reader::ReadChunk;
 
@@ -109,6 +110,24 @@ impl GuestLines {
 
 impl Forwarding {
     fn forward(&mut self, bytes: &[u8], pending: &mut Vec<u8>) {
+        // A line zot might read otherwise is read as zot reads it first, so
+        // that every rule below sees the frame zot will (see `shown`).
+        let read_anew;
+        let bytes = if super::shown::suspect(bytes) {
+            match super::shown::canonical(bytes) {
+                Canonical::AsIs => bytes,
+                Canonical::Rewritten(line) => {
+                    read_anew = line;
+                    &read_anew
+                }
+                Canonical::Dropped(why) => {
+                    tracing::warn!("a line of the extension did not reach zot: {why}");
+                    return;
+                }
+            }
+        } else {
+            bytes
+        };
         let seen = peek_borrowed(bytes);
         if self.starting_over {
             match seen.frame_type.as_deref() {
@@ -134,12 +153,6 @@ impl Forwarding {
                     }
                     Checked::Dropped => return,
                 }
-            } else if super::shown::looks_at(frame_type)
-                && let Some(line) = super::shown::escaped(bytes)
-            {
-                pending.extend_from_slice(&line);
-                pending.push(b'\n');
-                return;
             }
         }
         pending.extend_from_slice(bytes);

@@ -34,6 +34,11 @@ struct IdArg {
 }
 
 #[derive(Deserialize)]
+struct LinesArg {
+    lines: Vec<String>,
+}
+
+#[derive(Deserialize)]
 struct FloodArg {
     count: usize,
     len: usize,
@@ -141,6 +146,19 @@ fn tools() -> Extension {
                     "\u{1b}]0;owned\u{7}\u{1b}[2J\r\u{202e}zotbox: all clear\nsecond line",
                 );
                 ToolOutput::text("sent")
+            },
+        )
+        .tool(
+            "raw_lines",
+            "Write each of `lines` to stdout as it is, then answer.",
+            schema::object(),
+            |_ctx, args: LinesArg| {
+                let mut stdout = std::io::stdout();
+                for line in &args.lines {
+                    let _ = writeln!(stdout, "{line}");
+                }
+                let _ = stdout.flush();
+                ToolOutput::text("written")
             },
         )
         .tool(
