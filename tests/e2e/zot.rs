@@ -521,6 +521,23 @@ impl Zot {
         ended
     }
 
+    /// The frames up to the next `tool_result` (within [`PATIENCE`] each),
+    /// without it.
+    async fn frames_before_the_result(&mut self) -> Vec<Value> {
+        let mut frames = Vec::new();
+        loop {
+            let frame = self
+                .recv(PATIENCE)
+                .await
+                .unwrap_or_else(|()| panic!("no answer: {}", self.describe()))
+                .unwrap_or_else(|| panic!("the output ended: {}", self.describe()));
+            if frame["type"] == "tool_result" {
+                return frames;
+            }
+            frames.push(frame);
+        }
+    }
+
     /// Waits for the end of the output and the exit (each within
     /// [`EXIT_WAIT`]), as zot does when an extension goes away.
     async fn end(self) -> Ended {
@@ -1240,19 +1257,11 @@ async fn a_guests_note_reaches_zot_escaped() {
         zot.until_ready().await;
         zot.send(&json!({"type": "tool_call", "id": "n", "name": "notify_evil", "args": {}}))
             .await;
-        let mut note = None;
-        loop {
-            let frame = zot
-                .recv(PATIENCE)
-                .await
-                .unwrap_or_else(|()| panic!("no answer: {}", zot.describe()))
-                .unwrap_or_else(|| panic!("the output ended: {}", zot.describe()));
-            match frame["type"].as_str() {
-                Some("notify") => note = Some(frame),
-                Some("tool_result") => break,
-                _ => {}
-            }
-        }
+        let note = zot
+            .frames_before_the_result()
+            .await
+            .into_iter()
+            .find(|frame| frame["type"] == "notify");
         assert_eq!(
             note,
             Some(json!({"type": "notify", "level": "info",
@@ -1288,18 +1297,7 @@ async fn frames_zot_reads_otherwise_are_read_as_zot_reads_them() {
         zot.send(&json!({"type": "tool_call", "id": "r", "name": "raw_lines",
                          "args": {"lines": lines}}))
             .await;
-        let mut seen = Vec::new();
-        loop {
-            let frame = zot
-                .recv(PATIENCE)
-                .await
-                .unwrap_or_else(|()| panic!("no answer: {}", zot.describe()))
-                .unwrap_or_else(|| panic!("the output ended: {}", zot.describe()));
-            if frame["type"] == "tool_result" {
-                break;
-            }
-            seen.push(frame);
-        }
+        let seen = zot.frames_before_the_result().await;
         assert_eq!(
             seen,
             [

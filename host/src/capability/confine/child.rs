@@ -46,6 +46,24 @@ const NO_NEW_PRIVS: u8 = 9;
 const LANDLOCK: u8 = 10;
 const MASK: u8 = 11;
 
+/// Sets the per-mount `flags` of the mount at `path` (read-only, …).
+///
+/// # Safety
+///
+/// A system call on a C string prepared before fork.
+unsafe fn remount(path: &std::ffi::CStr, flags: libc::c_ulong) -> bool {
+    // SAFETY: as the function says.
+    unsafe {
+        libc::mount(
+            std::ptr::null(),
+            path.as_ptr(),
+            std::ptr::null(),
+            libc::MS_BIND | libc::MS_REMOUNT | flags,
+            std::ptr::null(),
+        ) == 0
+    }
+}
+
 /// `open_tree(2)`: a detached copy of the mount tree, not the tree itself.
 const OPEN_TREE_CLONE: libc::c_uint = 1;
 /// `open_tree(2)`: the submounts too.
@@ -380,13 +398,7 @@ fn enter(plan: &Plan, namespaces: &Namespaces) -> io::Result<()> {
                             ) == 0
                         })
                     })
-                    && libc::mount(
-                        std::ptr::null(),
-                        mask.path.as_ptr(),
-                        std::ptr::null(),
-                        libc::MS_BIND | libc::MS_REMOUNT | flags,
-                        std::ptr::null(),
-                    ) == 0
+                    && remount(&mask.path, flags)
             } else {
                 libc::mount(
                     c"/dev/null".as_ptr(),
@@ -395,13 +407,7 @@ fn enter(plan: &Plan, namespaces: &Namespaces) -> io::Result<()> {
                     libc::MS_BIND,
                     std::ptr::null(),
                 ) == 0
-                    && libc::mount(
-                        std::ptr::null(),
-                        mask.path.as_ptr(),
-                        std::ptr::null(),
-                        libc::MS_BIND | libc::MS_REMOUNT | flags,
-                        std::ptr::null(),
-                    ) == 0
+                    && remount(&mask.path, flags)
             };
             if !hidden {
                 return Err(failed(plan, MASK));

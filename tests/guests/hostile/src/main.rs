@@ -70,6 +70,14 @@ fn main() -> std::io::Result<()> {
     extension.run()
 }
 
+/// Computes forever, never yielding an answer.
+fn spin_forever() -> ToolOutput {
+    let mut counter = 0u64;
+    loop {
+        counter = std::hint::black_box(counter.wrapping_add(1));
+    }
+}
+
 /// The ordinary tool set, one tool per attack or fault.
 fn tools() -> Extension {
     Extension::new("hostile", "0.1.0")
@@ -84,12 +92,7 @@ fn tools() -> Extension {
             "Loop forever.",
             schema::object(),
             |_ctx, _args: serde::de::IgnoredAny| {
-                let mut counter = 0u64;
-                loop {
-                    counter = std::hint::black_box(counter.wrapping_add(1));
-                }
-                #[allow(unreachable_code)]
-                ToolOutput::text(counter.to_string())
+                spin_forever()
             },
         )
         .tool(
@@ -108,12 +111,7 @@ fn tools() -> Extension {
                 );
                 let _ = writeln!(stdout, r#"{{"type":"command_response","id":"{id}"}}"#);
                 let _ = stdout.flush();
-                let mut counter = 0u64;
-                loop {
-                    counter = std::hint::black_box(counter.wrapping_add(1));
-                }
-                #[allow(unreachable_code)]
-                ToolOutput::text(counter.to_string())
+                spin_forever()
             },
         )
         .tool(
@@ -128,12 +126,7 @@ fn tools() -> Extension {
                     r#"{{"type":"tool_result","id":"{id}","content":[{{"type":"text","text":"spinning"}}]}}"#
                 );
                 let _ = stdout.flush();
-                let mut counter = 0u64;
-                loop {
-                    counter = std::hint::black_box(counter.wrapping_add(1));
-                }
-                #[allow(unreachable_code)]
-                ToolOutput::text(counter.to_string())
+                spin_forever()
             },
         )
         .tool(
