@@ -321,7 +321,7 @@ fn registering(lab: &Lab, name: &str) -> PathBuf {
 
 /// A host over `dir` whose registration window neither closes on a pause
 /// between two frames of 1 MiB (a loaded machine) nor ends before a flood
-/// of 1.2 GB has been read in a debug build. The call timeout is the
+/// of 1.2 GB has been read in a debug build. Twice the call timeout is the
 /// guest's compute budget between two reads of its input too, and the
 /// guest writes (and the host decodes, on the guest's task) the whole
 /// flood before it first reads: that takes more than 10 s in a debug build.

@@ -21,8 +21,8 @@
 //!   declares more fails to load ([`limiter`] has the rules);
 //! - time: when a request misses its deadline while the guest is computing
 //!   (not parked waiting on stdin), the guest is killed; so is a guest that
-//!   computes longer than its call timeout without reading its input, a
-//!   request open or not ([`compute`]);
+//!   computes longer than twice its call timeout without reading its input,
+//!   a request open or not ([`compute`]);
 //! - output: stdout is a bounded pipe, so a flooding guest waits for the host;
 //! - the program: a regular file of at most `MAX_WASM_BYTES`.
 
@@ -119,7 +119,7 @@ pub struct GuestLimits {
     /// Ceiling of all linear memories and tables together, bytes.
     pub memory_bytes: usize,
     /// The most a guest computes between two reads of its input (see
-    /// `compute`): its call timeout.
+    /// `compute`): twice its call timeout.
     pub compute: std::time::Duration,
 }
 
@@ -769,7 +769,7 @@ impl GuestLimits {
     pub fn from_effective(limits: &crate::policy::EffectiveLimits) -> Self {
         Self {
             memory_bytes: limits.memory_bytes(),
-            compute: limits.call_timeout.value,
+            compute: limits.call_timeout.value.saturating_mul(2),
         }
     }
 }

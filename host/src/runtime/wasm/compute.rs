@@ -6,9 +6,11 @@
 //! so a guest spinning there slows every other extension of every zot
 //! session, without end. The rule:
 //!
-//! **A guest computes at most its call timeout between two reads of its
-//! input** (the longest a tool call of it may take, which the policy
-//! bounds). Computing is counted as the time its task is polled (wasm code
+//! **A guest computes at most twice its call timeout between two reads of
+//! its input** (the longest a tool call of it may take, which the policy
+//! bounds; twice, so that a request's own deadline, which the session
+//! keeps by the clock, always comes first and says what it says: a timeout
+//! of that call). Computing is counted as the time its task is polled (wasm code
 //! and the host calls it makes run only then; a guest waiting for input, a
 //! timer or the network is not counted). Reading the rest of what the host
 //! wrote it starts the count again: a guest reading one byte at a time
@@ -81,7 +83,8 @@ impl ComputeBudget {
         let used = Duration::from_nanos(now.saturating_sub(self.since));
         (used > self.limit).then(|| {
             format!(
-                "computed for {} s without reading its input (the most a tool call of it may take)",
+                "computed for {} s without reading its input (twice the longest a tool call of it \
+                 may take)",
                 self.limit.as_secs_f64()
             )
         })
@@ -106,7 +109,8 @@ mod tests {
         assert_eq!(
             budget.exceeded().as_deref(),
             Some(
-                "computed for 0.1 s without reading its input (the most a tool call of it may take)"
+                "computed for 0.1 s without reading its input (twice the longest a tool call of \
+                 it may take)"
             )
         );
         // Attack: new input read a byte at a time: no new stretch until
