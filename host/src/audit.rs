@@ -228,7 +228,7 @@ fn key_in<V>(map: &HashMap<String, V>, name: &str) -> String {
 impl Shares {
     /// Whether a line of `size` bytes from `record`'s extension fits its
     /// window (rule 4); when not, it is counted as suppressed.
-    fn admit(&mut self, record: &AuditRecord, size: u64, config: &AuditConfig) -> bool {
+    fn admit(&mut self, record: &AuditRecord, size: u64, config: &AuditConfig) -> Admitted {
         let now = Instant::now();
         let key = key_in(&self.windows, &record.extension);
         let window = self.windows.entry(key).or_insert_with(|| Window {
@@ -245,11 +245,16 @@ impl Shares {
         }
         if window.bytes.saturating_add(size) <= config.burst_bytes {
             window.bytes += size;
-            return true;
+            return Admitted::Yes;
         }
+        let first = window.suppressed.is_empty();
         let kind = format!("{} {}", record.capability, decision_word(record.decision));
         *window.suppressed.entry(kind).or_default() += 1;
-        false
+        if first {
+            Admitted::FirstSuppressed
+        } else {
+            Admitted::Suppressed
+        }
     }
 
     /// Takes a place in the queue for `extension` (rule 2): none when the
@@ -285,12 +290,24 @@ impl Shares {
     }
 }
 
+/// What became of a record at its extension's window (rule 4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Admitted {
+    Yes,
+    /// Suppressed, the window's first: the writer must learn when to say so.
+    FirstSuppressed,
+    Suppressed,
+}
+
 enum Message {
     /// A record's line, queued under its extension's key.
     Line {
         key: String,
         line: Vec<u8>,
     },
+    /// A window began suppressing: the writer waits for its end (a
+    /// suppressed record sends nothing else, so an idle writer would not).
+    Wake,
     Flush(mpsc::Sender<()>),
 }
 
@@ -382,10 +399,15 @@ impl AuditLog {
         };
         let key = {
             let mut shares = self.shares.lock().unwrap_or_else(PoisonError::into_inner);
-            if record.capability != OWN_LINES
-                && !shares.admit(&record, line.len() as u64, &self.config)
-            {
-                return;
+            if record.capability != OWN_LINES {
+                match shares.admit(&record, line.len() as u64, &self.config) {
+                    Admitted::Yes => {}
+                    Admitted::FirstSuppressed => {
+                        let _ = sender.send(Message::Wake);
+                        return;
+                    }
+                    Admitted::Suppressed => return,
+                }
             }
             match shares.enqueue(&record.extension, &self.config) {
                 Some(key) => key,
@@ -508,6 +530,7 @@ impl Writer {
                         self.shares().dequeue(&key);
                         self.write_line(&line);
                     }
+                    Message::Wake => {}
                     Message::Flush(ack) => acks.push(ack),
                 }
                 next = receiver.try_recv().ok();
