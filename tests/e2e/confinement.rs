@@ -548,7 +548,12 @@ for line in sys.stdin:
 /// Writes `<lab.dev>/natprobe/` running [`NATIVE_PROBE`] with the system's
 /// Python (a shim under the user's home would not be reachable confined).
 fn native_probe(lab: &Lab) -> PathBuf {
-    let dir = lab.dev.join("natprobe");
+    native_probe_in(&lab.dev.join("natprobe"))
+}
+
+/// [`native_probe`] written to `dir`.
+fn native_probe_in(dir: &Path) -> PathBuf {
+    let dir = dir.to_owned();
     std::fs::create_dir_all(&dir).expect("natprobe folder");
     std::fs::write(dir.join("probe.py"), NATIVE_PROBE).expect("probe.py");
     crate::support::write_json(
@@ -684,13 +689,15 @@ async fn a_confined_native_extension_reads_no_secret_and_writes_nothing_of_zot_h
     std::fs::write(home.join("auth.json"), "sk-zot-credential").expect("auth");
     std::fs::create_dir_all(home.join("keys")).expect("keys");
     std::fs::write(home.join("keys/zotbox.key"), "untrusted comment: k").expect("key");
+    // Installed for the user, in `$ZOT_HOME/extensions`: its own folder
+    // lies under the cover, and is moved back into it.
+    native_probe_in(&home.join("extensions/natprobe"));
     let policy = zotbox::policy::Policy::load(&home.join("no-system-policy.json"), &policy_file)
         .expect("policy");
     let host = lab
         .builder()
         .zot_home(&home)
         .policy(policy)
-        .extension(native_probe(&lab))
         .build()
         .await
         .expect("build the host");
@@ -708,11 +715,13 @@ async fn a_confined_native_extension_reads_no_secret_and_writes_nothing_of_zot_h
     // folder is an empty cover, but for the way to the data dir.
     assert_eq!(
         run(&format!(
-            "cat {ws}/zh/secrets.json {ws}/zh/auth.json {ws}/zh/keys/zotbox.key; ls -A {ws}/zh"
+            "cat {ws}/zh/secrets.json {ws}/zh/auth.json {ws}/zh/keys/zotbox.key; ls -A {ws}/zh \
+             {ws}/zh/extensions"
         ))
         .await,
         format!(
-            "exit=0 out=data\n err=cat: {ws}/zh/secrets.json: No such file or directory\n\
+            "exit=0 out={ws}/zh:\ndata\nextensions\n\n{ws}/zh/extensions:\nnatprobe\n \
+             err=cat: {ws}/zh/secrets.json: No such file or directory\n\
              cat: {ws}/zh/auth.json: No such file or directory\n\
              cat: {ws}/zh/keys/zotbox.key: No such file or directory\n"
         )
@@ -722,6 +731,14 @@ async fn a_confined_native_extension_reads_no_secret_and_writes_nothing_of_zot_h
         run(&format!("echo {{}} > {ws}/zh/policy.json")).await,
         format!(
             "exit=2 out= err=sh: 1: cannot create {ws}/zh/policy.json: Read-only file system\n"
+        )
+    );
+    // Attack: its own folder, rewritten for the next start.
+    assert_eq!(
+        run(&format!("echo x >> {ws}/zh/extensions/natprobe/probe.py")).await,
+        format!(
+            "exit=2 out= err=sh: 1: cannot create {ws}/zh/extensions/natprobe/probe.py: \
+             Read-only file system\n"
         )
     );
     // Control: the workspace and its own data dir are writable.

@@ -483,13 +483,17 @@ impl Jail {
                     continue;
                 }
                 let folder = path.is_dir();
+                // What the process is given inside the cover (a native
+                // extension's data dir, and its own folder when installed
+                // in `$ZOT_HOME`) is moved back into it, as it was mounted
+                // (a control path read-only).
                 let mut restore = Vec::new();
                 if folder {
-                    for write in &self.write {
-                        let Ok(write) = std::fs::canonicalize(write) else {
+                    for given in self.write.iter().chain(&self.read) {
+                        let Ok(given) = std::fs::canonicalize(given) else {
                             continue;
                         };
-                        if let Ok(inside) = write.strip_prefix(&path)
+                        if let Ok(inside) = given.strip_prefix(&path)
                             && !inside.as_os_str().is_empty()
                         {
                             restore.push(Restore::prepare(&path, inside)?);
@@ -498,7 +502,7 @@ impl Jail {
                 }
                 if restore.len() > MAX_RESTORES {
                     return Err(ConfineError::Prepare(format!(
-                        "more than {MAX_RESTORES} writable folders inside `{}`",
+                        "more than {MAX_RESTORES} given folders inside `{}`",
                         path.display()
                     )));
                 }
@@ -529,12 +533,13 @@ struct Mask {
     restore: Vec<Restore>,
 }
 
-/// The most writable folders bound back into one cover.
+/// The most folders moved back into one cover.
 const MAX_RESTORES: usize = 4;
 
-/// A writable folder inside a covered one (a native extension's data dir
-/// in `$ZOT_HOME`): copied as a detached mount before the cover goes on
-/// (`open_tree`), then moved back to its own path, made anew in the cover.
+/// A folder given to the process inside a covered one (a native
+/// extension's data dir or own folder in `$ZOT_HOME`): copied as a detached
+/// mount before the cover goes on (`open_tree`), then moved back to its own
+/// path, made anew in the cover.
 #[derive(Debug, Clone)]
 struct Restore {
     /// The folders to make inside the cover, outermost first; the last is
@@ -1010,15 +1015,25 @@ mod tests {
         let home = world.workspace.join("zh");
         let data = home.join("data/ext");
         std::fs::create_dir_all(&data).unwrap();
+        let own = home.join("extensions/ext");
+        std::fs::create_dir_all(&own).unwrap();
+        std::fs::write(own.join("run.sh"), "echo ran\n").unwrap();
         std::fs::create_dir_all(home.join("keys")).unwrap();
         std::fs::write(home.join("keys/zotbox.key"), "private key").unwrap();
         std::fs::write(home.join("auth.json"), "sk-zot-credential").unwrap();
         std::fs::write(home.join("policy.json"), "{}").unwrap();
         std::fs::write(data.join("kept"), "the extension's own").unwrap();
-        let control = ControlPaths::new(&world.workspace, &[(home.clone(), true, "h".into())])
-            .with_secrets(&world.workspace, &[(home.clone(), true, "s".into())]);
+        let control = ControlPaths::new(
+            &world.workspace,
+            &[
+                (home.clone(), true, "h".into()),
+                (own.clone(), true, "e".into()),
+            ],
+        )
+        .with_secrets(&world.workspace, &[(home.clone(), true, "s".into())]);
         let guarded = Jail {
             write: vec![data.clone()],
+            read: vec![own.clone()],
             ..jail(&world)
         }
         .guarding(&control);
@@ -1045,8 +1060,8 @@ mod tests {
         std::fs::rename(home.join("secrets.tmp"), home.join("secrets.json")).unwrap();
         let output = child.wait_with_output().unwrap();
         let (stdout, stderr) = (text(&output.stdout), text(&output.stderr));
-        // `ls -A zh` lists the bound-back way to the data dir, nothing else.
-        assert_eq!(stdout, "data\n", "{stderr}");
+        // `ls -A zh` lists the ways back to what it was given, nothing else.
+        assert_eq!(stdout, "data\nextensions\n", "{stderr}");
         for secret in ["sk-zot", "private", "hunter2"] {
             assert!(
                 !stdout.contains(secret) && !stderr.contains(secret),
@@ -1072,6 +1087,18 @@ mod tests {
             text(&output.stderr)
         );
         assert_eq!(std::fs::read_to_string(data.join("f")).unwrap(), "d\n");
+        // Control: its own folder there runs, read-only as a control path.
+        let output = confined(
+            &guarded,
+            &world.workspace,
+            "sh zh/extensions/ext/run.sh; echo x > zh/extensions/ext/run.sh",
+        );
+        assert_eq!(text(&output.stdout), "ran\n", "{}", text(&output.stderr));
+        assert!(
+            text(&output.stderr).contains("Read-only file system"),
+            "{}",
+            text(&output.stderr)
+        );
         // Without a mount namespace it could not be covered: refused.
         let err = guarded.prepare_with(7, false).unwrap_err();
         assert!(matches!(err, ConfineError::CannotHide), "{err}");
