@@ -46,6 +46,24 @@ const NO_NEW_PRIVS: u8 = 9;
 const LANDLOCK: u8 = 10;
 const MASK: u8 = 11;
 
+/// Makes the tree at `path` a mount of its own, its submounts with it.
+///
+/// # Safety
+///
+/// A system call on a C string prepared before fork.
+unsafe fn bind_to_itself(path: &std::ffi::CStr) -> bool {
+    // SAFETY: as the function says.
+    unsafe {
+        libc::mount(
+            path.as_ptr(),
+            path.as_ptr(),
+            std::ptr::null(),
+            libc::MS_BIND | libc::MS_REC,
+            std::ptr::null(),
+        ) == 0
+    }
+}
+
 /// Sets the per-mount `flags` of the mount at `path` (read-only, …).
 ///
 /// # Safety
@@ -323,26 +341,12 @@ fn enter(plan: &Plan, namespaces: &Namespaces) -> io::Result<()> {
         // A writable folder inside a read-only one is a mount of its own
         // first, which the read-only bind above it carries along.
         for path in &namespaces.writable {
-            if libc::mount(
-                path.as_ptr(),
-                path.as_ptr(),
-                std::ptr::null(),
-                libc::MS_BIND | libc::MS_REC,
-                std::ptr::null(),
-            ) != 0
-            {
+            if !bind_to_itself(path) {
                 return Err(failed(plan, BIND));
             }
         }
         for (path, locked) in &namespaces.binds {
-            if libc::mount(
-                path.as_ptr(),
-                path.as_ptr(),
-                std::ptr::null(),
-                libc::MS_BIND | libc::MS_REC,
-                std::ptr::null(),
-            ) != 0
-            {
+            if !bind_to_itself(path) {
                 return Err(failed(plan, BIND));
             }
             if libc::mount(
