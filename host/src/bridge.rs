@@ -4,9 +4,10 @@
 //! folder, and speaks the protocol on its stdin/stdout. The bridge starts
 //! the extension (a wasm guest, in the sandbox, or a native one, if the
 //! policy allows) and forwards every line, byte for byte, in both
-//! directions, but for the guest's registrations and the text zot prints
-//! from its notes. It adds no frame and loses none but refused
-//! registrations. It looks at what passes:
+//! directions, but for the guest's registrations and its lines zot could
+//! read otherwise or that hold what a terminal acts on. It adds no frame,
+//! and loses none but refused registrations and such a line it cannot
+//! parse. It looks at what passes:
 //!
 //! - `hello_ack` names the workspace, which becomes the sandbox's root;
 //! - requests (`tool_call`, `command_invoked`, `event_intercept`) start a
@@ -16,8 +17,9 @@
 //! - the guest's `hello`, `register_*` and `subscribe` reach zot as the
 //!   library would hold them (`registered`): refused ones not at all (a
 //!   warning in zot's log), descriptions and the `hello` escaped;
-//! - a `notify`'s message and a command's `display`, which zot prints on
-//!   the user's terminal, arrive escaped (`shown`).
+//! - a guest line zot's JSON decoder could read otherwise than a quick look
+//!   does, or that holds a character a terminal acts on, is read as zot
+//!   reads it and written anew, the text zot prints escaped (`shown`).
 //!
 //! When the extension ends, the bridge exits with its status, so zot sees
 //! exactly what it would see of a native extension.
