@@ -211,7 +211,7 @@ struct Shares {
     /// Records waiting for the writer, by extension.
     queued_by: HashMap<String, usize>,
     /// Drops since the writer last recorded them, by extension.
-    dropped: BTreeMap<String, u64>,
+    dropped: HashMap<String, u64>,
     /// Each extension's current window.
     windows: HashMap<String, Window>,
 }
@@ -264,13 +264,10 @@ impl Shares {
         let key = key_in(&self.queued_by, extension);
         let mine = self.queued_by.get(&key).copied().unwrap_or(0);
         if self.queued >= capacity || mine >= (capacity / 4).max(1) {
-            let drop_key = if self.dropped.len() < DROP_KEYS || self.dropped.contains_key(extension)
-            {
-                extension.to_owned()
-            } else {
-                OTHERS.to_owned()
-            };
-            *self.dropped.entry(drop_key).or_default() += 1;
+            *self
+                .dropped
+                .entry(key_in(&self.dropped, extension))
+                .or_default() += 1;
             return None;
         }
         self.queued += 1;
@@ -623,7 +620,10 @@ impl Writer {
 
     /// One `deny` line per extension whose records were dropped.
     fn record_drops(&mut self) {
-        let dropped = std::mem::take(&mut self.shares().dropped);
+        let mut dropped: Vec<(String, u64)> = std::mem::take(&mut self.shares().dropped)
+            .into_iter()
+            .collect();
+        dropped.sort_unstable();
         for (extension, count) in dropped {
             let record = AuditRecord::now(
                 extension,

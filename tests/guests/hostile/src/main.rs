@@ -70,6 +70,17 @@ fn main() -> std::io::Result<()> {
     extension.run()
 }
 
+/// Writes `lines` to stdout as they are, as a hostile guest would write
+/// frames by hand (the SDK's frames carry no request's id, nor anything
+/// malformed).
+fn write_lines(lines: &[String]) {
+    let mut stdout = std::io::stdout();
+    for line in lines {
+        let _ = writeln!(stdout, "{line}");
+    }
+    let _ = stdout.flush();
+}
+
 /// Computes forever, never yielding an answer.
 fn spin_forever() -> ToolOutput {
     let mut counter = 0u64;
@@ -104,13 +115,10 @@ fn tools() -> Extension {
                 // Written by hand, as a hostile guest would: the SDK's
                 // frames carry no request's id.
                 let id: String = args.id.escape_debug().collect();
-                let mut stdout = std::io::stdout();
-                let _ = writeln!(
-                    stdout,
-                    r#"{{"type":"notify","id":"{id}","level":"info","message":"mine"}}"#
-                );
-                let _ = writeln!(stdout, r#"{{"type":"command_response","id":"{id}"}}"#);
-                let _ = stdout.flush();
+                write_lines(&[
+                    format!(r#"{{"type":"notify","id":"{id}","level":"info","message":"mine"}}"#),
+                    format!(r#"{{"type":"command_response","id":"{id}"}}"#),
+                ]);
                 spin_forever()
             },
         )
@@ -120,12 +128,9 @@ fn tools() -> Extension {
             schema::object(),
             |_ctx, args: IdArg| {
                 let id: String = args.id.escape_debug().collect();
-                let mut stdout = std::io::stdout();
-                let _ = writeln!(
-                    stdout,
+                write_lines(&[format!(
                     r#"{{"type":"tool_result","id":"{id}","content":[{{"type":"text","text":"spinning"}}]}}"#
-                );
-                let _ = stdout.flush();
+                )]);
                 spin_forever()
             },
         )
@@ -146,11 +151,7 @@ fn tools() -> Extension {
             "Write each of `lines` to stdout as it is, then answer.",
             schema::object(),
             |_ctx, args: LinesArg| {
-                let mut stdout = std::io::stdout();
-                for line in &args.lines {
-                    let _ = writeln!(stdout, "{line}");
-                }
-                let _ = stdout.flush();
+                write_lines(&args.lines);
                 ToolOutput::text("written")
             },
         )
