@@ -333,10 +333,10 @@ pub struct Jail {
 }
 
 impl Jail {
-    /// This jail, with the workspace's own `control` paths (`$ZOT_HOME`, an
-    /// extension folder lying in it) read-only, as `.git`, `.zot` and
-    /// `.shiro` are, and the secret ones among them (`$ZOT_HOME`, whole)
-    /// [hidden](Jail::hidden). Without a workspace it is unchanged.
+    /// This jail, with the workspace's own `control` paths (an extension
+    /// folder lying in it) read-only, as `.git`, `.zot` and `.shiro` are,
+    /// and the secret ones (`$ZOT_HOME`, whole) [hidden](Jail::hidden).
+    /// Without a workspace it is unchanged.
     #[must_use]
     pub fn guarding(mut self, control: &ControlPaths) -> Self {
         let Some(workspace) = &self.workspace else {
@@ -344,10 +344,12 @@ impl Jail {
         };
         for path in control.paths() {
             let inside = workspace.join(&path.path);
+            // A covered path needs no read-only bind under its cover.
             if path.secret {
-                self.hidden.push(inside.clone());
+                self.hidden.push(inside);
+            } else {
+                self.read_only.push(inside);
             }
-            self.read_only.push(inside);
         }
         self
     }
@@ -1112,6 +1114,32 @@ mod tests {
             ..jail(&world)
         };
         assert!(elsewhere.prepare_with(7, false).is_ok());
+    }
+
+    /// `$ZOT_HOME` at the workspace's `.zot` (zot's own place, a control
+    /// name bound read-only before the cover goes on): the data dir moved
+    /// back is still writable, since it was made a mount of its own first.
+    #[test]
+    fn a_data_dir_in_a_zot_home_named_dot_zot_stays_writable() {
+        let world = world();
+        let home = world.workspace.join(".zot");
+        let data = home.join("data/ext");
+        std::fs::create_dir_all(&data).unwrap();
+        std::fs::write(home.join("auth.json"), "sk-zot-credential").unwrap();
+        let control = ControlPaths::new(&world.workspace, &[])
+            .with_secrets(&world.workspace, &[(home.clone(), true, "s".into())]);
+        let guarded = Jail {
+            write: vec![data.clone()],
+            ..jail(&world)
+        }
+        .guarding(&control);
+        let output = confined(
+            &guarded,
+            &world.workspace,
+            "cat .zot/auth.json; echo d > .zot/data/ext/f && cat .zot/data/ext/f",
+        );
+        assert_eq!(text(&output.stdout), "d\n", "{}", text(&output.stderr));
+        assert_eq!(std::fs::read_to_string(data.join("f")).unwrap(), "d\n");
     }
 
     #[test]
