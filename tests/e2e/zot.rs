@@ -1287,6 +1287,13 @@ async fn frames_zot_reads_otherwise_are_read_as_zot_reads_them() {
         r#"{"Type":"notify","level":"info","Message":"\u001b]0;two\u0007"}"#,
         "{\"type\":\"notify\",\"level\":\"info\",\"me\u{17f}\u{17f}age\":\"\\u202ethree\"}",
         r#"{"type":"ready","TYPE":"register_tool","name":"\u001b[2Jevil","description":"d","schema":{}}"#,
+        // Plain ASCII: Go's last name is not serde's first.
+        &format!(
+            r#"{{"type":"register_tool","name":"fine","NAME":"{}","description":"d","schema":{{}}}}"#,
+            "n".repeat(70)
+        ),
+        // A second frame on the line, for a reader that streams.
+        r#"{"type":"notify","level":"info","message":"four"}{"type":"register_tool","name":"smuggled","description":"d","schema":{}}"#,
     ];
     for launch in [
         Launch::zotbox_run(&dir),
@@ -1317,6 +1324,23 @@ async fn frames_zot_reads_otherwise_are_read_as_zot_reads_them() {
             "{:?}: {}",
             launch.args,
             ended.stderr
+        );
+        assert!(
+            ended
+                .stderr
+                .contains("refused: its name is 70 characters, the most is 64"),
+            "{:?}: {}",
+            launch.args,
+            ended.stderr
+        );
+        assert!(
+            !ended
+                .transcript
+                .iter()
+                .any(|line| line.contains("smuggled")),
+            "{:?}: {:?}",
+            launch.args,
+            ended.transcript
         );
     }
 }

@@ -11,10 +11,13 @@
 //! retitles the window or reads backwards. So:
 //!
 //! 1. **A quick test on every line** ([`suspect`]): a line of printable
-//!    ASCII, with no escape but `\n`, `\t`, `\"`, `\\` and `\/`, and at most
-//!    one key spelled `"type"`, is read the same by both and holds no
-//!    character a terminal acts on. It passes as it came: every ordinary
-//!    frame, at the cost of one pass over its bytes.
+//!    ASCII, with no escape but `\n`, `\t`, `\"`, `\\` and `\/`, holding one
+//!    object whose own keys are lowercase, unescaped and each written once,
+//!    is read the same by both and holds no character a terminal acts on.
+//!    It passes as it came: every ordinary frame, at the cost of one pass
+//!    over its bytes. (Go's last `id` is not the bridge's first, which
+//!    marks the call answered: a guest could so take a call past its
+//!    deadline unanswered; its last `NAME` is a registration's name.)
 //! 2. **Any other line is read as zot reads it** ([`canonical`]): bytes
 //!    that are not UTF-8 replaced, the frame's keys folded as Go folds them
 //!    (the last of a folded name wins), and written anew in that form, so
@@ -44,11 +47,23 @@ pub(crate) enum Canonical {
 
 /// Whether zot might read `line` otherwise than the bridge's quick look, or
 /// find in it a character a terminal acts on (rule 1): one pass, minding
-/// strings and depth (a content block's own `type` is no second one).
+/// strings and depth. The frame's own keys are the ones the bridge decides
+/// on (`type`, `id`, a registration's fields; deeper keys are data, a
+/// schema's or a content block's), so a key of the frame is suspect when
+/// Go might match it otherwise: written twice, with a capital or an escape.
+/// So is anything after the frame on its line (a second value a streaming
+/// reader would take as a frame of its own).
 pub(crate) fn suspect(line: &[u8]) -> bool {
+    /// Keys of a frame held for the repeat check; protocol frames have
+    /// fewer, and a line with more is read the careful way.
+    const MAX_KEYS: usize = 16;
+    let mut keys: [&[u8]; MAX_KEYS] = [&[]; MAX_KEYS];
+    let mut key_count = 0;
     let mut depth = 0usize;
     let mut string_start = None;
-    let mut types = 0;
+    // Whether the next string of the frame's own object is a key.
+    let mut key_next = false;
+    let mut frame_ended = false;
     let mut i = 0;
     while let Some(&byte) = line.get(i) {
         if !(0x20..0x80).contains(&byte) {
@@ -56,6 +71,9 @@ pub(crate) fn suspect(line: &[u8]) -> bool {
         }
         match (string_start, byte) {
             (Some(_), b'\\') => {
+                if depth == 1 && key_next {
+                    return true;
+                }
                 if matches!(line.get(i + 1), Some(b'u' | b'r' | b'b' | b'f')) {
                     return true;
                 }
@@ -63,18 +81,37 @@ pub(crate) fn suspect(line: &[u8]) -> bool {
             }
             (Some(start), b'"') => {
                 string_start = None;
-                let text = &line[start + 1..i];
-                if depth == 1 && text.eq_ignore_ascii_case(b"type") {
-                    types += 1;
-                    if types > 1 || text != b"type" {
+                if depth == 1 && key_next {
+                    key_next = false;
+                    let key = &line[start + 1..i];
+                    if key.iter().any(u8::is_ascii_uppercase)
+                        || keys[..key_count].contains(&key)
+                        || key_count == MAX_KEYS
+                    {
                         return true;
                     }
+                    keys[key_count] = key;
+                    key_count += 1;
                 }
             }
             (Some(_), _) => {}
+            // Before and after the frame, only spaces: the frame is the
+            // line's one value and an object.
+            (None, _) if depth == 0 => match byte {
+                b' ' => {}
+                b'{' if !frame_ended => {
+                    depth = 1;
+                    key_next = true;
+                }
+                _ => return true,
+            },
             (None, b'"') => string_start = Some(i),
             (None, b'{' | b'[') => depth += 1,
-            (None, b'}' | b']') => depth = depth.saturating_sub(1),
+            (None, b'}' | b']') => {
+                depth -= 1;
+                frame_ended = depth == 0;
+            }
+            (None, b',') if depth == 1 => key_next = true,
             (None, _) => {}
         }
         i += 1;
@@ -235,6 +272,65 @@ mod tests {
                 matches!(canonical(line.as_bytes()), Canonical::Dropped(_)),
                 "{line:.80}"
             );
+        }
+    }
+
+    /// Attack: plain ASCII frames a quick look reads otherwise than Go,
+    /// each one suspect, so read as zot reads it. Without that, the
+    /// bridge marks call `1` answered (its first `id`) while zot gets an
+    /// answer to `2` and waits on `1` past its deadline; and a
+    /// registration's name is not the one the registration rules checked.
+    #[test]
+    fn the_frames_own_keys_are_read_as_go_reads_them() {
+        let cases: [(&str, &str); 5] = [
+            (
+                r#"{"type":"tool_result","id":"1","id":"2","content":[]}"#,
+                r#"{"type":"tool_result","id":"2","content":[]}"#,
+            ),
+            (
+                r#"{"type":"tool_result","id":"1","ID":"2","content":[]}"#,
+                r#"{"type":"tool_result","id":"2","content":[]}"#,
+            ),
+            (
+                r#"{"type":"register_tool","name":"ok","Name":"other","schema":{}}"#,
+                r#"{"type":"register_tool","name":"other","schema":{}}"#,
+            ),
+            // An escape that names no control character, in a key.
+            (
+                r#"{"type":"tool_result","id":"1","i\/d":"2"}"#,
+                r#"{"type":"tool_result","id":"1","i/d":"2"}"#,
+            ),
+            // Keys deeper down are data: kept as written.
+            (
+                r#"{"type":"tool_result","id":"1","content":[{"Type":"text"}],"ID":"2"}"#,
+                r#"{"type":"tool_result","id":"2","content":[{"Type":"text"}]}"#,
+            ),
+        ];
+        for (line, expected) in cases {
+            assert!(suspect(line.as_bytes()), "{line}");
+            assert_eq!(canonical_text(line.as_bytes()), expected);
+        }
+        // A second value on the line, or a first that is no object: a
+        // streaming reader would take the frame the bridge never looked at.
+        for line in [
+            r#"{"type":"notify","message":"a"}{"type":"register_tool","name":"x"}"#,
+            r#"1{"type":"register_tool","name":"x"}"#,
+            r#"[]{"type":"register_tool","name":"x"}"#,
+        ] {
+            assert!(suspect(line.as_bytes()), "{line}");
+            assert!(
+                matches!(canonical(line.as_bytes()), Canonical::Dropped(_)),
+                "{line}"
+            );
+        }
+        // What stays quick: nested keys, values that look like keys,
+        // spaces around the frame, escapes in values.
+        for line in [
+            r#" {"type":"tool_result","id":"1","content":[{"type":"text","text":"type"}]} "#,
+            r#"{"type":"register_tool","name":"a","schema":{"type":"object","properties":{"id":{},"ID":{}}}}"#,
+            r#"{"type":"notify","message":"\"id\":\"2\" \\ \/"}"#,
+        ] {
+            assert!(!suspect(line.as_bytes()), "{line}");
         }
     }
 
