@@ -10,6 +10,7 @@ pub mod wasm;
 
 use std::fmt;
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
@@ -30,6 +31,13 @@ pub enum Exit {
     },
     /// The host stopped it after a deadline.
     Killed(String),
+    /// The host stopped a wasm guest that computed past its budget without
+    /// reading its input (see the wasm runtime's compute budget): started
+    /// again, it would do the same.
+    OverCompute {
+        /// The budget it spent: computing allowed between two reads.
+        limit: Duration,
+    },
 }
 
 impl Exit {
@@ -54,6 +62,12 @@ impl fmt::Display for Exit {
                 )
             }
             Self::Killed(why) => write!(f, "killed: {why}"),
+            Self::OverCompute { limit } => write!(
+                f,
+                "killed: computed for {} s without reading its input (twice the longest a \
+                 tool call of it may take)",
+                limit.as_secs_f64()
+            ),
         }
     }
 }

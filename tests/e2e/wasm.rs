@@ -822,6 +822,39 @@ async fn a_guest_that_keeps_trapping_is_given_up_on() {
     host.shutdown().await;
 }
 
+/// Attack: a guest answers, then spins with no request open. Killed once
+/// it has computed twice its call timeout (1 s here), it is not restarted:
+/// it would spin again, and with a budget past the restart window (the
+/// default timeout's is 60 s) restarts would never run out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_killed_for_spinning_is_not_restarted() {
+    let lab = Lab::new();
+    let dir = hostile(&lab, json!({"tool_timeout_ms": 500}));
+    let host = host_over(&lab, &[dir], quick_restarts()).await;
+    let mut events = host.subscribe();
+    // The host's first request to it has id 1.
+    let answered = tool(&host, "answer_then_spin", json!({"id": "1"})).await;
+    assert_result(&answered, false, "spinning");
+    let failed = next_event(&mut events, "the kill", |e| {
+        matches!(e, HostEvent::Failed { .. })
+    })
+    .await;
+    let HostEvent::Failed { extension, reason } = failed else {
+        unreachable!("matched above")
+    };
+    assert_eq!(&*extension, "hostile");
+    assert_eq!(
+        reason,
+        "killed: computed for 1 s without reading its input (twice the longest a tool call of \
+         it may take); not restarted: it would do the same again"
+    );
+    let entry = info(&host, "hostile");
+    assert_eq!(entry.state, ExtensionState::Failed);
+    assert_eq!(entry.restarts, 0);
+    assert!(tool_names(&host).is_empty());
+    host.shutdown().await;
+}
+
 /// Several extensions sharing one wasm file compile it concurrently into
 /// the same cache entry; every writer must land its entry without error.
 #[test]

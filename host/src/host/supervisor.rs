@@ -11,6 +11,7 @@ use super::Host;
 use super::launch::LaunchError;
 use super::registry::{ExtensionState, SlotHandle};
 use crate::event::HostEvent;
+use crate::runtime::Exit;
 use crate::session::{Closed, Session};
 use crate::store::trust::Assessment;
 
@@ -18,7 +19,10 @@ use crate::store::trust::Assessment;
 ///
 /// Defaults: at most 3 restarts within 60 s, the first after 200 ms, each
 /// next back-off doubled up to 5 s. Past that the extension stays failed
-/// until the host reloads.
+/// until the host reloads. A wasm guest killed for computing past its
+/// budget without reading its input ([`Exit::OverCompute`]) is not
+/// restarted whatever the policy: it would spin again, and one that spins
+/// longer than the window would be restarted for good.
 #[derive(Debug, Clone)]
 pub struct RestartPolicy {
     /// Restarts allowed within `window`; 0 never restarts.
@@ -130,6 +134,18 @@ pub(super) async fn supervise(
                     extension: session.name().clone(),
                     reason: reason.clone(),
                 });
+                // Restarted, it would compute as long again: a restart
+                // window shorter than its budget would never fill, and it
+                // would take a core for good.
+                if matches!(closed, Closed::Exited(Exit::OverCompute { .. })) {
+                    fail(
+                        &host,
+                        &slot,
+                        &name,
+                        format!("{reason}; not restarted: it would do the same again"),
+                    );
+                    break;
+                }
                 reason
             }
             Err(StartFailure::Stopped) => break,

@@ -4,6 +4,7 @@
 use std::io::Write as _;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd as _, OwnedFd, RawFd};
 use std::path::PathBuf;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -118,6 +119,11 @@ pub(crate) enum ExitWire {
         /// Why.
         why: String,
     },
+    /// [`Exit::OverCompute`].
+    OverCompute {
+        /// The budget, in milliseconds.
+        limit_ms: u64,
+    },
 }
 
 impl From<Exit> for ExitWire {
@@ -128,6 +134,9 @@ impl From<Exit> for ExitWire {
             Exit::Trap(reason) => Self::Trap { reason },
             Exit::OutOfMemory { limit_mb } => Self::OutOfMemory { limit_mb },
             Exit::Killed(why) => Self::Killed { why },
+            Exit::OverCompute { limit } => Self::OverCompute {
+                limit_ms: u64::try_from(limit.as_millis()).unwrap_or(u64::MAX),
+            },
         }
     }
 }
@@ -140,6 +149,9 @@ impl From<ExitWire> for Exit {
             ExitWire::Trap { reason } => Self::Trap(reason),
             ExitWire::OutOfMemory { limit_mb } => Self::OutOfMemory { limit_mb },
             ExitWire::Killed { why } => Self::Killed(why),
+            ExitWire::OverCompute { limit_ms } => Self::OverCompute {
+                limit: Duration::from_millis(limit_ms),
+            },
         }
     }
 }
@@ -286,6 +298,9 @@ mod tests {
             Exit::Trap("unreachable".to_owned()),
             Exit::OutOfMemory { limit_mb: 64 },
             Exit::Killed("missed its deadline".to_owned()),
+            Exit::OverCompute {
+                limit: Duration::from_millis(1500),
+            },
         ];
         for exit in exits {
             let wire = serde_json::to_string(&ExitWire::from(exit.clone()))

@@ -27,6 +27,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::pipe::GuestStdin;
+use crate::runtime::Exit;
 
 /// Time a guest's task has been polled, in total.
 #[derive(Debug, Default)]
@@ -72,7 +73,7 @@ impl ComputeBudget {
 
     /// Why the guest must stop, once it has computed past its limit since
     /// it last took input.
-    pub(crate) fn exceeded(&mut self) -> Option<String> {
+    pub(crate) fn exceeded(&mut self) -> Option<Exit> {
         let now = self.clock.total();
         let drained = self.stdin.drained();
         if drained != self.seen {
@@ -81,13 +82,7 @@ impl ComputeBudget {
             return None;
         }
         let used = Duration::from_nanos(now.saturating_sub(self.since));
-        (used > self.limit).then(|| {
-            format!(
-                "computed for {} s without reading its input (twice the longest a tool call of it \
-                 may take)",
-                self.limit.as_secs_f64()
-            )
-        })
+        (used > self.limit).then_some(Exit::OverCompute { limit: self.limit })
     }
 }
 
@@ -106,11 +101,18 @@ mod tests {
         clock.charge(Duration::from_millis(60));
         assert_eq!(budget.exceeded(), None);
         clock.charge(Duration::from_millis(60));
+        let exit = budget.exceeded();
         assert_eq!(
-            budget.exceeded().as_deref(),
+            exit,
+            Some(Exit::OverCompute {
+                limit: Duration::from_millis(100)
+            })
+        );
+        assert_eq!(
+            exit.map(|exit| exit.to_string()).as_deref(),
             Some(
-                "computed for 0.1 s without reading its input (twice the longest a tool call of \
-                 it may take)"
+                "killed: computed for 0.1 s without reading its input (twice the longest a tool \
+                 call of it may take)"
             )
         );
         // Attack: new input read a byte at a time: no new stretch until

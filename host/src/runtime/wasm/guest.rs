@@ -259,8 +259,8 @@ fn new_store<T: Send + 'static>(
     // past its compute budget is killed there (the abort lands as it yields).
     store.set_epoch_deadline(1);
     store.epoch_deadline_callback(move |_| {
-        if let Some(reason) = watch.budget.exceeded() {
-            watch.control.kill_with(&reason);
+        if let Some(exit) = watch.budget.exceeded() {
+            watch.control.kill_with(exit);
         }
         Ok(UpdateDeadline::Yield(1))
     });
@@ -343,7 +343,7 @@ impl Drop for ExitGuard {
         let exit = self
             .outcome
             .take()
-            .unwrap_or_else(|| Exit::Killed(self.control.kill_reason()));
+            .unwrap_or_else(|| self.control.kill_reason());
         if !exit.is_clean() {
             self.log.note(&format!("zotbox: guest {exit}"));
         }
@@ -358,7 +358,7 @@ impl Drop for ExitGuard {
 /// or the next time it waits on I/O.
 pub(crate) struct GuestControl {
     task: Mutex<Option<AbortHandle>>,
-    reason: Mutex<Option<String>>,
+    reason: Mutex<Option<Exit>>,
     stdin: GuestStdin,
     /// How long its task has been polled (see [`super::compute`]).
     clock: Arc<ComputeClock>,
@@ -383,39 +383,42 @@ impl GuestControl {
         *self.task.lock().unwrap_or_else(PoisonError::into_inner) = Some(handle);
     }
 
-    fn kill_with(&self, reason: &str) {
+    /// Stops the guest, which ends as `exit` (the first reason given wins).
+    fn kill_with(&self, exit: Exit) {
         self.reason
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .get_or_insert_with(|| reason.to_owned());
+            .get_or_insert(exit);
         if let Some(task) = &*self.task.lock().unwrap_or_else(PoisonError::into_inner) {
             task.abort();
         }
     }
 
-    fn kill_reason(&self) -> String {
+    fn kill_reason(&self) -> Exit {
         self.reason
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
-            .unwrap_or_else(|| "stopped by the host".to_owned())
+            .unwrap_or_else(|| Exit::Killed("stopped by the host".to_owned()))
     }
 }
 
 impl Control for GuestControl {
     fn terminate(&self) {
-        self.kill_with("did not exit after `shutdown`");
+        self.kill_with(Exit::Killed("did not exit after `shutdown`".to_owned()));
     }
 
     fn kill(&self) {
-        self.kill_with("stopped by the host");
+        self.kill_with(Exit::Killed("stopped by the host".to_owned()));
     }
 
     fn deadline_missed(&self) {
         // Parked on stdin means idle: it merely ignored a request. Anything
         // else past a deadline is a guest hogging its only thread.
         if !self.stdin.guest_is_idle() {
-            self.kill_with("still running after a request's deadline");
+            self.kill_with(Exit::Killed(
+                "still running after a request's deadline".to_owned(),
+            ));
         }
     }
 }
