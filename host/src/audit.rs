@@ -46,9 +46,17 @@
 //!    when the log closes) one line says how many of which kind were
 //!    suppressed: `{"extension":"x","capability":"audit","subject":"5000
 //!    records suppressed","decision":"deny","reason":"… fs-read deny 4998,
-//!    http allow 2"}`. Filling the kept files then takes a flooding
-//!    extension at least 48 minutes rather than seconds, and the
-//!    suppression lines name it.
+//!    http allow 2"}`.
+//! 5. **A flood of one kind hides no other.** Refused calls cost a guest
+//!    nothing, so a flood of them would otherwise spend the window and
+//!    leave the requests that went ahead, the trail a team reads, counted
+//!    but unnamed. Each kind of record (capability and decision: `fs-read
+//!    deny`, `http allow`) has [`AuditConfig::reserved_bytes`] of each
+//!    window (default 128 KiB, some 500 lines) that the other kinds cannot
+//!    take, before it shares the burst. One extension flooding every kind
+//!    a guest can cause (ten or so) writes some 3.25 MiB per window, so
+//!    filling the kept files takes it at least 29 minutes rather than
+//!    seconds, and the suppression lines name it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
@@ -166,6 +174,11 @@ pub struct AuditConfig {
     pub burst_bytes: u64,
     /// The window [`AuditConfig::burst_bytes`] counts over. Default 30 s.
     pub interval: Duration,
+    /// Bytes of lines of each kind (capability and decision: `http allow`)
+    /// one extension may write in one interval whatever its other kinds
+    /// took, beyond [`AuditConfig::burst_bytes`]: a flood of refusals does
+    /// not hide the uses that went ahead. Default 128 KiB.
+    pub reserved_bytes: u64,
 }
 
 impl Default for AuditConfig {
@@ -177,6 +190,7 @@ impl Default for AuditConfig {
             keep: 2,
             burst_bytes: 2 * 1024 * 1024,
             interval: Duration::from_secs(30),
+            reserved_bytes: 128 * 1024,
         }
     }
 }
@@ -190,12 +204,19 @@ const OTHERS: &str = "(other extensions)";
 /// rate-limited, and at most a few per extension per interval.
 const OWN_LINES: &str = "audit";
 
+/// Kinds of record (capability and decision) given a reserve apiece in an
+/// extension's window; the host writes a dozen or so, an embedder's own
+/// capabilities beyond this share the window's bytes alone.
+const RESERVED_KINDS: usize = 32;
+
 /// One extension's records in its current window (rule 4).
 #[derive(Debug)]
 struct Window {
     started: Instant,
-    /// Bytes of its lines queued in this window.
+    /// Bytes of its lines queued in this window past each kind's reserve.
     bytes: u64,
+    /// Bytes of each kind's reserve taken in this window.
+    reserved: HashMap<String, u64>,
     /// Records suppressed in this window, by `capability decision`.
     suppressed: BTreeMap<String, u64>,
 }
@@ -234,6 +255,7 @@ impl Shares {
         let window = self.windows.entry(key).or_insert_with(|| Window {
             started: now,
             bytes: 0,
+            reserved: HashMap::new(),
             suppressed: BTreeMap::new(),
         });
         if now.saturating_duration_since(window.started) >= config.interval
@@ -242,13 +264,24 @@ impl Shares {
             // Its window ended with nothing to report: a new one.
             window.started = now;
             window.bytes = 0;
+            window.reserved.clear();
+        }
+        let kind = format!("{} {}", record.capability, decision_word(record.decision));
+        // Its kind's reserve first, so that what other kinds took leaves it.
+        let reserved =
+            window.reserved.len() < RESERVED_KINDS || window.reserved.contains_key(&kind);
+        if reserved {
+            let taken = window.reserved.entry(kind.clone()).or_default();
+            if taken.saturating_add(size) <= config.reserved_bytes {
+                *taken += size;
+                return Admitted::Yes;
+            }
         }
         if window.bytes.saturating_add(size) <= config.burst_bytes {
             window.bytes += size;
             return Admitted::Yes;
         }
         let first = window.suppressed.is_empty();
-        let kind = format!("{} {}", record.capability, decision_word(record.decision));
         *window.suppressed.entry(kind).or_default() += 1;
         if first {
             Admitted::FirstSuppressed
@@ -584,9 +617,11 @@ impl Writer {
                 format!("{total} records suppressed"),
                 Decision::Deny,
                 format!(
-                    "more than {} bytes of records in {} s from this extension: {}",
+                    "more than {} bytes of records in {} s from this extension (and {} of each \
+                     kind): {}",
                     self.config.burst_bytes,
                     interval.as_secs_f64(),
+                    self.config.reserved_bytes,
                     kinds.join(", ")
                 ),
             );
@@ -1034,7 +1069,8 @@ mod tests {
     /// that its line writes six times over (1 000 records of 6 KiB lines,
     /// with a burst of 32 KiB), neither rotates the file nor pushes out
     /// another extension's records; what it lost is counted, by kind, in
-    /// one line.
+    /// one line. Rule 5: its 30 requests that went ahead after the flood
+    /// are all named.
     #[test]
     fn one_extension_flooding_the_log_is_suppressed_past_its_burst_and_counted() {
         let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
@@ -1043,6 +1079,7 @@ mod tests {
             max_file_bytes: 64 * 1024,
             burst_bytes: 32 * 1024,
             interval: Duration::from_secs(3600),
+            reserved_bytes: 8 * 1024,
             ..AuditConfig::default()
         };
         let log = AuditLog::open_with(&path, config);
@@ -1058,12 +1095,15 @@ mod tests {
                 Decision::Deny,
             ));
         }
-        log.record(record(
-            "flood",
-            "http",
-            "https://evil/".into(),
-            Decision::Allow,
-        ));
+        // Attack: the flood spent the window, to leave these unnamed.
+        for i in 0..30 {
+            log.record(record(
+                "flood",
+                "http",
+                format!("https://evil/{i}"),
+                Decision::Allow,
+            ));
+        }
         log.record(record("quiet", "http", "after".into(), Decision::Allow));
         drop(log);
         assert!(
@@ -1077,9 +1117,12 @@ mod tests {
             .filter(|line| line.contains(r#""extension":"flood","capability":"fs-read""#))
             .map(|line| line.len() + 1)
             .sum();
-        let written = of(&lines, "flood").len();
+        let written = lines
+            .iter()
+            .filter(|line| line["extension"] == "flood" && line["capability"] == "fs-read")
+            .count();
         assert!(
-            written > 0 && flood_bytes <= 32 * 1024,
+            written > 0 && flood_bytes <= (32 + 8) * 1024,
             "{written} lines, {flood_bytes} bytes"
         );
         let quiet: Vec<&str> = of(&lines, "quiet")
@@ -1087,22 +1130,23 @@ mod tests {
             .filter_map(|line| line["subject"].as_str())
             .collect();
         assert_eq!(quiet, ["before", "after"]);
-        // What is left of its budget still takes a short line.
-        assert!(
-            of(&lines, "flood")
-                .iter()
-                .any(|line| line["subject"] == "https://evil/"),
-            "{text}"
-        );
-        let suppressed = 1001 - written;
+        // Rule 5: its requests that went ahead are named, in their reserve.
+        let requests: Vec<&str> = of(&lines, "flood")
+            .iter()
+            .filter(|line| line["capability"] == "http")
+            .filter_map(|line| line["subject"].as_str())
+            .collect();
+        let expected: Vec<String> = (0..30).map(|i| format!("https://evil/{i}")).collect();
+        assert_eq!(requests, expected);
+        let suppressed = 1000 - written;
         assert_eq!(
             own(&lines),
             [(
                 "flood".to_owned(),
                 format!("{suppressed} records suppressed"),
                 format!(
-                    "more than 32768 bytes of records in 3600 s from this extension: fs-read \
-                     deny {suppressed}"
+                    "more than 32768 bytes of records in 3600 s from this extension (and 8192 \
+                     of each kind): fs-read deny {suppressed}"
                 )
             )]
         );
@@ -1121,6 +1165,7 @@ mod tests {
         let config = AuditConfig {
             burst_bytes: 10 * line,
             interval: Duration::from_millis(500),
+            reserved_bytes: 0,
             ..AuditConfig::default()
         };
         let log = AuditLog::open_with(&path, config);
@@ -1197,6 +1242,7 @@ mod tests {
         let config = AuditConfig {
             burst_bytes: 1,
             interval: Duration::from_secs(3600),
+            reserved_bytes: 0,
             ..AuditConfig::default()
         };
         let log = AuditLog::open_with(&path, config);
