@@ -65,6 +65,7 @@ use crate::policy::Policy;
 use crate::runtime::{Exit, Launcher, Transport};
 use crate::sandbox::{CommandGuard, Services};
 use crate::session::reader::ReadChunk;
+use crate::text::Shown;
 
 /// The bridge could not start the extension.
 #[derive(Debug, thiserror::Error)]
@@ -191,6 +192,10 @@ pub async fn run(
         }),
         _ => None,
     };
+    if let Some((folder, _)) = &workspace {
+        // What `hello_ack` will name is checked against it (`take_workspace`).
+        prepared.services.set_workspace(folder.clone());
+    }
     let native =
         crate::runtime::native::NativeConfinement::from_policy(&prepared.policy, workspace, &home);
     let mut launcher = Launcher::new(home).with_native_confinement(native);
@@ -210,6 +215,26 @@ pub async fn run(
         ..Tap::default()
     };
     start(prepared, &launcher, input, output, tap).await
+}
+
+/// Takes the workspace zot's `hello_ack` names. A confined native
+/// extension's was set as it started, to the folder zot runs in (its jail
+/// cannot change later): should zot name another, zot's log of the
+/// extension says so, for what it reaches is not what zot's user expects.
+fn take_workspace(services: &Services, named: PathBuf) {
+    let Some(confined) = services.workspace() else {
+        services.set_workspace(named);
+        return;
+    };
+    if std::fs::canonicalize(&named).is_ok_and(|named| named == confined) {
+        return;
+    }
+    tracing::warn!(
+        "zot names the workspace `{}`, but the extension was confined to the folder zot runs \
+         in, `{}`: it reaches that folder's files, not the named one's",
+        Shown(&named.to_string_lossy()),
+        Shown(&confined.to_string_lossy())
+    );
 }
 
 /// The folder zot runs in (the process that started this one; zot starts
@@ -1034,7 +1059,7 @@ async fn forward_inbound(
                     if let Ok(HostFrame::HelloAck(ack)) = decode_line::<HostFrame>(bytes)
                         && !ack.cwd.is_empty()
                     {
-                        services.set_workspace(ack.cwd.into());
+                        take_workspace(&services, ack.cwd.into());
                     }
                     if let Some(tap) = &hello_ack {
                         let _ = tap.send(Some(bytes.to_vec()));

@@ -820,6 +820,55 @@ async fn under_zotbox_run_a_confined_native_extension_reaches_the_workspace_zot_
     zot.send(&json!({"type": "shutdown"})).await;
     let ended = zot.end().await;
     assert!(ended.status.success(), "{ended:#?}");
+    assert!(
+        !ended.stderr.contains("zot names the workspace"),
+        "{ended:#?}"
+    );
+}
+
+/// Should zot name a workspace other than the folder it runs in, which a
+/// confined native extension was jailed to as it started, zot's log of the
+/// extension says so: its user otherwise finds the project unreadable with
+/// no word why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_zotbox_run_a_workspace_other_than_zots_folder_is_named_in_its_log() {
+    let lab = Lab::new();
+    crate::attack::user_policy(&lab, &json!({"confine_native": true}));
+    let dir = native_probe(&lab);
+    let elsewhere = lab.dev.join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).expect("elsewhere");
+    let mut command = tokio::process::Command::new("sh");
+    command
+        .args([
+            "-c",
+            r#"(cd "$1" && exec "$0" run "$1")"#,
+            env!("CARGO_BIN_EXE_zotbox"),
+        ])
+        .arg(&dir)
+        .current_dir(&lab.workspace)
+        .env("ZOT_HOME", &lab.home)
+        .env("HOME", lab.dev.join("user-home"))
+        .env_remove("ZOTBOX_LOG");
+    let mut zot = crate::support::Peer::spawn(command);
+    zot.recv_through("ready").await;
+    zot.send(
+        &json!({"type": "hello_ack", "protocol_version": 1, "zot_version": "x",
+                     "provider": "p", "model": "m", "cwd": elsewhere.display().to_string()}),
+    )
+    .await;
+    zot.send(&json!({"type": "shutdown"})).await;
+    let ended = zot.end().await;
+    assert!(ended.status.success(), "{ended:#?}");
+    let workspace = std::fs::canonicalize(&lab.workspace).expect("workspace");
+    assert!(
+        ended.stderr.contains(&format!(
+            "zot names the workspace `{}`, but the extension was confined to the folder zot \
+             runs in, `{}`: it reaches that folder's files, not the named one's",
+            elsewhere.display(),
+            workspace.display()
+        )),
+        "{ended:#?}"
+    );
 }
 
 // ---------------------------------------------------------------------------
