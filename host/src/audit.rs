@@ -68,8 +68,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde::Serialize;
 
 /// What was decided.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {
     /// The use went ahead.
     Allow,
@@ -77,6 +76,23 @@ pub enum Decision {
     Deny,
     /// The use went ahead with changed arguments.
     Rewrite,
+}
+
+impl Decision {
+    /// How the log writes it: `allow`, `deny` or `rewrite`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Allow => "allow",
+            Self::Deny => "deny",
+            Self::Rewrite => "rewrite",
+        }
+    }
+}
+
+impl Serialize for Decision {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
 }
 
 /// One line of the audit log.
@@ -266,7 +282,7 @@ impl Shares {
             window.bytes = 0;
             window.reserved.clear();
         }
-        let kind = format!("{} {}", record.capability, decision_word(record.decision));
+        let kind = format!("{} {}", record.capability, record.decision.as_str());
         // Its kind's reserve first, so that what other kinds took leaves it.
         let reserved =
             window.reserved.len() < RESERVED_KINDS || window.reserved.contains_key(&kind);
@@ -745,15 +761,6 @@ impl Writer {
                 self.config.max_file_bytes
             );
         }
-    }
-}
-
-/// How a decision is written in the log.
-fn decision_word(decision: Decision) -> &'static str {
-    match decision {
-        Decision::Allow => "allow",
-        Decision::Deny => "deny",
-        Decision::Rewrite => "rewrite",
     }
 }
 
