@@ -192,12 +192,12 @@ pub async fn run(
         }),
         _ => None,
     };
-    if let Some((folder, _)) = &workspace {
+    let native =
+        crate::runtime::native::NativeConfinement::from_policy(&prepared.policy, workspace, &home);
+    if let Some(folder) = native.as_ref().and_then(|native| native.workspace.as_ref()) {
         // What `hello_ack` will name is checked against it (`take_workspace`).
         prepared.services.set_workspace(folder.clone());
     }
-    let native =
-        crate::runtime::native::NativeConfinement::from_policy(&prepared.policy, workspace, &home);
     let mut launcher = Launcher::new(home).with_native_confinement(native);
     if let Some(zotbox) = config.compiler {
         launcher = launcher.with_compiler_process(zotbox, prepared.policy.compile_memory_mb());
