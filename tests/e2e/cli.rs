@@ -256,11 +256,31 @@ fn ext_install_enable_disable_logs_and_remove() {
     let source = ext("installme").copied().write_in(&lab.dev);
     let installed = lab.user_dir().join("installme");
 
+    // A native extension runs with the user's permissions: shown, and asked
+    // about (without a terminal, only `--yes` accepts).
     let run = lab.zotbox(&["ext", "install", &source.dir.display().to_string()]);
-    run.expect_code(0);
+    run.expect_code(1);
+    assert!(
+        run.stdout
+            .contains("native: it runs unsandboxed, with the user's permissions"),
+        "{}",
+        run.stdout
+    );
     assert_eq!(
-        run.stdout,
-        format!("installed `installme` at {}\n", installed.display())
+        run.stderr,
+        "error: not installing `installme` without confirmation: stdin is not a terminal; pass \
+         --yes to accept the capabilities shown above\n"
+    );
+    assert!(!installed.exists());
+    let run = lab.zotbox(&["ext", "install", "--yes", &source.dir.display().to_string()]);
+    run.expect_code(0);
+    assert!(
+        run.stdout.ends_with(&format!(
+            "installed `installme` at {}\n",
+            installed.display()
+        )),
+        "{}",
+        run.stdout
     );
     assert_eq!(read_manifest(&installed), read_manifest(&source.dir));
     assert_eq!(

@@ -254,6 +254,27 @@ fn a_native_manifest_that_starts_zotbox_is_refused() {
     }
 }
 
+/// A policy with `native_extensions: false` refuses a native extension
+/// whatever its source (here a folder; a registry entry already was): zot
+/// would start it itself, outside zotbox and its policy.
+#[test]
+fn a_native_extension_is_not_installed_where_the_policy_refuses_them() {
+    let lab = Lab::new();
+    let policy = crate::attack::user_policy(&lab, &json!({"native_extensions": false}));
+    let source = ext("nat").copied().write_in(&lab.dev);
+    let run = install(&lab, &source.dir, &[]);
+    run.expect_code(1);
+    assert_eq!(
+        run.stderr,
+        format!(
+            "error: `nat` is a native extension, refused by `native_extensions: false` in `{}`; \
+             choose a wasm build\n",
+            policy.display()
+        )
+    );
+    assert_eq!(installed_names(&lab), Vec::<String>::new());
+}
+
 #[test]
 fn a_project_install_into_a_linked_dot_zot_is_refused() {
     let lab = Lab::new();

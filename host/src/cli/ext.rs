@@ -345,17 +345,14 @@ async fn install(context: &Context, text: &str, project: bool, yes: bool) -> Res
     let pending = installer::prepare(&source, &home, &policy, &extensions).await?;
     super::source::fetched(context, &pending);
     let name = pending.plan().manifest().name().to_owned();
-    // A sandboxed extension and a data package run with what is granted
-    // here: shown, and asked about.
-    if matches!(
-        pending.plan().manifest().program,
-        Program::Wasm { .. } | Program::Data
-    ) {
-        let plan = pending.plan();
-        print_plan(plan);
-        super::policy::print_grant(&policy, plan.manifest(), &plan.declared());
-        consent(&name, yes)?;
-    }
+    // What is installed is shown and asked about, whatever its kind: a
+    // sandboxed extension and a data package run with what is granted
+    // here, a native one (which zot starts itself) with all the user's
+    // permissions.
+    let plan = pending.plan();
+    print_plan(plan);
+    super::policy::print_grant(&policy, plan.manifest(), &plan.declared());
+    consent(&name, yes)?;
     let scope = if project {
         lock::Scope::Project
     } else {

@@ -55,6 +55,20 @@ pub enum InstallerError {
     /// The lock could not be read.
     #[error(transparent)]
     ReadLock(LockError),
+    /// A native extension where the policy forbids them (`native_extensions:
+    /// false`), whatever its source: zot would start it outside zotbox.
+    #[error(
+        "`{}` is a native extension, refused by `native_extensions: false` in `{}`; choose \
+         a wasm build",
+        crate::text::Shown(name),
+        policy.display()
+    )]
+    NativeRefused {
+        /// The extension.
+        name: String,
+        /// The policy file that refuses native extensions.
+        policy: PathBuf,
+    },
     /// An update would turn an extension into a data package or back: it
     /// would land in another folder, beside the install it replaces.
     #[error(
@@ -124,12 +138,25 @@ pub async fn prepare(
             )
         }
     };
-    let plan = install::plan(&folder, extensions)?;
+    let plan = allowed(install::plan(&folder, extensions)?, policy)?;
     Ok(Pending {
         plan,
         provenance,
         origin,
     })
+}
+
+/// `plan`, unless the policy refuses what it would install.
+fn allowed(plan: Plan, policy: &Policy) -> Result<Plan, InstallerError> {
+    if let Program::Native { .. } = plan.manifest().program
+        && let Some(path) = policy.native_refused_by()
+    {
+        return Err(InstallerError::NativeRefused {
+            name: plan.manifest().name().to_owned(),
+            policy: path.to_owned(),
+        });
+    }
+    Ok(plan)
 }
 
 /// [`prepare`] for the registry entry `found`.
@@ -140,7 +167,7 @@ async fn prepare_found(
     extensions: &Path,
 ) -> Result<Pending, InstallerError> {
     let obtained = Client::new(home, policy).obtain(found).await?;
-    let plan = install::plan(&obtained.fetched.folder, extensions)?;
+    let plan = allowed(install::plan(&obtained.fetched.folder, extensions)?, policy)?;
     Ok(Pending {
         plan,
         provenance: obtained.fetched.recorded.clone(),
