@@ -412,8 +412,12 @@ fn unpack_entries(archive: &[u8], into: &Path, caps: Caps) -> Result<PathBuf, Un
     }
 }
 
-/// Rule 1: the path's parts, without `.` and empty ones.
-fn relative_parts(written: &str) -> Result<Vec<String>, UnpackError> {
+/// Rule 1: the path's parts, without `.` and empty ones: the path an entry
+/// is unpacked to, so whoever reads an archive without unpacking it (the
+/// registry's index, the check of what an entry declares) must read its
+/// paths through this too, or it would read another file than the one
+/// installed (`kit/tools//x.json` is `kit/tools/x.json`).
+pub(crate) fn relative_parts(written: &str) -> Result<Vec<String>, UnpackError> {
     if written.starts_with('/') {
         return Err(UnpackError::Absolute {
             entry: written.to_owned(),

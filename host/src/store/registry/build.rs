@@ -292,8 +292,14 @@ impl Packed {
                 .map_err(|err| format!("an entry has an unreadable path: {err}"))?
                 .to_string_lossy()
                 .into_owned();
-            let (first, inside) = path.split_once('/').unwrap_or((&path, ""));
-            let inside = inside.trim_end_matches('/');
+            // Read as unpacking reads it (`.` and empty parts dropped).
+            let parts =
+                crate::store::unpack::relative_parts(&path).map_err(|err| err.to_string())?;
+            let Some((first, inside)) = parts.split_first() else {
+                continue;
+            };
+            let inside = inside.join("/");
+            let inside = inside.as_str();
             match &top {
                 None => top = Some(first.to_owned()),
                 Some(top) if top != first => {
