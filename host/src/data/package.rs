@@ -31,7 +31,7 @@ use crate::manifest::Capabilities;
 use crate::text::Shown;
 use crate::user_file::FileError;
 
-use super::{DataOrigin, DataTool, Plugin, Skill};
+use super::{DataOrigin, DataTool, Plugin, Skill, ToolKind};
 
 pub use crate::home::PACKAGES_DIR;
 
@@ -196,20 +196,36 @@ impl Contents {
         merged
     }
 
-    /// One line per tool, `name (kind): template`, sorted: what an update
-    /// compares besides the capabilities, so that a changed command or URL
-    /// is asked about again even when the grant stays the same.
+    /// One line per tool, `name (kind): template` and whatever else
+    /// decides what it does or whether it asks first (`sh -c`, each fixed
+    /// header, `zotbox approve`), sorted: what an update compares besides
+    /// the capabilities, so that a changed command or URL, or a tool that
+    /// would stop asking for approval, is asked about again even when the
+    /// grant stays the same.
     pub fn tool_lines(&self) -> Vec<String> {
         let mut lines: Vec<String> = self
             .tools
             .iter()
             .map(|tool| {
-                format!(
+                let mut line = format!(
                     "{} ({}): {}",
                     tool.name,
                     tool.kind.as_str(),
                     tool.kind.template()
-                )
+                );
+                match &tool.kind {
+                    ToolKind::Shell { shell: true, .. } => line.push_str(" [run by sh -c]"),
+                    ToolKind::Http { headers, .. } => {
+                        for (name, value) in headers {
+                            line.push_str(&format!(" [header {name}: {value}]"));
+                        }
+                    }
+                    ToolKind::Shell { .. } | ToolKind::Read { .. } => {}
+                }
+                if !tool.auto_approve {
+                    line.push_str(" [asks `zotbox approve` first]");
+                }
+                line
             })
             .collect();
         lines.sort();
@@ -254,6 +270,42 @@ mod tests {
         r#"{"name":"fetch","description":"d","kind":"http","url":"https://api.example/v1/{arg}"}"#;
     const READ: &str = r#"{"name":"doc","description":"d","kind":"read","path":"docs/{arg}"}"#;
     const SKILL: &str = "---\nname: deploy\ndescription: Ship it.\n---\n\nSteps.\n";
+
+    /// Attack: a new version that leaves a tool's command as it was but
+    /// drops its approval, runs it by `sh -c` or changes its headers: each
+    /// is another line, so an update asks about it again.
+    #[test]
+    fn a_tools_line_holds_what_decides_whether_it_asks_and_how_it_runs() {
+        let lines = |tool: &str| parse(&[("tools/t.json", tool)]).map(|c| c.tool_lines());
+        let asked = lines(
+            r#"{"name":"deploy","description":"d","kind":"shell","command":"make ship","autoApprove":false}"#,
+        );
+        assert_eq!(
+            asked,
+            Ok(vec![
+                "deploy (shell): make ship [asks `zotbox approve` first]".to_owned()
+            ])
+        );
+        let unasked =
+            lines(r#"{"name":"deploy","description":"d","kind":"shell","command":"make ship"}"#);
+        assert_eq!(unasked, Ok(vec!["deploy (shell): make ship".to_owned()]));
+        let by_sh = lines(
+            r#"{"name":"deploy","description":"d","kind":"shell","command":"make ship","shell":true}"#,
+        );
+        assert_eq!(
+            by_sh,
+            Ok(vec!["deploy (shell): make ship [run by sh -c]".to_owned()])
+        );
+        let headers = lines(
+            r#"{"name":"get","description":"d","kind":"http","url":"https://a.example/{arg}","headers":{"X-To":"b"}}"#,
+        );
+        assert_eq!(
+            headers,
+            Ok(vec![
+                "get (http): https://a.example/{arg} [header X-To: b]".to_owned()
+            ])
+        );
+    }
 
     #[test]
     fn only_the_files_the_loaders_read_are_package_files() {
