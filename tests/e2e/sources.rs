@@ -268,6 +268,38 @@ fn a_git_source_records_its_commit_and_a_force_push_is_observable_and_refused() 
     assert_eq!(lock_entry(&lab, "gitext").unwrap()["commit"], second);
 }
 
+/// Attack: the repository names a branch after the commit the user pinned
+/// (and a tag after its short hash), pointing at another commit. A full
+/// hash is that commit; a short one that is also a branch or tag name is
+/// refused as ambiguous.
+#[test]
+fn a_commit_pin_is_that_commit_whatever_the_repository_names_its_branches() {
+    let lab = Lab::new();
+    let (repo, good) = repository(&lab);
+    std::fs::write(repo.join("README"), "evil").unwrap();
+    git(&repo, &["add", "README"]);
+    git(&repo, &["commit", "-qm", "evil"]);
+    let evil = git(&repo, &["rev-parse", "HEAD"]);
+    git(&repo, &["update-ref", &format!("refs/heads/{good}"), &evil]);
+    let short = &good[..9];
+    git(&repo, &["tag", short, &evil]);
+    let url = format!("git+{}", repo.display());
+    install(&lab, &format!("{url}#{good}")).expect_code(0);
+    assert_eq!(lock_entry(&lab, "gitext").expect("locked")["commit"], good);
+    assert!(!lab.user_dir().join("gitext/README").exists());
+    let run = install(&lab, &format!("{url}#{short}"));
+    run.expect_code(1);
+    assert_eq!(
+        error_line(&run),
+        format!(
+            "error: git source `{}`: `#{short}` is both a branch or tag of the repository and \
+             the start of a commit hash; pin the full commit hash\n",
+            repo.display()
+        )
+    );
+    assert_eq!(lock_entry(&lab, "gitext").expect("locked")["commit"], good);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_project_lock_pin_refuses_the_force_pushed_commit_at_start() {
     let lab = Lab::new();

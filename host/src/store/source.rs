@@ -474,22 +474,7 @@ fn fetch_git(url: &str, rev: Option<&str>, shown: &str) -> Result<Fetched, Sourc
     .map_err(|err| failed(format!("clone failed: {err}")))?;
     let commit = match rev {
         None => resolve(&repo, "HEAD"),
-        Some(rev) => {
-            let candidates = [
-                format!("refs/remotes/origin/{rev}"),
-                format!("refs/tags/{rev}"),
-                rev.to_owned(),
-            ];
-            candidates
-                .iter()
-                .find_map(|candidate| resolve(&repo, candidate).ok())
-                .ok_or_else(|| {
-                    format!(
-                        "`#{}` names no commit, tag or branch of the repository",
-                        Shown(rev)
-                    )
-                })
-        }
+        Some(rev) => resolve_pin(&repo, rev),
     }
     .map_err(failed)?;
     run_git(
@@ -510,6 +495,52 @@ fn fetch_git(url: &str, rev: Option<&str>, shown: &str) -> Result<Fetched, Sourc
         },
         _temp: temp,
     })
+}
+
+/// The commit the pin `#rev` names in the clone `repo`: a branch or a tag
+/// of that name, else a commit. A full commit hash is that commit only,
+/// or a branch named like it (the repository's to choose) would be
+/// checked out instead; a shorter one that is also a branch or tag name
+/// is refused as ambiguous.
+fn resolve_pin(repo: &Path, rev: &str) -> Result<String, String> {
+    let hex = rev.len() >= 4 && rev.bytes().all(|b| b.is_ascii_hexdigit());
+    let named = [
+        format!("refs/remotes/origin/{rev}"),
+        format!("refs/tags/{rev}"),
+    ]
+    .iter()
+    .find_map(|reference| resolve(repo, reference).ok());
+    if hex && matches!(rev.len(), 40 | 64) {
+        return match resolve(repo, rev) {
+            Ok(commit) if commit.eq_ignore_ascii_case(rev) => Ok(commit),
+            _ => Err(format!(
+                "`#{}` names no commit, tag or branch of the repository",
+                Shown(rev)
+            )),
+        };
+    }
+    let also_a_hash = || {
+        run_git(
+            Some(repo),
+            &["rev-parse", &format!("--disambiguate={rev}")],
+            None,
+        )
+        .is_ok_and(|objects| !objects.trim().is_empty())
+    };
+    match named {
+        Some(_) if hex && also_a_hash() => Err(format!(
+            "`#{}` is both a branch or tag of the repository and the start of a commit hash; \
+             pin the full commit hash",
+            Shown(rev)
+        )),
+        Some(commit) => Ok(commit),
+        None => resolve(repo, rev).map_err(|_| {
+            format!(
+                "`#{}` names no commit, tag or branch of the repository",
+                Shown(rev)
+            )
+        }),
+    }
 }
 
 /// The commit `rev` names in `repo`.
