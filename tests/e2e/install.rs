@@ -275,6 +275,39 @@ fn a_native_extension_is_not_installed_where_the_policy_refuses_them() {
     assert_eq!(installed_names(&lab), Vec::<String>::new());
 }
 
+/// Attack: the repository the user is in holds a folder named like the
+/// registry entry the user asks for. `ext install notes` is refused as
+/// ambiguous rather than installing the repository's folder; `./notes`
+/// names the folder.
+#[test]
+fn a_folder_named_like_a_registry_entry_does_not_stand_in_for_it() {
+    let lab = Lab::new();
+    ext("notes").copied().write_in(&lab.workspace);
+    for text in ["notes", "notes@1.2.0"] {
+        if text != "notes" {
+            std::fs::rename(lab.workspace.join("notes"), lab.workspace.join(text)).expect("rename");
+        }
+        let run = zotbox_bounded(&lab, &["ext", "install", text, "--yes"]);
+        run.expect_code(1);
+        assert_eq!(
+            run.stderr,
+            format!(
+                "error: source `{text}` refused: it is both a folder here and a registry \
+                 entry's name; write `./{text}` to install the folder, or run this elsewhere for \
+                 the registry's\n"
+            )
+        );
+        assert_eq!(installed_names(&lab), Vec::<String>::new());
+    }
+    std::fs::rename(
+        lab.workspace.join("notes@1.2.0"),
+        lab.workspace.join("notes"),
+    )
+    .expect("back");
+    zotbox_bounded(&lab, &["ext", "install", "./notes", "--yes"]).expect_code(0);
+    assert_eq!(installed_names(&lab), ["notes"]);
+}
+
 #[test]
 fn a_project_install_into_a_linked_dot_zot_is_refused() {
     let lab = Lab::new();

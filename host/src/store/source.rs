@@ -5,7 +5,10 @@
 //! # Rules
 //!
 //! 1. **Parsing** ([`Source::parse`]), in this order:
-//!    - a folder that exists is a [`Source::Folder`], whatever it looks like;
+//!    - a folder that exists is a [`Source::Folder`], whatever it looks like,
+//!      but for a bare `NAME[@VERSION]` (no `/`), which is refused as
+//!      ambiguous: a repository the user is in would otherwise choose what
+//!      `ext install notes` installs (`./notes` names the folder);
 //!    - text starting with `-` is refused: it must never become an option
 //!      of `git` or anything else;
 //!    - `git+URL[#REV]`, an `https://…` URL whose path ends in `.git`, and a
@@ -169,6 +172,20 @@ impl Source {
     /// [`SourceError::Invalid`] naming the rule.
     pub fn parse(text: &str) -> Result<Self, SourceError> {
         if !text.is_empty() && Path::new(text).is_dir() {
+            // A bare word names a registry entry as well: the folder of
+            // that name in a repository the user is in must not stand in
+            // for it unannounced.
+            let bare = !text.contains('/') && text != "." && text != "..";
+            if bare && registry_entry(text, text).is_ok() {
+                return Err(invalid(
+                    text,
+                    format!(
+                        "it is both a folder here and a registry entry's name; write `./{}` to \
+                         install the folder, or run this elsewhere for the registry's",
+                        Shown(text)
+                    ),
+                ));
+            }
             return Ok(Self::Folder(PathBuf::from(text)));
         }
         if text.is_empty() {
@@ -229,32 +246,37 @@ impl Source {
             // reported by the install).
             return Ok(Self::Folder(PathBuf::from(text)));
         }
-        let (name, version) = match base.split_once('@') {
-            Some((name, version)) => (name, Some(version)),
-            None => (base, None),
-        };
-        crate::manifest::validate_name(name).map_err(|problem| {
-            invalid(
-                text,
-                format!("it is no folder here, and not a registry entry: extension name {problem}"),
-            )
-        })?;
-        if let Some(version) = version
-            && (version.is_empty()
-                || !version
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '+')))
-        {
-            return Err(invalid(
-                text,
-                "the version after `@` may hold only letters, digits, `.`, `-` and `+`",
-            ));
-        }
-        Ok(Self::Registry {
-            name: name.to_owned(),
-            version: version.map(str::to_owned),
-        })
+        registry_entry(text, base)
     }
+}
+
+/// `base` (of the source `text`) as `NAME[@VERSION]`.
+fn registry_entry(text: &str, base: &str) -> Result<Source, SourceError> {
+    let (name, version) = match base.split_once('@') {
+        Some((name, version)) => (name, Some(version)),
+        None => (base, None),
+    };
+    crate::manifest::validate_name(name).map_err(|problem| {
+        invalid(
+            text,
+            format!("it is no folder here, and not a registry entry: extension name {problem}"),
+        )
+    })?;
+    if let Some(version) = version
+        && (version.is_empty()
+            || !version
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '+')))
+    {
+        return Err(invalid(
+            text,
+            "the version after `@` may hold only letters, digits, `.`, `-` and `+`",
+        ));
+    }
+    Ok(Source::Registry {
+        name: name.to_owned(),
+        version: version.map(str::to_owned),
+    })
 }
 
 /// `user@host:path`, git's scp-like ssh syntax.
