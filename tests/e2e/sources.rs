@@ -300,6 +300,75 @@ fn a_commit_pin_is_that_commit_whatever_the_repository_names_its_branches() {
     assert_eq!(lock_entry(&lab, "gitext").expect("locked")["commit"], good);
 }
 
+/// Commits to `repo` a tree naming the blob of `content` at each of
+/// `paths` (written with git's plumbing: no file is checked out here).
+fn commit_blob_at(repo: &Path, content: &[u8], paths: impl Iterator<Item = String>) {
+    let blob_file = repo.with_extension("blob");
+    std::fs::write(&blob_file, content).expect("blob");
+    let blob = git(
+        repo,
+        &["hash-object", "-w", &blob_file.display().to_string()],
+    );
+    let index: String = paths
+        .map(|path| format!("100644 {blob}\t{path}\n"))
+        .collect();
+    let mut child = Command::new("git")
+        .args(["update-index", "--index-info"])
+        .current_dir(repo)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("git update-index");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(index.as_bytes())
+        .expect("index info");
+    assert!(child.wait().expect("git").success());
+    git(repo, &["commit", "-qm", "planted"]);
+}
+
+/// Attack: a repository of a few hundred KiB that checks out to any size,
+/// one blob named many times (stored once in the pack, written each
+/// time); or to more files than an archive may hold. Refused from its
+/// tree's listing, before checkout writes a byte of it.
+#[test]
+fn a_git_tree_past_the_install_caps_is_refused_before_checkout() {
+    let lab = Lab::new();
+    let (repo, _) = repository(&lab);
+    let url = format!("git+{}", repo.display());
+    commit_blob_at(
+        &repo,
+        &vec![b'A'; 11 << 20],
+        (0..10).map(|i| format!("copy{i}.bin")),
+    );
+    let commit = git(&repo, &["rev-parse", "HEAD"]);
+    let run = install(&lab, &url);
+    run.expect_code(1);
+    assert_eq!(
+        error_line(&run),
+        format!(
+            "error: git source `{}`: commit {commit} holds more than 104857600 bytes of files; \
+             nothing was checked out\n",
+            repo.display()
+        )
+    );
+    git(&repo, &["rm", "-q", "--cached", "copy*.bin"]);
+    commit_blob_at(&repo, b"x", (0..10_001).map(|i| format!("many/{i}")));
+    let commit = git(&repo, &["rev-parse", "HEAD"]);
+    let run = install(&lab, &url);
+    run.expect_code(1);
+    assert_eq!(
+        error_line(&run),
+        format!(
+            "error: git source `{}`: commit {commit} holds more than 10000 files; nothing was \
+             checked out\n",
+            repo.display()
+        )
+    );
+    assert!(installed_names(&lab).is_empty());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_project_lock_pin_refuses_the_force_pushed_commit_at_start() {
     let lab = Lab::new();

@@ -27,8 +27,9 @@
 //!    redirects and anything a repository's config names), no inherited
 //!    `GIT_DIR`-style variables, the URL after `--`, and a time cap. It
 //!    clones without checkout, resolves `#REV` (a commit, a tag or a
-//!    branch; the remote's `HEAD` without one) to a commit, checks that
-//!    commit out detached, and records it.
+//!    branch; the remote's `HEAD` without one) to a commit, checks its
+//!    tree against an archive's caps (100 MiB of files, 10 000 entries)
+//!    before anything is written, checks it out detached, and records it.
 //! 3. **Archive** downloads through [`super::fetch`], checks `#sha256`
 //!    before anything is unpacked (a mismatch unpacks nothing), and
 //!    unpacks with [`super::unpack`] into a fresh private folder; its
@@ -43,7 +44,8 @@ use std::time::{Duration, Instant};
 use sha2::{Digest, Sha256};
 
 use super::fetch::{FetchError, Limits};
-use super::unpack::{Caps, UnpackError};
+use super::install::MAX_INSTALL_BYTES;
+use super::unpack::{Caps, MAX_ENTRIES, UnpackError};
 use crate::capability::http::HttpConfig;
 use crate::text::Shown;
 
@@ -499,6 +501,7 @@ fn fetch_git(url: &str, rev: Option<&str>, shown: &str) -> Result<Fetched, Sourc
         Some(rev) => resolve_pin(&repo, rev),
     }
     .map_err(failed)?;
+    within_install_caps(&repo, &commit).map_err(failed)?;
     run_git(
         Some(&repo),
         &["checkout", "--quiet", "--detach", &commit],
@@ -517,6 +520,42 @@ fn fetch_git(url: &str, rev: Option<&str>, shown: &str) -> Result<Fetched, Sourc
         },
         _temp: temp,
     })
+}
+
+/// Rule 2: the tree of `commit` within what an archive may unpack to
+/// ([`MAX_INSTALL_BYTES`], [`MAX_ENTRIES`]), checked before checkout
+/// writes it: a pack stores a blob once however many paths name it, so a
+/// small repository can check out to any size.
+fn within_install_caps(repo: &Path, commit: &str) -> Result<(), String> {
+    let listing = run_git(
+        Some(repo),
+        &["ls-tree", "-r", "-l", "-z", "--full-tree", commit],
+        None,
+    )?;
+    let (mut entries, mut bytes) = (0usize, 0u64);
+    for record in listing.split('\0').filter(|record| !record.is_empty()) {
+        entries += 1;
+        // `<mode> <type> <object> <size>\t<path>`; a submodule's size is `-`.
+        let size = record
+            .split('\t')
+            .next()
+            .and_then(|meta| meta.split_whitespace().nth(3))
+            .and_then(|size| size.parse::<u64>().ok())
+            .unwrap_or(0);
+        bytes = bytes.saturating_add(size);
+        if entries > MAX_ENTRIES {
+            return Err(format!(
+                "commit {commit} holds more than {MAX_ENTRIES} files; nothing was checked out"
+            ));
+        }
+        if bytes > MAX_INSTALL_BYTES {
+            return Err(format!(
+                "commit {commit} holds more than {MAX_INSTALL_BYTES} bytes of files; nothing \
+                 was checked out"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The commit the pin `#rev` names in the clone `repo`: a branch or a tag
