@@ -354,12 +354,18 @@ pub async fn check_update(
     }
     // Another signer is another author, whatever the grant: asked about.
     let signer = pending.provenance().publisher_key.as_deref();
-    if signer != locked.publisher_key.as_deref() {
+    if !same_publisher(locked, pending.provenance()) {
         let key =
             |key: Option<&str>| key.map_or_else(|| "unsigned".to_owned(), |k| format!("key {k}"));
+        let now = match (signer, &pending.provenance().publisher) {
+            // The same id, another key: named by the key itself.
+            (Some(id), Some(public)) if signer == locked.publisher_key.as_deref() => {
+                format!("another key with the same id {id}, {public}")
+            }
+            _ => key(signer),
+        };
         added.push(format!(
-            "publisher: signed by {} (was {})",
-            key(signer),
+            "publisher: signed by {now} (was {})",
             key(locked.publisher_key.as_deref())
         ));
     }
@@ -372,10 +378,64 @@ pub async fn check_update(
     }))
 }
 
+/// Whether `now` is signed by the publisher `locked` was: by key where the
+/// lock has it (a second trusted publisher can make a key with the first
+/// one's id), by id for a lock written before keys were recorded.
+fn same_publisher(locked: &LockEntry, now: &Provenance) -> bool {
+    match (&locked.publisher, &now.publisher) {
+        (Some(was), Some(is)) => was == is,
+        _ => locked.publisher_key == now.publisher_key,
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+
+    /// Attack: a second trusted publisher makes a key with the first one's
+    /// id (an id is 8 bytes its maker chooses) and signs an update of the
+    /// first one's extension. By key, that is another publisher.
+    #[test]
+    fn a_publisher_is_its_key_not_its_id() {
+        let provenance = |id: Option<&str>, key: Option<&str>| Provenance {
+            publisher_key: id.map(str::to_owned),
+            publisher: key.map(str::to_owned),
+            ..Provenance::of_source("notes".to_owned())
+        };
+        let locked = |id: Option<&str>, key: Option<&str>| {
+            let recorded = provenance(id, key);
+            LockEntry {
+                publisher_key: recorded.publisher_key,
+                publisher: recorded.publisher,
+                ..serde_json::from_value(serde_json::json!({
+                    "name": "notes", "version": "1.0.0", "scope": "user", "source": "notes",
+                    "tree": "", "files": {}, "capabilities": {}, "installed_at": ""
+                }))
+                .unwrap()
+            }
+        };
+        let first = locked(Some("DA4438FF43319A39"), Some("RWQ-first"));
+        assert!(same_publisher(
+            &first,
+            &provenance(Some("DA4438FF43319A39"), Some("RWQ-first"))
+        ));
+        assert!(!same_publisher(
+            &first,
+            &provenance(Some("DA4438FF43319A39"), Some("RWQ-forged"))
+        ));
+        assert!(!same_publisher(&first, &provenance(None, None)));
+        // A lock written before keys were recorded: by id, as it was.
+        let old = locked(Some("DA4438FF43319A39"), None);
+        assert!(same_publisher(
+            &old,
+            &provenance(Some("DA4438FF43319A39"), Some("RWQ-any"))
+        ));
+        assert!(!same_publisher(
+            &old,
+            &provenance(Some("0000000000000000"), Some("RWQ-any"))
+        ));
+    }
 
     #[test]
     fn a_grant_diff_lists_what_is_added_and_what_is_dropped() {

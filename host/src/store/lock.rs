@@ -262,9 +262,13 @@ pub struct LockEntry {
     /// A git source's commit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub commit: Option<String>,
-    /// The key that signed it, when it was signed.
+    /// The key that signed it (its id), when it was signed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub publisher_key: Option<String>,
+    /// That key itself, in base64: what an update's signer is compared
+    /// with (ids can be chosen; locks written before it have only the id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub publisher: Option<String>,
     /// The index URL of the registry it came from (what `ext update` asks).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub registry: Option<String>,
@@ -440,6 +444,7 @@ pub fn record_install(
         sha256: provenance.sha256.clone(),
         commit: provenance.commit.clone(),
         publisher_key: provenance.publisher_key.clone(),
+        publisher: provenance.publisher.clone(),
         registry: provenance.registry.clone(),
         tree: tree.digest,
         files: tree.files,

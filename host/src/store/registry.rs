@@ -172,11 +172,13 @@ impl Entry {
 }
 
 /// What [`check_entry`] established.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verified {
     /// The publisher key that signed the archive (`None`: unsigned, allowed
     /// by the policy).
     pub key: Option<KeyId>,
+    /// That key itself, in base64: another key may have the same id.
+    pub public: Option<String>,
 }
 
 /// Why an index or an entry was refused.
@@ -660,7 +662,12 @@ pub fn check_entry(
                 "the `publishers` ceiling of `{}` (only listed publishers may publish)",
                 path.display()
             ),
-            (None, None) => return Ok(Verified { key: None }),
+            (None, None) => {
+                return Ok(Verified {
+                    key: None,
+                    public: None,
+                });
+            }
         };
         return Err(RegistryError::Unsigned {
             name: entry.name.clone(),
@@ -693,9 +700,12 @@ pub fn check_entry(
             });
         }
     }
-    let key = signature::verify(archive_bytes, signature_text, &trusted)
+    let key = signature::verify_key(archive_bytes, signature_text, &trusted)
         .map_err(|err| RegistryError::from_signature(subject, "trusted publishers", err))?;
-    Ok(Verified { key: Some(key) })
+    Ok(Verified {
+        key: Some(key.id()),
+        public: Some(key.to_base64()),
+    })
 }
 
 /// Checks that `archive_bytes` hold the extension `entry` lists (rule 5):

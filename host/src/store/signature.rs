@@ -400,6 +400,21 @@ pub fn verify(
     signature_text: &str,
     keys: &[PublicKey],
 ) -> Result<KeyId, SignatureError> {
+    verify_key(bytes, signature_text, keys).map(PublicKey::id)
+}
+
+/// [`verify`], returning the key itself: two keys may share an id (anyone
+/// may give a key any id), so what must stay the same signer is compared
+/// by key, not by id.
+///
+/// # Errors
+///
+/// As [`verify`].
+pub fn verify_key<'k>(
+    bytes: &[u8],
+    signature_text: &str,
+    keys: &'k [PublicKey],
+) -> Result<&'k PublicKey, SignatureError> {
     let signature = parse_signature(signature_text)?;
     let signer = signer_of(&signature)?;
     // A key id is 8 bytes anyone can copy into a signature: every listed
@@ -408,22 +423,19 @@ pub fn verify(
     if candidates.peek().is_none() {
         return Err(SignatureError::UnknownKey { key: signer });
     }
-    let verified = candidates.any(|key| {
-        minisign::verify(
-            &key.inner,
-            &signature,
-            Cursor::new(bytes),
-            true,
-            false,
-            false,
-        )
-        .is_ok()
-    });
-    if verified {
-        Ok(signer)
-    } else {
-        Err(SignatureError::Invalid)
-    }
+    candidates
+        .find(|key| {
+            minisign::verify(
+                &key.inner,
+                &signature,
+                Cursor::new(bytes),
+                true,
+                false,
+                false,
+            )
+            .is_ok()
+        })
+        .ok_or(SignatureError::Invalid)
 }
 
 /// The id of the key that made `signature_text`, unchecked (for messages

@@ -362,6 +362,8 @@ pub struct Provenance {
     pub commit: Option<String>,
     /// The publisher key (its id) that signed a registry archive.
     pub publisher_key: Option<String>,
+    /// That key itself, in base64.
+    pub publisher: Option<String>,
     /// The index URL of the registry it came from.
     pub registry: Option<String>,
 }
@@ -374,6 +376,7 @@ impl Provenance {
             sha256: None,
             commit: None,
             publisher_key: None,
+            publisher: None,
             registry: None,
         }
     }
@@ -451,6 +454,7 @@ pub async fn fetch_source(
                     sha256: Some(actual),
                     commit: None,
                     publisher_key: None,
+                    publisher: None,
                     registry: None,
                 },
                 _temp: temp,
@@ -516,6 +520,7 @@ fn fetch_git(url: &str, rev: Option<&str>, shown: &str) -> Result<Fetched, Sourc
             sha256: None,
             commit: Some(head),
             publisher_key: None,
+            publisher: None,
             registry: None,
         },
         _temp: temp,

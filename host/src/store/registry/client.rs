@@ -341,6 +341,7 @@ impl<'a> Client<'a> {
         let recorded = Provenance {
             sha256: Some(found.entry.sha256.clone()),
             publisher_key: verified.key.map(|key| key.to_string()),
+            publisher: verified.public.clone(),
             registry: Some(url.clone()),
             ..Provenance::of_source(source.to_string())
         };
