@@ -355,3 +355,47 @@ fn ext_disable_replaces_a_linked_manifest_instead_of_writing_through_it() {
         serde_json::from_slice(&std::fs::read(&written).expect("manifest")).expect("json");
     assert_eq!(value["enabled"], false);
 }
+
+/// Attack: an untrusted clone holds a decoy extension named like one the
+/// user installed. `ext disable` and `ext remove` of that name act on the
+/// user's install (the one the user means: say, an extension found
+/// wanting), not on the repository's folder.
+#[test]
+fn ext_disable_and_remove_act_on_the_users_install_before_a_workspaces_decoy() {
+    let lab = Lab::new();
+    let source = ext("nat").copied().write_in(&lab.dev);
+    install(&lab, &source.dir, &[]).expect_code(0);
+    let installed = lab.user_dir().join("nat");
+    let decoy = lab.workspace.join(".zot/extensions/decoy");
+    std::fs::create_dir_all(&decoy).expect("decoy");
+    std::fs::copy(
+        installed.join("extension.json"),
+        decoy.join("extension.json"),
+    )
+    .expect("decoy manifest");
+    let decoy_before = std::fs::read(decoy.join("extension.json")).expect("decoy");
+    let run = lab.zotbox(&["ext", "disable", "nat"]);
+    run.expect_code(0);
+    assert_eq!(
+        run.stdout,
+        format!(
+            "disabled `nat` at {}\n",
+            installed.join("extension.json").display()
+        )
+    );
+    let value: Value =
+        serde_json::from_slice(&std::fs::read(installed.join("extension.json")).expect("manifest"))
+            .expect("json");
+    assert_eq!(value["enabled"], false);
+    let run = lab.zotbox(&["ext", "remove", "nat"]);
+    run.expect_code(0);
+    assert_eq!(
+        run.stdout,
+        format!("removed `nat` at {}\n", installed.display())
+    );
+    assert!(!installed.exists());
+    assert_eq!(
+        std::fs::read(decoy.join("extension.json")).expect("decoy"),
+        decoy_before
+    );
+}

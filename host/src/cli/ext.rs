@@ -572,8 +572,12 @@ pub(crate) fn consent(name: &str, yes: bool) -> Result<()> {
     }
 }
 
-/// The manifest of the installed (project or user) extension or data
-/// package called `name`.
+/// The manifest of the installed (user or project) extension or data
+/// package called `name`: the user's first. A workspace's folder may give
+/// itself any name, so an untrusted clone's decoy must not take a command
+/// meant for the user's install (`ext remove` of an extension found
+/// wanting would leave it enabled and in place); the workspace's is found
+/// when the user has none of that name.
 fn find_installed(context: &Context, name: &str) -> Result<Manifest> {
     let search = SearchPath {
         explicit: Vec::new(),
@@ -581,19 +585,29 @@ fn find_installed(context: &Context, name: &str) -> Result<Manifest> {
         home: context.home()?,
     };
     let discovery = search.discover();
-    let found = discovery
+    // The user's may have lost on name to the workspace's (`shadowed`).
+    let users = discovery
+        .shadowed
+        .iter()
+        .filter(|lost| lost.origin == Origin::User)
+        .filter_map(|lost| Manifest::load(&lost.path).ok())
+        .map(|manifest| (Origin::User, manifest));
+    let mut found: Vec<(Origin, Manifest)> = discovery
         .found
         .into_iter()
-        .find(|found| found.manifest.name() == name && found.origin != Origin::Explicit)
-        .map(|found| found.manifest);
-    if let Some(manifest) = found {
+        .filter(|found| found.origin != Origin::Explicit)
+        .map(|found| (found.origin, found.manifest))
+        .chain(users)
+        .filter(|(_, manifest)| manifest.name() == name)
+        .collect();
+    found.sort_by_key(|(origin, _)| *origin != Origin::User);
+    if let Some((_, manifest)) = found.into_iter().next() {
         return Ok(manifest);
     }
-    // Data packages, the workspace's first (as extensions are found).
+    // Data packages: the user's first, as above.
     let packages = zotbox::data::DataSearch::new(&search.workspace, search.home.root()).packages();
     packages
         .into_iter()
-        .rev()
         .map(|(manifest, _)| manifest)
         .find(|manifest| manifest.name() == name)
         .with_context(|| {
@@ -616,10 +630,10 @@ fn remove(context: &Context, name: &str) -> Result<u8> {
                 .map_err(|problem| anyhow::anyhow!("extension name {problem}"))?;
             let (workspace, home) = (context.workspace()?, context.home()?);
             let candidates = [
-                workspace.join(".zot/extensions").join(name),
                 home.extensions_dir().join(name),
-                workspace.join(".zot/packages").join(name),
                 home.packages_dir().join(name),
+                workspace.join(".zot/extensions").join(name),
+                workspace.join(".zot/packages").join(name),
             ];
             match candidates.into_iter().find(|dir| dir.is_dir()) {
                 Some(dir) => dir,
