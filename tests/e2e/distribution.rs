@@ -506,6 +506,35 @@ async fn an_update_asks_only_the_registry_it_was_installed_from() {
     assert!(!site.lab.dev.join("native-ran").exists());
 }
 
+/// The registry revokes the version installed (malware found, say). `ext
+/// update` says so, with the registry's reason, rather than that it no
+/// longer lists the extension; a newer version listed replaces it as any
+/// update does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_update_says_the_version_installed_was_revoked_and_why() {
+    let (site, before) = Site::with_notes_installed().await;
+    let (text, _) = build_index(&site.dir, None, &site.registry.1, None, None).expect("index");
+    let mut index: Value = serde_json::from_str(&text).expect("json");
+    index["entries"][0]["revoked"] = json!(true);
+    index["entries"][0]["reason"] = json!("malware found");
+    let text = serde_json::to_string_pretty(&index).expect("json");
+    let signed = signature::sign(text.as_bytes(), &site.registry.1, "index").expect("sign");
+    site.write_index(&text, &signed);
+    let run = site.zotbox(&["ext", "update", "notes", "--yes"]);
+    run.expect_code(1);
+    assert_eq!(
+        error_line(&run),
+        format!(
+            "error: registry `{}` revoked `notes` 1.0.0, the version installed (malware found); \
+             it is left as installed: remove it (`zotbox ext remove notes`) or install another \
+             version",
+            site.index_url()
+        ),
+        "{run:#?}"
+    );
+    assert_eq!(site.locked(), Some(before));
+}
+
 /// Attack: the first registry of the policy is down (or made to fail), and
 /// a later one lists the same name. The first registry that lists a name
 /// wins only if every one before it answered: otherwise the install is

@@ -324,7 +324,9 @@ pub async fn check_update(
     let Some(url) = locked.registry.as_deref() else {
         return Ok(None);
     };
-    let found = Client::new(home, policy).find_in(url, &locked.name).await?;
+    let found = Client::new(home, policy)
+        .find_in(url, &locked.name, &locked.version)
+        .await?;
     if compare_versions(&found.entry.version, &locked.version) != std::cmp::Ordering::Greater {
         return Ok(None);
     }

@@ -24,7 +24,7 @@ use std::time::SystemTime;
 
 use super::{
     Entry, Index, RegistryError, RegistryState, Verified, check_archive_manifest, check_entry,
-    parse_keys, verify_index,
+    compare_versions, parse_keys, verify_index,
 };
 use crate::home::ZotHome;
 use crate::policy::{Policy, Registry};
@@ -79,6 +79,27 @@ pub enum ClientError {
         url: String,
         /// The extension.
         name: String,
+    },
+    /// `ext update`: the registry an extension came from revoked the
+    /// version installed, and lists no newer one.
+    #[error(
+        "registry `{}` revoked `{}` {}, the version installed ({}); it is left as installed: \
+         remove it (`zotbox ext remove {}`) or install another version",
+        Shown(url),
+        Shown(name),
+        Shown(version),
+        Shown(reason.as_deref().unwrap_or("no reason given")),
+        Shown(name)
+    )]
+    InstalledRevoked {
+        /// The registry's index URL.
+        url: String,
+        /// The extension.
+        name: String,
+        /// The version installed.
+        version: String,
+        /// Why the registry withdrew it.
+        reason: Option<String>,
     },
     /// `ext update`: the registry an extension came from is not in the
     /// policy any more.
@@ -281,7 +302,12 @@ impl<'a> Client<'a> {
     ///
     /// [`ClientError::Unconfigured`] when the policy no longer lists `url`,
     /// [`ClientError::NotListedIn`], or why its index was refused.
-    pub async fn find_in(&self, url: &str, name: &str) -> Result<Found, ClientError> {
+    pub async fn find_in(
+        &self,
+        url: &str,
+        name: &str,
+        installed: &str,
+    ) -> Result<Found, ClientError> {
         let registry = self
             .policy
             .registries()
@@ -292,14 +318,33 @@ impl<'a> Client<'a> {
                 name: name.to_owned(),
             })?;
         let index = self.index(&registry).await?;
+        // The version installed, withdrawn: said, unless a newer one
+        // replaces it.
+        let revoked = index
+            .find(name, Some(installed))
+            .filter(|entry| entry.revoked);
         match index.find(name, None) {
-            Some(entry) => Ok(Found {
-                entry: entry.clone(),
-                registry,
-            }),
-            None => Err(ClientError::NotListedIn {
-                url: url.to_owned(),
-                name: name.to_owned(),
+            Some(entry)
+                if revoked.is_none()
+                    || compare_versions(&entry.version, installed)
+                        == std::cmp::Ordering::Greater =>
+            {
+                Ok(Found {
+                    entry: entry.clone(),
+                    registry,
+                })
+            }
+            _ => Err(match revoked {
+                Some(entry) => ClientError::InstalledRevoked {
+                    url: url.to_owned(),
+                    name: name.to_owned(),
+                    version: installed.to_owned(),
+                    reason: entry.reason.clone(),
+                },
+                None => ClientError::NotListedIn {
+                    url: url.to_owned(),
+                    name: name.to_owned(),
+                },
             }),
         }
     }
