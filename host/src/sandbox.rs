@@ -441,8 +441,14 @@ impl Sandbox {
     /// secret not granted is refused, one the user has not set failed.
     pub async fn fetch(&self, request: Request) -> Result<Response, CapabilityError> {
         let url = request.url.clone();
+        let mut bound = Vec::new();
         let mut outcome = match self.bind_secrets(&request) {
             Ok(secrets) => {
+                // What the guest gets back is cleaned of the secrets this
+                // request uses, no other: cleaning every one would tell a
+                // guest which of its guesses, written anywhere, is a value.
+                let used =
+                    crate::capability::http::secrets_used(&request, |_| true).unwrap_or_default();
                 let sent = match self.services.http() {
                     Ok(client) => {
                         client
@@ -451,7 +457,13 @@ impl Sandbox {
                     }
                     Err(err) => Err(err),
                 };
-                sent.map_err(|err| redact_error(&secrets, err))
+                let in_use: Vec<BoundSecret> = secrets
+                    .iter()
+                    .filter(|secret| used.iter().any(|name| name == secret.name()))
+                    .cloned()
+                    .collect();
+                bound = secrets;
+                sent.map_err(|err| redact_error(&in_use, err))
             }
             Err(err) => Err(err),
         };
@@ -459,7 +471,16 @@ impl Sandbox {
             let declared_allows = self.http_declared.admits(&url) && !self.http.admits(&url);
             outcome = Err(self.blame_policy(err, "http", declared_allows));
         }
-        self.audit(Capability::Http, &url, &outcome);
+        // The log holds no value, not even one the guest wrote as a guess.
+        let logged = outcome
+            .as_ref()
+            .map(|_| ())
+            .map_err(|err| redact_error(&bound, err.clone()));
+        self.audit(
+            Capability::Http,
+            &crate::capability::http::redact(&bound, &url),
+            &logged,
+        );
         outcome
     }
 

@@ -181,7 +181,7 @@ fn a_new_go_extension_builds_installs_and_answers() {
     assert!(
         run.stdout.starts_with(
             "created `gocount` (go) in gocount: go.mod, extension.json, README.md, .gitignore, \
-             main.go\nnext:\nzotbox ext build gocount && zotbox ext install gocount\n"
+             main.go\nnext:\nzotbox ext build ./gocount && zotbox ext install ./gocount\n"
         ),
         "{run:#?}"
     );
@@ -197,7 +197,7 @@ fn a_new_go_extension_builds_installs_and_answers() {
     assert!(!run.stderr.contains("proc macros"), "{run:#?}");
     crate::support::assert_template_installs_and_answers(
         &lab,
-        "gocount",
+        "./gocount",
         "gocount",
         "`text` must be a string",
     );
@@ -220,7 +220,7 @@ fn a_new_c_extension_builds_installs_and_answers() {
     assert!(
         run.stdout.starts_with(
             "created `ccount` (c) in ccount: Makefile, extension.json, README.md, .gitignore, \
-             main.c\nnext:\nzotbox ext build ccount && zotbox ext install ccount\n"
+             main.c\nnext:\nzotbox ext build ./ccount && zotbox ext install ./ccount\n"
         ),
         "{run:#?}"
     );
@@ -238,7 +238,7 @@ fn a_new_c_extension_builds_installs_and_answers() {
     );
     crate::support::assert_template_installs_and_answers(
         &lab,
-        "ccount",
+        "./ccount",
         "ccount",
         "`text` is required",
     );

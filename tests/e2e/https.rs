@@ -147,6 +147,48 @@ impl TestServer {
     }
 }
 
+/// `text` with each `%XX` decoded (bytes read as UTF-8, lossily).
+fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut at = 0;
+    while at < bytes.len() {
+        let hex = bytes
+            .get(at + 1..at + 3)
+            .and_then(|pair| std::str::from_utf8(pair).ok())
+            .and_then(|pair| u8::from_str_radix(pair, 16).ok());
+        match (bytes[at], hex) {
+            (b'%', Some(byte)) => {
+                out.push(byte);
+                at += 3;
+            }
+            (byte, _) => {
+                out.push(byte);
+                at += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// `text` with the hex digits of each `%XX` in lowercase.
+fn lowercase_hex(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut hex_left = 0;
+    for c in text.chars() {
+        if hex_left > 0 {
+            out.push(c.to_ascii_lowercase());
+            hex_left -= 1;
+        } else {
+            if c == '%' {
+                hex_left = 2;
+            }
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// Reads one request (its head, then a body of `Content-Length` bytes) and
 /// answers it by path.
 async fn respond<S>(
@@ -280,8 +322,41 @@ where
             let reply = redirect(format!("http://127.0.0.1:{port}/ok"));
             stream.write_all(reply.as_bytes()).await?;
         }
-        "/redirect-other" => {
+        _ if path == "/redirect-other" || path.starts_with("/redirect-other?") => {
             let reply = redirect(format!("https://localhost:{port}/ok"));
+            stream.write_all(reply.as_bytes()).await?;
+        }
+        // The request head, gzip-compressed whatever was asked.
+        _ if path.starts_with("/gzip-anyway") => {
+            use std::io::Write as _;
+            let mut gzip =
+                flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            gzip.write_all(head.as_bytes())?;
+            let body = gzip.finish()?;
+            let reply = format!(
+                "HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: {}\r\n\
+                 Connection: close\r\n\r\n",
+                body.len()
+            );
+            stream.write_all(reply.as_bytes()).await?;
+            stream.write_all(&body).await?;
+        }
+        // The bearer token as a header's name, and the query's `key` as
+        // writers echo it: JSON with `/` escaped, and lowercase `%xx`.
+        _ if path.starts_with("/echo-forms") => {
+            let token = header("authorization")
+                .and_then(|value| value.strip_prefix("Bearer ").map(str::to_owned))
+                .unwrap_or_else(|| "none".to_owned());
+            let key = path
+                .split_once("key=")
+                .map(|(_, key)| key.split('&').next().unwrap_or_default().to_owned())
+                .unwrap_or_default();
+            let body = format!(
+                "json:{} lower:{}",
+                percent_decoded(&key).replace('/', "\\/"),
+                lowercase_hex(&key)
+            );
+            let reply = simple("200 OK", &format!("X-Echo-{token}: x\r\n"), &body);
             stream.write_all(reply.as_bytes()).await?;
         }
         "/redirect-ok" => {

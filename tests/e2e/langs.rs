@@ -1140,7 +1140,7 @@ fn the_js_template_builds_from_a_relative_folder_installs_and_answers() {
     );
     assert!(
         run.stdout
-            .ends_with("next:\nzotbox ext build jsc && zotbox ext install jsc\nzotbox call count_words '{\"text\": \"one two three\"}'\n"),
+            .ends_with("next:\nzotbox ext build ./jsc && zotbox ext install ./jsc\nzotbox call count_words '{\"text\": \"one two three\"}'\n"),
         "{run:#?}"
     );
     // The library and the WIT packages are the repository's, byte for byte.
@@ -1171,7 +1171,7 @@ fn the_js_template_builds_from_a_relative_folder_installs_and_answers() {
     );
     crate::support::assert_template_installs_and_answers(
         &lab,
-        "jsc",
+        "./jsc",
         "jsc",
         "missing field `text`",
     );

@@ -733,3 +733,142 @@ async fn zotbox_run_uses_a_secret_as_the_host_does() {
     );
     assert_nowhere(&lab, &[&set_run]);
 }
+
+/// Attacks on what the guest gets back, each a way to read a value the
+/// host never hands out:
+/// - asking for a compressed or partial answer to a request carrying a
+///   secret, and inflating (or joining) the echo itself: the host sends
+///   `Accept-Encoding: identity` and no `Range`, and refuses an answer
+///   encoded anyway;
+/// - an echo as writers spell it (JSON's `\/`, lowercase `%xx`, a header
+///   name): redacted too;
+/// - a query secret reflected into a redirect to another origin: the
+///   request follows no redirect to another origin;
+/// - guesses written where the answer comes back (here the guest's own
+///   URL, refused): not redacted, so nothing tells a guess from the value;
+///   and not written to the audit log either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_the_guest_gets_back_holds_or_tells_a_value() {
+    let lab = Lab::new();
+    let server = TestServer::start().await;
+    policy(&lab, &server, &json!({}));
+    let dir = secret_prober(&lab, &server);
+    let runs = [
+        set(&lab, &["API_KEY"], API_KEY),
+        set(&lab, &["QUERY_KEY"], QUERY_KEY),
+    ];
+    let host = start(&lab, &[dir]).await;
+    let port = server.port;
+    let origin = server.origin();
+
+    // Asked compressed and partial: sent as the host sets it.
+    let (is_error, text) = answer(
+        &host,
+        "http",
+        json!({"url": server.url("/echo-head"), "secret": "API_KEY",
+               "headers": [["Accept-Encoding", "gzip"], ["Range", "bytes=0-9"]]}),
+    )
+    .await;
+    assert!(!is_error, "{text}");
+    let arrived = server.received().pop().unwrap_or_default();
+    assert!(
+        arrived.contains("accept-encoding: identity") && !arrived.contains("range:"),
+        "{arrived}"
+    );
+    // Compressed anyway: refused, not handed over.
+    let (is_error, text) = answer(
+        &host,
+        "http",
+        json!({"url": server.url("/gzip-anyway"), "secret": "API_KEY"}),
+    )
+    .await;
+    assert!(is_error, "{text}");
+    assert_eq!(
+        text,
+        format!(
+            "fetch of `{origin}/gzip-anyway` failed: the answer to a request carrying a secret \
+             is encoded (`gzip`), which would hide an echo of the secret from redaction; the \
+             host asked for none"
+        )
+    );
+    // Echoes as writers spell them.
+    let (is_error, text) = answer(
+        &host,
+        "http",
+        json!({"url": server.url("/echo-forms?key={{secret:QUERY_KEY}}"), "secret": "API_KEY"}),
+    )
+    .await;
+    assert!(!is_error, "{text}");
+    assert_eq!(
+        text,
+        "200 [x-echo-[redacted secret API_KEY]: x] json:[redacted secret QUERY_KEY] \
+         lower:[redacted secret QUERY_KEY]"
+    );
+    // A query secret and a redirect to another origin.
+    let (is_error, text) = answer(
+        &host,
+        "http",
+        json!({"url": server.url("/redirect-other?k={{secret:QUERY_KEY}}")}),
+    )
+    .await;
+    assert!(is_error, "{text}");
+    assert_eq!(
+        text,
+        format!(
+            "http `{origin}/redirect-other?k={{{{secret:QUERY_KEY}}}}` refused: a request with \
+             secret `QUERY_KEY` in its query follows no redirect to another origin (`{origin}` \
+             redirected to `https://localhost:{port}`)"
+        )
+    );
+    // A guess written by the guest itself, in a URL that is refused: the
+    // refusal quotes it as written (not redacted, which would tell).
+    let (is_error, text) = answer(
+        &host,
+        "http_get",
+        json!({"url": format!("https://nowhere.invalid/?guess={API_KEY}")}),
+    )
+    .await;
+    assert!(
+        is_error && text.contains(&format!("?guess={API_KEY}`")),
+        "{text}"
+    );
+    host.shutdown().await;
+    // The audit log's http lines hold none of it (the guard's line records
+    // the tool call as its caller wrote it, here with the guess: this test
+    // plays the model).
+    let http_lines: Vec<String> = audit_lines(&lab)
+        .into_iter()
+        .filter(|line| line["capability"] == "http")
+        .map(|line| line.to_string())
+        .collect();
+    assert!(
+        http_lines.iter().all(|line| !line.contains(API_KEY))
+            && http_lines
+                .iter()
+                .any(|line| line.contains("?guess=[redacted secret API_KEY]")),
+        "{http_lines:#?}"
+    );
+    for run in &runs {
+        assert!(!run.stdout.contains(API_KEY) && !run.stderr.contains(API_KEY));
+    }
+}
+
+/// A value with a space at either end (pasted) is refused: a header's value
+/// is read without them, so an echo of it would pass redaction.
+#[test]
+fn a_value_with_a_space_at_either_end_is_refused() {
+    let lab = Lab::new();
+    for value in ["  sk-live-Zq81rT4vW9xx", "sk-live-Zq81rT4vW9xx  "] {
+        let run = lab.zotbox_in_with(
+            &lab.workspace,
+            &["secret", "set", "API_KEY"],
+            &format!("{value}\n"),
+        );
+        run.expect_code(1);
+        assert_eq!(
+            run.stderr,
+            "error: the value of secret `API_KEY` is refused: it begins or ends with a space; a \
+             pasted one is not part of the value\n"
+        );
+    }
+}

@@ -189,13 +189,47 @@ impl BoundSecret {
     }
 }
 
-/// Replaces every value of `secrets` in `text`, as written or
-/// percent-encoded, with `[redacted secret NAME]`.
+/// How an echo of `value` may be written: as it is, percent-encoded with
+/// upper- or lowercase hex, and with `/` escaped as JSON writers (PHP's)
+/// do. A server that transforms it otherwise defeats redaction.
+fn echo_forms(value: &str) -> Vec<String> {
+    let upper = percent_encode(value);
+    let mut forms = vec![
+        value.to_owned(),
+        percent_encode_lower(&upper),
+        value.replace('/', "\\/"),
+        upper,
+    ];
+    forms.retain(|form| !form.is_empty());
+    forms.dedup();
+    forms
+}
+
+/// `encoded` (from [`percent_encode`]) with lowercase hex digits.
+fn percent_encode_lower(encoded: &str) -> String {
+    let mut out = String::with_capacity(encoded.len());
+    let mut hex_left = 0;
+    for c in encoded.chars() {
+        if hex_left > 0 {
+            out.push(c.to_ascii_lowercase());
+            hex_left -= 1;
+        } else {
+            if c == '%' {
+                hex_left = 2;
+            }
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Replaces every value of `secrets` in `text`, in each of its
+/// [`echo_forms`], with `[redacted secret NAME]`.
 pub fn redact(secrets: &[BoundSecret], text: &str) -> String {
     let mut text = text.to_owned();
     for secret in secrets {
-        for form in [secret.value.clone(), percent_encode(&secret.value)] {
-            if !form.is_empty() && text.contains(&form) {
+        for form in echo_forms(&secret.value) {
+            if text.contains(&form) {
                 text = text.replace(&form, &secret.redacted());
             }
         }
@@ -203,15 +237,25 @@ pub fn redact(secrets: &[BoundSecret], text: &str) -> String {
     text
 }
 
+/// A response header's name, which arrives lowercased, cleaned of the
+/// values of `secrets` in any case.
+fn redact_name(secrets: &[BoundSecret], name: &str) -> String {
+    let lowered: Vec<BoundSecret> = secrets
+        .iter()
+        .map(|secret| BoundSecret {
+            value: secret.value.to_ascii_lowercase(),
+            ..secret.clone()
+        })
+        .collect();
+    redact(&lowered, name)
+}
+
 /// [`redact`] on bytes, which need not be text.
 fn redact_bytes(secrets: &[BoundSecret], bytes: Vec<u8>) -> Vec<u8> {
     let mut bytes = bytes;
     for secret in secrets {
-        for form in [secret.value.clone(), percent_encode(&secret.value)] {
+        for form in echo_forms(&secret.value) {
             let form = form.as_bytes();
-            if form.is_empty() {
-                continue;
-            }
             let redacted = secret.redacted().into_bytes();
             let mut out = Vec::with_capacity(bytes.len());
             let mut index = 0;
@@ -376,22 +420,34 @@ fn check_hop(
 }
 
 /// `text` with each placeholder of `secrets` replaced by its value
-/// (`encode`d); other text as it is.
+/// (`encode`d); other text as it is. One pass over `text`: a value is
+/// never read again, so one that ends in `{` cannot complete a second
+/// placeholder after it, whose secret the hop's check never saw.
 fn substitute(text: &str, secrets: &[BoundSecret], encode: bool) -> String {
-    let mut text = text.to_owned();
-    for secret in secrets {
-        let mark = placeholder(&secret.name);
-        if text.contains(&mark) {
-            let value = if encode {
-                percent_encode(&secret.value)
-            } else {
-                secret.value.clone()
-            };
-            text = text.replace(&mark, &value);
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find(PLACEHOLDER_OPEN) {
+        let after = &rest[start + PLACEHOLDER_OPEN.len()..];
+        let Some(end) = after.find(PLACEHOLDER_CLOSE) else {
+            break;
+        };
+        let name = &after[..end];
+        out.push_str(&rest[..start]);
+        match secrets.iter().find(|secret| secret.name == name) {
+            Some(secret) if encode => out.push_str(&percent_encode(&secret.value)),
+            Some(secret) => out.push_str(&secret.value),
+            None => out.push_str(&rest[start..start + PLACEHOLDER_OPEN.len() + end + 2]),
         }
+        rest = &after[end + PLACEHOLDER_CLOSE.len()..];
     }
-    text
+    out.push_str(rest);
+    out
 }
+
+/// Request headers a hop carrying a secret sends as the host sets them:
+/// a compressed or partial answer would hold an echo of the value in a
+/// form redaction cannot read (the guest inflates it, or joins halves).
+const ECHO_HIDING_HEADERS: &[&str] = &["accept-encoding", "range", "if-range"];
 
 /// Headers that carry credentials; dropped when a redirect changes origin.
 const CREDENTIAL_HEADERS: &[&str] = &["authorization", "cookie"];
@@ -1029,12 +1085,23 @@ impl HttpClient {
         let mut body = request.body;
         let mut hops = 0usize;
         let mut from: Option<Url> = None;
+        // The secrets sent so far: what the answer is cleaned of.
+        let mut sent: Vec<&BoundSecret> = Vec::new();
         loop {
             let mut names = header_placeholders(&headers);
             if hops == 0 {
                 names.extend(query_names.iter().cloned());
             }
             check_hop(&url, &names, secrets, from.as_ref())?;
+            let carried: Vec<&BoundSecret> = secrets
+                .iter()
+                .filter(|secret| names.contains(&secret.name))
+                .collect();
+            for secret in &carried {
+                if !sent.iter().any(|known| known.name == secret.name) {
+                    sent.push(secret);
+                }
+            }
             // Only the caller's own query string carries a secret; a
             // redirect's URL is the server's.
             let mut sent_url = url.clone();
@@ -1043,10 +1110,20 @@ impl HttpClient {
             {
                 sent_url.set_query(Some(&substitute(query, secrets, true)));
             }
+            let mut sent_headers = substitute_headers(&headers, secrets)?;
+            if !carried.is_empty() {
+                for name in ECHO_HIDING_HEADERS {
+                    sent_headers.remove(*name);
+                }
+                sent_headers.insert(
+                    reqwest::header::ACCEPT_ENCODING,
+                    HeaderValue::from_static("identity"),
+                );
+            }
             let mut builder = self
                 .client
                 .request(method.to_reqwest(), sent_url)
-                .headers(substitute_headers(&headers, secrets)?);
+                .headers(sent_headers);
             if let Some(body) = &body {
                 builder = builder.body(body.clone());
             }
@@ -1061,7 +1138,20 @@ impl HttpClient {
                 .get(reqwest::header::LOCATION)
                 .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned());
             let Some(location) = location.filter(|_| status.is_redirection()) else {
-                return self.read_response(&url, response, secrets).await;
+                // Cleaned of what was sent, and of what is bound where it
+                // came from; not of every secret (each guess the guest
+                // wrote would be tested).
+                let cleaned: Vec<BoundSecret> = secrets
+                    .iter()
+                    .filter(|secret| {
+                        secret.admits(&url) || sent.iter().any(|known| known.name == secret.name)
+                    })
+                    .cloned()
+                    .collect();
+                if !carried.is_empty() {
+                    refuse_encoded(&url, &response)?;
+                }
+                return self.read_response(&url, response, &cleaned).await;
             };
             let location = redact(secrets, &location);
             hops += 1;
@@ -1098,6 +1188,25 @@ impl HttpClient {
                 headers.remove(reqwest::header::CONTENT_TYPE);
             }
             if next.origin() != url.origin() {
+                // A secret sent in the query may come back in the server's
+                // `Location` in any spelling (`%2f`, half-encoded): the
+                // request stays with the origins it is bound to.
+                if let Some(name) = carried
+                    .iter()
+                    .find(|secret| hops == 1 && query_names.contains(&secret.name))
+                    .map(|secret| secret.name.clone())
+                {
+                    return Err(CapabilityError::denied(
+                        Capability::Http,
+                        request.url.as_str(),
+                        format!(
+                            "a request with secret `{name}` in its query follows no redirect to \
+                             another origin (`{}` redirected to `{}`)",
+                            origin_of(&url),
+                            origin_of(&next)
+                        ),
+                    ));
+                }
                 // A placeholder bound elsewhere refuses the hop (above, on
                 // the next turn) even in a header that would be dropped here.
                 check_hop(&next, &header_placeholders(&headers), secrets, Some(&url))?;
@@ -1134,7 +1243,7 @@ impl HttpClient {
             .iter()
             .map(|(name, value)| {
                 (
-                    name.as_str().to_owned(),
+                    redact_name(secrets, name.as_str()),
                     redact(secrets, &String::from_utf8_lossy(value.as_bytes())),
                 )
             })
@@ -1156,6 +1265,37 @@ impl HttpClient {
             headers,
             body: redact_bytes(secrets, body),
         })
+    }
+}
+
+/// `scheme://host[:port]` of `url`, for messages that must not quote its
+/// path or query.
+fn origin_of(url: &Url) -> String {
+    url.origin().ascii_serialization()
+}
+
+/// Refuses the answer to a hop that carried a secret when it is encoded
+/// (`Content-Encoding` other than `identity`): the host does not decode it,
+/// so an echo of the value in it would pass redaction.
+fn refuse_encoded(url: &Url, response: &reqwest::Response) -> Result<(), CapabilityError> {
+    let encoding = response
+        .headers()
+        .get_all(reqwest::header::CONTENT_ENCODING)
+        .iter()
+        .map(|value| {
+            String::from_utf8_lossy(value.as_bytes())
+                .trim()
+                .to_ascii_lowercase()
+        })
+        .find(|encoding| !encoding.is_empty() && encoding != "identity");
+    match encoding {
+        Some(encoding) => Err(CapabilityError::Failed(format!(
+            "fetch of `{url}` failed: the answer to a request carrying a secret is encoded \
+             (`{}`), which would hide an echo of the secret from redaction; the host asked \
+             for none",
+            crate::text::Shown(&encoding)
+        ))),
+        None => Ok(()),
     }
 }
 
@@ -1427,6 +1567,31 @@ mod tests {
                 _ => panic!("{}: {got:?}", request.url),
             }
         }
+    }
+
+    /// Attack: a value ending in `{` completes, once substituted, the
+    /// placeholder of a second secret the hop's check never saw (the text
+    /// scanned held only the first). One pass: a value is never read again.
+    #[test]
+    fn a_substituted_value_is_never_read_as_a_placeholder() {
+        let bound = |name: &str, value: &str| {
+            BoundSecret::new(name, value.to_owned(), &["https://a.dev".to_owned()], false).unwrap()
+        };
+        let secrets = [bound("A", "pass{"), bound("B", "sk-live-value")];
+        assert_eq!(
+            substitute("{{secret:A}}{secret:B}}", &secrets, false),
+            "pass{{secret:B}}"
+        );
+        assert_eq!(
+            substitute("x {{secret:B}} {{secret:C}} {{secret:A}}", &secrets, false),
+            "x sk-live-value {{secret:C}} pass{"
+        );
+        // What writers make of an echo: `\/`, lowercase `%xx`.
+        let secrets = [bound("K", "a+b/c d=")];
+        assert_eq!(
+            redact(&secrets, "a+b\\/c d= a%2bb%2fc%20d%3d"),
+            "[redacted secret K] [redacted secret K]"
+        );
     }
 
     #[test]

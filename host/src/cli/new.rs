@@ -297,7 +297,14 @@ impl Args {
                 Shown(&shown_dir),
                 written.join(", ")
             );
-            println!("next:\n{}", fill(NEXT));
+            // A bare name would read as a registry entry's (`ext install`
+            // refuses it as ambiguous): written as the folder it is.
+            let source = if shown_dir.contains('/') {
+                shown_dir.clone()
+            } else {
+                format!("./{shown_dir}")
+            };
+            println!("next:\n{}", NEXT.replace("{{dir}}", &source));
         }
         Ok(EXIT_OK)
     }

@@ -352,6 +352,11 @@ fn check_value(name: &str, value: &str) -> Result<(), SecretError> {
     if value.contains(crate::capability::http::PLACEHOLDER_OPEN) {
         return refuse("it holds a secret placeholder");
     }
+    if value.trim() != value {
+        // A header's value is read without them: an echo would match
+        // nothing, and pass redaction.
+        return refuse("it begins or ends with a space; a pasted one is not part of the value");
+    }
     Ok(())
 }
 
