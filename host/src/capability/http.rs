@@ -1162,10 +1162,37 @@ impl HttpClient {
                 )));
             }
             let next = url.join(&location).map_err(|err| {
+                // It may spell a query secret in a way redaction misses.
+                let location = if carried.iter().any(|secret| query_names.contains(&secret.name)) {
+                    "(withheld: the request carried a secret in its query)"
+                } else {
+                    location.as_str()
+                };
                 CapabilityError::Failed(format!(
                     "fetch of `{url}` failed: the redirect to `{location}` is not a valid URL: {err}"
                 ))
             })?;
+            if next.origin() != url.origin() {
+                // A secret sent in the query may come back in the server's
+                // `Location` in any spelling (`%2f`, half-encoded): the
+                // request stays with the origins it is bound to.
+                if let Some(name) = carried
+                    .iter()
+                    .find(|secret| hops == 1 && query_names.contains(&secret.name))
+                    .map(|secret| secret.name.clone())
+                {
+                    return Err(CapabilityError::denied(
+                        Capability::Http,
+                        request.url.as_str(),
+                        format!(
+                            "a request with secret `{name}` in its query follows no redirect to \
+                             another origin (`{}` redirected to `{}`)",
+                            origin_of(&url),
+                            origin_of(&next)
+                        ),
+                    ));
+                }
+            }
             let next_host = grant.check(&next).map_err(|reason| {
                 let reason = if next.scheme() == "http" && url.scheme() == "https" {
                     format!("{reason}; a redirect may not downgrade https to http")
@@ -1188,25 +1215,6 @@ impl HttpClient {
                 headers.remove(reqwest::header::CONTENT_TYPE);
             }
             if next.origin() != url.origin() {
-                // A secret sent in the query may come back in the server's
-                // `Location` in any spelling (`%2f`, half-encoded): the
-                // request stays with the origins it is bound to.
-                if let Some(name) = carried
-                    .iter()
-                    .find(|secret| hops == 1 && query_names.contains(&secret.name))
-                    .map(|secret| secret.name.clone())
-                {
-                    return Err(CapabilityError::denied(
-                        Capability::Http,
-                        request.url.as_str(),
-                        format!(
-                            "a request with secret `{name}` in its query follows no redirect to \
-                             another origin (`{}` redirected to `{}`)",
-                            origin_of(&url),
-                            origin_of(&next)
-                        ),
-                    ));
-                }
                 // A placeholder bound elsewhere refuses the hop (above, on
                 // the next turn) even in a header that would be dropped here.
                 check_hop(&next, &header_placeholders(&headers), secrets, Some(&url))?;
