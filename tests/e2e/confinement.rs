@@ -760,6 +760,26 @@ async fn a_confined_native_extension_reads_no_secret_and_writes_nothing_of_zot_h
     );
 }
 
+/// As zot: running in the workspace, it starts `zotbox run` for the
+/// extension in `dir` in that folder (the subshell), and waits for it.
+fn zot_in_the_workspace(lab: &Lab, dir: &Path) -> crate::support::Peer {
+    let home = lab.dev.join("user-home");
+    std::fs::create_dir_all(&home).expect("user home");
+    let mut command = tokio::process::Command::new("sh");
+    command
+        .args([
+            "-c",
+            r#"(cd "$1" && exec "$0" run "$1")"#,
+            env!("CARGO_BIN_EXE_zotbox"),
+        ])
+        .arg(dir)
+        .current_dir(&lab.workspace)
+        .env("ZOT_HOME", &lab.home)
+        .env("HOME", &home)
+        .env_remove("ZOTBOX_LOG");
+    crate::support::Peer::spawn(command)
+}
+
 /// Under zot (`zotbox run`, started in the extension's folder by a zot
 /// running in the workspace), a confined native extension reaches the
 /// workspace zot runs in, with the same mounts as under the library: its
@@ -772,23 +792,7 @@ async fn under_zotbox_run_a_confined_native_extension_reaches_the_workspace_zot_
     crate::attack::user_policy(&lab, &json!({"confine_native": true}));
     let dir = native_probe(&lab);
     std::fs::write(lab.workspace.join("notes.txt"), "the project's\n").expect("notes");
-    let home = lab.dev.join("user-home");
-    std::fs::create_dir_all(&home).expect("user home");
-    // zot: running in the workspace, it starts `zotbox run` in the
-    // extension's folder (the subshell), and waits for it.
-    let mut command = tokio::process::Command::new("sh");
-    command
-        .args([
-            "-c",
-            r#"(cd "$1" && exec "$0" run "$1")"#,
-            env!("CARGO_BIN_EXE_zotbox"),
-        ])
-        .arg(&dir)
-        .current_dir(&lab.workspace)
-        .env("ZOT_HOME", &lab.home)
-        .env("HOME", &home)
-        .env_remove("ZOTBOX_LOG");
-    let mut zot = crate::support::Peer::spawn(command);
+    let mut zot = zot_in_the_workspace(&lab, &dir);
     zot.recv_through("ready").await;
     zot.send(
         &json!({"type": "hello_ack", "protocol_version": 1, "zot_version": "x",
@@ -837,19 +841,7 @@ async fn under_zotbox_run_a_workspace_other_than_zots_folder_is_named_in_its_log
     let dir = native_probe(&lab);
     let elsewhere = lab.dev.join("elsewhere");
     std::fs::create_dir_all(&elsewhere).expect("elsewhere");
-    let mut command = tokio::process::Command::new("sh");
-    command
-        .args([
-            "-c",
-            r#"(cd "$1" && exec "$0" run "$1")"#,
-            env!("CARGO_BIN_EXE_zotbox"),
-        ])
-        .arg(&dir)
-        .current_dir(&lab.workspace)
-        .env("ZOT_HOME", &lab.home)
-        .env("HOME", lab.dev.join("user-home"))
-        .env_remove("ZOTBOX_LOG");
-    let mut zot = crate::support::Peer::spawn(command);
+    let mut zot = zot_in_the_workspace(&lab, &dir);
     zot.recv_through("ready").await;
     zot.send(
         &json!({"type": "hello_ack", "protocol_version": 1, "zot_version": "x",
