@@ -444,7 +444,7 @@ fn substitute(text: &str, secrets: &[BoundSecret], encode: bool) -> String {
     out
 }
 
-/// Request headers a hop carrying a secret sends as the host sets them:
+/// Request headers a fetch that sent a secret sends as the host sets them:
 /// a compressed or partial answer would hold an echo of the value in a
 /// form redaction cannot read (the guest inflates it, or joins halves).
 const ECHO_HIDING_HEADERS: &[&str] = &["accept-encoding", "range", "if-range"];
@@ -1111,7 +1111,9 @@ impl HttpClient {
                 sent_url.set_query(Some(&substitute(query, secrets, true)));
             }
             let mut sent_headers = substitute_headers(&headers, secrets)?;
-            if !carried.is_empty() {
+            // From the first hop that carried one on: a same-origin
+            // redirect may keep a query secret in the URL it names.
+            if !sent.is_empty() {
                 for name in ECHO_HIDING_HEADERS {
                     sent_headers.remove(*name);
                 }
@@ -1148,7 +1150,7 @@ impl HttpClient {
                     })
                     .cloned()
                     .collect();
-                if !carried.is_empty() {
+                if !sent.is_empty() {
                     refuse_encoded(&url, &response)?;
                 }
                 return self.read_response(&url, response, &cleaned).await;
@@ -1282,7 +1284,7 @@ fn origin_of(url: &Url) -> String {
     url.origin().ascii_serialization()
 }
 
-/// Refuses the answer to a hop that carried a secret when it is encoded
+/// Refuses the answer to a fetch that sent a secret when it is encoded
 /// (`Content-Encoding` other than `identity`): the host does not decode it,
 /// so an echo of the value in it would pass redaction.
 fn refuse_encoded(url: &Url, response: &reqwest::Response) -> Result<(), CapabilityError> {
