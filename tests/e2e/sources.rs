@@ -369,6 +369,51 @@ fn a_git_tree_past_the_install_caps_is_refused_before_checkout() {
     assert!(installed_names(&lab).is_empty());
 }
 
+/// Attack: the repository's `.gitattributes` names a filter the user's
+/// own git config defines (as git-lfs's is), to have it run at checkout.
+/// The checkout reads attributes from the empty tree: no filter runs.
+#[test]
+fn a_filter_the_repository_names_does_not_run_at_checkout() {
+    let lab = Lab::new();
+    let (repo, _) = repository(&lab);
+    std::fs::write(repo.join(".gitattributes"), "*.txt filter=smudger\n").unwrap();
+    std::fs::write(repo.join("notes.txt"), "as committed\n").unwrap();
+    git(&repo, &["add", ".gitattributes", "notes.txt"]);
+    git(&repo, &["commit", "-qm", "attributes"]);
+    let ran = lab.dev.join("filter-ran");
+    let config = lab.dev.join("user.gitconfig");
+    std::fs::write(
+        &config,
+        format!(
+            "[filter \"smudger\"]\n\tsmudge = \"touch '{}'; cat\"\n",
+            ran.display()
+        ),
+    )
+    .unwrap();
+    // Control: the user's git runs it at a checkout of its own.
+    let own = lab.dev.join("own-clone");
+    let out = Command::new("git")
+        .args(["clone", "-q"])
+        .arg(&repo)
+        .arg(&own)
+        .env("GIT_CONFIG_GLOBAL", &config)
+        .output()
+        .expect("git clone");
+    assert!(out.status.success() && ran.exists(), "{out:?}");
+    std::fs::remove_file(&ran).unwrap();
+    let run = lab.zotbox_env(
+        &[
+            "ext",
+            "install",
+            &format!("git+{}", repo.display()),
+            "--yes",
+        ],
+        &[("GIT_CONFIG_GLOBAL", config.as_os_str())],
+    );
+    run.expect_code(0);
+    assert!(!ran.exists(), "the filter ran: {run:#?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_project_lock_pin_refuses_the_force_pushed_commit_at_start() {
     let lab = Lab::new();

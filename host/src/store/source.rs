@@ -29,7 +29,9 @@
 //!    clones without checkout, resolves `#REV` (a commit, a tag or a
 //!    branch; the remote's `HEAD` without one) to a commit, checks its
 //!    tree against an archive's caps (100 MiB of files, 10 000 entries)
-//!    before anything is written, checks it out detached, and records it.
+//!    before anything is written, checks it out detached with attributes
+//!    read from the empty tree (no filter the repository names runs), and
+//!    records it.
 //! 3. **Archive** downloads through [`super::fetch`], checks `#sha256`
 //!    before anything is unpacked (a mismatch unpacks nothing), and
 //!    unpacks with [`super::unpack`] into a fresh private folder; its
@@ -506,10 +508,21 @@ fn fetch_git(url: &str, rev: Option<&str>, shown: &str) -> Result<Fetched, Sourc
     }
     .map_err(failed)?;
     within_install_caps(&repo, &commit).map_err(failed)?;
-    run_git(
+    // The repository's `.gitattributes` would choose filters (`filter=`,
+    // git-lfs) from the user's own config to run at checkout: attributes
+    // are read from the empty tree instead (git 2.42 on; an older git
+    // ignores the variable).
+    let empty_tree = run_git(
+        Some(&repo),
+        &["hash-object", "-t", "tree", "/dev/null"],
+        None,
+    )
+    .map_err(failed)?;
+    run_git_with(
         Some(&repo),
         &["checkout", "--quiet", "--detach", &commit],
         None,
+        &[("GIT_ATTR_SOURCE", empty_tree.trim())],
     )
     .map_err(|err| failed(format!("checkout of {commit} failed: {err}")))?;
     let head = resolve(&repo, "HEAD").map_err(failed)?;
@@ -634,6 +647,16 @@ fn resolve(repo: &Path, rev: &str) -> Result<String, String> {
 /// Runs `git` with the rule-2 settings, in `dir`, with `last` as a final
 /// path argument; returns its stdout.
 fn run_git(dir: Option<&Path>, args: &[&str], last: Option<&Path>) -> Result<String, String> {
+    run_git_with(dir, args, last, &[])
+}
+
+/// [`run_git`] with `env` set besides.
+fn run_git_with(
+    dir: Option<&Path>,
+    args: &[&str],
+    last: Option<&Path>,
+    env: &[(&str, &str)],
+) -> Result<String, String> {
     let mut command = Command::new("git");
     command
         .args([
@@ -677,6 +700,7 @@ fn run_git(dir: Option<&Path>, args: &[&str], last: Option<&Path>) -> Result<Str
     ] {
         command.env_remove(variable);
     }
+    command.envs(env.iter().copied());
     command
         .env("GIT_TERMINAL_PROMPT", "0")
         .env("GIT_ALLOW_PROTOCOL", "https:file")
