@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use serde_json::{Value, json};
-use zotbox::store::registry::{UtcTime, build_index};
+use zotbox::store::registry::{UtcTime, build_index, build_index_at};
 use zotbox::store::signature::{self, PublicKey, SecretKey};
 
 use crate::guests::{Form, guests};
@@ -504,6 +504,53 @@ async fn an_update_asks_only_the_registry_it_was_installed_from() {
     assert_eq!(site.installed_version().as_deref(), Some("1.0.0"));
     assert_eq!(site.locked(), Some(before));
     assert!(!site.lab.dev.join("native-ran").exists());
+}
+
+/// Attack: two registries share a key (`stable` and `testing`, say), and
+/// whoever serves one serves the other's validly signed index there, whose
+/// larger version would then freeze the real one as "replayed". An index
+/// that names its URL (`registry index --url`) is refused at any other,
+/// before its version is recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_index_naming_another_registrys_url_is_refused_and_freezes_nothing() {
+    let site = Site::with_notes_published().await;
+    let elsewhere = "https://testing.example/index.json";
+    let (text, signed) = build_index_at(
+        &site.dir,
+        Some(elsewhere),
+        None,
+        &site.registry.1,
+        Some(u64::MAX / 2),
+        None,
+    )
+    .expect("index");
+    site.write_index(&text, &signed);
+    let run = site.zotbox(&["ext", "search", "notes"]);
+    assert_eq!(
+        run.stderr,
+        format!(
+            "warning: registry `{}`: the registry index names `{elsewhere}` as its URL; an index \
+             served at another registry's URL is refused\n",
+            site.index_url()
+        ),
+        "{run:#?}"
+    );
+    // Its own index, naming its own URL, still reads: nothing was frozen.
+    let own = site.index_url();
+    let later = UtcTime::from_system(SystemTime::now()).unix() + 1000;
+    let (text, signed) = build_index_at(
+        &site.dir,
+        Some(own.as_str()),
+        None,
+        &site.registry.1,
+        Some(later),
+        None,
+    )
+    .expect("index");
+    site.write_index(&text, &signed);
+    let run = site.zotbox(&["ext", "search", "notes"]);
+    run.expect_code(0);
+    assert!(run.stdout.contains("notes"), "{run:#?}");
 }
 
 /// The registry revokes the version installed (malware found, say). `ext

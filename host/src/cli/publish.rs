@@ -206,6 +206,12 @@ pub(crate) enum RegistryCommand {
         /// relative to the index.
         #[arg(long, value_name = "URL")]
         base_url: Option<String>,
+        /// The URL the index is served at (`https://…/index.json`): named in
+        /// the signed index, which clients then refuse at any other URL (so
+        /// that registries sharing a key cannot stand in for each other).
+        /// Kept from the previous index when not given.
+        #[arg(long, value_name = "URL")]
+        url: Option<String>,
         /// Days until the index expires.
         #[arg(long, value_name = "N", default_value_t = 30,
               value_parser = clap::value_parser!(u64).range(1..=3650))]
@@ -219,6 +225,7 @@ impl RegistryCommand {
             dir,
             key,
             base_url,
+            url,
             expires_days,
         } = self;
         if let Some(url) = &base_url
@@ -230,11 +237,26 @@ impl RegistryCommand {
                 zotbox::text::Shown(url)
             );
         }
+        if let Some(url) = &url
+            && !url.starts_with("https://")
+        {
+            bail!(
+                "`--url {}` refused: an index is served over https only; give the `https://` URL \
+                 clients list in their policy",
+                zotbox::text::Shown(url)
+            );
+        }
         let key = SecretKey::load(&key)?;
         let now = UtcTime::from_system(std::time::SystemTime::now());
         let expires = UtcTime::from_unix(now.unix().saturating_add(expires_days * 86_400));
-        let (text, signed) =
-            registry::build_index(&dir, base_url.as_deref(), &key, None, Some(expires))?;
+        let (text, signed) = registry::build_index_at(
+            &dir,
+            url.as_deref(),
+            base_url.as_deref(),
+            &key,
+            None,
+            Some(expires),
+        )?;
         let index = registry::Index::parse(text.as_bytes())?;
         let index_path = dir.join(registry::build::INDEX_FILE);
         let signature_path = dir.join(registry::build::INDEX_SIGNATURE_FILE);

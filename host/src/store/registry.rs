@@ -61,7 +61,7 @@ use crate::store::pack;
 use crate::store::signature::{self, KeyId, PublicKey, SignatureError};
 use crate::text::{Shown, shown};
 
-pub use build::build_index;
+pub use build::{build_index, build_index_at};
 pub use state::RegistryState;
 pub use time::UtcTime;
 
@@ -97,6 +97,12 @@ impl Kind {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub struct Index {
+    /// The URL it is served at, when its publisher named it
+    /// (`registry index --url`): it is refused at any other, so that an
+    /// index signed with a key two registries share cannot stand in for
+    /// the other's (and, by its version, freeze it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registry: Option<String>,
     /// The index's own version: it only grows (rule 2).
     pub version: u64,
     /// When it stops being accepted.
@@ -239,6 +245,16 @@ pub enum RegistryError {
     Expired {
         /// When it expired.
         expires: UtcTime,
+    },
+    /// The index names another registry's URL as its own.
+    #[error(
+        "the registry index names `{}` as its URL; an index served at another registry's URL \
+         is refused",
+        Shown(named)
+    )]
+    ForAnotherRegistry {
+        /// The URL it names.
+        named: String,
     },
     /// The index is older than one seen before from the same registry.
     #[error(

@@ -57,6 +57,24 @@ pub fn build_index(
     version: Option<u64>,
     expires: Option<UtcTime>,
 ) -> Result<(String, String), RegistryError> {
+    build_index_at(dir, None, base_url, key, version, expires)
+}
+
+/// [`build_index`] for an index served at `url`, which it names (clients
+/// refuse it at any other URL); without one, the URL the index in `dir`
+/// named, if any.
+///
+/// # Errors
+///
+/// As [`build_index`].
+pub fn build_index_at(
+    dir: &Path,
+    url: Option<&str>,
+    base_url: Option<&str>,
+    key: &SecretKey,
+    version: Option<u64>,
+    expires: Option<UtcTime>,
+) -> Result<(String, String), RegistryError> {
     let now = UtcTime::from_system(SystemTime::now());
     let previous = previous_index(dir)?;
     let mut entries = Vec::new();
@@ -89,6 +107,9 @@ pub fn build_index(
             .then_with(|| super::compare_versions(&a.version, &b.version))
     });
     let index = Index {
+        registry: url
+            .map(str::to_owned)
+            .or_else(|| previous.as_ref().and_then(|p| p.registry.clone())),
         version: version.unwrap_or_else(|| {
             previous
                 .as_ref()

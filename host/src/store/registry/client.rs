@@ -230,6 +230,13 @@ impl<'a> Client<'a> {
             state.last_seen(&url),
         )
         .map_err(refused)?;
+        // Before its version is recorded: another registry's index must not
+        // freeze this one.
+        if let Some(named) = index.registry.as_ref().filter(|named| **named != url) {
+            return Err(refused(RegistryError::ForAnotherRegistry {
+                named: named.clone(),
+            }));
+        }
         state.record(&url, index.version).map_err(refused)?;
         Ok(index)
     }

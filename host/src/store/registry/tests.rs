@@ -464,6 +464,7 @@ fn find_takes_the_newest_version_that_is_not_revoked() {
     ];
     entries.push(entry("other", "1.0.0"));
     let index = Index {
+        registry: None,
         version: 1,
         expires: UtcTime::from_unix(0),
         entries,
