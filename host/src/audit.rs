@@ -225,6 +225,14 @@ const OWN_LINES: &str = "audit";
 /// capabilities beyond this share the window's bytes alone.
 const RESERVED_KINDS: usize = 32;
 
+/// The bytes one kind of record (rule 5) took of its reserve in a window.
+#[derive(Debug)]
+struct Reserve {
+    capability: String,
+    decision: Decision,
+    taken: u64,
+}
+
 /// One extension's records in its current window (rule 4).
 #[derive(Debug)]
 struct Window {
@@ -232,7 +240,7 @@ struct Window {
     /// Bytes of its lines queued in this window past each kind's reserve.
     bytes: u64,
     /// Bytes of each kind's reserve taken in this window.
-    reserved: HashMap<String, u64>,
+    reserved: Vec<Reserve>,
     /// Records suppressed in this window, by `capability decision`.
     suppressed: BTreeMap<String, u64>,
 }
@@ -271,7 +279,7 @@ impl Shares {
         let window = self.windows.entry(key).or_insert_with(|| Window {
             started: now,
             bytes: 0,
-            reserved: HashMap::new(),
+            reserved: Vec::new(),
             suppressed: BTreeMap::new(),
         });
         if now.saturating_duration_since(window.started) >= config.interval
@@ -282,22 +290,35 @@ impl Shares {
             window.bytes = 0;
             window.reserved.clear();
         }
-        let kind = format!("{} {}", record.capability, record.decision.as_str());
         // Its kind's reserve first, so that what other kinds took leaves it.
-        let reserved =
-            window.reserved.len() < RESERVED_KINDS || window.reserved.contains_key(&kind);
-        if reserved {
-            let taken = window.reserved.entry(kind.clone()).or_default();
-            if taken.saturating_add(size) <= config.reserved_bytes {
-                *taken += size;
-                return Admitted::Yes;
+        // A few kinds, scanned: nothing is allocated for a record admitted.
+        let found = window.reserved.iter().position(|reserve| {
+            reserve.decision == record.decision && reserve.capability == record.capability
+        });
+        let reserve = match found {
+            Some(at) => window.reserved.get_mut(at),
+            None if window.reserved.len() < RESERVED_KINDS => {
+                window.reserved.push(Reserve {
+                    capability: record.capability.clone(),
+                    decision: record.decision,
+                    taken: 0,
+                });
+                window.reserved.last_mut()
             }
+            None => None,
+        };
+        if let Some(reserve) = reserve
+            && reserve.taken.saturating_add(size) <= config.reserved_bytes
+        {
+            reserve.taken += size;
+            return Admitted::Yes;
         }
         if window.bytes.saturating_add(size) <= config.burst_bytes {
             window.bytes += size;
             return Admitted::Yes;
         }
         let first = window.suppressed.is_empty();
+        let kind = format!("{} {}", record.capability, record.decision.as_str());
         *window.suppressed.entry(kind).or_default() += 1;
         if first {
             Admitted::FirstSuppressed
