@@ -443,12 +443,7 @@ impl Sandbox {
         let url = request.url.clone();
         let mut bound = Vec::new();
         let mut outcome = match self.bind_secrets(&request) {
-            Ok(secrets) => {
-                // What the guest gets back is cleaned of the secrets this
-                // request uses, no other: cleaning every one would tell a
-                // guest which of its guesses, written anywhere, is a value.
-                let used =
-                    crate::capability::http::secrets_used(&request, |_| true).unwrap_or_default();
+            Ok((secrets, used)) => {
                 let sent = match self.services.http() {
                     Ok(client) => {
                         client
@@ -457,6 +452,9 @@ impl Sandbox {
                     }
                     Err(err) => Err(err),
                 };
+                // What the guest gets back is cleaned of the secrets this
+                // request uses, no other: cleaning every one would tell a
+                // guest which of its guesses, written anywhere, is a value.
                 let in_use: Vec<BoundSecret> = secrets
                     .iter()
                     .filter(|secret| used.iter().any(|name| name == secret.name()))
@@ -484,10 +482,13 @@ impl Sandbox {
         outcome
     }
 
-    /// Every granted secret the user has set, bound to its origins; a
-    /// refusal when `request` uses one not granted, or a failure when it
-    /// uses one that is not set.
-    fn bind_secrets(&self, request: &Request) -> Result<Vec<BoundSecret>, CapabilityError> {
+    /// Every granted secret the user has set, bound to its origins, and the
+    /// names of those `request` uses; a refusal when it uses one not
+    /// granted, or a failure when it uses one that is not set.
+    fn bind_secrets(
+        &self,
+        request: &Request,
+    ) -> Result<(Vec<BoundSecret>, Vec<String>), CapabilityError> {
         let granted = &self.grant.secrets;
         // A name not granted passes the query rule here, to be refused
         // below for what it is.
@@ -547,7 +548,7 @@ impl Sandbox {
             };
             bound.push(BoundSecret::new(name, value, &spec.http, spec.query)?);
         }
-        Ok(bound)
+        Ok((bound, used))
     }
 
     /// Runs a shell command the grant allows, once the guard chain agrees.

@@ -193,34 +193,15 @@ impl BoundSecret {
 /// upper- or lowercase hex, and with `/` escaped as JSON writers (PHP's)
 /// do. A server that transforms it otherwise defeats redaction.
 fn echo_forms(value: &str) -> Vec<String> {
-    let upper = percent_encode(value);
     let mut forms = vec![
         value.to_owned(),
-        percent_encode_lower(&upper),
+        percent_encode_in(value, Hex::Lower),
         value.replace('/', "\\/"),
-        upper,
+        percent_encode(value),
     ];
     forms.retain(|form| !form.is_empty());
     forms.dedup();
     forms
-}
-
-/// `encoded` (from [`percent_encode`]) with lowercase hex digits.
-fn percent_encode_lower(encoded: &str) -> String {
-    let mut out = String::with_capacity(encoded.len());
-    let mut hex_left = 0;
-    for c in encoded.chars() {
-        if hex_left > 0 {
-            out.push(c.to_ascii_lowercase());
-            hex_left -= 1;
-        } else {
-            if c == '%' {
-                hex_left = 2;
-            }
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// Replaces every value of `secrets` in `text`, in each of its
@@ -237,17 +218,16 @@ pub fn redact(secrets: &[BoundSecret], text: &str) -> String {
     text
 }
 
-/// A response header's name, which arrives lowercased, cleaned of the
-/// values of `secrets` in any case.
-fn redact_name(secrets: &[BoundSecret], name: &str) -> String {
-    let lowered: Vec<BoundSecret> = secrets
+/// `secrets` with their values lowercased: what a response header's name,
+/// which arrives lowercased, is cleaned of.
+fn lowercased(secrets: &[BoundSecret]) -> Vec<BoundSecret> {
+    secrets
         .iter()
         .map(|secret| BoundSecret {
             value: secret.value.to_ascii_lowercase(),
             ..secret.clone()
         })
-        .collect();
-    redact(&lowered, name)
+        .collect()
 }
 
 /// [`redact`] on bytes, which need not be text.
@@ -276,12 +256,27 @@ fn redact_bytes(secrets: &[BoundSecret], bytes: Vec<u8>) -> Vec<u8> {
 
 /// Every byte but `A-Z a-z 0-9 - . _ ~` as `%XX`: a value safe in a query.
 fn percent_encode(value: &str) -> String {
+    percent_encode_in(value, Hex::Upper)
+}
+
+/// The case of the hex digits of a `%XX`.
+#[derive(Clone, Copy)]
+enum Hex {
+    Upper,
+    Lower,
+}
+
+/// [`percent_encode`] with `hex` digits (a server may echo either).
+fn percent_encode_in(value: &str, hex: Hex) -> String {
     let mut out = String::with_capacity(value.len());
     for byte in value.bytes() {
         if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
             out.push(char::from(byte));
         } else {
-            out.push_str(&format!("%{byte:02X}"));
+            match hex {
+                Hex::Upper => out.push_str(&format!("%{byte:02X}")),
+                Hex::Lower => out.push_str(&format!("%{byte:02x}")),
+            }
         }
     }
     out
@@ -1156,6 +1151,12 @@ impl HttpClient {
                 return self.read_response(&url, response, &cleaned).await;
             };
             let location = redact(secrets, &location);
+            // A secret this hop carried that the caller's query names (the
+            // query goes out with the first hop only).
+            let query_secret = carried
+                .iter()
+                .find(|secret| query_names.contains(&secret.name))
+                .map(|secret| secret.name.clone());
             hops += 1;
             if hops > MAX_REDIRECTS {
                 return Err(CapabilityError::Failed(format!(
@@ -1165,7 +1166,7 @@ impl HttpClient {
             }
             let next = url.join(&location).map_err(|err| {
                 // It may spell a query secret in a way redaction misses.
-                let location = if carried.iter().any(|secret| query_names.contains(&secret.name)) {
+                let location = if query_secret.is_some() {
                     "(withheld: the request carried a secret in its query)"
                 } else {
                     location.as_str()
@@ -1178,11 +1179,7 @@ impl HttpClient {
                 // A secret sent in the query may come back in the server's
                 // `Location` in any spelling (`%2f`, half-encoded): the
                 // request stays with the origins it is bound to.
-                if let Some(name) = carried
-                    .iter()
-                    .find(|secret| hops == 1 && query_names.contains(&secret.name))
-                    .map(|secret| secret.name.clone())
-                {
+                if let Some(name) = query_secret.as_ref().filter(|_| hops == 1) {
                     return Err(CapabilityError::denied(
                         Capability::Http,
                         request.url.as_str(),
@@ -1248,12 +1245,13 @@ impl HttpClient {
             return Err(too_large());
         }
         let status = response.status().as_u16();
+        let in_names = lowercased(secrets);
         let headers = response
             .headers()
             .iter()
             .map(|(name, value)| {
                 (
-                    redact_name(secrets, name.as_str()),
+                    redact(&in_names, name.as_str()),
                     redact(secrets, &String::from_utf8_lossy(value.as_bytes())),
                 )
             })

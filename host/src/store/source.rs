@@ -582,22 +582,25 @@ fn within_install_caps(repo: &Path, commit: &str) -> Result<(), String> {
 /// checked out instead; a shorter one that is also a branch or tag name
 /// is refused as ambiguous.
 fn resolve_pin(repo: &Path, rev: &str) -> Result<String, String> {
+    let none = || {
+        format!(
+            "`#{}` names no commit, tag or branch of the repository",
+            Shown(rev)
+        )
+    };
     let hex = rev.len() >= 4 && rev.bytes().all(|b| b.is_ascii_hexdigit());
+    if hex && matches!(rev.len(), 40 | 64) {
+        return match resolve(repo, rev) {
+            Ok(commit) if commit.eq_ignore_ascii_case(rev) => Ok(commit),
+            _ => Err(none()),
+        };
+    }
     let named = [
         format!("refs/remotes/origin/{rev}"),
         format!("refs/tags/{rev}"),
     ]
     .iter()
     .find_map(|reference| resolve(repo, reference).ok());
-    if hex && matches!(rev.len(), 40 | 64) {
-        return match resolve(repo, rev) {
-            Ok(commit) if commit.eq_ignore_ascii_case(rev) => Ok(commit),
-            _ => Err(format!(
-                "`#{}` names no commit, tag or branch of the repository",
-                Shown(rev)
-            )),
-        };
-    }
     let also_a_hash = || {
         run_git(
             Some(repo),
@@ -613,12 +616,7 @@ fn resolve_pin(repo: &Path, rev: &str) -> Result<String, String> {
             Shown(rev)
         )),
         Some(commit) => Ok(commit),
-        None => resolve(repo, rev).map_err(|_| {
-            format!(
-                "`#{}` names no commit, tag or branch of the repository",
-                Shown(rev)
-            )
-        }),
+        None => resolve(repo, rev).map_err(|_| none()),
     }
 }
 
