@@ -31,7 +31,10 @@
 //! `ZOTBOX_BENCH_ROUND_TRIPS=1` for the round-trip rows alone,
 //! `ZOTBOX_BENCH_ZOT=1` for the rows of the path zot users take alone,
 //! `ZOTBOX_BENCH_LOADS=N` for N loads from the disk cache (a profiler's).
+//! `ZOTBOX_BENCH_IDLE=1` for the idle-memory rows alone, with where the
+//! memory of 100 extra wasm extensions lies (by kind of mapping).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -369,6 +372,85 @@ async fn idle_rss(launcher: &Launcher, manifest: &Manifest, count: usize) -> Res
         session.closed().await;
     }
     Ok(after.saturating_sub(before) / count as u64)
+}
+
+/// Prints how the resident memory of `count` extra idle extensions is
+/// spread over this process's mappings, grouped by permissions, size and
+/// name (a linear memory's parts, a fiber stack and the heap each show as
+/// one group), largest growth first.
+async fn print_idle_mappings(launcher: &Launcher, manifest: &Manifest, count: usize) -> Result<()> {
+    let warm = start(launcher, manifest).await?;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let before = resident_by_mapping();
+    let mut sessions = Vec::with_capacity(count);
+    for _ in 0..count {
+        sessions.push(start(launcher, manifest).await?);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut growth: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+    for (sign, groups) in [(1, resident_by_mapping()), (-1, before)] {
+        for (group, (mappings, kib)) in groups {
+            let entry = growth.entry(group).or_default();
+            entry.0 += sign * mappings;
+            entry.1 += sign * kib;
+        }
+    }
+    let mut growth: Vec<_> = growth
+        .into_iter()
+        .filter(|(_, (_, kib))| *kib != 0)
+        .collect();
+    growth.sort_by_key(|(_, (_, kib))| std::cmp::Reverse(*kib));
+    println!("resident growth with {count} more, by mapping (KiB per extension, mappings added):");
+    for (group, (mappings, kib)) in growth {
+        println!(
+            "  {:>7.1}  {mappings:>+5}  {group}",
+            kib as f64 / count as f64
+        );
+    }
+    for session in sessions.into_iter().chain([warm]) {
+        session.kill();
+        session.closed().await;
+    }
+    Ok(())
+}
+
+/// This process's resident KiB and count of mappings, by group
+/// (`perms size name` of each mapping in `/proc/self/smaps`).
+fn resident_by_mapping() -> BTreeMap<String, (i64, i64)> {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap_or_default();
+    let mut groups: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+    let mut group = String::new();
+    for line in smaps.lines() {
+        if let Some(kib) = line.strip_prefix("Rss:") {
+            let kib: i64 = kib
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse()
+                .unwrap_or(0);
+            groups.entry(group.clone()).or_default().1 += kib;
+            continue;
+        }
+        let mut fields = line.split_whitespace();
+        let Some((start, end)) = fields.next().and_then(|range| range.split_once('-')) else {
+            continue;
+        };
+        let (Ok(start), Ok(end)) = (u64::from_str_radix(start, 16), u64::from_str_radix(end, 16))
+        else {
+            continue;
+        };
+        let perms = fields.next().unwrap_or("");
+        let name = fields.nth(3).unwrap_or("[anonymous]");
+        let kib = (end - start) / 1024;
+        let size = match kib {
+            k if k >= 1 << 20 => format!("{}G", k >> 20),
+            k if k >= 1 << 10 => format!("{}M", k >> 10),
+            k => format!("{k}K"),
+        };
+        group = format!("{perms} {size:>5} {name}");
+        groups.entry(group.clone()).or_default().0 += 1;
+    }
+    groups
 }
 
 /// A workspace holding `plugins` refusal plugins of 10 rules each, none of
@@ -1309,6 +1391,18 @@ fn main() -> Result<()> {
         cached_example(&fixture)?;
         print_table(zot_rows_then_stop(&fixture, &scale)?);
         return Ok(());
+    }
+    // `ZOTBOX_BENCH_IDLE=1`: only the idle-memory rows, then where the
+    // memory of 100 extra wasm extensions lies.
+    if std::env::var_os("ZOTBOX_BENCH_IDLE").is_some() {
+        return runtime.block_on(async {
+            let launcher = Launcher::new(fixture.home.clone());
+            for count in [1, 10, 100] {
+                let wasm = idle_rss(&launcher, &fixture.wasm, count).await?;
+                println!("RSS per extra idle wasm extension, {count} loaded: {wasm} KiB");
+            }
+            print_idle_mappings(&launcher, &fixture.wasm, 100).await
+        });
     }
     let ping_pong = pipe_ping_pong(scale.calls)?;
     // `ZOTBOX_BENCH_ROUND_TRIPS=1`: only the round-trip rows, to compare a
