@@ -436,9 +436,15 @@ impl DataSearch {
                 }
             }
         }
+        // The code points each origin's plugins may still span (one budget
+        // per origin: the workspace's files cannot use up the user's).
+        let mut class_left = std::collections::BTreeMap::new();
         for (root, origin) in &roots {
             for path in set.files_in(&root.join("plugins"), "json") {
-                let result = plugin::Plugin::load(&path, *origin);
+                let left = class_left
+                    .entry(*origin)
+                    .or_insert(plugin::MAX_ORIGIN_CLASS_CODE_POINTS);
+                let result = plugin::Plugin::load_within(&path, *origin, left);
                 if let Some(plugin) = set.take(&path, result) {
                     set.add_plugin(plugin);
                 }

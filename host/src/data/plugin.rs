@@ -44,6 +44,18 @@ pub const MAX_REASON_CHARS: usize = 500;
 /// The longest `pathPattern` or `commandPattern`, in characters.
 pub const MAX_PATTERN_CHARS: usize = 1_000;
 
+/// How many code points the character classes of one plugin's patterns
+/// may span together (see [`class_code_points`]). Every deny pattern is
+/// read case-insensitively, which folds each code point of a class one by
+/// one: `\p{Any}` spans 1 114 112 (≈ 5 ms), so a 4 KB file of them kept
+/// every zotbox command in a workspace busy for seconds, and its rules took
+/// the guard chain's compile time from the user's. Four such classes.
+pub const MAX_PLUGIN_CLASS_CODE_POINTS: u64 = 4 * 0x11_0000;
+
+/// As [`MAX_PLUGIN_CLASS_CODE_POINTS`], for every plugin of one origin
+/// together (the workspace's, the user's), however many files it holds.
+pub const MAX_ORIGIN_CLASS_CODE_POINTS: u64 = 16 * 0x11_0000;
+
 /// A refusal manifest as written on disk.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -147,14 +159,22 @@ impl DenyRule {
 }
 
 /// Checks a deny pattern: not empty, at most [`MAX_PATTERN_CHARS`] long,
-/// and valid regex syntax under [`pattern_syntax`]. What it costs compiled
-/// is checked where it is compiled, against the guard chain's budget
+/// its classes within [`MAX_PLUGIN_CLASS_CODE_POINTS`], and valid regex
+/// syntax under [`pattern_syntax`]. What it costs compiled is checked
+/// where it is compiled, against the guard chain's budget
 /// (`crate::guard::deny::Budget`).
 ///
 /// # Errors
 ///
 /// A phrase saying why the pattern is refused, with the regex error.
 pub fn check_pattern(pattern: &str) -> Result<(), String> {
+    check_pattern_shape(pattern)?;
+    check_pattern_syntax(pattern)
+}
+
+/// The checks of [`check_pattern`] that cost no case folding; the code
+/// points its classes span.
+fn check_pattern_shape(pattern: &str) -> Result<u64, String> {
     if pattern.is_empty() {
         return Err("is empty; use `.*` to match every value".to_owned());
     }
@@ -164,9 +184,97 @@ pub fn check_pattern(pattern: &str) -> Result<(), String> {
             "is {len} characters long; the limit is {MAX_PATTERN_CHARS}"
         ));
     }
+    let spanned = class_code_points(pattern);
+    if spanned > MAX_PLUGIN_CLASS_CODE_POINTS {
+        return Err(too_wide(
+            spanned,
+            MAX_PLUGIN_CLASS_CODE_POINTS,
+            "a plugin's patterns",
+        ));
+    }
+    Ok(spanned)
+}
+
+fn check_pattern_syntax(pattern: &str) -> Result<(), String> {
     syntax::parse_with(pattern, &pattern_syntax())
         .map(drop)
         .map_err(|err| format!("is not a valid regex: {err}"))
+}
+
+/// The refusal of classes spanning `spanned` code points where `whose` may
+/// span `limit`.
+fn too_wide(spanned: u64, limit: u64, whose: &str) -> String {
+    format!(
+        "has character classes spanning {spanned} code points, which reading it \
+         case-insensitively folds one by one; {whose} may span {limit} together (`\\p{{Any}}` \
+         alone spans 1114112: write `.` or `(?s:.)` for any character)"
+    )
+}
+
+/// How many code points the Unicode classes (`\p{…}`, `\P{…}`) and the
+/// ranges of bracketed classes (`[a-z]`) of `pattern` span, counted as
+/// written, before any negation: what case-insensitive reading folds one
+/// by one. Perl classes (`\w`, `\d`, `\s`) fold from a table and do not
+/// count, nor does `.`. A pattern that does not parse counts 0 (its error
+/// is reported by the full parse).
+pub fn class_code_points(pattern: &str) -> u64 {
+    use regex_syntax::ast;
+
+    struct Spans(u64);
+    impl ast::Visitor for Spans {
+        type Output = u64;
+        type Err = std::convert::Infallible;
+        fn finish(self) -> Result<u64, Self::Err> {
+            Ok(self.0)
+        }
+        fn visit_pre(&mut self, ast: &ast::Ast) -> Result<(), Self::Err> {
+            if let ast::Ast::ClassUnicode(class) = ast {
+                self.0 = self.0.saturating_add(unicode_class_code_points(class));
+            }
+            Ok(())
+        }
+        fn visit_class_set_item_pre(&mut self, item: &ast::ClassSetItem) -> Result<(), Self::Err> {
+            let spanned = match item {
+                ast::ClassSetItem::Unicode(class) => unicode_class_code_points(class),
+                ast::ClassSetItem::Range(range) => {
+                    u64::from(range.end.c).saturating_sub(u64::from(range.start.c)) + 1
+                }
+                _ => 0,
+            };
+            self.0 = self.0.saturating_add(spanned);
+            Ok(())
+        }
+    }
+
+    ast::parse::Parser::new()
+        .parse(pattern)
+        .map_or(0, |ast| match ast::visit(&ast, Spans(0)) {
+            Ok(spanned) => spanned,
+        })
+}
+
+/// The code points of one `\p{…}`, read case-sensitively (which takes
+/// them from a table, at no folding cost).
+fn unicode_class_code_points(class: &regex_syntax::ast::ClassUnicode) -> u64 {
+    use regex_syntax::ast::ClassUnicodeKind;
+    use regex_syntax::hir::{Class, HirKind};
+
+    let written = match &class.kind {
+        ClassUnicodeKind::OneLetter(letter) => format!("\\p{letter}"),
+        ClassUnicodeKind::Named(name) => format!("\\p{{{name}}}"),
+        ClassUnicodeKind::NamedValue { name, value, .. } => format!("\\p{{{name}={value}}}"),
+    };
+    match regex_syntax::Parser::new()
+        .parse(&written)
+        .map(|hir| hir.into_kind())
+    {
+        Ok(HirKind::Class(Class::Unicode(class))) => class
+            .ranges()
+            .iter()
+            .map(|range| u64::from(range.end()) - u64::from(range.start()) + 1)
+            .sum(),
+        _ => 0,
+    }
 }
 
 /// The syntax every deny pattern is read with (case-insensitive, Unicode),
@@ -204,12 +312,42 @@ impl Plugin {
         Self::parse(&read_file(path)?, path, origin)
     }
 
+    /// As [`Plugin::load`], the classes of its patterns counted against
+    /// `origin_left`, the code points its origin's other plugins have left
+    /// (see [`MAX_ORIGIN_CLASS_CODE_POINTS`]), and taken from it when the
+    /// plugin loads.
+    ///
+    /// # Errors
+    ///
+    /// As [`Plugin::load`]; past `origin_left`, the file's `deny` field.
+    pub(crate) fn load_within(
+        path: &Path,
+        origin: DataOrigin,
+        origin_left: &mut u64,
+    ) -> Result<Parsed<Self>, FileError> {
+        Self::parse_within(&read_file(path)?, path, origin, origin_left)
+    }
+
     /// Validates manifest text as if read from `path`.
     ///
     /// # Errors
     ///
     /// As [`Plugin::load`].
     pub fn parse(text: &str, path: &Path, origin: DataOrigin) -> Result<Parsed<Self>, FileError> {
+        Self::parse_within(
+            text,
+            path,
+            origin,
+            &mut MAX_ORIGIN_CLASS_CODE_POINTS.clone(),
+        )
+    }
+
+    fn parse_within(
+        text: &str,
+        path: &Path,
+        origin: DataOrigin,
+        origin_left: &mut u64,
+    ) -> Result<Parsed<Self>, FileError> {
         let Parsed {
             value: raw,
             warnings,
@@ -232,10 +370,38 @@ impl Plugin {
                  (list its rules under `deny`)",
             ));
         }
+        // Every rule's shape first, then the plugin's classes together, and
+        // only then the parses that fold them.
         let mut deny = Vec::with_capacity(raw.deny.len());
+        let mut spanned = 0u64;
         for (index, rule) in raw.deny.into_iter().enumerate() {
-            deny.push(compile_rule(rule, index, path)?);
+            let (rule, rule_spans) = compile_rule(rule, index, path)?;
+            deny.push(rule);
+            spanned = spanned.saturating_add(rule_spans);
         }
+        let limit = MAX_PLUGIN_CLASS_CODE_POINTS.min(*origin_left);
+        if spanned > limit {
+            let whose = if limit == MAX_PLUGIN_CLASS_CODE_POINTS {
+                "a plugin's patterns".to_owned()
+            } else {
+                format!("the {origin} plugins' patterns left after those loaded before it")
+            };
+            return Err(FileError::invalid(
+                path,
+                "deny",
+                too_wide(spanned, limit, &whose),
+            ));
+        }
+        for (index, rule) in deny.iter().enumerate() {
+            check_pattern_syntax(&rule.pattern).map_err(|problem| {
+                FileError::invalid(
+                    path,
+                    format!("deny[{index}].{}", rule.field.manifest_key()),
+                    format!("(rule {}) {problem}", index + 1),
+                )
+            })?;
+        }
+        *origin_left -= spanned;
         Ok(Parsed {
             value: Self {
                 name: raw.name,
@@ -250,7 +416,9 @@ impl Plugin {
     }
 }
 
-fn compile_rule(rule: RawRule, index: usize, path: &Path) -> Result<DenyRule, FileError> {
+/// A rule checked but for its pattern's full parse; the code points its
+/// pattern's classes span.
+fn compile_rule(rule: RawRule, index: usize, path: &Path) -> Result<(DenyRule, u64), FileError> {
     let number = index + 1;
     let invalid = |field: &str, problem: String| {
         FileError::invalid(
@@ -286,13 +454,16 @@ fn compile_rule(rule: RawRule, index: usize, path: &Path) -> Result<DenyRule, Fi
             ));
         }
     };
-    check_pattern(&pattern).map_err(|p| invalid(field.manifest_key(), p))?;
-    Ok(DenyRule {
-        tools: rule.tools,
-        field,
-        reason: rule.reason,
-        pattern,
-    })
+    let spanned = check_pattern_shape(&pattern).map_err(|p| invalid(field.manifest_key(), p))?;
+    Ok((
+        DenyRule {
+            tools: rule.tools,
+            field,
+            reason: rule.reason,
+            pattern,
+        },
+        spanned,
+    ))
 }
 
 #[cfg(test)]
@@ -449,6 +620,77 @@ mod tests {
             r#"{"tools":["bash"],"commandPattern":"\\w{1000}\\w{1000}","reason":"r"}"#,
         ));
         assert!(parsed.is_ok(), "{parsed:?}");
+    }
+
+    #[test]
+    fn classes_are_counted_by_the_code_points_case_folding_walks() {
+        assert_eq!(class_code_points(r"\p{Any}"), 0x11_0000);
+        assert_eq!(class_code_points(r"\P{Any}x[^\p{Any}]"), 2 * 0x11_0000);
+        assert_eq!(class_code_points(r"[a-z0-9_]"), 36);
+        assert_eq!(class_code_points(r"[^/]+\.key$"), 0);
+        assert_eq!(class_code_points(r"\w+\s\d.*"), 0);
+        assert_eq!(class_code_points(r"[\x{0}-\x{10FFFF}]"), 0x11_0000);
+        assert!(class_code_points(r"\pL") > 100_000);
+        assert_eq!(class_code_points("(unclosed"), 0);
+    }
+
+    #[test]
+    fn classes_too_wide_to_fold_are_refused_before_any_is_folded() {
+        // One pattern past the limit: 5 × `\p{Any}`.
+        let wide = r#"{"tools":["bash"],"commandPattern":"\\p{Any}\\p{Any}\\p{Any}\\p{Any}\\p{Any}","reason":"r"}"#;
+        let err = parse(&with_rules(wide)).err().unwrap_or_default();
+        assert!(
+            err.contains("deny[0].commandPattern")
+                && err.contains("(rule 1) has character classes spanning 5570560 code points")
+                && err.contains("a plugin's patterns may span 4456448 together"),
+            "{err}"
+        );
+        // Three patterns within it one by one, past it together.
+        let two = r#"{"tools":["bash"],"commandPattern":"\\p{Any}\\P{Any}","reason":"r"}"#;
+        let err = parse(&with_rules(&[two, two, two].join(",")))
+            .err()
+            .unwrap_or_default();
+        assert!(
+            err.contains("field `deny`") && err.contains("spanning 6684672 code points"),
+            "{err}"
+        );
+        // Within it.
+        parse(&with_rules(&[two, two].join(","))).unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    #[test]
+    fn one_origins_plugins_share_a_class_budget_of_their_own() {
+        let four = r#"{"name":"p","description":"d","deny":[{"tools":["bash"],"commandPattern":"\\p{Any}\\p{Any}\\p{Any}\\p{Any}","reason":"r"}]}"#;
+        let mut workspace_left = MAX_ORIGIN_CLASS_CODE_POINTS;
+        for _ in 0..4 {
+            Plugin::parse_within(
+                four,
+                Path::new(FILE),
+                DataOrigin::Project,
+                &mut workspace_left,
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+        }
+        assert_eq!(workspace_left, 0);
+        let err = Plugin::parse_within(
+            four,
+            Path::new(FILE),
+            DataOrigin::Project,
+            &mut workspace_left,
+        )
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+        assert!(
+            err.contains(
+                "the project plugins' patterns left after those loaded before it may span 0"
+            ),
+            "{err}"
+        );
+        // The user's budget is the user's own.
+        let mut user_left = MAX_ORIGIN_CLASS_CODE_POINTS;
+        Plugin::parse_within(four, Path::new(FILE), DataOrigin::User, &mut user_left)
+            .unwrap_or_else(|e| panic!("{e}"));
     }
 
     #[test]

@@ -6,7 +6,8 @@
 //!    plugins name it: each field has one set of distinct patterns, and a
 //!    rule is a pattern plus the tools it covers.
 //! 2. The whole chain has one budget: its distinct patterns may compile to
-//!    [`Budget::CHAIN`]'s size together and take its time to compile.
+//!    [`Budget::CHAIN`]'s size together; the user's plugins, then the
+//!    workspace's, each have its time to compile.
 //!    Measuring stops where the budget runs out, so a plugin over budget
 //!    costs no more than what was left.
 //! 3. A plugin over budget is refused whole, with a problem naming it and
@@ -192,8 +193,17 @@ pub(super) fn allot(plugins: &[Plugin], budget: Budget) -> Allotment {
     }
     let mut compiled = no_patterns;
     let mut left = budget.size;
+    // Each side has the time budget to itself, from its first plugin on:
+    // the workspace's patterns, measured in the common case above and last
+    // here, cannot run out the user's clock.
+    let mut clock: Option<(bool, Instant)> = None;
     for &index in &allotment.order {
         let plugin = &plugins[index];
+        let workspace = plugin.origin == DataOrigin::Project;
+        let started = match clock {
+            Some((side, started)) if side == workspace => started,
+            _ => clock.insert((workspace, Instant::now())).1,
+        };
         let new = new_patterns(&[plugin], &compiled);
         let refusal = if new.iter().all(Vec::is_empty) {
             None
