@@ -102,7 +102,7 @@ fn wrapper_named(name: &str) -> Option<&'static Wrapper> {
 /// leading wrapper) is its own only form.
 const SPECIAL: &[char] = &[
     '\'', '"', '\\', '$', '`', ';', '&', '|', '(', ')', '<', '>', '\n', '\r', '\t', '#', '=', '/',
-    '{', '}', '!',
+    '{', '}', '!', '*', '?', '[',
 ];
 
 /// The normalised forms of `command` that differ from it, without
@@ -138,10 +138,22 @@ pub(super) fn normal_forms(command: &str) -> Vec<String> {
         }
         for simple in &list.commands {
             let mut from_program = String::new();
-            for word in simple.words.get(simple.program..).unwrap_or_default() {
+            let words = simple.words.get(simple.program..).unwrap_or_default();
+            for word in words {
                 push_word(&mut from_program, word);
             }
             add(from_program);
+            // A program named by a pattern (`/usr/bin/[r]m`, `cur?`) runs
+            // as a program its pattern matches: tried as each, by name.
+            if let Some((program, rest)) = words.split_first() {
+                for name in programs_matching(program) {
+                    let mut form = name.to_owned();
+                    for word in rest {
+                        push_word(&mut form, word);
+                    }
+                    add(form);
+                }
+            }
         }
         add(whole);
     }
@@ -150,21 +162,27 @@ pub(super) fn normal_forms(command: &str) -> Vec<String> {
     }
     // bash expands `{a,b}` before it runs a line (`git pu{s,}h` is `git
     // push puh`): each form holding one is also tried expanded, within a
-    // budget for the whole line (a check must stay quick: past it, the
-    // rest is tried as written).
+    // budget for the whole line (a check must stay quick). Past it, or past
+    // the groups a word may have expanded, the form is tried with its
+    // braces and commas dropped (`-{r,}{,}…f` as `-rf`), never only as
+    // written.
     let mut line_budget = MAX_LINE_EXPANSION_BYTES;
     let braced: Vec<String> = forms
         .iter()
         .map(String::as_str)
         .chain(std::iter::once(command))
         .filter(|form| form.contains('{') && form.contains(','))
-        .map_while(|form| {
-            let expanded = expand_braces(form);
-            let cost = expanded.as_ref().map_or(0, String::len);
-            line_budget = line_budget.checked_sub(cost)?;
-            Some(expanded)
+        .filter_map(|form| {
+            let expanded = (line_budget > 0).then(|| expand_braces(form));
+            match expanded {
+                Some(Expansion::Unchanged) => None,
+                Some(Expansion::Expanded(expanded)) if expanded.len() <= line_budget => {
+                    line_budget -= expanded.len();
+                    Some(expanded)
+                }
+                _ => Some(without_braces(form)),
+            }
         })
-        .flatten()
         .collect();
     for form in braced {
         if form != command && seen.insert(form.clone()) {
@@ -185,36 +203,66 @@ const MAX_EXPANDED_BYTES: usize = 64 * 1024;
 /// The expanded forms of one line, together, at most.
 const MAX_LINE_EXPANSION_BYTES: usize = 1024 * 1024;
 
+/// What [`expand_braces`] made of a form.
+enum Expansion {
+    /// No word holds a group.
+    Unchanged,
+    /// Every word's groups expanded.
+    Expanded(String),
+    /// The expansion would pass [`MAX_EXPANDED_BYTES`].
+    TooLarge,
+}
+
 /// `form` with every word's brace groups expanded as bash expands them
-/// (`-r{,}f` is `-rf -rf`, `{rm,-rf,x}` is `rm -rf x`), or `None` when no
-/// word changes or the expansion would pass [`MAX_EXPANDED_BYTES`].
-fn expand_braces(form: &str) -> Option<String> {
+/// (`-r{,}f` is `-rf -rf`, `{rm,-rf,x}` is `rm -rf x`); a word of more
+/// than [`MAX_BRACE_GROUPS`] groups has the rest dropped
+/// ([`without_braces`]).
+fn expand_braces(form: &str) -> Expansion {
     let mut changed = false;
     let mut words = Vec::new();
     let mut budget = MAX_EXPANDED_BYTES;
     for word in form.split(' ') {
         let before = words.len();
-        expand_word(word, MAX_BRACE_GROUPS, &mut words, &mut budget)?;
+        if expand_word(word, MAX_BRACE_GROUPS, &mut words, &mut budget).is_none() {
+            return Expansion::TooLarge;
+        }
         changed |= words.len() != before + 1 || words[before] != word;
     }
-    changed.then(|| words.join(" "))
+    if changed {
+        Expansion::Expanded(words.join(" "))
+    } else {
+        Expansion::Unchanged
+    }
+}
+
+/// `form` with every `{`, `}` and `,` dropped: what a deny rule reads of a
+/// brace expansion too large to try (`rm -{r,}{,}f` as `rm -rf`).
+fn without_braces(form: &str) -> String {
+    form.chars()
+        .filter(|c| !matches!(c, '{' | '}' | ','))
+        .collect()
 }
 
 /// Pushes the words `word` expands to (as it is when it holds no brace
-/// group, or more groups than `groups_left`), each paid from `budget`;
-/// `None` once the budget is spent.
+/// group; past `groups_left` groups, with the rest's braces dropped), each
+/// paid from `budget`; `None` once the budget is spent.
 fn expand_word(
     word: &str,
     groups_left: usize,
     out: &mut Vec<String>,
     budget: &mut usize,
 ) -> Option<()> {
-    let group = brace_group(word).filter(|_| groups_left > 0);
-    let Some((open, close, alternatives)) = group else {
+    let Some((open, close, alternatives)) = brace_group(word) else {
         *budget = budget.checked_sub(word.len() + 1)?;
         out.push(word.to_owned());
         return Some(());
     };
+    if groups_left == 0 {
+        let word = without_braces(word);
+        *budget = budget.checked_sub(word.len() + 1)?;
+        out.push(word);
+        return Some(());
+    }
     let (before, after) = (&word[..open], &word[close + 1..]);
     for alternative in alternatives {
         let next = format!("{before}{alternative}{after}");
@@ -228,40 +276,167 @@ fn expand_word(
 
 /// The first brace group of `word` (not a `${…}`): where it opens and
 /// closes, and its comma-separated alternatives (a group without a comma
-/// at its own level is no group).
+/// at its own level is no group). One pass with a stack of the open
+/// braces: a scan from each `{` to its match made `{{{…,}}}` cost the
+/// square of its length (40 KB held the guard past zot's 5 s).
 fn brace_group(word: &str) -> Option<(usize, usize, Vec<&str>)> {
+    struct Open {
+        at: usize,
+        /// Not a `${`.
+        candidate: bool,
+        /// Where its own commas start in `commas`.
+        commas_from: usize,
+    }
     let bytes = word.as_bytes();
-    let mut start = 0;
-    while let Some(found) = word[start..].find('{') {
-        let open = start + found;
-        start = open + 1;
-        if open > 0 && bytes[open - 1] == b'$' {
-            continue;
-        }
-        let (mut depth, mut from) = (0usize, open + 1);
-        let mut alternatives = Vec::new();
-        for (index, byte) in bytes.iter().enumerate().skip(open) {
-            match byte {
-                b'{' => depth += 1,
-                b'}' => {
-                    depth -= 1;
-                    if depth == 0 {
-                        if alternatives.is_empty() {
-                            break;
-                        }
-                        alternatives.push(&word[from..index]);
-                        return Some((open, index, alternatives));
-                    }
+    let mut open: Vec<Open> = Vec::new();
+    let mut commas: Vec<usize> = Vec::new();
+    // The group opening first, once closed: an outer group closes after
+    // the groups inside it but comes first, as bash expands it.
+    let mut first: Option<(usize, usize, Vec<usize>)> = None;
+    for (index, byte) in bytes.iter().enumerate() {
+        match byte {
+            b'{' => open.push(Open {
+                at: index,
+                candidate: index == 0 || bytes[index - 1] != b'$',
+                commas_from: commas.len(),
+            }),
+            b',' if !open.is_empty() => commas.push(index),
+            b'}' => {
+                let Some(group) = open.pop() else {
+                    continue;
+                };
+                let own = commas.split_off(group.commas_from);
+                let earlier = first.as_ref().is_some_and(|(at, _, _)| *at < group.at);
+                if group.candidate && !own.is_empty() && !earlier {
+                    first = Some((group.at, index, own));
                 }
-                b',' if depth == 1 => {
-                    alternatives.push(&word[from..index]);
-                    from = index + 1;
-                }
-                _ => {}
             }
+            _ => {}
         }
     }
-    None
+    let (open, close, commas) = first?;
+    let mut alternatives = Vec::with_capacity(commas.len() + 1);
+    let mut from = open + 1;
+    for comma in commas.into_iter().chain([close]) {
+        alternatives.push(&word[from..comma]);
+        from = comma + 1;
+    }
+    Some((open, close, alternatives))
+}
+
+/// The programs a pattern can run as: the names in the folders of
+/// [`SAFE_PATH`](crate::capability::shell::SAFE_PATH) that `word` matches
+/// as a shell pattern (`*`, `?`, `[…]`), at most [`MAX_GLOB_PROGRAMS`];
+/// none for a word without a pattern character.
+fn programs_matching(word: &str) -> impl Iterator<Item = &'static str> + '_ {
+    let names: &[String] = if word.contains(['*', '?', '[']) {
+        program_names()
+    } else {
+        &[]
+    };
+    names
+        .iter()
+        .filter(move |name| glob_matches(word.as_bytes(), name.as_bytes()))
+        .map(String::as_str)
+        .take(MAX_GLOB_PROGRAMS)
+}
+
+/// The programs a pattern is tried as, at most.
+const MAX_GLOB_PROGRAMS: usize = 32;
+
+/// The names in the folders of the shell's `PATH`, read once.
+fn program_names() -> &'static [String] {
+    static NAMES: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    NAMES.get_or_init(|| {
+        let mut names: Vec<String> = crate::capability::shell::SAFE_PATH
+            .split(':')
+            .filter_map(|dir| std::fs::read_dir(dir).ok())
+            .flatten()
+            .flatten()
+            .filter_map(|entry| entry.file_name().into_string().ok())
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        names
+    })
+}
+
+/// Whether `name` matches the shell pattern `pattern` (`*`, `?`, `[…]`
+/// with `!` or `^` to negate and `a-z` ranges; other bytes as written).
+/// Linear in practice: a `*` is retried only from the last one.
+fn glob_matches(pattern: &[u8], name: &[u8]) -> bool {
+    let (mut p, mut n) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while n < name.len() {
+        match pattern.get(p) {
+            Some(b'*') => {
+                star = Some((p, n));
+                p += 1;
+                continue;
+            }
+            Some(b'?') => {
+                p += 1;
+                n += 1;
+                continue;
+            }
+            Some(b'[') => {
+                if let Some((matched, next)) = class_matches(&pattern[p..], name[n]) {
+                    if matched {
+                        p += next;
+                        n += 1;
+                        continue;
+                    }
+                } else if name[n] == b'[' {
+                    // No closing `]`: a literal `[`.
+                    p += 1;
+                    n += 1;
+                    continue;
+                }
+            }
+            Some(&literal) if literal == name[n] => {
+                p += 1;
+                n += 1;
+                continue;
+            }
+            _ => {}
+        }
+        match &mut star {
+            Some((star_p, star_n)) => {
+                *star_n += 1;
+                p = *star_p + 1;
+                n = *star_n;
+            }
+            None => return false,
+        }
+    }
+    pattern[p..].iter().all(|&c| c == b'*')
+}
+
+/// Whether `byte` is in the class `class` opens (`[` first); with the
+/// length of the class. `None` when the class does not close.
+fn class_matches(class: &[u8], byte: u8) -> Option<(bool, usize)> {
+    let mut i = 1;
+    let negated = matches!(class.get(i), Some(b'!' | b'^'));
+    if negated {
+        i += 1;
+    }
+    let mut matched = false;
+    let mut first = true;
+    loop {
+        let c = *class.get(i)?;
+        if c == b']' && !first {
+            return Some((matched != negated, i + 1));
+        }
+        first = false;
+        if class.get(i + 1) == Some(&b'-') && class.get(i + 2).is_some_and(|&end| end != b']') {
+            let end = class[i + 2];
+            matched |= (c..=end).contains(&byte);
+            i += 3;
+        } else {
+            matched |= c == byte;
+            i += 1;
+        }
+    }
 }
 
 /// Whether `command` needs no reading: its normal form is itself.
@@ -735,18 +910,28 @@ impl<'a> Lexer<'a> {
 }
 
 /// A simple command from its words: its program found and basenamed.
-fn simple(mut words: Vec<String>) -> Simple {
+fn simple(words: Vec<String>) -> Simple {
+    // Redirections go wherever the program's words are (`rm 2>/dev/null
+    // -rf x` runs `rm -rf x`), so none is left between a rule's words.
+    let mut words: Vec<String> = {
+        let mut kept = Vec::with_capacity(words.len());
+        let mut words = words.into_iter();
+        while let Some(word) = words.next() {
+            if is_redirection(&word) {
+                // And its target.
+                words.next();
+            } else {
+                kept.push(word);
+            }
+        }
+        kept
+    };
     let mut index = 0;
     let mut program = words.len();
     // The wrapper whose options and operands come next, and how many of
     // its operands are still to come.
     let mut wrapping: Option<(&Wrapper, usize)> = None;
     while let Some(word) = words.get(index) {
-        if is_redirection(word) {
-            // The operator and its target.
-            index += 2;
-            continue;
-        }
         if let Some((wrapper, operands)) = &mut wrapping {
             if word.starts_with('-') {
                 // An option, and its value when that is the next word.
@@ -887,7 +1072,8 @@ mod tests {
             ),
             (
                 ">log /usr/bin/git push 2>&1",
-                &["> log git push 2>& 1", "git push 2>& 1"],
+                // Redirections dropped wherever they stand.
+                &["git push"],
             ),
             // A comment ends the line for the shell.
             ("git status # '; git push", &["git status"]),
@@ -948,6 +1134,135 @@ mod tests {
             "{}",
             forms.len()
         );
+    }
+
+    /// The scan `brace_group` replaced (from each `{` to its match), kept
+    /// as the reference its one pass must agree with.
+    fn brace_group_by_rescanning(word: &str) -> Option<(usize, usize, Vec<&str>)> {
+        let bytes = word.as_bytes();
+        let mut start = 0;
+        while let Some(found) = word[start..].find('{') {
+            let open = start + found;
+            start = open + 1;
+            if open > 0 && bytes[open - 1] == b'$' {
+                continue;
+            }
+            let (mut depth, mut from) = (0usize, open + 1);
+            let mut alternatives = Vec::new();
+            for (index, byte) in bytes.iter().enumerate().skip(open) {
+                match byte {
+                    b'{' => depth += 1,
+                    b'}' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            if alternatives.is_empty() {
+                                break;
+                            }
+                            alternatives.push(&word[from..index]);
+                            return Some((open, index, alternatives));
+                        }
+                    }
+                    b',' if depth == 1 => {
+                        alternatives.push(&word[from..index]);
+                        from = index + 1;
+                    }
+                    _ => {}
+                }
+            }
+        }
+        None
+    }
+
+    #[test]
+    fn the_first_brace_group_is_found_in_one_pass_as_by_rescanning() {
+        // Every word of up to 7 of these characters, as the rescanning
+        // reference reads it.
+        let alphabet = [b'{', b'}', b',', b'$', b'a'];
+        let mut checked = 0;
+        for len in 0..=7u32 {
+            for mut n in 0..alphabet.len().pow(len) {
+                let mut word = String::new();
+                for _ in 0..len {
+                    word.push(char::from(alphabet[n % alphabet.len()]));
+                    n /= alphabet.len();
+                }
+                assert_eq!(
+                    brace_group(&word),
+                    brace_group_by_rescanning(&word),
+                    "{word:?}"
+                );
+                checked += 1;
+            }
+        }
+        assert_eq!(checked, 97_656);
+        // Attack: nested braces none of which is a group at its own level
+        // cost the rescan the square of their length; one pass reads them
+        // once, and the group inside still comes out.
+        let deep = format!("{}a,b{}", "{x".repeat(20_000), "}".repeat(20_000));
+        let (open, close, alternatives) = brace_group(&deep).unwrap_or_default();
+        assert_eq!(
+            (open, close - open, alternatives),
+            (39_998, 5, vec!["xa", "b"])
+        );
+    }
+
+    #[test]
+    fn redirections_patterns_and_long_brace_runs_do_not_hide_a_command() {
+        // Attack (each run by bash as the denied command): a redirection
+        // between the program and its options; a program named by a
+        // pattern; more brace groups than are expanded.
+        for (command, meant) in [
+            ("rm 2>/dev/null -rf victim", "rm -rf victim"),
+            ("git 2>&1 push origin main", "git push origin main"),
+            ("rm -rf >out x <in", "rm -rf x"),
+            ("/usr/bin/[r]m -rf victim", "rm -rf victim"),
+            ("/bin/ch?od 777 x", "chmod 777 x"),
+            ("[c]hmod 777 x", "chmod 777 x"),
+            ("/usr/bin/r[!a-l]* -rf x", "rm -rf x"),
+        ] {
+            let forms = normal_forms(command);
+            assert!(forms.iter().any(|f| f == meant), "{command:?}: {forms:?}");
+        }
+        let many = "rm -{r,}{,}{,}{,}{,}{,}{,}{,}{,}f victim";
+        let forms = normal_forms(many);
+        assert!(
+            forms.iter().any(|f| f.starts_with("rm -rf ")),
+            "{many:?}: {forms:?}"
+        );
+        // Past the expansion's budget: the braces dropped.
+        let long = format!("rm -r{{,}}f {}{}", "x".repeat(300), "{a,b}".repeat(8));
+        let forms = normal_forms(&long);
+        assert!(
+            forms.iter().any(|f| f.starts_with("rm -rf xxx")),
+            "{:?}",
+            forms
+                .iter()
+                .map(|f| &f[..f.len().min(40)])
+                .collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn shell_patterns_match_as_the_shell_matches_them() {
+        for (pattern, name, matches) in [
+            ("r?", "rm", true),
+            ("r?", "rmdir", false),
+            ("*", "", true),
+            ("c*l", "curl", true),
+            ("c*l", "curlx", false),
+            ("[r]m", "rm", true),
+            ("[!r]m", "rm", false),
+            ("[^a-q]m", "rm", true),
+            ("[]]x", "]x", true),
+            ("[a-", "[a-", true),
+            ("*a*a*a*a*b", &"a".repeat(60), false),
+        ] {
+            assert_eq!(
+                glob_matches(pattern.as_bytes(), name.as_bytes()),
+                matches,
+                "{pattern:?} {name:?}"
+            );
+        }
     }
 
     #[test]
