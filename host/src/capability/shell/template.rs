@@ -21,8 +21,13 @@
 //!    is refused at load, as is one inside a here-document or an arithmetic
 //!    expansion, where quotes do not protect it.
 //! 4. **Never code, never the program.** `{arg}` may not be (part of) the
-//!    program, nor the script of a shell or interpreter (`sh -c '… {arg}'`,
-//!    `python3 -c`, `eval {arg}`), in either kind of template.
+//!    program, nor what a wrapper may run as one (`env {arg}`, `timeout 5
+//!    {arg}`, `find -exec {arg}`), nor the script of a shell, interpreter,
+//!    `sed` or `awk` (`sh -c '… {arg}'`, `python3 -c`, `sed -n {arg}`,
+//!    `eval … {arg}`), in either kind of template. The lists of programs are
+//!    best effort (no list names every program that runs its argument); the
+//!    kernel sandbox holds what runs. A shell template with `{arg}` holds no
+//!    backquote, in which a quote does not end where it seems.
 //! 5. **Never an option the template did not intend.** At call time, an
 //!    argument that begins with `-` is refused when it lands at the start of
 //!    a word and no `--` word comes before it in the template.
@@ -57,6 +62,44 @@ const INTERPRETERS: &[&str] = &[
     "osascript",
     "pwsh",
 ];
+
+/// Programs that run a program a later word names (`env CMD`, `xargs
+/// CMD`, `timeout 5 CMD`), and `find`'s actions that do. Best effort, as
+/// every such list: the kernel sandbox holds whatever runs.
+const WRAPPERS: &[&str] = &[
+    "env", "xargs", "nice", "nohup", "timeout", "stdbuf", "sudo", "doas", "command", "exec",
+    "builtin", "time", "setsid", "ionice", "taskset", "chrt", "numactl", "watch", "strace",
+    "ltrace", "chroot", "unshare", "nsenter", "flock", "runuser", "su", "parallel", "-exec",
+    "-execdir", "-ok", "-okdir",
+];
+
+/// Programs whose first operand is a script unless a flag gives one: what
+/// their script flags, script-file flags and other flags taking a value are.
+const SCRIPTED: &[(&[&str], Flags)] = &[
+    (
+        &["sed", "gsed"],
+        Flags {
+            code: &["-e", "--expression"],
+            file: &["-f", "--file"],
+            value: &["-l", "--line-length"],
+        },
+    ),
+    (
+        &["awk", "gawk", "mawk", "nawk"],
+        Flags {
+            code: &["-e", "--source"],
+            file: &["-f", "--file"],
+            value: &["-F", "-v", "--field-separator", "--assign"],
+        },
+    ),
+];
+
+/// The flags of a program in [`SCRIPTED`].
+struct Flags {
+    code: &'static [&'static str],
+    file: &'static [&'static str],
+    value: &'static [&'static str],
+}
 
 /// The flags after which an interpreter's next word is code.
 const CODE_FLAGS: &[&str] = &[
@@ -455,14 +498,23 @@ fn check_code(words: &[Seen]) -> Result<(), String> {
              pass it as a word of its own (`sh -c '… \"$1\"' sh {{arg}}`)"
         )
     };
+    if words.first().is_some_and(|w| w.has_arg) {
+        return Err("puts `{arg}` in the program name; name the program exactly".to_owned());
+    }
     for (i, word) in words.iter().enumerate() {
-        if word.has_arg && i > 0 && words[i - 1].literal() == Some("eval") {
+        if word.has_arg && words[..i].iter().any(|w| w.literal() == Some("eval")) {
             return Err("passes `{arg}` to `eval`, which would run it as shell code".to_owned());
         }
         let Some(literal) = word.literal() else {
             continue;
         };
         let name = literal.rsplit('/').next().unwrap_or(literal);
+        if WRAPPERS.contains(&name) {
+            check_wrapped(name, &words[i + 1..])?;
+        }
+        if let Some((_, flags)) = SCRIPTED.iter().find(|(names, _)| names.contains(&name)) {
+            check_scripted(name, flags, &words[i + 1..])?;
+        }
         let interpreter = INTERPRETERS.iter().any(|known| {
             name.strip_prefix(known)
                 .is_some_and(|v| v.chars().all(|c| c.is_ascii_digit() || c == '.'))
@@ -503,6 +555,94 @@ fn check_code(words: &[Seen]) -> Result<(), String> {
     Ok(())
 }
 
+/// Rule 4 after a wrapper: `{arg}` anywhere before the program it runs is
+/// named, which may be the program (options, their values, assignments
+/// and numbers skipped, as the wrapper may read them; `--` ends them).
+fn check_wrapped(wrapper: &str, after: &[Seen]) -> Result<(), String> {
+    let mut maybe_value = false;
+    for word in after {
+        if word.has_arg {
+            return Err(format!(
+                "puts `{{arg}}` where `{wrapper}` may read it as the program to run (or as \
+                 code); name that program in the template, after `--` if options come first"
+            ));
+        }
+        let text = word.text.as_str();
+        if text == "--" {
+            maybe_value = false;
+        } else if text.starts_with('-') && text.len() > 1 {
+            maybe_value = true;
+        } else if maybe_value
+            || text.contains('=')
+            || text.chars().all(|c| c.is_ascii_digit() || c == '.')
+        {
+            maybe_value = false;
+        } else {
+            // The program, named by the template.
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
+/// Rule 4 for a program in [`SCRIPTED`]: `{arg}` may not be its script,
+/// given by a flag (`sed -e {arg}`, `-e{arg}`) or as the first operand
+/// when no flag gives one (`sed -n {arg} file`, `awk {arg}`).
+fn check_scripted(name: &str, flags: &Flags, after: &[Seen]) -> Result<(), String> {
+    let code = || {
+        Err(format!(
+            "puts `{{arg}}` in the script `{name}` runs, where the argument would run as code \
+             (`{name}` scripts can run commands and write files); keep the script in the \
+             template"
+        ))
+    };
+    let mut script_given = false;
+    let mut next_is_code = false;
+    let mut next_is_value = false;
+    let mut options_ended = false;
+    for word in after {
+        let text = word.text.as_str();
+        if std::mem::take(&mut next_is_code) {
+            if word.has_arg {
+                return code();
+            }
+            continue;
+        }
+        if std::mem::take(&mut next_is_value) {
+            continue;
+        }
+        let option = !options_ended && text.starts_with('-') && text.len() > 1;
+        if word.has_arg {
+            let glued_code = option && flags.code.iter().any(|flag| text.starts_with(flag));
+            if glued_code || (!option && !script_given) {
+                return code();
+            }
+            continue;
+        }
+        if !option {
+            // The script, when no flag gave one; then operands.
+            script_given = true;
+        } else if text == "--" {
+            options_ended = true;
+        } else if flags.code.contains(&text) {
+            (script_given, next_is_code) = (true, true);
+        } else if flags.file.contains(&text) {
+            (script_given, next_is_value) = (true, true);
+        } else if flags.value.contains(&text) {
+            next_is_value = true;
+        } else if flags
+            .code
+            .iter()
+            .chain(flags.file)
+            .any(|flag| text.starts_with(flag))
+        {
+            // `-e'1d'`, `--file=x.sed`.
+            script_given = true;
+        }
+    }
+    Ok(())
+}
+
 /// Checks a `"shell": true` template (rules 3 and 4).
 fn check_shell(source: &str) -> Result<Mode, String> {
     let bare = |how: &str| {
@@ -517,11 +657,34 @@ fn check_shell(source: &str) -> Result<Mode, String> {
             )
         })
     };
+    // Where quotes do not protect a word, before the words are read.
+    if source.contains(PLACEHOLDER) {
+        if source.contains("<<") {
+            return Err(
+                "has a here-document, whose text a shell expands whatever the quotes; \
+                 `{arg}` cannot be used safely next to it"
+                    .to_owned(),
+            );
+        }
+        if source.contains('`') {
+            return Err(
+                "has a backquote, inside whose command substitution a quote does not end where \
+                 it seems, so the argument could close it; write `$(…)` instead"
+                    .to_owned(),
+            );
+        }
+        if source.contains("$((") || source.contains("${") {
+            return Err(
+                "has an arithmetic or parameter expansion, inside which quotes do not protect \
+                 `{arg}`; move that part into a script and pass `{arg}` as a word"
+                    .to_owned(),
+            );
+        }
+    }
     let mut single = false;
     let mut double = false;
     let mut previous: Option<char> = None;
     let mut option_risk = false;
-    let mut placeholders = 0usize;
     // The words of the current simple command, for rule 4 and `--`.
     let mut words: Vec<Seen> = Vec::new();
     let mut word = String::new();
@@ -538,7 +701,6 @@ fn check_shell(source: &str) -> Result<Mode, String> {
     }
     while let Some(c) = rest.chars().next() {
         if rest.starts_with(PLACEHOLDER) {
-            placeholders += 1;
             if single {
                 return Err(bare("puts `{arg}` inside single quotes"));
             }
@@ -614,22 +776,6 @@ fn check_shell(source: &str) -> Result<Mode, String> {
     }
     finish(&mut words, &mut word, &mut in_word);
     check_code(&words)?;
-    if placeholders > 0 {
-        if source.contains("<<") {
-            return Err(
-                "has a here-document, whose text a shell expands whatever the quotes; \
-                 `{arg}` cannot be used safely next to it"
-                    .to_owned(),
-            );
-        }
-        if source.contains("$((") || source.contains("${") {
-            return Err(
-                "has an arithmetic or parameter expansion, inside which quotes do not protect \
-                 `{arg}`; move that part into a script and pass `{arg}` as a word"
-                    .to_owned(),
-            );
-        }
-    }
     Ok(Mode::Shell { option_risk })
 }
 
@@ -811,6 +957,78 @@ mod tests {
     }
 
     #[test]
+    fn arg_is_never_the_script_of_sed_or_awk_nor_the_program_of_a_wrapper() {
+        let script = |name: &str| {
+            format!(
+                "puts `{{arg}}` in the script `{name}` runs, where the argument would run as \
+                 code (`{name}` scripts can run commands and write files); keep the script in \
+                 the template"
+            )
+        };
+        let wrapped = |name: &str| {
+            format!(
+                "puts `{{arg}}` where `{name}` may read it as the program to run (or as code); \
+                 name that program in the template, after `--` if options come first"
+            )
+        };
+        for shell in [false, true] {
+            let cases = [
+                // Attack: sed's `e` command runs a line, `w` writes a file.
+                ("sed -n {arg} NOTES.md", script("sed")),
+                ("sed -e {arg} NOTES.md", script("sed")),
+                ("sed --expression {arg} NOTES.md", script("sed")),
+                ("/usr/bin/sed -n -E {arg} NOTES.md", script("sed")),
+                ("awk {arg} NOTES.md", script("awk")),
+                ("gawk -F : {arg} /etc/passwd", script("gawk")),
+                // Attack: a wrapper runs the argument as its program.
+                ("env {arg}", wrapped("env")),
+                ("env -S {arg}", wrapped("env")),
+                ("env FOO=1 {arg} x", wrapped("env")),
+                ("timeout 5 {arg}", wrapped("timeout")),
+                ("nice -n 5 {arg}", wrapped("nice")),
+                ("xargs -0 {arg}", wrapped("xargs")),
+                ("find . -name x -exec {arg} \\;", wrapped("-exec")),
+                ("sudo -u root {arg}", wrapped("sudo")),
+                // Attack: `eval` anywhere before it.
+                (
+                    "eval echo {arg}",
+                    "passes `{arg}` to `eval`, which would run it as shell code".to_owned(),
+                ),
+            ];
+            for (template, reason) in &cases {
+                assert_eq!(
+                    &refused(template, shell),
+                    reason,
+                    "{template} (shell {shell})"
+                );
+            }
+            // The argument as data beside a script or program the template names.
+            for template in [
+                "sed -n -e /^#/p -- {arg}",
+                "sed -n 1,5p {arg}",
+                "sed -f scripts/clean.sed {arg}",
+                "awk -F : -- '{print}' {arg}",
+                "awk -f scripts/sum.awk {arg}",
+                "timeout 5 grep -n -- {arg} NOTES.md",
+                "env LC_ALL=C grep -n -- {arg} NOTES.md",
+                "xargs -0 -- grep -n -- {arg}",
+                "find . -name {arg}",
+            ] {
+                assert!(
+                    Template::parse(template, shell).is_ok(),
+                    "{template} (shell {shell}): {:?}",
+                    Template::parse(template, shell).err()
+                );
+            }
+        }
+        // In a shell template too, the argument is never the program.
+        assert_eq!(
+            refused("cd docs && {arg} --version", true),
+            "puts `{arg}` in the program name; name the program exactly"
+        );
+    }
+
+    #[test]
     fn a_shell_template_takes_arg_only_as_a_bare_word() {
         let bare = "; in a shell template `{arg}` must be a bare word, which is quoted for you";
         let cases = [
@@ -829,7 +1047,6 @@ mod tests {
             ("cat docs/{arg}.md", "glues `{arg}` to other characters"),
             ("echo {arg}x", "glues `{arg}` to other characters"),
             ("echo \\ {arg}", "glues `{arg}` to other characters"),
-            ("echo `ls {arg}`", "glues `{arg}` to other characters"),
         ];
         for (template, how) in cases {
             assert_eq!(
@@ -841,6 +1058,20 @@ mod tests {
         // Attack: places where quotes do not protect a bare word.
         assert!(refused("cat <<EOF\n{arg}\nEOF", true).starts_with("has a here-document"));
         assert!(refused("echo $(( {arg} ))", true).starts_with("has an arithmetic"));
+        // Attack: a single quote does not end a backquote's substitution, so
+        // `'`; id; `'` closes it from inside the quoted argument (bash).
+        for template in [
+            "n=`grep -c {arg} NOTES.md`; echo \"$n matching lines\"",
+            "echo `ls {arg}`",
+            "echo {arg} # `date`",
+        ] {
+            assert_eq!(
+                refused(template, true),
+                "has a backquote, inside whose command substitution a quote does not end where \
+                 it seems, so the argument could close it; write `$(…)` instead",
+                "{template}"
+            );
+        }
         assert_eq!(
             refused("eval {arg}", true),
             "passes `{arg}` to `eval`, which would run it as shell code"
