@@ -300,21 +300,16 @@ impl Approvals {
 }
 
 /// The SHA-256 (lowercase hex) of what a tool does: its name, kind and
-/// template, each length-prefixed so that no two manifests collide by
-/// shifting text between fields. The description and `autoApprove` do not
-/// change what runs, so they are left out.
+/// template, then `sh -c` for a shell tool run by a shell and each fixed
+/// header of an http tool (a tool with neither hashes as it did before
+/// they counted), each part length-prefixed so that no two manifests
+/// collide by shifting text between fields. The description and
+/// `autoApprove` do not change what runs, so they are left out.
 pub fn fingerprint(tool: &DataTool) -> String {
     let mut hasher = Sha256::new();
     hasher.update(b"zotbox-tool-v1");
-    for part in [tool.name.as_str(), tool.kind.as_str(), tool.kind.template()] {
-        hasher.update((part.len() as u64).to_le_bytes());
-        hasher.update(part.as_bytes());
-    }
-    hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hash_parts(&mut hasher, what_runs(tool));
+    hex(&hasher.finalize())
 }
 
 /// As [`fingerprint`] for a workspace tool: also bound to the workspace's
@@ -324,22 +319,40 @@ pub fn fingerprint_in(tool: &DataTool, workspace: &Path) -> String {
     use std::os::unix::ffi::OsStrExt;
     let mut hasher = Sha256::new();
     hasher.update(b"zotbox-workspace-tool-v1");
-    let workspace = workspace.as_os_str().as_bytes();
-    let parts = [
-        workspace,
+    hash_parts(
+        &mut hasher,
+        std::iter::once(workspace.as_os_str().as_bytes()).chain(what_runs(tool)),
+    );
+    hex(&hasher.finalize())
+}
+
+/// The parts of a tool that decide what it does, for [`fingerprint`].
+fn what_runs(tool: &DataTool) -> impl Iterator<Item = &[u8]> {
+    let base = [
         tool.name.as_bytes(),
         tool.kind.as_str().as_bytes(),
         tool.kind.template().as_bytes(),
     ];
+    let extra: Vec<&[u8]> = match &tool.kind {
+        super::ToolKind::Shell { shell: true, .. } => vec![b"sh -c"],
+        super::ToolKind::Http { headers, .. } => headers
+            .iter()
+            .flat_map(|(name, value)| [name.as_bytes(), value.as_bytes()])
+            .collect(),
+        super::ToolKind::Shell { .. } | super::ToolKind::Read { .. } => Vec::new(),
+    };
+    base.into_iter().chain(extra)
+}
+
+fn hash_parts<'a>(hasher: &mut Sha256, parts: impl Iterator<Item = &'a [u8]>) {
     for part in parts {
         hasher.update((part.len() as u64).to_le_bytes());
         hasher.update(part);
     }
-    hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+}
+
+fn hex(digest: &[u8]) -> String {
+    digest.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Now as RFC 3339 in UTC, to the second.
@@ -447,6 +460,62 @@ mod tests {
             .map(|e| e.file_name())
             .collect();
         assert_eq!(leftovers, vec![std::ffi::OsString::from(APPROVALS_FILE)]);
+    }
+
+    #[test]
+    fn approval_is_bound_to_the_shell_flag_and_the_headers() {
+        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let mut approvals = Approvals::load(tmp.path()).unwrap_or_else(|e| panic!("{e}"));
+        let plain = tool("make deploy", false);
+        let http = |headers: &[(&str, &str)]| DataTool {
+            name: "notify".to_owned(),
+            kind: ToolKind::Http {
+                url: "https://deploy.example/run?ref={arg}".to_owned(),
+                headers: headers
+                    .iter()
+                    .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
+                    .collect(),
+            },
+            ..tool("", false)
+        };
+        let bare = http(&[("Accept", "text/plain")]);
+        for approved in [&plain, &bare] {
+            approvals
+                .approve(approved, Path::new(WS))
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        // An approval written before the flag and the headers counted
+        // still holds for a tool with neither.
+        let mut hasher = Sha256::new();
+        hasher.update(b"zotbox-tool-v1");
+        for part in ["deploy", "shell", "make deploy"] {
+            hasher.update((part.len() as u64).to_le_bytes());
+            hasher.update(part.as_bytes());
+        }
+        assert_eq!(fingerprint(&plain), hex(&hasher.finalize()));
+        assert!(
+            approvals.is_approved(&plain, Path::new(WS))
+                && approvals.is_approved(&bare, Path::new(WS))
+        );
+        // Attack: after approval, the same template run by `sh -c`, or the
+        // request given a secret-bearing header (or another value).
+        let mut by_shell = plain.clone();
+        by_shell.kind = ToolKind::Shell {
+            command: "make deploy".to_owned(),
+            shell: true,
+        };
+        for edited in [
+            by_shell,
+            http(&[
+                ("Accept", "text/plain"),
+                ("Authorization", "Bearer {{secret:DEPLOY_TOKEN}}"),
+            ]),
+            http(&[("Accept", "text/html")]),
+            http(&[("Acce", "pttext/plain")]),
+            http(&[]),
+        ] {
+            assert!(!approvals.is_approved(&edited, Path::new(WS)), "{edited:?}");
+        }
     }
 
     #[test]
