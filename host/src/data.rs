@@ -169,11 +169,16 @@ impl DataSet {
     }
 
     /// Adds a skill, merging by name: a higher [`DataOrigin`] replaces a
-    /// lower one; on a tie the skill already present stays. The loser is
-    /// recorded in [`DataSet::shadowed`].
+    /// lower one, but a workspace's never replaces one the user has (theirs,
+    /// installed or built in: a cloned repository would otherwise answer the
+    /// user's own `/deploy`); on a tie the skill already present stays. The
+    /// loser is recorded in [`DataSet::shadowed`].
     pub fn add_skill(&mut self, skill: Skill) {
+        let workspace_over_user = |existing: &Skill| {
+            skill.origin == DataOrigin::Project && existing.origin != DataOrigin::Project
+        };
         match self.skills.iter_mut().find(|s| s.name == skill.name) {
-            Some(existing) if existing.origin >= skill.origin => {
+            Some(existing) if existing.origin >= skill.origin || workspace_over_user(existing) => {
                 self.shadowed
                     .push(("skill".to_owned(), skill.name.clone(), skill.path));
             }
@@ -424,7 +429,17 @@ impl DataSearch {
             .into_iter()
             .rev()
             .collect();
-        for (root, origin) in &roots {
+        // Tools and skills: the user's side first, so that a workspace's
+        // one named like one of the user's is shadowed and never replaces
+        // it (it may add, not replace); among each side, highest first.
+        let user_first: Vec<_> = {
+            let (user, project): (Vec<_>, Vec<_>) = roots
+                .iter()
+                .cloned()
+                .partition(|(_, origin)| *origin != DataOrigin::Project);
+            user.into_iter().chain(project).collect()
+        };
+        for (root, origin) in &user_first {
             for path in set.files_in(&root.join("tools"), "json") {
                 let result = tool::DataTool::load(&path, *origin);
                 if let Some(tool) = set.take(&path, result) {
@@ -450,7 +465,7 @@ impl DataSearch {
                 }
             }
         }
-        for (root, origin) in &roots {
+        for (root, origin) in &user_first {
             for path in set.files_in(&root.join("skills"), "md") {
                 let result = skill::Skill::load(&path, *origin);
                 if let Some(skill) = set.take(&path, result) {
@@ -639,7 +654,7 @@ mod tests {
     }
 
     #[test]
-    fn project_shadows_user_and_bad_files_are_reported_not_fatal() {
+    fn the_user_keeps_a_name_the_workspace_uses_too_and_bad_files_are_reported_not_fatal() {
         let f = fixture();
         let s = &f.search;
         let zot_tools = s.zot_home.join("tools");
@@ -650,7 +665,8 @@ mod tests {
             .join(".shiro-neko/tools");
         let zot_proj = s.workspace.join(".zot/tools");
         let shiro_proj = s.workspace.join(".shiro/tools");
-        // `a` everywhere: the highest root, `.shiro`, wins.
+        // Attack: `a` everywhere, the workspace's named like the user's:
+        // the user's highest root, `~/.shiro-neko`, keeps it.
         write(&zot_tools, "a.json", &tool_json("a", "zot-home"));
         write(&neko_tools, "a.json", &tool_json("a", "neko"));
         write(&zot_proj, "a.json", &tool_json("a", "dot-zot"));
@@ -687,21 +703,21 @@ mod tests {
         assert_eq!(
             tools,
             vec![
-                ("a", "dot-shiro".to_owned()),
-                ("d", "x".to_owned()),
+                ("a", "neko".to_owned()),
                 ("b", "neko".to_owned()),
+                ("d", "x".to_owned()),
             ]
         );
-        assert_eq!(set.tool("a").map(|t| t.origin), Some(DataOrigin::Project));
+        assert_eq!(set.tool("a").map(|t| t.origin), Some(DataOrigin::User));
         assert_eq!(set.tool("b").map(|t| t.origin), Some(DataOrigin::User));
         let shadowed: Vec<&PathBuf> = set.shadowed.iter().map(|(_, _, p)| p).collect();
         assert_eq!(
             shadowed,
             vec![
-                &zot_proj.join("a.json"),
-                &neko_tools.join("a.json"),
                 &zot_tools.join("a.json"),
                 &zot_tools.join("b.json"),
+                &shiro_proj.join("a.json"),
+                &zot_proj.join("a.json"),
             ]
         );
         assert!(set.shadowed.iter().all(|(kind, _, _)| kind == "tool"));
@@ -785,17 +801,16 @@ mod tests {
             .map(|p| (p.name.as_str(), p.deny[0].reason.as_str()))
             .collect();
         assert_eq!(plugins, vec![("p", "project"), ("q", "user")]);
-        assert_eq!(
-            set.skill("deploy").map(|s| s.body.as_str()),
-            Some("project")
-        );
+        // Attack: the workspace's `deploy` would answer the user's own
+        // `/deploy`; it is shadowed instead.
+        assert_eq!(set.skill("deploy").map(|s| s.body.as_str()), Some("user"));
         assert_eq!(set.problems.len(), 1, "{:?}", set.problems);
         let kinds: Vec<&str> = set.shadowed.iter().map(|(k, _, _)| k.as_str()).collect();
         assert_eq!(kinds, vec!["plugin", "skill"]);
     }
 
     #[test]
-    fn skills_merge_builtin_below_registry_below_user_below_project() {
+    fn skills_merge_builtin_below_registry_below_user() {
         let f = fixture();
         let s = &f.search;
         write(

@@ -93,7 +93,7 @@ fn data_lab() -> DataLab {
             {"tools": ["bash"], "commandPattern": "kubectl\\s+apply", "reason": "deploys to the cluster"}
         ]}),
     );
-    // The user's own `say`, shadowed by the project's.
+    // The user's own `say`, which the project's does not replace.
     let user_tools = lab.home.join("tools");
     std::fs::create_dir_all(&user_tools).expect("user tools");
     write_json(
@@ -198,6 +198,9 @@ fn list_shows_a_data_table_with_shadowed_and_skipped_files() {
             &["DATA", "KIND", "ORIGIN", "STATE", "DETAIL"]
         ),
         vec![
+            // Attack: the workspace's `say` and `deploy` skill, named like the
+            // user's, are shadowed; they replace nothing the user has.
+            row(&["say", "tool", "user", "ready", "shell: echo user say {arg}"]),
             row(&[
                 "deploy",
                 "tool",
@@ -206,16 +209,9 @@ fn list_shows_a_data_table_with_shadowed_and_skipped_files() {
                 "shell: printf deployed, needs approval"
             ]),
             row(&["peek", "tool", "project", "ready", "read: docs/{arg}"]),
-            row(&["say", "tool", "project", "ready", "shell: printf %s {arg}"]),
             row(&["no-kubectl", "plugin", "project", "ready", "1 deny rules"]),
-            row(&[
-                "deploy",
-                "skill",
-                "project",
-                "ready",
-                "Ship a release the project's way."
-            ]),
             row(&["debug", "skill", "user", "ready", "Find the bug first."]),
+            row(&["deploy", "skill", "user", "ready", "Ship a release my way."]),
             row(&["say", "tool", "-", "shadowed", ""]),
             row(&["deploy", "skill", "-", "shadowed", ""]),
         ],
@@ -228,13 +224,13 @@ fn list_shows_a_data_table_with_shadowed_and_skipped_files() {
         .collect();
     assert_eq!(lines[skipped_at..end], skipped, "{}", run.stdout);
 
-    // The host serves exactly the winners: the project's `say`, no skipped tool.
+    // The host serves exactly the winners: the user's `say`, no skipped tool.
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     rt.block_on(async {
         let host = start(&lab, &[]).await;
         assert_eq!(
             answer(&host, "say", json!({"arg": "hi"})).await,
-            (false, "hi".to_owned())
+            (false, "user say hi\n".to_owned())
         );
         for name in ["leak", "plain", "creds", "broken"] {
             let (is_error, text) = answer(&host, name, json!({"arg": "x"})).await;
@@ -248,7 +244,7 @@ fn list_shows_a_data_table_with_shadowed_and_skipped_files() {
 }
 
 #[test]
-fn skills_list_and_show_let_the_project_shadow_the_user() {
+fn skills_list_and_show_keep_the_users_skill_over_a_workspaces_of_its_name() {
     let DataLab { lab, .. } = data_lab();
     let list = zotbox(&lab, &["skills", "list"]);
     list.expect_code(0);
@@ -256,14 +252,14 @@ fn skills_list_and_show_let_the_project_shadow_the_user() {
     assert_eq!(
         cells(&lines, &["NAME", "ORIGIN", "DESCRIPTION"]),
         vec![
-            row(&["deploy", "project", "Ship a release the project's way."]),
             row(&["debug", "user", "Find the bug first."]),
+            row(&["deploy", "user", "Ship a release my way."]),
         ],
         "{}",
         list.stdout
     );
     let show = |name: &str| zotbox(&lab, &["skills", "show", name]);
-    assert_eq!(show("deploy").stdout, "# Project deploy\n");
+    assert_eq!(show("deploy").stdout, "# User deploy\n");
     assert_eq!(show("debug").stdout, "# Debug\n");
     let missing = show("nope");
     assert_eq!(missing.code, Some(1), "{missing:#?}");

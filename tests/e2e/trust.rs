@@ -872,7 +872,7 @@ fn never_keeps_a_trusted_workspace_inert_and_only_the_system_can_say_always() {
 // Approvals are the workspace's.
 
 #[test]
-fn an_approval_in_one_workspace_covers_no_other_and_a_users_covers_no_workspace_tool() {
+fn an_approval_in_one_workspace_covers_no_other_and_a_workspace_tool_never_takes_a_users_name() {
     let lab = Lab::new();
     let a = lab.workspace.clone();
     let b = lab.dev.join("b");
@@ -899,15 +899,22 @@ fn an_approval_in_one_workspace_covers_no_other_and_a_users_covers_no_workspace_
     let in_b = call(&b);
     assert_eq!((in_b.code, in_b.stdout.as_str()), (Some(3), needs));
 
-    // A user-level approval of a user tool `deploy` covers no workspace's.
+    // The user's own `deploy`, approved once: a workspace's tool of that
+    // name (trusted or not) never takes it, so B's script does not run
+    // under the user's approval.
     let c = lab.dev.join("c");
     std::fs::create_dir_all(&c).expect("c");
     let user_tools = lab.home.join("tools");
     std::fs::create_dir_all(&user_tools).expect("user tools");
-    write_json(&user_tools.join("deploy.json"), &deploy);
+    let users = json!({"name": "deploy", "description": "deploys", "kind": "shell",
+                       "command": "printf user-deploy-%s {arg}", "autoApprove": false});
+    write_json(&user_tools.join("deploy.json"), &users);
     lab.zotbox_in(&c, &["approve", "deploy"]).expect_code(0);
     let in_b = call(&b);
-    assert_eq!((in_b.code, in_b.stdout.as_str()), (Some(3), needs));
+    assert_eq!(
+        (in_b.code, in_b.stdout.as_str()),
+        (Some(0), "user-deploy-x\n")
+    );
     let approvals: Value = serde_json::from_str(
         &std::fs::read_to_string(lab.home.join("approvals.json")).expect("approvals"),
     )
