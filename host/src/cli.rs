@@ -310,10 +310,19 @@ struct Tee(Option<zotbox::instance_log::Sink>);
 impl std::io::Write for Tee {
     fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
         if let Some(sink) = &self.0
-            && let Ok(mut file) = sink.lock()
+            && let Ok(mut stream) = sink.lock()
         {
+            // Within the instance's budget of diagnostics, on both streams.
+            let admitted = stream.admit(bytes.len(), std::time::Instant::now());
+            for line in admitted.note.iter().map(String::as_bytes) {
+                let _ = stream.file().write_all(line);
+                std::io::stderr().write_all(line)?;
+            }
+            if !admitted.record {
+                return Ok(bytes.len());
+            }
             // A relay that is gone must not cost the host its own log.
-            let _ = file.write_all(bytes);
+            let _ = stream.file().write_all(bytes);
         }
         std::io::stderr().write_all(bytes)?;
         Ok(bytes.len())

@@ -531,9 +531,20 @@ fn remove_stale(path: &Path) -> Result<(), RelayError> {
     }
 }
 
+/// The size past which a new host starts a new log, keeping the last as
+/// `zotbox-host.log.1`.
+const MAX_HOST_LOG_BYTES: u64 = 16 * 1024 * 1024;
+
 /// Starts `exe host serve` for `home`, detached from zot's terminal and
 /// stdio, its log appended to `log`.
 fn spawn_host(exe: &Path, home: &ZotHome, log: &Path) -> std::io::Result<std::process::Child> {
+    // One earlier log is kept: each instance's diagnostics are held to a
+    // budget, but a host lives for days and many sessions.
+    if std::fs::metadata(log).is_ok_and(|meta| meta.len() > MAX_HOST_LOG_BYTES) {
+        let mut older = log.as_os_str().to_owned();
+        older.push(".1");
+        let _ = std::fs::rename(log, older);
+    }
     let log = crate::home::open_append(log)?;
     let mut command = std::process::Command::new(exe);
     // Its log says when it started, retired and stopped, unless told otherwise.

@@ -482,7 +482,9 @@ async fn instance(
     let output =
         super::line_end::LineEnds::new(bridge::stdio::owned_output(zot_out, shared_stdout), cut_tx);
     // The instance's own diagnostics also reach zot's log of it.
-    let sink = Arc::new(std::sync::Mutex::new(std::fs::File::from(zot_log)));
+    let sink = Arc::new(std::sync::Mutex::new(crate::instance_log::Stream::new(
+        std::fs::File::from(zot_log),
+    )));
     let outcome = crate::instance_log::scope(
         sink,
         bridge::start(prepared, &state.launcher, input, output, tap),
