@@ -102,6 +102,11 @@ pub struct AuditRecord {
     pub time: String,
     /// The extension (or `data:<tool>` for a data tool, `guard` for the chain itself).
     pub extension: String,
+    /// The extension's folder, for a record its sandbox made: two
+    /// extensions may share a name (the shared host keeps one log for all),
+    /// and each has a share of the log of its own (rule 4).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub folder: Option<String>,
     /// `fs-read`, `fs-write`, `http`, `shell`, `env` or `guard`.
     pub capability: String,
     /// The path, URL or command line (cut to [`AuditConfig::max_field`]).
@@ -131,6 +136,7 @@ impl AuditRecord {
         Self {
             time: rfc3339(SystemTime::now()),
             extension: extension.into(),
+            folder: None,
             capability: capability.into(),
             subject: subject.into(),
             subject_len: None,
@@ -140,9 +146,39 @@ impl AuditRecord {
         }
     }
 
+    /// The record as made by the sandbox of the extension in `folder`.
+    pub fn in_folder(mut self, folder: impl Into<String>) -> Self {
+        self.folder = Some(folder.into());
+        self
+    }
+
+    /// What the log's shares (rules 2 and 4) are kept by: the extension,
+    /// and its folder when known. A NUL, which neither holds, joins them.
+    fn share_key(&self) -> String {
+        match &self.folder {
+            Some(folder) => format!("{}\0{folder}", self.extension),
+            None => self.extension.clone(),
+        }
+    }
+
+    /// A line of the log's own about the share `key` names.
+    fn own_line(key: &str, subject: String, reason: String) -> Self {
+        let (extension, folder) = match key.split_once('\0') {
+            Some((extension, folder)) => (extension, Some(folder.to_owned())),
+            None => (key, None),
+        };
+        Self {
+            folder,
+            ..Self::now(extension, OWN_LINES, subject, Decision::Deny, reason)
+        }
+    }
+
     /// Cuts the fields to `max` bytes each, noting the lengths cut from.
     fn bounded(mut self, max: usize) -> Self {
         cut(&mut self.extension, max);
+        if let Some(folder) = &mut self.folder {
+            cut(folder, max);
+        }
         if let Some(len) = cut(&mut self.subject, max) {
             self.subject_len.get_or_insert(len);
         }
@@ -275,7 +311,7 @@ impl Shares {
     /// window (rule 4); when not, it is counted as suppressed.
     fn admit(&mut self, record: &AuditRecord, size: u64, config: &AuditConfig) -> Admitted {
         let now = Instant::now();
-        let key = key_in(&self.windows, &record.extension);
+        let key = key_in(&self.windows, &record.share_key());
         let window = self.windows.entry(key).or_insert_with(|| Window {
             started: now,
             bytes: 0,
@@ -476,7 +512,7 @@ impl AuditLog {
                     Admitted::Suppressed => return,
                 }
             }
-            match shares.enqueue(&record.extension, &self.config) {
+            match shares.enqueue(&record.share_key(), &self.config) {
                 Some(key) => key,
                 None => return,
             }
@@ -648,11 +684,9 @@ impl Writer {
                 .iter()
                 .map(|(kind, count)| format!("{kind} {count}"))
                 .collect();
-            let record = AuditRecord::now(
-                extension,
-                OWN_LINES,
+            let record = AuditRecord::own_line(
+                &extension,
                 format!("{total} records suppressed"),
-                Decision::Deny,
                 format!(
                     "more than {} bytes of records in {} s from this extension (and {} of each \
                      kind): {}",
@@ -697,11 +731,9 @@ impl Writer {
             .collect();
         dropped.sort_unstable();
         for (extension, count) in dropped {
-            let record = AuditRecord::now(
-                extension,
-                OWN_LINES,
+            let record = AuditRecord::own_line(
+                &extension,
                 format!("{count} records dropped"),
-                Decision::Deny,
                 format!(
                     "the audit queue was full ({} records waiting for the disk, a quarter of \
                      them at most from one extension)",
@@ -1091,6 +1123,52 @@ mod tests {
                 (field("extension"), field("subject"), field("reason"))
             })
             .collect()
+    }
+
+    /// Rule 4 in the shared host, whose one log serves every instance: an
+    /// extension named like another, in another folder, spends its own
+    /// share, not the other's, and its lines and the log's own say which
+    /// folder they are of.
+    #[test]
+    fn a_namesake_in_another_folder_spends_a_share_of_its_own() {
+        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = tmp.path().join("audit.jsonl");
+        let config = AuditConfig {
+            burst_bytes: 16 * 1024,
+            interval: Duration::from_secs(3600),
+            reserved_bytes: 4 * 1024,
+            ..AuditConfig::default()
+        };
+        let log = AuditLog::open_with(&path, config);
+        let record = |folder: &str, subject: String| {
+            AuditRecord::now("prober", "fs-read", subject, Decision::Deny, "r").in_folder(folder)
+        };
+        // Attack: another author's `prober` floods refusals.
+        for i in 0..2000 {
+            log.record(record("/evil/prober", format!("{i:>200}")));
+        }
+        for i in 0..3 {
+            log.record(record("/home/u/prober", format!("../victim-{i}")));
+        }
+        drop(log);
+        let lines = lines_of(&path);
+        let victims: Vec<&str> = lines
+            .iter()
+            .filter(|line| line["folder"] == "/home/u/prober")
+            .filter_map(|line| line["subject"].as_str())
+            .collect();
+        assert_eq!(victims, ["../victim-0", "../victim-1", "../victim-2"]);
+        let own: Vec<(&str, &str)> = lines
+            .iter()
+            .filter(|line| line["capability"] == "audit")
+            .map(|line| {
+                (
+                    line["extension"].as_str().unwrap_or_default(),
+                    line["folder"].as_str().unwrap_or_default(),
+                )
+            })
+            .collect();
+        assert_eq!(own, [("prober", "/evil/prober")]);
     }
 
     /// Rule 4: a guest refused in a loop, with a path of control characters

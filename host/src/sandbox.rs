@@ -233,6 +233,8 @@ impl Services {
 #[derive(Debug)]
 pub struct Sandbox {
     who: String,
+    /// The extension's folder, in its audit records.
+    folder: Option<String>,
     services: Arc<Services>,
     grant: Grant,
     fs: FsGrant,
@@ -260,6 +262,7 @@ impl Sandbox {
         declared: &crate::manifest::Capabilities,
     ) -> Result<Self, CapabilityError> {
         Ok(Self {
+            folder: None,
             who: who.into(),
             fs: FsGrant::new(&grant.read, &grant.write)?,
             fs_declared: FsGrant::new(&declared.read, &declared.write)?,
@@ -289,6 +292,22 @@ impl Sandbox {
         &self.services
     }
 
+    /// The sandbox of an extension in `folder`, which its audit records
+    /// name.
+    pub fn in_folder(mut self, folder: &Path) -> Self {
+        self.folder = Some(folder.display().to_string());
+        self
+    }
+
+    /// Writes `record` to the audit log as this sandbox's.
+    pub fn record(&self, record: AuditRecord) {
+        let record = match &self.folder {
+            Some(folder) => record.in_folder(folder.clone()),
+            None => record,
+        };
+        self.services.audit.record(record);
+    }
+
     fn audit<T>(
         &self,
         capability: Capability,
@@ -304,7 +323,7 @@ impl Sandbox {
             // Allowed, then failed: the use happened, so it is an allow.
             Err(other) => (Decision::Allow, format!("failed: {other}")),
         };
-        self.services.audit.record(AuditRecord::now(
+        self.record(AuditRecord::now(
             &self.who,
             capability.as_str(),
             subject,
@@ -609,7 +628,7 @@ impl Sandbox {
     /// a `deny`; one not set is skipped with a warning naming the command.
     pub fn secret_env(&self) -> Vec<(String, String)> {
         let record = |subject: String, decision: Decision, reason: String| {
-            self.services.audit.record(AuditRecord::now(
+            self.record(AuditRecord::now(
                 &self.who,
                 Capability::Env.as_str(),
                 &subject,
@@ -668,7 +687,7 @@ impl Sandbox {
     /// took away, and each name of a grant that does not parse, a `deny`.
     pub fn env(&self) -> Vec<(String, String)> {
         let deny = |name: &str, reason: String| {
-            self.services.audit.record(AuditRecord::now(
+            self.record(AuditRecord::now(
                 &self.who,
                 Capability::Env.as_str(),
                 name,
@@ -698,7 +717,7 @@ impl Sandbox {
             Vec::new()
         });
         for (name, _) in &granted {
-            self.services.audit.record(AuditRecord::now(
+            self.record(AuditRecord::now(
                 &self.who,
                 Capability::Env.as_str(),
                 name,
@@ -804,7 +823,8 @@ pub fn confine(
                 };
                 let grant = policy.grant(&declared);
                 let sandbox = Sandbox::new(manifest.name(), services.clone(), grant, &declared)
-                    .map_err(|err| format!("its capabilities do not parse: {err}"))?;
+                    .map_err(|err| format!("its capabilities do not parse: {err}"))?
+                    .in_folder(&manifest.dir);
                 Ok(Some(Arc::new(sandbox)))
             }
         },
@@ -823,7 +843,8 @@ pub fn confine(
                 }
             }
             let sandbox = Sandbox::new(manifest.name(), services.clone(), grant, declared)
-                .map_err(|err| format!("its capabilities do not parse: {err}"))?;
+                .map_err(|err| format!("its capabilities do not parse: {err}"))?
+                .in_folder(&manifest.dir);
             Ok(Some(Arc::new(sandbox)))
         }
     }

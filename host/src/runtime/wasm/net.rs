@@ -60,7 +60,7 @@ const P1_EACCES: i32 = 2;
 /// Records a refused socket use of `sandbox`'s guest.
 fn audit(sandbox: Option<&Arc<Sandbox>>, subject: &str) {
     match sandbox {
-        Some(sandbox) => sandbox.services().audit.record(AuditRecord::now(
+        Some(sandbox) => sandbox.record(AuditRecord::now(
             sandbox.who(),
             CAPABILITY,
             crate::text::shown(subject),
