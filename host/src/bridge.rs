@@ -221,6 +221,27 @@ pub async fn run(
 /// extension's was set as it started, to the folder zot runs in (its jail
 /// cannot change later): should zot name another, zot's log of the
 /// extension says so, for what it reaches is not what zot's user expects.
+/// The workspace zot's `hello_ack` names in `cwd`, when it names one: an
+/// absolute path. A relative one would be read against this process's
+/// folder, which in the shared host is `/`: the jail would be the whole
+/// disk. zot sends an absolute path; anything else is refused and the
+/// extension has no workspace.
+fn named_workspace(cwd: String) -> Option<PathBuf> {
+    if cwd.is_empty() {
+        return None;
+    }
+    let named = PathBuf::from(cwd);
+    if named.is_absolute() {
+        return Some(named);
+    }
+    tracing::warn!(
+        "zot named the workspace `{}`, which is not an absolute path: the extension has no \
+         workspace",
+        Shown(&named.to_string_lossy())
+    );
+    None
+}
+
 fn take_workspace(services: &Services, named: PathBuf) {
     let Some(confined) = services.workspace() else {
         services.set_workspace(named);
@@ -797,9 +818,9 @@ async fn bridge(
     }
     if let Some(line) = &resume
         && let Ok(HostFrame::HelloAck(ack)) = decode_line::<HostFrame>(line)
-        && !ack.cwd.is_empty()
+        && let Some(named) = named_workspace(ack.cwd)
     {
-        services.set_workspace(ack.cwd.into());
+        services.set_workspace(named);
     }
 
     let inbound = crate::instance_log::spawn(forward_inbound(
@@ -1057,9 +1078,9 @@ async fn forward_inbound(
             let request = match seen.frame_type.as_deref() {
                 Some("hello_ack") => {
                     if let Ok(HostFrame::HelloAck(ack)) = decode_line::<HostFrame>(bytes)
-                        && !ack.cwd.is_empty()
+                        && let Some(named) = named_workspace(ack.cwd)
                     {
-                        take_workspace(&services, ack.cwd.into());
+                        take_workspace(&services, named);
                     }
                     if let Some(tap) = &hello_ack {
                         let _ = tap.send(Some(bytes.to_vec()));
@@ -1163,6 +1184,19 @@ mod tests {
 
     fn soon() -> Instant {
         Instant::now() + Duration::from_secs(60)
+    }
+
+    #[test]
+    fn a_workspace_zot_names_is_an_absolute_path_or_none() {
+        assert_eq!(
+            named_workspace("/home/me/p".to_owned()),
+            Some(PathBuf::from("/home/me/p"))
+        );
+        // Attack (on the shared host, which runs in `/`): a relative `cwd`
+        // made the jail the whole disk.
+        for cwd in ["", ".", "etc/..", "p"] {
+            assert_eq!(named_workspace(cwd.to_owned()), None, "{cwd:?}");
+        }
     }
 
     #[test]

@@ -464,6 +464,13 @@ async fn a_host_killed_mid_call_fails_the_call_and_the_extension_comes_back() {
     );
     let new = host_pid(&lab);
     assert_ne!(new, old);
+    // `host status` names its workspace, which zot named before the restart.
+    let instances = status(&lab)["instances"].clone();
+    assert_eq!(
+        instances[0]["workspace"].as_str(),
+        lab.workspace.to_str(),
+        "{instances}"
+    );
     let end = finish(zot).await;
     assert_eq!(end.status.code(), Some(0), "{end:#?}");
 }

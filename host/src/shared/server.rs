@@ -400,6 +400,10 @@ async fn instance(
             },
         );
     }
+    // A restarted instance has zot's `hello_ack` from its relay, not zot.
+    if let Some(line) = &resume {
+        note_workspace(state, id, line);
+    }
     let (hello_tx, mut hello_rx) = watch::channel(None);
     let (abandon_tx, abandon_rx) = watch::channel(false);
     let tap = Tap {
