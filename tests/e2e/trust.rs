@@ -436,46 +436,56 @@ fn trusting_runs_it_and_one_changed_byte_makes_it_untrusted_again() {
 /// so the changed script never runs.
 #[test]
 fn a_script_a_workspace_tool_runs_is_covered_by_trust() {
-    let lab = Lab::new();
-    let ws = &lab.workspace;
-    workspace_file(
-        ws,
-        "tools",
-        &json!({"name": "build", "description": "build it", "kind": "shell",
-                "command": "sh scripts/build.sh {arg}"}),
-    );
-    let script = ws.join("scripts/build.sh");
-    std::fs::create_dir_all(script.parent().expect("parent")).expect("scripts");
-    std::fs::write(&script, "echo benign build\n").expect("script");
-    let trust = lab.zotbox_in(ws, &["trust", "--yes"]);
-    trust.expect_code(0);
-    assert!(
-        trust
-            .stdout
-            .lines()
-            .any(|line| line.trim_start().starts_with("scripts/build.sh ")),
-        "the review does not list the script among the files covered:\n{}",
-        trust.stdout
-    );
-    let call = lab.zotbox_in(ws, &["call", "build"]);
-    assert_eq!(
-        (call.code, call.stdout.trim_end()),
-        (Some(0), "benign build")
-    );
+    // Attack: the same script named with quotes, or from a folder `cd`
+    // went to, was not covered: edited after trust, it ran.
+    for (command, shell) in [
+        ("sh scripts/build.sh {arg}", false),
+        ("sh scripts/\"build.sh\" {arg}", false),
+        ("cd scripts && sh build.sh {arg}", true),
+    ] {
+        let lab = Lab::new();
+        let ws = &lab.workspace;
+        workspace_file(
+            ws,
+            "tools",
+            &json!({"name": "build", "description": "build it", "kind": "shell",
+                    "command": command, "shell": shell}),
+        );
+        let script = ws.join("scripts/build.sh");
+        std::fs::create_dir_all(script.parent().expect("parent")).expect("scripts");
+        std::fs::write(&script, "echo benign build\n").expect("script");
+        let trust = lab.zotbox_in(ws, &["trust", "--yes"]);
+        trust.expect_code(0);
+        assert!(
+            trust
+                .stdout
+                .lines()
+                .any(|line| line.trim_start().starts_with("scripts/build.sh ")),
+            "{command}: the review does not list the script among the files covered:\n{}",
+            trust.stdout
+        );
+        let call = lab.zotbox_in(ws, &["call", "build"]);
+        assert_eq!(
+            (call.code, call.stdout.trim_end()),
+            (Some(0), "benign build"),
+            "{command}"
+        );
 
-    std::fs::write(&script, "echo EVIL\n").expect("script");
-    let call = lab.zotbox_in(ws, &["call", "build"]);
-    call.expect_code(3);
-    assert!(
-        call.stderr.contains("which changed since you trusted it"),
-        "{call:#?}"
-    );
-    assert!(!call.stdout.contains("EVIL"), "{call:#?}");
-    let listed = lab.zotbox_in(ws, &["trust", "--list"]);
-    assert_eq!(
-        row(&listed, &ws.display().to_string())[1..3],
-        ["changed", "since"]
-    );
+        std::fs::write(&script, "echo EVIL\n").expect("script");
+        let call = lab.zotbox_in(ws, &["call", "build"]);
+        call.expect_code(3);
+        assert!(
+            call.stderr.contains("which changed since you trusted it"),
+            "{command}: {call:#?}"
+        );
+        assert!(!call.stdout.contains("EVIL"), "{command}: {call:#?}");
+        let listed = lab.zotbox_in(ws, &["trust", "--list"]);
+        assert_eq!(
+            row(&listed, &ws.display().to_string())[1..3],
+            ["changed", "since"],
+            "{command}"
+        );
+    }
 }
 
 /// A trusted workspace extension that crashes is restarted as it is now:

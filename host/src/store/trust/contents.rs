@@ -216,6 +216,36 @@ impl Contents {
     }
 }
 
+/// The words of a shell tool's template as a shell reads them: split at
+/// blanks and at `;`, `&`, `|`, `(`, `)`, `<`, `>`, with quotes and
+/// backslashes taken away (`sh scripts/"build.sh"` names
+/// `scripts/build.sh`). No expansion: a word the line computes names no
+/// file here.
+fn template_words(command: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut chars = command.chars();
+    let mut quote: Option<char> = None;
+    while let Some(c) = chars.next() {
+        match (quote, c) {
+            (Some(open), c) if c == open => quote = None,
+            (Some('"'), '\\') | (None, '\\') => word.extend(chars.next()),
+            (Some(_), c) => word.push(c),
+            (None, '\'' | '"') => quote = Some(c),
+            (None, c) if c.is_whitespace() || ";&|()<>".contains(c) => {
+                if !word.is_empty() {
+                    words.push(std::mem::take(&mut word));
+                }
+            }
+            (None, c) => word.push(c),
+        }
+    }
+    if !word.is_empty() {
+        words.push(word);
+    }
+    words
+}
+
 /// One entry of a folder scanned by [`scan_folder`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FolderEntry {
@@ -461,14 +491,20 @@ impl<'a> Scanner<'a> {
         let ToolKind::Shell { command, .. } = &parsed.value.kind else {
             return Ok(());
         };
-        for word in command.split_whitespace() {
-            let word = word.trim_matches(['\'', '"']);
+        // The tool runs in the workspace: a relative word is from there, or
+        // from a folder an earlier `cd` of the line went to.
+        let mut folders = vec![self.workspace.to_owned()];
+        let words = template_words(command);
+        for (index, word) in words.iter().enumerate() {
             if word.is_empty() || word.starts_with('-') || word.contains("{arg}") {
                 continue;
             }
-            // The tool runs in the workspace: a relative word is from there.
-            let candidate = self.workspace.join(word);
-            self.cover_named(&candidate, None, rel)?;
+            if index > 0 && words[index - 1] == "cd" {
+                folders.push(self.workspace.join(word));
+            }
+            for folder in folders.clone() {
+                self.cover_named(&folder.join(word), None, rel)?;
+            }
         }
         Ok(())
     }
