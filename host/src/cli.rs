@@ -315,14 +315,18 @@ impl std::io::Write for Tee {
             // Within the instance's budget of diagnostics, on both streams.
             let admitted = stream.admit(bytes.len(), std::time::Instant::now());
             for line in admitted.note.iter().map(String::as_bytes) {
-                let _ = stream.file().write_all(line);
+                if let Some(file) = stream.file() {
+                    let _ = file.write_all(line);
+                }
                 std::io::stderr().write_all(line)?;
             }
             if !admitted.record {
                 return Ok(bytes.len());
             }
             // A relay that is gone must not cost the host its own log.
-            let _ = stream.file().write_all(bytes);
+            if let Some(file) = stream.file() {
+                let _ = file.write_all(bytes);
+            }
         }
         std::io::stderr().write_all(bytes)?;
         Ok(bytes.len())

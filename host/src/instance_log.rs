@@ -26,7 +26,9 @@ pub const WINDOW: Duration = Duration::from_secs(60);
 /// One instance's stream, with its budget of diagnostics.
 #[derive(Debug)]
 pub struct Stream {
-    file: std::fs::File,
+    /// None: the instance's records go to this process's stderr only (a
+    /// standalone `zotbox run`, whose stderr is zot's log of it).
+    file: Option<std::fs::File>,
     window_began: Instant,
     written: u64,
     suppressed: u64,
@@ -44,6 +46,16 @@ pub struct Admitted {
 impl Stream {
     /// A stream writing to `file`, its window beginning now.
     pub fn new(file: std::fs::File) -> Self {
+        Self::with(Some(file))
+    }
+
+    /// The budget alone, for the one instance of a process whose stderr is
+    /// the instance's stream.
+    pub fn stderr_only() -> Self {
+        Self::with(None)
+    }
+
+    fn with(file: Option<std::fs::File>) -> Self {
         Self {
             file,
             window_began: Instant::now(),
@@ -77,9 +89,9 @@ impl Stream {
         Admitted { note, record }
     }
 
-    /// The instance's stream.
-    pub fn file(&mut self) -> &mut std::fs::File {
-        &mut self.file
+    /// The instance's stream, when it is not this process's stderr.
+    pub fn file(&mut self) -> Option<&mut std::fs::File> {
+        self.file.as_mut()
     }
 }
 

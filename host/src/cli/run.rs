@@ -70,15 +70,23 @@ impl Args {
 
     pub(crate) async fn run(self, context: &Context) -> Result<u8> {
         let home = context.home()?;
-        let exit = bridge::run(
-            &self.dir,
-            home,
-            BridgeConfig {
-                compiler: Some(super::this_zotbox()),
-                ..BridgeConfig::default()
-            },
-            (bridge::stdio::stdin(), bridge::stdio::HangUp::of_stdin()),
-            bridge::stdio::stdout(),
+        // The extension's diagnostics, on stderr (zot's log of it), are held
+        // to the budget the shared host holds each instance's to.
+        let budget = std::sync::Arc::new(std::sync::Mutex::new(
+            zotbox::instance_log::Stream::stderr_only(),
+        ));
+        let exit = zotbox::instance_log::scope(
+            budget,
+            bridge::run(
+                &self.dir,
+                home,
+                BridgeConfig {
+                    compiler: Some(super::this_zotbox()),
+                    ..BridgeConfig::default()
+                },
+                (bridge::stdio::stdin(), bridge::stdio::HangUp::of_stdin()),
+                bridge::stdio::stdout(),
+            ),
         )
         .await?;
         Ok(status_of(&exit))
