@@ -118,6 +118,11 @@ pub struct BridgeConfig {
     /// memory cap (see [`crate::runtime::Launcher::with_compiler_process`]);
     /// `None`: in this process, uncapped.
     pub compiler: Option<std::path::PathBuf>,
+    /// zot's `hello_ack` from before, when this run takes over an extension
+    /// whose handshake is done (a relay whose shared host kept dying): the
+    /// guest gets it at once, and its `hello` and registrations, which zot
+    /// already has, are not forwarded.
+    pub resume: Option<Vec<u8>>,
 }
 
 impl Default for BridgeConfig {
@@ -127,6 +132,7 @@ impl Default for BridgeConfig {
             intercept_timeout: Duration::from_secs(5),
             shutdown_grace: Duration::from_secs(2),
             compiler: None,
+            resume: None,
         }
     }
 }
@@ -212,15 +218,12 @@ pub async fn run(
     }
     let tap = Tap {
         hang_up,
+        resume: config.resume.clone(),
         ..Tap::default()
     };
     start(prepared, &launcher, input, output, tap).await
 }
 
-/// Takes the workspace zot's `hello_ack` names. A confined native
-/// extension's was set as it started, to the folder zot runs in (its jail
-/// cannot change later): should zot name another, zot's log of the
-/// extension says so, for what it reaches is not what zot's user expects.
 /// The workspace zot's `hello_ack` names in `cwd`, when it names one: an
 /// absolute path. A relative one would be read against this process's
 /// folder, which in the shared host is `/`: the jail would be the whole
@@ -242,6 +245,10 @@ fn named_workspace(cwd: String) -> Option<PathBuf> {
     None
 }
 
+/// Takes the workspace zot's `hello_ack` names. A confined native
+/// extension's was set as it started, to the folder zot runs in (its jail
+/// cannot change later): should zot name another, zot's log of the
+/// extension says so, for what it reaches is not what zot's user expects.
 fn take_workspace(services: &Services, named: PathBuf) {
     let Some(confined) = services.workspace() else {
         services.set_workspace(named);

@@ -316,6 +316,60 @@ async fn ten_relays_started_at_once_share_one_host() {
     .await;
 }
 
+/// A host killed five times within a minute: the relay hosts the extension
+/// itself from then on, resumed with zot's `hello_ack` (which zot does not
+/// send twice), so its workspace is still the one zot named. (Before, the
+/// fallback started a fresh handshake: the guest waited for a `hello_ack`
+/// that never came, and every capability was refused.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_that_keeps_dying_leaves_the_extension_in_its_relay_with_its_workspace() {
+    let lab = Lab::new();
+    let dir = guest(&lab, "prober");
+    let path = dir.join("extension.json");
+    let mut manifest = read_json(&path);
+    manifest["capabilities"] = json!({"read": ["**"]});
+    crate::support::write_json(&path, &manifest);
+    std::fs::write(lab.workspace.join("who.txt"), "the workspace").expect("who.txt");
+    let mut zot = relay(&lab, &dir).await;
+    let read = |id: &str| (id.to_owned(), json!({"path": "who.txt"}));
+    let (id, args) = read("r0");
+    assert_eq!(
+        call(&mut zot, &id, "fs_read", args).await,
+        (false, "the workspace".to_owned())
+    );
+    for death in 1..=5 {
+        let pid = host_pid(&lab);
+        kill_host(pid);
+        let note = zot.recv().await;
+        assert_eq!(note["type"], "notify", "death {death}: {}", zot.describe());
+        if death < 5 {
+            // Back in a new host before the next death.
+            let (id, args) = read(&format!("r{death}"));
+            assert_eq!(
+                call(&mut zot, &id, "fs_read", args).await,
+                (false, "the workspace".to_owned()),
+                "death {death}"
+            );
+        }
+    }
+    // Hosted in the relay's process now, its workspace zot's.
+    let (id, args) = read("after");
+    assert_eq!(
+        call(&mut zot, &id, "fs_read", args).await,
+        (false, "the workspace".to_owned()),
+        "{}",
+        zot.describe()
+    );
+    let hellos = zot
+        .transcript
+        .iter()
+        .filter(|l| l.contains("\"type\":\"hello\""))
+        .count();
+    assert_eq!(hellos, 1, "a second hello reached zot: {}", zot.describe());
+    let end = finish(zot).await;
+    assert_eq!(end.status.code(), Some(0), "{end:#?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_workspaces_served_by_one_host_never_cross() {
     let lab = Lab::new();

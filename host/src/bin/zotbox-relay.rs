@@ -56,15 +56,17 @@ fn main() {
             }
             std::process::exit(i32::from(status))
         }
-        Relayed::Standalone(why) => {
+        Relayed::Standalone { why, resume } => {
             // zot reads this stderr into the extension's log.
             if let Some(why) = why {
                 eprintln!("{why}");
             }
-            let err = std::process::Command::new(&zotbox)
-                .args(["run", "--standalone"])
-                .arg(&dir)
-                .exec();
+            let mut command = std::process::Command::new(&zotbox);
+            command.args(["run", "--standalone"]);
+            if let Some(hello_ack) = resume {
+                command.arg("--resume-hello-ack").arg(hello_ack);
+            }
+            let err = command.arg("--").arg(&dir).exec();
             fail(&format!("cannot start `{}`: {err}", zotbox.display()))
         }
         Relayed::Failed(err) => fail(&err.to_string()),

@@ -205,7 +205,7 @@ fn echo_forms(value: &str) -> Vec<String> {
 }
 
 /// Replaces every value of `secrets` in `text`, in each of its
-/// [`echo_forms`], with `[redacted secret NAME]`.
+/// `echo_forms`, with `[redacted secret NAME]`.
 pub fn redact(secrets: &[BoundSecret], text: &str) -> String {
     let mut text = text.to_owned();
     for secret in secrets {

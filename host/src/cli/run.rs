@@ -24,7 +24,15 @@ pub(crate) struct Args {
     /// without Unix sockets.
     #[arg(long)]
     standalone: bool,
+    /// zot's `hello_ack`, when this run takes over an extension whose
+    /// handshake is done (a relay whose shared host kept dying).
+    #[arg(long, hide = true, value_name = "LINE")]
+    resume_hello_ack: Option<String>,
 }
+
+/// zot's `hello_ack` a relay of this process brought back from a shared
+/// host that kept dying: the extension hosted here resumes with it.
+static RESUMED: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
 impl Args {
     /// Relays a wasm extension to the shared host: its exit status, or
@@ -54,10 +62,13 @@ impl Args {
         let build = shared::peer::build_id();
         match shared::launch(dir, &home, &exe, &build, waiter.as_deref()) {
             Relayed::Exit(exit) => Some(status_of(&exit)),
-            Relayed::Standalone(why) => {
+            Relayed::Standalone { why, resume } => {
                 // zot reads this stderr into the extension's log.
                 if let Some(why) = why {
                     eprintln!("{why}");
+                }
+                if let Some(hello_ack) = resume {
+                    let _ = RESUMED.set(hello_ack);
                 }
                 None
             }
@@ -82,6 +93,10 @@ impl Args {
                 home,
                 BridgeConfig {
                     compiler: Some(super::this_zotbox()),
+                    resume: self
+                        .resume_hello_ack
+                        .or_else(|| RESUMED.get().cloned())
+                        .map(String::into_bytes),
                     ..BridgeConfig::default()
                 },
                 (bridge::stdio::stdin(), bridge::stdio::HangUp::of_stdin()),

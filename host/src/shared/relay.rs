@@ -60,6 +60,9 @@ pub enum RelayError {
     KeepsDying {
         /// The host's log.
         log: PathBuf,
+        /// zot's `hello_ack`, which it does not send twice: the extension
+        /// hosted in this process instead resumes with it.
+        hello_ack: Option<String>,
     },
     /// The extension cannot run: the host's error, as standalone prints it.
     #[error("{0}")]
@@ -97,8 +100,14 @@ pub enum Relayed {
     Exit(Exit),
     /// This process should host it: the environment says so, it is no wasm
     /// extension (or its manifest does not load: standalone reports why), or
-    /// the shared host is unavailable (why, for zot's log).
-    Standalone(Option<String>),
+    /// the shared host is unavailable (`why`, for zot's log); after zot's
+    /// handshake, with zot's `hello_ack` to `resume` with.
+    Standalone {
+        /// Why, for zot's log.
+        why: Option<String>,
+        /// zot's `hello_ack`, when zot already sent it.
+        resume: Option<String>,
+    },
     /// It cannot run, or someone else's process sits at the socket.
     Failed(RelayError),
 }
@@ -133,10 +142,16 @@ pub fn launch(
     waiter: Option<&Path>,
 ) -> Relayed {
     if super::standalone_from_env() {
-        return Relayed::Standalone(None);
+        return Relayed::Standalone {
+            why: None,
+            resume: None,
+        };
     }
     let Some(name) = wasm_extension(dir) else {
-        return Relayed::Standalone(None);
+        return Relayed::Standalone {
+            why: None,
+            resume: None,
+        };
     };
     let relayed = Relay::new(dir, &name, home, zotbox, build).and_then(|mut relay| {
         let stream = relay.hand_over()?;
@@ -179,10 +194,16 @@ pub fn resume(fd: &str, dir: &Path, home: &ZotHome, zotbox: &Path, build: &str) 
 fn relayed_as(relayed: Result<Exit, RelayError>) -> Relayed {
     match relayed {
         Ok(exit) => Relayed::Exit(exit),
-        Err(err) if err.falls_back() => Relayed::Standalone(Some(format!(
-            "zotbox: {}; hosting the extension in this process",
-            crate::text::shown(&err.to_string())
-        ))),
+        Err(err) if err.falls_back() => Relayed::Standalone {
+            why: Some(format!(
+                "zotbox: {}; hosting the extension in this process",
+                crate::text::shown(&err.to_string())
+            )),
+            resume: match err {
+                RelayError::KeepsDying { hello_ack, .. } => hello_ack,
+                _ => None,
+            },
+        },
         Err(err) => Relayed::Failed(err),
     }
 }
@@ -413,16 +434,17 @@ impl Relay {
                 // so, and start the extension again.
                 self.deaths.retain(|at| at.elapsed() < RESTART_WINDOW);
                 self.deaths.push(Instant::now());
+                owe_answers(&self.name, &in_flight, cut)?;
                 if self.deaths.len() >= MAX_RESTARTS {
                     return Err(RelayError::KeepsDying {
                         log: self.log.clone(),
+                        hello_ack: self.hello_ack.clone(),
                     });
                 }
                 tracing::warn!(
                     "the zotbox host ended; restarting extension `{}`",
                     self.name
                 );
-                owe_answers(&self.name, &in_flight, cut)?;
             }
             stream = self.hand_over()?;
         }
