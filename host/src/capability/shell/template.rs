@@ -32,6 +32,8 @@
 //!    argument that begins with `-` is refused when it lands at the start of
 //!    a word and no `--` word comes before it in the template.
 
+use std::borrow::Cow;
+
 use super::quote;
 use crate::capability::{Capability, CapabilityError};
 
@@ -398,7 +400,7 @@ fn split_exec(source: &str) -> Result<Vec<Word>, String> {
                             parts.push(Part::Text(std::mem::take(&mut text)));
                         }
                         let after_dashdash =
-                            words.iter().any(|w| w.literal().as_deref() == Some("--"));
+                            guarded_by_dashdash(words.iter().map(|w| w.literal().map(Cow::Owned)));
                         words.push(Word {
                             parts: std::mem::take(&mut parts),
                             after_dashdash,
@@ -459,7 +461,7 @@ fn split_exec(source: &str) -> Result<Vec<Word>, String> {
         if !text.is_empty() {
             parts.push(Part::Text(text));
         }
-        let after_dashdash = words.iter().any(|w| w.literal().as_deref() == Some("--"));
+        let after_dashdash = guarded_by_dashdash(words.iter().map(|w| w.literal().map(Cow::Owned)));
         words.push(Word {
             parts,
             after_dashdash,
@@ -488,6 +490,23 @@ impl Seen {
     fn literal(&self) -> Option<&str> {
         (!self.has_arg).then_some(self.text.as_str())
     }
+}
+
+/// Rule 5: whether a word after `before` (the words before it in its
+/// simple command, `None` for one holding `{arg}`) follows a `--` that is
+/// the program's own: a `--` with only options (or other `{arg}`s) after
+/// it. A word that is neither may be a program a wrapper runs (`timeout --
+/// 5 git show {arg}`), for which an earlier `--` means nothing.
+fn guarded_by_dashdash<'a>(before: impl DoubleEndedIterator<Item = Option<Cow<'a, str>>>) -> bool {
+    for word in before.rev() {
+        match word.as_deref() {
+            Some("--") => return true,
+            Some(option) if option.starts_with('-') => {}
+            None => {}
+            Some(_) => return false,
+        }
+    }
+    false
 }
 
 /// Rule 4 over one simple command.
@@ -711,7 +730,7 @@ fn check_shell(source: &str) -> Result<Mode, String> {
             if in_word || !boundary(previous) || !boundary(next) {
                 return Err(bare("glues `{arg}` to other characters"));
             }
-            if !words.iter().any(|w| w.literal() == Some("--")) {
+            if !guarded_by_dashdash(words.iter().map(|w| w.literal().map(Cow::Borrowed))) {
                 option_risk = true;
             }
             words.push(Seen {
@@ -1114,6 +1133,12 @@ mod tests {
             ("cat docs/{arg}", false, false),
             // A `--` in another command does not guard this one.
             ("ls -- x; git show {arg}", true, true),
+            // Attack: a `--` of a wrapper guards the wrapper's options, not
+            // the program it runs.
+            ("timeout -- 5 git show {arg}", false, true),
+            ("env -- git show {arg}", true, true),
+            // Options after the program's own `--` are its operands.
+            ("git log -- {arg} -x", false, false),
         ];
         for (template, shell, is_refused) in cases {
             let parsed = Template::parse(template, shell).unwrap();
