@@ -16,6 +16,16 @@ fn guest(lab: &Lab, name: &str) -> PathBuf {
     guests::wasm_folder(&lab.dev.join("src"), name, wasm, None)
 }
 
+/// The `prober` guest, its manifest declaring `capabilities`.
+fn prober_with(lab: &Lab, capabilities: Value) -> PathBuf {
+    let dir = guest(lab, "prober");
+    let path = dir.join("extension.json");
+    let mut manifest = read_json(&path);
+    manifest["capabilities"] = capabilities;
+    crate::support::write_json(&path, &manifest);
+    dir
+}
+
 /// Starts `zotbox run DIR` as zot does, with `env` added, and completes the
 /// handshake naming `workspace`.
 async fn relay_env(lab: &Lab, dir: &Path, workspace: &Path, env: &[(&str, &str)]) -> Peer {
@@ -324,11 +334,7 @@ async fn ten_relays_started_at_once_share_one_host() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_host_that_keeps_dying_leaves_the_extension_in_its_relay_with_its_workspace() {
     let lab = Lab::new();
-    let dir = guest(&lab, "prober");
-    let path = dir.join("extension.json");
-    let mut manifest = read_json(&path);
-    manifest["capabilities"] = json!({"read": ["**"]});
-    crate::support::write_json(&path, &manifest);
+    let dir = prober_with(&lab, json!({"read": ["**"]}));
     std::fs::write(lab.workspace.join("who.txt"), "the workspace").expect("who.txt");
     let mut zot = relay(&lab, &dir).await;
     let read = |id: &str| (id.to_owned(), json!({"path": "who.txt"}));
@@ -373,11 +379,7 @@ async fn a_host_that_keeps_dying_leaves_the_extension_in_its_relay_with_its_work
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_workspaces_served_by_one_host_never_cross() {
     let lab = Lab::new();
-    let dir = guest(&lab, "prober");
-    let path = dir.join("extension.json");
-    let mut manifest = read_json(&path);
-    manifest["capabilities"] = json!({"read": ["**"], "write": ["**"]});
-    crate::support::write_json(&path, &manifest);
+    let dir = prober_with(&lab, json!({"read": ["**"], "write": ["**"]}));
     let other = lab.dev.join("other-workspace");
     std::fs::create_dir_all(&other).expect("second workspace");
     let other = other.canonicalize().expect("canonical");
@@ -447,11 +449,7 @@ async fn two_workspaces_served_by_one_host_never_cross() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_relays_environment_not_the_hosts_feeds_the_env_grant() {
     let lab = Lab::new();
-    let dir = guest(&lab, "prober");
-    let path = dir.join("extension.json");
-    let mut manifest = read_json(&path);
-    manifest["capabilities"] = json!({"env": ["ZOTBOX_TEST_COLOUR"]});
-    crate::support::write_json(&path, &manifest);
+    let dir = prober_with(&lab, json!({"env": ["ZOTBOX_TEST_COLOUR"]}));
     let mut blue = relay_env(
         &lab,
         &dir,
