@@ -123,6 +123,10 @@ pub(super) fn normal_forms(command: &str) -> Vec<String> {
             forms.push(form);
         }
     };
+    // Names a line's patterns may be compared with, together: a line of
+    // many simple commands, each a pattern, must not cost the list of
+    // programs each.
+    let mut glob_budget = MAX_GLOB_COMPARISONS;
     for list in &parsed.lists {
         let mut whole = String::new();
         for (index, simple) in list.commands.iter().enumerate() {
@@ -146,7 +150,7 @@ pub(super) fn normal_forms(command: &str) -> Vec<String> {
             // A program named by a pattern (`/usr/bin/[r]m`, `cur?`) runs
             // as a program its pattern matches: tried as each, by name.
             if let Some((program, rest)) = words.split_first() {
-                for name in programs_matching(program) {
+                for name in programs_matching(program, &mut glob_budget) {
                     let mut form = name.to_owned();
                     for word in rest {
                         push_word(&mut form, word);
@@ -326,23 +330,36 @@ fn brace_group(word: &str) -> Option<(usize, usize, Vec<&str>)> {
 
 /// The programs a pattern can run as: the names in the folders of
 /// [`SAFE_PATH`](crate::capability::shell::SAFE_PATH) that `word` matches
-/// as a shell pattern (`*`, `?`, `[…]`), at most [`MAX_GLOB_PROGRAMS`];
-/// none for a word without a pattern character.
-fn programs_matching(word: &str) -> impl Iterator<Item = &'static str> + '_ {
-    let names: &[String] = if word.contains(['*', '?', '[']) {
-        program_names()
-    } else {
-        &[]
-    };
+/// as a shell pattern (`*`, `?`, `[…]`), at most [`MAX_GLOB_PROGRAMS`],
+/// paid from `budget` (each name compared costs the pattern's length, what
+/// a match may take); none for a word without a pattern character. Past
+/// the budget, the word with its pattern characters dropped (`[r]m` as
+/// `rm`, `****rm` as `rm`).
+fn programs_matching(word: &str, budget: &mut usize) -> Vec<String> {
+    if !word.contains(['*', '?', '[']) {
+        return Vec::new();
+    }
+    let names = program_names();
+    let cost = names.len().saturating_mul(word.len());
+    if *budget < cost {
+        return vec![word.chars().filter(|c| !"*?[]!^".contains(*c)).collect()];
+    }
+    *budget -= cost;
     names
         .iter()
-        .filter(move |name| glob_matches(word.as_bytes(), name.as_bytes()))
-        .map(String::as_str)
+        .filter(|name| glob_matches(word.as_bytes(), name.as_bytes()))
         .take(MAX_GLOB_PROGRAMS)
+        .cloned()
+        .collect()
 }
 
 /// The programs a pattern is tried as, at most.
 const MAX_GLOB_PROGRAMS: usize = 32;
+
+/// What one line's patterns may cost, together, in names compared times
+/// pattern length (a few milliseconds; a `PATH` holds a few thousand
+/// names).
+const MAX_GLOB_COMPARISONS: usize = 4 * 1024 * 1024;
 
 /// The names in the folders of the shell's `PATH`, read once.
 fn program_names() -> &'static [String] {
@@ -1240,6 +1257,17 @@ mod tests {
                 .map(|f| &f[..f.len().min(40)])
                 .collect::<Vec<_>>()
         );
+    }
+
+    #[test]
+    fn a_line_of_many_patterns_costs_a_budget_then_drops_their_characters() {
+        // Attack: patterns enough to spend the budget, then the command.
+        let junk: String = (0..2000).map(|i| format!("zz{i}*; ")).collect();
+        let command = format!("{junk}/usr/bin/[r]m -rf x; {}rm -rf y", "*".repeat(300));
+        let forms = normal_forms(&command);
+        for meant in ["rm -rf x", "rm -rf y"] {
+            assert!(forms.iter().any(|f| f == meant), "{meant}");
+        }
     }
 
     #[test]
