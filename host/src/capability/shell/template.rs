@@ -66,14 +66,16 @@ const INTERPRETERS: &[&str] = &[
 ];
 
 /// Programs that run a program a later word names (`env CMD`, `xargs
-/// CMD`, `timeout 5 CMD`), and `find`'s actions that do. Best effort, as
-/// every such list: the kernel sandbox holds whatever runs.
+/// CMD`, `timeout 5 CMD`). Best effort, as every such list: the kernel
+/// sandbox holds whatever runs.
 const WRAPPERS: &[&str] = &[
     "env", "xargs", "nice", "nohup", "timeout", "stdbuf", "sudo", "doas", "command", "exec",
     "builtin", "time", "setsid", "ionice", "taskset", "chrt", "numactl", "watch", "strace",
-    "ltrace", "chroot", "unshare", "nsenter", "flock", "runuser", "su", "parallel", "-exec",
-    "-execdir", "-ok", "-okdir",
+    "ltrace", "chroot", "unshare", "nsenter", "flock", "runuser", "su", "parallel",
 ];
+
+/// `find`'s actions that run the program the next word names.
+const FIND_ACTIONS: &[&str] = &["-exec", "-execdir", "-ok", "-okdir"];
 
 /// Programs whose first operand is a script unless a flag gives one: what
 /// their script flags, script-file flags and other flags taking a value are.
@@ -517,22 +519,14 @@ fn check_code(words: &[Seen]) -> Result<(), String> {
              pass it as a word of its own (`sh -c '… \"$1\"' sh {{arg}}`)"
         )
     };
-    if words.first().is_some_and(|w| w.has_arg) {
-        return Err("puts `{arg}` in the program name; name the program exactly".to_owned());
-    }
+    check_programs(words)?;
     for (i, word) in words.iter().enumerate() {
-        if word.has_arg && words[..i].iter().any(|w| w.literal() == Some("eval")) {
-            return Err("passes `{arg}` to `eval`, which would run it as shell code".to_owned());
-        }
         let Some(literal) = word.literal() else {
             continue;
         };
         let name = literal.rsplit('/').next().unwrap_or(literal);
-        if WRAPPERS.contains(&name) {
+        if FIND_ACTIONS.contains(&name) {
             check_wrapped(name, &words[i + 1..])?;
-        }
-        if let Some((_, flags)) = SCRIPTED.iter().find(|(names, _)| names.contains(&name)) {
-            check_scripted(name, flags, &words[i + 1..])?;
         }
         let interpreter = INTERPRETERS.iter().any(|known| {
             name.strip_prefix(known)
@@ -574,12 +568,44 @@ fn check_code(words: &[Seen]) -> Result<(), String> {
     Ok(())
 }
 
+/// Rule 4 for the programs a simple command runs: its first word that is
+/// not an assignment, then each program a wrapper there runs. `{arg}` is
+/// none of them, not code for `eval` nor the script of a program in
+/// [`SCRIPTED`]. (A wrapper's or `sed`'s name elsewhere, as in `grep -rn
+/// exec {arg}`, is only a word.)
+fn check_programs(words: &[Seen]) -> Result<(), String> {
+    let mut at = words
+        .iter()
+        .position(|w| w.has_arg || !w.text.contains('='));
+    while let Some(i) = at {
+        let word = &words[i];
+        let Some(literal) = word.literal() else {
+            return Err("puts `{arg}` in the program name; name the program exactly".to_owned());
+        };
+        let name = literal.rsplit('/').next().unwrap_or(literal);
+        let after = &words[i + 1..];
+        if name == "eval" && after.iter().any(|w| w.has_arg) {
+            return Err("passes `{arg}` to `eval`, which would run it as shell code".to_owned());
+        }
+        if let Some((_, flags)) = SCRIPTED.iter().find(|(names, _)| names.contains(&name)) {
+            check_scripted(name, flags, after)?;
+        }
+        at = if WRAPPERS.contains(&name) {
+            check_wrapped(name, after)?.map(|program| i + 1 + program)
+        } else {
+            None
+        };
+    }
+    Ok(())
+}
+
 /// Rule 4 after a wrapper: `{arg}` anywhere before the program it runs is
 /// named, which may be the program (options, their values, assignments
 /// and numbers skipped, as the wrapper may read them; `--` ends them).
-fn check_wrapped(wrapper: &str, after: &[Seen]) -> Result<(), String> {
+/// Where in `after` that program is, when the template names one.
+fn check_wrapped(wrapper: &str, after: &[Seen]) -> Result<Option<usize>, String> {
     let mut maybe_value = false;
-    for word in after {
+    for (index, word) in after.iter().enumerate() {
         if word.has_arg {
             return Err(format!(
                 "puts `{{arg}}` where `{wrapper}` may read it as the program to run (or as \
@@ -598,10 +624,10 @@ fn check_wrapped(wrapper: &str, after: &[Seen]) -> Result<(), String> {
             maybe_value = false;
         } else {
             // The program, named by the template.
-            return Ok(());
+            return Ok(Some(index));
         }
     }
-    Ok(())
+    Ok(None)
 }
 
 /// Rule 4 for a program in [`SCRIPTED`]: `{arg}` may not be its script,
@@ -1008,6 +1034,9 @@ mod tests {
                 ("xargs -0 {arg}", wrapped("xargs")),
                 ("find . -name x -exec {arg} \\;", wrapped("-exec")),
                 ("sudo -u root {arg}", wrapped("sudo")),
+                ("nice -n 5 env {arg}", wrapped("env")),
+                ("FOO=1 env {arg}", wrapped("env")),
+                ("timeout 5 sed -n {arg} NOTES.md", script("sed")),
                 // Attack: `eval` anywhere before it.
                 (
                     "eval echo {arg}",
@@ -1032,6 +1061,10 @@ mod tests {
                 "env LC_ALL=C grep -n -- {arg} NOTES.md",
                 "xargs -0 -- grep -n -- {arg}",
                 "find . -name {arg}",
+                // A wrapper's, `sed`'s or `eval`'s name as a mere word.
+                "grep -rn exec {arg}",
+                "grep -n -e sed -e eval -- {arg}",
+                "nice -n 5 -- grep -n -- env {arg}",
             ] {
                 assert!(
                     Template::parse(template, shell).is_ok(),
