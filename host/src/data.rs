@@ -174,11 +174,15 @@ impl DataSet {
     /// user's own `/deploy`); on a tie the skill already present stays. The
     /// loser is recorded in [`DataSet::shadowed`].
     pub fn add_skill(&mut self, skill: Skill) {
-        let workspace_over_user = |existing: &Skill| {
-            skill.origin == DataOrigin::Project && existing.origin != DataOrigin::Project
+        // The workspace's below every origin of the user's side.
+        let rank = |origin: DataOrigin| match origin {
+            DataOrigin::Project => 0,
+            DataOrigin::Builtin => 1,
+            DataOrigin::Registry => 2,
+            DataOrigin::User => 3,
         };
         match self.skills.iter_mut().find(|s| s.name == skill.name) {
-            Some(existing) if existing.origin >= skill.origin || workspace_over_user(existing) => {
+            Some(existing) if rank(existing.origin) >= rank(skill.origin) => {
                 self.shadowed
                     .push(("skill".to_owned(), skill.name.clone(), skill.path));
             }
@@ -810,7 +814,7 @@ mod tests {
     }
 
     #[test]
-    fn skills_merge_builtin_below_registry_below_user() {
+    fn skills_merge_project_below_builtin_below_registry_below_user() {
         let f = fixture();
         let s = &f.search;
         write(
@@ -818,6 +822,15 @@ mod tests {
             "debug.md",
             &skill_md("debug", "user"),
         );
+        // Attack: the workspace's `plan` and `review`, loaded before the
+        // bundled and installed skills of those names are added.
+        for name in ["plan", "review"] {
+            write(
+                &s.workspace.join(".zot/skills"),
+                &format!("{name}.md"),
+                &skill_md(name, "project"),
+            );
+        }
         let mut set = s.load();
         let builtin = |name: &str, body: &str| Skill {
             name: name.to_owned(),
@@ -843,11 +856,11 @@ mod tests {
             bodies,
             vec![
                 ("debug", "user", DataOrigin::User),
-                ("review", "registry", DataOrigin::Registry),
                 ("plan", "registry", DataOrigin::Registry),
+                ("review", "registry", DataOrigin::Registry),
             ]
         );
-        assert_eq!(set.shadowed.len(), 3);
+        assert_eq!(set.shadowed.len(), 5);
     }
 
     #[test]
