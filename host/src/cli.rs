@@ -326,6 +326,9 @@ impl std::io::Write for Tee {
             // A relay that is gone must not cost the host its own log.
             if let Some(file) = stream.file() {
                 let _ = file.write_all(bytes);
+                if host_log_is_full() {
+                    return Ok(bytes.len());
+                }
             }
         }
         std::io::stderr().write_all(bytes)?;
@@ -335,6 +338,21 @@ impl std::io::Write for Tee {
     fn flush(&mut self) -> std::io::Result<()> {
         std::io::stderr().flush()
     }
+}
+
+/// The size past which the shared host's log (its stderr, a file) takes
+/// no more of its instances' records: each instance's stream still has
+/// them, and the host's own lines still go in. Each instance is held to a
+/// budget a minute, but a host lives for days.
+const MAX_HOST_LOG_BYTES: i64 = 64 * 1024 * 1024;
+
+/// Whether this process's stderr is a file past [`MAX_HOST_LOG_BYTES`].
+fn host_log_is_full() -> bool {
+    use std::os::fd::AsFd;
+    nix::sys::stat::fstat(std::io::stderr().as_fd()).is_ok_and(|stat| {
+        (stat.st_mode & nix::libc::S_IFMT) == nix::libc::S_IFREG
+            && stat.st_size > MAX_HOST_LOG_BYTES
+    })
 }
 
 fn init_logging(verbose: u8) {
