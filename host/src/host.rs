@@ -475,7 +475,7 @@ impl Host {
     }
 
     async fn run_chain(&self, mut subject: Interceptable, exclude: Option<&str>) -> Decision {
-        if let Some(block) = self.deny_rules(&subject) {
+        if let Some(block) = self.deny_rules(&subject).await {
             return block;
         }
         let interceptors: Vec<Session> = self
@@ -512,7 +512,7 @@ impl Host {
             }
         }
         // A rewrite must not smuggle past the deny rules.
-        if changed && let Some(block) = self.deny_rules(&subject) {
+        if changed && let Some(block) = self.deny_rules(&subject).await {
             return block;
         }
         let verdict = match (changed, subject) {
@@ -528,7 +528,7 @@ impl Host {
         }
     }
 
-    fn deny_rules(&self, subject: &Interceptable) -> Option<Decision> {
+    async fn deny_rules(&self, subject: &Interceptable) -> Option<Decision> {
         let Interceptable::ToolCall {
             tool_name,
             tool_args,
@@ -536,11 +536,27 @@ impl Host {
         else {
             return None;
         };
-        let hit = self.data().deny.check(tool_name, tool_args)?;
-        Some(Decision {
-            decided_by: vec![hit.decider()],
-            verdict: Verdict::Block { reason: hit.reason },
-        })
+        let deny = self.data().deny.clone();
+        let checked =
+            data_tools::check_deny(&deny, tool_name, tool_args, data_tools::DENY_CHECK_DEADLINE)
+                .await;
+        match checked {
+            data_tools::DenyCheck::Clear => None,
+            data_tools::DenyCheck::Hit(hit) => Some(Decision {
+                decided_by: vec![hit.decider()],
+                verdict: Verdict::Block { reason: hit.reason },
+            }),
+            data_tools::DenyCheck::TooSlow { bytes } => Some(Decision {
+                decided_by: vec!["guard".to_owned()],
+                verdict: Verdict::Block {
+                    reason: format!(
+                        "the deny rules could not be checked within {} s ({bytes} bytes of \
+                         arguments); a call whose check cannot be read is refused",
+                        data_tools::DENY_CHECK_DEADLINE.as_secs()
+                    ),
+                },
+            }),
+        }
     }
 
     /// Sends a key press to `extension`'s panel.

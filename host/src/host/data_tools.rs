@@ -15,11 +15,65 @@ use crate::sandbox::{CommandGuard, Sandbox};
 /// The most a data tool returns to the model, in characters.
 pub const DATA_OUTPUT_CAP: usize = 30_000;
 
+/// Arguments longer than this (the strings deny rules read, together) are
+/// checked on a blocking thread within [`DENY_CHECK_DEADLINE`]; shorter
+/// ones at once, where a check takes microseconds.
+pub(crate) const DENY_INLINE_BYTES: usize = 64 * 1024;
+
+/// How long the deny check of long arguments may take before the call is
+/// refused: zot allows a call whose intercept is not answered in 5 s, so a
+/// check that outlasts it would be consent.
+pub(crate) const DENY_CHECK_DEADLINE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// What the deny rules make of a tool call.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum DenyCheck {
+    /// A rule blocks it.
+    Hit(crate::guard::deny::DenyHit),
+    /// No rule does.
+    Clear,
+    /// The check of its long arguments did not end within the deadline.
+    TooSlow {
+        /// The bytes of arguments the rules read.
+        bytes: usize,
+    },
+}
+
+/// Checks `tool_name` with `tool_args` against `deny`: at once for short
+/// arguments, on a blocking thread within `deadline` for long ones.
+pub(crate) async fn check_deny(
+    deny: &Arc<DenyRules>,
+    tool_name: &str,
+    tool_args: &Value,
+    deadline: std::time::Duration,
+) -> DenyCheck {
+    let of =
+        |hit: Option<crate::guard::deny::DenyHit>| hit.map_or(DenyCheck::Clear, DenyCheck::Hit);
+    let bytes: usize = crate::data::DenyField::Path
+        .arg_keys()
+        .iter()
+        .chain(crate::data::DenyField::Command.arg_keys())
+        .filter_map(|key| tool_args.get(key)?.as_str())
+        .map(str::len)
+        .sum();
+    if bytes <= DENY_INLINE_BYTES {
+        return of(deny.check(tool_name, tool_args));
+    }
+    let (deny, name, args) = (deny.clone(), tool_name.to_owned(), tool_args.clone());
+    let check = tokio::task::spawn_blocking(move || deny.check(&name, &args));
+    match tokio::time::timeout(deadline, check).await {
+        Ok(Ok(hit)) => of(hit),
+        // Past the deadline (the check runs on, its answer unread), or the
+        // check panicked: refused either way.
+        _ => DenyCheck::TooSlow { bytes },
+    }
+}
+
 /// The data files in force and the deny rules compiled from their plugins.
 #[derive(Debug, Default)]
 pub(crate) struct DataState {
     pub(crate) set: DataSet,
-    pub(crate) deny: DenyRules,
+    pub(crate) deny: Arc<DenyRules>,
     // Each data tool's sandbox, by tool and grant, made on first use.
     sandboxes: std::sync::Mutex<std::collections::HashMap<String, Arc<Sandbox>>>,
 }
@@ -41,7 +95,7 @@ impl DataState {
         deny.report_to(&mut set);
         Self {
             set,
-            deny,
+            deny: Arc::new(deny),
             sandboxes: std::sync::Mutex::default(),
         }
     }
@@ -158,7 +212,9 @@ impl Host {
                 _ => None,
             },
         };
-        if let Some(blocked) = rendered.and_then(|subject| self.deny_rendered(tool, subject)) {
+        if let Some(subject) = rendered
+            && let Some(blocked) = self.deny_rendered(tool, subject).await
+        {
             return Err(blocked);
         }
         Ok(self.run_data_tool_inner(tool, args).await)
@@ -355,12 +411,12 @@ impl Host {
     /// The deny rules naming this data tool, matched against what it will
     /// actually run or read: the model's raw `arg` carries neither a
     /// `command` nor a `path` for the rules to see.
-    fn deny_rendered(&self, tool: &DataTool, subject: Value) -> Option<super::HostError> {
+    async fn deny_rendered(&self, tool: &DataTool, subject: Value) -> Option<super::HostError> {
         let subject = crate::session::Interceptable::ToolCall {
             tool_name: tool.name.clone(),
             tool_args: subject,
         };
-        let decision = self.deny_rules(&subject)?;
+        let decision = self.deny_rules(&subject).await?;
         let super::Verdict::Block { reason } = decision.verdict else {
             return None;
         };
@@ -412,6 +468,41 @@ impl Host {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_deny_check_of_long_arguments_is_refused_past_its_deadline() {
+        let plugin = crate::data::Plugin::parse(
+            r#"{"name":"p","description":"d","deny":[{"tools":["bash"],"commandPattern":"rm\\s+-rf","reason":"no"}]}"#,
+            std::path::Path::new("/u/plugins/p.json"),
+            crate::data::DataOrigin::User,
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
+        .value;
+        let deny = Arc::new(DenyRules::new(&[plugin]));
+        let zero = std::time::Duration::ZERO;
+        // Short arguments are checked at once: no deadline applies.
+        let short = json!({"command": "rm -rf x"});
+        assert!(matches!(
+            check_deny(&deny, "bash", &short, zero).await,
+            DenyCheck::Hit(_)
+        ));
+        let long = json!({"command": format!("echo {}; rm -rf x", "a ".repeat(40_000))});
+        let bytes = long["command"].as_str().map_or(0, str::len);
+        assert!(bytes > DENY_INLINE_BYTES);
+        assert!(matches!(
+            check_deny(&deny, "bash", &long, DENY_CHECK_DEADLINE).await,
+            DenyCheck::Hit(_)
+        ));
+        assert_eq!(
+            check_deny(&deny, "bash", &json!({"command": "ls"}), zero).await,
+            DenyCheck::Clear
+        );
+        // A check that cannot end in time (here: no time at all) refuses.
+        assert_eq!(
+            check_deny(&deny, "bash", &long, zero).await,
+            DenyCheck::TooSlow { bytes }
+        );
+    }
 
     #[test]
     fn a_workspace_tool_loaded_as_other_text_than_its_trust_hashed_is_named() {
