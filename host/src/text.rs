@@ -180,6 +180,18 @@ pub fn chain(error: &dyn std::error::Error) -> String {
     parts.join(": ")
 }
 
+/// `bytes` as lowercase hexadecimal: how digests are written in zotbox's
+/// files and messages.
+pub fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut out, b| {
+            let _ = write!(out, "{b:02x}");
+            out
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -32,6 +32,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::{DataTool, FileError, parse_json, read_file};
+use crate::text::hex;
 
 /// The approvals file's name inside `$ZOT_HOME`.
 pub const APPROVALS_FILE: &str = "approvals.json";
@@ -349,10 +350,6 @@ fn hash_parts<'a>(hasher: &mut Sha256, parts: impl Iterator<Item = &'a [u8]>) {
         hasher.update((part.len() as u64).to_le_bytes());
         hasher.update(part);
     }
-}
-
-fn hex(digest: &[u8]) -> String {
-    digest.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Now as RFC 3339 in UTC, to the second.

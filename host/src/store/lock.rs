@@ -45,6 +45,7 @@ use crate::home::ZotHome;
 use crate::manifest::{MANIFEST_FILE, Manifest};
 use crate::policy::Policy;
 use crate::text::Shown;
+use crate::text::hex;
 use crate::user_file::Links;
 
 /// Where a workspace's own lock lives, relative to it.
@@ -882,10 +883,6 @@ pub fn verify(home: &ZotHome, workspace: Option<&Path>) -> Result<Vec<Verdict>, 
         }
     }
     Ok(verdicts)
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

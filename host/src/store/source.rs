@@ -50,6 +50,7 @@ use super::install::MAX_INSTALL_BYTES;
 use super::unpack::{Caps, MAX_ENTRIES, UnpackError};
 use crate::capability::http::HttpConfig;
 use crate::text::Shown;
+use crate::text::hex;
 
 /// How long one git command may run.
 pub const GIT_TIMEOUT: Duration = Duration::from_secs(600);
@@ -751,10 +752,6 @@ fn run_git_with(
         })
         .into_owned())
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The SHA-256 of `bytes`, lowercase hex (what `#sha256=` pins).

@@ -35,6 +35,7 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
+use crate::text::hex;
 use wasmtime::Engine;
 
 /// Leads the trailer of every entry: identifies the format.
@@ -90,14 +91,6 @@ impl Hasher for Feed<'_> {
     fn write(&mut self, bytes: &[u8]) {
         self.0.update(bytes);
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write as _;
-    bytes.iter().fold(String::new(), |mut out, b| {
-        let _ = write!(out, "{b:02x}");
-        out
-    })
 }
 
 impl ArtifactCache {

@@ -15,6 +15,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::manifest::{MANIFEST_FILE, Manifest};
+use crate::text::hex;
 
 /// The most bytes of covered files hashed for one workspace: 256 MiB. A
 /// workspace holding more cannot be trusted (the hash would take too long
@@ -839,10 +840,6 @@ fn sorted_names(dir: &Path) -> Vec<std::ffi::OsString> {
         .collect();
     names.sort();
     names
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]
