@@ -154,10 +154,10 @@ impl AuditRecord {
 
     /// What the log's shares (rules 2 and 4) are kept by: the extension,
     /// and its folder when known. A NUL, which neither holds, joins them.
-    fn share_key(&self) -> String {
+    fn share_key(&self) -> std::borrow::Cow<'_, str> {
         match &self.folder {
-            Some(folder) => format!("{}\0{folder}", self.extension),
-            None => self.extension.clone(),
+            Some(folder) => format!("{}\0{folder}", self.extension).into(),
+            None => self.extension.as_str().into(),
         }
     }
 
@@ -307,11 +307,18 @@ fn key_in<V>(map: &HashMap<String, V>, name: &str) -> String {
 }
 
 impl Shares {
-    /// Whether a line of `size` bytes from `record`'s extension fits its
-    /// window (rule 4); when not, it is counted as suppressed.
-    fn admit(&mut self, record: &AuditRecord, size: u64, config: &AuditConfig) -> Admitted {
+    /// Whether a line of `size` bytes from `record`, whose share is
+    /// `share`, fits its window (rule 4); when not, it is counted as
+    /// suppressed.
+    fn admit(
+        &mut self,
+        share: &str,
+        record: &AuditRecord,
+        size: u64,
+        config: &AuditConfig,
+    ) -> Admitted {
         let now = Instant::now();
-        let key = key_in(&self.windows, &record.share_key());
+        let key = key_in(&self.windows, share);
         let window = self.windows.entry(key).or_insert_with(|| Window {
             started: now,
             bytes: 0,
@@ -500,10 +507,11 @@ impl AuditLog {
         let Some(line) = line_of(&record) else {
             return;
         };
+        let share = record.share_key();
         let key = {
             let mut shares = self.shares.lock().unwrap_or_else(PoisonError::into_inner);
             if record.capability != OWN_LINES {
-                match shares.admit(&record, line.len() as u64, &self.config) {
+                match shares.admit(&share, &record, line.len() as u64, &self.config) {
                     Admitted::Yes => {}
                     Admitted::FirstSuppressed => {
                         let _ = sender.send(Message::Wake);
@@ -512,7 +520,7 @@ impl AuditLog {
                     Admitted::Suppressed => return,
                 }
             }
-            match shares.enqueue(&record.share_key(), &self.config) {
+            match shares.enqueue(&share, &self.config) {
                 Some(key) => key,
                 None => return,
             }
