@@ -334,12 +334,8 @@ impl Plugin {
     ///
     /// As [`Plugin::load`].
     pub fn parse(text: &str, path: &Path, origin: DataOrigin) -> Result<Parsed<Self>, FileError> {
-        Self::parse_within(
-            text,
-            path,
-            origin,
-            &mut MAX_ORIGIN_CLASS_CODE_POINTS.clone(),
-        )
+        let mut origin_left = MAX_ORIGIN_CLASS_CODE_POINTS;
+        Self::parse_within(text, path, origin, &mut origin_left)
     }
 
     fn parse_within(

@@ -503,7 +503,7 @@ impl<'a> Scanner<'a> {
             if index > 0 && words[index - 1] == "cd" {
                 folders.push(self.workspace.join(word));
             }
-            for folder in folders.clone() {
+            for folder in &folders {
                 self.cover_named(&folder.join(word), None, rel)?;
             }
         }
