@@ -52,7 +52,9 @@ pub use tool::{DataTool, Rendered, ToolKind};
 /// huge (or endless, like a FIFO) file dropped into a data folder.
 pub const MAX_FILE_BYTES: u64 = 1024 * 1024;
 
-/// Where a data extension came from, in increasing precedence.
+/// Where a data extension came from, in increasing precedence among the
+/// user's side; a workspace's tool or skill never takes a name that side
+/// holds (see [`DataSet::add_skill`]), and its plugins only add rules.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum DataOrigin {
     /// Shipped inside zotbox.
