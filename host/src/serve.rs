@@ -507,12 +507,50 @@ async fn refusal(host: &Host, tool: &str, args: &Value) -> Option<String> {
     None
 }
 
-/// The workspace `hello_ack` names; zot always names one, but an empty
-/// `cwd` means the directory zot started us in, as for any extension.
+/// The workspace `hello_ack` names; zot always names one, as an absolute
+/// path. An empty `cwd` means the directory zot started us in, as for any
+/// extension; so does a relative one, said in zot's log of us, for the
+/// bridge refuses it too (a path read against whatever folder a process
+/// stands in is not a workspace anyone chose).
 fn workspace_of(ack: &HelloAck) -> PathBuf {
+    let here = || std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    let named = PathBuf::from(&ack.cwd);
     if ack.cwd.is_empty() {
-        std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."))
-    } else {
-        PathBuf::from(&ack.cwd)
+        return here();
+    }
+    if !named.is_absolute() {
+        tracing::warn!(
+            "zot named the workspace `{}`, which is not an absolute path: serving the folder \
+             zot started zotbox in",
+            crate::text::Shown(&ack.cwd)
+        );
+        return here();
+    }
+    named
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ack(cwd: &str) -> HelloAck {
+        HelloAck {
+            cwd: cwd.to_owned(),
+            ..HelloAck::default()
+        }
+    }
+
+    #[test]
+    fn the_workspace_is_the_absolute_path_zot_names_else_where_zot_started_us() {
+        assert_eq!(
+            workspace_of(&ack("/home/me/p")),
+            PathBuf::from("/home/me/p")
+        );
+        let here = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+        // A relative `cwd` is not read against wherever serve stands, as
+        // the bridge refuses one too.
+        for cwd in ["", ".", "p", "../elsewhere"] {
+            assert_eq!(workspace_of(&ack(cwd)), here, "{cwd:?}");
+        }
     }
 }
