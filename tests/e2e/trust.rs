@@ -436,12 +436,14 @@ fn trusting_runs_it_and_one_changed_byte_makes_it_untrusted_again() {
 /// so the changed script never runs.
 #[test]
 fn a_script_a_workspace_tool_runs_is_covered_by_trust() {
-    // Attack: the same script named with quotes, or from a folder `cd`
-    // went to, was not covered: edited after trust, it ran.
+    // Attack: the same script named with quotes, from a folder `cd` went
+    // to, or in a line handed to a shell, was not covered: edited after
+    // trust, it ran.
     for (command, shell) in [
         ("sh scripts/build.sh {arg}", false),
         ("sh scripts/\"build.sh\" {arg}", false),
         ("cd scripts && sh build.sh {arg}", true),
+        ("bash -c 'cd scripts && sh build.sh'", false),
     ] {
         let lab = Lab::new();
         let ws = &lab.workspace;

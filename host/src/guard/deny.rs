@@ -30,6 +30,7 @@ use std::fmt;
 
 use serde_json::Value;
 
+pub(crate) use command::simple_commands;
 pub use compile::{Budget, BudgetError};
 use compile::{FieldSet, field_slot};
 

@@ -105,6 +105,17 @@ const SPECIAL: &[char] = &[
     '{', '}', '!', '*', '?', '[',
 ];
 
+/// The words of each simple command in `command` as `sh` splits them
+/// (quotes and backslashes taken away, each redirection's operator a word
+/// of its own): the line's commands first, then those of each substitution
+/// as it closes. No expansion: a word the line computes stays as written.
+pub(crate) fn simple_commands(command: &str) -> impl Iterator<Item = Vec<String>> {
+    Lexer::run(command)
+        .lists
+        .into_iter()
+        .flat_map(|list| list.commands.into_iter().map(|simple| simple.words))
+}
+
 /// The normalised forms of `command` that differ from it, without
 /// duplicates; empty when `command` is already its only form (the common
 /// case costs no allocation).

@@ -217,36 +217,6 @@ impl Contents {
     }
 }
 
-/// The words of a shell tool's template as a shell reads them: split at
-/// blanks and at `;`, `&`, `|`, `(`, `)`, `<`, `>`, with quotes and
-/// backslashes taken away (`sh scripts/"build.sh"` names
-/// `scripts/build.sh`). No expansion: a word the line computes names no
-/// file here.
-fn template_words(command: &str) -> Vec<String> {
-    let mut words = Vec::new();
-    let mut word = String::new();
-    let mut chars = command.chars();
-    let mut quote: Option<char> = None;
-    while let Some(c) = chars.next() {
-        match (quote, c) {
-            (Some(open), c) if c == open => quote = None,
-            (Some('"'), '\\') | (None, '\\') => word.extend(chars.next()),
-            (Some(_), c) => word.push(c),
-            (None, '\'' | '"') => quote = Some(c),
-            (None, c) if c.is_whitespace() || ";&|()<>".contains(c) => {
-                if !word.is_empty() {
-                    words.push(std::mem::take(&mut word));
-                }
-            }
-            (None, c) => word.push(c),
-        }
-    }
-    if !word.is_empty() {
-        words.push(word);
-    }
-    words
-}
-
 /// One entry of a folder scanned by [`scan_folder`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FolderEntry {
@@ -492,19 +462,43 @@ impl<'a> Scanner<'a> {
         let ToolKind::Shell { command, .. } = &parsed.value.kind else {
             return Ok(());
         };
-        // The tool runs in the workspace: a relative word is from there, or
-        // from a folder an earlier `cd` of the line went to.
         let mut folders = vec![self.workspace.to_owned()];
-        let words = template_words(command);
-        for (index, word) in words.iter().enumerate() {
-            if word.is_empty() || word.starts_with('-') || word.contains("{arg}") {
-                continue;
-            }
-            if index > 0 && words[index - 1] == "cd" {
-                folders.push(self.workspace.join(word));
-            }
-            for folder in &folders {
-                self.cover_named(&folder.join(word), None, rel)?;
+        self.template_named_files(command, rel, &mut folders, 0)
+    }
+
+    /// The files `command`'s words name, each tried from the workspace
+    /// (where the tool runs) and from every folder an earlier `cd` of the
+    /// line went to. The words are read as the guard's deny rules read a
+    /// command (`sh scripts/"build.sh"` names `scripts/build.sh`); a word
+    /// of several words is read again as a line of its own, for it may be
+    /// a script the tool hands a shell (`bash -c "sh scripts/build.sh"`).
+    /// Trying a word that names no file costs nothing but the look.
+    fn template_named_files(
+        &mut self,
+        command: &str,
+        rel: &Path,
+        folders: &mut Vec<PathBuf>,
+        depth: usize,
+    ) -> Result<(), ScanError> {
+        /// Lines read inside one another before the rest is left as words.
+        const MAX_DEPTH: usize = 4;
+        for words in crate::guard::deny::simple_commands(command) {
+            for (index, word) in words.iter().enumerate() {
+                if word.is_empty() || word.starts_with('-') {
+                    continue;
+                }
+                if depth < MAX_DEPTH && word.contains(char::is_whitespace) {
+                    self.template_named_files(word, rel, folders, depth + 1)?;
+                }
+                if word.contains("{arg}") {
+                    continue;
+                }
+                if index > 0 && words[index - 1] == "cd" {
+                    folders.push(self.workspace.join(word));
+                }
+                for folder in folders.iter() {
+                    self.cover_named(&folder.join(word), None, rel)?;
+                }
             }
         }
         Ok(())
