@@ -455,6 +455,17 @@ impl<'a> Scanner<'a> {
         let Ok(text) = crate::data::read_file(path) else {
             return Ok(());
         };
+        // The files named are those of the text that was hashed, or the
+        // tool trusted would be one whose scripts were never looked at.
+        let hashed = std::fs::canonicalize(path)
+            .ok()
+            .and_then(|real| self.by_real_path.get(&real));
+        if hashed.is_some_and(|digest| *digest != <[u8; 32]>::from(Sha256::digest(&text))) {
+            return Err(ScanError::Read {
+                path: path.to_owned(),
+                source: std::io::Error::other("it changed while it was being read; review again"),
+            });
+        }
         let Ok(parsed) = DataTool::parse(&text, path, crate::data::DataOrigin::Project) else {
             // A tool that does not load runs nothing; its text is hashed.
             return Ok(());
@@ -933,6 +944,40 @@ mod tests {
 
     fn sha(ws: &Path) -> String {
         Contents::scan(ws).unwrap_or_else(|e| panic!("{e}")).sha256
+    }
+
+    #[test]
+    fn a_tool_rewritten_between_its_hash_and_its_reading_is_refused() {
+        // Attack: the scan hashed the tool's text, then read it again for
+        // the scripts it names; a tool rewritten between the two would be
+        // trusted as hashed with the scripts of the other text covered.
+        let f = fixture();
+        let tool = f.ws.join(".zot/tools/build.json");
+        let shell = |script: &str| {
+            format!(
+                r#"{{"name":"build","description":"b","kind":"shell","command":"sh {script}"}}"#
+            )
+        };
+        write(&tool, &shell("a.sh"));
+        let mut scanner = Scanner::new(&f.ws, Caps::default());
+        let real = std::fs::canonicalize(&tool).unwrap_or_else(|e| panic!("{e}"));
+        scanner
+            .file(
+                &tool,
+                PathBuf::from(".zot/tools/build.json"),
+                false,
+                Some(real),
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+        // Unchanged, it reads.
+        assert!(scanner.tool_named_files(&tool, Path::new("t")).is_ok());
+        write(&tool, &shell("b.sh"));
+        let refused = scanner.tool_named_files(&tool, Path::new("t"));
+        assert!(
+            matches!(&refused, Err(ScanError::Read { source, .. })
+                if source.to_string().contains("changed while it was being read")),
+            "{refused:?}"
+        );
     }
 
     #[test]
