@@ -320,6 +320,8 @@ pub(crate) struct Hosted {
     /// The host's one audit log: one writer for every instance, whose
     /// records name their extension.
     pub(crate) audit: Arc<AuditLog>,
+    /// How the relay was started (what its folder is judged by).
+    pub(crate) started: crate::store::trust::Started,
 }
 
 /// Reads the manifest in `dir` and the policy of `home`, checks that the
@@ -336,12 +338,17 @@ pub(crate) fn prepare(
     let name = manifest.name().to_owned();
     let policy = Policy::load_for(home)?;
     // zot starts a workspace's extensions without asking; zotbox does not.
-    let trust = crate::store::trust::check_extension_dir(dir, home, &policy).map_err(|reason| {
-        BridgeError::Untrusted {
+    let started = hosted
+        .as_ref()
+        .map_or_else(crate::store::trust::Started::this_process, |h| {
+            h.started.clone()
+        });
+    let trust = crate::store::trust::check_extension_dir(dir, &started, home, &policy).map_err(
+        |reason| BridgeError::Untrusted {
             name: name.clone(),
             reason,
-        }
-    })?;
+        },
+    )?;
     let project = trust.as_ref().map(|trust| trust.workspace.clone());
     // The installed files are the locked ones, and meet the pins of the
     // workspace's lock: a project install's own workspace, or for a user

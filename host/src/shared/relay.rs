@@ -284,6 +284,8 @@ pub(crate) struct Relay {
     build: String,
     /// The environment granted variables come from: the relay's own.
     env: Vec<(String, String)>,
+    /// How the relay was started, which the host judges `dir` by.
+    started: crate::store::trust::Started,
     shared_stdout: bool,
     /// The host's log, named in errors.
     log: PathBuf,
@@ -325,6 +327,7 @@ impl Relay {
             env: std::env::vars_os()
                 .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
                 .collect(),
+            started: crate::store::trust::Started::this_process(),
             shared_stdout: crate::bridge::stdio::stdout_is_stderr(),
             log: home.logs_dir().join("zotbox-host.log"),
             hello_ack: None,
@@ -349,6 +352,7 @@ impl Relay {
             build: self.build.clone(),
             dir: self.dir.clone(),
             env: self.env.clone(),
+            started: self.started.clone(),
             resume: self.hello_ack.clone(),
             shared_stdout: self.shared_stdout,
         };

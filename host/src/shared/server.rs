@@ -328,6 +328,7 @@ async fn instance(
     let Request::Open {
         dir,
         env,
+        started,
         resume,
         shared_stdout,
         ..
@@ -359,6 +360,7 @@ async fn instance(
     let hosted = Hosted {
         environment,
         audit: state.audit.clone(),
+        started,
     };
     let prepared = match bridge::prepare(&dir, &state.home, &BridgeConfig::default(), Some(hosted))
     {

@@ -27,6 +27,10 @@ pub(crate) enum Request {
         dir: PathBuf,
         /// The relay's environment (granted variables come from it).
         env: Vec<(String, String)>,
+        /// How the relay was started: what, beside `dir`, tells whether
+        /// the extension is a workspace's.
+        #[serde(default)]
+        started: crate::store::trust::Started,
         /// After a restart: zot's `hello_ack`, for the new guest.
         #[serde(default)]
         resume: Option<String>,
@@ -319,6 +323,7 @@ mod tests {
             build: "b".to_owned(),
             dir: PathBuf::from("/x"),
             env: vec![("A".to_owned(), "1".repeat(200_000))],
+            started: crate::store::trust::Started::default(),
             resume: None,
             shared_stdout: false,
         };

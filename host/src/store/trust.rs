@@ -647,33 +647,115 @@ pub fn as_spelled(dir: &Path) -> Option<PathBuf> {
         .then_some(logical)
 }
 
+/// How the process that hosts an extension was started, as the kernel
+/// and zot's environment tell it: what, beside the folder named,
+/// [`workspace_of_extension`] judges that folder by. The folder is named
+/// by the manifest's `args`, which a workspace's author writes and may
+/// point anywhere; the folder zot started the process in, and the one zot
+/// runs in, are not theirs to choose.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Started {
+    /// The folder the process started in, real path: zot starts an
+    /// extension in the folder it found it in.
+    #[serde(default)]
+    pub cwd: Option<PathBuf>,
+    /// The folder the process's parent (zot) runs in, real path.
+    #[serde(default)]
+    pub parent_cwd: Option<PathBuf>,
+    /// `$PWD` as the process inherited it (zot's folder as zot's shell
+    /// spelled it).
+    #[serde(default)]
+    pub pwd: Option<PathBuf>,
+}
+
+impl Started {
+    /// This process's: `zotbox run` standalone, or the relay, which hands
+    /// them to the shared host.
+    pub fn this_process() -> Self {
+        let parent = std::os::unix::process::parent_id();
+        Self {
+            cwd: std::env::current_dir().and_then(std::fs::canonicalize).ok(),
+            parent_cwd: std::fs::canonicalize(format!("/proc/{parent}/cwd")).ok(),
+            pwd: std::env::var_os("PWD")
+                .map(PathBuf::from)
+                .filter(|pwd| pwd.is_absolute()),
+        }
+    }
+}
+
+/// Entries of one `.zot/extensions` folder compared with an extension's
+/// folder before it counts as that workspace's anyway: a folder of more
+/// could only hide one among them.
+const MAX_SCANNED_ENTRIES: usize = 10_000;
+
 /// The workspace whose `.zot/extensions/` holds the extension folder `dir`
-/// (its `../../..`), if any, as `zotbox run` sees it: the folder's real
-/// path, and the path zot started it in (`$PWD`) when that names the same
-/// folder. The user's own `$ZOT_HOME/extensions` is no workspace's.
-pub fn workspace_of_extension(dir: &Path, home: &ZotHome) -> Option<PathBuf> {
+/// (its `../../..`), if any, as `zotbox run` sees it. The user's own
+/// `$ZOT_HOME/extensions` is no workspace's; anything a workspace's
+/// extension folder leads to is, however it is named:
+///
+/// - the folder's real path, or the path zot started it in (`$PWD`) when
+///   that names the same folder, or the folder the process started in
+///   (`started.cwd`: zot starts an extension in its folder, whatever
+///   folder the manifest's `args` name), is `<ws>/.zot/extensions/<name>`;
+/// - or an entry of `<ws>/.zot/extensions/`, for `<ws>` the folder zot
+///   runs in or one above it, leads (as a link) to the folder or to where
+///   the process started: a repository may keep its extension in
+///   `vendor/x` and link it in, and zot follows the link.
+///
+/// Only a folder no workspace's extension folder leads to is the user's
+/// (installed, or named by `zot --ext PATH`).
+pub fn workspace_of_extension(dir: &Path, started: &Started, home: &ZotHome) -> Option<PathBuf> {
     let real = std::fs::canonicalize(dir).ok()?;
-    let mut candidates = vec![real.clone()];
+    let user_dir = home.extensions_dir();
+    let user_real = std::fs::canonicalize(&user_dir).ok();
+    let is_users = |extensions: &Path| {
+        extensions == user_dir
+            || Some(extensions) == user_real.as_deref()
+            || std::fs::canonicalize(extensions).is_ok_and(|e| Some(&e) == user_real.as_ref())
+    };
+    let mut named = vec![real.clone()];
     // The path as given (or as `$PWD` spells a relative one), when it
     // reaches the same folder through a link: a workspace's extension folder
     // may be a link to elsewhere, and it is still that workspace's.
     if let Some(logical) = as_spelled(dir)
         && logical != real
     {
-        candidates.push(logical);
+        named.push(logical);
     }
-    let user_dir = home.extensions_dir();
-    let user_real = std::fs::canonicalize(&user_dir).ok();
-    candidates.into_iter().find_map(|folder| {
+    named.extend(started.cwd.iter().cloned());
+    let shaped = named.iter().find_map(|folder| {
         let extensions = folder.parent()?;
-        if extensions == user_dir || Some(extensions) == user_real.as_deref() {
+        if is_users(extensions) {
             return None;
         }
         let dot_zot = extensions.parent()?;
         (extensions.file_name()? == "extensions" && dot_zot.file_name()? == ".zot")
             .then(|| dot_zot.parent().map(Path::to_path_buf))
             .flatten()
-    })
+    });
+    if shaped.is_some() {
+        return shaped;
+    }
+    let reached: Vec<&PathBuf> = std::iter::once(&real).chain(&started.cwd).collect();
+    let bases = started.parent_cwd.iter().chain(&started.pwd);
+    bases
+        .flat_map(|base| base.ancestors())
+        .find(|ws| {
+            let extensions = ws.join(".zot/extensions");
+            if is_users(&extensions) {
+                return false;
+            }
+            let Ok(entries) = std::fs::read_dir(&extensions) else {
+                return false;
+            };
+            let mut seen = 0;
+            entries.flatten().any(|entry| {
+                seen += 1;
+                seen > MAX_SCANNED_ENTRIES
+                    || std::fs::canonicalize(entry.path()).is_ok_and(|to| reached.contains(&&to))
+            })
+        })
+        .map(Path::to_path_buf)
 }
 
 /// `path` with `.` and `..` components resolved lexically.
@@ -691,8 +773,8 @@ fn normalise(path: &Path) -> PathBuf {
     out
 }
 
-/// Refuses the extension folder `dir` when it lies in some workspace's
-/// `.zot/extensions/` and that workspace may not run (what `zotbox run`
+/// Refuses the extension folder `dir` when it is some workspace's (see
+/// [`workspace_of_extension`]) and that workspace may not run (what `zotbox run`
 /// checks before it starts anything). Returns that workspace's assessment,
 /// which the start checks the files it loads against, if any.
 ///
@@ -701,10 +783,11 @@ fn normalise(path: &Path) -> PathBuf {
 /// The refusal, ``comes from the workspace `/w`, which …``.
 pub fn check_extension_dir(
     dir: &Path,
+    started: &Started,
     home: &ZotHome,
     policy: &Policy,
 ) -> Result<Option<Assessment>, String> {
-    let Some(workspace) = workspace_of_extension(dir, home) else {
+    let Some(workspace) = workspace_of_extension(dir, started, home) else {
         return Ok(None);
     };
     let assessment = assess(policy, home, &workspace);
@@ -1167,18 +1250,22 @@ mod tests {
     #[test]
     fn zotbox_run_finds_the_workspace_of_a_project_extension_only() {
         let f = fixture();
+        let none = Started::default();
         let ext = f.ws.join(".zot/extensions/helper");
-        assert_eq!(workspace_of_extension(&ext, &f.home), Some(f.ws.clone()));
+        assert_eq!(
+            workspace_of_extension(&ext, &none, &f.home),
+            Some(f.ws.clone())
+        );
         let user = f.home.extensions_dir().join("helper");
         std::fs::create_dir_all(&user).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(workspace_of_extension(&user, &f.home), None);
+        assert_eq!(workspace_of_extension(&user, &none, &f.home), None);
         // A home at `<ws>/.zot` is the user's own, whatever its path says.
         let home_in_ws = ZotHome::new(f.ws.join(".zot"));
-        assert_eq!(workspace_of_extension(&ext, &home_in_ws), None);
+        assert_eq!(workspace_of_extension(&ext, &none, &home_in_ws), None);
         let elsewhere = f.ws.join("tools/x");
         std::fs::create_dir_all(&elsewhere).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(workspace_of_extension(&elsewhere, &f.home), None);
-        let refusal = check_extension_dir(&ext, &f.home, &Policy::permissive())
+        assert_eq!(workspace_of_extension(&elsewhere, &none, &f.home), None);
+        let refusal = check_extension_dir(&ext, &none, &f.home, &Policy::permissive())
             .err()
             .unwrap_or_default();
         assert_eq!(
@@ -1188,6 +1275,87 @@ mod tests {
                  to review and trust it",
                 f.ws.display()
             )
+        );
+    }
+
+    #[test]
+    fn a_folder_a_workspace_links_in_or_starts_in_is_that_workspace_s() {
+        // Attack: the repository kept its extension in `vendor/x`, linked
+        // `.zot/extensions/x` to it, and zot (following the link) started
+        // `zotbox run` with `$PWD` left at the workspace: judged by its
+        // path alone, the folder was the user's and ran untrusted. Its
+        // manifest's `args` may name such a folder too.
+        let f = fixture();
+        let vendored = f.ws.join("vendor/x");
+        std::fs::create_dir_all(&vendored).unwrap_or_else(|e| panic!("{e}"));
+        let links = f.ws.join(".zot/extensions");
+        std::fs::create_dir_all(&links).unwrap_or_else(|e| panic!("{e}"));
+        std::os::unix::fs::symlink("../../vendor/x", links.join("x"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let from_zot_in = |folder: &Path| Started {
+            parent_cwd: Some(folder.to_owned()),
+            ..Started::default()
+        };
+        // zot running in the workspace, or in a folder below it.
+        let sub = f.ws.join("src/deep");
+        std::fs::create_dir_all(&sub).unwrap_or_else(|e| panic!("{e}"));
+        for started in [
+            from_zot_in(&f.ws),
+            from_zot_in(&sub),
+            Started {
+                pwd: Some(f.ws.clone()),
+                ..Started::default()
+            },
+        ] {
+            assert_eq!(
+                workspace_of_extension(&vendored, &started, &f.home),
+                Some(f.ws.clone()),
+                "{started:?}"
+            );
+        }
+        // The manifest's `args` name a folder elsewhere; zot started the
+        // process in the workspace's extension folder.
+        let own = f.ws.join(".zot/extensions/own");
+        std::fs::create_dir_all(&own).unwrap_or_else(|e| panic!("{e}"));
+        let elsewhere = f._tmp.path().join("elsewhere");
+        std::fs::create_dir_all(&elsewhere).unwrap_or_else(|e| panic!("{e}"));
+        let started_in_own = Started {
+            cwd: Some(own.clone()),
+            ..Started::default()
+        };
+        assert_eq!(
+            workspace_of_extension(&elsewhere, &started_in_own, &f.home),
+            Some(f.ws.clone())
+        );
+        let refusal = check_extension_dir(
+            &vendored,
+            &from_zot_in(&f.ws),
+            &f.home,
+            &Policy::permissive(),
+        );
+        assert!(
+            refusal
+                .as_ref()
+                .is_err_and(|r| r.contains("which you have not trusted")),
+            "{refusal:?}"
+        );
+        // Controls: the same folder with zot elsewhere, and the user's own
+        // install (a link from `$ZOT_HOME/extensions` included), are the
+        // user's.
+        let outside = f._tmp.path().join("outside");
+        std::fs::create_dir_all(&outside).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            workspace_of_extension(&vendored, &from_zot_in(&outside), &f.home),
+            None
+        );
+        let user = f.home.extensions_dir();
+        std::fs::create_dir_all(&user).unwrap_or_else(|e| panic!("{e}"));
+        let dev = f._tmp.path().join("dev/mine");
+        std::fs::create_dir_all(&dev).unwrap_or_else(|e| panic!("{e}"));
+        std::os::unix::fs::symlink(&dev, user.join("mine")).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            workspace_of_extension(&dev, &from_zot_in(&f.ws), &f.home),
+            None
         );
     }
 }
