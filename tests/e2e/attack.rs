@@ -2349,3 +2349,46 @@ fn a_wasm_path_that_is_a_fifo_or_oversized_fails_to_start_at_once() {
         "{run:?}"
     );
 }
+
+#[test]
+fn the_install_question_comes_after_zotbox_s_own_count_of_the_grant() {
+    // Attack: 400 harmless read globs made one cell of 7 000 characters,
+    // every row of the grant table was padded to it, and the rows that
+    // mattered (an outbound origin, `write **`) lay hundreds of wrapped
+    // lines above "install with the grant above? [y/N]".
+    let lab = Lab::new();
+    let mut read: Vec<String> = vec!["docs/**".to_owned()];
+    read.extend((0..400).map(|n| format!("docs/page{n:04}.md")));
+    let dir = crate::support::prober_in(
+        &lab.dev,
+        &json!({"http": ["https://exfil.example"], "read": read, "write": ["**"]}),
+    );
+    let install = lab.zotbox(&["ext", "install", &dir.display().to_string()]);
+    install.expect_code(1);
+    let lines: Vec<&str> = install.stdout.lines().collect();
+    assert_eq!(
+        lines.last().copied(),
+        Some(
+            "in short, granted: http 1 (`https://exfil.example`); fs-read 401 (`docs/**`, \
+             `docs/page0000.md`, `docs/page0001.md`, and 398 more); fs-write 1 (`**`)"
+        ),
+        "{install:#?}"
+    );
+    let rows: Vec<&&str> = lines
+        .iter()
+        .filter(|l| l.starts_with("http ") || l.starts_with("fs-write "))
+        .collect();
+    assert_eq!(rows.len(), 2, "{install:#?}");
+    for row in rows {
+        assert!(
+            row.chars().count() < 2600,
+            "a row padded to the longest cell: {row}"
+        );
+    }
+    assert!(
+        install
+            .stdout
+            .contains("more characters; --json shows all)"),
+        "{install:#?}"
+    );
+}

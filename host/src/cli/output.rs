@@ -8,17 +8,29 @@ use serde::Serialize;
 use zotbox::HostEvent;
 use zotbox::text::Shown;
 
-/// Prints rows as columns padded to the widest cell; the last column is not padded.
+/// A cell longer than this many characters is clipped, saying how many
+/// it left out (`--json` prints it whole): one author's long field must
+/// not push a screen's other rows out of sight, as a row of thousands of
+/// characters, padded into every other row's column too, would. A consent
+/// screen ends with a count of its own of what the cells hold.
+const MAX_CELL: usize = 1000;
+
+/// Prints rows as columns padded to the widest cell, each cell clipped to
+/// [`MAX_CELL`] characters; the last column is not padded.
 pub(crate) fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let rows: Vec<Vec<std::borrow::Cow<'_, str>>> = rows
+        .iter()
+        .map(|row| row.iter().map(|cell| clip_cell(cell)).collect())
+        .collect();
     let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
-    for row in rows {
+    for row in &rows {
         for (width, cell) in widths.iter_mut().zip(row) {
             *width = (*width).max(cell.chars().count());
         }
     }
     let mut out = String::new();
-    let header: Vec<String> = headers.iter().map(|h| (*h).to_owned()).collect();
-    for row in std::iter::once(&header).chain(rows) {
+    let header: Vec<std::borrow::Cow<'_, str>> = headers.iter().map(|h| (*h).into()).collect();
+    for row in std::iter::once(&header).chain(&rows) {
         let mut line = String::new();
         for (index, cell) in row.iter().enumerate() {
             if index + 1 == row.len() {
@@ -33,6 +45,41 @@ pub(crate) fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
         out.push('\n');
     }
     out
+}
+
+/// `cell`, or its first [`MAX_CELL`] characters and how many more it has.
+fn clip_cell(cell: &str) -> std::borrow::Cow<'_, str> {
+    match cell.char_indices().nth(MAX_CELL) {
+        None => cell.into(),
+        Some((end, _)) => {
+            let more = cell[end..].chars().count();
+            format!(
+                "{}… ({more} more characters; --json shows all)",
+                &cell[..end]
+            )
+            .into()
+        }
+    }
+}
+
+/// Up to three of `names`, escaped and clipped, then how many more: names
+/// an author chose, in a line of zotbox's own.
+pub(crate) fn a_few(names: &[&str]) -> String {
+    const SHOWN: usize = 3;
+    let mut out: Vec<String> = names
+        .iter()
+        .take(SHOWN)
+        .map(|name| {
+            format!(
+                "`{}`",
+                zotbox::text::clipped(&zotbox::text::shown(name), 40)
+            )
+        })
+        .collect();
+    if names.len() > SHOWN {
+        out.push(format!("and {} more", names.len() - SHOWN));
+    }
+    out.join(", ")
 }
 
 /// Writes one JSON object as one line on stdout.

@@ -242,4 +242,44 @@ pub(crate) fn print_grant(
             "the extension declared more than the policy allows; it runs with the smaller grant"
         );
     }
+    println!("{}", grant_summary(policy, manifest, &grant));
+}
+
+/// One line of zotbox's own, last before a consent question: what the
+/// grant comes to, counted per capability with its broadest items first,
+/// so that no long field of the author's above (a list of hundreds of
+/// harmless globs, say) can hide a part of it off screen.
+fn grant_summary(
+    policy: &Policy,
+    manifest: &zotbox::manifest::Manifest,
+    grant: &zotbox::policy::Grant,
+) -> String {
+    if let Program::Native { .. } = manifest.program {
+        return if policy.native_refused_by().is_some() {
+            "in short: refused, as the policy refuses native extensions".to_owned()
+        } else {
+            "in short: it runs natively, with all your permissions".to_owned()
+        };
+    }
+    let parts: Vec<String> = grant
+        .rows
+        .iter()
+        .filter(|row| !row.granted.is_empty())
+        .map(|row| {
+            let mut items: Vec<&str> = row.granted.iter().map(String::as_str).collect();
+            // Wildcards, then the shortest: `**` before `docs/page0001.md`.
+            items.sort_by_key(|item| (!item.contains('*'), item.len()));
+            format!(
+                "{} {} ({})",
+                row.capability,
+                items.len(),
+                super::output::a_few(&items)
+            )
+        })
+        .collect();
+    if parts.is_empty() {
+        "in short: nothing is granted".to_owned()
+    } else {
+        format!("in short, granted: {}", parts.join("; "))
+    }
 }

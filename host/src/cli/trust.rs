@@ -22,14 +22,14 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context as _, Result, bail};
 use serde_json::json;
 
-use super::output::{json_line, table};
+use super::output::{a_few, json_line, table};
 use super::{Context, EXIT_OK};
 use zotbox::data::{DataOrigin, DataSearch, DataSet};
 use zotbox::discovery::{SearchPath, ZotLaunch, ZotShadow, zot_launch};
 use zotbox::manifest::{Manifest, Program};
 use zotbox::policy::{Policy, WorkspaceTrust};
 use zotbox::store::trust::{Contents, EntryKind, TrustStore};
-use zotbox::text::{shown, shown_path};
+use zotbox::text::{clipped, shown, shown_path};
 
 /// How many covered files the review lists before it summarises the rest.
 const FILES_SHOWN: usize = 50;
@@ -334,14 +334,103 @@ impl Review {
                     }
                     EntryKind::Special { what } => (*what).to_owned(),
                 };
-                println!("  {}  {what}", shown_path(&covered.path));
+                // A path is the author's, and may be long enough to wrap
+                // into rows of its own: clipped to one.
+                println!("  {}  {what}", clipped(&shown_path(&covered.path), 120));
             }
             if contents.covered.len() > FILES_SHOWN {
                 println!("  … and {} more", contents.covered.len() - FILES_SHOWN);
             }
         }
-        println!();
+        println!("\n{}\n", self.summary(policy, contents));
         Ok(())
+    }
+
+    /// One line of zotbox's own, last before the question: what the
+    /// review comes to, counted, so that nothing an author wrote above
+    /// (a description, a path long enough to wrap into rows that look
+    /// like the review's own) can stand between it and the answer.
+    fn summary(&self, policy: &Policy, contents: &Contents) -> String {
+        let (mut native, mut sandboxed, mut idle) = (Vec::new(), Vec::new(), 0);
+        for (_, manifest) in &self.extensions {
+            let Ok(manifest) = manifest else { continue };
+            match zot_launch(manifest) {
+                ZotLaunch::Native(_) => native.push(manifest.name()),
+                ZotLaunch::Sandboxed => sandboxed.push(manifest),
+                ZotLaunch::Nothing => idle += 1,
+            }
+        }
+        let invalid = self.extensions.iter().filter(|(_, m)| m.is_err()).count();
+        let tools = &self.data.untrusted_tools;
+        let shell = tools
+            .iter()
+            .filter(|t| matches!(t.kind, zotbox::data::ToolKind::Shell { .. }))
+            .count();
+        let mut parts = Vec::new();
+        if !native.is_empty() {
+            parts.push(format!(
+                "{} that zot starts natively, with all your permissions ({})",
+                counted(native.len(), "extension"),
+                a_few(&native)
+            ));
+        }
+        if !sandboxed.is_empty() {
+            // Each with what its grant comes to, counted.
+            let mut each: Vec<String> = sandboxed
+                .iter()
+                .take(3)
+                .map(|manifest| {
+                    let grant = policy.grant(&manifest.raw.capabilities);
+                    let granted: Vec<String> = grant
+                        .rows
+                        .iter()
+                        .filter(|row| !row.granted.is_empty())
+                        .map(|row| format!("{} {}", row.capability, row.granted.len()))
+                        .collect();
+                    let granted = if granted.is_empty() {
+                        "nothing granted".to_owned()
+                    } else {
+                        granted.join(", ")
+                    };
+                    format!("{}: {granted}", a_few(&[manifest.name()]))
+                })
+                .collect();
+            if sandboxed.len() > 3 {
+                each.push(format!("and {} more", sandboxed.len() - 3));
+            }
+            parts.push(format!(
+                "{} run in the sandbox ({})",
+                counted(sandboxed.len(), "extension"),
+                each.join("; ")
+            ));
+        }
+        if idle + invalid > 0 {
+            parts.push(format!(
+                "{} zot does not start (disabled, no program, or invalid)",
+                counted(idle + invalid, "extension")
+            ));
+        }
+        if !tools.is_empty() {
+            parts.push(format!(
+                "{} ({shell} run shell commands)",
+                counted(tools.len(), "data tool")
+            ));
+        }
+        let plugins = self.project_plugins().len();
+        if plugins > 0 {
+            parts.push(counted(plugins, "refusal plugin"));
+        }
+        let skills = self
+            .data
+            .skills
+            .iter()
+            .filter(|s| s.origin == DataOrigin::Project)
+            .count();
+        if skills > 0 {
+            parts.push(counted(skills, "skill"));
+        }
+        parts.push(counted(contents.covered.len(), "file") + " covered");
+        format!("in short, this workspace brings: {}", parts.join("; "))
     }
 
     fn print_json(&self, policy: &Policy, contents: &Contents) -> Result<()> {
@@ -445,6 +534,15 @@ impl Review {
 }
 
 /// What zot starts for a manifest, for the table.
+/// `1 extension`, `2 extensions`.
+fn counted(n: usize, what: &str) -> String {
+    if n == 1 {
+        format!("1 {what}")
+    } else {
+        format!("{n} {what}s")
+    }
+}
+
 fn launch_cell(manifest: &Manifest) -> String {
     match zot_launch(manifest) {
         ZotLaunch::Sandboxed => "sandboxed: zotbox run".to_owned(),
