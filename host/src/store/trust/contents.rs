@@ -159,7 +159,11 @@ impl Contents {
         // A data package installed for the project brings tools too.
         let packages = Path::new(".zot").join(crate::home::PACKAGES_DIR);
         for name in sorted_names(&workspace.join(&packages)) {
-            scanner.tools(&packages.join(name).join("tools"))?;
+            // Its manifest too: switching a package on (`enabled`, `kind`)
+            // changes what runs as surely as a tool's template does.
+            let package = packages.join(name);
+            scanner.data_file(&package.join(crate::manifest::MANIFEST_FILE))?;
+            scanner.tools(&package.join("tools"))?;
         }
         let mut roots = vec![workspace.clone()];
         roots.append(&mut scanner.roots);
@@ -524,45 +528,55 @@ impl<'a> Scanner<'a> {
         }
         for name in sorted_names(&self.workspace.join(rel_root)) {
             let rel = rel_root.join(&name);
-            let path = self.workspace.join(&rel);
-            let Ok(meta) = std::fs::symlink_metadata(&path) else {
-                continue;
-            };
-            let kind = meta.file_type();
-            if kind.is_symlink() {
-                // The link text and what the loader reads through it.
-                let target = read_link(&path)?;
-                let mut hasher = Sha256::new();
-                hasher.update(target.as_os_str().as_bytes());
-                if std::fs::metadata(&path).is_ok_and(|m| m.is_file()) {
-                    match self.read(&path, true)? {
-                        Digested::File { digest, .. } => {
-                            if let Ok(real) = std::fs::canonicalize(&path) {
-                                self.by_real_path.insert(real, digest);
-                            }
-                            hasher.update(digest);
-                        }
-                        Digested::Special(what) => hasher.update(what.as_bytes()),
-                    }
-                }
-                self.add(
-                    rel.clone(),
-                    EntryKind::Symlink { target },
-                    hasher.finalize().into(),
-                )?;
-            } else if kind.is_file() {
-                let real = std::fs::canonicalize(&path).ok();
-                self.file(&path, rel.clone(), false, real)?;
-            } else if !kind.is_dir() {
-                let real = std::fs::canonicalize(&path).ok();
-                self.special(&kind, rel, real)?;
-                continue;
-            } else {
-                continue;
+            if self.data_file(&rel)? {
+                self.tool_named_files(&self.workspace.join(&rel), &rel)?;
             }
-            self.tool_named_files(&path, &rel)?;
         }
         Ok(())
+    }
+
+    /// Covers the data file `rel` as the loader reads it: a link by its
+    /// text and the file it leads to, a FIFO or device by its type. Whether
+    /// it is a file (directly or through a link) whose text may be read.
+    fn data_file(&mut self, rel: &Path) -> Result<bool, ScanError> {
+        let path = self.workspace.join(rel);
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            return Ok(false);
+        };
+        let kind = meta.file_type();
+        if kind.is_symlink() {
+            // The link text and what the loader reads through it.
+            let target = read_link(&path)?;
+            let mut hasher = Sha256::new();
+            hasher.update(target.as_os_str().as_bytes());
+            if std::fs::metadata(&path).is_ok_and(|m| m.is_file()) {
+                match self.read(&path, true)? {
+                    Digested::File { digest, .. } => {
+                        if let Ok(real) = std::fs::canonicalize(&path) {
+                            self.by_real_path.insert(real, digest);
+                        }
+                        hasher.update(digest);
+                    }
+                    Digested::Special(what) => hasher.update(what.as_bytes()),
+                }
+            }
+            self.add(
+                rel.to_owned(),
+                EntryKind::Symlink { target },
+                hasher.finalize().into(),
+            )?;
+            Ok(true)
+        } else if kind.is_file() {
+            let real = std::fs::canonicalize(&path).ok();
+            self.file(&path, rel.to_owned(), false, real)?;
+            Ok(true)
+        } else if !kind.is_dir() {
+            let real = std::fs::canonicalize(&path).ok();
+            self.special(&kind, rel.to_owned(), real)?;
+            Ok(false)
+        } else {
+            Ok(false)
+        }
     }
 
     fn link(&mut self, path: &Path, rel: PathBuf) -> Result<(), ScanError> {
@@ -1024,6 +1038,37 @@ mod tests {
         write(&f.ws.join(".zot/plugins/p.json"), "{}");
         write(&f.ws.join(".zot/skills/s.md"), "x");
         assert_eq!(sha(&f.ws), base);
+    }
+
+    #[test]
+    fn switching_a_workspace_data_package_on_changes_the_hash() {
+        // Attack: a package shipped with `"enabled": false` had its tool
+        // hashed but never shown (only what loads is reviewed); a later
+        // commit flipping the manifest alone left the workspace trusted,
+        // and the unseen template ran.
+        let f = fixture();
+        let kit =
+            f.ws.join(".zot")
+                .join(crate::home::PACKAGES_DIR)
+                .join("kit");
+        let manifest = |enabled: bool| {
+            format!(r#"{{"name":"kit","version":"1.0.0","kind":"data","enabled":{enabled}}}"#)
+        };
+        write(&kit.join("extension.json"), &manifest(false));
+        write(
+            &kit.join("tools/t.json"),
+            r#"{"name":"t","description":"t","kind":"shell","command":"id"}"#,
+        );
+        let off = Contents::scan(&f.ws).unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            off.covered
+                .iter()
+                .any(|c| c.path.ends_with("kit/extension.json")),
+            "{:?}",
+            off.covered
+        );
+        write(&kit.join("extension.json"), &manifest(true));
+        assert_ne!(sha(&f.ws), off.sha256);
     }
 
     #[test]
