@@ -338,14 +338,48 @@ impl GoBuild {
     }
 }
 
+/// The files of cargo's and rustup's settings that a build in `dir`
+/// reads from a folder above it (`.cargo/config.toml`, `.cargo/config`,
+/// `rust-toolchain.toml`, `rust-toolchain`), except the user's own
+/// `$CARGO_HOME`: what they name (a `rustc-wrapper`, a `runner`, a
+/// toolchain's path) runs with the build, and they are not the crate's.
+pub fn settings_above(dir: &Path) -> Vec<PathBuf> {
+    let Ok(dir) = std::fs::canonicalize(dir) else {
+        return Vec::new();
+    };
+    let cargo_home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cargo")))
+        .and_then(|home| std::fs::canonicalize(home).ok());
+    let mut found = Vec::new();
+    for folder in dir.ancestors().skip(1) {
+        let settings = folder.join(".cargo");
+        let users = std::fs::canonicalize(&settings).is_ok_and(|s| Some(s) == cargo_home);
+        let mut names = vec![
+            folder.join("rust-toolchain.toml"),
+            folder.join("rust-toolchain"),
+        ];
+        if !users {
+            names.extend([settings.join("config.toml"), settings.join("config")]);
+        }
+        found.extend(
+            names
+                .into_iter()
+                .filter(|name| name.symlink_metadata().is_ok()),
+        );
+    }
+    found
+}
+
 /// Makes sure `rustup` has `target` installed, adding it when missing.
 ///
 /// # Errors
 ///
 /// [`ToolchainError::Target`] when it is missing and cannot be added.
-pub fn ensure_target(target: &str) -> Result<(), ToolchainError> {
+pub fn ensure_target(target: &str, dir: &Path) -> Result<(), ToolchainError> {
     let installed = Command::new("rustup")
         .args(["target", "list", "--installed"])
+        .current_dir(dir)
         .stderr(Stdio::null())
         .output();
     match installed {
@@ -422,15 +456,24 @@ impl CargoBuild {
     ///
     /// [`ToolchainError`] when the target, cargo or the artifacts are missing.
     pub fn run(&self) -> Result<BTreeMap<String, PathBuf>, ToolchainError> {
+        // Cargo and rustup read their settings (`.cargo/config.toml`,
+        // `rust-toolchain.toml`) from the folder they run in and every one
+        // above it: the crate's, not wherever the user stands (a cloned
+        // repository's `rustc-wrapper` would run for any crate built from
+        // inside it). The paths given are read from where the user stands.
+        let absolute = |path: &Path| std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
+        let manifest_path = absolute(&self.manifest_path);
+        let dir = manifest_path.parent().unwrap_or(Path::new("/"));
         if let Some(target) = &self.target {
-            ensure_target(target)?;
+            ensure_target(target, dir)?;
         }
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         let mut command = Command::new(&cargo);
         command
+            .current_dir(dir)
             .arg("build")
             .arg("--manifest-path")
-            .arg(&self.manifest_path)
+            .arg(&manifest_path)
             .arg("--release")
             .args(["--config", "profile.release.debug=false"])
             .args(["--config", "profile.release.strip=true"])
@@ -446,7 +489,7 @@ impl CargoBuild {
             command.args(["--package", package]);
         }
         if let Some(dir) = &self.target_dir {
-            command.arg("--target-dir").arg(dir);
+            command.arg("--target-dir").arg(absolute(dir));
         }
         let mut child = command.spawn().map_err(|error| ToolchainError::Run {
             tool: cargo.to_string_lossy().into_owned(),
@@ -862,5 +905,32 @@ mod tests {
             Some(("n".to_owned(), PathBuf::from("/t/release/n")))
         );
         assert_eq!(bin_artifact("not json"), None);
+    }
+
+    #[test]
+    fn the_settings_a_build_reads_from_above_its_crate_are_named() {
+        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let root = std::fs::canonicalize(tmp.path()).unwrap_or_else(|e| panic!("{e}"));
+        let crate_dir = root.join("clone/exts/mine");
+        std::fs::create_dir_all(crate_dir.join(".cargo")).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::create_dir_all(root.join("clone/.cargo")).unwrap_or_else(|e| panic!("{e}"));
+        for file in [
+            "clone/.cargo/config.toml",
+            "clone/rust-toolchain.toml",
+            "clone/exts/rust-toolchain",
+            // The crate's own are the crate's.
+            "clone/exts/mine/.cargo/config.toml",
+            "clone/exts/mine/rust-toolchain.toml",
+        ] {
+            std::fs::write(root.join(file), "").unwrap_or_else(|e| panic!("{e}"));
+        }
+        assert_eq!(
+            settings_above(&crate_dir),
+            [
+                root.join("clone/exts/rust-toolchain"),
+                root.join("clone/rust-toolchain.toml"),
+                root.join("clone/.cargo/config.toml"),
+            ]
+        );
     }
 }

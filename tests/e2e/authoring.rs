@@ -85,8 +85,31 @@ fn a_new_extension_builds_installs_and_answers_with_only_its_files_installed() {
 
     // The same lock as the repository: the dependencies resolve offline.
     std::fs::copy(repository().join("Cargo.lock"), dir.join("Cargo.lock")).expect("lock");
+    // Attack: the folder the user stands in (a cloned repository) names a
+    // `rustc-wrapper` in its `.cargo/config.toml`; cargo, started there,
+    // ran it for the user's own crate built from there.
+    let wrapper = lab.workspace.join("tools/wrap.sh");
+    let marker = lab.workspace.join("wrapper-ran");
+    std::fs::create_dir_all(wrapper.parent().expect("tools")).expect("tools");
+    std::fs::write(
+        &wrapper,
+        format!("#!/bin/sh\ntouch '{}'\nexec \"$@\"\n", marker.display()),
+    )
+    .expect("wrapper");
+    crate::support::make_executable(&wrapper);
+    std::fs::create_dir_all(lab.workspace.join(".cargo")).expect(".cargo");
+    std::fs::write(
+        lab.workspace.join(".cargo/config.toml"),
+        format!("[build]\nrustc-wrapper = '{}'\n", wrapper.display()),
+    )
+    .expect("config");
     let run = zotbox_building(&lab, &["ext", "build", &shown]);
     run.expect_code(0);
+    assert!(
+        !marker.exists(),
+        "the standing folder's wrapper ran: {run:#?}"
+    );
+    assert!(!run.stderr.contains("cargo also reads"), "{run:#?}");
     assert!(
         run.stdout.starts_with(&format!(
             "built `wordcount` → {}/wordcount.wasm (",
@@ -619,4 +642,44 @@ fn doctor_reports_a_launcher_whose_zotbox_is_gone_or_another() {
         "{run:#?}"
     );
     run.expect_code(1);
+}
+
+#[test]
+fn a_javascript_build_says_it_runs_the_folders_own_componentize_js() {
+    // Attack: `ext build` prefers the folder's `node_modules/.bin/componentize-js`
+    // (a file a cloned repository may ship) and said nothing, as if only
+    // the sandboxed toolchain ran.
+    let lab = Lab::new();
+    let dir = lab.dev.join("notes");
+    let bin = dir.join("node_modules/.bin");
+    std::fs::create_dir_all(&bin).expect("node_modules");
+    std::fs::create_dir_all(dir.join("wit")).expect("wit");
+    write_json(
+        &dir.join("extension.json"),
+        &json!({"name": "notes", "version": "1.0.0", "wasm": "./notes.wasm"}),
+    );
+    write_json(&dir.join("package.json"), &json!({"name": "notes"}));
+    std::fs::write(dir.join("app.js"), "export const run = {};\n").expect("app.js");
+    let tool = bin.join("componentize-js");
+    let marker = lab.dev.join("ran");
+    std::fs::write(
+        &tool,
+        format!("#!/bin/sh\ntouch '{}'\nexit 1\n", marker.display()),
+    )
+    .expect("tool");
+    crate::support::make_executable(&tool);
+    let run = lab.zotbox(&["ext", "build", &dir.display().to_string()]);
+    run.expect_code(1);
+    assert!(
+        marker.exists(),
+        "the folder's own tool is what runs: {run:#?}"
+    );
+    assert!(
+        run.stderr.contains(&format!(
+            "note: building `{}` runs the folder's own `node_modules/.bin/componentize-js` with \
+             your permissions (not in the sandbox)",
+            dir.display()
+        )),
+        "{run:#?}"
+    );
 }

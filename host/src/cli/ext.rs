@@ -13,7 +13,7 @@ use zotbox::discovery::{Origin, SearchPath};
 use zotbox::manifest::{MANIFEST_FILE, Manifest, Program};
 use zotbox::store::source::Source;
 use zotbox::store::{install, installer, lock};
-use zotbox::text::{Shown, shown};
+use zotbox::text::{Shown, shown, shown_path};
 
 /// `zotbox ext` subcommands.
 #[derive(Debug, clap::Subcommand)]
@@ -193,6 +193,17 @@ async fn build(context: &Context, dir: &Path) -> Result<u8> {
     output_folder(&manifest.dir, &relative)?;
     let language = zotbox::build::Language::detect(&manifest.dir, manifest.raw.language.as_deref());
     first_build_notice(context, &manifest.dir, language);
+    if language == Some(zotbox::build::Language::Rust) {
+        // Every build, not once: such a file may come with any pull.
+        for file in zotbox::build::settings_above(&manifest.dir) {
+            eprintln!(
+                "note: cargo also reads `{}`, from a folder above the crate: what it names (a \
+                 `rustc-wrapper`, a `runner`, a toolchain) runs with the build, with your \
+                 permissions",
+                shown_path(&file)
+            );
+        }
+    }
     let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
     // The toolchain's own progress on a terminal; quiet when piped or for --json.
     let verbose = terminal && !context.json;
@@ -291,14 +302,20 @@ fn output_folder(dir: &Path, relative: &str) -> Result<()> {
 /// Says once per folder (recorded in `$ZOT_HOME/built-folders`) that a
 /// build runs the crate's code with the user's permissions.
 fn first_build_notice(context: &Context, dir: &Path, language: Option<zotbox::build::Language>) {
-    // Only cargo and make run an author's code to build (`go build` for
-    // wasip1, componentize-py and componentize-js run none of it outside a
-    // sandbox).
+    // Cargo and make run an author's code to build, and so does a
+    // componentize-js the folder brings itself (`go build` for wasip1,
+    // componentize-py and the componentize-js on `PATH` run none of it
+    // outside a sandbox).
     let runs = match language {
         Some(zotbox::build::Language::Rust) => {
             "runs its build scripts and proc macros, and those of its dependencies,"
         }
         Some(zotbox::build::Language::C) => "runs the commands of its Makefile",
+        Some(zotbox::build::Language::JavaScript)
+            if zotbox::build::JsBuild::guest(dir, "").tool != Path::new("componentize-js") =>
+        {
+            "runs the folder's own `node_modules/.bin/componentize-js`"
+        }
         _ => return,
     };
     let Ok(home) = context.home() else {
