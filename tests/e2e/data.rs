@@ -428,3 +428,47 @@ fn a_truncated_data_file_is_reported_without_a_made_up_field() {
         run.stdout
     );
 }
+
+#[test]
+fn list_says_refused_for_a_tool_whose_every_call_the_policy_refuses() {
+    // Attack on the screen: under a team's `"shell": false`, `list` called
+    // the user's shell tool `ready` while every call of it was refused.
+    let lab = Lab::new();
+    let user_tools = lab.home.join("tools");
+    std::fs::create_dir_all(&user_tools).expect("user tools");
+    write_json(
+        &user_tools.join("gitlog.json"),
+        &shell_tool("gitlog", "git log -n 5"),
+    );
+    let control = lab.zotbox_in(&lab.workspace, &["list"]);
+    assert!(
+        control.stdout.lines().any(|l| l
+            .split_whitespace()
+            .take(4)
+            .eq(["gitlog", "tool", "user", "ready"])),
+        "{control:#?}"
+    );
+    let system = lab.home.join("system-policy.json");
+    write_json(&system, &json!({"shell": false}));
+    let list = lab.zotbox_in(&lab.workspace, &["list"]);
+    assert!(
+        list.stdout.lines().any(|l| l
+            .split_whitespace()
+            .take(4)
+            .eq(["gitlog", "tool", "user", "refused"])),
+        "{list:#?}"
+    );
+    let json = lab.zotbox_in(&lab.workspace, &["--json", "list"]);
+    let row: Value = json
+        .stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["name"] == "gitlog")
+        .unwrap_or_default();
+    assert_eq!(row["state"], "refused", "{json:#?}");
+    assert_eq!(
+        row["reason"],
+        format!("`**` refused: `shell: false` in `{}`", system.display()),
+        "{json:#?}"
+    );
+}

@@ -25,8 +25,8 @@ impl Args {
         let data = host.data_set();
         let refusal = host.workspace_refusal();
         let shadows = host.search_path().zot_shadows();
+        let data_rows = data_rows(&data, refusal.as_deref(), host.policy());
         host.shutdown().await;
-        let data_rows = data_rows(&data, refusal.as_deref());
         // As `--help` says: 1 when an extension failed to load or start.
         let status = if infos
             .iter()
@@ -188,17 +188,35 @@ fn tool_detail(tool: &zotbox::data::DataTool) -> String {
     format!("{}: {}{approval}", tool.kind.as_str(), tool.kind.template())
 }
 
-fn data_rows(data: &zotbox::data::DataSet, refusal: Option<&str>) -> Vec<DataRow> {
+fn data_rows(
+    data: &zotbox::data::DataSet,
+    refusal: Option<&str>,
+    policy: &zotbox::policy::Policy,
+) -> Vec<DataRow> {
     let mut rows = Vec::new();
     for tool in &data.tools {
+        // What the policy takes away from what the template needs: every
+        // call of such a tool is refused, so it is not `ready`.
+        let refused: Vec<String> = policy
+            .grant(&tool.declared())
+            .rows
+            .into_iter()
+            .flat_map(|row| row.refused)
+            .map(|r| format!("`{}` refused: {}", shown(&r.item), shown(&r.rule)))
+            .collect();
+        let (state, reason) = if refused.is_empty() {
+            ("ready", None)
+        } else {
+            ("refused", Some(refused.join("; ")))
+        };
         rows.push(DataRow {
             data: "tool",
             name: tool.name.clone(),
             origin: tool.origin.as_str().to_owned(),
-            state: "ready",
+            state,
             detail: tool_detail(tool),
             path: tool.path.clone(),
-            reason: None,
+            reason,
         });
     }
     for tool in &data.untrusted_tools {
