@@ -557,10 +557,10 @@ impl AuditLog {
     }
 }
 
-/// A record as one line of the log, newline included.
+/// A record as one line of the log, newline included, with no character
+/// a terminal or a line splitter acts on ([`crate::text::json`]).
 fn line_of(record: &AuditRecord) -> Option<Vec<u8>> {
-    let line = serde_json::to_string(record).ok()?;
-    let mut line = ascii_safe(line).into_bytes();
+    let mut line = crate::text::json(record).ok()?.into_bytes();
     line.push(b'\n');
     Some(line)
 }
@@ -854,32 +854,6 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
     (year, month, day)
 }
 
-/// JSON `text` with every character [`crate::text::is_unsafe`] names
-/// written as a `\\uXXXX` escape (a surrogate pair past the BMP): the same
-/// values for a JSON reader, but a line holds no C1 control, no bidi
-/// override and no line separator a guest put in a path or a URL, which
-/// `tail -f` would pass to the terminal and a line splitter would break on.
-/// Such characters occur only inside strings, where the escape means them.
-fn ascii_safe(text: String) -> String {
-    use std::fmt::Write as _;
-    // The usual line: kept as it is, not copied.
-    if !crate::text::has_unsafe(&text) {
-        return text;
-    }
-    let mut out = String::with_capacity(text.len() + 16);
-    for c in text.chars() {
-        if crate::text::is_unsafe(c) {
-            let mut units = [0u16; 2];
-            for unit in c.encode_utf16(&mut units) {
-                let _ = write!(out, "\\u{unit:04x}");
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -890,11 +864,13 @@ mod tests {
         // record after it, a C1 CSI and a bidi override.
         let subject = "a\u{2028}{\"decision\":\"allow\"}\u{85}\u{9b}31m\u{202e}\u{7f}\u{E0041}";
         let record = AuditRecord::now("x", "fs-read", subject, Decision::Deny, "r".to_owned());
-        let line = ascii_safe(serde_json::to_string(&record).unwrap_or_default());
+        let line = line_of(&record).unwrap_or_default();
+        let line = String::from_utf8_lossy(&line);
+        let line = line.trim_end_matches('\n');
         assert!(line.is_ascii(), "{line}");
         assert!(!line.chars().any(char::is_control), "{line}");
         // The same values for a JSON reader.
-        let back: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+        let back: serde_json::Value = serde_json::from_str(line).unwrap_or_default();
         assert_eq!(back["subject"], subject, "{line}");
         assert!(line.contains("\\u2028"), "{line}");
         assert!(line.contains("\\udb40\\udc41"), "{line}");

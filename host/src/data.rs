@@ -30,7 +30,9 @@
 //! with the precedence `builtin < registry < user < project`.
 //!
 //! A malformed file is reported in [`DataSet::problems`] and skipped, never
-//! fatal; unknown keys are reported in [`DataSet::warnings`].
+//! fatal; unknown keys are reported in [`DataSet::warnings`]. A workspace's
+//! folder holding more than [`MAX_WORKSPACE_FOLDER_ENTRIES`] entries is a
+//! problem too, and loads nothing.
 
 pub mod approval;
 pub mod package;
@@ -51,6 +53,15 @@ pub use tool::{DataTool, Rendered, ToolKind};
 /// The largest data file read. Protects the host from memory exhaustion by a
 /// huge (or endless, like a FIFO) file dropped into a data folder.
 pub const MAX_FILE_BYTES: u64 = 1024 * 1024;
+
+/// The most entries read from one of a workspace's data folders (its
+/// `tools/`, `plugins/` or `skills/`, or a workspace package's). A folder
+/// holding more loads nothing and is reported as a problem: a cloned
+/// repository's 100 000 skill files (which load without trust) would
+/// otherwise keep `serve` from answering intercepts while it read them
+/// (`THREATS.md` rule 7). The user's own folders have no cap: refusing one
+/// whole would switch off the user's refusal plugins.
+pub const MAX_WORKSPACE_FOLDER_ENTRIES: usize = 10_000;
 
 /// Where a data extension came from, in increasing precedence among the
 /// user's side; a workspace's tool or skill never takes a name that side
@@ -129,6 +140,68 @@ pub struct DataSet {
     pub problems: Vec<DataProblem>,
     /// Files that loaded with warnings (unknown keys, ignored fields).
     pub warnings: Vec<DataProblem>,
+    /// Where each name stands in the lists above, for the `add_*` methods.
+    pub(crate) names: Names,
+}
+
+/// The [`NameIndex`] of each list of a [`DataSet`] that names are added to.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Names {
+    tools: NameIndex,
+    untrusted_tools: NameIndex,
+    plugins: NameIndex,
+    skills: NameIndex,
+}
+
+/// Where each name stands in one list of a [`DataSet`], so that adding one
+/// file's tool, plugin or skill is one look-up. Searching the list instead
+/// made loading N files cost N² name comparisons: 40 000 skill files in a
+/// cloned repository kept `serve` from answering intercepts for seconds.
+///
+/// The lists are public, and are changed from outside (refused plugins are
+/// removed after loading): a list whose length, or whose entry at a known
+/// name's place, no longer agrees with the index is indexed again before
+/// the index is believed.
+#[derive(Debug, Clone, Default)]
+struct NameIndex {
+    /// Each name's place in the list; the first place when one repeats.
+    places: std::collections::HashMap<String, usize>,
+    /// List entries whose name was read: what loading costs, for tests.
+    #[cfg(test)]
+    reads: usize,
+}
+
+impl NameIndex {
+    /// The place of `name` in `list`, whose entries are named by `name_of`.
+    fn find<T>(&mut self, list: &[T], name: &str, name_of: fn(&T) -> &str) -> Option<usize> {
+        let place = self.places.get(name).copied();
+        let agrees = self.places.len() == list.len()
+            && place.is_none_or(|at| {
+                list.get(at)
+                    .is_some_and(|item| self.read(item, name_of) == name)
+            });
+        if !agrees {
+            self.places.clear();
+            for (at, item) in list.iter().enumerate() {
+                let name = self.read(item, name_of).to_owned();
+                self.places.entry(name).or_insert(at);
+            }
+        }
+        self.places.get(name).copied()
+    }
+
+    /// Notes that `name` was pushed at `at`, the end of the list.
+    fn pushed(&mut self, name: &str, at: usize) {
+        self.places.insert(name.to_owned(), at);
+    }
+
+    fn read<'a, T>(&mut self, item: &'a T, name_of: fn(&T) -> &str) -> &'a str {
+        #[cfg(test)]
+        {
+            self.reads += 1;
+        }
+        name_of(item)
+    }
 }
 
 impl DataSet {
@@ -183,7 +256,11 @@ impl DataSet {
             DataOrigin::Registry => 2,
             DataOrigin::User => 3,
         };
-        match self.skills.iter_mut().find(|s| s.name == skill.name) {
+        let place = self
+            .names
+            .skills
+            .find(&self.skills, &skill.name, |s| &s.name);
+        match place.and_then(|at| self.skills.get_mut(at)) {
             Some(existing) if rank(existing.origin) >= rank(skill.origin) => {
                 self.shadowed
                     .push(("skill".to_owned(), skill.name.clone(), skill.path));
@@ -193,24 +270,34 @@ impl DataSet {
                 self.shadowed
                     .push(("skill".to_owned(), lost.name, lost.path));
             }
-            None => self.skills.push(skill),
+            None => {
+                self.names.skills.pushed(&skill.name, self.skills.len());
+                self.skills.push(skill);
+            }
         }
     }
 
     fn hold_tool(&mut self, tool: DataTool) {
-        if self.untrusted_tools.iter().any(|t| t.name == tool.name) {
+        let untrusted = &mut self.names.untrusted_tools;
+        if untrusted
+            .find(&self.untrusted_tools, &tool.name, |t| &t.name)
+            .is_some()
+        {
             self.shadowed
                 .push(("tool".to_owned(), tool.name, tool.path));
         } else {
+            untrusted.pushed(&tool.name, self.untrusted_tools.len());
             self.untrusted_tools.push(tool);
         }
     }
 
     fn add_tool(&mut self, tool: DataTool) {
-        if self.tools.iter().any(|t| t.name == tool.name) {
+        let tools = &mut self.names.tools;
+        if tools.find(&self.tools, &tool.name, |t| &t.name).is_some() {
             self.shadowed
                 .push(("tool".to_owned(), tool.name, tool.path));
         } else {
+            tools.pushed(&tool.name, self.tools.len());
             self.tools.push(tool);
         }
     }
@@ -229,7 +316,11 @@ impl DataSet {
     }
 
     fn add_plugin(&mut self, plugin: Plugin) {
-        if self.plugins.iter().any(|p| p.name == plugin.name) {
+        let plugins = &mut self.names.plugins;
+        if plugins
+            .find(&self.plugins, &plugin.name, |p| &p.name)
+            .is_some()
+        {
             self.shadowed.push((
                 "plugin".to_owned(),
                 plugin.name.clone(),
@@ -237,6 +328,7 @@ impl DataSet {
             ));
             self.shadowed_plugins.push(plugin);
         } else {
+            plugins.pushed(&plugin.name, self.plugins.len());
             self.plugins.push(plugin);
         }
     }
@@ -446,7 +538,7 @@ impl DataSearch {
             user.into_iter().chain(project).collect()
         };
         for (root, origin) in &user_first {
-            for path in set.files_in(&root.join("tools"), "json") {
+            for path in set.files_in(&root.join("tools"), "json", *origin) {
                 let result = tool::DataTool::load(&path, *origin);
                 if let Some(tool) = set.take(&path, result) {
                     if *origin == DataOrigin::Project && project == ProjectTools::Hold {
@@ -461,7 +553,7 @@ impl DataSearch {
         // per origin: the workspace's files cannot use up the user's).
         let mut class_left = std::collections::BTreeMap::new();
         for (root, origin) in &roots {
-            for path in set.files_in(&root.join("plugins"), "json") {
+            for path in set.files_in(&root.join("plugins"), "json", *origin) {
                 let left = class_left
                     .entry(*origin)
                     .or_insert(plugin::MAX_ORIGIN_CLASS_CODE_POINTS);
@@ -472,7 +564,7 @@ impl DataSearch {
             }
         }
         for (root, origin) in &user_first {
-            for path in set.files_in(&root.join("skills"), "md") {
+            for path in set.files_in(&root.join("skills"), "md", *origin) {
                 let result = skill::Skill::load(&path, *origin);
                 if let Some(skill) = set.take(&path, result) {
                     set.add_skill(skill);
@@ -493,8 +585,9 @@ enum ProjectTools {
 impl DataSet {
     /// The files of `dir` ending in `.extension`, sorted by name. Hidden files
     /// (editor swap files and the like) are skipped. A folder that does not
-    /// exist holds nothing; one that cannot be read is a problem.
-    fn files_in(&mut self, dir: &Path, extension: &str) -> Vec<PathBuf> {
+    /// exist holds nothing; one that cannot be read, or a workspace's
+    /// holding more than [`MAX_WORKSPACE_FOLDER_ENTRIES`], is a problem.
+    fn files_in(&mut self, dir: &Path, extension: &str, origin: DataOrigin) -> Vec<PathBuf> {
         let entries = match std::fs::read_dir(dir) {
             Ok(entries) => entries,
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Vec::new(),
@@ -508,7 +601,26 @@ impl DataSet {
                 return Vec::new();
             }
         };
+        let cap = match origin {
+            DataOrigin::Project => MAX_WORKSPACE_FOLDER_ENTRIES,
+            DataOrigin::Builtin | DataOrigin::Registry | DataOrigin::User => usize::MAX,
+        };
+        // Every entry counts, hidden or not: the cap bounds what is read.
+        let entries: Vec<_> = entries.take(cap.saturating_add(1)).collect();
+        if entries.len() > cap {
+            let error = format!(
+                "`{}` holds more than {cap} entries; none of its files was loaded",
+                dir.display()
+            );
+            tracing::warn!("{error}");
+            self.problems.push(DataProblem {
+                path: dir.to_owned(),
+                error,
+            });
+            return Vec::new();
+        }
         let mut files: Vec<PathBuf> = entries
+            .into_iter()
             .filter_map(Result::ok)
             .map(|entry| entry.path())
             .filter(|path| {
@@ -863,6 +975,136 @@ mod tests {
             ]
         );
         assert_eq!(set.shadowed.len(), 5);
+    }
+
+    #[test]
+    fn loading_reads_one_name_per_file_not_one_per_file_loaded_before_it() {
+        // Attack: a cloned repository with tens of thousands of tiny skill
+        // (or tool, or plugin) files. Each file used to be checked against
+        // every name loaded before it, N² comparisons in all, and `serve`
+        // answered no intercept until loading was done.
+        const N: usize = 300;
+        let f = fixture();
+        let s = &f.search;
+        for (root, body) in [
+            (&s.zot_home, "user"),
+            (&s.workspace.join(".zot"), "project"),
+        ] {
+            for i in 0..N {
+                let name = format!("n{i:04}");
+                write(
+                    &root.join("tools"),
+                    &format!("{name}.json"),
+                    &tool_json(&name, body),
+                );
+                write(
+                    &root.join("plugins"),
+                    &format!("{name}.json"),
+                    &format!(
+                        r#"{{"name":"{name}","description":"d","deny":[{{"tools":["bash"],"commandPattern":"{body}","reason":"r"}}]}}"#
+                    ),
+                );
+                write(
+                    &root.join("skills"),
+                    &format!("{name}.md"),
+                    &skill_md(&name, body),
+                );
+            }
+        }
+        for set in [s.load(), s.load_holding_project_tools()] {
+            assert_eq!(set.problems, []);
+            let names = &set.names;
+            let reads = [
+                names.tools.reads,
+                names.untrusted_tools.reads,
+                names.plugins.reads,
+                names.skills.reads,
+            ];
+            // One name read per file added (the one its place names), none
+            // for a file whose name is new.
+            assert!(reads.iter().sum::<usize>() <= 3 * N, "{reads:?}");
+            // The same winners as ever: the user's tools and skills; the
+            // workspace's plugins, with the user's rules kept in force.
+            assert_eq!(set.tools.len(), N);
+            assert_eq!(set.plugins.len() + set.shadowed_plugins.len(), 2 * N);
+            assert_eq!(set.skills.len(), N);
+            assert!(set.skills.iter().all(|skill| skill.body == "user"));
+            assert!(set.plugins.iter().all(|p| p.origin == DataOrigin::Project));
+        }
+    }
+
+    #[test]
+    fn a_workspace_data_folder_past_the_cap_loads_nothing_and_says_so() {
+        // Attack: a cloned repository's skills folder with more files than
+        // loading can get through before zot stops waiting for the guard.
+        let f = fixture();
+        let s = &f.search;
+        let project = s.workspace.join(".zot/skills");
+        let user = s.zot_home.join("skills");
+        for dir in [&project, &user] {
+            write(dir, "real.md", &skill_md("real", "b"));
+            // Hidden entries count too: they are read to be skipped.
+            for i in 0..MAX_WORKSPACE_FOLDER_ENTRIES {
+                write(dir, &format!(".{i}"), "");
+            }
+        }
+        let set = s.load();
+        let problems: Vec<(&Path, &str)> = set
+            .problems
+            .iter()
+            .map(|p| (p.path.as_path(), p.error.as_str()))
+            .collect();
+        let error = format!(
+            "`{}` holds more than 10000 entries; none of its files was loaded",
+            project.display()
+        );
+        assert_eq!(problems, [(project.as_path(), error.as_str())]);
+        // The user's folder has no cap: theirs loads.
+        let skills: Vec<(&str, DataOrigin)> = set
+            .skills
+            .iter()
+            .map(|s| (s.name.as_str(), s.origin))
+            .collect();
+        assert_eq!(skills, [("real", DataOrigin::User)]);
+        assert_eq!(set.shadowed, []);
+    }
+
+    #[test]
+    fn a_list_changed_from_outside_is_indexed_again_before_a_name_is_added() {
+        let skill = |name: &str, origin: DataOrigin| Skill {
+            name: name.to_owned(),
+            description: "d".to_owned(),
+            body: "b".to_owned(),
+            path: PathBuf::from(format!("{origin}:{name}")),
+            origin,
+        };
+        let mut set = DataSet::default();
+        for name in ["a", "b", "c"] {
+            set.add_skill(skill(name, DataOrigin::Project));
+        }
+        // Removed from outside: `a` may be added again, and `c` (moved up
+        // one place) is still found.
+        set.skills.remove(0);
+        set.add_skill(skill("a", DataOrigin::Project));
+        set.add_skill(skill("c", DataOrigin::User));
+        // Pushed from outside: found, though the index never saw it.
+        set.skills.push(skill("d", DataOrigin::User));
+        set.add_skill(skill("d", DataOrigin::Project));
+        let skills: Vec<(&str, DataOrigin)> = set
+            .skills
+            .iter()
+            .map(|s| (s.name.as_str(), s.origin))
+            .collect();
+        assert_eq!(
+            skills,
+            [
+                ("b", DataOrigin::Project),
+                ("c", DataOrigin::User),
+                ("a", DataOrigin::Project),
+                ("d", DataOrigin::User),
+            ]
+        );
+        assert_eq!(set.shadowed.len(), 2);
     }
 
     #[test]

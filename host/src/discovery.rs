@@ -217,6 +217,20 @@ fn not_a_package(manifest: Manifest, path: &Path) -> Result<Manifest, FileError>
 }
 
 impl Discovery {
+    /// The extension called `name` that a host with this discovery runs,
+    /// or else, with why it does not run, the held one of that name. An
+    /// untrusted workspace's manifest named like one of the user's is held,
+    /// so the user's, the one that runs, comes first.
+    pub fn named(&self, name: &str) -> Option<(&Found, Option<Held>)> {
+        let found = self.found.iter().find(|f| f.manifest.name() == name);
+        found.map(|found| (found, None)).or_else(|| {
+            self.held
+                .iter()
+                .find(|(found, _)| found.manifest.name() == name)
+                .map(|(found, held)| (found, Some(*held)))
+        })
+    }
+
     fn offer(&mut self, path: &Path, origin: Origin, held: Option<Held>, workspace: bool) {
         let manifest = match Manifest::load(path).and_then(|m| not_a_package(m, path)) {
             Ok(manifest) => manifest,

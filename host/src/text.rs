@@ -6,8 +6,10 @@
 //! `**`), an escape sequence clears the screen or rewrites a line, and a
 //! `\r` or `\n` forges a row of a table. [`shown`] escapes every character
 //! that moves the cursor, changes how text is drawn, or reorders it, so
-//! what a person reads is what the string holds. JSON output needs none of
-//! this: JSON escapes control characters itself.
+//! what a person reads is what the string holds. JSON escapes only the C0
+//! controls itself and passes the rest raw (a C1 CSI, a bidi override, a
+//! tag character): [`json`] writes every unsafe character as a `\uXXXX`
+//! escape instead, for the audit log and every `--json` line alike.
 
 use std::borrow::Cow;
 use std::fmt::{self, Write as _};
@@ -154,6 +156,37 @@ impl<W: std::io::Write> std::io::Write for EscapedLines<W> {
     }
 }
 
+/// `value` as one line of JSON, every character [`is_unsafe`] names
+/// written as a `\uXXXX` escape (a surrogate pair past the BMP): the same
+/// values for a JSON reader, but the line holds no C1 control, bidi
+/// override, zero-width or tag character and no line separator that a
+/// terminal (`tail -f`, `zotbox --json list`) would act on or a line
+/// splitter break on. Such characters occur only inside strings, where the
+/// escape means them.
+///
+/// # Errors
+///
+/// When `value` does not serialize (a map with keys that are not strings).
+pub fn json<T: serde::Serialize + ?Sized>(value: &T) -> serde_json::Result<String> {
+    let text = serde_json::to_string(value)?;
+    // The usual line: kept as it is, not copied.
+    if !has_unsafe(&text) {
+        return Ok(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if is_unsafe(c) {
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                let _ = write!(out, "\\u{unit:04x}");
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    Ok(out)
+}
+
 /// A cap or a limit for people: `100 MiB` when it is a whole number of
 /// mebibytes, else `1024 bytes`.
 pub fn limit_size(bytes: u64) -> String {
@@ -195,6 +228,21 @@ pub fn hex(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_escapes_what_serde_json_passes_raw_and_reads_back_the_same() {
+        // Attack: an author's string with a C1 CSI, a right-to-left
+        // override, a zero-width space, a left-to-right isolate and a tag
+        // character; serde_json wrote all five raw into `--json` output.
+        let text = "a\u{9b}2J\u{202e}\u{200b}\u{2066}\u{E0041}z\u{1b}é";
+        let line = json(&serde_json::json!({"detail": text})).unwrap_or_default();
+        assert_eq!(
+            line,
+            r#"{"detail":"a\u009b2J\u202e\u200b\u2066\udb40\udc41z\u001bé"}"#
+        );
+        let back: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+        assert_eq!(back["detail"], text);
+    }
 
     #[test]
     fn what_a_terminal_would_act_on_is_escaped() {

@@ -494,6 +494,32 @@ fn zotbox_new_refuses_names_that_are_not_a_crate_and_an_extension() {
 }
 
 #[test]
+fn zotbox_new_refuses_a_target_that_is_a_link() {
+    // Attack: a cloned repository ships `wordcount -> <an empty folder
+    // outside it>`, the README's own example name. `zotbox new wordcount`
+    // found the folder empty through the link and wrote the template there.
+    let lab = Lab::new();
+    let outside = lab.dev.join("outside");
+    std::fs::create_dir_all(&outside).expect("outside folder");
+    symlink(&outside, lab.workspace.join("wordcount")).expect("link");
+    // A link to nothing at all is refused the same way.
+    symlink(lab.dev.join("missing"), lab.workspace.join("dangling")).expect("dangling link");
+    for name in ["wordcount", "dangling"] {
+        let run = lab.zotbox(&["new", name]);
+        run.expect_code(1);
+        assert_eq!(
+            run.stderr,
+            format!(
+                "error: `{name}` is a symbolic link; `zotbox new` writes only into a folder of \
+                 its own: choose another name or pass --path\n"
+            )
+        );
+    }
+    assert!(tree(&outside).is_empty());
+    assert!(!lab.dev.join("missing").exists());
+}
+
+#[test]
 fn a_native_extension_built_as_it_starts_misses_hello_with_a_hint() {
     let lab = Lab::new();
     let dir = lab.dev.join("slow");

@@ -179,6 +179,36 @@ fn data_lab() -> DataLab {
 }
 
 #[test]
+fn json_output_escapes_what_a_terminal_acts_on_and_reads_back_the_same() {
+    // Attack: a workspace skill whose description holds a C1 CSI, a
+    // right-to-left override, a zero-width space, a left-to-right isolate
+    // and a tag character. `--json` output passed all five raw to the
+    // terminal; the human screens escape them.
+    let lab = Lab::new();
+    let description = "a\u{9b}2J\u{202e}\u{200b}\u{2066}\u{E0041}z";
+    skill(&lab.workspace.join(".zot/skills"), "s", description, "body");
+    let escapes = r"a\u009b2J\u202e\u200b\u2066\udb40\udc41z";
+    let commands: [(&[&str], &str); 2] = [
+        (&["--json", "list"], "detail"),
+        (&["--json", "skills", "list"], "description"),
+    ];
+    for (args, field) in commands {
+        let run = zotbox(&lab, args);
+        run.expect_code(0);
+        let raw = run.stdout.lines().any(zotbox::text::has_unsafe);
+        assert!(!raw, "{args:?}: {run:#?}");
+        assert!(run.stdout.contains(escapes), "{args:?}: {run:#?}");
+        let line: Value = run
+            .stdout
+            .lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .find(|line| line["name"] == "s")
+            .unwrap_or_else(|| panic!("{args:?}: no line for `s`: {run:#?}"));
+        assert_eq!(line[field], description, "{args:?}");
+    }
+}
+
+#[test]
 fn list_shows_a_data_table_with_shadowed_and_skipped_files() {
     let DataLab { lab, invalid } = data_lab();
     let run = zotbox(&lab, &["list"]);

@@ -19,7 +19,9 @@ use zotbox::policy::Policy;
 use zotbox::store::trust::{Contents, TrustStore};
 
 use crate::guests::{self, Form};
-use crate::support::{Lab, Run, bounded, eventually, info, pyext_script, tool_names, write_json};
+use crate::support::{
+    Lab, Run, bounded, eventually, info, prober_in, pyext_script, tool_names, write_json,
+};
 
 // ---------------------------------------------------------------------------
 // The repository's content.
@@ -261,8 +263,15 @@ async fn nothing_of_an_untrusted_workspace_starts_whatever_zotbox_command_runs()
 
     // `policy explain` and `trust --list` read; `trust` without consent
     // shows and records nothing.
-    lab.zotbox_in(ws, &["policy", "explain", "helper"])
-        .expect_code(0);
+    let explain = lab.zotbox_in(ws, &["policy", "explain", "helper"]);
+    explain.expect_code(0);
+    assert_eq!(
+        explain.stdout.lines().next(),
+        Some(
+            format!("`helper` does not run here: it {refusal}; what it would be granted:").as_str()
+        ),
+        "{explain:#?}"
+    );
     let listed = lab.zotbox_in(ws, &["trust", "--list"]);
     assert_eq!(listed.stdout, "no trusted workspaces\n");
     let asked = lab.zotbox_in(ws, &["trust"]);
@@ -294,6 +303,73 @@ async fn nothing_of_an_untrusted_workspace_starts_whatever_zotbox_command_runs()
     host.shutdown().await;
 
     assert_eq!(helper.starts(), 0, "the workspace's script ran");
+}
+
+#[test]
+fn policy_explain_explains_the_extension_that_runs_not_an_untrusted_namesake() {
+    // Attack: the user installed `prober` with `read **`, `write **` and
+    // `env HOME`; a cloned repository ships a `prober` declaring nothing.
+    // `policy explain prober` explained the repository's (held, never run)
+    // and showed nothing granted while the user's read `$HOME` and wrote
+    // the workspace; the JSON form did not say which manifest it explained.
+    let lab = Lab::new();
+    let ws = &lab.workspace;
+    let granted = json!({"read": ["**"], "write": ["**"], "env": ["HOME"]});
+    let user = prober_in(&lab.home.join("extensions"), &granted).join("extension.json");
+    let decoy = prober_in(&lab.project_dir(), &json!({})).join("extension.json");
+    let explained = |run: &Run| -> Vec<(String, String, Value)> {
+        run.stdout
+            .lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .filter(|line| line.get("capability").is_some())
+            .map(|line| {
+                (
+                    line["capability"].as_str().unwrap_or_default().to_owned(),
+                    line["manifest"].as_str().unwrap_or_default().to_owned(),
+                    line["granted"].clone(),
+                )
+            })
+            .collect()
+    };
+    let rows = |manifest: &Path, read: Value, write: Value, env: Value| {
+        let manifest = manifest.display().to_string();
+        [
+            ("http", json!([])),
+            ("fs-read", read),
+            ("fs-write", write),
+            ("shell", json!([])),
+            ("env", env),
+            ("secrets", json!([])),
+        ]
+        .map(|(capability, granted)| (capability.to_owned(), manifest.clone(), granted))
+        .to_vec()
+    };
+
+    let human = lab.zotbox_in(ws, &["policy", "explain", "prober"]);
+    human.expect_code(0);
+    assert_eq!(
+        human.stdout.lines().next(),
+        Some(format!("extension `prober` (wasm, {})", user.display()).as_str()),
+        "{human:#?}"
+    );
+    let json = lab.zotbox_in(ws, &["--json", "policy", "explain", "prober"]);
+    json.expect_code(0);
+    assert_eq!(
+        explained(&json),
+        rows(&user, json!(["**"]), json!(["**"]), json!(["HOME"])),
+        "{json:#?}"
+    );
+    assert!(!json.stdout.contains("\"held\""), "{json:#?}");
+
+    // Control: trusted, the workspace's runs, and is the one explained.
+    lab.trust_workspace();
+    let json = lab.zotbox_in(ws, &["--json", "policy", "explain", "prober"]);
+    json.expect_code(0);
+    assert_eq!(
+        explained(&json),
+        rows(&decoy, json!([]), json!([]), json!([])),
+        "{json:#?}"
+    );
 }
 
 /// Consent shows the truth about links: one whose target trust hashes

@@ -25,7 +25,8 @@ pub(crate) struct Args {
     /// The language of the source.
     #[arg(long, value_enum, default_value_t = Lang::Rust)]
     lang: Lang,
-    /// Where to write it [default: ./NAME]; it must not exist or be empty.
+    /// Where to write it [default: ./NAME]; it must not exist or be an empty folder, not a
+    /// link to one.
     #[arg(long, value_name = "DIR")]
     path: Option<PathBuf>,
 }
@@ -248,6 +249,15 @@ impl Args {
             .clone()
             .unwrap_or_else(|| PathBuf::from(&self.name));
         let shown_dir = dir.display().to_string();
+        // A cloned repository may ship `NAME` as a link to an empty folder
+        // outside it; `read_dir` and the writes below would follow it.
+        if std::fs::symlink_metadata(&dir).is_ok_and(|m| m.file_type().is_symlink()) {
+            bail!(
+                "`{}` is a symbolic link; `zotbox new` writes only into a folder of its own: \
+                 choose another name or pass --path",
+                Shown(&shown_dir)
+            );
+        }
         if let Ok(mut entries) = std::fs::read_dir(&dir)
             && entries.next().is_some()
         {

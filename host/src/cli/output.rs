@@ -82,11 +82,13 @@ pub(crate) fn a_few(names: &[&str]) -> String {
     out.join(", ")
 }
 
-/// Writes one JSON object as one line on stdout.
+/// Writes one JSON object as one line on stdout, every character a
+/// terminal acts on escaped ([`zotbox::text::json`]): names, templates and
+/// messages in it are an author's.
 pub(crate) fn json_line<T: Serialize>(value: &T) -> anyhow::Result<()> {
-    let mut stdout = std::io::stdout().lock();
-    serde_json::to_writer(&mut stdout, value)?;
-    stdout.write_all(b"\n")?;
+    let mut line = zotbox::text::json(value)?;
+    line.push('\n');
+    std::io::stdout().lock().write_all(line.as_bytes())?;
     Ok(())
 }
 

@@ -8,7 +8,7 @@ use anyhow::{Context as _, Result};
 use super::output::{json_line, table};
 use super::{Context, EXIT_OK};
 use zotbox::capability::fs::{CONTROL_NAMES, ControlPaths};
-use zotbox::discovery::SearchPath;
+use zotbox::discovery::{Held, SearchPath};
 use zotbox::manifest::Program;
 use zotbox::policy::Policy;
 use zotbox::text::{Shown, shown};
@@ -62,37 +62,56 @@ fn show(context: &Context, policy: &Policy) -> Result<u8> {
     Ok(EXIT_OK)
 }
 
+/// Explains the extension called `name` that a host started here would
+/// run: found under the workspace's trust as the host finds it, so that an
+/// untrusted clone's manifest of the same name (held, never run) does not
+/// stand in for the user's. Without one that runs, the held one is
+/// explained, saying why it does not run.
 fn explain(context: &Context, policy: &Policy, name: &str) -> Result<u8> {
     let search = SearchPath {
         explicit: context.ext.clone(),
         workspace: context.workspace()?,
         home: context.home()?,
     };
-    let found = search
-        .discover()
-        .found
-        .into_iter()
-        .find(|found| found.manifest.name() == name)
-        .with_context(|| format!("no extension `{name}` (see `zotbox list`)"))?;
-    let manifest = found.manifest;
+    let assessment = zotbox::store::trust::assess(policy, &search.home, &search.workspace);
+    let discovery = search.discover_trusting(assessment.standing.allows());
+    let (found, held) = discovery
+        .named(name)
+        .with_context(|| format!("no extension `{}` (see `zotbox list`)", Shown(name)))?;
+    let manifest = &found.manifest;
+    let not_run = held.map(|held| match held {
+        Held::Workspace => assessment.refusal().unwrap_or_default(),
+        Held::Uncovered => Held::UNCOVERED.to_owned(),
+    });
     let grant = policy.grant(&manifest.raw.capabilities);
     let control = search.control_paths();
     if context.json {
         for row in &grant.rows {
-            json_line(&serde_json::json!({
+            let mut line = serde_json::json!({
                 "capability": row.capability,
+                "manifest": manifest.path,
                 "declared": row.declared,
                 "policy": policy.describe(row.capability),
                 "granted": row.granted,
                 "refused": row.refused,
-            }))?;
+            });
+            if let (Some(reason), Some(object)) = (&not_run, line.as_object_mut()) {
+                object.insert("held".to_owned(), reason.as_str().into());
+            }
+            json_line(&line)?;
         }
         for (path, what) in control_rows(&control) {
             json_line(&serde_json::json!({"control_path": path, "what": what}))?;
         }
         return Ok(EXIT_OK);
     }
-    print_grant(policy, &manifest, &manifest.raw.capabilities);
+    if let Some(reason) = &not_run {
+        println!(
+            "`{}` does not run here: it {reason}; what it would be granted:",
+            Shown(name)
+        );
+    }
+    print_grant(policy, manifest, &manifest.raw.capabilities);
     print_control(&control);
     Ok(EXIT_OK)
 }
