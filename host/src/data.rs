@@ -31,8 +31,9 @@
 //!
 //! A malformed file is reported in [`DataSet::problems`] and skipped, never
 //! fatal; unknown keys are reported in [`DataSet::warnings`]. A workspace's
-//! folder holding more than [`MAX_WORKSPACE_FOLDER_ENTRIES`] entries is a
-//! problem too, and loads nothing.
+//! data folders hold at most [`MAX_WORKSPACE_DATA_ENTRIES`] entries
+//! together: a folder that would pass it is a problem too, and loads
+//! nothing.
 
 pub mod approval;
 pub mod package;
@@ -54,14 +55,15 @@ pub use tool::{DataTool, Rendered, ToolKind};
 /// huge (or endless, like a FIFO) file dropped into a data folder.
 pub const MAX_FILE_BYTES: u64 = 1024 * 1024;
 
-/// The most entries read from one of a workspace's data folders (its
-/// `tools/`, `plugins/` or `skills/`, or a workspace package's). A folder
-/// holding more loads nothing and is reported as a problem: a cloned
-/// repository's 100 000 skill files (which load without trust) would
-/// otherwise keep `serve` from answering intercepts while it read them
-/// (`THREATS.md` rule 7). The user's own folders have no cap: refusing one
-/// whole would switch off the user's refusal plugins.
-pub const MAX_WORKSPACE_FOLDER_ENTRIES: usize = 10_000;
+/// The most entries read from a workspace's data folders together (its
+/// `tools/`, `plugins/` and `skills/`, its packages and theirs): a folder
+/// that would pass it loads nothing and is reported as a problem, and so
+/// does every folder after it. A cloned repository's 100 000 skill files
+/// (which load without trust), in one folder or spread over a thousand
+/// packages, would otherwise keep `serve` from answering intercepts while
+/// it read them (`THREATS.md` rule 7). The user's own folders have no cap:
+/// refusing one whole would switch off the user's refusal plugins.
+pub const MAX_WORKSPACE_DATA_ENTRIES: usize = 10_000;
 
 /// Where a data extension came from, in increasing precedence among the
 /// user's side; a workspace's tool or skill never takes a name that side
@@ -142,6 +144,9 @@ pub struct DataSet {
     pub warnings: Vec<DataProblem>,
     /// Where each name stands in the lists above, for the `add_*` methods.
     pub(crate) names: Names,
+    /// Entries of the workspace's data folders read so far, against
+    /// [`MAX_WORKSPACE_DATA_ENTRIES`].
+    pub(crate) workspace_entries: usize,
 }
 
 /// The [`NameIndex`] of each list of a [`DataSet`] that names are added to.
@@ -415,7 +420,14 @@ impl DataSearch {
             let Ok(entries) = std::fs::read_dir(base.join(package::PACKAGES_DIR)) else {
                 continue;
             };
+            // A workspace's packages count against its data budget (see
+            // `roots_with_packages`); more than that is never listed.
+            let cap = match origin {
+                DataOrigin::Project => MAX_WORKSPACE_DATA_ENTRIES.saturating_add(1),
+                _ => usize::MAX,
+            };
             let mut found: Vec<PathBuf> = entries
+                .take(cap)
                 .filter_map(Result::ok)
                 .filter(|entry| !entry.file_name().to_string_lossy().starts_with('.'))
                 // A package is a folder of its own, never a link to one.
@@ -436,8 +448,26 @@ impl DataSearch {
     /// manifests fail, or that were refused, are reported in `set`.
     fn roots_with_packages(&self, set: &mut DataSet) -> Vec<(PathBuf, DataOrigin)> {
         let mut packages: Vec<(PathBuf, DataOrigin)> = Vec::new();
+        let mut over_budget = false;
         for (dir, origin) in self.package_folders() {
             let path = dir.join(crate::manifest::MANIFEST_FILE);
+            if origin == DataOrigin::Project {
+                set.workspace_entries += 1;
+                if set.workspace_entries > MAX_WORKSPACE_DATA_ENTRIES {
+                    if !over_budget {
+                        let error = format!(
+                            "the workspace's data folders hold more than \
+                             {MAX_WORKSPACE_DATA_ENTRIES} entries together: its packages from \
+                             `{}` on were not loaded",
+                            dir.display()
+                        );
+                        tracing::warn!("{error}");
+                        set.problems.push(DataProblem { path: dir, error });
+                        over_budget = true;
+                    }
+                    continue;
+                }
+            }
             let problem = match crate::manifest::Manifest::load(&path) {
                 Err(error) => Some(error.to_string()),
                 Ok(m) if !m.is_data() => Some(format!(
@@ -586,7 +616,7 @@ impl DataSet {
     /// The files of `dir` ending in `.extension`, sorted by name. Hidden files
     /// (editor swap files and the like) are skipped. A folder that does not
     /// exist holds nothing; one that cannot be read, or a workspace's
-    /// holding more than [`MAX_WORKSPACE_FOLDER_ENTRIES`], is a problem.
+    /// holding more than [`MAX_WORKSPACE_DATA_ENTRIES`], is a problem.
     fn files_in(&mut self, dir: &Path, extension: &str, origin: DataOrigin) -> Vec<PathBuf> {
         let entries = match std::fs::read_dir(dir) {
             Ok(entries) => entries,
@@ -602,14 +632,20 @@ impl DataSet {
             }
         };
         let cap = match origin {
-            DataOrigin::Project => MAX_WORKSPACE_FOLDER_ENTRIES,
+            DataOrigin::Project => {
+                MAX_WORKSPACE_DATA_ENTRIES.saturating_sub(self.workspace_entries)
+            }
             DataOrigin::Builtin | DataOrigin::Registry | DataOrigin::User => usize::MAX,
         };
         // Every entry counts, hidden or not: the cap bounds what is read.
         let entries: Vec<_> = entries.take(cap.saturating_add(1)).collect();
+        if origin == DataOrigin::Project {
+            self.workspace_entries += entries.len();
+        }
         if entries.len() > cap {
             let error = format!(
-                "`{}` holds more than {cap} entries; none of its files was loaded",
+                "`{}` holds more entries than a workspace's data folders may together \
+                 ({MAX_WORKSPACE_DATA_ENTRIES}); none of its files was loaded",
                 dir.display()
             );
             tracing::warn!("{error}");
@@ -1044,7 +1080,7 @@ mod tests {
         for dir in [&project, &user] {
             write(dir, "real.md", &skill_md("real", "b"));
             // Hidden entries count too: they are read to be skipped.
-            for i in 0..MAX_WORKSPACE_FOLDER_ENTRIES {
+            for i in 0..MAX_WORKSPACE_DATA_ENTRIES {
                 write(dir, &format!(".{i}"), "");
             }
         }
@@ -1055,7 +1091,8 @@ mod tests {
             .map(|p| (p.path.as_path(), p.error.as_str()))
             .collect();
         let error = format!(
-            "`{}` holds more than 10000 entries; none of its files was loaded",
+            "`{}` holds more entries than a workspace's data folders may together (10000); none \
+             of its files was loaded",
             project.display()
         );
         assert_eq!(problems, [(project.as_path(), error.as_str())]);
@@ -1067,6 +1104,49 @@ mod tests {
             .collect();
         assert_eq!(skills, [("real", DataOrigin::User)]);
         assert_eq!(set.shadowed, []);
+    }
+
+    #[test]
+    fn a_workspace_s_data_folders_share_one_budget_and_its_packages_count_against_it() {
+        // Attack: the files spread over several folders (or a thousand
+        // packages), each under a cap of its own, cost what one folder of
+        // all of them would.
+        let f = fixture();
+        let s = &f.search;
+        let half = MAX_WORKSPACE_DATA_ENTRIES / 2 + 1;
+        for folder in ["tools", "skills"] {
+            let dir = s.workspace.join(".zot").join(folder);
+            for i in 0..half {
+                write(&dir, &format!(".{i}"), "");
+            }
+        }
+        let set = s.load();
+        let refused: Vec<&DataProblem> = set
+            .problems
+            .iter()
+            .filter(|p| {
+                p.error
+                    .contains("than a workspace's data folders may together")
+            })
+            .collect();
+        assert_eq!(refused.len(), 1, "{:?}", set.problems);
+        assert!(set.workspace_entries <= MAX_WORKSPACE_DATA_ENTRIES + 1);
+
+        let f = fixture();
+        let s = &f.search;
+        let packages = s.workspace.join(".zot").join(package::PACKAGES_DIR);
+        for i in 0..=MAX_WORKSPACE_DATA_ENTRIES {
+            std::fs::create_dir_all(packages.join(format!("p{i:05}")))
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        let set = s.load();
+        let past: Vec<&DataProblem> = set
+            .problems
+            .iter()
+            .filter(|p| p.error.contains("its packages from"))
+            .collect();
+        assert_eq!(past.len(), 1, "{:?}", set.problems.last());
+        assert!(past[0].path.ends_with("p10000"), "{:?}", past[0]);
     }
 
     #[test]
