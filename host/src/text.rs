@@ -37,6 +37,7 @@ pub fn is_unsafe(c: char) -> bool {
                 | '\u{200B}'..='\u{200F}'
                 | '\u{2028}'..='\u{202E}'
                 | '\u{2060}'..='\u{206F}'
+                | '\u{2800}'
                 | '\u{3164}'
                 | '\u{FE00}'..='\u{FE0F}'
                 | '\u{FEFF}'
@@ -273,10 +274,10 @@ mod tests {
             ),
             // Other characters that draw nothing: a soft hyphen, the
             // Mongolian vowel separator, a grapheme joiner, a variation
-            // selector, a Hangul filler.
+            // selector, a Hangul filler, the blank braille pattern.
             (
-                "echo ok\u{AD}\u{180E}\u{34F}\u{FE0F}\u{3164}",
-                "echo ok\\u{ad}\\u{180e}\\u{34f}\\u{fe0f}\\u{3164}",
+                "echo ok\u{AD}\u{180E}\u{34F}\u{FE0F}\u{3164}\u{2800}",
+                "echo ok\\u{ad}\\u{180e}\\u{34f}\\u{fe0f}\\u{3164}\\u{2800}",
             ),
             // Letters of every script, and emoji without selectors, stay.
             ("日本語 ελληνικά 🙂", "日本語 ελληνικά 🙂"),
