@@ -702,8 +702,9 @@ const MAX_SCANNED_ENTRIES: usize = 10_000;
 ///   the process started: a repository may keep its extension in
 ///   `vendor/x` and link it in, and zot follows the link.
 ///
-/// Only a folder no workspace's extension folder leads to is the user's
-/// (installed, or named by `zot --ext PATH`).
+/// A folder in `$ZOT_HOME/extensions` is the user's whatever leads to it
+/// (its files and grant are what they installed); otherwise only a folder
+/// no workspace's extension folder leads to is (named by `zot --ext PATH`).
 pub fn workspace_of_extension(dir: &Path, started: &Started, home: &ZotHome) -> Option<PathBuf> {
     let real = std::fs::canonicalize(dir).ok()?;
     let user_dir = home.extensions_dir();
@@ -713,6 +714,11 @@ pub fn workspace_of_extension(dir: &Path, started: &Started, home: &ZotHome) -> 
             || Some(extensions) == user_real.as_deref()
             || std::fs::canonicalize(extensions).is_ok_and(|e| Some(&e) == user_real.as_ref())
     };
+    // A folder the user installed is theirs, whatever leads to it: its
+    // files and grant are what the user consented to.
+    if real.parent().is_some_and(is_users) {
+        return None;
+    }
     let mut named = vec![real.clone()];
     // The path as given (or as `$PWD` spells a relative one), when it
     // reaches the same folder through a link: a workspace's extension folder
@@ -1355,6 +1361,25 @@ mod tests {
         std::os::unix::fs::symlink(&dev, user.join("mine")).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(
             workspace_of_extension(&dev, &from_zot_in(&f.ws), &f.home),
+            None
+        );
+        // A folder of entries too many to compare could hide a link among
+        // them: whatever zot started there counts as the workspace's.
+        for n in 0..=MAX_SCANNED_ENTRIES {
+            std::fs::write(links.join(format!("e{n}")), "").unwrap_or_else(|e| panic!("{e}"));
+        }
+        assert_eq!(
+            workspace_of_extension(&outside, &from_zot_in(&f.ws), &f.home),
+            Some(f.ws.clone())
+        );
+        // What the user installed stays theirs even then, and even when
+        // the workspace links to it: such a workspace cannot hold it back.
+        let installed = user.join("prober");
+        std::fs::create_dir_all(&installed).unwrap_or_else(|e| panic!("{e}"));
+        std::os::unix::fs::symlink(&installed, links.join("decoy"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            workspace_of_extension(&installed, &from_zot_in(&f.ws), &f.home),
             None
         );
     }
