@@ -65,21 +65,23 @@ fn clip_cell(cell: &str) -> std::borrow::Cow<'_, str> {
 /// Up to three of `names`, escaped and clipped, then how many more: names
 /// an author chose, in a line of zotbox's own.
 pub(crate) fn a_few(names: &[&str]) -> String {
+    a_few_of(names, ", ", |name| {
+        format!(
+            "`{}`",
+            zotbox::text::clipped(&zotbox::text::shown(name), 40)
+        )
+    })
+}
+
+/// Up to three of `items`, each as `show` writes it, then how many more,
+/// joined by `separator`.
+pub(crate) fn a_few_of<T>(items: &[T], separator: &str, show: impl Fn(&T) -> String) -> String {
     const SHOWN: usize = 3;
-    let mut out: Vec<String> = names
-        .iter()
-        .take(SHOWN)
-        .map(|name| {
-            format!(
-                "`{}`",
-                zotbox::text::clipped(&zotbox::text::shown(name), 40)
-            )
-        })
-        .collect();
-    if names.len() > SHOWN {
-        out.push(format!("and {} more", names.len() - SHOWN));
+    let mut out: Vec<String> = items.iter().take(SHOWN).map(show).collect();
+    if items.len() > SHOWN {
+        out.push(format!("and {} more", items.len() - SHOWN));
     }
-    out.join(", ")
+    out.join(separator)
 }
 
 /// Writes one JSON object as one line on stdout, every character a

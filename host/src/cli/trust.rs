@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context as _, Result, bail};
 use serde_json::json;
 
-use super::output::{a_few, json_line, table};
+use super::output::{a_few, a_few_of, json_line, table};
 use super::{Context, EXIT_OK};
 use zotbox::data::{DataOrigin, DataSearch, DataSet};
 use zotbox::discovery::{SearchPath, ZotLaunch, ZotShadow, zot_launch};
@@ -376,32 +376,24 @@ impl Review {
         }
         if !sandboxed.is_empty() {
             // Each with what its grant comes to, counted.
-            let mut each: Vec<String> = sandboxed
-                .iter()
-                .take(3)
-                .map(|manifest| {
-                    let grant = policy.grant(&manifest.raw.capabilities);
-                    let granted: Vec<String> = grant
-                        .rows
-                        .iter()
-                        .filter(|row| !row.granted.is_empty())
-                        .map(|row| format!("{} {}", row.capability, row.granted.len()))
-                        .collect();
-                    let granted = if granted.is_empty() {
-                        "nothing granted".to_owned()
-                    } else {
-                        granted.join(", ")
-                    };
-                    format!("{}: {granted}", a_few(&[manifest.name()]))
-                })
-                .collect();
-            if sandboxed.len() > 3 {
-                each.push(format!("and {} more", sandboxed.len() - 3));
-            }
+            let each = a_few_of(&sandboxed, "; ", |manifest| {
+                let grant = policy.grant(&manifest.raw.capabilities);
+                let granted: Vec<String> = grant
+                    .rows
+                    .iter()
+                    .filter(|row| !row.granted.is_empty())
+                    .map(|row| format!("{} {}", row.capability, row.granted.len()))
+                    .collect();
+                let granted = if granted.is_empty() {
+                    "nothing granted".to_owned()
+                } else {
+                    granted.join(", ")
+                };
+                format!("{}: {granted}", a_few(&[manifest.name()]))
+            });
             parts.push(format!(
-                "{} run in the sandbox ({})",
+                "{} run in the sandbox ({each})",
                 counted(sandboxed.len(), "extension"),
-                each.join("; ")
             ));
         }
         if idle + invalid > 0 {
