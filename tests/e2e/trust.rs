@@ -1187,6 +1187,15 @@ fn the_review_ends_with_zotbox_s_own_count_and_no_path_wraps_into_rows_of_its_ow
         " ".repeat(70),
         " ".repeat(120)
     );
+    // Beside it, one zot starts sandboxed: counted with what it is granted.
+    let prober = crate::support::prober_in(
+        &lab.project_dir(),
+        &json!({"read": ["docs/**"], "shell": ["echo **"]}),
+    );
+    let mut manifest = crate::support::read_json(&prober.join("extension.json"));
+    manifest["exec"] = json!("zotbox");
+    manifest["args"] = json!(["run"]);
+    write_json(&prober.join("extension.json"), &manifest);
     let deep = lint
         .join(&forged)
         .join(format!("{}style.md", " ".repeat(100)));
@@ -1199,11 +1208,14 @@ fn the_review_ends_with_zotbox_s_own_count_and_no_path_wraps_into_rows_of_its_ow
         lines.last().copied(),
         Some(
             "in short, this workspace brings: 1 extension that zot starts natively, with all \
-             your permissions (`lint`); 2 files covered"
+             your permissions (`lint`); 1 extension run in the sandbox (`prober`: fs-read 1, \
+             shell 1); 4 files covered"
         ),
         "{review:#?}"
     );
-    let long = lines.iter().find(|l| l.chars().count() > 160);
+    // Above the count (zotbox's own words, which may wrap harmlessly).
+    let above = &lines[..lines.len().saturating_sub(1)];
+    let long = above.iter().find(|l| l.chars().count() > 160);
     assert_eq!(
         long, None,
         "a line long enough to wrap into rows: {review:#?}"
