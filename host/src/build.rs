@@ -583,16 +583,18 @@ impl JsBuild {
     /// A build of the folder at `dir` into `<dir>/target/js/<name>.wasm`.
     pub fn guest(dir: &Path, name: &str) -> Self {
         let dir = folder(dir);
-        let local = dir.join("node_modules/.bin/componentize-js");
         Self {
             output: dir.join("target/js").join(format!("{name}.wasm")),
-            tool: if local.is_file() {
-                local
-            } else {
-                PathBuf::from("componentize-js")
-            },
+            tool: Self::folders_own_tool(&dir).unwrap_or_else(|| PathBuf::from("componentize-js")),
             dir,
         }
+    }
+
+    /// The folder's own `node_modules/.bin/componentize-js`, which a build
+    /// prefers to the one on `PATH`, when `npm install` put one there: a
+    /// program the folder brings, not the toolchain's.
+    pub fn folders_own_tool(dir: &Path) -> Option<PathBuf> {
+        Some(dir.join("node_modules/.bin/componentize-js")).filter(|tool| tool.is_file())
     }
 
     /// Runs `componentize-js app.js --wit wit --world-name extension -o

@@ -312,7 +312,7 @@ fn first_build_notice(context: &Context, dir: &Path, language: Option<zotbox::bu
         }
         Some(zotbox::build::Language::C) => "runs the commands of its Makefile",
         Some(zotbox::build::Language::JavaScript)
-            if zotbox::build::JsBuild::guest(dir, "").tool != Path::new("componentize-js") =>
+            if zotbox::build::JsBuild::folders_own_tool(dir).is_some() =>
         {
             "runs the folder's own `node_modules/.bin/componentize-js`"
         }
