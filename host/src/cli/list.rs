@@ -202,7 +202,7 @@ fn data_rows(
             .rows
             .into_iter()
             .flat_map(|row| row.refused)
-            .map(|r| format!("`{}` refused: {}", shown(&r.item), shown(&r.rule)))
+            .map(|r| super::policy::refused(&r))
             .collect();
         let (state, reason) = if refused.is_empty() {
             ("ready", None)

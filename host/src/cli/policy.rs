@@ -204,7 +204,7 @@ pub(crate) fn print_grant(
             } else {
                 row.refused
                     .iter()
-                    .map(|r| format!("`{}` refused: {}", Shown(&r.item), Shown(&r.rule)))
+                    .map(refused)
                     .collect::<Vec<_>>()
                     .join("; ")
             };
@@ -262,6 +262,16 @@ pub(crate) fn print_grant(
         );
     }
     println!("{}", grant_summary(policy, manifest, &grant));
+}
+
+/// One refusal of a grant as people read it: the declared item and the
+/// rule that took it away, both escaped.
+pub(crate) fn refused(refusal: &zotbox::policy::Refusal) -> String {
+    format!(
+        "`{}` refused: {}",
+        Shown(&refusal.item),
+        Shown(&refusal.rule)
+    )
 }
 
 /// One line of zotbox's own, last before a consent question: what the
