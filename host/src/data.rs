@@ -451,22 +451,19 @@ impl DataSearch {
         let mut over_budget = false;
         for (dir, origin) in self.package_folders() {
             let path = dir.join(crate::manifest::MANIFEST_FILE);
-            if origin == DataOrigin::Project {
-                set.workspace_entries += 1;
-                if set.workspace_entries > MAX_WORKSPACE_DATA_ENTRIES {
-                    if !over_budget {
-                        let error = format!(
-                            "the workspace's data folders hold more than \
-                             {MAX_WORKSPACE_DATA_ENTRIES} entries together: its packages from \
-                             `{}` on were not loaded",
-                            dir.display()
-                        );
-                        tracing::warn!("{error}");
-                        set.problems.push(DataProblem { path: dir, error });
-                        over_budget = true;
-                    }
-                    continue;
+            if origin == DataOrigin::Project && !set.within_workspace_budget(1) {
+                if !over_budget {
+                    let error = format!(
+                        "the workspace's data folders hold more than \
+                         {MAX_WORKSPACE_DATA_ENTRIES} entries together: its packages from `{}` \
+                         on were not loaded",
+                        dir.display()
+                    );
+                    tracing::warn!("{error}");
+                    set.problems.push(DataProblem { path: dir, error });
+                    over_budget = true;
                 }
+                continue;
             }
             let problem = match crate::manifest::Manifest::load(&path) {
                 Err(error) => Some(error.to_string()),
@@ -613,6 +610,13 @@ enum ProjectTools {
 }
 
 impl DataSet {
+    /// Counts `n` more entries read from the workspace's data folders:
+    /// whether all read so far are within [`MAX_WORKSPACE_DATA_ENTRIES`].
+    fn within_workspace_budget(&mut self, n: usize) -> bool {
+        self.workspace_entries = self.workspace_entries.saturating_add(n);
+        self.workspace_entries <= MAX_WORKSPACE_DATA_ENTRIES
+    }
+
     /// The files of `dir` ending in `.extension`, sorted by name. Hidden files
     /// (editor swap files and the like) are skipped. A folder that does not
     /// exist holds nothing; one that cannot be read, or a workspace's
@@ -639,10 +643,7 @@ impl DataSet {
         };
         // Every entry counts, hidden or not: the cap bounds what is read.
         let entries: Vec<_> = entries.take(cap.saturating_add(1)).collect();
-        if origin == DataOrigin::Project {
-            self.workspace_entries += entries.len();
-        }
-        if entries.len() > cap {
+        if origin == DataOrigin::Project && !self.within_workspace_budget(entries.len()) {
             let error = format!(
                 "`{}` holds more entries than a workspace's data folders may together \
                  ({MAX_WORKSPACE_DATA_ENTRIES}); none of its files was loaded",
