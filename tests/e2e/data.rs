@@ -470,24 +470,20 @@ fn list_says_refused_for_a_tool_whose_every_call_the_policy_refuses() {
         &user_tools.join("gitlog.json"),
         &shell_tool("gitlog", "git log -n 5"),
     );
-    let control = lab.zotbox_in(&lab.workspace, &["list"]);
-    assert!(
-        control.stdout.lines().any(|l| l
-            .split_whitespace()
-            .take(4)
-            .eq(["gitlog", "tool", "user", "ready"])),
-        "{control:#?}"
-    );
+    // `list`'s row of the tool holds these four cells first.
+    let shows = |state: &str| {
+        let list = lab.zotbox_in(&lab.workspace, &["list"]);
+        let shown = list.stdout.lines().any(|l| {
+            l.split_whitespace()
+                .take(4)
+                .eq(["gitlog", "tool", "user", state])
+        });
+        assert!(shown, "not {state}: {list:#?}");
+    };
+    shows("ready");
     let system = lab.home.join("system-policy.json");
     write_json(&system, &json!({"shell": false}));
-    let list = lab.zotbox_in(&lab.workspace, &["list"]);
-    assert!(
-        list.stdout.lines().any(|l| l
-            .split_whitespace()
-            .take(4)
-            .eq(["gitlog", "tool", "user", "refused"])),
-        "{list:#?}"
-    );
+    shows("refused");
     let json = lab.zotbox_in(&lab.workspace, &["--json", "list"]);
     let row: Value = json
         .stdout
