@@ -4,6 +4,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use serde::Serialize;
+use unicode_width::UnicodeWidthStr;
 
 use zotbox::HostEvent;
 use zotbox::text::Shown;
@@ -16,16 +17,18 @@ use zotbox::text::Shown;
 const MAX_CELL: usize = 1000;
 
 /// Prints rows as columns padded to the widest cell, each cell clipped to
-/// [`MAX_CELL`] characters; the last column is not padded.
+/// [`MAX_CELL`] characters; the last column is not padded. Widths are the
+/// columns a terminal draws, not characters: a name in CJK takes two per
+/// character, and counting one would shift every column after it.
 pub(crate) fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
     let rows: Vec<Vec<std::borrow::Cow<'_, str>>> = rows
         .iter()
         .map(|row| row.iter().map(|cell| clip_cell(cell)).collect())
         .collect();
-    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.width()).collect();
     for row in &rows {
         for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.chars().count());
+            *width = (*width).max(cell.width());
         }
     }
     let mut out = String::new();
@@ -36,7 +39,7 @@ pub(crate) fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
             if index + 1 == row.len() {
                 line.push_str(cell);
             } else {
-                let pad = widths[index] - cell.chars().count();
+                let pad = widths[index] - cell.width();
                 line.push_str(cell);
                 line.push_str(&" ".repeat(pad + 2));
             }
@@ -194,5 +197,17 @@ mod tests {
             text,
             "NAME     STATE   NOTE\nweather  ready   x\na        failed  y\n"
         );
+    }
+
+    #[test]
+    fn wide_characters_take_the_columns_a_terminal_draws() {
+        // Two CJK characters draw four columns: counted as two, the rows
+        // under this one would start their second column two columns early.
+        let rows = vec![
+            vec!["天気".to_owned(), "ready".to_owned()],
+            vec!["weather".to_owned(), "ready".to_owned()],
+        ];
+        let text = table(&["NAME", "STATE"], &rows);
+        assert_eq!(text, "NAME     STATE\n天気     ready\nweather  ready\n");
     }
 }
