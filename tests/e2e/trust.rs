@@ -898,6 +898,31 @@ fn workspace_refusal_plugins_block_and_skills_load_while_it_is_untrusted() {
     assert_eq!(helper.starts(), 0);
 }
 
+#[test]
+fn a_workspace_with_nothing_to_trust_is_told_so_in_one_line_with_no_review() {
+    let lab = Lab::new();
+    let ws = &lab.workspace;
+    workspace_file(
+        ws,
+        "plugins",
+        &json!({"name": "no-wipe", "description": "d",
+                "deny": [{"tools": ["bash"], "commandPattern": "rm", "reason": "r"}]}),
+    );
+    let trust = lab.zotbox_in(ws, &["trust"]);
+    let canonical = std::fs::canonicalize(ws).expect("workspace");
+    assert_eq!(
+        (trust.code, trust.stdout),
+        (
+            Some(0),
+            format!(
+                "nothing to trust in `{}`: it brings no extensions and no data tools (refusal \
+                 plugins and skills need no trust)\n",
+                canonical.display()
+            )
+        )
+    );
+}
+
 // ---------------------------------------------------------------------------
 // The policy decides first.
 

@@ -115,20 +115,26 @@ pub(crate) enum Command {
         /// The extension's name.
         name: String,
     },
-    /// Compile the Rust guest crate in DIR for wasm32-wasip2 and put the
-    /// component where its manifest's `wasm` field points.
+    /// Build the guest in DIR and put the wasm where its manifest's `wasm`
+    /// field points.
     ///
-    /// Installs the rustup target when it is missing, builds in release mode
-    /// without debug info, and precompiles the result into the cache. The
-    /// component is written only inside DIR (a missing folder on its path is
-    /// created; a symlinked one is refused). cargo's progress shows on a
-    /// terminal; piped or with --json, only errors.
+    /// The language comes from the manifest's `language`, else from the
+    /// folder: `Cargo.toml` (Rust, a wasm32-wasip2 component), `go.mod` (Go),
+    /// `app.py` (Python, with componentize-py), `package.json` (JavaScript,
+    /// with componentize-js) or a Makefile with a `wasm` target (C). A missing
+    /// toolchain is named with the command that installs it; the rustup
+    /// target a Rust build needs is installed when it is missing, and a
+    /// crate builds in release mode without debug info. The result is
+    /// precompiled into the cache. The wasm is written only inside DIR (a missing folder on its
+    /// path is created; a symlinked one is refused). The toolchain's progress
+    /// shows on a terminal; piped or with --json, only errors.
     ///
-    /// Building runs the crate's build scripts and proc macros (and its
-    /// dependencies') with your permissions, outside any sandbox: the first
-    /// build of a folder says so.
+    /// Building runs code with your permissions, outside any sandbox: a
+    /// crate's build scripts and proc macros (and its dependencies'), a
+    /// Makefile's commands, a folder's own componentize-js. The first build
+    /// of a folder says so.
     Build {
-        /// The extension folder: its Cargo.toml and extension.json.
+        /// The extension folder: its extension.json and its sources.
         #[arg(default_value = ".")]
         dir: PathBuf,
     },

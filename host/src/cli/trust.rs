@@ -70,6 +70,9 @@ impl Args {
         let policy = Policy::load_for(&home)?;
         let contents = Contents::scan(&workspace)
             .with_context(|| format!("workspace `{shown_ws}` cannot be trusted"))?;
+        if contents.is_empty() {
+            return say(context, "nothing to trust in", &workspace, None);
+        }
         let review = Review::of(&workspace, &home);
         review.print(context, &policy, &contents)?;
         let (setting, by) = policy.workspace_trust();
@@ -79,9 +82,6 @@ impl Args {
                  workspace's extensions or data tools run, trusted or not",
                 by.map(|p| p.display().to_string()).unwrap_or_default()
             );
-        }
-        if contents.is_empty() {
-            return say(context, "nothing to trust in", &workspace, None);
         }
         let earlier = store.record(&workspace).cloned();
         if earlier
