@@ -484,6 +484,14 @@ fn zotbox_new_refuses_names_that_are_not_a_crate_and_an_extension() {
             "extension name `1st` must start with a letter (it names a crate and a binary)"
                 .to_owned(),
         ),
+        // `ext install` refuses it: the template would build, then fail to
+        // install after the hint `new` prints said it would.
+        (
+            "zotbox",
+            "the name `zotbox` is zotbox's own (`zotbox setup` installs its `serve` launcher \
+             under it); rename the extension"
+                .to_owned(),
+        ),
     ];
     for (name, refusal) in cases {
         let run = lab.zotbox(&["new", name]);

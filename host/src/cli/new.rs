@@ -228,6 +228,9 @@ fn sdk_dependency() -> String {
 fn check_name(name: &str) -> Result<()> {
     zotbox::manifest::validate_name(name)
         .map_err(|problem| anyhow::anyhow!("extension name {problem}"))?;
+    if let Some(reason) = zotbox::store::install::name_taken_by_zotbox(name) {
+        bail!("{reason}");
+    }
     let shown = Shown(name);
     if !name.starts_with(|c: char| c.is_ascii_alphabetic()) {
         bail!("extension name `{shown}` must start with a letter (it names a crate and a binary)");

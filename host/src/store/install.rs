@@ -322,6 +322,19 @@ pub fn project_extensions_dir(workspace: &Path) -> Result<PathBuf, InstallError>
     Ok(zot.join("extensions"))
 }
 
+/// Why an extension (not a data package) may not be named `name`, if it
+/// may not: `zotbox setup` keeps zotbox's own launcher under `zotbox`, and
+/// an extension installed as it would take its place in zot, and with it
+/// every data tool and refusal plugin `serve` brings.
+pub fn name_taken_by_zotbox(name: &str) -> Option<String> {
+    (name == crate::discovery::SERVE_LAUNCHER).then(|| {
+        format!(
+            "the name `{name}` is zotbox's own (`zotbox setup` installs its `serve` launcher \
+             under it); rename the extension"
+        )
+    })
+}
+
 /// Reads and checks the extension folder `source` for an install into
 /// `extensions` (rules 1 to 4). Nothing is written.
 ///
@@ -339,17 +352,12 @@ pub fn plan(source: &Path, extensions: &Path) -> Result<Plan, InstallError> {
     let manifest_path = source.join(MANIFEST_FILE);
     let manifest_text = read_manifest(&root, source, &manifest_path)?;
     let manifest = Manifest::parse(&manifest_text, &manifest_path)?;
-    // `zotbox setup` keeps zotbox's own launcher under this name; an
-    // extension installed as it would take its place in zot, and with it
-    // every data tool and refusal plugin `serve` brings.
-    if !manifest.is_data() && manifest.name() == crate::discovery::SERVE_LAUNCHER {
+    if !manifest.is_data()
+        && let Some(reason) = name_taken_by_zotbox(manifest.name())
+    {
         return Err(InstallError::Refused {
             folder: source.to_owned(),
-            reason: format!(
-                "the name `{}` is zotbox's own (`zotbox setup` installs its `serve` \
-                 launcher under it); rename the extension",
-                crate::discovery::SERVE_LAUNCHER
-            ),
+            reason,
         });
     }
     if let Some(problem) = manifest.missing_wasm() {
