@@ -190,7 +190,7 @@ impl Capabilities {
                 if let Err(err) = crate::capability::http::Origin::parse(origin) {
                     return Err(invalid(
                         format!("capabilities.secrets.{name}.http[{index}]"),
-                        err.to_string(),
+                        err.of_field(),
                     ));
                 }
             }

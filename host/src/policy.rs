@@ -934,7 +934,7 @@ fn validate_ceilings(file: &PolicyFile, path: &Path) -> Result<(), FileError> {
     }
     for (index, origin) in file.http.iter().flatten().enumerate() {
         if let Err(err) = Origin::parse(origin) {
-            return Err(invalid(format!("http[{index}]"), err.to_string()));
+            return Err(invalid(format!("http[{index}]"), err.of_field()));
         }
     }
     for (index, name) in file.env.iter().flatten().enumerate() {
@@ -1388,10 +1388,14 @@ mod tests {
                 r#"{"max_registrations":0}"#,
                 "field `max_registrations` is 0",
             ),
-            (r#"{"http":["http://x.com"]}"#, "field `http[0]`"),
+            (
+                r#"{"http":["http://x.com"]}"#,
+                "field `http[0]` is `http://x.com`, which must start with `https://`; only https \
+                 is allowed",
+            ),
             (
                 r#"{"http":["https://a.dev","https://\u001b[31m.com"]}"#,
-                "field `http[1]`",
+                "field `http[1]` is `https://\\u{1b}[31m.com`, which has an invalid host",
             ),
             (
                 r#"{"env":["LANG",""]}"#,

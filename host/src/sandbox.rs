@@ -823,7 +823,7 @@ pub fn confine(
                 };
                 let grant = policy.grant(&declared);
                 let sandbox = Sandbox::new(manifest.name(), services.clone(), grant, &declared)
-                    .map_err(|err| format!("its capabilities do not parse: {err}"))?
+                    .map_err(unparsed_capabilities)?
                     .in_folder(&manifest.dir);
                 Ok(Some(Arc::new(sandbox)))
             }
@@ -843,10 +843,20 @@ pub fn confine(
                 }
             }
             let sandbox = Sandbox::new(manifest.name(), services.clone(), grant, declared)
-                .map_err(|err| format!("its capabilities do not parse: {err}"))?
+                .map_err(unparsed_capabilities)?
                 .in_folder(&manifest.dir);
             Ok(Some(Arc::new(sandbox)))
         }
+    }
+}
+
+/// Why a manifest's capabilities cannot be built into a sandbox: the
+/// problem as the manifest's reader needs it, without the "invalid
+/// request" a guest's malformed request is told.
+fn unparsed_capabilities(err: CapabilityError) -> String {
+    match err {
+        CapabilityError::Invalid(problem) => format!("its capabilities do not parse: {problem}"),
+        other => format!("its capabilities do not parse: {other}"),
     }
 }
 

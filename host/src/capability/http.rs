@@ -469,13 +469,41 @@ pub struct Origin {
     shown: String,
 }
 
+/// An origin that does not parse: the message names the origin and what is
+/// wrong with it. In a manifest or a policy file it is that file's error;
+/// in a grant being built it is a [`CapabilityError::Invalid`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("http origin `{}` {problem}", crate::text::Shown(.origin))]
+pub struct OriginError {
+    origin: String,
+    problem: String,
+}
+
+impl OriginError {
+    /// The origin and its problem, said of a file's field (`field `http[0]`
+    /// {this}`): "is `…`, which must …".
+    pub fn of_field(&self) -> String {
+        format!(
+            "is `{}`, which {}",
+            crate::text::Shown(&self.origin),
+            self.problem
+        )
+    }
+}
+
+impl From<OriginError> for CapabilityError {
+    fn from(err: OriginError) -> Self {
+        Self::Invalid(err.to_string())
+    }
+}
+
 impl Origin {
     /// Parses `https://host[:port]` (`*.domain` and IP literals allowed).
     ///
     /// # Errors
     ///
-    /// [`CapabilityError::Invalid`] naming the origin and what is wrong.
-    pub fn parse(origin: &str) -> Result<Self, CapabilityError> {
+    /// [`OriginError`] naming the origin and what is wrong.
+    pub fn parse(origin: &str) -> Result<Self, OriginError> {
         parse_origin(origin)
     }
 
@@ -614,9 +642,11 @@ impl HostPattern {
     }
 }
 
-fn parse_origin(origin: &str) -> Result<Origin, CapabilityError> {
-    let invalid =
-        |problem: &str| CapabilityError::Invalid(format!("http origin `{origin}` {problem}"));
+fn parse_origin(origin: &str) -> Result<Origin, OriginError> {
+    let invalid = |problem: &str| OriginError {
+        origin: origin.to_owned(),
+        problem: problem.to_owned(),
+    };
     let Some(rest) = origin.strip_prefix("https://") else {
         return Err(invalid("must start with `https://`; only https is allowed"));
     };
