@@ -80,6 +80,23 @@ pub struct LoadFailure {
     pub error: FileError,
 }
 
+impl LoadFailure {
+    /// The name it goes by, its manifest unread: its folder's, from
+    /// `…/weather/extension.json`, or from a mistyped `--ext …/weathr` that
+    /// holds no manifest at all.
+    pub fn name(&self) -> String {
+        let folder = if self.path.ends_with(crate::manifest::MANIFEST_FILE) {
+            self.path.parent()
+        } else {
+            Some(self.path.as_path())
+        };
+        folder
+            .and_then(|dir| dir.file_name())
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    }
+}
+
 /// Why a manifest found is held back rather than started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Held {

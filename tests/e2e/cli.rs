@@ -491,6 +491,41 @@ fn a_missing_ext_path_is_listed_under_its_own_name() {
 }
 
 #[test]
+fn policy_explain_of_an_extension_that_does_not_load_says_why() {
+    // `list` shows it as `invalid` under its folder's name; explain used to
+    // say there was no such extension at all.
+    let lab = Lab::new();
+    let dir = lab.dev.join("broken");
+    std::fs::create_dir_all(&dir).expect("folder");
+    std::fs::write(
+        dir.join("extension.json"),
+        r#"{"name":"broken","wasm":"b.wasm","capabilities":{"secrets":{"K":{"http":["http://a.dev"]}}}}"#,
+    )
+    .expect("manifest");
+    let ext = dir.display().to_string();
+    let run = lab.zotbox(&["--ext", &ext, "policy", "explain", "broken"]);
+    run.expect_code(1);
+    assert_eq!(
+        run.stderr.lines().last(),
+        Some(
+            format!(
+                "error: extension `broken` does not load, so it is granted nothing: `{}`: field \
+                 `capabilities.secrets.K.http[0]` is `http://a.dev`, which must start with \
+                 `https://`; only https is allowed",
+                dir.join("extension.json").display()
+            )
+            .as_str()
+        )
+    );
+    let missing = lab.zotbox(&["--ext", &ext, "policy", "explain", "other"]);
+    missing.expect_code(1);
+    assert_eq!(
+        missing.stderr.lines().last(),
+        Some("error: no extension `other` (see `zotbox list`)")
+    );
+}
+
+#[test]
 fn ext_logs_of_an_extension_that_never_ran() {
     let lab = Lab::new();
     let run = lab.zotbox(&["ext", "logs", "ghost"]);

@@ -3,7 +3,7 @@
 //! `explain` also lists the control paths of the workspace: what no write
 //! grant reaches, whatever the extension declared (`THREATS.md` rule 3).
 
-use anyhow::{Context as _, Result};
+use anyhow::{Result, bail};
 
 use super::output::{json_line, table};
 use super::{Context, EXIT_OK};
@@ -75,9 +75,16 @@ fn explain(context: &Context, policy: &Policy, name: &str) -> Result<u8> {
     };
     let assessment = zotbox::store::trust::assess(policy, &search.home, &search.workspace);
     let discovery = search.discover_trusting(assessment.standing.allows());
-    let (found, held) = discovery
-        .named(name)
-        .with_context(|| format!("no extension `{}` (see `zotbox list`)", Shown(name)))?;
+    let Some((found, held)) = discovery.named(name) else {
+        if let Some(failure) = discovery.failures.iter().find(|f| f.name() == name) {
+            bail!(
+                "extension `{}` does not load, so it is granted nothing: {}",
+                Shown(name),
+                failure.error
+            );
+        }
+        bail!("no extension `{}` (see `zotbox list`)", Shown(name));
+    };
     let manifest = &found.manifest;
     let not_run = held.map(|held| match held {
         Held::Workspace => assessment.refusal().unwrap_or_default(),

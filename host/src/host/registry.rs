@@ -219,19 +219,8 @@ impl Registry {
             .failures
             .into_iter()
             .map(|failure| {
-                // Named after its folder: `…/weather/extension.json`, or a
-                // mistyped `--ext …/weathr` that holds no manifest at all.
-                let folder = if failure.path.ends_with(crate::manifest::MANIFEST_FILE) {
-                    failure.path.parent()
-                } else {
-                    Some(failure.path.as_path())
-                };
-                let name = folder
-                    .and_then(|dir| dir.file_name())
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default();
                 info_without_slot(
-                    name,
+                    failure.name(),
                     failure.origin,
                     failure.path,
                     ExtensionState::Invalid,
