@@ -27,6 +27,41 @@ pub mod shell;
 
 use std::fmt;
 
+/// The longest URL a fetch may name, in bytes. Servers refuse far less
+/// (8 KiB is common); the cap is what keeps a guest from making the host
+/// parse, check and quote a URL the size of its memory.
+pub const MAX_URL_BYTES: usize = 64 * 1024;
+
+/// The most a fetch's request headers may hold, names and values together.
+pub const MAX_HEADER_BYTES: usize = 64 * 1024;
+
+/// The longest shell command line: the kernel refuses a longer single
+/// argument (`MAX_ARG_STRLEN`), and `sh -c` gets the line as one.
+pub const MAX_COMMAND_BYTES: usize = 128 * 1024;
+
+/// The longest workspace path (`PATH_MAX`).
+pub const MAX_PATH_BYTES: usize = 4096;
+
+/// Refuses `what` of `len` bytes past `max`, before anything reads it.
+///
+/// A guest can pass a string as long as its memory to any host call, and
+/// the host's checks of it (parsing, pattern matching, the guard chain,
+/// the refusal's text) run on threads every extension shares, where the
+/// epoch deadline that stops a spinning guest does not reach: checking
+/// the length first keeps each check small.
+///
+/// # Errors
+///
+/// [`CapabilityError::Invalid`] naming the length and the most allowed.
+pub fn within_size(what: &str, len: usize, max: usize) -> Result<(), CapabilityError> {
+    if len <= max {
+        return Ok(());
+    }
+    Err(CapabilityError::Invalid(format!(
+        "{what} is {len} bytes; the most is {max}"
+    )))
+}
+
 /// Which capability a call used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]

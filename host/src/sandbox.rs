@@ -38,6 +38,18 @@ use crate::capability::{Capability, CapabilityError};
 use crate::discovery::ControlSources;
 use crate::policy::Grant;
 
+/// How much of an oversized subject the audit log is given: no more than
+/// it keeps of any subject.
+const OVERSIZED_HEAD: usize = 1024;
+
+fn command_within_size(command: &str) -> Result<(), CapabilityError> {
+    crate::capability::within_size(
+        "the command line",
+        command.len(),
+        crate::capability::MAX_COMMAND_BYTES,
+    )
+}
+
 /// Asks the guard chain about a shell command before it runs.
 #[async_trait::async_trait]
 pub trait CommandGuard: Send + Sync {
@@ -308,6 +320,31 @@ impl Sandbox {
         self.services.audit.record(record);
     }
 
+    /// Passes `within` on, auditing a refusal for size with the head of
+    /// `subject` and its length: no copy, scan or quote of the whole, which
+    /// is as long as the guest's memory allows.
+    fn refuse_oversized(
+        &self,
+        capability: Capability,
+        subject: &str,
+        within: Result<(), CapabilityError>,
+    ) -> Result<(), CapabilityError> {
+        let Err(err) = within else {
+            return Ok(());
+        };
+        let head = &subject[..subject.floor_char_boundary(OVERSIZED_HEAD)];
+        let mut record = AuditRecord::now(
+            &self.who,
+            capability.as_str(),
+            head,
+            Decision::Deny,
+            err.to_string(),
+        );
+        record.subject_len = Some(subject.len());
+        self.record(record);
+        Err(err)
+    }
+
     fn audit<T>(
         &self,
         capability: Capability,
@@ -369,6 +406,11 @@ impl Sandbox {
         subject: &str,
         work: impl FnOnce(&Jail) -> Result<T, CapabilityError> + Send + 'static,
     ) -> Result<T, CapabilityError> {
+        crate::capability::within_size(
+            "the path",
+            subject.len(),
+            crate::capability::MAX_PATH_BYTES,
+        )?;
         let jail = self.services.jail(capability, subject)?;
         tokio::task::spawn_blocking(move || work(&jail))
             .await
@@ -459,6 +501,27 @@ impl Sandbox {
     /// [`CapabilityError`]: refused, too large, timed out, or failed; a
     /// secret not granted is refused, one the user has not set failed.
     pub async fn fetch(&self, request: Request) -> Result<Response, CapabilityError> {
+        let headers: usize = request
+            .headers
+            .iter()
+            .map(|(name, value)| name.len() + value.len())
+            .sum();
+        self.refuse_oversized(
+            Capability::Http,
+            &request.url,
+            crate::capability::within_size(
+                "the URL",
+                request.url.len(),
+                crate::capability::MAX_URL_BYTES,
+            )
+            .and_then(|()| {
+                crate::capability::within_size(
+                    "the request's header block",
+                    headers,
+                    crate::capability::MAX_HEADER_BYTES,
+                )
+            }),
+        )?;
         let url = request.url.clone();
         let mut bound = Vec::new();
         let mut outcome = match self.bind_secrets(&request) {
@@ -576,6 +639,7 @@ impl Sandbox {
     ///
     /// [`CapabilityError`]: refused by the grant or the guard, timed out, or failed.
     pub async fn run_shell(&self, command: &str) -> Result<Output, CapabilityError> {
+        self.refuse_oversized(Capability::Shell, command, command_within_size(command))?;
         self.run_command(&Rendered::shell(command)).await
     }
 
@@ -586,6 +650,11 @@ impl Sandbox {
     ///
     /// As [`Sandbox::run_shell`].
     pub async fn run_command(&self, command: &Rendered) -> Result<Output, CapabilityError> {
+        self.refuse_oversized(
+            Capability::Shell,
+            &command.shown,
+            command_within_size(&command.shown),
+        )?;
         let outcome = self.shell_unaudited(command).await;
         self.audit(Capability::Shell, &command.shown, &outcome);
         outcome

@@ -996,6 +996,87 @@ async fn a_name_resolving_to_loopback_is_refused() {
     host.shutdown().await;
 }
 
+/// A guest may pass a string as long as its memory to any host call, and
+/// the host's checks of it (parsing, the patterns, the guard chain, the
+/// refusal's text) run on the threads every extension of the shared host
+/// shares: two guests with 90 MiB URLs held them long enough that a third
+/// extension's guard answered past zot's 5 s deadline. Each argument is
+/// refused by its length first, and audited with its head and its length.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_urls_headers_commands_and_paths_are_refused_by_length_first() {
+    use zotbox::capability::{MAX_COMMAND_BYTES, MAX_HEADER_BYTES, MAX_PATH_BYTES, MAX_URL_BYTES};
+    let lab = Lab::new();
+    let origin = "https://127.0.0.1:9";
+    let dir = prober(
+        &lab,
+        &json!({"http": [origin], "shell": ["echo **"], "read": ["**"]}),
+        Some(json!({"memory_mb": 64})),
+    );
+    let host = start(&lab, &[dir]).await;
+    let url = format!("{origin}/{}", "a".repeat(MAX_URL_BYTES));
+    let header = "v".repeat(MAX_HEADER_BYTES);
+    let command = format!("echo {}", "a".repeat(MAX_COMMAND_BYTES));
+    let path = "a/".repeat(MAX_PATH_BYTES / 2 + 1);
+    let too_long = |what: &str, len: usize, max: usize| {
+        format!("invalid request: {what} is {len} bytes; the most is {max}")
+    };
+    let cases = vec![
+        refused(
+            "URL",
+            "http_get",
+            json!({ "url": url }),
+            too_long("the URL", url.len(), MAX_URL_BYTES),
+        ),
+        refused(
+            "headers",
+            "http",
+            json!({"url": format!("{origin}/"), "headers": [["X-Big", header]]}),
+            too_long(
+                "the request's header block",
+                header.len() + "X-Big".len(),
+                MAX_HEADER_BYTES,
+            ),
+        ),
+        refused(
+            "command line",
+            "shell",
+            json!({ "command": command }),
+            too_long("the command line", command.len(), MAX_COMMAND_BYTES),
+        ),
+        refused(
+            "path",
+            "fs_read",
+            json!({ "path": path }),
+            too_long("the path", path.len(), MAX_PATH_BYTES),
+        ),
+        // Control: an argument within the bounds is checked as before.
+        answered(
+            "short command",
+            "shell",
+            json!({"command": "echo hi"}),
+            "exit=Some(0) stdout=hi\n stderr=",
+        ),
+    ];
+    run_cases(&host, cases).await;
+    host.shutdown().await;
+    let audit = audit_lines(&lab);
+    for (capability, len) in [
+        ("http", url.len()),
+        ("shell", command.len()),
+        ("fs-read", path.len()),
+    ] {
+        assert!(
+            audit.iter().any(|line| line["capability"] == capability
+                && line["decision"] == "deny"
+                && line["subject_len"] == len
+                && line["subject"]
+                    .as_str()
+                    .is_some_and(|s| s.len() <= 1024 + 3)),
+            "no `{capability}` deny line of a {len}-byte subject: {audit:#?}"
+        );
+    }
+}
+
 /// The policy's `http` list is a ceiling: a declared origin it does not
 /// cover is not granted, and the refusal names the policy file.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

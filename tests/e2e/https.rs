@@ -2,7 +2,7 @@
 //! client's own tests (`http_client`): a self-signed certificate for
 //! `127.0.0.1` and `localhost` made at test time (rcgen), TLS by
 //! tokio-rustls, and a tiny HTTP/1.1 responder, one request per connection
-//! (a request body is read by its `Content-Length`).
+//! but for `/keep-alive` (a request body is read by its `Content-Length`).
 //!
 //! Routes:
 //!
@@ -19,6 +19,7 @@
 //! | `/redirect-post` | `303` to `/echo` |
 //! | `/redirect-loop` | `302` to itself |
 //! | `/echo-head` | `200` with header `X-Echo-Authorization: <the request's>`, body the request's head (request line and headers) |
+//! | `/keep-alive` | `200`, body `kept`, and the connection stays open for the next request (the only route that keeps it) |
 //! | `/files/NAME` | `200`, the bytes of `NAME` in the folder set by [`TestServer::serve_dir`] (one path segment, no `..`); `404` when there is none |
 //! | anything else | `404`, body `no route <path>` (so a test sees the path that arrived) |
 //!
@@ -49,6 +50,24 @@ pub struct TestServer {
     pub heads: Arc<std::sync::Mutex<Vec<String>>>,
     /// The folder `/files/NAME` serves from, once set.
     files: Arc<std::sync::Mutex<Option<PathBuf>>>,
+    /// Connections accepted and not yet closed.
+    open: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// Counts a connection as open from its accept until it is dropped.
+struct OpenConnection(Arc<std::sync::atomic::AtomicUsize>);
+
+impl OpenConnection {
+    fn new(open: &Arc<std::sync::atomic::AtomicUsize>) -> Self {
+        open.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Self(open.clone())
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 impl TestServer {
@@ -77,16 +96,20 @@ impl TestServer {
         let recorded = heads.clone();
         let files = Arc::new(std::sync::Mutex::new(None));
         let served = files.clone();
+        let open = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = open.clone();
         tokio::spawn(async move {
             while let Ok((tcp, _)) = listener.accept().await {
                 let acceptor = acceptor.clone();
                 let recorded = recorded.clone();
                 let served = served.clone();
+                let connection = OpenConnection::new(&counted);
                 tokio::spawn(async move {
-                    if let Ok(tls) = acceptor.accept(tcp).await {
+                    let _connection = connection;
+                    if let Ok(mut tls) = acceptor.accept(tcp).await {
                         // A client that hangs up early (a refused redirect, a
                         // body over the cap) is the point of some routes.
-                        let _ = respond(tls, port, &recorded, &served).await;
+                        while let Ok(true) = respond(&mut tls, port, &recorded, &served).await {}
                     }
                 });
             }
@@ -96,7 +119,13 @@ impl TestServer {
             ca_pem: cert.pem(),
             heads,
             files,
+            open,
         }
+    }
+
+    /// Connections a client holds open to the server now.
+    pub fn open_connections(&self) -> usize {
+        self.open.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// `https://127.0.0.1:PORT`, the origin to grant.
@@ -190,13 +219,13 @@ fn lowercase_hex(text: &str) -> String {
 }
 
 /// Reads one request (its head, then a body of `Content-Length` bytes) and
-/// answers it by path.
+/// answers it by path; `true` when the connection stays open for another.
 async fn respond<S>(
-    mut stream: S,
+    stream: &mut S,
     port: u16,
     heads: &std::sync::Mutex<Vec<String>>,
     files: &std::sync::Mutex<Option<PathBuf>>,
-) -> std::io::Result<()>
+) -> std::io::Result<bool>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -205,7 +234,7 @@ where
     let head_end = loop {
         let read = stream.read(&mut buffer).await?;
         if read == 0 {
-            return Ok(());
+            return Ok(false);
         }
         request.extend_from_slice(&buffer[..read]);
         if let Some(end) = request.windows(4).position(|w| w == b"\r\n\r\n") {
@@ -247,6 +276,13 @@ where
         "/ok" => {
             let reply = simple("200 OK", "X-Served-By: test\r\n", "hello");
             stream.write_all(reply.as_bytes()).await?;
+        }
+        "/keep-alive" => {
+            stream
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nkept")
+                .await?;
+            stream.flush().await?;
+            return Ok(true);
         }
         "/echo" => {
             let body = format!(
@@ -379,5 +415,6 @@ where
         }
     }
     stream.flush().await?;
-    stream.shutdown().await
+    stream.shutdown().await?;
+    Ok(false)
 }

@@ -1042,6 +1042,46 @@ async fn the_shared_host_compiles_in_a_child_process_and_loads_the_cache() {
     assert_eq!(end.status.code(), Some(0), "{end:#?}");
 }
 
+/// The host holds every instance's pipes, logs and connections, so it does
+/// not keep the open files limit of the zot that happened to start it
+/// (1 024 on most desktops, 256 here): it raises its own, to the hard limit
+/// or 65 536.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_host_raises_its_open_files_limit_past_the_one_it_was_started_with() {
+    let lab = Lab::new();
+    let dir = guest(&lab, "prober");
+    let mut command = tokio::process::Command::new("sh");
+    command
+        .args(["-c", "ulimit -Sn 256 && exec \"$0\" \"$@\""])
+        .arg(env!("CARGO_BIN_EXE_zotbox"))
+        .args(["run", &dir.display().to_string()])
+        .current_dir(&dir)
+        .env("ZOT_HOME", &lab.home)
+        .env("HOME", user_home(&lab))
+        .env_remove("ZOTBOX_LOG")
+        .env_remove("ZOTBOX_STANDALONE")
+        .env_remove("XDG_STATE_HOME");
+    let mut zot = Peer::spawn(command);
+    handshake(&mut zot, &lab.workspace).await;
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", host_pid(&lab)))
+        .expect("the host's limits");
+    let open_files: Vec<u64> = limits
+        .lines()
+        .find(|line| line.starts_with("Max open files"))
+        .map(|line| {
+            line.split_whitespace()
+                .filter_map(|word| word.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    let [soft, hard] = open_files[..] else {
+        panic!("no open files limit in {limits}");
+    };
+    assert_eq!(soft, hard.min(65_536), "{limits}");
+    let end = finish(zot).await;
+    assert_eq!(end.status.code(), Some(0), "{end:#?}");
+}
+
 /// A program that does not compile is refused with the compiler's reason,
 /// as standalone would refuse it, without a second compile in the host;
 /// the host lives on.

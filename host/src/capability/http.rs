@@ -47,6 +47,16 @@ pub const DEFAULT_MAX_BODY: u64 = 10 * 1024 * 1024;
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(20);
 /// The most redirects one fetch follows.
 pub const MAX_REDIRECTS: usize = 5;
+/// Origins a client keeps connections open to. One more replaces its
+/// connection pool with an empty one: each open connection is a file
+/// descriptor of the host, which every extension of the shared host
+/// shares, so a guest granted `*.example.com` must not hold one per
+/// name it can make up.
+pub const MAX_POOLED_ORIGINS: usize = 8;
+/// Idle connections kept per origin.
+const MAX_IDLE_PER_ORIGIN: usize = 2;
+/// How long an idle connection is kept.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Request headers the host manages itself; a caller may not set them.
 const MANAGED_HEADERS: &[&str] = &[
@@ -974,10 +984,23 @@ pub struct Response {
 }
 
 /// The HTTPS client behind the `http` capability; build it once and share it.
+///
+/// It keeps connections open to at most [`MAX_POOLED_ORIGINS`] origins
+/// (and [`MAX_IDLE_PER_ORIGIN`] idle ones to each, for [`IDLE_TIMEOUT`]): a
+/// request to one more origin starts an empty pool, and the connections of
+/// the one it replaces close as their requests end.
 #[derive(Debug, Clone)]
 pub struct HttpClient {
-    client: reqwest::Client,
+    pool: Arc<std::sync::Mutex<Pool>>,
     config: HttpConfig,
+}
+
+/// One reqwest client (its connection pool) and the origins it has been
+/// used for, as `(host, port as written)`: how reqwest keys its pool.
+#[derive(Debug)]
+struct Pool {
+    client: reqwest::Client,
+    origins: Vec<(String, Option<u16>)>,
 }
 
 impl HttpClient {
@@ -991,39 +1014,32 @@ impl HttpClient {
     /// certificate; [`CapabilityError::Failed`] when the TLS backend cannot
     /// be set up.
     pub fn new(config: HttpConfig) -> Result<Self, CapabilityError> {
-        let mut builder = reqwest::Client::builder()
-            .use_rustls_tls()
-            .no_proxy()
-            .redirect(reqwest::redirect::Policy::none())
-            .referer(false)
-            .https_only(true)
-            .dns_resolver(Arc::new(PublicOnlyResolver))
-            .connect_timeout(config.timeout)
-            .user_agent(concat!("zotbox/", env!("CARGO_PKG_VERSION")));
-        for (index, pem) in config.extra_roots.iter().enumerate() {
-            let certificates = reqwest::Certificate::from_pem_bundle(pem).map_err(|err| {
-                CapabilityError::Invalid(format!(
-                    "extra root certificate #{} is not valid PEM: {err}",
-                    index + 1
-                ))
-            })?;
-            if certificates.is_empty() {
-                return Err(CapabilityError::Invalid(format!(
-                    "extra root certificate #{} holds no certificate",
-                    index + 1
-                )));
+        let client = build_client(&config)?;
+        Ok(Self {
+            pool: Arc::new(std::sync::Mutex::new(Pool {
+                client,
+                origins: Vec::new(),
+            })),
+            config,
+        })
+    }
+
+    /// The reqwest client to send a request to `url` with: the pool's, or,
+    /// when `url`'s origin would be one too many, a new one.
+    fn client_for(&self, url: &Url) -> Result<reqwest::Client, CapabilityError> {
+        let origin = (url.host_str().unwrap_or_default().to_owned(), url.port());
+        let mut pool = self
+            .pool
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !pool.origins.contains(&origin) {
+            if pool.origins.len() >= MAX_POOLED_ORIGINS {
+                pool.client = build_client(&self.config)?;
+                pool.origins.clear();
             }
-            for certificate in certificates {
-                builder = builder.add_root_certificate(certificate);
-            }
+            pool.origins.push(origin);
         }
-        let client = builder.build().map_err(|err| {
-            CapabilityError::Failed(format!(
-                "cannot set up the HTTPS client: {}",
-                crate::text::chain(&err)
-            ))
-        })?;
-        Ok(Self { client, config })
+        Ok(pool.client.clone())
     }
 
     /// The configuration the client was built with.
@@ -1148,7 +1164,7 @@ impl HttpClient {
                 );
             }
             let mut builder = self
-                .client
+                .client_for(&sent_url)?
                 .request(method.to_reqwest(), sent_url)
                 .headers(sent_headers);
             if let Some(body) = &body {
@@ -1304,6 +1320,44 @@ impl HttpClient {
             body: redact_bytes(secrets, body),
         })
     }
+}
+
+/// A reqwest client as [`HttpClient::new`] describes it.
+fn build_client(config: &HttpConfig) -> Result<reqwest::Client, CapabilityError> {
+    let mut builder = reqwest::Client::builder()
+        .use_rustls_tls()
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .referer(false)
+        .https_only(true)
+        .dns_resolver(Arc::new(PublicOnlyResolver))
+        .connect_timeout(config.timeout)
+        .pool_max_idle_per_host(MAX_IDLE_PER_ORIGIN)
+        .pool_idle_timeout(IDLE_TIMEOUT)
+        .user_agent(concat!("zotbox/", env!("CARGO_PKG_VERSION")));
+    for (index, pem) in config.extra_roots.iter().enumerate() {
+        let certificates = reqwest::Certificate::from_pem_bundle(pem).map_err(|err| {
+            CapabilityError::Invalid(format!(
+                "extra root certificate #{} is not valid PEM: {err}",
+                index + 1
+            ))
+        })?;
+        if certificates.is_empty() {
+            return Err(CapabilityError::Invalid(format!(
+                "extra root certificate #{} holds no certificate",
+                index + 1
+            )));
+        }
+        for certificate in certificates {
+            builder = builder.add_root_certificate(certificate);
+        }
+    }
+    builder.build().map_err(|err| {
+        CapabilityError::Failed(format!(
+            "cannot set up the HTTPS client: {}",
+            crate::text::chain(&err)
+        ))
+    })
 }
 
 /// `scheme://host[:port]` of `url`, for messages that must not quote its

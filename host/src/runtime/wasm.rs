@@ -500,11 +500,20 @@ impl WasmRuntime {
                         reason,
                     });
                 }
-                Err(why) => tracing::warn!(
-                    "compiling `{}` in a child process failed ({}); compiling here",
-                    crate::text::shown(name),
-                    crate::text::shown(&why)
-                ),
+                // Not compiled here either: without the child's memory cap
+                // a hostile program could take the host's memory, and what
+                // keeps the child from starting (no file descriptor or
+                // process left, say) passes.
+                Err(why) => {
+                    announce_compiled();
+                    return Err(WasmError::Compile {
+                        path: path.to_owned(),
+                        reason: format!(
+                            "the compiler process did not run ({why}); the host does not \
+                             compile without its memory cap, so start the extension again"
+                        ),
+                    });
+                }
             }
         }
         let compiled = compile(wasm);
@@ -606,11 +615,10 @@ impl CompilerProcess {
     /// Runs `zotbox host compile` on `wasm` (given on its stdin, not by
     /// path: the bytes compiled are the bytes read and keyed here, whatever
     /// the file holds by now), which stores it in `cache`; its verdict, or
-    /// why there is none (then compiling here is the answer: it could not
-    /// be started). A child that ends without a verdict (killed by a
-    /// signal, out of memory, crashed) is a refusal: this process would
-    /// fare no better, and must not try without the child's cap. Its stderr
-    /// is this process's (the host's log).
+    /// why there is none (it could not be started). A child that ends
+    /// without a verdict (killed by a signal, out of memory, crashed) is a
+    /// refusal: this process would fare no better, and must not try without
+    /// the child's cap. Its stderr is this process's (the host's log).
     fn compile(&self, cache: &ArtifactCache, wasm: &[u8]) -> Result<CompileVerdict, String> {
         use std::io::{Read as _, Write as _};
         use std::os::unix::process::ExitStatusExt as _;
@@ -828,19 +836,6 @@ mod tests {
     }
 
     #[test]
-    fn a_compiler_process_that_cannot_start_leaves_the_compile_to_this_one() {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let cache = tmp.path().join("cache");
-        let program = tmp.path().join("empty.wasm");
-        std::fs::write(&program, EMPTY_MODULE).expect("write");
-        let runtime = WasmRuntime::new(Some(cache.clone()))
-            .expect("runtime")
-            .with_compiler_process(tmp.path().join("no-such-zotbox"), 64);
-        runtime.prepare("empty", &program).expect("compiled here");
-        assert_eq!(entries(&cache), 1, "and cached");
-    }
-
-    #[test]
     fn a_compiler_process_that_ends_without_a_verdict_is_a_refusal_not_a_retry_here() {
         use std::os::unix::fs::PermissionsExt as _;
         let tmp = tempfile::tempdir().expect("tempdir");
@@ -872,6 +867,35 @@ mod tests {
             );
             assert_eq!(entries(&cache), 0, "nothing compiled here");
         }
+    }
+
+    #[test]
+    fn a_compiler_process_that_cannot_start_is_a_refusal_not_a_compile_here() {
+        // What keeps the child from starting may be a hostile guest's doing
+        // (the host's file descriptors used up): compiling here instead
+        // would compile the next program without its memory cap.
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let cache = tmp.path().join("cache");
+        let program = tmp.path().join("empty.wasm");
+        std::fs::write(&program, EMPTY_MODULE).expect("write");
+        let missing = tmp.path().join("no-zotbox");
+        let runtime = WasmRuntime::new(Some(cache.clone()))
+            .expect("runtime")
+            .with_compiler_process(missing.clone(), 64);
+        let err = runtime
+            .prepare("empty", &program)
+            .expect_err("refused, not compiled here");
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "cannot compile `{}`: the compiler process did not run (cannot start `{}`: No \
+                 such file or directory (os error 2)); the host does not compile without its \
+                 memory cap, so start the extension again",
+                program.display(),
+                missing.display()
+            )
+        );
+        assert_eq!(entries(&cache), 0, "nothing compiled here");
     }
 
     #[test]

@@ -139,6 +139,27 @@ impl Drop for Counted {
     }
 }
 
+/// The most open files the host asks for.
+const OPEN_FILES: u64 = 65_536;
+
+/// Raises the soft limit of open files towards the hard one (at most
+/// [`OPEN_FILES`]): the host holds the pipes, logs and connections of every
+/// instance of every zot session, and inherits a soft limit sized for one
+/// process (1 024 on most desktops), which a few busy extensions would
+/// use up for all of them.
+fn raise_open_files_limit() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, hard)) if soft < hard.min(OPEN_FILES) => {
+            if let Err(err) = setrlimit(Resource::RLIMIT_NOFILE, hard.min(OPEN_FILES), hard) {
+                tracing::warn!("cannot raise the open files limit from {soft}: {err}");
+            }
+        }
+        Ok(_) => {}
+        Err(err) => tracing::warn!("cannot read the open files limit: {err}"),
+    }
+}
+
 /// Runs the shared host for `home` on `place` until it has been idle for
 /// `options.idle`, or has retired and its last instance has ended.
 ///
@@ -151,6 +172,7 @@ pub async fn serve(home: ZotHome, place: &Place, options: ServeOptions) -> Resul
         path: socket.clone(),
         error,
     };
+    raise_open_files_limit();
     let listener = tokio::net::UnixListener::bind(&socket).map_err(bind_error)?;
     // The folder already keeps others out; the socket does too, should the
     // folder ever be opened up.
