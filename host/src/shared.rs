@@ -55,7 +55,7 @@ pub use wire::{HostStatus, InstanceStatus};
 /// What `zotbox host compile` runs: the shared host compiles each program it
 /// has not compiled before in that child process, so the compiler's code and
 /// heap never stay resident in the host.
-pub use crate::runtime::wasm::compile_into_cache;
+pub use crate::runtime::wasm::{COMPILE_CPU_SECS, compile_into_cache};
 
 /// The idle period after which a host with no instances exits, unless
 /// `ZOTBOX_HOST_IDLE` (seconds) says otherwise.

@@ -1082,6 +1082,46 @@ async fn the_host_raises_its_open_files_limit_past_the_one_it_was_started_with()
     assert_eq!(end.status.code(), Some(0), "{end:#?}");
 }
 
+/// The compiler process caps its own CPU time, as it caps its memory,
+/// before it reads the program: one made to compile for hours is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_compiler_process_caps_its_cpu_time_before_it_reads_the_program() {
+    let lab = Lab::new();
+    let cache = lab.dev.join("cache");
+    let mut child = zotbox(
+        &lab,
+        &[
+            "host",
+            "compile",
+            "--cache",
+            &cache.display().to_string(),
+            "--cap",
+            "1000000",
+            "--memory-mb",
+            "64",
+        ],
+    )
+    .stdin(std::process::Stdio::piped())
+    .stdout(std::process::Stdio::piped())
+    .spawn()
+    .expect("zotbox host compile");
+    let limits = format!("/proc/{}/limits", child.id());
+    let cpu_limit = || {
+        std::fs::read_to_string(&limits)
+            .unwrap_or_default()
+            .lines()
+            .find(|line| line.starts_with("Max cpu time"))
+            .and_then(|line| line.split_whitespace().nth(3).map(str::to_owned))
+    };
+    eventually("the compiler caps its CPU time", || {
+        cpu_limit().as_deref() == Some(zotbox::shared::COMPILE_CPU_SECS.to_string().as_str())
+    })
+    .await;
+    drop(child.stdin.take());
+    let status = child.wait().expect("wait");
+    assert!(!status.success(), "an empty program is no wasm");
+}
+
 /// A program that does not compile is refused with the compiler's reason,
 /// as standalone would refuse it, without a second compile in the host;
 /// the host lives on.

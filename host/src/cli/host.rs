@@ -160,6 +160,19 @@ fn print_status(status: &HostStatus) {
 
 /// `zotbox host compile`: the program on stdin compiled into the cache.
 fn compile(args: CompileArgs) -> Result<u8> {
+    {
+        // Past the soft limit the kernel ends it with SIGXCPU, which the
+        // host reads as the refusal it is; past the hard one, SIGKILL.
+        use nix::sys::resource::{Resource, getrlimit, setrlimit};
+        let (soft, hard) = getrlimit(Resource::RLIMIT_CPU)?;
+        let wanted = shared::COMPILE_CPU_SECS.min(soft);
+        setrlimit(
+            Resource::RLIMIT_CPU,
+            wanted,
+            hard.min(wanted.saturating_add(5)),
+        )
+        .context("cannot cap this process's CPU time")?;
+    }
     if let Some(mib) = args.memory_mb {
         // The program's author chooses how much the compiler asks for: a
         // request past the cap fails here, and the host refuses the program.

@@ -654,16 +654,22 @@ impl CompilerProcess {
             // It stopped reading: what it wrote on stderr says why.
             tracing::debug!("the compiler process took only part of the program: {err}");
         }
-        let ended = match status.signal() {
-            Some(signal) => format!("was killed by signal {signal}"),
-            None => format!("ended ({status})"),
-        };
-        Ok(CompileVerdict::Refused {
-            reason: format!(
-                "the compiler process {ended} without a verdict; it may use at most \
-                 {memory_mb} MiB (policy `max_compile_memory_mb`)"
+        let reason = match status.signal() {
+            Some(SIGXCPU) => format!(
+                "the compiler process used its {COMPILE_CPU_SECS} s of CPU time without a verdict"
             ),
-        })
+            signal => {
+                let ended = match signal {
+                    Some(signal) => format!("was killed by signal {signal}"),
+                    None => format!("ended ({status})"),
+                };
+                format!(
+                    "the compiler process {ended} without a verdict; it may use at most \
+                     {memory_mb} MiB (policy `max_compile_memory_mb`)"
+                )
+            }
+        };
+        Ok(CompileVerdict::Refused { reason })
     }
 }
 
@@ -675,6 +681,17 @@ fn engine() -> Result<Engine, WasmError> {
     config.wasm_component_model(true);
     Engine::new(&config).map_err(|e| WasmError::Engine(format!("{e:#}")))
 }
+
+/// The CPU time `zotbox host compile` may use, seconds (`RLIMIT_CPU`, all
+/// its threads together). The largest guests zotbox builds (the 18 MB
+/// components of componentize-py and componentize-js) take well under a
+/// minute; a program made to compile for longer is refused rather than
+/// holding a core of the machine, and a thread of the host, for as long as
+/// its author likes.
+pub const COMPILE_CPU_SECS: u64 = 600;
+
+/// The signal the kernel sends a process past its soft `RLIMIT_CPU`.
+const SIGXCPU: i32 = 24;
 
 /// What `zotbox host compile` answers on stdout, one JSON line.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
@@ -867,6 +884,23 @@ mod tests {
             );
             assert_eq!(entries(&cache), 0, "nothing compiled here");
         }
+        // As a compiler past its CPU time ends.
+        let fake = tmp.path().join("zotbox");
+        std::fs::write(&fake, "#!/bin/sh\ncat >/dev/null; kill -XCPU $$\n").expect("write");
+        let runtime = WasmRuntime::new(Some(cache.clone()))
+            .expect("runtime")
+            .with_compiler_process(fake, 64);
+        let err = runtime
+            .prepare("empty", &program)
+            .expect_err("refused, not compiled here");
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "cannot compile `{}`: the compiler process used its {COMPILE_CPU_SECS} s of CPU \
+                 time without a verdict",
+                program.display()
+            )
+        );
     }
 
     #[test]
