@@ -859,12 +859,29 @@ mod tests {
         let cache = tmp.path().join("cache");
         let program = tmp.path().join("empty.wasm");
         std::fs::write(&program, EMPTY_MODULE).expect("write");
-        // As a compiler over its memory cap ends: aborted, or failed.
+        let memory = |ended: &str| {
+            format!(
+                "the compiler process {ended} without a verdict; it may use at most 64 MiB \
+                 (policy `max_compile_memory_mb`)"
+            )
+        };
         let cases = [
-            ("cat >/dev/null; kill -ABRT $$", "was killed by signal 6"),
-            ("cat >/dev/null; exit 3", "ended (exit status: 3)"),
+            // As a compiler over its memory cap ends: aborted, or failed.
+            (
+                "cat >/dev/null; kill -ABRT $$",
+                memory("was killed by signal 6"),
+            ),
+            ("cat >/dev/null; exit 3", memory("ended (exit status: 3)")),
+            // As one past its CPU time ends.
+            (
+                "cat >/dev/null; kill -XCPU $$",
+                format!(
+                    "the compiler process used its {COMPILE_CPU_SECS} s of CPU time without a \
+                     verdict"
+                ),
+            ),
         ];
-        for (script, ended) in cases {
+        for (script, reason) in cases {
             let fake = tmp.path().join("zotbox");
             std::fs::write(&fake, format!("#!/bin/sh\n{script}\n")).expect("write");
             std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).expect("chmod");
@@ -876,31 +893,10 @@ mod tests {
                 .expect_err("refused, not compiled here");
             assert_eq!(
                 err.to_string(),
-                format!(
-                    "cannot compile `{}`: the compiler process {ended} without a verdict; \
-                     it may use at most 64 MiB (policy `max_compile_memory_mb`)",
-                    program.display()
-                )
+                format!("cannot compile `{}`: {reason}", program.display())
             );
             assert_eq!(entries(&cache), 0, "nothing compiled here");
         }
-        // As a compiler past its CPU time ends.
-        let fake = tmp.path().join("zotbox");
-        std::fs::write(&fake, "#!/bin/sh\ncat >/dev/null; kill -XCPU $$\n").expect("write");
-        let runtime = WasmRuntime::new(Some(cache.clone()))
-            .expect("runtime")
-            .with_compiler_process(fake, 64);
-        let err = runtime
-            .prepare("empty", &program)
-            .expect_err("refused, not compiled here");
-        assert_eq!(
-            err.to_string(),
-            format!(
-                "cannot compile `{}`: the compiler process used its {COMPILE_CPU_SECS} s of CPU \
-                 time without a verdict",
-                program.display()
-            )
-        );
     }
 
     #[test]
