@@ -1706,6 +1706,41 @@ async fn setup_registers_serve_once_and_remove_undoes_it() {
     );
 }
 
+#[test]
+fn setup_neither_replaces_nor_removes_an_extension_of_the_user_named_zotbox() {
+    // `setup --remove` deleted the whole folder, and `setup` overwrote its
+    // manifest, whatever extension the user kept there.
+    let lab = Lab::new();
+    let dir = serve_dir(&lab);
+    std::fs::create_dir_all(&dir).expect("folder");
+    let theirs = r#"{"name":"zotbox","exec":"/usr/bin/true","args":["other"]}"#;
+    std::fs::write(dir.join("extension.json"), theirs).expect("manifest");
+    std::fs::write(dir.join("notes.txt"), "mine").expect("notes");
+    let refusal = format!(
+        "error: `{}` holds an extension that is not zotbox's `serve` launcher; zotbox neither \
+         replaces nor removes it: move it away and run this again\n",
+        dir.display()
+    );
+    for args in [&["setup"][..], &["setup", "--remove"]] {
+        let run = lab.zotbox(args);
+        run.expect_code(1);
+        assert_eq!(run.stderr, refusal, "{args:?}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(dir.join("extension.json")).expect("manifest"),
+        theirs
+    );
+    // Its own launcher it removes, and leaves what else the user put there.
+    std::fs::remove_file(dir.join("extension.json")).expect("remove");
+    lab.zotbox(&["setup"]).expect_code(0);
+    lab.zotbox(&["setup", "--remove"]).expect_code(0);
+    assert!(!dir.join("extension.json").exists());
+    assert_eq!(
+        std::fs::read_to_string(dir.join("notes.txt")).expect("notes"),
+        "mine"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_brings_data_tools_skills_and_refusals_to_zot() {
     let lab = Lab::new();

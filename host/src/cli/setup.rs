@@ -15,7 +15,8 @@ use zotbox::store::install::LaunchCommand;
 /// Arguments of `zotbox setup`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// Undo it: delete $ZOT_HOME/extensions/zotbox/.
+    /// Undo it: delete $ZOT_HOME/extensions/zotbox/extension.json (and the
+    /// folder, when nothing else is in it).
     #[arg(long)]
     remove: bool,
 }
@@ -68,18 +69,16 @@ impl Args {
     pub(crate) async fn run(self, context: &Context) -> Result<u8> {
         let dir = context.home()?.extensions_dir().join(SERVE_NAME);
         let manifest_path = dir.join(MANIFEST_FILE);
+        refuse_another_extension(&dir, &manifest_path)?;
         if self.remove {
-            let existed = dir.exists();
-            if existed {
-                std::fs::remove_dir_all(&dir)
-                    .with_context(|| format!("cannot remove `{}`", dir.display()))?;
+            if !manifest_path.exists() {
+                return say(context, "nothing to remove at", &manifest_path);
             }
-            let message = if existed {
-                "removed"
-            } else {
-                "nothing to remove at"
-            };
-            return say(context, message, &manifest_path);
+            std::fs::remove_file(&manifest_path)
+                .with_context(|| format!("cannot remove `{}`", manifest_path.display()))?;
+            // What else the folder holds is not zotbox's to delete.
+            let _ = std::fs::remove_dir(&dir);
+            return say(context, "removed", &manifest_path);
         }
         let manifest = json!({
             "name": SERVE_NAME,
@@ -100,6 +99,32 @@ impl Args {
         zotbox::home::write_atomic(&manifest_path, text.as_bytes())
             .with_context(|| format!("cannot write `{}`", manifest_path.display()))?;
         say(context, "wrote", &manifest_path)
+    }
+}
+
+/// Refuses to replace or remove what `dir` holds unless it is empty or the
+/// launcher `zotbox setup` writes: an extension the user installed under
+/// the name `zotbox` by other means is theirs.
+fn refuse_another_extension(dir: &Path, manifest_path: &Path) -> Result<()> {
+    let Ok(meta) = std::fs::symlink_metadata(dir) else {
+        return Ok(());
+    };
+    let shown = zotbox::text::shown_path(dir);
+    if !meta.is_dir() {
+        anyhow::bail!(
+            "`{shown}` is not a folder zotbox set up (a link or a file); move it away and run \
+             this again"
+        );
+    }
+    if !manifest_path.exists() {
+        return Ok(());
+    }
+    match zotbox::manifest::Manifest::load(manifest_path) {
+        Ok(manifest) if zotbox::discovery::is_serve_launcher(&manifest) => Ok(()),
+        _ => anyhow::bail!(
+            "`{shown}` holds an extension that is not zotbox's `serve` launcher; zotbox \
+             neither replaces nor removes it: move it away and run this again"
+        ),
     }
 }
 
