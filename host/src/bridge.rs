@@ -1089,6 +1089,8 @@ async fn forward_inbound(
                 );
                 continue;
             }
+            // The line the guest gets instead of zot's, when there is one.
+            let mut as_read = None;
             let request = match seen.frame_type.as_deref() {
                 Some("hello_ack") => {
                     if let Ok(HostFrame::HelloAck(ack)) = decode_line::<HostFrame>(bytes)
@@ -1106,7 +1108,10 @@ async fn forward_inbound(
                     None
                 }
                 Some("event_intercept") => match decode_line::<HostFrame>(bytes) {
-                    Ok(_) => timeouts.request("event_intercept"),
+                    Ok(frame) => {
+                        as_read = as_zot_reads(bytes, &frame);
+                        timeouts.request("event_intercept")
+                    }
                     Err(error) => {
                         // The guest could not read it either: a guard that
                         // skips it lets the call through. Block it here.
@@ -1127,7 +1132,7 @@ async fn forward_inbound(
             {
                 tell = Some(changes);
             }
-            out.extend_from_slice(bytes);
+            out.extend_from_slice(as_read.as_deref().unwrap_or(bytes));
             out.push(b'\n');
         }
         // A request counts as in flight from its first bytes: should this
@@ -1149,6 +1154,23 @@ async fn forward_inbound(
     // zot's input ended: so does the guest's.
     let _ = to_guest.shutdown().await;
     let _ = ending.send(true);
+}
+
+/// The line of an `event_intercept` of one of zot's own tools with its
+/// arguments as zot's tools read them ([`crate::guard::zot_args`]), when
+/// that changes them: the guest's guard sees what runs. It is made from
+/// the line itself, so fields this host does not know reach the guest too.
+fn as_zot_reads(line: &[u8], frame: &HostFrame) -> Option<Vec<u8>> {
+    let HostFrame::EventIntercept(intercept) = frame else {
+        return None;
+    };
+    let args = crate::guard::zot_args::as_zot_reads(
+        intercept.tool_name.as_deref()?,
+        intercept.tool_args.as_ref()?,
+    )?;
+    let mut whole: serde_json::Value = serde_json::from_slice(line).ok()?;
+    whole.as_object_mut()?.insert("tool_args".to_owned(), args);
+    serde_json::to_vec(&whole).ok()
 }
 
 /// Counts the request whose line `partial` begins as in flight, once (`begun`

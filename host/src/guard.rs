@@ -7,9 +7,11 @@
 //! the caller. Data `shell` tools and the `shell` capability pass the same
 //! chain, so an installed tool cannot do what the agent itself may not.
 //!
-//! This module holds the deny-rule stage; the intercepting stage lives with
-//! the sessions in [`crate::host`].
+//! This module holds the deny-rule stage, and how zot's own tools read
+//! their arguments ([`zot_args`]), which both stages check by; the
+//! intercepting stage lives with the sessions in [`crate::host`].
 
 pub mod deny;
+pub mod zot_args;
 
 pub use deny::DenyRules;

@@ -401,6 +401,72 @@ async fn serve_refuses_tool_calls_past_its_cap_and_still_answers_checks_at_once(
 // ---------------------------------------------------------------------------
 // `zotbox run`
 
+/// zot's tools read their arguments as Go's `encoding/json` does: a key in
+/// any case, the last of several winning. A guard that read `command` as
+/// written let `{"Command":"rm -rf /"}` through to bash. Both guards now
+/// read what bash runs: a guard guest through `zotbox run`, and `serve`'s
+/// refusal plugins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guards_read_the_arguments_as_zots_own_tools_do() {
+    let lab = Lab::new();
+    safety_plugin(&lab);
+    let attacks = [
+        json!({"Command": "rm -rf /"}),
+        json!({"command": "ls -1", "COMMAND": "rm -rf /"}),
+    ];
+    let check = |id: usize, args: &Value| {
+        json!({"type": "event_intercept", "id": id.to_string(), "event": "tool_call",
+               "tool_name": "bash", "tool_args": args})
+    };
+    let dir = guests::folder(&lab.dev, "guard", Form::Wasm, None);
+    let mut run = start_run(&lab, &dir).await;
+    let mut serve = start_serve(&lab).await;
+    for (id, args) in attacks.iter().enumerate() {
+        run.send(&check(id, args)).await;
+        assert_eq!(
+            run.recv().await,
+            blocked(
+                &id.to_string(),
+                "refused: `rm -rf /` deletes the whole filesystem"
+            ),
+            "{args}"
+        );
+        serve.send(&check(id, args)).await;
+        assert_eq!(
+            serve.recv().await,
+            blocked(&id.to_string(), WIPE_REFUSED),
+            "{args}"
+        );
+    }
+    // Control: bash would run the last spelling, `ls -1`, which the guard
+    // guest is shown and allows. The refusal plugins read every spelling,
+    // and a match on any blocks (as every normal form of a command does).
+    let harmless = json!({"COMMAND": "rm -rf /", "command": "ls -1"});
+    run.send(&check(9, &harmless)).await;
+    assert_eq!(
+        run.recv().await,
+        json!({"type": "event_intercept_response", "id": "9"})
+    );
+    serve.send(&check(9, &harmless)).await;
+    assert_eq!(serve.recv().await, blocked("9", WIPE_REFUSED));
+    // The library's host asks its guard guest the same way (with the
+    // plugin gone, the guest is the one that decides).
+    std::fs::remove_file(lab.workspace.join(".zot/plugins/safety.json")).expect("remove");
+    let host = lab.builder().extension(&dir).build().await.expect("build");
+    for args in &attacks {
+        let decision = host.intercept_tool_call("bash", args.clone()).await;
+        assert_eq!(
+            (decision.verdict, decision.decided_by),
+            (
+                zotbox::Verdict::block("refused: `rm -rf /` deletes the whole filesystem"),
+                vec!["guard".to_owned()]
+            ),
+            "{args}"
+        );
+    }
+    host.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zotbox_run_blocks_every_check_its_guard_could_not_read() {
     let lab = Lab::new();

@@ -5,8 +5,10 @@
 //!
 //! 1. A rule applies when the called tool's name is in its `tools` (exact
 //!    match). A `pathPattern` is searched in the path a file tool carries
-//!    (`path`, `file_path`, `filePath`), a `commandPattern` in `command`; a
-//!    missing or non-string argument matches nothing. The first matching
+//!    (`path`, `file_path`, `filePath`), a `commandPattern` in `command`,
+//!    under any key zot's tools would read as one of these (`COMMAND`,
+//!    `Path`: [`super::zot_args`]); a missing or non-string argument matches
+//!    nothing. The first matching
 //!    rule, plugins in the order given and rules in file order, decides.
 //! 2. A rule sees what will run. A command is tried as written and in its
 //!    normalised forms ([`command`]: shell words without quotes and escapes,
@@ -248,7 +250,10 @@ impl DenyRules {
             && let Some(set) = &self.sets[field_slot(DenyField::Path)]
         {
             for key in DenyField::Path.arg_keys() {
-                if let Some(Value::String(path)) = args.get(*key) {
+                for value in super::zot_args::values_read_as(args, key) {
+                    let Value::String(path) = value else {
+                        continue;
+                    };
                     set.first_rule(path, &covers, &mut first);
                     if let Some(normal) = path::normalize_path(path) {
                         set.first_rule(&normal, &covers, &mut first);
@@ -260,7 +265,10 @@ impl DenyRules {
             && let Some(set) = &self.sets[field_slot(DenyField::Command)]
         {
             for key in DenyField::Command.arg_keys() {
-                if let Some(Value::String(command)) = args.get(*key) {
+                for value in super::zot_args::values_read_as(args, key) {
+                    let Value::String(command) = value else {
+                        continue;
+                    };
                     set.first_rule(command, &covers, &mut first);
                     for form in command::normal_forms(command) {
                         set.first_rule(&form, &covers, &mut first);
@@ -389,6 +397,29 @@ mod tests {
                 "write_file",
                 json!({"path": "README.md", "filePath": "a/.env"}),
                 some("no-secrets", 0),
+            ),
+            // Attack: keys zot's tools read whatever their case (Go's
+            // `encoding/json`), the last one winning: the rule reads them
+            // all.
+            (
+                "bash",
+                json!({"Command": "kubectl apply"}),
+                some("no-prod-config", 1),
+            ),
+            (
+                "bash",
+                json!({"command": "ls", "COMMAND": "kubectl apply"}),
+                some("no-prod-config", 1),
+            ),
+            (
+                "write_file",
+                json!({"PATH": "config/production.yml"}),
+                some("no-prod-config", 0),
+            ),
+            (
+                "write_file",
+                json!({"path": "README.md", "FilePath": "config/production.yml"}),
+                some("no-prod-config", 0),
             ),
             // Missing or non-string arguments match nothing.
             ("bash", json!({}), None),

@@ -51,7 +51,11 @@ impl Interceptable {
                 tool_args,
             } => {
                 frame.tool_name = Some(tool_name.clone());
-                frame.tool_args = Some(tool_args.clone());
+                // As zot's own tools read them: a guard sees what runs.
+                frame.tool_args = Some(
+                    crate::guard::zot_args::as_zot_reads(tool_name, tool_args)
+                        .unwrap_or_else(|| tool_args.clone()),
+                );
             }
             Self::TurnStart { step } => frame.step = Some(*step),
             Self::AssistantMessage { text } => frame.text = Some(text.clone()),
