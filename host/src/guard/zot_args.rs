@@ -16,11 +16,12 @@
 //! 2. The deny rules check every argument that is the same key as the one
 //!    they read (`command`, `path`…), for every tool: a match on any blocks.
 //! 3. A guard extension is handed the arguments of zot's built-in tools
-//!    ([`ZOT_TOOLS`]) as Go reads them ([`as_zot_reads`]): each key takes the
-//!    value of the last key it is the same as, and the lowercase spelling is
-//!    there too. Other tools are left as zot sent them: an extension's tool
-//!    may read its arguments by their exact case, and a guard must not be
-//!    shown a value that tool never reads.
+//!    ([`ZOT_TOOLS`]) as Go reads them ([`as_zot_reads`]): keys that are the
+//!    same key become one, under its lowercase spelling, with the last one's
+//!    value; a lone key in another case keeps its spelling and has the
+//!    lowercase one beside it. Other tools are left as zot sent them: an
+//!    extension's tool may read its arguments by their exact case, and a
+//!    guard must not be shown a value that tool never reads.
 
 use serde_json::{Map, Value};
 
@@ -72,28 +73,39 @@ pub fn as_zot_reads(tool: &str, args: &Value) -> Option<Value> {
         return None;
     }
     let args = args.as_object()?;
-    // Nothing to do when every key is already its own folded spelling and
-    // no two fold alike: the usual call, checked without allocating a map.
-    let plain = args.keys().all(|key| *key == folded(key))
-        && args
-            .keys()
-            .enumerate()
-            .all(|(at, key)| args.keys().skip(at + 1).all(|other| !same_key(key, other)));
-    if plain {
+    // Nothing to do when every key is already its own folded spelling (and
+    // so no two fold alike: a map's keys differ): the usual call, checked
+    // in one pass without allocating. The model writes the arguments, so
+    // nothing here may cost more than a pass per key.
+    if args.keys().all(|key| key.chars().all(|c| fold(c) == c)) {
         return None;
     }
-    let mut read = Map::new();
+    // Each folded spelling: how many keys have it, and the last one's value.
+    let mut groups: Map<String, Value> = Map::new();
+    let mut counts: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     for (key, value) in args {
-        read.insert(folded(key), value.clone());
+        let spelling = folded(key);
+        *counts.entry(spelling.clone()).or_default() += 1;
+        groups.insert(spelling, value.clone());
     }
-    let mut seen = args.clone();
-    for (key, value) in seen.iter_mut() {
-        if let Some(last) = read.get(&folded(key)) {
-            value.clone_from(last);
+    // Every value is copied at most twice, whatever the keys: the model
+    // could write 128 spellings of `command`, and a copy of the last value
+    // for each would be 128 of the frame.
+    let mut seen = Map::new();
+    for (key, value) in args {
+        let spelling = folded(key);
+        if counts.get(&spelling).copied().unwrap_or(0) > 1 {
+            if let Some(last) = groups.remove(&spelling) {
+                seen.insert(spelling, last);
+            }
+        } else {
+            seen.insert(key.clone(), value.clone());
+            if *key != spelling
+                && let Some(only) = groups.remove(&spelling)
+            {
+                seen.insert(spelling, only);
+            }
         }
-    }
-    for (key, value) in read {
-        seen.entry(key).or_insert(value);
     }
     Some(Value::Object(seen))
 }
@@ -131,7 +143,11 @@ mod tests {
             // The last key Go matches wins, and `command` holds it.
             (
                 json!({"command": "ls", "COMMAND": "rm -rf /"}),
-                json!({"command": "rm -rf /", "COMMAND": "rm -rf /"}),
+                json!({"command": "rm -rf /"}),
+            ),
+            (
+                json!({"COMMAND": "rm -rf /", "x": 1, "Command": "ls"}),
+                json!({"command": "ls", "x": 1}),
             ),
             // A key in another case only: the lowercase spelling is added.
             (
@@ -153,6 +169,33 @@ mod tests {
             as_zot_reads("deploy", &json!({"command": "ls", "COMMAND": "rm"})),
             None
         );
+    }
+
+    #[test]
+    fn many_spellings_of_one_key_are_not_a_copy_each() {
+        // Attack: the 128 spellings of `command`, the last a megabyte: a
+        // copy of it under each spelling would be 128 MiB.
+        let mut args = Map::new();
+        for bits in 0u32..128 {
+            let spelling: String = "command"
+                .chars()
+                .enumerate()
+                .map(|(at, c)| {
+                    if bits & (1 << at) == 0 {
+                        c
+                    } else {
+                        c.to_ascii_uppercase()
+                    }
+                })
+                .collect();
+            args.insert(spelling, json!("ls"));
+        }
+        args.insert("COMMAND".to_owned(), json!("x".repeat(1 << 20)));
+        let sent = Value::Object(args);
+        let Some(seen) = as_zot_reads("bash", &sent) else {
+            panic!("rewritten");
+        };
+        assert_eq!(seen, json!({"command": "x".repeat(1 << 20)}));
     }
 
     #[test]
