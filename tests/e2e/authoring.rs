@@ -415,6 +415,78 @@ fn the_c_templates_frame_reader_survives_mangled_frames_under_sanitizers() {
     assert_eq!(answer("2"), Some(json!("2")));
 }
 
+/// The C template's guard, built natively (where zot sends it the model's
+/// arguments as they are): it reads `command` as zot's bash does (Go's
+/// `encoding/json`: any case, the last key winning), and a check it cannot
+/// read whole (nested past its depth) is blocked, not left unanswered for
+/// zot to allow after 5 s. Skipped without clang, unless
+/// `ZOTBOX_REQUIRE_CLANG=1`.
+#[test]
+fn the_c_templates_guard_reads_what_bash_runs_and_blocks_what_it_cannot_read() {
+    if crate::guests::c_shout().is_none() {
+        return;
+    }
+    let lab = Lab::new();
+    let dir = lab.dev.join("gd");
+    let shown = dir.display().to_string();
+    lab.zotbox(&["new", "gd", "--lang", "c", "--path", &shown])
+        .expect_code(0);
+    let bin = dir.join("gd-native");
+    let built = std::process::Command::new("clang")
+        .args(["-O1", "-o"])
+        .arg(&bin)
+        .arg(dir.join("main.c"))
+        .output()
+        .expect("clang runs");
+    assert!(built.status.success(), "{built:?}");
+    let check = |id: &str, args: &str| {
+        format!(
+            r#"{{"type":"event_intercept","id":"{id}","event":"tool_call","tool_name":"bash","tool_args":{args}}}"#
+        )
+    };
+    let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
+    let lines = [
+        check("case", r#"{"Command":"rm -rf /"}"#),
+        check("last", r#"{"command":"echo hi","COMMAND":"rm -rf /"}"#),
+        check("twice", r#"{"command":"echo hi","command":"rm -rf /"}"#),
+        check("deep", &format!(r#"{{"command":"rm -rf /","x":{deep}}}"#)),
+        format!(
+            r#"{{"type":"tool_call","id":"deep-call","name":"count_words","args":{{"x":{deep}}}}}"#
+        ),
+        // Control: bash runs the last spelling, which is harmless.
+        check("harmless", r#"{"COMMAND":"rm -rf /","command":"echo hi"}"#),
+    ];
+    let mut child = std::process::Command::new(&bin)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("the native build starts");
+    let mut stdin = child.stdin.take().expect("stdin");
+    std::io::Write::write_all(&mut stdin, (lines.join("\n") + "\n").as_bytes()).expect("write");
+    drop(stdin);
+    let out = child.wait_with_output().expect("it ends");
+    let answers: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|frame| frame["id"].is_string())
+        .collect();
+    let block = |id: &str, reason: &str| json!({"type": "event_intercept_response", "id": id, "block": true, "reason": reason});
+    let refused = "gd: `rm -rf /` is not run here";
+    let unreadable = "gd could not read this request";
+    assert_eq!(
+        answers,
+        [
+            block("case", refused),
+            block("last", refused),
+            block("twice", refused),
+            block("deep", unreadable),
+            json!({"type": "tool_result", "id": "deep-call", "is_error": true,
+                   "content": [{"type": "text", "text": unreadable}]}),
+            json!({"type": "event_intercept_response", "id": "harmless", "block": false}),
+        ]
+    );
+}
+
 #[test]
 fn ext_build_never_writes_outside_the_extension_folder() {
     let lab = Lab::new();
