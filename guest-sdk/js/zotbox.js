@@ -40,8 +40,10 @@
 // the end of stdin. Handlers run one at a time and synchronously (there is
 // no event loop between frames: a handler returning a Promise is an error).
 // A handler that throws does not take the extension down: a command answers
-// with an error, a tool with an error result, an interceptor counts as
-// allowing, and the exception is logged to stderr (the extension's log).
+// with an error, a tool with an error result, a `tool_call` interceptor
+// blocks the call (a guard that cannot decide refuses), another interceptor
+// counts as allowing, and the exception is logged to stderr (the
+// extension's log).
 //
 // Capabilities: `fs`, `http` and `shell` call zotbox's `zot:host` imports;
 // the host checks each call against the manifest's grant and the policy,
@@ -713,8 +715,8 @@ export class Extension {
 
   /**
    * Asks every interceptor of the request's kind, in order: the first block
-   * wins, rewrites chain. One that throws counts as allowing, as a guard that
-   * crashed would for the host.
+   * wins, rewrites chain. A `tool_call` interceptor that throws blocks (the
+   * call it choked on is the one to stop); another kind's counts as allowing.
    */
   intercept(ctx, request) {
     const kind = request.event;
@@ -731,6 +733,15 @@ export class Extension {
         else if (kind === 'turn_start') verdict = handler(ctx, request.step ?? 0);
         else verdict = handler(ctx, text);
       } catch (thrown) {
+        // A guard that cannot decide refuses: allowing would let through
+        // exactly the call it choked on.
+        if (kind === 'tool_call') {
+          ctx.log(`\`tool_call\` interceptor failed, blocking: ${describeThrown(thrown)}`);
+          return {
+            type: 'event_intercept_response', id: request.id, block: true,
+            reason: `the \`tool_call\` interceptor failed (${describeThrown(thrown)}); blocked to be safe`,
+          };
+        }
         ctx.log(`\`${kind}\` interceptor failed, allowing: ${describeThrown(thrown)}`);
         continue;
       }

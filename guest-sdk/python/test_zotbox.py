@@ -206,16 +206,27 @@ class Intercepts(unittest.TestCase):
              "replace_text": "the [redacted] is 42"},
         ])
 
-    def test_a_raising_interceptor_allows_and_a_verdict_out_of_place_is_ignored(self):
+    def test_a_raising_guard_blocks_and_a_verdict_out_of_place_is_ignored(self):
+        # A guard that cannot decide refuses: the call it choked on (a
+        # `shlex.split` of `rm -rf / #'`, say) is the one to stop.
         extension = Extension("g", "1")
-        extension.intercept_tool_call(lambda ctx, tool, args: [][1])
         extension.intercept_tool_call(lambda ctx, tool, args: Verdict.replace_text("x"))
+        extension.intercept_tool_call(lambda ctx, tool, args: [][1])
         written, log = session(extension, {"type": "event_intercept", "id": "1",
                                            "event": "tool_call", "tool_name": "t"})
-        self.assertEqual(written[-1], {"type": "event_intercept_response", "id": "1",
-                                       "block": False})
-        self.assertIn("`tool_call` interceptor (allowing) failed: list index out of range", log)
+        self.assertEqual(written[-1], {
+            "type": "event_intercept_response", "id": "1", "block": True,
+            "reason": "the `tool_call` interceptor failed (list index out of range); "
+                      "blocked to be safe"})
+        self.assertIn("`tool_call` interceptor (blocking) failed: list index out of range", log)
         self.assertIn("ignored a `replace_text` verdict on a `tool_call` intercept", log)
+        # Another kind's interceptor that raises still allows.
+        extension = Extension("g", "1")
+        extension.intercept_turn_start(lambda ctx, step: [][1])
+        written, log = session(extension, {"type": "event_intercept", "id": "2",
+                                           "event": "turn_start", "step": 1})
+        self.assertEqual(written[-1], {"type": "event_intercept_response", "id": "2",
+                                       "block": False})
 
     def test_a_check_that_cannot_be_read_is_answered_with_a_block(self):
         extension = Extension("g", "1")

@@ -48,8 +48,9 @@ implied by what was registered), one ``register_command`` per command, one
 and ``ready``. It then answers the host until ``shutdown`` (answered with
 ``shutdown_ack``) or the end of stdin. A handler that raises does not take
 the extension down: a command answers with an error, a tool with an error
-result, an interceptor counts as allowing, and the exception is logged to
-stderr (the extension's log). A request that cannot be read is still
+result, a ``tool_call`` interceptor blocks the call (a guard that cannot
+decide refuses), another interceptor counts as allowing, and the exception
+is logged to stderr (the extension's log). A request that cannot be read is still
 answered by its id when the id can be found (a check with a block: a guard
 that stays silent lets the call through).
 
@@ -702,8 +703,9 @@ class Extension:
 
     def _intercept(self, ctx, request):
         """Asks every interceptor of the request's kind, in order: the first
-        block wins, rewrites chain. One that raises counts as allowing, as a
-        guard that crashed would for the host."""
+        block wins, rewrites chain. A ``tool_call`` interceptor that raises
+        blocks (the call it choked on is the one to stop); another kind's
+        counts as allowing."""
         kind = request.get("event")
         answer = {"type": "event_intercept_response", "id": request.get("id"), "block": False}
         args = request.get("tool_args")
@@ -719,6 +721,14 @@ class Extension:
                 else:
                     verdict = handler(ctx, text)
             except Exception as error:  # noqa: BLE001
+                # A guard that cannot decide refuses: allowing would let
+                # through exactly the call it choked on.
+                if kind == "tool_call":
+                    self._failed(ctx, "`tool_call` interceptor (blocking)", error)
+                    return {"type": "event_intercept_response", "id": request.get("id"),
+                            "block": True,
+                            "reason": f"the `tool_call` interceptor failed ({error}); "
+                                      "blocked to be safe"}
                 self._failed(ctx, f"`{kind}` interceptor (allowing)", error)
                 continue
             verdict = verdict or Verdict.allow()

@@ -622,8 +622,9 @@ impl Extension {
     }
 
     /// Asks every interceptor of the request's kind, in order: the first
-    /// block wins, rewrites chain. A panicking interceptor counts as allow,
-    /// as a guard that crashed would for the host.
+    /// block wins, rewrites chain. A panicking `tool_call` interceptor
+    /// blocks (the call it choked on is the one to stop); another kind's
+    /// counts as allowing.
     fn intercept(&mut self, ctx: &mut Context<'_>, request: EventIntercept) -> InterceptResponse {
         let mut response = InterceptResponse {
             id: request.id,
@@ -648,9 +649,16 @@ impl Extension {
                             "ignored a `tool_call` rewrite whose arguments are not a JSON object",
                         ),
                         Ok(verdict) => verdicts.push(verdict),
-                        Err(panic) => ctx.log(format_args!(
-                            "`tool_call` interceptor panicked, allowing: {panic}"
-                        )),
+                        // A guard that cannot decide refuses: allowing
+                        // would let through exactly the call it choked on.
+                        Err(panic) => {
+                            ctx.log(format_args!(
+                                "`tool_call` interceptor panicked, blocking: {panic}"
+                            ));
+                            verdicts.push(Verdict::block(format!(
+                                "the `tool_call` interceptor failed ({panic}); blocked to be safe"
+                            )));
+                        }
                     }
                     if let Some(Verdict::Block { .. }) = verdicts.last() {
                         break;

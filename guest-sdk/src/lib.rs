@@ -90,7 +90,8 @@
 //!
 //! Natively, a handler that panics does not take the extension down: a
 //! command answers `error`, a tool answers an error result naming the panic,
-//! an interceptor counts as allowing, and the panic is logged. On
+//! a `tool_call` interceptor blocks the call (a guard that cannot decide
+//! refuses), another interceptor counts as allowing, and the panic is logged. On
 //! `wasm32-wasip2`, panics abort by default: the component traps, and the
 //! host ends its session (and reports what the guest wrote to stderr).
 //!

@@ -791,14 +791,16 @@ fn a_panicking_handler_answers_with_an_error_and_the_run_goes_on() {
                    "error":"command `boom`: handler panicked: boom"}),
             json!({"type":"tool_result","id":"2","is_error":true,"content":[{"type":"text",
                    "text":"tool `boom`: handler panicked: bad {\"a\":1}"}]}),
-            // A guard that panicked allows, as one that crashed would.
-            json!({"type":"event_intercept_response","id":"3"}),
+            // A guard that panicked blocks: the call it choked on is the
+            // one to stop.
+            json!({"type":"event_intercept_response","id":"3","block":true,
+                   "reason":"the `tool_call` interceptor failed (guard down); blocked to be safe"}),
             json!({"type":"command_response","id":"4","action":"prompt","prompt":"say hi to again"}),
         ]
     );
     assert!(
         run.log
-            .contains("`tool_call` interceptor panicked, allowing: guard down"),
+            .contains("`tool_call` interceptor panicked, blocking: guard down"),
         "{}",
         run.log
     );

@@ -199,21 +199,31 @@ test('turn_start and assistant_message intercepts', () => {
   ]);
 });
 
-test('a throwing interceptor allows, and a verdict out of place is ignored', () => {
+test('a throwing guard blocks, and a verdict out of place is ignored', () => {
+  // A guard that cannot decide refuses: the call it choked on is the one to stop.
   const extension = new Extension('g', '1')
+    .interceptToolCall(() => Verdict.replaceText('x'))
     .interceptToolCall(() => {
       throw new Error('oops');
-    })
-    .interceptToolCall(() => Verdict.replaceText('x'));
+    });
   const { written, log } = session(
     extension,
     lines({ type: 'event_intercept', id: '1', event: 'tool_call', tool_name: 't' }),
   );
-  assert.deepEqual(written.at(-1), { type: 'event_intercept_response', id: '1', block: false });
+  assert.deepEqual(written.at(-1), {
+    type: 'event_intercept_response', id: '1', block: true,
+    reason: 'the `tool_call` interceptor failed (oops); blocked to be safe',
+  });
   assert.deepEqual(log, [
-    'g: `tool_call` interceptor failed, allowing: oops',
     'g: ignored a `replace_text` verdict on a `tool_call` intercept, which does not allow it',
+    'g: `tool_call` interceptor failed, blocking: oops',
   ]);
+  // Another kind's interceptor that throws still allows.
+  const turns = new Extension('g', '1').interceptTurnStart(() => {
+    throw new Error('oops');
+  });
+  const turn = session(turns, lines({ type: 'event_intercept', id: '2', event: 'turn_start', step: 1 }));
+  assert.deepEqual(turn.written.at(-1), { type: 'event_intercept_response', id: '2', block: false });
 });
 
 test('a check that cannot be read is answered with a block', () => {
