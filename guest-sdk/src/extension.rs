@@ -635,9 +635,13 @@ impl Extension {
         match kind {
             event_name::TOOL_CALL => {
                 let tool_name = request.tool_name.unwrap_or_default();
-                let mut args = request
+                let args = request
                     .tool_args
                     .unwrap_or_else(|| Value::Object(Map::new()));
+                // As zot's own tools will read them (any case, the last key
+                // winning): natively, zot hands a guard the model's spelling.
+                let mut args =
+                    zotbox_protocol::zot_args::as_zot_reads(&tool_name, &args).unwrap_or(args);
                 let mut rewritten = false;
                 for handler in &mut self.tool_call_interceptors {
                     match guarded(|| handler(ctx, &tool_name, &args)) {

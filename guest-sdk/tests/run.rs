@@ -484,6 +484,41 @@ fn intercepts_allow_block_rewrite_and_replace() {
     );
 }
 
+/// Natively zot hands a guard the arguments as the model wrote them, and
+/// its own tools read them as Go's `encoding/json` does: a key in any case,
+/// the last of several winning. The SDK hands the guard of one of zot's
+/// tools what that tool will read.
+#[test]
+fn a_guard_of_zots_own_tools_sees_what_they_will_read() {
+    let check = |id: &str, tool: &str, args: Value| json!({"type":"event_intercept","id":id,"event":"tool_call","tool_name":tool,"tool_args":args});
+    let run = drive(
+        guard(),
+        &[
+            check("1", "bash", json!({"Command": "rm -rf /"})),
+            check("2", "bash", json!({"command": "ls", "COMMAND": "rm -rf /"})),
+            // An extension's tool may read its keys by their case: as sent.
+            check(
+                "3",
+                "deploy",
+                json!({"command": "ls", "COMMAND": "rm -rf /"}),
+            ),
+        ],
+    );
+    ok(&run);
+    let refused =
+        json!({"type":"event_intercept_response","block":true,"reason":"refused: `rm -rf`"});
+    let answers = run.answers();
+    for (answer, id) in answers.iter().take(2).zip(["1", "2"]) {
+        let mut expected = refused.clone();
+        expected["id"] = json!(id);
+        assert_eq!(answer, &expected);
+    }
+    assert_eq!(
+        answers[2],
+        json!({"type":"event_intercept_response","id":"3"})
+    );
+}
+
 #[test]
 fn events_reach_the_handlers_subscribed_to_them() {
     let seen = Rc::new(RefCell::new(Vec::new()));

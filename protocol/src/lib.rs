@@ -86,6 +86,7 @@ mod frame;
 mod peek;
 mod undecoded;
 mod verdict;
+pub mod zot_args;
 
 pub use codec::{
     DEFAULT_MAX_LINE, DecodeError, Decoder, Frame, Line, LineSplitter, TOO_LONG_HEAD, decode_line,

@@ -1,0 +1,213 @@
+//! How zot's own tools read their arguments, so that a guard sees what runs.
+//!
+//! zot decodes the arguments of its built-in tools with Go's
+//! `encoding/json`: a key matches a field whatever its case (`COMMAND`,
+//! `Command`, Unicode's simple folding: `ſ` is an `s`, the Kelvin sign a
+//! `k`), and of several keys that match, the last one wins. A guard that
+//! looked `command` up as written saw `ls` in
+//! `{"command":"ls","COMMAND":"rm -rf /"}` while bash ran `rm -rf /`, and
+//! saw nothing at all in `{"Command":"rm -rf /"}`.
+//!
+//! Rules:
+//!
+//! 1. Two keys are the same key when they are equal character by character
+//!    after folding ([`same_key`]); this admits a few pairs Go does not
+//!    (`ı` and `i`), never fewer, so a check reads at least what runs.
+//! 2. zotbox's deny rules check every argument that is the same key as the
+//!    one they read (`command`, `path`…), for every tool: a match on any
+//!    blocks.
+//! 3. A guard is handed the arguments of zot's built-in tools
+//!    ([`ZOT_TOOLS`]) as Go reads them ([`as_zot_reads`]): keys that are the
+//!    same key become one, under its lowercase spelling, with the last one's
+//!    value; a lone key in another case keeps its spelling and has the
+//!    lowercase one beside it. Other tools are left as zot sent them: an
+//!    extension's tool may read its arguments by their exact case, and a
+//!    guard must not be shown a value that tool never reads. zotbox does
+//!    this for the guards it hosts, and the guest SDK for a guard built
+//!    natively, which zot hands the arguments as the model wrote them.
+
+use serde_json::{Map, Value};
+
+/// zot's built-in tools: a tool an extension registers under one of these
+/// names is shadowed by zot's own.
+pub const ZOT_TOOLS: &[&str] = &["bash", "read", "write", "edit", "skill"];
+
+/// Whether `a` and `b` name the same field to Go's `encoding/json`.
+pub fn same_key(a: &str, b: &str) -> bool {
+    a.chars().map(fold).eq(b.chars().map(fold))
+}
+
+/// `key` folded: each character as the lowercase of its uppercase, when
+/// both are single characters (`ſ` → `S` → `s`, `K` → `k`).
+fn folded(key: &str) -> String {
+    key.chars().map(fold).collect()
+}
+
+fn fold(c: char) -> char {
+    if c.is_ascii() {
+        return c.to_ascii_lowercase();
+    }
+    let mut upper = c.to_uppercase();
+    let (Some(upper), None) = (upper.next(), upper.next()) else {
+        return c;
+    };
+    let mut lower = upper.to_lowercase();
+    match (lower.next(), lower.next()) {
+        (Some(lower), None) => lower,
+        _ => upper,
+    }
+}
+
+/// Every value of `args` under a key that is the same key as `name`, in
+/// order (the last is the one Go reads).
+pub fn values_read_as<'a>(
+    args: &'a Map<String, Value>,
+    name: &'a str,
+) -> impl Iterator<Item = &'a Value> + 'a {
+    args.iter()
+        .filter(move |(key, _)| same_key(key, name))
+        .map(|(_, value)| value)
+}
+
+/// The arguments of a call of zot's built-in `tool` as its guards must see
+/// them (rule 3); `None` when the tool is not zot's or nothing changes.
+pub fn as_zot_reads(tool: &str, args: &Value) -> Option<Value> {
+    if !ZOT_TOOLS.contains(&tool) {
+        return None;
+    }
+    let args = args.as_object()?;
+    // Nothing to do when every key is already its own folded spelling (and
+    // so no two fold alike: a map's keys differ): the usual call, checked
+    // in one pass without allocating. The model writes the arguments, so
+    // nothing here may cost more than a pass per key.
+    if args.keys().all(|key| key.chars().all(|c| fold(c) == c)) {
+        return None;
+    }
+    // Each folded spelling: how many keys have it, and the last one's value.
+    let mut groups: Map<String, Value> = Map::new();
+    let mut counts: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    for (key, value) in args {
+        let spelling = folded(key);
+        *counts.entry(spelling.clone()).or_default() += 1;
+        groups.insert(spelling, value.clone());
+    }
+    // Every value is copied at most twice, whatever the keys: the model
+    // could write 128 spellings of `command`, and a copy of the last value
+    // for each would be 128 of the frame.
+    let mut seen = Map::new();
+    for (key, value) in args {
+        let spelling = folded(key);
+        if counts.get(&spelling).copied().unwrap_or(0) > 1 {
+            if let Some(last) = groups.remove(&spelling) {
+                seen.insert(spelling, last);
+            }
+        } else {
+            seen.insert(key.clone(), value.clone());
+            if *key != spelling
+                && let Some(only) = groups.remove(&spelling)
+            {
+                seen.insert(spelling, only);
+            }
+        }
+    }
+    Some(Value::Object(seen))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn keys_are_the_same_as_go_folds_them() {
+        for (a, b) in [
+            ("command", "COMMAND"),
+            ("command", "Command"),
+            ("path", "PaTh"),
+            // Unicode's simple folding: the long s and the Kelvin sign.
+            ("s", "\u{17F}"),
+            ("k", "\u{212A}"),
+            ("filePath", "FILEPATH"),
+        ] {
+            assert!(same_key(a, b), "{a} ~ {b}");
+        }
+        for (a, b) in [
+            ("command", "commands"),
+            ("file_path", "filePath"),
+            ("path", "pαth"),
+        ] {
+            assert!(!same_key(a, b), "{a} !~ {b}");
+        }
+    }
+
+    #[test]
+    fn a_guard_sees_what_zots_tools_read() {
+        let cases = [
+            // The last key Go matches wins, and `command` holds it.
+            (
+                json!({"command": "ls", "COMMAND": "rm -rf /"}),
+                json!({"command": "rm -rf /"}),
+            ),
+            (
+                json!({"COMMAND": "rm -rf /", "x": 1, "Command": "ls"}),
+                json!({"command": "ls", "x": 1}),
+            ),
+            // A key in another case only: the lowercase spelling is added.
+            (
+                json!({"Command": "rm -rf /"}),
+                json!({"Command": "rm -rf /", "command": "rm -rf /"}),
+            ),
+            (
+                json!({"\u{17F}ource": "x", "PATH": "/etc/passwd"}),
+                json!({"\u{17F}ource": "x", "PATH": "/etc/passwd", "source": "x", "path": "/etc/passwd"}),
+            ),
+        ];
+        for (sent, seen) in cases {
+            assert_eq!(as_zot_reads("bash", &sent), Some(seen), "{sent}");
+        }
+        // Nothing to change: the frame goes on as zot wrote it.
+        assert_eq!(as_zot_reads("bash", &json!({"command": "ls"})), None);
+        // An extension's tool may read keys by their case: left alone.
+        assert_eq!(
+            as_zot_reads("deploy", &json!({"command": "ls", "COMMAND": "rm"})),
+            None
+        );
+    }
+
+    #[test]
+    fn many_spellings_of_one_key_are_not_a_copy_each() {
+        // Attack: the 128 spellings of `command`, the last a megabyte: a
+        // copy of it under each spelling would be 128 MiB.
+        let mut args = Map::new();
+        for bits in 0u32..128 {
+            let spelling: String = "command"
+                .chars()
+                .enumerate()
+                .map(|(at, c)| {
+                    if bits & (1 << at) == 0 {
+                        c
+                    } else {
+                        c.to_ascii_uppercase()
+                    }
+                })
+                .collect();
+            args.insert(spelling, json!("ls"));
+        }
+        args.insert("COMMAND".to_owned(), json!("x".repeat(1 << 20)));
+        let sent = Value::Object(args);
+        let Some(seen) = as_zot_reads("bash", &sent) else {
+            panic!("rewritten");
+        };
+        assert_eq!(seen, json!({"command": "x".repeat(1 << 20)}));
+    }
+
+    #[test]
+    fn every_value_of_the_same_key_is_read_in_order() {
+        let args = json!({"command": "ls", "x": 1, "Command": "rm", "COMMAND": "dd"});
+        let Some(args) = args.as_object() else {
+            panic!("an object");
+        };
+        let values: Vec<&Value> = values_read_as(args, "command").collect();
+        assert_eq!(values, [&json!("ls"), &json!("rm"), &json!("dd")]);
+    }
+}
