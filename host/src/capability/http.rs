@@ -490,8 +490,8 @@ pub struct OriginError {
 }
 
 impl OriginError {
-    /// The origin and its problem, said of a file's field (`field `http[0]`
-    /// {this}`): "is `…`, which must …".
+    /// The origin and its problem, said of a file's field, to follow
+    /// ``field `http[0]` ``: "is `…`, which must …".
     pub fn of_field(&self) -> String {
         format!(
             "is `{}`, which {}",
@@ -986,7 +986,7 @@ pub struct Response {
 /// The HTTPS client behind the `http` capability; build it once and share it.
 ///
 /// It keeps connections open to at most [`MAX_POOLED_ORIGINS`] origins
-/// (and [`MAX_IDLE_PER_ORIGIN`] idle ones to each, for [`IDLE_TIMEOUT`]): a
+/// (and 2 idle ones to each, for 30 s): a
 /// request to one more origin starts an empty pool, and the connections of
 /// the one it replaces close as their requests end.
 #[derive(Debug, Clone)]
