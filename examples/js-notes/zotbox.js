@@ -390,6 +390,61 @@ function describeThrown(thrown) {
   return thrown instanceof Error ? thrown.message : String(thrown);
 }
 
+// zot's built-in tools: a tool an extension registers under one of these
+// names is shadowed by zot's own.
+const ZOT_TOOLS = new Set(['bash', 'read', 'write', 'edit', 'skill']);
+
+// A character as Go's `encoding/json` compares keys: the lowercase of its
+// uppercase (`ſ` is an `s`, the Kelvin sign a `k`).
+function fold(c) {
+  const upper = c.toUpperCase();
+  if ([...upper].length !== 1) return c;
+  const lower = upper.toLowerCase();
+  return [...lower].length === 1 ? lower : upper;
+}
+
+function folded(key) {
+  return [...key].map(fold).join('');
+}
+
+// Sets an own property, even one named `__proto__`.
+function put(object, key, value) {
+  Object.defineProperty(object, key, { value, enumerable: true, writable: true, configurable: true });
+}
+
+/**
+ * The arguments of a call of zot's own `tool` as it will read them. zot
+ * reads them with Go's `encoding/json`: a key in any case, the last of
+ * several winning. Natively zot hands a guard the model's spelling, so
+ * `{"command":"ls","COMMAND":"rm -rf /"}` would show the guard `ls` while
+ * bash ran `rm -rf /`. Keys read as one become its lowercase spelling with
+ * the last one's value; a lone key in another case gets the lowercase
+ * spelling beside it. Another tool's arguments are left as they are: it may
+ * read its keys by their case.
+ */
+function asZotReads(tool, args) {
+  const keys = Object.keys(args);
+  if (!ZOT_TOOLS.has(tool) || keys.every((key) => folded(key) === key)) return args;
+  const counts = new Map();
+  const last = new Map();
+  for (const key of keys) {
+    const spelling = folded(key);
+    counts.set(spelling, (counts.get(spelling) ?? 0) + 1);
+    last.set(spelling, args[key]);
+  }
+  const seen = {};
+  for (const key of keys) {
+    const spelling = folded(key);
+    if (counts.get(spelling) > 1) {
+      put(seen, spelling, last.get(spelling));
+    } else {
+      put(seen, key, args[key]);
+      if (!Object.hasOwn(seen, spelling)) put(seen, spelling, args[key]);
+    }
+  }
+  return seen;
+}
+
 function isPromise(value) {
   return value !== null && typeof value === 'object' && typeof value.then === 'function';
 }
@@ -723,6 +778,7 @@ export class Extension {
     const answer = { type: 'event_intercept_response', id: request.id, block: false };
     const handlers = this.interceptors[kind] ?? [];
     let args = request.tool_args ?? {};
+    if (kind === 'tool_call' && hasType(args, 'object')) args = asZotReads(request.tool_name ?? '', args);
     let text = request.text ?? '';
     let rewritten = false;
     let replaced = false;

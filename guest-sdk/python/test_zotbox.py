@@ -206,6 +206,32 @@ class Intercepts(unittest.TestCase):
              "replace_text": "the [redacted] is 42"},
         ])
 
+    def test_a_guard_of_zots_own_tools_sees_what_they_will_read(self):
+        # zot's tools read keys in any case, the last one winning (Go's
+        # encoding/json); natively zot hands the guard the model's spelling.
+        extension = Extension("g", "1")
+        extension.intercept_tool_call(
+            lambda ctx, tool, args: Verdict.block("no")
+            if "rm -rf" in str(args.get("command")) else Verdict.allow())
+
+        def check(call_id, tool, args):
+            return {"type": "event_intercept", "id": call_id, "event": "tool_call",
+                    "tool_name": tool, "tool_args": args}
+        got = answers(
+            extension,
+            check("1", "bash", {"Command": "rm -rf /"}),
+            check("2", "bash", {"command": "ls", "COMMAND": "rm -rf /"}),
+            check("3", "bash", {"COMMAND": "rm -rf /", "command": "ls"}),
+            # An extension's tool may read its keys by their case.
+            check("4", "deploy", {"command": "ls", "COMMAND": "rm -rf /"}),
+        )
+        self.assertEqual(got, [
+            {"type": "event_intercept_response", "id": "1", "block": True, "reason": "no"},
+            {"type": "event_intercept_response", "id": "2", "block": True, "reason": "no"},
+            {"type": "event_intercept_response", "id": "3", "block": False},
+            {"type": "event_intercept_response", "id": "4", "block": False},
+        ])
+
     def test_a_raising_guard_blocks_and_a_verdict_out_of_place_is_ignored(self):
         # A guard that cannot decide refuses: the call it choked on (a
         # `shlex.split` of `rm -rf / #'`, say) is the one to stop.

@@ -175,6 +175,55 @@ class ToolOutput:
         return frame
 
 
+# zot's built-in tools: a tool an extension registers under one of these
+# names is shadowed by zot's own.
+_ZOT_TOOLS = ("bash", "read", "write", "edit", "skill")
+
+
+def _fold(c):
+    """``c`` as Go's ``encoding/json`` compares keys: the lowercase of its
+    uppercase (``ſ`` is an ``s``, the Kelvin sign a ``k``)."""
+    if c.isascii():
+        return c.lower()
+    upper = c.upper()
+    if len(upper) != 1:
+        return c
+    lower = upper.lower()
+    return lower if len(lower) == 1 else upper
+
+
+def _folded(key):
+    return "".join(_fold(c) for c in key)
+
+
+def _as_zot_reads(tool, args):
+    """The arguments of a call of zot's own ``tool`` as it will read them.
+
+    zot reads them with Go's ``encoding/json``: a key in any case, the last
+    of several winning. Natively zot hands a guard the model's spelling, so
+    ``{"command": "ls", "COMMAND": "rm -rf /"}`` would show the guard ``ls``
+    while bash ran ``rm -rf /``. Keys read as one become its lowercase
+    spelling with the last one's value; a lone key in another case gets the
+    lowercase spelling beside it. Another tool's arguments are left as they
+    are: it may read its keys by their case."""
+    if tool not in _ZOT_TOOLS or all(_folded(key) == key for key in args):
+        return args
+    counts, last = {}, {}
+    for key, value in args.items():
+        spelling = _folded(key)
+        counts[spelling] = counts.get(spelling, 0) + 1
+        last[spelling] = value
+    seen = {}
+    for key, value in args.items():
+        spelling = _folded(key)
+        if counts[spelling] > 1:
+            seen[spelling] = last[spelling]
+        else:
+            seen[key] = value
+            seen.setdefault(spelling, value)
+    return seen
+
+
 class Verdict:
     """An interceptor's answer."""
 
@@ -710,6 +759,7 @@ class Extension:
         answer = {"type": "event_intercept_response", "id": request.get("id"), "block": False}
         args = request.get("tool_args")
         args = args if isinstance(args, dict) else {}
+        args = _as_zot_reads(request.get("tool_name") or "", args)
         text = request.get("text") or ""
         rewritten = replaced = False
         for handler in self.interceptors.get(kind, []):

@@ -199,6 +199,29 @@ test('turn_start and assistant_message intercepts', () => {
   ]);
 });
 
+test("a guard of zot's own tools sees what they will read", () => {
+  // zot's tools read keys in any case, the last one winning (Go's
+  // encoding/json); natively zot hands the guard the model's spelling.
+  const extension = new Extension('g', '1').interceptToolCall((ctx, tool, args) =>
+    String(args.command).includes('rm -rf') ? Verdict.block('no') : Verdict.allow(),
+  );
+  const check = (id, tool, args) => ({ type: 'event_intercept', id, event: 'tool_call', tool_name: tool, tool_args: args });
+  const got = answers(
+    extension,
+    check('1', 'bash', { Command: 'rm -rf /' }),
+    check('2', 'bash', { command: 'ls', COMMAND: 'rm -rf /' }),
+    check('3', 'bash', { COMMAND: 'rm -rf /', command: 'ls' }),
+    // An extension's tool may read its keys by their case.
+    check('4', 'deploy', { command: 'ls', COMMAND: 'rm -rf /' }),
+  );
+  assert.deepEqual(got, [
+    { type: 'event_intercept_response', id: '1', block: true, reason: 'no' },
+    { type: 'event_intercept_response', id: '2', block: true, reason: 'no' },
+    { type: 'event_intercept_response', id: '3', block: false },
+    { type: 'event_intercept_response', id: '4', block: false },
+  ]);
+});
+
 test('a throwing guard blocks, and a verdict out of place is ignored', () => {
   // A guard that cannot decide refuses: the call it choked on is the one to stop.
   const extension = new Extension('g', '1')
