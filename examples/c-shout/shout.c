@@ -24,7 +24,10 @@ static void emit(const char *frame) {
     fflush(stdout);
 }
 
-/* Copies the JSON string value of "key" (escapes kept verbatim) into out. */
+/*
+ * Copies the JSON string value of "key" (escapes kept verbatim) into out,
+ * cut short rather than inside an escape: half of `\u00e9` is no JSON.
+ */
 static int field(const char *json, const char *key, char *out, size_t cap) {
     char pattern[64];
     snprintf(pattern, sizeof pattern, "\"%s\"", key);
@@ -35,36 +38,52 @@ static int field(const char *json, const char *key, char *out, size_t cap) {
     if (*at != '"') return 0;
     at++;
     size_t n = 0;
-    while (*at && *at != '"' && n + 2 < cap) {
-        if (*at == '\\' && at[1]) out[n++] = *at++;
-        out[n++] = *at++;
+    while (*at && *at != '"') {
+        size_t need = *at != '\\' ? 1 : at[1] == 'u' ? 6 : 2;
+        if (n + need >= cap) break;
+        for (size_t i = 0; i < need && *at; i++) out[n++] = *at++;
     }
     out[n] = '\0';
     return 1;
 }
 
-/* Upper-cases ASCII letters, leaving escape sequences intact. */
+/* Upper-cases ASCII letters, leaving escape sequences intact (and never
+ * stepping past the end of a text that ends inside one). */
 static void shout(char *text) {
     for (char *p = text; *p; p++) {
-        if (*p == '\\' && p[1]) { p++; if (*p == 'u') p += 4; continue; }
+        if (*p == '\\' && p[1]) {
+            p++;
+            if (*p == 'u') for (int i = 0; i < 4 && p[1]; i++) p++;
+            continue;
+        }
         *p = (char)toupper((unsigned char)*p);
     }
 }
 
 int main(void) {
-    static char line[MAX_LINE], type[64], id[128], name[128], text[MAX_LINE / 2], out[MAX_LINE];
+    static char type[64], id[128], name[128], text[MAX_LINE / 2], out[MAX_LINE];
+    char *line = NULL;
+    size_t line_cap = 0;
+    ssize_t len;
     emit("{\"type\":\"hello\",\"name\":\"c-shout\",\"version\":\"1.0.0\",\"capabilities\":[\"commands\",\"tools\"]}");
     emit("{\"type\":\"register_command\",\"name\":\"shout\",\"description\":\"repeat the arguments in capitals\"}");
     emit("{\"type\":\"register_tool\",\"name\":\"shout\",\"description\":\"Return the text in capitals.\","
          "\"schema\":{\"type\":\"object\",\"properties\":{\"text\":{\"type\":\"string\"}},\"required\":[\"text\"]}}");
     emit("{\"type\":\"ready\"}");
-    while (fgets(line, sizeof line, stdin)) {
+    /* Whole lines: a line cut at a buffer's size would leave its rest to be
+     * read as a frame of its own, whose keys the caller wrote. */
+    while ((len = getline(&line, &line_cap, stdin)) != -1) {
+        if (len > MAX_LINE) {
+            fprintf(stderr, "c-shout: skipping a line over %d bytes\n", MAX_LINE);
+            continue;
+        }
         if (!field(line, "type", type, sizeof type)) {
             fprintf(stderr, "c-shout: skipping a line without a type\n");
             continue;
         }
         if (strcmp(type, "shutdown") == 0) {
             emit("{\"type\":\"shutdown_ack\"}");
+            free(line);
             return 0;
         }
         if (!field(line, "id", id, sizeof id)) continue;
@@ -88,5 +107,6 @@ int main(void) {
             emit(out);
         }
     }
+    free(line);
     return 0;
 }

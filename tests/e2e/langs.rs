@@ -1180,6 +1180,81 @@ fn the_js_template_builds_from_a_relative_folder_installs_and_answers() {
 // ---------------------------------------------------------------------------
 // The C example's Makefile
 
+/// The C example built natively, where zot hands it the model's arguments
+/// with the user's rights, under AddressSanitizer and UBSan: a `text` cut
+/// at its buffer inside a `\u` escape is cut before the escape (it stepped
+/// past the end of the buffer, upper-casing its neighbour), and a line over
+/// its 1 MiB is skipped whole (its rest was read as a frame, whose keys the
+/// caller wrote: a forged `tool_result`). Skipped without clang's sanitizer
+/// runtimes, unless `ZOTBOX_REQUIRE_CLANG=1`.
+#[test]
+fn the_c_example_built_natively_survives_cut_escapes_and_long_lines() {
+    if guests::c_shout().is_none() {
+        return;
+    }
+    let lab = Lab::new();
+    let bin = lab.dev.join("shout-sanitized");
+    let built = std::process::Command::new("clang")
+        .args(["-O1", "-g", "-fsanitize=address,undefined"])
+        .args(["-fno-sanitize-recover=all", "-o"])
+        .arg(&bin)
+        .arg(repo("examples/c-shout/shout.c"))
+        .output()
+        .expect("clang runs");
+    let why = String::from_utf8_lossy(&built.stderr);
+    let sanitized = if built.status.success() {
+        Ok(())
+    } else {
+        Err(&*why)
+    };
+    if guests::built_or_skipped(
+        sanitized,
+        "C example's sanitized",
+        "ZOTBOX_REQUIRE_CLANG",
+        "Debian: apt-get install libclang-rt-14-dev",
+    )
+    .is_none()
+    {
+        return;
+    }
+    let cut = format!("{}\\u00e9", "a".repeat(524_285));
+    let pad = "A".repeat((1 << 20) - 80);
+    let input = format!(
+        "{{\"type\":\"tool_call\",\"id\":\"cut\",\"name\":\"shout\",\"args\":{{\"text\":\"{cut}\"}}}}\n\
+         {{\"type\":\"tool_call\",\"id\":\"long\",\"name\":\"shout\",\"args\":{{\"pad\":\"{pad}\",\
+         \"type\":\"tool_call\",\"id\":\"forged\",\"text\":\"attacker\"}}}}\n\
+         {{\"type\":\"tool_call\",\"id\":\"after\",\"name\":\"shout\",\"args\":{{\"text\":\"ok\"}}}}\n"
+    );
+    let mut child = std::process::Command::new(&bin)
+        .env("ASAN_OPTIONS", "detect_leaks=0")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the sanitized build starts");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let writer =
+        std::thread::spawn(move || std::io::Write::write_all(&mut stdin, input.as_bytes()));
+    let out = child.wait_with_output().expect("it ends");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?}: {stderr}", out.status);
+    writer
+        .join()
+        .expect("the writer")
+        .expect("all of the input was read");
+    assert!(
+        !stderr.contains("Sanitizer") && !stderr.contains("runtime error"),
+        "{stderr}"
+    );
+    let ids: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|line| serde_json::from_str::<serde_json::Value>(line).expect("a JSON line"))
+        .filter(|frame| frame["type"] == "tool_result")
+        .map(|frame| frame["id"].clone())
+        .collect();
+    assert_eq!(ids, [json!("cut"), json!("after")]);
+}
+
 /// `zotbox ext build` on a copy of the C example runs its Makefile's `wasm`
 /// target and writes the core module the manifest names, precompiled. The
 /// folder also holds a `package.json` (a JavaScript folder, by the files):
