@@ -38,8 +38,9 @@ pub fn same_key(a: &str, b: &str) -> bool {
 }
 
 /// `key` folded: each character as the lowercase of its uppercase, when
-/// both are single characters (`ſ` → `S` → `s`, `K` → `k`).
-fn folded(key: &str) -> String {
+/// both are single characters (`ſ` → `S` → `s`, `K` → `k`). Two keys are
+/// [`same_key`] when their folded spellings are equal.
+pub fn folded(key: &str) -> String {
     key.chars().map(fold).collect()
 }
 

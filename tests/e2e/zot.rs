@@ -1273,6 +1273,59 @@ async fn a_guests_note_reaches_zot_escaped() {
     }
 }
 
+/// A guard's answer zotbox cannot check (a lone surrogate in its reason,
+/// as the JavaScript SDK writes when a guard quotes half of an emoji) was
+/// dropped, and zot allows a call whose check goes unanswered for 5 s: it
+/// is a block now, and a tool's result it cannot check an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_zotbox_cannot_check_is_a_refusal_not_silence() {
+    let lab = Lab::new();
+    let dir = guests::folder(&lab.dev, "hostile", Form::Wasm, None);
+    let lines = [
+        r#"{"type":"event_intercept_response","id":"g1","block":false,"reason":"\ud83d"}"#,
+        r#"{"type":"tool_result","id":"t1","content":[{"type":"text","text":"\ud83d"}]}"#,
+    ];
+    for launch in [
+        Launch::zotbox_run(&dir),
+        Launch::zotbox_run_standalone(&dir),
+    ] {
+        let mut zot = Zot::start(&lab, &launch).await;
+        zot.until_ready().await;
+        zot.send(&json!({"type": "tool_call", "id": "r", "name": "raw_lines",
+                         "args": {"lines": lines}}))
+            .await;
+        let mut seen = Vec::new();
+        while seen.last().is_none_or(|frame: &Value| frame["id"] != "r") {
+            let frame = zot.recv(PATIENCE).await.ok().flatten();
+            seen.push(frame.unwrap_or_else(|| panic!("no answer: {}", zot.describe())));
+        }
+        assert_eq!(seen.len(), 3, "{seen:?}");
+        assert_eq!(
+            (&seen[0]["type"], &seen[0]["id"], &seen[0]["block"]),
+            (
+                &json!("event_intercept_response"),
+                &json!("g1"),
+                &json!(true)
+            ),
+            "{:?}: {seen:?}",
+            launch.args
+        );
+        let reason = seen[0]["reason"].as_str().unwrap_or_default();
+        assert!(
+            reason.starts_with("zotbox could not read the extension's answer (")
+                && reason.ends_with("); refused to be safe"),
+            "{reason}"
+        );
+        // The tool's result it could not check: an error.
+        assert_eq!(
+            (&seen[1]["id"], &seen[1]["is_error"]),
+            (&json!("t1"), &json!(true)),
+            "{seen:?}"
+        );
+        zot.shutdown().await;
+    }
+}
+
 /// Attack: frames zot's JSON decoder reads otherwise than a quick look
 /// does (the last of two `type` keys wins, keys match in any case and fold
 /// `ſ` to `s`), to slip a note past escaping and a registration past its

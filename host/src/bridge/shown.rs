@@ -134,7 +134,7 @@ pub(crate) fn canonical(line: &[u8]) -> Canonical {
     let mut folded = Map::with_capacity(frame.len());
     for (key, value) in frame {
         // As Go's decoder: the last key of a folded name wins.
-        folded.insert(fold(&key), value);
+        folded.insert(crate::guard::zot_args::folded(&key), value);
     }
     // A tool's result is data; registrations meet their own rules next
     // (`registered`), which refuse a name a plain escape would let by.
@@ -151,15 +151,6 @@ pub(crate) fn canonical(line: &[u8]) -> Canonical {
         Ok(line) => Canonical::Rewritten(line),
         Err(err) => Canonical::Dropped(format!("it cannot be written anew ({err})")),
     }
-}
-
-/// A key as Go's decoder compares it with a field's name: Unicode case
-/// folding, so `ſ` reads as `s` and the Kelvin sign as `k`.
-fn fold(key: &str) -> String {
-    key.chars()
-        .flat_map(char::to_uppercase)
-        .flat_map(char::to_lowercase)
-        .collect()
 }
 
 /// Escapes every string in `value`, at any depth (keys below the frame's
@@ -433,7 +424,10 @@ mod tests {
             let Ok(Keys(keys)) = serde_json::from_str::<Keys>(&line) else {
                 panic!("{line}");
             };
-            let mut folded: Vec<String> = keys.iter().map(|key| fold(key)).collect();
+            let mut folded: Vec<String> = keys
+                .iter()
+                .map(|key| crate::guard::zot_args::folded(key))
+                .collect();
             folded.sort();
             folded.dedup();
             assert_eq!(folded.len(), keys.len(), "{line}");

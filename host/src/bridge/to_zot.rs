@@ -24,7 +24,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker, ready};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use zotbox_protocol::{Line, LineSplitter, peek_borrowed};
+use zotbox_protocol::{
+    Line, LineSplitter, encode_to_vec, failed_request, peek_borrowed, request_answered_by,
+};
 
 use super::InFlight;
 use super::registered::{Checked, Registrations};
@@ -109,6 +111,29 @@ impl GuestLines {
 }
 
 impl Forwarding {
+    /// Answers for a dropped line that answered one of zot's requests: a
+    /// guard's verdict zotbox cannot check becomes a block (dropped, the
+    /// check would go unanswered, and zot allows a call whose check is not
+    /// answered in 5 s), a tool's result or a command's response an error.
+    fn answer_dropped(&mut self, bytes: &[u8], why: &str, pending: &mut Vec<u8>) {
+        let seen = peek_borrowed(bytes);
+        let (Some(response_type), Some(id)) = (seen.frame_type.as_deref(), seen.id) else {
+            return;
+        };
+        let Some(request_type) = request_answered_by(response_type) else {
+            return;
+        };
+        let why =
+            format!("zotbox could not read the extension's answer ({why}); refused to be safe");
+        let Some(Ok(line)) = failed_request(request_type, id.clone().into_owned(), why)
+            .map(|frame| encode_to_vec(&frame))
+        else {
+            return;
+        };
+        self.deadlines.answer(&id, response_type);
+        pending.extend_from_slice(&line);
+    }
+
     fn forward(&mut self, bytes: &[u8], pending: &mut Vec<u8>) {
         // A line zot might read otherwise is read as zot reads it first, so
         // that every rule below sees the frame zot will (see `shown`).
@@ -122,6 +147,7 @@ impl Forwarding {
                 }
                 Canonical::Dropped(why) => {
                     tracing::warn!("a line of the extension did not reach zot: {why}");
+                    self.answer_dropped(bytes, &why, pending);
                     return;
                 }
             }
