@@ -445,6 +445,13 @@ function asZotReads(tool, args) {
   return seen;
 }
 
+// Each lone surrogate of a string as U+FFFD: `JSON.stringify` writes one as
+// `\ud83d`, which zot's reader and zotbox's refuse (a guard quoting half an
+// emoji of `cmd.slice(0, 40)` would have its verdict dropped).
+function wellFormed(_key, value) {
+  return typeof value === 'string' ? value.replace(/\p{Surrogate}/gu, '\ufffd') : value;
+}
+
 function isPromise(value) {
   return value !== null && typeof value === 'object' && typeof value.then === 'function';
 }
@@ -575,7 +582,7 @@ export class Extension {
    * (one frame line) and `log` (one log line).
    */
   runWith(read, write, log) {
-    const ctx = new Context(this.name, (frame) => write(`${JSON.stringify(frame)}\n`), log);
+    const ctx = new Context(this.name, (frame) => write(`${JSON.stringify(frame, wellFormed)}\n`), log);
     for (const frame of this.registration()) ctx._send(frame);
     const decoder = new TextDecoder();
     let pending = '';

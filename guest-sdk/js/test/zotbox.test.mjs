@@ -222,6 +222,19 @@ test("a guard of zot's own tools sees what they will read", () => {
   ]);
 });
 
+test('a lone surrogate is written as U+FFFD, never as an escape a reader refuses', () => {
+  const extension = new Extension('g', '1').interceptToolCall((ctx, tool, args) =>
+    Verdict.block(`refused: ${args.command.slice(0, 6)}`),
+  );
+  const got = answers(extension, {
+    type: 'event_intercept', id: '1', event: 'tool_call', tool_name: 'bash',
+    tool_args: { command: 'echo \u{1F600}' },
+  });
+  assert.deepEqual(got, [
+    { type: 'event_intercept_response', id: '1', block: true, reason: 'refused: echo \ufffd' },
+  ]);
+});
+
 test('a throwing guard blocks, and a verdict out of place is ignored', () => {
   // A guard that cannot decide refuses: the call it choked on is the one to stop.
   const extension = new Extension('g', '1')
