@@ -233,12 +233,13 @@ export function validate(schema, value, path = '') {
   }
   if (hasType(value, 'object')) {
     for (const field of schema.required ?? []) {
-      if (!(field in value)) return `missing field \`${path ? `${path}.` : ''}${field}\``;
+      // Own fields only: `in` finds `valueOf` and `constructor` on every object.
+      if (!Object.hasOwn(value, field)) return `missing field \`${path ? `${path}.` : ''}${field}\``;
     }
     const properties = schema.properties ?? {};
     for (const [field, inner] of Object.entries(value)) {
       const sub = path ? `${path}.${field}` : field;
-      if (field in properties) {
+      if (Object.hasOwn(properties, field)) {
         const problem = validate(properties[field], inner, sub);
         if (problem) return problem;
       } else if (schema.additionalProperties === false) {

@@ -15,6 +15,7 @@ import {
   Verdict,
   fs,
   schema,
+  validate,
 } from '../zotbox.js';
 
 const encoder = new TextEncoder();
@@ -220,6 +221,17 @@ test("a guard of zot's own tools sees what they will read", () => {
     { type: 'event_intercept_response', id: '3', block: false },
     { type: 'event_intercept_response', id: '4', block: false },
   ]);
+});
+
+test("validate reads an object's own fields, not its prototype's", () => {
+  const closed = { type: 'object', properties: { text: { type: 'string' } }, additionalProperties: false };
+  for (const field of ['constructor', 'toString', '__proto__']) {
+    const args = JSON.parse(`{"${field}": 1}`);
+    assert.equal(validate(closed, args), `unknown field \`${field}\``);
+  }
+  const needs = { type: 'object', required: ['valueOf'] };
+  assert.equal(validate(needs, {}), 'missing field `valueOf`');
+  assert.equal(validate(needs, { valueOf: 1 }), null);
 });
 
 test('a lone surrogate is written as U+FFFD, never as an escape a reader refuses', () => {
