@@ -125,6 +125,10 @@ func main() {
 	send(map[string]any{"type": "ready"})
 
 	in := bufio.NewReaderSize(os.Stdin, 64*1024)
+	// The calls still running: answered before the extension ends, so a
+	// check that came just before `shutdown` or the end of input is not
+	// left unanswered (zot allows a call whose check goes unanswered).
+	var running sync.WaitGroup
 	for {
 		line, err := in.ReadBytes('\n')
 		if len(strings.TrimSpace(string(line))) > 0 {
@@ -132,14 +136,20 @@ func main() {
 			if jerr := json.Unmarshal(line, &f); jerr != nil {
 				fmt.Fprintf(os.Stderr, "go-notes: not a frame: %v\n", jerr)
 			} else if f.Type == "shutdown" {
+				running.Wait()
 				send(map[string]string{"type": "shutdown_ack"})
 				return
 			} else {
 				// One goroutine per call: a slow handler never holds up the next frame.
-				go handle(f)
+				running.Add(1)
+				go func() {
+					defer running.Done()
+					handle(f)
+				}()
 			}
 		}
 		if err == io.EOF {
+			running.Wait()
 			return
 		}
 		if err != nil {
