@@ -175,6 +175,9 @@ class ToolOutput:
         return frame
 
 
+# A surrogate code point in a Python string is always a lone one.
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
 # zot's built-in tools: a tool an extension registers under one of these
 # names is shadowed by zot's own.
 _ZOT_TOOLS = ("bash", "read", "write", "edit", "skill")
@@ -593,7 +596,11 @@ class Extension:
         to ``writer`` (flushed after each), log lines to ``log``."""
 
         def send(frame):
-            writer.write(json.dumps(frame, ensure_ascii=False) + "\n")
+            # A lone surrogate (half of an emoji a handler cut) cannot be
+            # written as UTF-8, and as an escape zot's reader refuses it:
+            # U+FFFD stands for it.
+            line = _LONE_SURROGATE.sub("\ufffd", json.dumps(frame, ensure_ascii=False))
+            writer.write(line + "\n")
             writer.flush()
 
         def write_log(line):

@@ -232,6 +232,17 @@ class Intercepts(unittest.TestCase):
             {"type": "event_intercept_response", "id": "4", "block": False},
         ])
 
+    def test_a_lone_surrogate_is_written_as_u_fffd(self):
+        # A guard that quotes half of an emoji (a lone surrogate, as zot's
+        # JSON can carry one natively) must still write a frame.
+        extension = Extension("g", "1")
+        extension.intercept_tool_call(
+            lambda ctx, tool, args: Verdict.block("refused: " + args["command"][:6]))
+        got = answers(extension, {"type": "event_intercept", "id": "1", "event": "tool_call",
+                                  "tool_name": "bash", "tool_args": {"command": "echo \ud83d"}})
+        self.assertEqual(got, [{"type": "event_intercept_response", "id": "1", "block": True,
+                                "reason": "refused: echo \ufffd"}])
+
     def test_a_raising_guard_blocks_and_a_verdict_out_of_place_is_ignored(self):
         # A guard that cannot decide refuses: the call it choked on (a
         # `shlex.split` of `rm -rf / #'`, say) is the one to stop.
