@@ -295,36 +295,13 @@ fn a_new_c_extension_builds_installs_and_answers() {
 /// sanitizer runtimes, unless `ZOTBOX_REQUIRE_CLANG=1`.
 #[test]
 fn the_c_templates_frame_reader_survives_mangled_frames_under_sanitizers() {
-    if crate::guests::c_shout().is_none() {
-        return;
-    }
     let lab = Lab::new();
     let dir = lab.dev.join("fz");
     let shown = dir.display().to_string();
     lab.zotbox(&["new", "fz", "--lang", "c", "--path", &shown])
         .expect_code(0);
     let bin = dir.join("fz-sanitized");
-    let built = std::process::Command::new("clang")
-        .args(["-O1", "-g", "-fsanitize=address,undefined"])
-        .args(["-fno-sanitize-recover=all", "-o"])
-        .arg(&bin)
-        .arg(dir.join("main.c"))
-        .output()
-        .expect("clang runs");
-    let why = String::from_utf8_lossy(&built.stderr);
-    let sanitized = if built.status.success() {
-        Ok(())
-    } else {
-        Err(&*why)
-    };
-    if crate::guests::built_or_skipped(
-        sanitized,
-        "C template's sanitized",
-        "ZOTBOX_REQUIRE_CLANG",
-        "Debian: apt-get install libclang-rt-14-dev",
-    )
-    .is_none()
-    {
+    if crate::guests::sanitized_c(&dir.join("main.c"), &bin, "C template").is_none() {
         return;
     }
 
@@ -377,29 +354,7 @@ fn the_c_templates_frame_reader_survives_mangled_frames_under_sanitizers() {
     input.push_str(seeds[1]);
     input.push('\n');
 
-    let mut child = std::process::Command::new(&bin)
-        .env("ASAN_OPTIONS", "detect_leaks=0")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("the sanitized build starts");
-    let mut stdin = child.stdin.take().expect("stdin");
-    let writer =
-        std::thread::spawn(move || std::io::Write::write_all(&mut stdin, input.as_bytes()));
-    let out = child.wait_with_output().expect("it ends");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    // A sanitizer's report first: the process it stops leaves input unread.
-    assert!(out.status.success(), "{:?}: {stderr}", out.status);
-    writer
-        .join()
-        .expect("the writer")
-        .expect("all of the input was read");
-    assert!(
-        !stderr.contains("Sanitizer") && !stderr.contains("runtime error"),
-        "{stderr}"
-    );
-    let stdout = String::from_utf8(out.stdout).expect("what it writes is UTF-8");
+    let stdout = crate::guests::run_sanitized(&bin, input);
     let frames: Vec<Value> = stdout
         .lines()
         .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
@@ -419,26 +374,19 @@ fn the_c_templates_frame_reader_survives_mangled_frames_under_sanitizers() {
 /// arguments as they are): it reads `command` as zot's bash does (Go's
 /// `encoding/json`: any case, the last key winning), and a check it cannot
 /// read whole (nested past its depth) is blocked, not left unanswered for
-/// zot to allow after 5 s. Skipped without clang, unless
-/// `ZOTBOX_REQUIRE_CLANG=1`.
+/// zot to allow after 5 s. Built under the sanitizers, and skipped without
+/// them, unless `ZOTBOX_REQUIRE_CLANG=1`.
 #[test]
 fn the_c_templates_guard_reads_what_bash_runs_and_blocks_what_it_cannot_read() {
-    if crate::guests::c_shout().is_none() {
-        return;
-    }
     let lab = Lab::new();
     let dir = lab.dev.join("gd");
     let shown = dir.display().to_string();
     lab.zotbox(&["new", "gd", "--lang", "c", "--path", &shown])
         .expect_code(0);
-    let bin = dir.join("gd-native");
-    let built = std::process::Command::new("clang")
-        .args(["-O1", "-o"])
-        .arg(&bin)
-        .arg(dir.join("main.c"))
-        .output()
-        .expect("clang runs");
-    assert!(built.status.success(), "{built:?}");
+    let bin = dir.join("gd-sanitized");
+    if crate::guests::sanitized_c(&dir.join("main.c"), &bin, "C template").is_none() {
+        return;
+    }
     let check = |id: &str, args: &str| {
         format!(
             r#"{{"type":"event_intercept","id":"{id}","event":"tool_call","tool_name":"bash","tool_args":{args}}}"#
@@ -456,16 +404,8 @@ fn the_c_templates_guard_reads_what_bash_runs_and_blocks_what_it_cannot_read() {
         // Control: bash runs the last spelling, which is harmless.
         check("harmless", r#"{"COMMAND":"rm -rf /","command":"echo hi"}"#),
     ];
-    let mut child = std::process::Command::new(&bin)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("the native build starts");
-    let mut stdin = child.stdin.take().expect("stdin");
-    std::io::Write::write_all(&mut stdin, (lines.join("\n") + "\n").as_bytes()).expect("write");
-    drop(stdin);
-    let out = child.wait_with_output().expect("it ends");
-    let answers: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+    let stdout = crate::guests::run_sanitized(&bin, lines.join("\n") + "\n");
+    let answers: Vec<Value> = stdout
         .lines()
         .filter_map(|line| serde_json::from_str::<Value>(line).ok())
         .filter(|frame| frame["id"].is_string())

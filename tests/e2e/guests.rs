@@ -285,6 +285,62 @@ pub fn c_shout() -> Option<&'static CShout> {
     )
 }
 
+/// `source` built natively into `bin` under AddressSanitizer and UBSan (a
+/// report stops the process), for C that authors also build natively,
+/// where a slip is a memory error in a process with the user's rights.
+/// `None` after a note when clang or its sanitizer runtimes are missing
+/// (a failure with `ZOTBOX_REQUIRE_CLANG=1`).
+pub fn sanitized_c(source: &Path, bin: &Path, what: &str) -> Option<()> {
+    c_shout()?;
+    let built = Command::new("clang")
+        .args(["-O1", "-g", "-fsanitize=address,undefined"])
+        .args(["-fno-sanitize-recover=all", "-o"])
+        .arg(bin)
+        .arg(source)
+        .output()
+        .expect("clang runs");
+    let why = String::from_utf8_lossy(&built.stderr);
+    let sanitized = if built.status.success() {
+        Ok(())
+    } else {
+        Err(&*why)
+    };
+    built_or_skipped(
+        sanitized,
+        &format!("{what}'s sanitized"),
+        "ZOTBOX_REQUIRE_CLANG",
+        "Debian: apt-get install libclang-rt-14-dev",
+    )
+}
+
+/// Runs a [`sanitized_c`] build over `input` and returns what it wrote,
+/// once it ended well, read all of the input, and no sanitizer spoke.
+pub fn run_sanitized(bin: &Path, input: String) -> String {
+    let mut child = Command::new(bin)
+        .env("ASAN_OPTIONS", "detect_leaks=0")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the sanitized build starts");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let writer =
+        std::thread::spawn(move || std::io::Write::write_all(&mut stdin, input.as_bytes()));
+    let out = child.wait_with_output().expect("it ends");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // A sanitizer's report first: the process it stops leaves input unread.
+    assert!(out.status.success(), "{:?}: {stderr}", out.status);
+    writer
+        .join()
+        .expect("the writer")
+        .expect("all of the input was read");
+    assert!(
+        !stderr.contains("Sanitizer") && !stderr.contains("runtime error"),
+        "{stderr}"
+    );
+    String::from_utf8(out.stdout).expect("what it writes is UTF-8")
+}
+
 /// A core module whose one function squares its argument `squares` times in
 /// a row: a few bytes of wasm per step, and the compiler holds all of them
 /// at once (400 000 steps, 2.8 MB, took 716 MiB to compile when measured).

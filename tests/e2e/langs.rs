@@ -1189,32 +1189,9 @@ fn the_js_template_builds_from_a_relative_folder_installs_and_answers() {
 /// runtimes, unless `ZOTBOX_REQUIRE_CLANG=1`.
 #[test]
 fn the_c_example_built_natively_survives_cut_escapes_and_long_lines() {
-    if guests::c_shout().is_none() {
-        return;
-    }
     let lab = Lab::new();
     let bin = lab.dev.join("shout-sanitized");
-    let built = std::process::Command::new("clang")
-        .args(["-O1", "-g", "-fsanitize=address,undefined"])
-        .args(["-fno-sanitize-recover=all", "-o"])
-        .arg(&bin)
-        .arg(repo("examples/c-shout/shout.c"))
-        .output()
-        .expect("clang runs");
-    let why = String::from_utf8_lossy(&built.stderr);
-    let sanitized = if built.status.success() {
-        Ok(())
-    } else {
-        Err(&*why)
-    };
-    if guests::built_or_skipped(
-        sanitized,
-        "C example's sanitized",
-        "ZOTBOX_REQUIRE_CLANG",
-        "Debian: apt-get install libclang-rt-14-dev",
-    )
-    .is_none()
-    {
+    if guests::sanitized_c(&repo("examples/c-shout/shout.c"), &bin, "C example").is_none() {
         return;
     }
     let cut = format!("{}\\u00e9", "a".repeat(524_285));
@@ -1225,28 +1202,8 @@ fn the_c_example_built_natively_survives_cut_escapes_and_long_lines() {
          \"type\":\"tool_call\",\"id\":\"forged\",\"text\":\"attacker\"}}}}\n\
          {{\"type\":\"tool_call\",\"id\":\"after\",\"name\":\"shout\",\"args\":{{\"text\":\"ok\"}}}}\n"
     );
-    let mut child = std::process::Command::new(&bin)
-        .env("ASAN_OPTIONS", "detect_leaks=0")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("the sanitized build starts");
-    let mut stdin = child.stdin.take().expect("stdin");
-    let writer =
-        std::thread::spawn(move || std::io::Write::write_all(&mut stdin, input.as_bytes()));
-    let out = child.wait_with_output().expect("it ends");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{:?}: {stderr}", out.status);
-    writer
-        .join()
-        .expect("the writer")
-        .expect("all of the input was read");
-    assert!(
-        !stderr.contains("Sanitizer") && !stderr.contains("runtime error"),
-        "{stderr}"
-    );
-    let ids: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+    let stdout = guests::run_sanitized(&bin, input);
+    let ids: Vec<serde_json::Value> = stdout
         .lines()
         .map(|line| serde_json::from_str::<serde_json::Value>(line).expect("a JSON line"))
         .filter(|frame| frame["type"] == "tool_result")
