@@ -1273,6 +1273,17 @@ async fn a_guests_note_reaches_zot_escaped() {
     }
 }
 
+/// The hostile guest started by `launch`, asked (as call `r`) to write
+/// each of `lines` as it is.
+async fn hostile_writing(lab: &Lab, launch: &Launch, lines: &[&str]) -> Zot {
+    let mut zot = Zot::start(lab, launch).await;
+    zot.until_ready().await;
+    zot.send(&json!({"type": "tool_call", "id": "r", "name": "raw_lines",
+                     "args": {"lines": lines}}))
+        .await;
+    zot
+}
+
 /// A guard's answer zotbox cannot check (a lone surrogate in its reason,
 /// as the JavaScript SDK writes when a guard quotes half of an emoji) was
 /// dropped, and zot allows a call whose check goes unanswered for 5 s: it
@@ -1289,11 +1300,7 @@ async fn an_answer_zotbox_cannot_check_is_a_refusal_not_silence() {
         Launch::zotbox_run(&dir),
         Launch::zotbox_run_standalone(&dir),
     ] {
-        let mut zot = Zot::start(&lab, &launch).await;
-        zot.until_ready().await;
-        zot.send(&json!({"type": "tool_call", "id": "r", "name": "raw_lines",
-                         "args": {"lines": lines}}))
-            .await;
+        let mut zot = hostile_writing(&lab, &launch, &lines).await;
         let mut seen = Vec::new();
         while seen.last().is_none_or(|frame: &Value| frame["id"] != "r") {
             let frame = zot.recv(PATIENCE).await.ok().flatten();
@@ -1352,11 +1359,7 @@ async fn frames_zot_reads_otherwise_are_read_as_zot_reads_them() {
         Launch::zotbox_run(&dir),
         Launch::zotbox_run_standalone(&dir),
     ] {
-        let mut zot = Zot::start(&lab, &launch).await;
-        zot.until_ready().await;
-        zot.send(&json!({"type": "tool_call", "id": "r", "name": "raw_lines",
-                         "args": {"lines": lines}}))
-            .await;
+        let mut zot = hostile_writing(&lab, &launch, &lines).await;
         let seen = zot.frames_before_the_result().await;
         assert_eq!(
             seen,
