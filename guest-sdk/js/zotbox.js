@@ -449,8 +449,12 @@ function asZotReads(tool, args) {
 // Each lone surrogate of a string as U+FFFD: `JSON.stringify` writes one as
 // `\ud83d`, which zot's reader and zotbox's refuse (a guard quoting half an
 // emoji of `cmd.slice(0, 40)` would have its verdict dropped).
+// (Code units, not `\p{…}`: the engine componentize-js builds on has no
+// Unicode property classes.)
+const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g;
+
 function wellFormed(_key, value) {
-  return typeof value === 'string' ? value.replace(/\p{Surrogate}/gu, '\ufffd') : value;
+  return typeof value === 'string' ? value.replace(LONE_SURROGATE, '\ufffd') : value;
 }
 
 function isPromise(value) {
