@@ -144,6 +144,52 @@ struct Memo {
     prepared: Prepared,
     // SHA-256 of the bytes it was prepared from, when a start expected one.
     sha256: Option<[u8; 32]>,
+    // When it was last prepared or served, on the [`Memos`] clock.
+    used: u64,
+}
+
+/// Programs kept prepared. A host serving many workspaces over a long day
+/// would otherwise keep the compiled code of every wasm path it ever ran;
+/// an evicted program still running keeps its code until it ends, and its
+/// next start loads it from the disk cache (about a millisecond).
+const MAX_PREPARED: usize = 64;
+
+/// The programs prepared so far, one per wasm path, the least recently used
+/// evicted past [`MAX_PREPARED`].
+#[derive(Default)]
+struct Memos {
+    by_path: HashMap<PathBuf, Memo>,
+    clock: u64,
+}
+
+impl Memos {
+    /// What was prepared for `stamp` if it is still current, marked used.
+    fn serve(&mut self, stamp: &FileStamp) -> Option<Memo> {
+        self.clock += 1;
+        let memo = self
+            .by_path
+            .get_mut(&stamp.path)
+            .filter(|memo| memo.stamp == *stamp)?;
+        memo.used = self.clock;
+        Some(memo.clone())
+    }
+
+    fn keep(&mut self, mut memo: Memo) {
+        self.clock += 1;
+        memo.used = self.clock;
+        self.by_path.insert(memo.stamp.path.clone(), memo);
+        while self.by_path.len() > MAX_PREPARED {
+            let Some(oldest) = self
+                .by_path
+                .iter()
+                .min_by_key(|(_, memo)| memo.used)
+                .map(|(path, _)| path.clone())
+            else {
+                break;
+            };
+            self.by_path.remove(&oldest);
+        }
+    }
 }
 
 impl Memo {
@@ -165,7 +211,7 @@ pub struct WasmRuntime {
     modules: ModuleLinker<ModuleState>,
     cache: ArtifactCache,
     // One entry per wasm path: a rebuilt file replaces its old code.
-    prepared: Mutex<HashMap<PathBuf, Memo>>,
+    prepared: Mutex<Memos>,
     // One lock per cache entry: identical guests starting together compile
     // once; the others wait and load what the first one cached.
     compiling: Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>,
@@ -210,7 +256,7 @@ impl WasmRuntime {
             components,
             modules,
             cache: ArtifactCache::new(cache_dir),
-            prepared: Mutex::new(HashMap::new()),
+            prepared: Mutex::new(Memos::default()),
             compiling: Mutex::new(HashMap::new()),
             events: None,
             compiler: None,
@@ -290,11 +336,7 @@ impl WasmRuntime {
             len: meta.len(),
             modified: meta.modified().ok(),
         };
-        let memo = self
-            .memo()
-            .get(path)
-            .filter(|memo| memo.stamp == stamp)
-            .cloned();
+        let memo = self.memo().serve(&stamp);
         Ok((stamp, memo))
     }
 
@@ -410,14 +452,12 @@ impl WasmRuntime {
                 Prepared::Module(self.modules.instantiate_pre(&module).map_err(link_error)?)
             }
         };
-        self.memo().insert(
-            path.to_owned(),
-            Memo {
-                stamp,
-                prepared: prepared.clone(),
-                sha256,
-            },
-        );
+        self.memo().keep(Memo {
+            stamp,
+            prepared: prepared.clone(),
+            sha256,
+            used: 0,
+        });
         Ok(prepared)
     }
 
@@ -539,7 +579,7 @@ impl WasmRuntime {
         }
     }
 
-    fn memo(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, Memo>> {
+    fn memo(&self) -> std::sync::MutexGuard<'_, Memos> {
         self.prepared.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -897,6 +937,36 @@ mod tests {
             );
             assert_eq!(entries(&cache), 0, "nothing compiled here");
         }
+    }
+
+    #[test]
+    fn programs_kept_prepared_are_bounded_the_least_recently_used_going_first() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let runtime = WasmRuntime::new(Some(tmp.path().join("cache"))).expect("runtime");
+        let program = |n: usize| {
+            let path = tmp.path().join(format!("p{n}.wasm"));
+            std::fs::write(&path, EMPTY_MODULE).expect("write");
+            path
+        };
+        for n in 0..MAX_PREPARED {
+            runtime.prepare("p", &program(n)).expect("prepared");
+        }
+        // The first is used again, so the second is the least recent.
+        runtime.prepare("p", &program(0)).expect("served");
+        runtime
+            .prepare("p", &program(MAX_PREPARED))
+            .expect("prepared");
+        let kept = |n: usize| {
+            runtime
+                .memo()
+                .by_path
+                .contains_key(&tmp.path().join(format!("p{n}.wasm")))
+        };
+        assert_eq!(runtime.memo().by_path.len(), MAX_PREPARED);
+        assert!(kept(0) && kept(MAX_PREPARED) && !kept(1));
+        // An evicted program starts again, from the disk cache.
+        runtime.prepare("p", &program(1)).expect("prepared again");
+        assert!(kept(1));
     }
 
     #[test]
