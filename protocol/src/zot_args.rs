@@ -26,6 +26,8 @@
 //!    this for the guards it hosts, and the guest SDK for a guard built
 //!    natively, which zot hands the arguments as the model wrote them.
 
+use std::collections::HashMap;
+
 use serde_json::{Map, Value};
 
 /// zot's built-in tools: a tool an extension registers under one of these
@@ -85,30 +87,29 @@ pub fn as_zot_reads(tool: &str, args: &Value) -> Option<Value> {
         return None;
     }
     // Each folded spelling: how many keys have it, and the last one's value.
-    let mut groups: Map<String, Value> = Map::new();
-    let mut counts: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
-    for (key, value) in args {
-        let spelling = folded(key);
-        *counts.entry(spelling.clone()).or_default() += 1;
-        groups.insert(spelling, value.clone());
+    let spellings: Vec<String> = args.keys().map(|key| folded(key)).collect();
+    let mut groups: HashMap<&str, (usize, &Value)> = HashMap::new();
+    for (spelling, value) in spellings.iter().zip(args.values()) {
+        let group = groups.entry(spelling).or_insert((0, value));
+        *group = (group.0 + 1, value);
     }
     // Every value is copied at most twice, whatever the keys: the model
     // could write 128 spellings of `command`, and a copy of the last value
-    // for each would be 128 of the frame.
+    // for each would be 128 of the frame. A group goes in where its first
+    // key stood; its later keys find it gone.
     let mut seen = Map::new();
-    for (key, value) in args {
-        let spelling = folded(key);
-        if counts.get(&spelling).copied().unwrap_or(0) > 1 {
-            if let Some(last) = groups.remove(&spelling) {
-                seen.insert(spelling, last);
+    for (key, spelling) in args.keys().zip(&spellings) {
+        match groups.remove(spelling.as_str()) {
+            Some((1, only)) => {
+                seen.insert(key.clone(), only.clone());
+                if key != spelling {
+                    seen.insert(spelling.clone(), only.clone());
+                }
             }
-        } else {
-            seen.insert(key.clone(), value.clone());
-            if *key != spelling
-                && let Some(only) = groups.remove(&spelling)
-            {
-                seen.insert(spelling, only);
+            Some((_, last)) => {
+                seen.insert(spelling.clone(), last.clone());
             }
+            None => {}
         }
     }
     Some(Value::Object(seen))

@@ -249,30 +249,20 @@ impl DenyRules {
         if tool.path
             && let Some(set) = &self.sets[field_slot(DenyField::Path)]
         {
-            for key in DenyField::Path.arg_keys() {
-                for value in super::zot_args::values_read_as(args, key) {
-                    let Value::String(path) = value else {
-                        continue;
-                    };
-                    set.first_rule(path, &covers, &mut first);
-                    if let Some(normal) = path::normalize_path(path) {
-                        set.first_rule(&normal, &covers, &mut first);
-                    }
+            for path in strings_read_as(args, DenyField::Path) {
+                set.first_rule(path, &covers, &mut first);
+                if let Some(normal) = path::normalize_path(path) {
+                    set.first_rule(&normal, &covers, &mut first);
                 }
             }
         }
         if tool.command
             && let Some(set) = &self.sets[field_slot(DenyField::Command)]
         {
-            for key in DenyField::Command.arg_keys() {
-                for value in super::zot_args::values_read_as(args, key) {
-                    let Value::String(command) = value else {
-                        continue;
-                    };
-                    set.first_rule(command, &covers, &mut first);
-                    for form in command::normal_forms(command) {
-                        set.first_rule(&form, &covers, &mut first);
-                    }
+            for command in strings_read_as(args, DenyField::Command) {
+                set.first_rule(command, &covers, &mut first);
+                for form in command::normal_forms(command) {
+                    set.first_rule(&form, &covers, &mut first);
                 }
             }
         }
@@ -284,6 +274,19 @@ impl DenyRules {
             field: rule.field,
         })
     }
+}
+
+/// Every string argument `field` reads: under each of its keys, in any
+/// spelling zot's tools read as that key (a non-string matches nothing).
+fn strings_read_as(
+    args: &serde_json::Map<String, Value>,
+    field: DenyField,
+) -> impl Iterator<Item = &str> {
+    field
+        .arg_keys()
+        .iter()
+        .flat_map(move |key| super::zot_args::values_read_as(args, key))
+        .filter_map(Value::as_str)
 }
 
 #[cfg(test)]

@@ -694,8 +694,9 @@ impl CompilerProcess {
             // It stopped reading: what it wrote on stderr says why.
             tracing::debug!("the compiler process took only part of the program: {err}");
         }
+        // SIGXCPU: what the kernel sends a process past its soft `RLIMIT_CPU`.
         let reason = match status.signal() {
-            Some(SIGXCPU) => format!(
+            Some(signal) if signal == nix::sys::signal::Signal::SIGXCPU as i32 => format!(
                 "the compiler process used its {COMPILE_CPU_SECS} s of CPU time without a verdict"
             ),
             signal => {
@@ -729,9 +730,6 @@ fn engine() -> Result<Engine, WasmError> {
 /// holding a core of the machine, and a thread of the host, for as long as
 /// its author likes.
 pub const COMPILE_CPU_SECS: u64 = 600;
-
-/// The signal the kernel sends a process past its soft `RLIMIT_CPU`.
-const SIGXCPU: i32 = 24;
 
 /// What `zotbox host compile` answers on stdout, one JSON line.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
