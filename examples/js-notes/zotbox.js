@@ -424,25 +424,27 @@ function put(object, key, value) {
  * read its keys by their case.
  */
 function asZotReads(tool, args) {
+  if (!ZOT_TOOLS.has(tool)) return args;
   const keys = Object.keys(args);
-  if (!ZOT_TOOLS.has(tool) || keys.every((key) => folded(key) === key)) return args;
-  const counts = new Map();
-  const last = new Map();
-  for (const key of keys) {
-    const spelling = folded(key);
-    counts.set(spelling, (counts.get(spelling) ?? 0) + 1);
-    last.set(spelling, args[key]);
-  }
+  const spellings = keys.map(folded);
+  if (spellings.every((spelling, at) => spelling === keys[at])) return args;
+  // Each spelling: how many keys have it, and the last one's value.
+  const groups = new Map();
+  keys.forEach((key, at) => {
+    const count = groups.get(spellings[at])?.count ?? 0;
+    groups.set(spellings[at], { count: count + 1, value: args[key] });
+  });
   const seen = {};
-  for (const key of keys) {
-    const spelling = folded(key);
-    if (counts.get(spelling) > 1) {
-      put(seen, spelling, last.get(spelling));
+  keys.forEach((key, at) => {
+    const spelling = spellings[at];
+    const { count, value } = groups.get(spelling);
+    if (count > 1) {
+      put(seen, spelling, value);
     } else {
-      put(seen, key, args[key]);
-      if (!Object.hasOwn(seen, spelling)) put(seen, spelling, args[key]);
+      put(seen, key, value);
+      if (!Object.hasOwn(seen, spelling)) put(seen, spelling, value);
     }
-  }
+  });
   return seen;
 }
 
@@ -801,16 +803,17 @@ export class Extension {
         else if (kind === 'turn_start') verdict = handler(ctx, request.step ?? 0);
         else verdict = handler(ctx, text);
       } catch (thrown) {
+        const why = describeThrown(thrown);
         // A guard that cannot decide refuses: allowing would let through
         // exactly the call it choked on.
         if (kind === 'tool_call') {
-          ctx.log(`\`tool_call\` interceptor failed, blocking: ${describeThrown(thrown)}`);
+          ctx.log(`\`tool_call\` interceptor failed, blocking: ${why}`);
           return {
             type: 'event_intercept_response', id: request.id, block: true,
-            reason: `the \`tool_call\` interceptor failed (${describeThrown(thrown)}); blocked to be safe`,
+            reason: `the \`tool_call\` interceptor failed (${why}); blocked to be safe`,
           };
         }
-        ctx.log(`\`${kind}\` interceptor failed, allowing: ${describeThrown(thrown)}`);
+        ctx.log(`\`${kind}\` interceptor failed, allowing: ${why}`);
         continue;
       }
       verdict = verdict ?? Verdict.allow();

@@ -209,18 +209,20 @@ def _as_zot_reads(tool, args):
     spelling with the last one's value; a lone key in another case gets the
     lowercase spelling beside it. Another tool's arguments are left as they
     are: it may read its keys by their case."""
-    if tool not in _ZOT_TOOLS or all(_folded(key) == key for key in args):
+    if tool not in _ZOT_TOOLS:
         return args
-    counts, last = {}, {}
-    for key, value in args.items():
-        spelling = _folded(key)
-        counts[spelling] = counts.get(spelling, 0) + 1
-        last[spelling] = value
+    spellings = [_folded(key) for key in args]
+    if spellings == list(args):
+        return args
+    # Each spelling: how many keys have it, and the last one's value.
+    groups = {}
+    for spelling, value in zip(spellings, args.values()):
+        groups[spelling] = (groups.get(spelling, (0, None))[0] + 1, value)
     seen = {}
-    for key, value in args.items():
-        spelling = _folded(key)
-        if counts[spelling] > 1:
-            seen[spelling] = last[spelling]
+    for key, spelling in zip(args, spellings):
+        count, value = groups[spelling]
+        if count > 1:
+            seen[spelling] = value
         else:
             seen[key] = value
             seen.setdefault(spelling, value)
