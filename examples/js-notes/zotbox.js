@@ -448,6 +448,103 @@ function asZotReads(tool, args) {
   return seen;
 }
 
+// Whether two keys of an `event_intercept`'s arguments for one of zot's own
+// tools are read as one: then which is last matters, and `JSON.parse`
+// cannot say (it keeps a repeated key where it first stood, so in
+// `{"command":"ls","COMMAND":"ls","command":"rm -rf /"}` `COMMAND` looked
+// last, and the guard was shown `ls` where bash runs `rm -rf /`).
+function keysReadAsOne(frame) {
+  const args = frame.tool_args;
+  if (frame.type !== 'event_intercept' || !ZOT_TOOLS.has(frame.tool_name) || !hasType(args, 'object')) {
+    return false;
+  }
+  const keys = Object.keys(args);
+  return new Set(keys.map(folded)).size < keys.length;
+}
+
+const JSON_SPACE = /[ \t\n\r]*/y;
+// Unrolled (runs of plain characters between escapes), so that a long
+// string is not one backtracking entry per character.
+const JSON_STRING = /"[^"\\\u0000-\u001f]*(?:\\.[^"\\\u0000-\u001f]*)*"/y;
+const JSON_SCALAR = /true|false|null|-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?/y;
+const MAX_DEPTH = 128;
+
+/**
+ * `text` parsed as `JSON.parse` does, but each key of an object stands where
+ * it was last written, as Go's decoder settles them. Used only for the rare
+ * line that needs it ({@link keysReadAsOne}).
+ */
+export function parseInReadOrder(text) {
+  let at = 0;
+  const fail = (what) => {
+    throw new SyntaxError(`${what} at position ${at}`);
+  };
+  const skipSpace = () => {
+    JSON_SPACE.lastIndex = at;
+    JSON_SPACE.exec(text);
+    at = JSON_SPACE.lastIndex;
+  };
+  const token = (pattern) => {
+    pattern.lastIndex = at;
+    const found = pattern.exec(text);
+    if (found === null) fail('unexpected character');
+    at = pattern.lastIndex;
+    return JSON.parse(found[0]);
+  };
+  // After an item of an object or array: true when another follows.
+  const more = (close) => {
+    skipSpace();
+    const c = text[at++];
+    if (c === ',') return true;
+    if (c === close) return false;
+    return fail(`expected \`,\` or \`${close}\``);
+  };
+  const value = (depth) => {
+    if (depth > MAX_DEPTH) fail(`nested deeper than ${MAX_DEPTH}`);
+    skipSpace();
+    const c = text[at];
+    if (c === '"') return token(JSON_STRING);
+    if (c === '[') {
+      at += 1;
+      const items = [];
+      skipSpace();
+      if (text[at] === ']') {
+        at += 1;
+        return items;
+      }
+      do items.push(value(depth + 1));
+      while (more(']'));
+      return items;
+    }
+    if (c !== '{') return token(JSON_SCALAR);
+    at += 1;
+    const written = [];
+    skipSpace();
+    if (text[at] === '}') {
+      at += 1;
+      return {};
+    }
+    do {
+      skipSpace();
+      if (text[at] !== '"') fail('expected a key');
+      const key = token(JSON_STRING);
+      skipSpace();
+      if (text[at++] !== ':') fail('expected `:`');
+      written.push([key, value(depth + 1)]);
+    } while (more('}'));
+    // Each key's last writing, found from the end.
+    const last = new Set();
+    const kept = written.reverse().filter(([key]) => !last.has(key) && last.add(key));
+    const object = {};
+    for (const [key, item] of kept.reverse()) put(object, key, item);
+    return object;
+  };
+  const parsed = value(1);
+  skipSpace();
+  if (at < text.length) fail('unexpected text after the value');
+  return parsed;
+}
+
 // Each lone surrogate of a string as U+FFFD: `JSON.stringify` writes one as
 // `\ud83d`, which zot's reader and zotbox's refuse (a guard quoting half an
 // emoji of `cmd.slice(0, 40)` would have its verdict dropped).
@@ -686,6 +783,9 @@ export class Extension {
     let frame;
     try {
       frame = JSON.parse(line);
+      if (frame !== null && typeof frame === 'object' && keysReadAsOne(frame)) {
+        frame = parseInReadOrder(line);
+      }
     } catch (thrown) {
       this.answerUnreadable(ctx, line, `not JSON: ${describeThrown(thrown)}`);
       return 'continue';

@@ -35,6 +35,11 @@ def session(extension, *frames, raw=None):
     return [json.loads(line) for line in out.getvalue().splitlines()], log.getvalue()
 
 
+# An `event_intercept` of bash whose arguments are written as they are.
+RAW_CHECK = ('{"type":"event_intercept","id":"%s","event":"tool_call",'
+             '"tool_name":"bash","tool_args":%s}')
+
+
 def answers(extension, *frames):
     """The frames written after the registration."""
     written, _ = session(extension, *frames)
@@ -224,12 +229,18 @@ class Intercepts(unittest.TestCase):
             check("3", "bash", {"COMMAND": "rm -rf /", "command": "ls"}),
             # An extension's tool may read its keys by their case.
             check("4", "deploy", {"command": "ls", "COMMAND": "rm -rf /"}),
+            # A key written again after another spelling is the last one
+            # (a dict keeps it where it first stood), both ways round.
+            RAW_CHECK % ("5", '{"command":"ls","COMMAND":"ls","command":"rm -rf /"}'),
+            RAW_CHECK % ("6", '{"command":"rm -rf /","COMMAND":"rm -rf /","command":"ls"}'),
         )
         self.assertEqual(got, [
             {"type": "event_intercept_response", "id": "1", "block": True, "reason": "no"},
             {"type": "event_intercept_response", "id": "2", "block": True, "reason": "no"},
             {"type": "event_intercept_response", "id": "3", "block": False},
             {"type": "event_intercept_response", "id": "4", "block": False},
+            {"type": "event_intercept_response", "id": "5", "block": True, "reason": "no"},
+            {"type": "event_intercept_response", "id": "6", "block": False},
         ])
 
     def test_a_lone_surrogate_is_written_as_u_fffd(self):

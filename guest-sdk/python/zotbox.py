@@ -199,6 +199,20 @@ def _folded(key):
     return "".join(_fold(c) for c in key)
 
 
+def _in_read_order(pairs):
+    """A JSON object with each key where it was last written.
+
+    ``dict`` keeps a repeated key where it first stood, so in
+    ``{"command": "ls", "COMMAND": "ls", "command": "rm -rf /"}`` it put
+    ``COMMAND`` last, and the guard was shown ``ls`` where Go, reading the
+    keys in the order written, runs ``rm -rf /``."""
+    obj = {}
+    for key, value in pairs:
+        obj.pop(key, None)
+        obj[key] = value
+    return obj
+
+
 def _as_zot_reads(tool, args):
     """The arguments of a call of zot's own ``tool`` as it will read them.
 
@@ -682,7 +696,7 @@ class Extension:
         if not line.strip():
             return "continue"
         try:
-            frame = json.loads(line)
+            frame = json.loads(line, object_pairs_hook=_in_read_order)
         except ValueError as error:
             self._answer_unreadable(ctx, line, f"not JSON: {error}")
             return "continue"

@@ -517,6 +517,36 @@ fn a_guard_of_zots_own_tools_sees_what_they_will_read() {
         answers[2],
         json!({"type":"event_intercept_response","id":"3"})
     );
+    // A key written again after another spelling is the last one (an
+    // ordered map keeps it where it first stood), both ways round.
+    let raw = |id: &str, args: &str| {
+        format!(
+            r#"{{"type":"event_intercept","id":"{id}","event":"tool_call","tool_name":"bash","tool_args":{args}}}
+"#
+        )
+    };
+    let run = drive_raw(
+        guard(),
+        &(raw(
+            "4",
+            r#"{"command":"ls","COMMAND":"ls","command":"rm -rf /"}"#,
+        ) + &raw(
+            "5",
+            r#"{"command":"rm -rf /","COMMAND":"rm -rf /","command":"ls"}"#,
+        )),
+    );
+    ok(&run);
+    let mut expected = refused.clone();
+    expected["id"] = json!("4");
+    assert_eq!(
+        run.answers(),
+        [
+            expected,
+            // The guard was shown `ls`, which it rewrites.
+            json!({"type":"event_intercept_response","id":"5",
+                   "modified_args":{"command":"ls --dry-run"}})
+        ]
+    );
 }
 
 #[test]

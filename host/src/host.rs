@@ -411,6 +411,15 @@ impl Host {
     }
 
     /// Asks every `tool_call` interceptor, in order, about a call.
+    ///
+    /// A guard of one of zot's own tools is shown the arguments as Go's
+    /// decoder reads them, the last key written winning: parse arguments
+    /// taken from JSON text with [`protocol::zot_args::InReadOrder`] (or as
+    /// part of a [`protocol::HostFrame`]), not as a plain [`Value`], which
+    /// keeps a repeated key where it first stood.
+    ///
+    /// [`protocol::zot_args::InReadOrder`]: crate::protocol::zot_args::InReadOrder
+    /// [`protocol::HostFrame`]: crate::protocol::HostFrame
     pub async fn intercept_tool_call(&self, tool_name: &str, tool_args: Value) -> Decision {
         self.intercept(Interceptable::ToolCall {
             tool_name: tool_name.to_owned(),

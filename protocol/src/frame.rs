@@ -468,8 +468,13 @@ pub struct Event {
     /// `tool_call`: the tool's name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_name: Option<String>,
-    /// `tool_call`: the call's arguments.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// `tool_call`: the call's arguments, each key where it was last
+    /// written ([`crate::zot_args::InReadOrder`]).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::zot_args::deserialize_in_read_order"
+    )]
     pub tool_args: Option<Value>,
     /// `assistant_message`: the message text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -540,8 +545,13 @@ pub struct EventIntercept {
     /// `tool_call`: the tool's name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_name: Option<String>,
-    /// `tool_call`: the call's arguments.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// `tool_call`: the call's arguments, each key where it was last
+    /// written ([`crate::zot_args::InReadOrder`]).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::zot_args::deserialize_in_read_order"
+    )]
     pub tool_args: Option<Value>,
     /// `turn_start`: the step number.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -25,9 +25,18 @@
 //!    guard must not be shown a value that tool never reads. zotbox does
 //!    this for the guards it hosts, and the guest SDK for a guard built
 //!    natively, which zot hands the arguments as the model wrote them.
+//! 4. "The last key" is the last as written. A JSON parser that keeps a
+//!    repeated key where it first stood (serde_json's ordered map, Python's
+//!    `dict`, JavaScript's objects) puts `COMMAND` after `command` in
+//!    `{"command":"ls","COMMAND":"ls","command":"rm -rf /"}`, where Go
+//!    reads `rm -rf /`. Arguments are read with [`InReadOrder`] (the
+//!    `tool_args` of the protocol's frames are), which moves a repeated key
+//!    to where it was last written.
 
 use std::collections::HashMap;
+use std::fmt;
 
+use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
 /// zot's built-in tools: a tool an extension registers under one of these
@@ -115,10 +124,142 @@ pub fn as_zot_reads(tool: &str, args: &Value) -> Option<Value> {
     Some(Value::Object(seen))
 }
 
+/// A JSON value whose objects hold each key where it was last written, with
+/// the value written there (rule 4): iterating an object meets its keys in
+/// the order Go's decoder settles them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InReadOrder(pub Value);
+
+impl<'de> Deserialize<'de> for InReadOrder {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(InReadOrderVisitor).map(Self)
+    }
+}
+
+/// For `#[serde(deserialize_with)]` on an optional field of arguments.
+pub fn deserialize_in_read_order<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Value>, D::Error> {
+    Option::<InReadOrder>::deserialize(deserializer).map(|value| value.map(|value| value.0))
+}
+
+struct InReadOrderVisitor;
+
+impl<'de> Visitor<'de> for InReadOrderVisitor {
+    type Value = Value;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+        formatter.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, value: bool) -> Result<Value, E> {
+        Ok(Value::Bool(value))
+    }
+
+    fn visit_i64<E>(self, value: i64) -> Result<Value, E> {
+        Ok(Value::from(value))
+    }
+
+    fn visit_u64<E>(self, value: u64) -> Result<Value, E> {
+        Ok(Value::from(value))
+    }
+
+    fn visit_f64<E>(self, value: f64) -> Result<Value, E> {
+        // JSON has no NaN or infinity, so this is always a number.
+        Ok(Value::from(value))
+    }
+
+    fn visit_str<E>(self, value: &str) -> Result<Value, E> {
+        Ok(Value::String(value.to_owned()))
+    }
+
+    fn visit_string<E>(self, value: String) -> Result<Value, E> {
+        Ok(Value::String(value))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        InReadOrder::deserialize(deserializer).map(|value| value.0)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1024));
+        while let Some(InReadOrder(item)) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut written = Vec::with_capacity(map.size_hint().unwrap_or(0).min(1024));
+        while let Some(entry) = map.next_entry::<String, InReadOrder>()? {
+            written.push(entry);
+        }
+        // Each key's last writing, found from the end: one pass. (Moving a
+        // repeated key with the map's `shift_remove` costs a pass over the
+        // keys after it, each time: a key repeated through a long object
+        // would cost its length squared.)
+        let mut seen = std::collections::HashSet::with_capacity(written.len());
+        let mut is_last = vec![false; written.len()];
+        for (at, (key, _)) in written.iter().enumerate().rev() {
+            is_last[at] = seen.insert(key.as_str());
+        }
+        Ok(Value::Object(
+            written
+                .into_iter()
+                .zip(is_last)
+                .filter_map(|((key, InReadOrder(value)), last)| last.then_some((key, value)))
+                .collect(),
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_repeated_key_stands_where_it_was_last_written() {
+        // Attack: serde's ordered map keeps the first `command` first, so
+        // `COMMAND` looked like the last key and a guard was shown `ls`.
+        let line = r#"{"command":"ls","COMMAND":"ls","command":"rm -rf /"}"#;
+        let Ok(InReadOrder(args)) = serde_json::from_str(line) else {
+            panic!("parses");
+        };
+        assert_eq!(
+            as_zot_reads("bash", &args),
+            Some(json!({"command": "rm -rf /"}))
+        );
+        let keys: Vec<&String> = args.as_object().into_iter().flat_map(Map::keys).collect();
+        assert_eq!(keys, ["COMMAND", "command"]);
+        // At any depth, and every other value as serde reads it.
+        let line = r#"{"a":[{"x":1,"y":2,"x":3}],"b":null,"c":-1.5,"d":true,"e":18446744073709551615,"a":{"k":"v"}}"#;
+        let Ok(InReadOrder(value)) = serde_json::from_str(line) else {
+            panic!("parses");
+        };
+        assert_eq!(
+            serde_json::to_string(&value).ok().as_deref(),
+            Some(r#"{"b":null,"c":-1.5,"d":true,"e":18446744073709551615,"a":{"k":"v"}}"#)
+        );
+        let Ok(InReadOrder(value)) = serde_json::from_str(r#"[{"x":1,"y":2,"x":3}]"#) else {
+            panic!("parses");
+        };
+        assert_eq!(
+            serde_json::to_string(&value).ok().as_deref(),
+            Some(r#"[{"y":2,"x":3}]"#)
+        );
+        // serde_json's depth limit still holds.
+        let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+        assert!(serde_json::from_str::<InReadOrder>(&deep).is_err());
+    }
 
     #[test]
     fn keys_are_the_same_as_go_folds_them() {

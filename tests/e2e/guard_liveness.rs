@@ -449,6 +449,40 @@ async fn guards_read_the_arguments_as_zots_own_tools_do() {
     );
     serve.send(&check(9, &harmless)).await;
     assert_eq!(serve.recv().await, blocked("9", WIPE_REFUSED));
+    // Attack: a key written again after another spelling. A parser that
+    // keeps a repeated key where it first stood puts `COMMAND` last and
+    // shows the guard `ls -1`, while bash runs the last key written.
+    let raw_check = |id: &str, args: &str| {
+        format!(
+            r#"{{"type":"event_intercept","id":"{id}","event":"tool_call","tool_name":"bash","tool_args":{args}}}
+"#
+        )
+    };
+    run.send_bytes(
+        raw_check(
+            "10",
+            r#"{"command":"ls -1","COMMAND":"ls -1","command":"rm -rf /"}"#,
+        )
+        .as_bytes(),
+    )
+    .await;
+    assert_eq!(
+        run.recv().await,
+        blocked("10", "refused: `rm -rf /` deletes the whole filesystem")
+    );
+    // Control, the other way round: bash runs `ls -1`.
+    run.send_bytes(
+        raw_check(
+            "11",
+            r#"{"command":"rm -rf /","COMMAND":"rm -rf /","command":"ls -1"}"#,
+        )
+        .as_bytes(),
+    )
+    .await;
+    assert_eq!(
+        run.recv().await,
+        json!({"type": "event_intercept_response", "id": "11"})
+    );
     // The library's host asks its guard guest the same way (with the
     // plugin gone, the guest is the one that decides).
     std::fs::remove_file(lab.workspace.join(".zot/plugins/safety.json")).expect("remove");

@@ -14,6 +14,7 @@ import {
   ToolOutput,
   Verdict,
   fs,
+  parseInReadOrder,
   schema,
   validate,
 } from '../zotbox.js';
@@ -42,6 +43,10 @@ function session(extension, input, chunk = 1 << 16) {
 
 const lines = (...frames) =>
   frames.map((f) => (typeof f === 'string' ? f : JSON.stringify(f))).join('\n') + '\n';
+
+/** An `event_intercept` of bash whose arguments are written as they are. */
+const rawCheck = (id, args) =>
+  `{"type":"event_intercept","id":"${id}","event":"tool_call","tool_name":"bash","tool_args":${args}}`;
 
 /** The frames after the registration. */
 function answers(extension, ...frames) {
@@ -214,13 +219,35 @@ test("a guard of zot's own tools sees what they will read", () => {
     check('3', 'bash', { COMMAND: 'rm -rf /', command: 'ls' }),
     // An extension's tool may read its keys by their case.
     check('4', 'deploy', { command: 'ls', COMMAND: 'rm -rf /' }),
+    // A key written again after another spelling is the last one
+    // (`JSON.parse` keeps it where it first stood), both ways round.
+    rawCheck('5', '{"command":"ls","COMMAND":"ls","command":"rm -rf /"}'),
+    rawCheck('6', '{"command":"rm -rf /","COMMAND":"rm -rf /","command":"ls"}'),
   );
   assert.deepEqual(got, [
     { type: 'event_intercept_response', id: '1', block: true, reason: 'no' },
     { type: 'event_intercept_response', id: '2', block: true, reason: 'no' },
     { type: 'event_intercept_response', id: '3', block: false },
     { type: 'event_intercept_response', id: '4', block: false },
+    { type: 'event_intercept_response', id: '5', block: true, reason: 'no' },
+    { type: 'event_intercept_response', id: '6', block: false },
   ]);
+});
+
+test('a line read in the order its keys were written parses as JSON.parse does, or not at all', () => {
+  for (const text of ['[1, 2.5e-3, {"a": [true, false, null]}, "\\u00e9\\n"]', '{}', ' [] ', '"x"', '-0']) {
+    assert.deepEqual(parseInReadOrder(text), JSON.parse(text), text);
+  }
+  assert.deepEqual(Object.keys(parseInReadOrder('{"x":1,"y":2,"x":3}')), ['y', 'x']);
+  assert.deepEqual(parseInReadOrder('{"x":1,"y":2,"x":3}'), { y: 2, x: 3 });
+  // `__proto__` is a field, as with `JSON.parse`, never the prototype.
+  const own = parseInReadOrder('{"__proto__":{"polluted":1}}');
+  assert.equal(Object.getPrototypeOf(own), Object.prototype);
+  assert.deepEqual(Object.keys(own), ['__proto__']);
+  for (const bad of ['{"a":1,}', '{"a" 1}', 'tru', '"x" y', '[1 2]', '"\\x"', '[', '01']) {
+    assert.throws(() => parseInReadOrder(bad), SyntaxError, bad);
+  }
+  assert.throws(() => parseInReadOrder('['.repeat(200) + ']'.repeat(200)), /nested deeper than 128/);
 });
 
 test("validate reads an object's own fields, not its prototype's", () => {

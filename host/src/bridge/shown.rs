@@ -31,6 +31,7 @@
 //!    (`registered`: a name with such a character is refused, not escaped).
 
 use serde_json::{Map, Value};
+use zotbox_protocol::zot_args::InReadOrder;
 
 use crate::text::shown_text;
 
@@ -122,8 +123,8 @@ pub(crate) fn suspect(line: &[u8]) -> bool {
 /// `line` as zot reads it, with what it shows escaped (rules 2 and 3).
 pub(crate) fn canonical(line: &[u8]) -> Canonical {
     let text = String::from_utf8_lossy(line);
-    let frame = match serde_json::from_str::<Value>(&text) {
-        Ok(Value::Object(frame)) => frame,
+    let frame = match serde_json::from_str::<InReadOrder>(&text) {
+        Ok(InReadOrder(Value::Object(frame))) => frame,
         Ok(_) => return Canonical::AsIs,
         Err(err) => {
             return Canonical::Dropped(format!(
@@ -217,10 +218,16 @@ mod tests {
     /// read as zot reads it.
     #[test]
     fn a_frame_is_read_as_zot_reads_it() {
-        let cases: [(&[u8], &str); 5] = [
+        let cases: [(&[u8], &str); 6] = [
             // The last `type` wins in Go.
             (
                 br#"{"type":"x","type":"notify","message":"\u001b[2J"}"#,
+                r#"{"type":"notify","message":"\\u{1b}[2J"}"#,
+            ),
+            // The last as written: a key written again after another
+            // spelling, not where it first stood.
+            (
+                br#"{"type":"x","TYPE":"y","type":"notify","message":"\u001b[2J"}"#,
                 r#"{"type":"notify","message":"\\u{1b}[2J"}"#,
             ),
             // Keys match in any case, and fold as Unicode does.
