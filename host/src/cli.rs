@@ -315,17 +315,16 @@ impl std::io::Write for Tee {
             // Within the instance's budget of diagnostics, on both streams.
             let admitted = stream.admit(bytes.len(), std::time::Instant::now());
             for line in admitted.note.iter().map(String::as_bytes) {
-                if let Some(file) = stream.file() {
-                    let _ = file.write_all(line);
-                }
+                stream.write(line);
                 std::io::stderr().write_all(line)?;
             }
             if !admitted.record {
                 return Ok(bytes.len());
             }
-            // A relay that is gone must not cost the host its own log.
-            if let Some(file) = stream.file() {
-                let _ = file.write_all(bytes);
+            // Queued, never waited for: the relay's stderr is read by
+            // whoever started it, or by no one.
+            if stream.has_own() {
+                stream.write(bytes);
                 if host_log_is_full() {
                     return Ok(bytes.len());
                 }

@@ -8,6 +8,8 @@
 //! an instance starts keep the route when started with `spawn`.
 
 use std::future::Future;
+use std::io::Write;
+use std::sync::mpsc::{SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -23,15 +25,34 @@ pub const BYTES_PER_WINDOW: u64 = 256 * 1024;
 /// The window of [`BYTES_PER_WINDOW`].
 pub const WINDOW: Duration = Duration::from_secs(60);
 
+/// Records queued for one instance's stream and not yet written. Past
+/// this, a record is held back (and counted as suppressed): the stream is
+/// the relay's stderr, which the host does not drain, and a launcher that
+/// reads it slowly, or a terminal held with Ctrl-S, must cost that
+/// instance its records, not the host a worker thread.
+pub const QUEUED_RECORDS: usize = 256;
+
 /// One instance's stream, with its budget of diagnostics.
 #[derive(Debug)]
 pub struct Stream {
     /// None: the instance's records go to this process's stderr only (a
     /// standalone `zotbox run`, whose stderr is zot's log of it).
-    file: Option<std::fs::File>,
+    out: Option<Out>,
     window_began: Instant,
     written: u64,
     suppressed: u64,
+}
+
+/// Where a stream's records go.
+#[derive(Debug)]
+enum Out {
+    /// Nothing written yet: most instances never write a record, so the
+    /// writer thread starts with the first.
+    Idle(std::fs::File),
+    /// To the thread writing them, in order.
+    Queue(SyncSender<Vec<u8>>),
+    /// The writer thread could not start, or ended: records are dropped.
+    Gone,
 }
 
 /// What may be written of a record ([`Stream::admit`]).
@@ -46,7 +67,7 @@ pub struct Admitted {
 impl Stream {
     /// A stream writing to `file`, its window beginning now.
     pub fn new(file: std::fs::File) -> Self {
-        Self::with(Some(file))
+        Self::with(Some(Out::Idle(file)))
     }
 
     /// The budget alone, for the one instance of a process whose stderr is
@@ -55,9 +76,9 @@ impl Stream {
         Self::with(None)
     }
 
-    fn with(file: Option<std::fs::File>) -> Self {
+    fn with(out: Option<Out>) -> Self {
         Self {
-            file,
+            out,
             window_began: Instant::now(),
             written: 0,
             suppressed: 0,
@@ -71,7 +92,7 @@ impl Stream {
             if self.suppressed > 0 {
                 note = Some(format!(
                     "zotbox: {} diagnostic record(s) of this extension suppressed in the last \
-                     {} s (at most {} KiB a window)\n",
+                     {} s (past {} KiB a window, or while this log was not being read)\n",
                     self.suppressed,
                     WINDOW.as_secs(),
                     BYTES_PER_WINDOW / 1024
@@ -89,10 +110,57 @@ impl Stream {
         Admitted { note, record }
     }
 
-    /// The instance's stream, when it is not this process's stderr.
-    pub fn file(&mut self) -> Option<&mut std::fs::File> {
-        self.file.as_mut()
+    /// Whether the instance has a stream of its own (not this process's
+    /// stderr).
+    pub fn has_own(&self) -> bool {
+        self.out.is_some()
     }
+
+    /// Queues `bytes` for the instance's own stream, never waiting for it:
+    /// past [`QUEUED_RECORDS`] not yet written, the record is counted as
+    /// suppressed instead.
+    pub fn write(&mut self, bytes: &[u8]) {
+        let Some(out) = &mut self.out else {
+            return;
+        };
+        if let Out::Idle(_) = out {
+            *out = match std::mem::replace(out, Out::Gone) {
+                Out::Idle(file) => start_writer(file).map_or(Out::Gone, Out::Queue),
+                other => other,
+            };
+        }
+        let Out::Queue(queue) = out else {
+            self.suppressed += 1;
+            return;
+        };
+        match queue.try_send(bytes.to_vec()) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) => self.suppressed += 1,
+            Err(TrySendError::Disconnected(_)) => {
+                *out = Out::Gone;
+                self.suppressed += 1;
+            }
+        }
+    }
+}
+
+/// The thread writing one stream's records, ending when the stream is
+/// dropped (or the file refuses a write: a relay gone). It holds no lock
+/// while it waits on the file.
+fn start_writer(mut file: std::fs::File) -> Option<SyncSender<Vec<u8>>> {
+    let (queue, records) = std::sync::mpsc::sync_channel::<Vec<u8>>(QUEUED_RECORDS);
+    std::thread::Builder::new()
+        .name("zotbox-instance-log".to_owned())
+        .stack_size(64 * 1024)
+        .spawn(move || {
+            for record in records {
+                if file.write_all(&record).is_err() {
+                    break;
+                }
+            }
+        })
+        .ok()
+        .map(|_| queue)
 }
 
 tokio::task_local! {
@@ -144,7 +212,7 @@ mod tests {
             Admitted {
                 note: Some(
                     "zotbox: 500 diagnostic record(s) of this extension suppressed in the last \
-                     60 s (at most 256 KiB a window)\n"
+                     60 s (past 256 KiB a window, or while this log was not being read)\n"
                         .to_owned()
                 ),
                 record: true
@@ -157,6 +225,56 @@ mod tests {
                 note: None,
                 record: true
             }
+        );
+    }
+
+    #[test]
+    fn a_stream_nobody_reads_holds_back_records_but_never_the_writer() {
+        use std::io::Read;
+        // Attack (or a user's Ctrl-S): the relay's stderr is a pipe nobody
+        // drains. Writing to it on a worker thread stalled every other
+        // extension of the shared host once its 64 KiB were full.
+        let (mut reader, writer) = std::io::pipe().unwrap_or_else(|e| panic!("{e}"));
+        let mut stream = Stream::new(std::fs::File::from(std::os::fd::OwnedFd::from(writer)));
+        const RECORDS: usize = 1024;
+        const RECORD: usize = 1024;
+        let (done, written) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for at in 0..RECORDS {
+                let mut record = format!("{at:07}\n").into_bytes();
+                record.resize(RECORD, b'x');
+                stream.write(&record);
+            }
+            let _ = done.send(stream);
+        });
+        // A minute: the writes return at once with the fix, and never
+        // without it (the pipe is not read until they have).
+        let Ok(stream) = written.recv_timeout(Duration::from_secs(60)) else {
+            panic!("writing to a stream nobody reads waited for its reader");
+        };
+        // The pipe's buffer and the queue took some records; the rest were
+        // counted, to be told of.
+        let suppressed = usize::try_from(stream.suppressed).unwrap_or(usize::MAX);
+        let kept = RECORDS - suppressed;
+        assert!((QUEUED_RECORDS..RECORDS).contains(&kept), "{kept} kept");
+        drop(stream);
+        let mut out = Vec::new();
+        reader
+            .read_to_end(&mut out)
+            .unwrap_or_else(|e| panic!("{e}"));
+        // Every record kept arrives whole and in order.
+        assert_eq!(out.len(), kept * RECORD);
+        let numbers: Vec<usize> = out
+            .chunks(RECORD)
+            .map(|record| {
+                String::from_utf8_lossy(&record[..7])
+                    .parse()
+                    .unwrap_or(usize::MAX)
+            })
+            .collect();
+        assert!(
+            numbers.windows(2).all(|pair| pair[0] < pair[1]) && numbers[kept - 1] < RECORDS,
+            "records out of order or cut"
         );
     }
 
