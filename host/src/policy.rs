@@ -113,10 +113,12 @@ pub struct PolicyFile {
     /// it to). Default: any declared.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secrets: Option<SecretsCeiling>,
-    /// Ceiling on a wasm guest's memory, MiB.
+    /// Ceiling on a wasm guest's memory, MiB. Where no layer sets one,
+    /// [`BUILT_IN_MAX_MEMORY_MB`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_memory_mb: Option<u64>,
-    /// Ceiling on a tool call's or command's deadline, ms.
+    /// Ceiling on a tool call's or command's deadline, ms. Where no layer
+    /// sets one, [`BUILT_IN_MAX_TOOL_TIMEOUT_MS`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tool_timeout_ms: Option<u64>,
     /// Ceiling on an intercept's deadline, ms.
@@ -282,6 +284,18 @@ pub enum FailMode {
 /// The default ceiling of a wasm guest's memories and tables, MiB.
 pub const DEFAULT_MEMORY_MB: u64 = 128;
 
+/// The ceiling on a wasm guest's memory, MiB, where no policy file sets
+/// `max_memory_mb`. The manifest's author asks; in the shared host one
+/// guest's memory is every session's risk (the kernel's out-of-memory
+/// killer picks the host), so a guest gets no more than this unless the
+/// user or the team says so.
+pub const BUILT_IN_MAX_MEMORY_MB: u64 = 1024;
+
+/// The ceiling on a tool call's deadline, ms, where no policy file sets
+/// `max_tool_timeout_ms`. The deadline is also a call's compute budget:
+/// a guest that spins gets this much of a CPU, not the manifest's hour.
+pub const BUILT_IN_MAX_TOOL_TIMEOUT_MS: u64 = 600_000;
+
 /// The default ceiling on the data memory of a first compile's process,
 /// MiB. Compiling the largest guests measured (an 18 MB Python component,
 /// the 13 MB JavaScript engine) peaks near 400 MiB; a crafted program could
@@ -322,6 +336,9 @@ pub enum LimitSource {
     Manifest,
     /// A policy ceiling lowered it: the file that did.
     Policy(PathBuf),
+    /// zotbox's own ceiling lowered it, no policy file setting one
+    /// ([`BUILT_IN_MAX_MEMORY_MB`], [`BUILT_IN_MAX_TOOL_TIMEOUT_MS`]).
+    BuiltIn,
 }
 
 impl fmt::Display for LimitSource {
@@ -330,6 +347,9 @@ impl fmt::Display for LimitSource {
             Self::Default => f.write_str("the default"),
             Self::Manifest => f.write_str("the manifest's `limits`"),
             Self::Policy(path) => write!(f, "the ceiling of policy `{}`", path.display()),
+            Self::BuiltIn => {
+                f.write_str("zotbox's built-in ceiling, which a ceiling in a policy file replaces")
+            }
         }
     }
 }
@@ -644,19 +664,23 @@ impl Policy {
         defaults: &LimitDefaults,
     ) -> EffectiveLimits {
         let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        // A layer's ceiling, else the built-in one (which a user's own
+        // file may so raise, as for the compile's memory).
         let decide = |declared: Option<u64>,
                       default: u64,
-                      field: fn(&PolicyFile) -> Option<u64>|
+                      field: fn(&PolicyFile) -> Option<u64>,
+                      built_in: Option<u64>|
          -> Limit<u64> {
             let (value, source) = match declared {
                 Some(value) => (value, LimitSource::Manifest),
                 None => (default, LimitSource::Default),
             };
-            match self.ceiling(field) {
-                Some((cap, path)) if cap < value => Limit {
-                    value: cap,
-                    source: LimitSource::Policy(path.to_owned()),
-                },
+            let ceiling = match self.ceiling(field) {
+                Some((cap, path)) => Some((cap, LimitSource::Policy(path.to_owned()))),
+                None => built_in.map(|cap| (cap, LimitSource::BuiltIn)),
+            };
+            match ceiling {
+                Some((cap, source)) if cap < value => Limit { value: cap, source },
                 _ => Limit { value, source },
             }
         };
@@ -667,16 +691,23 @@ impl Policy {
         let closed = self.intercept_failure() == Some(FailMode::Closed)
             || defaults.intercept_failure == FailMode::Closed;
         EffectiveLimits {
-            memory_mb: decide(declared.memory_mb, defaults.memory_mb, |f| f.max_memory_mb),
+            memory_mb: decide(
+                declared.memory_mb,
+                defaults.memory_mb,
+                |f| f.max_memory_mb,
+                Some(BUILT_IN_MAX_MEMORY_MB),
+            ),
             call_timeout: duration(decide(
                 declared.tool_timeout_ms,
                 millis(defaults.call_timeout),
                 |f| f.max_tool_timeout_ms,
+                Some(BUILT_IN_MAX_TOOL_TIMEOUT_MS),
             )),
             intercept_timeout: duration(decide(
                 declared.intercept_timeout_ms,
                 millis(defaults.intercept_timeout),
                 |f| f.max_intercept_timeout_ms,
+                None,
             )),
             intercept_failure: if closed {
                 FailMode::Closed
@@ -1274,6 +1305,40 @@ mod tests {
         assert_eq!(memory(Some(1024)), (256, LimitSource::Policy("/s".into())));
         assert_eq!(memory(Some(64)), (64, LimitSource::Manifest));
         assert_eq!(memory(None), (128, LimitSource::Default));
+        // Without a policy's ceiling, the built-in one; a user's file may
+        // raise it.
+        let asks_much = crate::manifest::Limits {
+            memory_mb: Some(4096),
+            tool_timeout_ms: Some(3_600_000),
+            ..crate::manifest::Limits::default()
+        };
+        let limits = Policy::permissive().limits(&asks_much, &LimitDefaults::default());
+        assert_eq!(
+            (limits.memory_mb, limits.call_timeout),
+            (
+                Limit {
+                    value: BUILT_IN_MAX_MEMORY_MB,
+                    source: LimitSource::BuiltIn
+                },
+                Limit {
+                    value: Duration::from_millis(BUILT_IN_MAX_TOOL_TIMEOUT_MS),
+                    source: LimitSource::BuiltIn
+                }
+            )
+        );
+        let raised = Policy::from_layers(vec![layer(
+            "/u",
+            r#"{"max_memory_mb":2048,"max_tool_timeout_ms":3600000}"#,
+        )])
+        .limits(&asks_much, &LimitDefaults::default());
+        assert_eq!(
+            (raised.memory_mb.value, raised.memory_mb.source),
+            (2048, LimitSource::Policy("/u".into()))
+        );
+        assert_eq!(
+            (raised.call_timeout.value, raised.call_timeout.source),
+            (Duration::from_secs(3600), LimitSource::Manifest)
+        );
         // Absent keys set no ceiling.
         assert_eq!(policy.cap_registrations(256), 256);
         assert_eq!(policy.cap_schema_bytes(65_536), 65_536);

@@ -237,6 +237,45 @@ async fn memories_and_tables_are_held_to_one_limit_together() {
     }
 }
 
+/// A manifest may ask for 4096 MiB; without a policy's `max_memory_mb`
+/// the guest gets zotbox's built-in ceiling (1024 MiB): in the shared host
+/// one guest's memory is every session's risk. The module grows its memory
+/// to 1100 MiB and writes all of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manifest_asking_for_4_gib_gets_the_built_in_ceiling_without_a_policy() {
+    if !alone("limits::a_manifest_asking_for_4_gib_gets_the_built_in_ceiling_without_a_policy") {
+        return;
+    }
+    let lab = Lab::new();
+    let built = lab.dev.join("big.built.wasm");
+    let wasm = core_module(
+        &[Memory {
+            initial: 1,
+            grow: 17_599,
+        }],
+        None,
+    );
+    std::fs::write(&built, wasm).expect("write the module");
+    let dir = guests::wasm_folder(&lab.dev, "big", &built, Some(json!({"memory_mb": 4096})));
+    let (entry, grown) = peak_rss_growth_mib(async {
+        let host = host_over(&lab, &[dir], RestartPolicy::never()).await;
+        let entry = settled(&host, "big").await;
+        host.shutdown().await;
+        entry
+    })
+    .await;
+    assert_eq!(
+        entry.reason.as_deref(),
+        Some(
+            "extension `big` ended before it was ready: \
+             ran out of memory (limit 1024 MiB across all memories and tables)"
+        ),
+        "{entry:#?}"
+    );
+    eprintln!("the host grew by {grown} MiB");
+    assert!(grown < 256, "the host grew by {grown} MiB");
+}
+
 // ---------------------------------------------------------------------------
 // Audit
 
