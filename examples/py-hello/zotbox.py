@@ -199,6 +199,20 @@ def _folded(key):
     return "".join(_fold(c) for c in key)
 
 
+def _unwritable(frame, error):
+    """The answer to send instead of ``frame``, a request's answer JSON
+    cannot hold; ``None`` for any other frame."""
+    why = f"the extension's answer could not be written as JSON ({error})"
+    kind, call_id = frame.get("type"), frame.get("id")
+    if kind == "tool_result":
+        return ToolOutput.error(why).frame(call_id)
+    if kind == "command_response":
+        return Response.error(why).frame(call_id)
+    if kind == "event_intercept_response":
+        return {"type": kind, "id": call_id, "block": True, "reason": why}
+    return None
+
+
 def _in_read_order(pairs):
     """A JSON object with each key where it was last written.
 
@@ -612,10 +626,21 @@ class Extension:
         to ``writer`` (flushed after each), log lines to ``log``."""
 
         def send(frame):
+            try:
+                text = json.dumps(frame, ensure_ascii=False)
+            except (TypeError, ValueError, RecursionError) as error:
+                # A handler's answer JSON cannot hold (arguments nested past
+                # Python's recursion limit, a set): the request still gets
+                # an answer, a failed one, and the session goes on.
+                instead = _unwritable(frame, error)
+                if instead is None:
+                    write_log(f"{self.name}: dropped a frame JSON cannot hold: {error}")
+                    return
+                text = json.dumps(instead, ensure_ascii=False)
             # A lone surrogate (half of an emoji a handler cut) cannot be
             # written as UTF-8, and as an escape zot's reader refuses it:
             # U+FFFD stands for it.
-            line = _LONE_SURROGATE.sub("\ufffd", json.dumps(frame, ensure_ascii=False))
+            line = _LONE_SURROGATE.sub("\ufffd", text)
             writer.write(line + "\n")
             writer.flush()
 
@@ -699,6 +724,12 @@ class Extension:
             frame = json.loads(line, object_pairs_hook=_in_read_order)
         except ValueError as error:
             self._answer_unreadable(ctx, line, f"not JSON: {error}")
+            return "continue"
+        except RecursionError:
+            # The model writes the arguments, and Go reads 10 000 levels
+            # deep: past Python's limit this ended the extension (a guard
+            # among them, whose checks zot then let through).
+            self._answer_unreadable(ctx, line, "nested deeper than Python can read")
             return "continue"
         if not isinstance(frame, dict):
             ctx.log("skipped a frame from the host: not a JSON object")

@@ -243,6 +243,41 @@ class Intercepts(unittest.TestCase):
             {"type": "event_intercept_response", "id": "6", "block": False},
         ])
 
+    def test_arguments_nested_past_pythons_limit_are_answered_and_the_session_goes_on(self):
+        # Attack: Go reads JSON 10 000 levels deep, Python about 1 000: a
+        # model's nested argument raised RecursionError and ended the
+        # extension, and zot let the checks of a guard that was gone through.
+        extension = Extension("g", "1")
+        # A handler's answer JSON cannot hold (here a set; arguments deep
+        # enough that writing them back passes the limit do the same).
+        extension.intercept_tool_call(
+            lambda ctx, tool, args: Verdict.rewrite({"command": {args["command"]}}))
+
+        @extension.tool("echo", "echo", schema.object({}))
+        def echo(ctx, args):
+            return ToolOutput.text("ok")
+
+        deep = "[" * 5000 + "]" * 5000
+        got = answers(
+            extension,
+            '{"type":"tool_call","id":"1","name":"echo","args":{"a":%s}}' % deep,
+            RAW_CHECK % ("2", '{"command":"rm -rf /","a":%s}' % deep),
+            RAW_CHECK % ("3", '{"command":"ls"}'),
+            {"type": "tool_call", "id": "4", "name": "echo", "args": {}},
+        )
+        cannot_read = "extension `g` could not read the request: nested deeper than Python can read"
+        self.assertEqual(got[:2], [
+            {"type": "tool_result", "id": "1", "content": [{"type": "text", "text": cannot_read}],
+             "is_error": True},
+            {"type": "event_intercept_response", "id": "2", "block": True,
+             "reason": cannot_read},
+        ])
+        self.assertEqual((got[2]["id"], got[2]["block"]), ("3", True), got[2])
+        self.assertTrue(got[2]["reason"].startswith(
+            "the extension's answer could not be written as JSON"), got[2])
+        self.assertEqual(got[3], {"type": "tool_result", "id": "4",
+                                  "content": [{"type": "text", "text": "ok"}]})
+
     def test_a_lone_surrogate_is_written_as_u_fffd(self):
         # A guard that quotes half of an emoji (a lone surrogate, as zot's
         # JSON can carry one natively) must still write a frame.

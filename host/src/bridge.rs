@@ -51,8 +51,8 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use zotbox_protocol::{
-    DEFAULT_MAX_LINE, DecodeError, HostFrame, Line, LineSplitter, TOO_LONG_HEAD, Undecoded,
-    decode_line, encode_to_vec, peek, peek_borrowed,
+    DEFAULT_MAX_LINE, DecodeError, HostFrame, Line, LineSplitter, MAX_DEPTH, TOO_LONG_HEAD,
+    Undecoded, decode_line, encode_to_vec, nested_deeper_than, peek, peek_borrowed,
 };
 
 use self::to_zot::{Ended, ToZot};
@@ -1124,6 +1124,18 @@ async fn forward_inbound(
                         continue;
                     }
                 },
+                // Passed on unread, so looked at for depth: a guest whose
+                // reader goes deeper than serde (Python's) ran out of wasm
+                // stack on the model's nested arguments and trapped.
+                Some("tool_call" | "command_invoked") if nested_deeper_than(bytes, MAX_DEPTH) => {
+                    let undecoded = Undecoded {
+                        error: DecodeError::TooDeep { limit: MAX_DEPTH },
+                        peek: seen.into_owned(),
+                    };
+                    answered_here.extend(undecoded.peek.id.clone());
+                    answer_unreadable(&undecoded, &mut answers);
+                    continue;
+                }
                 other => other.and_then(|frame_type| timeouts.request(frame_type)),
             };
             if let (Some((frame_type, timeout)), Some(id)) = (request, seen.id)

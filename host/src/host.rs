@@ -64,6 +64,16 @@ pub enum HostError {
     /// No extension of that name.
     #[error("no extension `{0}`")]
     UnknownExtension(String),
+    /// The arguments nest deeper than an extension reads
+    /// ([`crate::protocol::MAX_DEPTH`] levels, with the frame's own):
+    /// nothing was asked or called.
+    #[error("tool `{tool}`: its arguments are nested deeper than {limit} levels; not called")]
+    NestedTooDeep {
+        /// The tool.
+        tool: String,
+        /// The deepest nesting arguments may have.
+        limit: usize,
+    },
     /// The tool comes from a workspace the user has not trusted: it is
     /// refused by name, and nothing runs.
     #[error("tool `{tool}` {reason}")]
@@ -75,17 +85,60 @@ pub enum HostError {
     },
 }
 
+/// The deepest nesting a tool's arguments may have: a frame's
+/// [`crate::protocol::MAX_DEPTH`] levels, less the frame's own.
+const MAX_ARGS_DEPTH: usize = crate::protocol::MAX_DEPTH - 1;
+
+/// Whether `args` nest deeper than any frame that carries them may.
+fn args_too_deep(args: &Value) -> bool {
+    crate::protocol::value_nested_deeper_than(args, MAX_ARGS_DEPTH)
+}
+
 /// One line for the audit log: `bash {"command":"ls"}`, at most 500 characters.
+/// Written only as far as the line goes: the arguments of a call may be
+/// megabytes, and the line holds 500 characters of them.
 fn describe(subject: &Interceptable) -> String {
-    let text = match subject {
+    use std::fmt::Write;
+    let mut line = Clipped {
+        text: String::new(),
+        left: 500,
+    };
+    // An `Err` only says the line is full.
+    let _ = match subject {
         Interceptable::ToolCall {
             tool_name,
             tool_args,
-        } => format!("{tool_name} {tool_args}"),
-        Interceptable::TurnStart { step } => format!("turn_start {step}"),
-        Interceptable::AssistantMessage { text } => format!("assistant_message {text}"),
+        } if args_too_deep(tool_args) => write!(
+            line,
+            "{tool_name} <arguments nested deeper than {MAX_ARGS_DEPTH} levels>"
+        ),
+        Interceptable::ToolCall {
+            tool_name,
+            tool_args,
+        } => write!(line, "{tool_name} {tool_args}"),
+        Interceptable::TurnStart { step } => write!(line, "turn_start {step}"),
+        Interceptable::AssistantMessage { text } => write!(line, "assistant_message {text}"),
     };
-    text.chars().take(500).collect()
+    line.text
+}
+
+/// A string taking at most `left` more characters, then refusing the rest.
+struct Clipped {
+    text: String,
+    left: usize,
+}
+
+impl std::fmt::Write for Clipped {
+    fn write_str(&mut self, part: &str) -> std::fmt::Result {
+        for c in part.chars() {
+            if self.left == 0 {
+                return Err(std::fmt::Error);
+            }
+            self.text.push(c);
+            self.left -= 1;
+        }
+        Ok(())
+    }
 }
 
 fn hint(known: &[String]) -> String {
@@ -355,6 +408,14 @@ impl Host {
     /// [`HostError::UnknownTool`], [`HostError::Blocked`], or the extension's
     /// [`CallError`].
     pub async fn call_tool(&self, name: &str, args: Value) -> Result<ToolResult, HostError> {
+        // Before anything copies them: cloning and writing a value recurse,
+        // and a value built deep enough overflows the stack.
+        if args_too_deep(&args) {
+            return Err(HostError::NestedTooDeep {
+                tool: name.to_owned(),
+                limit: MAX_ARGS_DEPTH,
+            });
+        }
         // Bound first: the registry lock must be released before the arms run.
         let owned = self.registry().tool_owner(name);
         let owner = match owned {
@@ -457,6 +518,30 @@ impl Host {
         subject: Interceptable,
         exclude: Option<&str>,
     ) -> Decision {
+        if let Interceptable::ToolCall { tool_args, .. } = &subject
+            && args_too_deep(tool_args)
+        {
+            // No guard could read the check (each is sent it in a frame),
+            // so none is asked, whatever the fail mode.
+            let reason = format!(
+                "the arguments are nested deeper than {MAX_ARGS_DEPTH} levels, \
+                 which no guard reads; blocked to be safe"
+            );
+            self.inner
+                .services
+                .audit
+                .record(crate::audit::AuditRecord::now(
+                    "guard".to_owned(),
+                    "guard",
+                    describe(&subject),
+                    crate::audit::Decision::Deny,
+                    reason.clone(),
+                ));
+            return Decision {
+                verdict: Verdict::Block { reason },
+                decided_by: Vec::new(),
+            };
+        }
         let described = describe(&subject);
         let decision = self.run_chain(subject, exclude).await;
         let (outcome, reason) = match &decision.verdict {

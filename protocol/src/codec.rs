@@ -108,6 +108,13 @@ pub enum DecodeError {
         /// What was wrong.
         error: String,
     },
+    /// The line nests arrays and objects deeper than the limit
+    /// ([`crate::MAX_DEPTH`]); it was not read.
+    #[error("a frame nested deeper than {limit} levels was not read")]
+    TooDeep {
+        /// The limit in force.
+        limit: usize,
+    },
     /// The line was longer than the limit (the frame cap); its bytes were discarded.
     #[error("a line over the {limit}-byte frame cap was discarded ({len} bytes and counting)")]
     TooLong {
@@ -127,6 +134,7 @@ impl DecodeError {
             Self::UnknownType { frame_type } => format!("unknown frame type `{frame_type}`"),
             Self::Invalid { frame_type, error } => format!("invalid `{frame_type}` frame: {error}"),
             Self::TooLong { limit, .. } => format!("a line over the {limit}-byte frame cap"),
+            Self::TooDeep { limit } => format!("nested deeper than {limit} levels"),
         }
     }
 }

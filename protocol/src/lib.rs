@@ -82,6 +82,7 @@
 //! [`panel_close`](PanelClose) `{panel_id}`.
 
 mod codec;
+mod depth;
 mod frame;
 mod peek;
 mod undecoded;
@@ -92,6 +93,7 @@ pub use codec::{
     DEFAULT_MAX_LINE, DecodeError, Decoder, Frame, Line, LineSplitter, TOO_LONG_HEAD, decode_line,
     encode_frame, encode_to_vec,
 };
+pub use depth::{MAX_DEPTH, nested_deeper_than, value_nested_deeper_than};
 pub use frame::*;
 pub use peek::{Peek, PeekRef, peek, peek_borrowed};
 pub use undecoded::{Undecoded, failed_request, request_answered_by};

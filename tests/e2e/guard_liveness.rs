@@ -501,6 +501,84 @@ async fn guards_read_the_arguments_as_zots_own_tools_do() {
     host.shutdown().await;
 }
 
+/// Arguments nested past what a guest reads (the model writes them; Go
+/// reads 10 000 levels, a Python guest ran out of wasm stack past 1 000 and
+/// trapped, taking its guard with it) are answered by zotbox, and never
+/// reach the guest: through `zotbox run` a call gets an error, through the
+/// library it is not made, and a check is blocked whatever the fail mode
+/// (a value that deep also overflowed the library's stack as it was copied).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_nested_past_what_a_guest_reads_are_answered_by_zotbox() {
+    let lab = Lab::new();
+    let depth = 5000;
+    let deep = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+    let dir = guests::folder(&lab.dev, "hostile", Form::Wasm, None);
+    let mut run = start_run(&lab, &dir).await;
+    run.send_bytes(
+        format!(r#"{{"type":"tool_call","id":"1","name":"echo","args":{{"text":{deep}}}}}"#)
+            .as_bytes(),
+    )
+    .await;
+    run.send_bytes(b"\n").await;
+    run.send(
+        &json!({"type": "tool_call", "id": "2", "name": "echo", "args": {"text": "still here"}}),
+    )
+    .await;
+    let cannot = "zotbox could not read this tool call (nested deeper than 127 levels)";
+    assert_eq!(
+        run.recv().await,
+        json!({"type": "tool_result", "id": "1", "content": [{"type": "text", "text": cannot}],
+               "is_error": true})
+    );
+    assert_eq!(
+        run.recv().await,
+        json!({"type": "tool_result", "id": "2", "content": [{"type": "text", "text": "still here"}]})
+    );
+    // Arguments `{key: [[[…]]]}` built in place: `json!` and `clone` would
+    // copy each level through a recursion of their own.
+    let nested = |key: &str| {
+        let mut value = Value::Array(Vec::new());
+        for _ in 0..depth {
+            value = Value::Array(vec![value]);
+        }
+        Value::Object(serde_json::Map::from_iter([(key.to_owned(), value)]))
+    };
+    // The library's host, with a guard that intercepts and fails open:
+    // neither the call nor its check is sent, and the check is blocked.
+    let guard = guests::folder(&lab.dev, "guard", Form::Wasm, None);
+    let host = lab
+        .builder()
+        .extension(&dir)
+        .extension(&guard)
+        .build()
+        .await
+        .expect("build");
+    let refused = host.call_tool("echo", nested("text")).await;
+    assert_eq!(
+        refused.map_err(|err| err.to_string()).err().as_deref(),
+        Some("tool `echo`: its arguments are nested deeper than 126 levels; not called")
+    );
+    let mut check = nested("x");
+    check["command"] = json!("ls");
+    let decision = host.intercept_tool_call("bash", check).await;
+    assert_eq!(
+        (decision.verdict, decision.decided_by),
+        (
+            zotbox::Verdict::block(
+                "the arguments are nested deeper than 126 levels, which no guard reads; \
+                 blocked to be safe"
+            ),
+            Vec::<String>::new()
+        )
+    );
+    // The guard is still there, and asked about the next call.
+    let decision = host
+        .intercept_tool_call("bash", json!({"command": "rm -rf /"}))
+        .await;
+    assert_eq!(decision.decided_by, ["guard"], "{decision:?}");
+    host.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zotbox_run_blocks_every_check_its_guard_could_not_read() {
     let lab = Lab::new();

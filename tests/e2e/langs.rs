@@ -784,6 +784,25 @@ async fn the_python_example_answers_a_command_a_tool_an_intercept_and_a_refusal(
         true,
         "invalid arguments for tool `py_greet`: missing field `name`",
     );
+    // Attack: arguments 2 000 levels deep. The Python component ran out
+    // of wasm stack between 1 000 and 1 200 levels and trapped; the call
+    // is not made, and the extension goes on.
+    // Built in place: `json!` would copy each level through serde.
+    let mut deep = serde_json::Value::Array(Vec::new());
+    for _ in 0..2000 {
+        deep = serde_json::Value::Array(vec![deep]);
+    }
+    let deep = serde_json::Value::Object(serde_json::Map::from_iter([("name".to_owned(), deep)]));
+    let refused = bounded("a deep call", host.call_tool("py_greet", deep)).await;
+    assert_eq!(
+        refused.map_err(|err| err.to_string()).err().as_deref(),
+        Some("tool `py_greet`: its arguments are nested deeper than 126 levels; not called")
+    );
+    assert_result(
+        &tool(&host, "py_greet", json!({"name": "Ada"})).await,
+        false,
+        "hello, Ada (from Python)",
+    );
     let bash = |command: &str| host.intercept_tool_call("bash", json!({"command": command}));
     assert_eq!(
         bounded("rm -rf /", bash("rm -rf /")).await,
