@@ -1089,6 +1089,20 @@ async fn forward_inbound(
                 );
                 continue;
             }
+            // Lines pass on unread, so each is looked at for depth: a guest
+            // whose reader goes deeper than serde (Python's) ran out of wasm
+            // stack on the model's nested arguments (a call's, or a
+            // `tool_call` event's) and trapped. A request is answered here,
+            // anything else dropped.
+            if nested_deeper_than(bytes, MAX_DEPTH) {
+                let undecoded = Undecoded {
+                    error: DecodeError::TooDeep { limit: MAX_DEPTH },
+                    peek: seen.into_owned(),
+                };
+                answered_here.extend(undecoded.peek.id.clone());
+                answer_unreadable(&undecoded, &mut answers);
+                continue;
+            }
             // The line the guest gets instead of zot's, when there is one.
             let mut as_read = None;
             let request = match seen.frame_type.as_deref() {
@@ -1124,18 +1138,6 @@ async fn forward_inbound(
                         continue;
                     }
                 },
-                // Passed on unread, so looked at for depth: a guest whose
-                // reader goes deeper than serde (Python's) ran out of wasm
-                // stack on the model's nested arguments and trapped.
-                Some("tool_call" | "command_invoked") if nested_deeper_than(bytes, MAX_DEPTH) => {
-                    let undecoded = Undecoded {
-                        error: DecodeError::TooDeep { limit: MAX_DEPTH },
-                        peek: seen.into_owned(),
-                    };
-                    answered_here.extend(undecoded.peek.id.clone());
-                    answer_unreadable(&undecoded, &mut answers);
-                    continue;
-                }
                 other => other.and_then(|frame_type| timeouts.request(frame_type)),
             };
             if let (Some((frame_type, timeout)), Some(id)) = (request, seen.id)

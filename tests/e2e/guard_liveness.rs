@@ -520,6 +520,15 @@ async fn requests_nested_past_what_a_guest_reads_are_answered_by_zotbox() {
     )
     .await;
     run.send_bytes(b"\n").await;
+    // An event of such a call, which has no answer: dropped.
+    run.send_bytes(
+        format!(
+            r#"{{"type":"event","event":"tool_call","tool_id":"9","tool_name":"echo","tool_args":{{"text":{deep}}}}}"#
+        )
+        .as_bytes(),
+    )
+    .await;
+    run.send_bytes(b"\n").await;
     run.send(
         &json!({"type": "tool_call", "id": "2", "name": "echo", "args": {"text": "still here"}}),
     )
@@ -533,6 +542,15 @@ async fn requests_nested_past_what_a_guest_reads_are_answered_by_zotbox() {
     assert_eq!(
         run.recv().await,
         json!({"type": "tool_result", "id": "2", "content": [{"type": "text", "text": "still here"}]})
+    );
+    run.send(&json!({"type": "shutdown"})).await;
+    assert_eq!(run.recv().await, json!({"type": "shutdown_ack"}));
+    let end = run.end().await;
+    assert!(
+        end.stderr.contains(
+            "dropped a line from zot: a frame nested deeper than 127 levels was not read"
+        ),
+        "{end:#?}"
     );
     // Arguments `{key: [[[…]]]}` built in place: `json!` and `clone` would
     // copy each level through a recursion of their own.
@@ -606,7 +624,16 @@ async fn zotbox_run_blocks_every_check_its_guard_could_not_read() {
     answers.sort_by_key(|answer| answer["id"].as_str().unwrap_or_default().to_owned());
     let mut expected: Vec<Value> = checks
         .iter()
-        .map(|(id, _, why)| unreadable_block(id, why))
+        .map(|(id, _, why)| {
+            // Lines pass on unread, so the bridge measures their depth
+            // before it decodes a check.
+            let why = if *id == "1" {
+                "nested deeper than 127 levels"
+            } else {
+                why
+            };
+            unreadable_block(id, why)
+        })
         .collect();
     expected.push(blocked(
         "5",
