@@ -94,9 +94,9 @@ fn args_too_deep(args: &Value) -> bool {
     crate::protocol::value_nested_deeper_than(args, MAX_ARGS_DEPTH)
 }
 
-/// One line for the audit log: `bash {"command":"ls"}`, at most 500 characters.
-/// Written only as far as the line goes: the arguments of a call may be
-/// megabytes, and the line holds 500 characters of them.
+/// One line for the audit log: `bash {"command":"ls"}`, at most 500
+/// characters, written only as far as that: the arguments of a call may be
+/// megabytes.
 fn describe(subject: &Interceptable) -> String {
     use std::fmt::Write;
     let mut line = Clipped {
@@ -105,13 +105,6 @@ fn describe(subject: &Interceptable) -> String {
     };
     // An `Err` only says the line is full.
     let _ = match subject {
-        Interceptable::ToolCall {
-            tool_name,
-            tool_args,
-        } if args_too_deep(tool_args) => write!(
-            line,
-            "{tool_name} <arguments nested deeper than {MAX_ARGS_DEPTH} levels>"
-        ),
         Interceptable::ToolCall {
             tool_name,
             tool_args,
@@ -518,11 +511,15 @@ impl Host {
         subject: Interceptable,
         exclude: Option<&str>,
     ) -> Decision {
-        if let Interceptable::ToolCall { tool_args, .. } = &subject
+        if let Interceptable::ToolCall {
+            tool_name,
+            tool_args,
+        } = &subject
             && args_too_deep(tool_args)
         {
             // No guard could read the check (each is sent it in a frame),
-            // so none is asked, whatever the fail mode.
+            // so none is asked, whatever the fail mode. Nor is the value
+            // written out for the log: that recurses as deep as it goes.
             let reason = format!(
                 "the arguments are nested deeper than {MAX_ARGS_DEPTH} levels, \
                  which no guard reads; blocked to be safe"
@@ -533,7 +530,7 @@ impl Host {
                 .record(crate::audit::AuditRecord::now(
                     "guard".to_owned(),
                     "guard",
-                    describe(&subject),
+                    format!("{tool_name} <arguments nested too deep>"),
                     crate::audit::Decision::Deny,
                     reason.clone(),
                 ));

@@ -595,6 +595,25 @@ async fn requests_nested_past_what_a_guest_reads_are_answered_by_zotbox() {
         .await;
     assert_eq!(decision.decided_by, ["guard"], "{decision:?}");
     host.shutdown().await;
+    // Audited without writing the value out (which recurses as deep).
+    let audited: Vec<(String, String)> = crate::attack::audit_lines(&lab)
+        .into_iter()
+        .filter(|line| line["capability"] == "guard" && line["decision"] == "deny")
+        .map(|line| {
+            let field = |key: &str| line[key].as_str().unwrap_or_default().to_owned();
+            (field("subject"), field("reason"))
+        })
+        .collect();
+    assert_eq!(
+        audited.first(),
+        Some(&(
+            "bash <arguments nested too deep>".to_owned(),
+            "the arguments are nested deeper than 126 levels, which no guard reads; \
+             blocked to be safe"
+                .to_owned()
+        )),
+        "{audited:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
