@@ -545,6 +545,22 @@ export function parseInReadOrder(text) {
   return parsed;
 }
 
+// The answer to send instead of `frame`, a request's answer JSON cannot
+// hold; `null` for any other frame.
+function unwritable(frame, why) {
+  const reason = `the extension's answer could not be written as JSON (${why})`;
+  switch (frame?.type) {
+    case 'tool_result':
+      return ToolOutput.error(reason).frame(frame.id);
+    case 'command_response':
+      return Response.error(reason).frame(frame.id);
+    case 'event_intercept_response':
+      return { type: frame.type, id: frame.id, block: true, reason };
+    default:
+      return null;
+  }
+}
+
 // Each lone surrogate of a string as U+FFFD: `JSON.stringify` writes one as
 // `\ud83d`, which zot's reader and zotbox's refuse (a guard quoting half an
 // emoji of `cmd.slice(0, 40)` would have its verdict dropped).
@@ -686,7 +702,23 @@ export class Extension {
    * (one frame line) and `log` (one log line).
    */
   runWith(read, write, log) {
-    const ctx = new Context(this.name, (frame) => write(`${JSON.stringify(frame, wellFormed)}\n`), log);
+    const send = (frame) => {
+      let text;
+      try {
+        text = JSON.stringify(frame, wellFormed);
+      } catch (thrown) {
+        // A handler's answer JSON cannot hold (a BigInt, a cycle): the
+        // request still gets an answer, a failed one, and the session goes on.
+        const instead = unwritable(frame, describeThrown(thrown));
+        if (instead === null) {
+          log(`${this.name}: dropped a frame JSON cannot hold: ${describeThrown(thrown)}`);
+          return;
+        }
+        text = JSON.stringify(instead, wellFormed);
+      }
+      write(`${text}\n`);
+    };
+    const ctx = new Context(this.name, send, log);
     for (const frame of this.registration()) ctx._send(frame);
     const decoder = new TextDecoder();
     let pending = '';

@@ -234,6 +234,25 @@ test("a guard of zot's own tools sees what they will read", () => {
   ]);
 });
 
+test('an answer JSON cannot hold is answered as a failure, and the session goes on', () => {
+  // A handler's rewrite holding a BigInt made `JSON.stringify` throw out of
+  // the session: the extension ended, a guard among them.
+  const extension = new Extension('g', '1')
+    .tool('echo', 'echo', schema.object({}), () => ToolOutput.text('ok'))
+    .interceptToolCall(() => Verdict.rewrite({ command: 10n }));
+  const got = answers(
+    extension,
+    rawCheck('1', '{"command":"ls"}'),
+    { type: 'tool_call', id: '2', name: 'echo', args: {} },
+  );
+  // (The engine's own words for the BigInt differ between engines.)
+  assert.ok(got[0].reason.startsWith("the extension's answer could not be written as JSON ("), got[0].reason);
+  assert.deepEqual(got, [
+    { type: 'event_intercept_response', id: '1', block: true, reason: got[0].reason },
+    { type: 'tool_result', id: '2', content: [{ type: 'text', text: 'ok' }] },
+  ]);
+});
+
 test('a line read in the order its keys were written parses as JSON.parse does, or not at all', () => {
   for (const text of ['[1, 2.5e-3, {"a": [true, false, null]}, "\\u00e9\\n"]', '{}', ' [] ', '"x"', '-0']) {
     assert.deepEqual(parseInReadOrder(text), JSON.parse(text), text);
