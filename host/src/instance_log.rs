@@ -50,7 +50,7 @@ enum Out {
     /// writer thread starts with the first.
     Idle(std::fs::File),
     /// To the thread writing them, in order.
-    Queue(SyncSender<Vec<u8>>),
+    Queue(SyncSender<Vec<u8>>, std::thread::JoinHandle<()>),
     /// The writer thread could not start, or ended: records are dropped.
     Gone,
 }
@@ -125,11 +125,12 @@ impl Stream {
         };
         if let Out::Idle(_) = out {
             *out = match std::mem::replace(out, Out::Gone) {
-                Out::Idle(file) => start_writer(file).map_or(Out::Gone, Out::Queue),
+                Out::Idle(file) => start_writer(file)
+                    .map_or(Out::Gone, |(queue, writer)| Out::Queue(queue, writer)),
                 other => other,
             };
         }
-        let Out::Queue(queue) = out else {
+        let Out::Queue(queue, _) = out else {
             self.suppressed += 1;
             return;
         };
@@ -144,10 +145,31 @@ impl Stream {
     }
 }
 
+impl Stream {
+    /// Takes no more records; the thread writing those queued, if one
+    /// runs, to wait for with [`written`].
+    pub fn close(&mut self) -> Option<std::thread::JoinHandle<()>> {
+        match self.out.replace(Out::Gone)? {
+            Out::Queue(_, writer) => Some(writer),
+            Out::Idle(_) | Out::Gone => None,
+        }
+    }
+}
+
+/// Waits up to `patience` for `writer` to write what was queued: an
+/// instance's last records (why it ended) reach its log before its relay's
+/// own last line, unless nobody reads that log.
+pub async fn written(writer: std::thread::JoinHandle<()>, patience: Duration) {
+    let _ =
+        tokio::time::timeout(patience, tokio::task::spawn_blocking(move || writer.join())).await;
+}
+
 /// The thread writing one stream's records, ending when the stream is
 /// dropped (or the file refuses a write: a relay gone). It holds no lock
 /// while it waits on the file.
-fn start_writer(mut file: std::fs::File) -> Option<SyncSender<Vec<u8>>> {
+fn start_writer(
+    mut file: std::fs::File,
+) -> Option<(SyncSender<Vec<u8>>, std::thread::JoinHandle<()>)> {
     let (queue, records) = std::sync::mpsc::sync_channel::<Vec<u8>>(QUEUED_RECORDS);
     std::thread::Builder::new()
         .name("zotbox-instance-log".to_owned())
@@ -160,7 +182,7 @@ fn start_writer(mut file: std::fs::File) -> Option<SyncSender<Vec<u8>>> {
             }
         })
         .ok()
-        .map(|_| queue)
+        .map(|writer| (queue, writer))
 }
 
 tokio::task_local! {
@@ -276,6 +298,30 @@ mod tests {
             numbers.windows(2).all(|pair| pair[0] < pair[1]) && numbers[kept - 1] < RECORDS,
             "records out of order or cut"
         );
+    }
+
+    #[tokio::test]
+    async fn a_closed_stream_has_written_every_record_queued_and_takes_no_more() {
+        use std::io::{Read, Seek};
+        let mut file = tempfile::tempfile().unwrap_or_else(|e| panic!("{e}"));
+        let writing = file.try_clone().unwrap_or_else(|e| panic!("{e}"));
+        let mut stream = Stream::new(writing);
+        for at in 0..200 {
+            stream.write(format!("record {at}\n").as_bytes());
+        }
+        let Some(writer) = stream.close() else {
+            panic!("a writer thread ran");
+        };
+        written(writer, Duration::from_secs(60)).await;
+        stream.write(b"too late\n");
+        let mut text = String::new();
+        file.rewind().unwrap_or_else(|e| panic!("{e}"));
+        file.read_to_string(&mut text)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let expected: String = (0..200).map(|at| format!("record {at}\n")).collect();
+        assert_eq!(text, expected);
+        assert_eq!(stream.suppressed, 1);
+        assert!(stream.close().is_none());
     }
 
     #[tokio::test]

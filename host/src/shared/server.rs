@@ -20,6 +20,10 @@ use crate::bridge::{self, BridgeConfig, Hosted, Tap};
 use crate::home::ZotHome;
 use crate::runtime::Launcher;
 
+/// How long an ended instance waits for its last diagnostics to reach
+/// zot's log of it: a log nobody reads costs its end this, and no more.
+const LOG_PATIENCE: Duration = Duration::from_secs(2);
+
 /// How long a new connection may take to send its request.
 const REQUEST_PATIENCE: Duration = Duration::from_secs(10);
 
@@ -514,12 +518,17 @@ async fn instance(
         std::fs::File::from(zot_log),
     )));
     let outcome = crate::instance_log::scope(
-        sink,
+        sink.clone(),
         bridge::start(prepared, &state.launcher, input, output, tap),
     )
     .await;
     reporter.abort();
     watcher.abort();
+    // The instance's last records before the relay's last line.
+    let log_writer = sink.lock().ok().and_then(|mut stream| stream.close());
+    if let Some(log_writer) = log_writer {
+        crate::instance_log::written(log_writer, LOG_PATIENCE).await;
+    }
     let reply = match outcome {
         Ok(exit) => Reply::Exit {
             exit: ExitWire::from(exit),
