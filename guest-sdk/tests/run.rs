@@ -757,12 +757,12 @@ fn a_check_the_sdk_cannot_read_is_answered_with_a_block_never_skipped() {
     assert_eq!(
         run.answers(),
         [
-            block("1", "recursion limit exceeded at line 1 column 223"),
+            block("1", "nested deeper than 127 levels"),
             block("2", "invalid unicode code point at line 1 column 108"),
             block("3", "unexpected end of hex escape at line 1 column 105"),
             block("4", "a line over the 4194304-byte frame cap"),
             json!({"type":"tool_result","id":"5","is_error":true,"content":[{"type":"text",
-                   "text":"extension `guard` could not read this tool call (recursion limit exceeded at line 1 column 174)"}]}),
+                   "text":"extension `guard` could not read this tool call (nested deeper than 127 levels)"}]}),
             json!({"type":"command_response","id":"6","action":"noop",
                    "error":"extension `guard` could not read this command (invalid unicode code point at line 1 column 55)"}),
             json!({"type":"event_intercept_response","id":"7"}),

@@ -143,8 +143,9 @@ impl DecodeError {
 ///
 /// # Errors
 ///
-/// [`DecodeError::Malformed`], [`DecodeError::UnknownType`] or
-/// [`DecodeError::Invalid`], telling the three apart.
+/// [`DecodeError::TooDeep`], [`DecodeError::Malformed`],
+/// [`DecodeError::UnknownType`] or [`DecodeError::Invalid`], telling them
+/// apart.
 pub fn decode_line<F: Frame>(line: &[u8]) -> Result<F, DecodeError> {
     // Every writer of frames puts `type` first: such a line is decoded
     // straight into its variant's struct. The tagged enum's own decoding
@@ -167,6 +168,12 @@ pub fn decode_line<F: Frame>(line: &[u8]) -> Result<F, DecodeError> {
 // key); only a failure pays for another that finds out which kind of
 // failure it was.
 fn classify(line: &[u8], err: &serde_json::Error) -> DecodeError {
+    // Said the same way by every reader: serde's own words name a column.
+    if crate::nested_deeper_than(line, crate::MAX_DEPTH) {
+        return DecodeError::TooDeep {
+            limit: crate::MAX_DEPTH,
+        };
+    }
     let value: Value = match serde_json::from_slice(line) {
         Ok(value) => value,
         Err(_) => {

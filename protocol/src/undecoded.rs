@@ -115,7 +115,7 @@ mod tests {
                 format!(r#"{{"type":"event_intercept","id":"1","event":"tool_call","tool_name":"bash","tool_args":{{"command":{deep}}}}}"#)
                     .into_bytes(),
                 Some(json!({"type":"event_intercept_response","id":"1","block":true,
-                    "reason":"zotbox could not read this check (recursion limit exceeded at line 1 column 223); blocked to be safe"})),
+                    "reason":"zotbox could not read this check (nested deeper than 127 levels); blocked to be safe"})),
             ),
             (
                 "a check with a 0xFF byte is blocked",
@@ -151,7 +151,7 @@ mod tests {
                 "a tool call gets an error result",
                 format!(r#"{{"type":"tool_call","id":"6","name":"t","args":{deep}}}"#).into_bytes(),
                 Some(json!({"type":"tool_result","id":"6","is_error":true,"content":[{"type":"text",
-                    "text":"zotbox could not read this tool call (recursion limit exceeded at line 1 column 174)"}]})),
+                    "text":"zotbox could not read this tool call (nested deeper than 127 levels)"}]})),
             ),
             (
                 "a command gets an error response",
