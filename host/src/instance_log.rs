@@ -123,18 +123,14 @@ impl Stream {
         let Some(out) = &mut self.out else {
             return;
         };
-        if let Out::Idle(_) = out {
-            *out = match std::mem::replace(out, Out::Gone) {
-                Out::Idle(file) => start_writer(file)
-                    .map_or(Out::Gone, |(queue, writer)| Out::Queue(queue, writer)),
-                other => other,
-            };
-        }
-        let Out::Queue(queue, _) = out else {
-            self.suppressed += 1;
-            return;
+        let sent = match out.queue() {
+            Some(queue) => queue.try_send(bytes.to_vec()),
+            None => {
+                self.suppressed += 1;
+                return;
+            }
         };
-        match queue.try_send(bytes.to_vec()) {
+        match sent {
             Ok(()) => {}
             Err(TrySendError::Full(_)) => self.suppressed += 1,
             Err(TrySendError::Disconnected(_)) => {
@@ -143,14 +139,28 @@ impl Stream {
             }
         }
     }
-}
 
-impl Stream {
     /// Takes no more records; the thread writing those queued, if one
     /// runs, to wait for with [`written`].
     pub fn close(&mut self) -> Option<std::thread::JoinHandle<()>> {
         match self.out.replace(Out::Gone)? {
             Out::Queue(_, writer) => Some(writer),
+            Out::Idle(_) | Out::Gone => None,
+        }
+    }
+}
+
+impl Out {
+    /// The queue to the writer thread, started first if none runs yet.
+    fn queue(&mut self) -> Option<&SyncSender<Vec<u8>>> {
+        if let Out::Idle(_) = self
+            && let Out::Idle(file) = std::mem::replace(self, Out::Gone)
+            && let Some((queue, writer)) = start_writer(file)
+        {
+            *self = Out::Queue(queue, writer);
+        }
+        match self {
+            Out::Queue(queue, _) => Some(queue),
             Out::Idle(_) | Out::Gone => None,
         }
     }

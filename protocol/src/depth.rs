@@ -65,15 +65,13 @@ pub fn value_nested_deeper_than(value: &serde_json::Value, limit: usize) -> bool
     use serde_json::Value;
     let mut stack = vec![(value, 1usize)];
     while let Some((value, depth)) = stack.pop() {
-        let inner: Box<dyn Iterator<Item = &Value>> = match value {
-            Value::Array(items) => Box::new(items.iter()),
-            Value::Object(map) => Box::new(map.values()),
-            _ => continue,
-        };
-        if depth > limit {
-            return true;
+        let inside = |item| (item, depth + 1);
+        match value {
+            Value::Array(_) | Value::Object(_) if depth > limit => return true,
+            Value::Array(items) => stack.extend(items.iter().map(inside)),
+            Value::Object(map) => stack.extend(map.values().map(inside)),
+            _ => {}
         }
-        stack.extend(inner.map(|value| (value, depth + 1)));
     }
     false
 }
