@@ -92,7 +92,7 @@ async fn start_serve(lab: &Lab) -> Peer {
 }
 
 /// `zotbox run DIR` as zot runs an installed launcher, through `ready`.
-async fn start_run(lab: &Lab, dir: &Path) -> Peer {
+pub(crate) async fn start_run(lab: &Lab, dir: &Path) -> Peer {
     let mut zot = lab.spawn_zotbox(&["run", &dir.display().to_string()], dir);
     assert_eq!(zot.recv().await["type"], "hello", "{}", zot.describe());
     zot.send(&hello_ack(lab, dir)).await;

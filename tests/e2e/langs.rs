@@ -819,6 +819,58 @@ async fn the_python_example_answers_a_command_a_tool_an_intercept_and_a_refusal(
     assert_read_denial_audited(&lab, PY_HELLO);
 }
 
+/// The Python example under `zotbox run`, as zot runs it: a call whose
+/// arguments the model nested 2 000 levels deep (Go reads 10 000) ran the
+/// component out of wasm stack between 1 000 and 1 200 and trapped, ending
+/// the extension and its guard. zotbox answers it, and the extension
+/// answers the next call and still guards.
+///
+/// Ignored by default for the reason the Python example's test is; CI
+/// runs it (`langs::the_python`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "an 18 MiB component: run on its own with --ignored"]
+async fn the_python_example_under_zotbox_run_survives_arguments_nested_past_its_stack() {
+    let Some(wasm) = guests::py_hello() else {
+        return;
+    };
+    let lab = Lab::new();
+    let dir = guests::wasm_folder(&lab.dev, PY_HELLO, wasm, None);
+    let mut zot = crate::guard_liveness::start_run(&lab, &dir).await;
+    let depth = 2000;
+    zot.send_bytes(
+        format!(
+            "{{\"type\":\"tool_call\",\"id\":\"1\",\"name\":\"py_greet\",\"args\":{{\"name\":{}{}}}}}\n",
+            "[".repeat(depth),
+            "]".repeat(depth)
+        )
+        .as_bytes(),
+    )
+    .await;
+    zot.send(&json!({"type": "tool_call", "id": "2", "name": "py_greet", "args": {"name": "Ada"}}))
+        .await;
+    assert_eq!(
+        zot.recv().await,
+        json!({"type": "tool_result", "id": "1", "is_error": true, "content": [{"type": "text",
+            "text": "zotbox could not read this tool call (nested deeper than 127 levels)"}]})
+    );
+    assert_eq!(zot.recv().await["type"], "notify");
+    assert_eq!(
+        zot.recv().await,
+        json!({"type": "tool_result", "id": "2",
+            "content": [{"type": "text", "text": "hello, Ada (from Python)"}]})
+    );
+    zot.send(
+        &json!({"type": "event_intercept", "id": "3", "event": "tool_call",
+        "tool_name": "bash", "tool_args": {"command": "rm -rf /"}}),
+    )
+    .await;
+    assert_eq!(
+        zot.recv().await,
+        json!({"type": "event_intercept_response", "id": "3", "block": true,
+            "reason": "refused by py-hello: `rm -rf /` deletes the whole filesystem"})
+    );
+}
+
 /// Tool `read_tool` of extension `name` reads a workspace file through
 /// `zot:host/fs` without a `read` grant: the sandbox refuses it (the tool
 /// says so) and the guest goes on. [`assert_read_denial_audited`] checks the
