@@ -987,6 +987,54 @@ const JS_SOURCES: &[&str] = &[
     "wit/deps/zot-host/world.wit",
 ];
 
+/// zot's own tools read their arguments with Go's `encoding/json`, and a
+/// guard must see what they read: every character beyond ASCII that Go
+/// takes for a letter of a field's name (one key per character, run under
+/// the real Go) is one zotbox's folding takes for it too
+/// (`zot_args::same_key`). Skipped without Go, unless `ZOTBOX_REQUIRE_GO=1`.
+#[test]
+fn zotbox_folds_every_key_go_matches_to_a_field() {
+    let Some(go) = zotbox::build::find_program(std::path::Path::new("go")) else {
+        assert_ne!(
+            std::env::var("ZOTBOX_REQUIRE_GO").as_deref(),
+            Ok("1"),
+            "ZOTBOX_REQUIRE_GO=1 but there is no `go` on PATH"
+        );
+        eprintln!("note: skipping Go's key folding: no `go` on PATH");
+        return;
+    };
+    let output = std::process::Command::new(go)
+        .arg("run")
+        .arg(repo("tests/fixtures/go-key-folding/main.go"))
+        .env("GOPROXY", "off")
+        .env("GOTOOLCHAIN", "local")
+        .output()
+        .expect("run go");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let matched: Vec<(char, char)> = stdout
+        .lines()
+        .filter_map(|line| {
+            let (code, letter) = line.split_once(' ')?;
+            let code = char::from_u32(u32::from_str_radix(code, 16).ok()?)?;
+            Some((code, letter.chars().next()?))
+        })
+        .collect();
+    // Go's two beyond ASCII: the long s and the Kelvin sign.
+    assert!(matched.contains(&('\u{17F}', 's')), "{stdout}");
+    assert!(matched.contains(&('\u{212A}', 'k')), "{stdout}");
+    for (code, letter) in matched {
+        assert!(
+            zotbox::protocol::zot_args::same_key(&code.to_string(), &letter.to_string()),
+            "Go reads {code:?} as {letter:?}, zotbox does not"
+        );
+    }
+}
+
 /// The repository's folder `relative`.
 fn repo(relative: &str) -> PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
