@@ -1035,6 +1035,65 @@ fn zotbox_folds_every_key_go_matches_to_a_field() {
     }
 }
 
+/// A guard of zot's `bash` is shown the `command` (and `path`) Go decodes,
+/// checked against the real Go: keys in any case, written twice, escaped,
+/// the last one written winning. Skipped without Go, unless
+/// `ZOTBOX_REQUIRE_GO=1`.
+#[test]
+fn a_guard_is_shown_the_command_go_decodes() {
+    let Some(go) = zotbox::build::find_program(std::path::Path::new("go")) else {
+        assert_ne!(
+            std::env::var("ZOTBOX_REQUIRE_GO").as_deref(),
+            Ok("1"),
+            "ZOTBOX_REQUIRE_GO=1 but there is no `go` on PATH"
+        );
+        eprintln!("note: skipping Go's reading of bash's arguments: no `go` on PATH");
+        return;
+    };
+    let lines = [
+        r#"{"command":"ls","COMMAND":"ls","command":"rm -rf /"}"#,
+        r#"{"command":"rm -rf /","COMMAND":"rm -rf /","command":"ls"}"#,
+        r#"{"\u0043OMMAND":"x","command":"y","Command":"z"}"#,
+        r#"{"Command":"rm -rf /"}"#,
+        r#"{"command":"rm -rf /","Command":"ls"}"#,
+        r#"{"command":"ls","command":"rm -rf /"}"#,
+        r#"{"commanD":"a","COMMAND":"b","commanD":"c"}"#,
+        r#"{"COMMAND":"rm","x":{"command":"ls"},"path":"p","Path":"q","pAth":"r"}"#,
+        r#"{"path":"/etc/passwd","paTh":"ok","path":"/etc/shadow"}"#,
+        r#"{"paTh":"a","PATH":"b","x":1}"#,
+    ];
+    let mut child = std::process::Command::new(go)
+        .arg("run")
+        .arg(repo("tests/fixtures/go-bash-args/main.go"))
+        .env("GOPROXY", "off")
+        .env("GOTOOLCHAIN", "local")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run go");
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin
+            .write_all(format!("{}\n", lines.join("\n")).as_bytes())
+            .expect("write the lines");
+    }
+    let output = child.wait_with_output().expect("go's answers");
+    assert!(output.status.success());
+    let go_reads: Vec<serde_json::Value> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("go's answer"))
+        .collect();
+    assert_eq!(go_reads.len(), lines.len());
+    for (line, go_read) in lines.iter().zip(go_reads) {
+        let zotbox::protocol::zot_args::InReadOrder(args) =
+            serde_json::from_str(line).expect("the arguments");
+        let shown = zotbox::protocol::zot_args::as_zot_reads("bash", &args).unwrap_or(args);
+        let field = |key: &str| shown[key].as_str().unwrap_or_default().to_owned();
+        assert_eq!(json!([field("command"), field("path")]), go_read, "{line}");
+    }
+}
+
 /// The repository's folder `relative`.
 fn repo(relative: &str) -> PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
