@@ -49,8 +49,8 @@ enum Out {
     /// Nothing written yet: most instances never write a record, so the
     /// writer thread starts with the first.
     Idle(std::fs::File),
-    /// To the thread writing them, in order.
-    Queue(SyncSender<Vec<u8>>, std::thread::JoinHandle<()>),
+    /// To the thread writing them, in order, and what says it is done.
+    Queue(SyncSender<Vec<u8>>, Finished),
     /// The writer thread could not start, or ended: records are dropped.
     Gone,
 }
@@ -140,11 +140,11 @@ impl Stream {
         }
     }
 
-    /// Takes no more records; the thread writing those queued, if one
-    /// runs, to wait for with [`written`].
-    pub fn close(&mut self) -> Option<std::thread::JoinHandle<()>> {
+    /// Takes no more records; what says the thread writing those queued
+    /// is done, if one runs, to wait for with [`written`].
+    pub fn close(&mut self) -> Option<Finished> {
         match self.out.replace(Out::Gone)? {
-            Out::Queue(_, writer) => Some(writer),
+            Out::Queue(_, finished) => Some(finished),
             Out::Idle(_) | Out::Gone => None,
         }
     }
@@ -155,9 +155,9 @@ impl Out {
     fn queue(&mut self) -> Option<&SyncSender<Vec<u8>>> {
         if let Out::Idle(_) = self
             && let Out::Idle(file) = std::mem::replace(self, Out::Gone)
-            && let Some((queue, writer)) = start_writer(file)
+            && let Some((queue, finished)) = start_writer(file)
         {
-            *self = Out::Queue(queue, writer);
+            *self = Out::Queue(queue, finished);
         }
         match self {
             Out::Queue(queue, _) => Some(queue),
@@ -166,21 +166,24 @@ impl Out {
     }
 }
 
-/// Waits up to `patience` for `writer` to write what was queued: an
-/// instance's last records (why it ended) reach its log before its relay's
-/// own last line, unless nobody reads that log.
-pub async fn written(writer: std::thread::JoinHandle<()>, patience: Duration) {
-    let _ =
-        tokio::time::timeout(patience, tokio::task::spawn_blocking(move || writer.join())).await;
+/// Resolves when a stream's writer thread has written all it was given
+/// (or given up on a file that refuses writes).
+pub type Finished = tokio::sync::oneshot::Receiver<()>;
+
+/// Waits up to `patience` for a closed stream's writer to write what was
+/// queued: an instance's last records (why it ended) reach its log before
+/// its relay's own last line, unless nobody reads that log. No thread waits
+/// on a writer stuck on such a log.
+pub async fn written(finished: Finished, patience: Duration) {
+    let _ = tokio::time::timeout(patience, finished).await;
 }
 
 /// The thread writing one stream's records, ending when the stream is
 /// dropped (or the file refuses a write: a relay gone). It holds no lock
 /// while it waits on the file.
-fn start_writer(
-    mut file: std::fs::File,
-) -> Option<(SyncSender<Vec<u8>>, std::thread::JoinHandle<()>)> {
+fn start_writer(mut file: std::fs::File) -> Option<(SyncSender<Vec<u8>>, Finished)> {
     let (queue, records) = std::sync::mpsc::sync_channel::<Vec<u8>>(QUEUED_RECORDS);
+    let (done, finished) = tokio::sync::oneshot::channel();
     std::thread::Builder::new()
         .name("zotbox-instance-log".to_owned())
         .stack_size(64 * 1024)
@@ -190,9 +193,10 @@ fn start_writer(
                     break;
                 }
             }
+            let _ = done.send(());
         })
         .ok()
-        .map(|writer| (queue, writer))
+        .map(|_| (queue, finished))
 }
 
 tokio::task_local! {
@@ -319,10 +323,10 @@ mod tests {
         for at in 0..200 {
             stream.write(format!("record {at}\n").as_bytes());
         }
-        let Some(writer) = stream.close() else {
+        let Some(finished) = stream.close() else {
             panic!("a writer thread ran");
         };
-        written(writer, Duration::from_secs(60)).await;
+        written(finished, Duration::from_secs(60)).await;
         stream.write(b"too late\n");
         let mut text = String::new();
         file.rewind().unwrap_or_else(|e| panic!("{e}"));

@@ -525,9 +525,9 @@ async fn instance(
     reporter.abort();
     watcher.abort();
     // The instance's last records before the relay's last line.
-    let log_writer = sink.lock().ok().and_then(|mut stream| stream.close());
-    if let Some(log_writer) = log_writer {
-        crate::instance_log::written(log_writer, LOG_PATIENCE).await;
+    let log_written = sink.lock().ok().and_then(|mut stream| stream.close());
+    if let Some(log_written) = log_written {
+        crate::instance_log::written(log_written, LOG_PATIENCE).await;
     }
     let reply = match outcome {
         Ok(exit) => Reply::Exit {
