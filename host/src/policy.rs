@@ -664,8 +664,9 @@ impl Policy {
         defaults: &LimitDefaults,
     ) -> EffectiveLimits {
         let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-        // A layer's ceiling, else the built-in one (which a user's own
-        // file may so raise, as for the compile's memory).
+        // A layer's ceiling, else, over what a manifest asks, the built-in
+        // one (which a user's own file may so raise, as for the compile's
+        // memory); the host's own defaults are its embedder's choice.
         let decide = |declared: Option<u64>,
                       default: u64,
                       field: fn(&PolicyFile) -> Option<u64>,
@@ -677,7 +678,10 @@ impl Policy {
             };
             let ceiling = match self.ceiling(field) {
                 Some((cap, path)) => Some((cap, LimitSource::Policy(path.to_owned()))),
-                None => built_in.map(|cap| (cap, LimitSource::BuiltIn)),
+                None if source == LimitSource::Manifest => {
+                    built_in.map(|cap| (cap, LimitSource::BuiltIn))
+                }
+                None => None,
             };
             match ceiling {
                 Some((cap, source)) if cap < value => Limit { value: cap, source },
@@ -1325,6 +1329,16 @@ mod tests {
                     source: LimitSource::BuiltIn
                 }
             )
+        );
+        // A host's own default is its embedder's choice, not capped.
+        let generous = LimitDefaults {
+            memory_mb: 2048,
+            ..LimitDefaults::default()
+        };
+        let limits = Policy::permissive().limits(&crate::manifest::Limits::default(), &generous);
+        assert_eq!(
+            (limits.memory_mb.value, limits.memory_mb.source),
+            (2048, LimitSource::Default)
         );
         let raised = Policy::from_layers(vec![layer(
             "/u",
