@@ -456,7 +456,16 @@ impl Host {
     }
 
     /// Delivers `event` to every extension subscribed to it. Never waits.
+    /// An event whose arguments nest deeper than a frame may is dropped:
+    /// no extension could read it.
     pub fn emit_event(&self, event: &Event) {
+        if event.tool_args.as_ref().is_some_and(args_too_deep) {
+            tracing::warn!(
+                "dropped a `{}` event whose arguments nest deeper than {MAX_ARGS_DEPTH} levels",
+                crate::text::shown(&event.event)
+            );
+            return;
+        }
         for session in self.registry().sessions() {
             if session.subscribes_to(&event.event) {
                 session.emit_event(event);

@@ -596,6 +596,31 @@ async fn requests_nested_past_what_a_guest_reads_are_answered_by_zotbox() {
         .intercept_tool_call("bash", json!({"command": "rm -rf /"}))
         .await;
     assert_eq!(decision.decided_by, ["guard"], "{decision:?}");
+    // An event carrying such arguments reaches no one (the guard counts
+    // the `tool_call` events it reads), and one that can be read does.
+    host.emit_event(&zotbox::protocol::Event::tool_call(
+        "8",
+        "bash",
+        nested("command"),
+    ));
+    host.emit_event(&zotbox::protocol::Event::tool_call(
+        "9",
+        "bash",
+        json!({"command": "ls"}),
+    ));
+    let mut seen = String::new();
+    for _ in 0..100 {
+        let stats = host
+            .invoke_command("guard-stats", "")
+            .await
+            .expect("the guard's stats");
+        seen = stats.display.unwrap_or_default();
+        if seen != "guard: 0 turns, 0 tool calls seen" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(seen, "guard: 0 turns, 1 tool calls seen");
     host.shutdown().await;
     // Audited without writing the value out (which recurses as deep).
     let audited: Vec<(String, String)> = crate::attack::audit_lines(&lab)
