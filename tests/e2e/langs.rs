@@ -987,6 +987,28 @@ const JS_SOURCES: &[&str] = &[
     "wit/deps/zot-host/world.wit",
 ];
 
+/// `go run` of the program in `tests/fixtures/FIXTURE`, offline; `None`
+/// (after a note that the `what` test is skipped) without Go, unless
+/// `ZOTBOX_REQUIRE_GO=1`.
+fn go_run(fixture: &str, what: &str) -> Option<std::process::Command> {
+    let Some(go) = zotbox::build::find_program(std::path::Path::new("go")) else {
+        assert_ne!(
+            std::env::var("ZOTBOX_REQUIRE_GO").as_deref(),
+            Ok("1"),
+            "ZOTBOX_REQUIRE_GO=1 but there is no `go` on PATH"
+        );
+        eprintln!("note: skipping {what}: no `go` on PATH");
+        return None;
+    };
+    let mut command = std::process::Command::new(go);
+    command
+        .arg("run")
+        .arg(repo(&format!("tests/fixtures/{fixture}/main.go")))
+        .env("GOPROXY", "off")
+        .env("GOTOOLCHAIN", "local");
+    Some(command)
+}
+
 /// zot's own tools read their arguments with Go's `encoding/json`, and a
 /// guard must see what they read: every character beyond ASCII that Go
 /// takes for a letter of a field's name (one key per character, run under
@@ -994,22 +1016,10 @@ const JS_SOURCES: &[&str] = &[
 /// (`zot_args::same_key`). Skipped without Go, unless `ZOTBOX_REQUIRE_GO=1`.
 #[test]
 fn zotbox_folds_every_key_go_matches_to_a_field() {
-    let Some(go) = zotbox::build::find_program(std::path::Path::new("go")) else {
-        assert_ne!(
-            std::env::var("ZOTBOX_REQUIRE_GO").as_deref(),
-            Ok("1"),
-            "ZOTBOX_REQUIRE_GO=1 but there is no `go` on PATH"
-        );
-        eprintln!("note: skipping Go's key folding: no `go` on PATH");
+    let Some(mut go) = go_run("go-key-folding", "Go's key folding") else {
         return;
     };
-    let output = std::process::Command::new(go)
-        .arg("run")
-        .arg(repo("tests/fixtures/go-key-folding/main.go"))
-        .env("GOPROXY", "off")
-        .env("GOTOOLCHAIN", "local")
-        .output()
-        .expect("run go");
+    let output = go.output().expect("run go");
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),
@@ -1041,13 +1051,7 @@ fn zotbox_folds_every_key_go_matches_to_a_field() {
 /// `ZOTBOX_REQUIRE_GO=1`.
 #[test]
 fn a_guard_is_shown_the_command_go_decodes() {
-    let Some(go) = zotbox::build::find_program(std::path::Path::new("go")) else {
-        assert_ne!(
-            std::env::var("ZOTBOX_REQUIRE_GO").as_deref(),
-            Ok("1"),
-            "ZOTBOX_REQUIRE_GO=1 but there is no `go` on PATH"
-        );
-        eprintln!("note: skipping Go's reading of bash's arguments: no `go` on PATH");
+    let Some(mut go) = go_run("go-bash-args", "Go's reading of bash's arguments") else {
         return;
     };
     let lines = [
@@ -1062,11 +1066,7 @@ fn a_guard_is_shown_the_command_go_decodes() {
         r#"{"path":"/etc/passwd","paTh":"ok","path":"/etc/shadow"}"#,
         r#"{"paTh":"a","PATH":"b","x":1}"#,
     ];
-    let mut child = std::process::Command::new(go)
-        .arg("run")
-        .arg(repo("tests/fixtures/go-bash-args/main.go"))
-        .env("GOPROXY", "off")
-        .env("GOTOOLCHAIN", "local")
+    let mut child = go
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .spawn()
