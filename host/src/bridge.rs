@@ -1178,10 +1178,20 @@ fn as_zot_reads(line: &[u8], frame: &HostFrame) -> Option<Vec<u8>> {
     let HostFrame::EventIntercept(intercept) = frame else {
         return None;
     };
-    let args = crate::guard::zot_args::as_zot_reads(
-        intercept.tool_name.as_deref()?,
-        intercept.tool_args.as_ref()?,
-    )?;
+    let tool = intercept.tool_name.as_deref()?;
+    let read = intercept.tool_args.as_ref()?;
+    // A `null` after a value is read as Go reads it (the value stays), but
+    // a guest parsing zot's line itself would take the `null`: such a line
+    // is written anew too.
+    let args = match crate::guard::zot_args::as_zot_reads(tool, read) {
+        Some(args) => args,
+        None if crate::guard::zot_args::ZOT_TOOLS.contains(&tool)
+            && line.windows(4).any(|window| window == b"null") =>
+        {
+            read.clone()
+        }
+        None => return None,
+    };
     let mut whole: serde_json::Value = serde_json::from_slice(line).ok()?;
     whole.as_object_mut()?.insert("tool_args".to_owned(), args);
     serde_json::to_vec(&whole).ok()

@@ -31,7 +31,9 @@
 //!    `{"command":"ls","COMMAND":"ls","command":"rm -rf /"}`, where Go
 //!    reads `rm -rf /`. Arguments are read with [`InReadOrder`] (the
 //!    `tool_args` of the protocol's frames are), which moves a repeated key
-//!    to where it was last written.
+//!    to where it was last written. A `null` is no writing: Go leaves a
+//!    string field as it was, so `{"command":"rm -rf /","COMMAND":null}`
+//!    runs `rm -rf /`, and the last value that is not `null` wins.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -100,6 +102,8 @@ pub fn as_zot_reads(tool: &str, args: &Value) -> Option<Value> {
     let mut groups: HashMap<&str, (usize, &Value)> = HashMap::new();
     for (spelling, value) in spellings.iter().zip(args.values()) {
         let group = groups.entry(spelling).or_insert((0, value));
+        // A later `null` leaves Go's field as it was (rule 4).
+        let value = if value.is_null() { group.1 } else { value };
         *group = (group.0 + 1, value);
     }
     // Every value is copied at most twice, whatever the keys: the model
@@ -206,10 +210,27 @@ impl<'de> Visitor<'de> for InReadOrderVisitor {
         // repeated key with the map's `shift_remove` costs a pass over the
         // keys after it, each time: a key repeated through a long object
         // would cost its length squared.)
-        let mut seen = std::collections::HashSet::with_capacity(written.len());
+        // A key's last writing that is not `null`, else its last: Go leaves
+        // a string field as it was for a `null`, so in
+        // `{"command":"rm -rf /","command":null}` bash runs `rm -rf /`.
+        let mut kept: std::collections::HashMap<&str, (usize, bool)> =
+            std::collections::HashMap::with_capacity(written.len());
+        for (at, (key, InReadOrder(value))) in written.iter().enumerate().rev() {
+            let null = value.is_null();
+            match kept.entry(key.as_str()) {
+                std::collections::hash_map::Entry::Vacant(slot) => {
+                    slot.insert((at, null));
+                }
+                std::collections::hash_map::Entry::Occupied(mut slot) => {
+                    if slot.get().1 && !null {
+                        slot.insert((at, false));
+                    }
+                }
+            }
+        }
         let mut is_last = vec![false; written.len()];
-        for (at, (key, _)) in written.iter().enumerate().rev() {
-            is_last[at] = seen.insert(key.as_str());
+        for (at, _) in kept.into_values() {
+            is_last[at] = true;
         }
         Ok(Value::Object(
             written
@@ -225,6 +246,28 @@ impl<'de> Visitor<'de> for InReadOrderVisitor {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_later_null_leaves_the_value_go_runs() {
+        // Attack: Go ignores a `null` for a string field; reading the last
+        // key as `null` hid the command from the deny rules and the guards.
+        for line in [
+            r#"{"command":"rm -rf /","command":null}"#,
+            r#"{"command":"rm -rf /","COMMAND":null}"#,
+            r#"{"command":null,"Command":"rm -rf /","command":null}"#,
+        ] {
+            let Ok(InReadOrder(args)) = serde_json::from_str(line) else {
+                panic!("parses");
+            };
+            let shown = as_zot_reads("bash", &args).unwrap_or(args);
+            assert_eq!(shown["command"], "rm -rf /", "{line}");
+        }
+        let Ok(InReadOrder(args)) = serde_json::from_str(r#"{"command":null,"command":null}"#)
+        else {
+            panic!("parses");
+        };
+        assert_eq!(args, json!({"command": null}));
+    }
 
     #[test]
     fn a_repeated_key_stands_where_it_was_last_written() {

@@ -472,6 +472,18 @@ async fn guards_read_the_arguments_as_zots_own_tools_do() {
         run.recv().await,
         blocked("10", "refused: `rm -rf /` deletes the whole filesystem")
     );
+    // Attack: a `null` after the value, which Go ignores for a string.
+    for (id, args) in [
+        ("12", r#"{"command":"rm -rf /","command":null}"#),
+        ("13", r#"{"command":"rm -rf /","COMMAND":null}"#),
+    ] {
+        run.send_bytes(raw_check(id, args).as_bytes()).await;
+        assert_eq!(
+            run.recv().await,
+            blocked(id, "refused: `rm -rf /` deletes the whole filesystem"),
+            "{args}"
+        );
+    }
     // Control, the other way round: bash runs `ls -1`.
     run.send_bytes(
         raw_check(

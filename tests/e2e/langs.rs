@@ -1065,6 +1065,9 @@ fn a_guard_is_shown_the_command_go_decodes() {
         r#"{"COMMAND":"rm","x":{"command":"ls"},"path":"p","Path":"q","pAth":"r"}"#,
         r#"{"path":"/etc/passwd","paTh":"ok","path":"/etc/shadow"}"#,
         r#"{"paTh":"a","PATH":"b","x":1}"#,
+        // Go leaves a string field as it was for a `null`.
+        r#"{"command":"rm -rf /","command":null}"#,
+        r#"{"command":"rm -rf /","COMMAND":null,"path":".env","Path":null}"#,
     ];
     let mut child = go
         .stdin(std::process::Stdio::piped())
