@@ -180,7 +180,7 @@ _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 # zot's built-in tools: a tool an extension registers under one of these
 # names is shadowed by zot's own.
-_ZOT_TOOLS = ("bash", "read", "write", "edit", "skill")
+_ZOT_TOOLS = ("bash", "read", "write", "edit", "skill", "glob", "powershell")
 
 
 def _fold(c):
@@ -219,9 +219,13 @@ def _in_read_order(pairs):
     ``dict`` keeps a repeated key where it first stood, so in
     ``{"command": "ls", "COMMAND": "ls", "command": "rm -rf /"}`` it put
     ``COMMAND`` last, and the guard was shown ``ls`` where Go, reading the
-    keys in the order written, runs ``rm -rf /``."""
+    keys in the order written, runs ``rm -rf /``. A ``null`` is no writing:
+    Go leaves a string field as it was, so in
+    ``{"command": "rm -rf /", "command": null}`` bash runs ``rm -rf /``."""
     obj = {}
     for key, value in pairs:
+        if value is None and obj.get(key) is not None:
+            continue
         obj.pop(key, None)
         obj[key] = value
     return obj
@@ -242,10 +246,12 @@ def _as_zot_reads(tool, args):
     spellings = [_folded(key) for key in args]
     if spellings == list(args):
         return args
-    # Each spelling: how many keys have it, and the last one's value.
+    # Each spelling: how many keys have it, and the last one's value that
+    # is not ``null`` (a later ``null`` leaves Go's field as it was).
     groups = {}
     for spelling, value in zip(spellings, args.values()):
-        groups[spelling] = (groups.get(spelling, (0, None))[0] + 1, value)
+        count, before = groups.get(spelling, (0, None))
+        groups[spelling] = (count + 1, before if value is None else value)
     seen = {}
     for key, spelling in zip(args, spellings):
         count, value = groups[spelling]

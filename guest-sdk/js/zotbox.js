@@ -393,7 +393,7 @@ function describeThrown(thrown) {
 
 // zot's built-in tools: a tool an extension registers under one of these
 // names is shadowed by zot's own.
-const ZOT_TOOLS = new Set(['bash', 'read', 'write', 'edit', 'skill']);
+const ZOT_TOOLS = new Set(['bash', 'read', 'write', 'edit', 'skill', 'glob', 'powershell']);
 
 // A character as Go's `encoding/json` compares keys: the lowercase of its
 // uppercase (`ſ` is an `s`, the Kelvin sign a `k`).
@@ -428,11 +428,13 @@ function asZotReads(tool, args) {
   const keys = Object.keys(args);
   const spellings = keys.map(folded);
   if (spellings.every((spelling, at) => spelling === keys[at])) return args;
-  // Each spelling: how many keys have it, and the last one's value.
+  // Each spelling: how many keys have it, and the last one's value that is
+  // not `null` (a later `null` leaves Go's field as it was).
   const groups = new Map();
   keys.forEach((key, at) => {
-    const count = groups.get(spellings[at])?.count ?? 0;
-    groups.set(spellings[at], { count: count + 1, value: args[key] });
+    const before = groups.get(spellings[at]);
+    const value = args[key] === null && before ? before.value : args[key];
+    groups.set(spellings[at], { count: (before?.count ?? 0) + 1, value });
   });
   const seen = {};
   keys.forEach((key, at) => {
@@ -448,18 +450,20 @@ function asZotReads(tool, args) {
   return seen;
 }
 
-// Whether two keys of an `event_intercept`'s arguments for one of zot's own
-// tools are read as one: then which is last matters, and `JSON.parse`
-// cannot say (it keeps a repeated key where it first stood, so in
-// `{"command":"ls","COMMAND":"ls","command":"rm -rf /"}` `COMMAND` looked
-// last, and the guard was shown `ls` where bash runs `rm -rf /`).
-function keysReadAsOne(frame) {
+// Whether an `event_intercept`'s arguments for one of zot's own tools must
+// be read again in the order written: when two keys are read as one, which
+// is last matters, and `JSON.parse` cannot say (it keeps a repeated key
+// where it first stood, so in `{"command":"ls","COMMAND":"ls","command":"rm
+// -rf /"}` `COMMAND` looked last, and the guard was shown `ls` where bash
+// runs `rm -rf /`); and a `null` may have replaced a value written before it
+// (`{"command":"rm -rf /","command":null}`), which Go keeps.
+function readAgainInOrder(frame) {
   const args = frame.tool_args;
   if (frame.type !== 'event_intercept' || !ZOT_TOOLS.has(frame.tool_name) || !hasType(args, 'object')) {
     return false;
   }
   const keys = Object.keys(args);
-  return new Set(keys.map(folded)).size < keys.length;
+  return new Set(keys.map(folded)).size < keys.length || keys.some((key) => args[key] === null);
 }
 
 const JSON_SPACE = /[ \t\n\r]*/y;
@@ -472,7 +476,7 @@ const MAX_DEPTH = 128;
 /**
  * `text` parsed as `JSON.parse` does, but each key of an object stands where
  * it was last written, as Go's decoder settles them. Used only for the rare
- * line that needs it ({@link keysReadAsOne}).
+ * line that needs it ({@link readAgainInOrder}).
  */
 export function parseInReadOrder(text) {
   let at = 0;
@@ -532,11 +536,16 @@ export function parseInReadOrder(text) {
       if (text[at++] !== ':') fail('expected `:`');
       written.push([key, value(depth + 1)]);
     } while (more('}'));
-    // Each key's last writing, found from the end.
-    const last = new Set();
-    const kept = written.reverse().filter(([key]) => !last.has(key) && last.add(key));
+    // Each key's last writing that is not `null` (Go leaves a string field
+    // as it was for a `null`), else its last; found from the end.
+    const kept = new Map();
+    for (let at = written.length - 1; at >= 0; at -= 1) {
+      const [key, item] = written[at];
+      const later = kept.get(key);
+      if (later === undefined || (written[later][1] === null && item !== null)) kept.set(key, at);
+    }
     const object = {};
-    for (const [key, item] of kept.reverse()) put(object, key, item);
+    for (const at of [...kept.values()].sort((a, b) => a - b)) put(object, written[at][0], written[at][1]);
     return object;
   };
   const parsed = value(1);
@@ -815,7 +824,7 @@ export class Extension {
     let frame;
     try {
       frame = JSON.parse(line);
-      if (frame !== null && typeof frame === 'object' && keysReadAsOne(frame)) {
+      if (frame !== null && typeof frame === 'object' && readAgainInOrder(frame)) {
         frame = parseInReadOrder(line);
       }
     } catch (thrown) {

@@ -233,6 +233,12 @@ class Intercepts(unittest.TestCase):
             # (a dict keeps it where it first stood), both ways round.
             RAW_CHECK % ("5", '{"command":"ls","COMMAND":"ls","command":"rm -rf /"}'),
             RAW_CHECK % ("6", '{"command":"rm -rf /","COMMAND":"rm -rf /","command":"ls"}'),
+            # A `null` after the value leaves it: Go ignores it for a string.
+            RAW_CHECK % ("7", '{"command":"rm -rf /","command":null}'),
+            RAW_CHECK % ("8", '{"command":"rm -rf /","COMMAND":null}'),
+            RAW_CHECK % ("9", '{"command":null,"Command":"rm -rf /","command":null}'),
+            # zot's other shell tool reads its keys the same way.
+            check("10", "powershell", {"COMMAND": "rm -rf /"}),
         )
         self.assertEqual(got, [
             {"type": "event_intercept_response", "id": "1", "block": True, "reason": "no"},
@@ -241,6 +247,10 @@ class Intercepts(unittest.TestCase):
             {"type": "event_intercept_response", "id": "4", "block": False},
             {"type": "event_intercept_response", "id": "5", "block": True, "reason": "no"},
             {"type": "event_intercept_response", "id": "6", "block": False},
+            {"type": "event_intercept_response", "id": "7", "block": True, "reason": "no"},
+            {"type": "event_intercept_response", "id": "8", "block": True, "reason": "no"},
+            {"type": "event_intercept_response", "id": "9", "block": True, "reason": "no"},
+            {"type": "event_intercept_response", "id": "10", "block": True, "reason": "no"},
         ])
 
     def test_arguments_nested_past_pythons_limit_are_answered_and_the_session_goes_on(self):

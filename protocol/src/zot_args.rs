@@ -42,8 +42,18 @@ use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
 /// zot's built-in tools: a tool an extension registers under one of these
-/// names is shadowed by zot's own.
-pub const ZOT_TOOLS: &[&str] = &["bash", "read", "write", "edit", "skill"];
+/// names is shadowed by zot's own. The five of the protocol reference and
+/// the two later zot releases added (`glob`, and `powershell` on Windows),
+/// whose arguments Go reads the same way.
+pub const ZOT_TOOLS: &[&str] = &[
+    "bash",
+    "read",
+    "write",
+    "edit",
+    "skill",
+    "glob",
+    "powershell",
+];
 
 /// Whether `a` and `b` name the same field to Go's `encoding/json`.
 pub fn same_key(a: &str, b: &str) -> bool {
@@ -357,6 +367,15 @@ mod tests {
         assert_eq!(
             as_zot_reads("deploy", &json!({"command": "ls", "COMMAND": "rm"})),
             None
+        );
+        // Newer zot's `glob` and `powershell` read theirs as Go does too.
+        assert_eq!(
+            as_zot_reads("glob", &json!({"PATH": "../../secrets"})),
+            Some(json!({"PATH": "../../secrets", "path": "../../secrets"}))
+        );
+        assert_eq!(
+            as_zot_reads("powershell", &json!({"command": "ls", "Command": "rm"})),
+            Some(json!({"command": "rm"}))
         );
     }
 

@@ -397,6 +397,8 @@ fn the_c_templates_guard_reads_what_bash_runs_and_blocks_what_it_cannot_read() {
         check("case", r#"{"Command":"rm -rf /"}"#),
         check("last", r#"{"command":"echo hi","COMMAND":"rm -rf /"}"#),
         check("twice", r#"{"command":"echo hi","command":"rm -rf /"}"#),
+        // Go leaves a string as it was for a later `null`.
+        check("null", r#"{"command":"rm -rf /","COMMAND":null}"#),
         check("deep", &format!(r#"{{"command":"rm -rf /","x":{deep}}}"#)),
         format!(
             r#"{{"type":"tool_call","id":"deep-call","name":"count_words","args":{{"x":{deep}}}}}"#
@@ -419,6 +421,7 @@ fn the_c_templates_guard_reads_what_bash_runs_and_blocks_what_it_cannot_read() {
             block("case", refused),
             block("last", refused),
             block("twice", refused),
+            block("null", refused),
             block("deep", unreadable),
             json!({"type": "tool_result", "id": "deep-call", "is_error": true,
                    "content": [{"type": "text", "text": unreadable}]}),

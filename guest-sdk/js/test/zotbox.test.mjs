@@ -223,6 +223,12 @@ test("a guard of zot's own tools sees what they will read", () => {
     // (`JSON.parse` keeps it where it first stood), both ways round.
     rawCheck('5', '{"command":"ls","COMMAND":"ls","command":"rm -rf /"}'),
     rawCheck('6', '{"command":"rm -rf /","COMMAND":"rm -rf /","command":"ls"}'),
+    // A `null` after the value leaves it: Go ignores it for a string.
+    rawCheck('7', '{"command":"rm -rf /","command":null}'),
+    rawCheck('8', '{"command":"rm -rf /","COMMAND":null}'),
+    rawCheck('9', '{"command":null,"Command":"rm -rf /","command":null}'),
+    // zot's other shell tool reads its keys the same way.
+    check('10', 'powershell', { COMMAND: 'rm -rf /' }),
   );
   assert.deepEqual(got, [
     { type: 'event_intercept_response', id: '1', block: true, reason: 'no' },
@@ -231,6 +237,10 @@ test("a guard of zot's own tools sees what they will read", () => {
     { type: 'event_intercept_response', id: '4', block: false },
     { type: 'event_intercept_response', id: '5', block: true, reason: 'no' },
     { type: 'event_intercept_response', id: '6', block: false },
+    { type: 'event_intercept_response', id: '7', block: true, reason: 'no' },
+    { type: 'event_intercept_response', id: '8', block: true, reason: 'no' },
+    { type: 'event_intercept_response', id: '9', block: true, reason: 'no' },
+    { type: 'event_intercept_response', id: '10', block: true, reason: 'no' },
   ]);
 });
 
@@ -259,6 +269,10 @@ test('a line read in the order its keys were written parses as JSON.parse does, 
   }
   assert.deepEqual(Object.keys(parseInReadOrder('{"x":1,"y":2,"x":3}')), ['y', 'x']);
   assert.deepEqual(parseInReadOrder('{"x":1,"y":2,"x":3}'), { y: 2, x: 3 });
+  // A `null` is no writing where a value was written (Go keeps the value).
+  assert.deepEqual(Object.keys(parseInReadOrder('{"x":1,"y":2,"x":null}')), ['x', 'y']);
+  assert.deepEqual(parseInReadOrder('{"x":null,"y":2,"x":3,"x":null}'), { y: 2, x: 3 });
+  assert.deepEqual(parseInReadOrder('{"x":null,"x":null}'), { x: null });
   // `__proto__` is a field, as with `JSON.parse`, never the prototype.
   const own = parseInReadOrder('{"__proto__":{"polluted":1}}');
   assert.equal(Object.getPrototypeOf(own), Object.prototype);
