@@ -635,10 +635,11 @@ impl InFlight {
     /// `tool_result` a `tool_call`, and so on. Any other frame naming the
     /// id (a guest's `notify`, an answer of the wrong kind) leaves it in
     /// flight, with its deadline, so a guest cannot call off its own
-    /// watchdog, or the answer a relay owes zot, by echoing an id.
-    fn answer(&self, id: &str, response_type: &str) {
+    /// watchdog, or the answer a relay owes zot, by echoing an id. Whether
+    /// it answered a request in flight.
+    fn answer(&self, id: &str, response_type: &str) -> bool {
         let Some(request_type) = zotbox_protocol::request_answered_by(response_type) else {
-            return;
+            return false;
         };
         let removed = {
             let mut requests = self.requests();
@@ -655,6 +656,7 @@ impl InFlight {
         if removed {
             self.changed.notify_one();
         }
+        removed
     }
 
     /// Forgets the requests past their deadline; whether there were any.
@@ -1153,7 +1155,7 @@ async fn forward_inbound(
         // host die before the rest arrives, the relay answers it too.
         begun = in_flight_from_its_head(lines.partial(), begun, timeouts, &deadlines);
         for id in &answered_here {
-            deadlines.answer(id, "event_intercept_response");
+            let _ = deadlines.answer(id, "event_intercept_response");
         }
         if !answers.is_empty() && to_zot.send(&answers).is_err() {
             break;

@@ -1287,47 +1287,86 @@ async fn hostile_writing(lab: &Lab, launch: &Launch, lines: &[&str]) -> Zot {
 /// A guard's answer zotbox cannot check (a lone surrogate in its reason,
 /// as the JavaScript SDK writes when a guard quotes half of an emoji) was
 /// dropped, and zot allows a call whose check goes unanswered for 5 s: it
-/// is a block now, and a tool's result it cannot check an error.
+/// is a block now, and a tool's result it cannot check an error. Only for
+/// a request zot made and nothing answered yet: unreadable answers for ids
+/// never asked, or for one id again, get nothing (they cost zot three
+/// times the guest's bytes in refusals, and two answers for one id).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_zotbox_cannot_check_is_a_refusal_not_silence() {
     let lab = Lab::new();
-    let dir = guests::folder(&lab.dev, "hostile", Form::Wasm, None);
-    let lines = [
-        r#"{"type":"event_intercept_response","id":"g1","block":false,"reason":"\ud83d"}"#,
-        r#"{"type":"tool_result","id":"t1","content":[{"type":"text","text":"\ud83d"}]}"#,
-    ];
+    let wasm = guests::guests().artifact("hostile", Form::Wasm);
+    let dir = guests::wasm_folder(&lab.dev, "hostile-guard", wasm, None);
+    let unreadable_verdict = |id: &str| {
+        format!(
+            r#"{{"type":"event_intercept_response","id":"{id}","block":false,"reason":"\ud83d"}}"#
+        )
+    };
+    let unreadable_result = |id: &str| {
+        format!(
+            r#"{{"type":"tool_result","id":"{id}","content":[{{"type":"text","text":"\ud83d"}}]}}"#
+        )
+    };
     for launch in [
         Launch::zotbox_run(&dir),
         Launch::zotbox_run_standalone(&dir),
     ] {
-        let mut zot = hostile_writing(&lab, &launch, &lines).await;
+        let mut zot = Zot::start(&lab, &launch).await;
+        zot.until_ready().await;
+        // The guard (`hostile-guard` checking a call of `raw_lines`) writes an unreadable verdict for the check it is asked, then
+        // allows it.
+        zot.send(
+            &json!({"type": "event_intercept", "id": "g1", "event": "tool_call",
+                         "tool_name": "raw_lines",
+                         "tool_args": {"lines": [unreadable_verdict("g1")]}}),
+        )
+        .await;
+        // The call writes an unreadable result for itself, twice, and
+        // unreadable answers for ids never asked or answered already.
+        let lines = [
+            unreadable_result("t1"),
+            unreadable_result("t1"),
+            unreadable_verdict("never-asked"),
+            unreadable_result("never-asked"),
+            unreadable_verdict("g1"),
+        ];
+        zot.send(
+            &json!({"type": "tool_call", "id": "t1", "name": "raw_lines",
+                         "args": {"lines": lines}}),
+        )
+        .await;
         let mut seen = Vec::new();
-        while seen.last().is_none_or(|frame: &Value| frame["id"] != "r") {
+        while seen
+            .last()
+            .is_none_or(|frame: &Value| frame["content"][0]["text"] != "written")
+        {
             let frame = zot.recv(PATIENCE).await.ok().flatten();
             seen.push(frame.unwrap_or_else(|| panic!("no answer: {}", zot.describe())));
         }
-        assert_eq!(seen.len(), 3, "{seen:?}");
-        assert_eq!(
-            (&seen[0]["type"], &seen[0]["id"], &seen[0]["block"]),
-            (
-                &json!("event_intercept_response"),
-                &json!("g1"),
-                &json!(true)
-            ),
-            "{:?}: {seen:?}",
-            launch.args
-        );
         let reason = seen[0]["reason"].as_str().unwrap_or_default();
         assert!(
             reason.starts_with("zotbox could not read the extension's answer (")
                 && reason.ends_with("); refused to be safe"),
             "{reason}"
         );
-        // The tool's result it could not check: an error.
+        let error = seen[2]["content"][0]["text"].as_str().unwrap_or_default();
+        assert!(
+            error.starts_with("zotbox could not read the extension's answer ("),
+            "{error}"
+        );
         assert_eq!(
-            (&seen[1]["id"], &seen[1]["is_error"]),
-            (&json!("t1"), &json!(true)),
-            "{seen:?}"
+            seen,
+            [
+                json!({"type": "event_intercept_response", "id": "g1", "block": true,
+                       "reason": reason}),
+                // The guard's own answer after it, which zot ignores.
+                json!({"type": "event_intercept_response", "id": "g1"}),
+                json!({"type": "tool_result", "id": "t1", "is_error": true,
+                       "content": [{"type": "text", "text": error}]}),
+                json!({"type": "tool_result", "id": "t1",
+                       "content": [{"type": "text", "text": "written"}]}),
+            ],
+            "{:?}",
+            launch.args
         );
         zot.shutdown().await;
     }

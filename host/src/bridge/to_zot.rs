@@ -115,6 +115,9 @@ impl Forwarding {
     /// guard's verdict zotbox cannot check becomes a block (dropped, the
     /// check would go unanswered, and zot allows a call whose check is not
     /// answered in 5 s), a tool's result or a command's response an error.
+    /// Only a request zot made and nothing answered yet is answered, once:
+    /// a guest writing unreadable answers for ids never asked, or for one id
+    /// again and again, gets nothing written for them.
     fn answer_dropped(&mut self, bytes: &[u8], why: &str, pending: &mut Vec<u8>) {
         let seen = peek_borrowed(bytes);
         let (Some(response_type), Some(id)) = (seen.frame_type.as_deref(), seen.id) else {
@@ -130,8 +133,9 @@ impl Forwarding {
         else {
             return;
         };
-        self.deadlines.answer(&id, response_type);
-        pending.extend_from_slice(&line);
+        if self.deadlines.answer(&id, response_type) {
+            pending.extend_from_slice(&line);
+        }
     }
 
     fn forward(&mut self, bytes: &[u8], pending: &mut Vec<u8>) {
@@ -167,7 +171,7 @@ impl Forwarding {
         }
         if let Some(frame_type) = seen.frame_type.as_deref() {
             if let Some(id) = &seen.id {
-                self.deadlines.answer(id, frame_type);
+                let _ = self.deadlines.answer(id, frame_type);
             }
             if Registrations::looks_at(frame_type) {
                 match self.registrations.check(bytes) {

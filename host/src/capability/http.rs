@@ -1158,10 +1158,11 @@ impl HttpClient {
                 for name in ECHO_HIDING_HEADERS {
                     sent_headers.remove(*name);
                 }
-                sent_headers.insert(
+                append_header(
+                    &mut sent_headers,
                     reqwest::header::ACCEPT_ENCODING,
                     HeaderValue::from_static("identity"),
-                );
+                )?;
             }
             let mut builder = self
                 .client_for(&sent_url)?
@@ -1402,26 +1403,52 @@ fn header_placeholders(headers: &HeaderMap) -> Vec<String> {
 
 /// `headers` with the placeholders in their values replaced, each such
 /// value marked sensitive (never logged, never compressed by index).
+///
+/// The header block's cap holds for what is sent, too: counted with the
+/// placeholders, a short `{{secret:K}}` in every header would send a long
+/// secret's length over the cap to its origin.
 fn substitute_headers(
     headers: &HeaderMap,
     secrets: &[BoundSecret],
 ) -> Result<HeaderMap, CapabilityError> {
     let mut sent = HeaderMap::with_capacity(headers.len());
+    let mut block = 0usize;
     for (name, value) in headers {
         let text = value.to_str().unwrap_or_default();
-        if !text.contains(PLACEHOLDER_OPEN) {
-            sent.append(name, value.clone());
-            continue;
-        }
-        let mut value = HeaderValue::from_str(&substitute(text, secrets, false)).map_err(|_| {
-            CapabilityError::Invalid(format!(
-                "the value of header `{name}` is not valid once its secret is put in"
-            ))
-        })?;
-        value.set_sensitive(true);
-        sent.append(name, value);
+        let value = if text.contains(PLACEHOLDER_OPEN) {
+            let mut value =
+                HeaderValue::from_str(&substitute(text, secrets, false)).map_err(|_| {
+                    CapabilityError::Invalid(format!(
+                        "the value of header `{name}` is not valid once its secret is put in"
+                    ))
+                })?;
+            value.set_sensitive(true);
+            value
+        } else {
+            value.clone()
+        };
+        block = block.saturating_add(name.as_str().len() + value.len());
+        crate::capability::within_size(
+            "the request's header block with its secrets put in",
+            block,
+            crate::capability::MAX_HEADER_BYTES,
+        )?;
+        append_header(&mut sent, name.clone(), value)?;
     }
     Ok(sent)
+}
+
+/// Appends a header, refusing rather than panicking past the most names a
+/// [`HeaderMap`] holds (out of reach under the header block's cap today;
+/// this keeps it so whatever the cap becomes).
+fn append_header(
+    map: &mut HeaderMap,
+    name: HeaderName,
+    value: HeaderValue,
+) -> Result<(), CapabilityError> {
+    map.try_append(name, value)
+        .map(drop)
+        .map_err(|_| CapabilityError::Invalid("the request has too many headers".to_owned()))
 }
 
 /// Validates the caller's headers: well-formed, none the host manages, and
@@ -1465,7 +1492,7 @@ fn request_headers(
                 "header `{header}` is managed by the host and may not be set"
             )));
         }
-        map.append(header, value);
+        append_header(&mut map, header, value)?;
     }
     Ok(map)
 }
@@ -1683,6 +1710,42 @@ mod tests {
         assert_eq!(
             redact(&secrets, "a+b\\/c d= a%2bb%2fc%20d%3d"),
             "[redacted secret K] [redacted secret K]"
+        );
+    }
+
+    /// Attack: the header block's cap counted the placeholders, so a short
+    /// `{{secret:K}}` in every header sent a long secret's length over the
+    /// cap, again and again, to its origin.
+    #[test]
+    fn the_header_cap_counts_the_secrets_put_in() {
+        let secret =
+            BoundSecret::new("K", "s".repeat(4096), &["https://a.dev".to_owned()], false).unwrap();
+        let url = Url::parse("https://a.dev/").unwrap();
+        let host = Host::Name("a.dev".to_owned());
+        let headers = |count: usize| -> Vec<(String, String)> {
+            (0..count)
+                .map(|at| (format!("x-h{at:02}"), "{{secret:K}}".to_owned()))
+                .collect()
+        };
+        // Within the cap put in (15 × 4101 bytes); fifty are within it as
+        // written (50 × 17), not put in.
+        let written = request_headers(&url, &host, &headers(15)).unwrap();
+        let sent = substitute_headers(&written, std::slice::from_ref(&secret)).unwrap();
+        assert_eq!(sent.len(), 15);
+        assert!(
+            sent.values()
+                .all(|value| value.is_sensitive() && value.len() == 4096)
+        );
+        let written = request_headers(&url, &host, &headers(50)).unwrap();
+        let Err(CapabilityError::Invalid(reason)) =
+            substitute_headers(&written, std::slice::from_ref(&secret))
+        else {
+            panic!("sent past the cap");
+        };
+        // The sixteenth header is the one past 64 KiB: 16 × (5 + 4096).
+        assert_eq!(
+            reason,
+            "the request's header block with its secrets put in is 65616 bytes; the most is 65536"
         );
     }
 

@@ -11,7 +11,7 @@ use std::io::Write;
 
 use serde::Deserialize;
 use startup::Startup;
-use zotbox_guest::{Extension, ToolOutput, fs, schema};
+use zotbox_guest::{Extension, ToolOutput, Verdict, fs, schema};
 
 #[derive(Deserialize)]
 struct PathArg {
@@ -64,6 +64,14 @@ fn main() -> std::io::Result<()> {
                     "A command whose name a terminal would act on.",
                     |_ctx, _args| zotbox_guest::Response::display("evil"),
                 )
+        }),
+        Startup::Guard => tools().intercept_tool_call(|_ctx, tool, args| {
+            if tool == "raw_lines"
+                && let Ok(args) = LinesArg::deserialize(args)
+            {
+                write_lines(&args.lines);
+            }
+            Verdict::Allow
         }),
         Startup::Normal => tools(),
     };

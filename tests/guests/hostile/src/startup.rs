@@ -7,6 +7,9 @@
 //!   guest itself stays within a small memory limit; then idles.
 //! - `hostile-evil-names`: the usual tools, plus tools and a command whose
 //!   names would clear the screen, set the terminal title or forge a row.
+//! - `hostile-guard`: the usual tools, and a guard of every tool call that
+//!   writes a check of `raw_lines` its `lines` by hand (as a guard writing
+//!   its verdicts itself would), then allows it.
 
 use std::io::{BufRead, Write};
 
@@ -19,6 +22,8 @@ pub enum Startup {
     Normal,
     /// The ordinary tool set plus [`EVIL_NAMES`].
     EvilNames,
+    /// The ordinary tool set and a guard writing lines by hand.
+    Guard,
     /// `count` tools with `bytes`-byte descriptions, raw frames.
     Register {
         /// How many tools.
@@ -32,8 +37,10 @@ impl Startup {
     /// The mode `argv[0]` names.
     pub fn from_args() -> Self {
         let name = std::env::args().next().unwrap_or_default();
-        if name == "hostile-evil-names" {
-            return Self::EvilNames;
+        match name.as_str() {
+            "hostile-evil-names" => return Self::EvilNames,
+            "hostile-guard" => return Self::Guard,
+            _ => {}
         }
         let Some(rest) = name.strip_prefix("hostile-register-") else {
             return Self::Normal;
