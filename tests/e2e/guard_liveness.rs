@@ -93,8 +93,19 @@ async fn start_serve(lab: &Lab) -> Peer {
 
 /// `zotbox run DIR` as zot runs an installed launcher, through `ready`.
 pub(crate) async fn start_run(lab: &Lab, dir: &Path) -> Peer {
+    start_run_compiling(lab, dir, PATIENCE).await
+}
+
+/// [`start_run`], waiting up to `compiling` for the first frame: a large
+/// component is compiled first (the Python example's takes 14 s alone on
+/// two cores, and longer beside other tests).
+pub(crate) async fn start_run_compiling(lab: &Lab, dir: &Path, compiling: Duration) -> Peer {
     let mut zot = lab.spawn_zotbox(&["run", &dir.display().to_string()], dir);
-    assert_eq!(zot.recv().await["type"], "hello", "{}", zot.describe());
+    let hello = match zot.recv_within(compiling).await {
+        Ok(Some((_, frame))) => frame,
+        _ => panic!("no first frame within {compiling:?}: {}", zot.describe()),
+    };
+    assert_eq!(hello["type"], "hello", "{}", zot.describe());
     zot.send(&hello_ack(lab, dir)).await;
     zot.recv_through("ready").await;
     zot

@@ -835,7 +835,9 @@ async fn the_python_example_under_zotbox_run_survives_arguments_nested_past_its_
     };
     let lab = Lab::new();
     let dir = guests::wasm_folder(&lab.dev, PY_HELLO, wasm, None);
-    let mut zot = crate::guard_liveness::start_run(&lab, &dir).await;
+    let mut zot =
+        crate::guard_liveness::start_run_compiling(&lab, &dir, std::time::Duration::from_secs(300))
+            .await;
     let depth = 2000;
     zot.send_bytes(
         format!(
