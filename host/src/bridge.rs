@@ -1188,7 +1188,7 @@ fn as_zot_reads(line: &[u8], frame: &HostFrame) -> Option<Vec<u8>> {
     let args = match crate::guard::zot_args::as_zot_reads(tool, read) {
         Some(args) => args,
         None if crate::guard::zot_args::ZOT_TOOLS.contains(&tool)
-            && line.windows(4).any(|window| window == b"null") =>
+            && memchr::memmem::find(line, b"null").is_some() =>
         {
             read.clone()
         }
