@@ -6,7 +6,7 @@
 use std::net::TcpListener;
 use std::path::PathBuf;
 
-use serde_json::json;
+use serde_json::{Value, json};
 use zotbox::host::{ExtensionState, RestartPolicy};
 use zotbox::protocol::{CommandAction, CommandResponse};
 use zotbox::{Host, HostEvent, Verdict};
@@ -1049,14 +1049,19 @@ fn zotbox_folds_every_key_go_matches_to_a_field() {
 
 /// A guard of zot's `bash` is shown the `command` (and `path`) Go decodes,
 /// checked against the real Go: keys in any case, written twice, escaped,
-/// the last one written winning. Skipped without Go, unless
-/// `ZOTBOX_REQUIRE_GO=1`.
+/// the last one written winning, a `null` after a value leaving it. Every
+/// reader a guard may use is checked: zotbox's (what the bridge, `serve`
+/// and the Rust SDK show), and the Python and JavaScript SDKs' own (what a
+/// guard built natively, outside zotbox, is shown), over the lines below and
+/// 1 500 made from a fixed seed. Skipped without Go, unless
+/// `ZOTBOX_REQUIRE_GO=1`; the Python and JavaScript readers without
+/// `python3` or `node`.
 #[test]
 fn a_guard_is_shown_the_command_go_decodes() {
-    let Some(mut go) = go_run("go-bash-args", "Go's reading of bash's arguments") else {
+    let Some(go) = go_run("go-bash-args", "Go's reading of bash's arguments") else {
         return;
     };
-    let lines = [
+    let mut lines: Vec<String> = [
         r#"{"command":"ls","COMMAND":"ls","command":"rm -rf /"}"#,
         r#"{"command":"rm -rf /","COMMAND":"rm -rf /","command":"ls"}"#,
         r#"{"\u0043OMMAND":"x","command":"y","Command":"z"}"#,
@@ -1070,33 +1075,153 @@ fn a_guard_is_shown_the_command_go_decodes() {
         // Go leaves a string field as it was for a `null`.
         r#"{"command":"rm -rf /","command":null}"#,
         r#"{"command":"rm -rf /","COMMAND":null,"path":".env","Path":null}"#,
+    ]
+    .map(str::to_owned)
+    .into();
+    lines.extend(argument_lines(1_500));
+    let go_reads = reads_of(go, &lines, "Go");
+    let mut readers = vec![(
+        "zotbox",
+        lines
+            .iter()
+            .map(|line| {
+                let zotbox::protocol::zot_args::InReadOrder(args) =
+                    serde_json::from_str(line).expect("the arguments");
+                let shown = zotbox::protocol::zot_args::as_zot_reads("bash", &args).unwrap_or(args);
+                let field = |key: &str| shown[key].as_str().unwrap_or_default().to_owned();
+                json!([field("command"), field("path")])
+            })
+            .collect::<Vec<_>>(),
+    )];
+    let fixture = repo("tests/fixtures/go-bash-args");
+    match zotbox::build::find_program(std::path::Path::new("python3")) {
+        Some(python) => {
+            let mut command = std::process::Command::new(python);
+            command
+                .arg(fixture.join("python_reads.py"))
+                .arg(repo("guest-sdk/python"))
+                .env("PYTHONDONTWRITEBYTECODE", "1");
+            readers.push(("the Python SDK", reads_of(command, &lines, "Python")));
+        }
+        None => eprintln!("note: the Python SDK's reading not checked: no `python3` on PATH"),
+    }
+    match zotbox::build::find_program(std::path::Path::new("node")) {
+        Some(node) => {
+            let mut command = std::process::Command::new(node);
+            command
+                .arg("--import")
+                .arg(repo("guest-sdk/js/test/register.mjs"))
+                .arg(fixture.join("js_reads.mjs"))
+                .arg(repo("guest-sdk/js/zotbox.js"));
+            readers.push((
+                "the JavaScript SDK",
+                reads_of(command, &lines, "JavaScript"),
+            ));
+        }
+        None => {
+            assert_ne!(
+                std::env::var("ZOTBOX_REQUIRE_JS").as_deref(),
+                Ok("1"),
+                "ZOTBOX_REQUIRE_JS=1 but there is no `node` on PATH"
+            );
+            eprintln!("note: the JavaScript SDK's reading not checked: no `node` on PATH");
+        }
+    }
+    let mut compared = 0;
+    for (at, line) in lines.iter().enumerate() {
+        // A line Go refuses (a value that is no string) runs nothing.
+        if go_reads[at] == "error" {
+            continue;
+        }
+        compared += 1;
+        for (reader, reads) in &readers {
+            assert_eq!(reads[at], go_reads[at], "{reader} against Go: {line}");
+        }
+    }
+    // Most lines hold strings where Go reads them: these are compared.
+    assert!(compared * 2 > lines.len(), "{compared} lines compared");
+}
+
+/// `count` lines of arguments for bash, from a fixed seed: one to six keys
+/// each, `command` and `path` in several cases and escapes, written again
+/// or followed by `null`, beside keys Go does not read into either field
+/// and the odd object (which Go refuses for a string).
+fn argument_lines(count: usize) -> Vec<String> {
+    const KEYS: &[&str] = &[
+        r#""command""#,
+        r#""Command""#,
+        r#""COMMAND""#,
+        r#""commanD""#,
+        r#""comman\u0064""#,
+        r#""\u0043ommand""#,
+        r#""commands""#,
+        r#""path""#,
+        r#""Path""#,
+        r#""PATH""#,
+        r#""pAth""#,
+        r#""x""#,
     ];
-    let mut child = go
+    const VALUES: &[&str] = &[
+        r#""a""#,
+        r#""b""#,
+        r#""rm -rf /""#,
+        r#""\u0072m""#,
+        r#""c""#,
+        r#""""#,
+        "null",
+        "null",
+        r#"{"command":"c"}"#,
+    ];
+    // xorshift64: the same lines on every run and machine.
+    let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut pick = |len: usize| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        usize::try_from(state % len as u64).unwrap_or_default()
+    };
+    (0..count)
+        .map(|_| {
+            let members: Vec<String> = (0..=pick(6))
+                .map(|_| format!("{}:{}", KEYS[pick(KEYS.len())], VALUES[pick(VALUES.len())]))
+                .collect();
+            format!("{{{}}}", members.join(","))
+        })
+        .collect()
+}
+
+/// What `command` prints for each of `lines` written to its stdin: one JSON
+/// value per line (`"error"` for Go's bare `error`).
+fn reads_of(mut command: std::process::Command, lines: &[String], who: &str) -> Vec<Value> {
+    let mut child = command
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
         .spawn()
-        .expect("run go");
-    {
+        .unwrap_or_else(|e| panic!("cannot run {who}'s reader: {e}"));
+    let mut stdin = child.stdin.take().expect("stdin");
+    let input = format!("{}\n", lines.join("\n"));
+    // Written beside the reading: the answers may outgrow a pipe's buffer.
+    let writer = std::thread::spawn(move || {
         use std::io::Write;
-        let mut stdin = child.stdin.take().expect("stdin");
-        stdin
-            .write_all(format!("{}\n", lines.join("\n")).as_bytes())
-            .expect("write the lines");
-    }
-    let output = child.wait_with_output().expect("go's answers");
-    assert!(output.status.success());
-    let go_reads: Vec<serde_json::Value> = String::from_utf8_lossy(&output.stdout)
+        stdin.write_all(input.as_bytes()).expect("write the lines");
+    });
+    let output = child.wait_with_output().expect("the reader's answers");
+    writer.join().expect("the writer");
+    assert!(
+        output.status.success(),
+        "{who}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let reads: Vec<Value> = String::from_utf8_lossy(&output.stdout)
         .lines()
-        .map(|line| serde_json::from_str(line).expect("go's answer"))
+        .map(|line| match line {
+            "error" => json!("error"),
+            _ => serde_json::from_str(line).unwrap_or_else(|e| panic!("{who}: {e}: {line}")),
+        })
         .collect();
-    assert_eq!(go_reads.len(), lines.len());
-    for (line, go_read) in lines.iter().zip(go_reads) {
-        let zotbox::protocol::zot_args::InReadOrder(args) =
-            serde_json::from_str(line).expect("the arguments");
-        let shown = zotbox::protocol::zot_args::as_zot_reads("bash", &args).unwrap_or(args);
-        let field = |key: &str| shown[key].as_str().unwrap_or_default().to_owned();
-        assert_eq!(json!([field("command"), field("path")]), go_read, "{line}");
-    }
+    assert_eq!(reads.len(), lines.len(), "{who}");
+    reads
 }
 
 /// The repository's folder `relative`.
