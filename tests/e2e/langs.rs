@@ -1053,9 +1053,10 @@ fn zotbox_folds_every_key_go_matches_to_a_field() {
 /// reader a guard may use is checked: zotbox's (what the bridge, `serve`
 /// and the Rust SDK show), and the Python and JavaScript SDKs' own (what a
 /// guard built natively, outside zotbox, is shown), over the lines below and
-/// 1 500 made from a fixed seed. Skipped without Go, unless
-/// `ZOTBOX_REQUIRE_GO=1`; the Python and JavaScript readers without
-/// `python3` or `node`.
+/// 1 500 made from a fixed seed; and the C template's guard, which blocks
+/// `rm -rf /`, blocks just where Go's `command` holds it. Skipped without
+/// Go, unless `ZOTBOX_REQUIRE_GO=1`; the other readers without `python3`,
+/// `node` or clang.
 #[test]
 fn a_guard_is_shown_the_command_go_decodes() {
     let Some(go) = go_run("go-bash-args", "Go's reading of bash's arguments") else {
@@ -1127,6 +1128,7 @@ fn a_guard_is_shown_the_command_go_decodes() {
             eprintln!("note: the JavaScript SDK's reading not checked: no `node` on PATH");
         }
     }
+    let c_blocks = c_template_blocks(&lines);
     let mut compared = 0;
     for (at, line) in lines.iter().enumerate() {
         // A line Go refuses (a value that is no string) runs nothing.
@@ -1137,9 +1139,67 @@ fn a_guard_is_shown_the_command_go_decodes() {
         for (reader, reads) in &readers {
             assert_eq!(reads[at], go_reads[at], "{reader} against Go: {line}");
         }
+        if let Some(blocks) = &c_blocks {
+            let runs = go_reads[at][0].as_str().unwrap_or_default();
+            assert_eq!(
+                blocks[at],
+                runs.contains("rm -rf /"),
+                "the C template's guard against Go ({runs:?}): {line}"
+            );
+        }
     }
     // Most lines hold strings where Go reads them: these are compared.
     assert!(compared * 2 > lines.len(), "{compared} lines compared");
+}
+
+/// Whether the C template's guard (`zotbox new --lang c`, built under the
+/// sanitizers) blocks a check of bash with each of `lines` as arguments: it
+/// reads only `command`, and blocks `rm -rf /` in it. `None` without clang.
+fn c_template_blocks(lines: &[String]) -> Option<Vec<bool>> {
+    let lab = Lab::new();
+    let dir = lab.dev.join("gd");
+    lab.zotbox(&[
+        "new",
+        "gd",
+        "--lang",
+        "c",
+        "--path",
+        &dir.display().to_string(),
+    ])
+    .expect_code(0);
+    let bin = dir.join("gd-sanitized");
+    guests::sanitized_c(&dir.join("main.c"), &bin, "C template")?;
+    let checks: String = lines
+        .iter()
+        .enumerate()
+        .map(|(at, args)| {
+            format!(
+                "{{\"type\":\"event_intercept\",\"id\":\"{at}\",\"event\":\"tool_call\",\
+                 \"tool_name\":\"bash\",\"tool_args\":{args}}}\n"
+            )
+        })
+        .collect();
+    let mut blocks = vec![None; lines.len()];
+    for line in guests::run_sanitized(&bin, checks).lines() {
+        let Ok(frame) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        if frame["type"] != "event_intercept_response" {
+            continue;
+        }
+        let at: usize = frame["id"]
+            .as_str()
+            .and_then(|id| id.parse().ok())
+            .expect("an id asked");
+        blocks[at] = Some(frame["block"] == true);
+    }
+    Some(
+        blocks
+            .into_iter()
+            .enumerate()
+            .map(|(at, block)| block.unwrap_or_else(|| panic!("no answer to {}", lines[at])))
+            .collect(),
+    )
 }
 
 /// `count` lines of arguments for bash, from a fixed seed: one to six keys
