@@ -108,6 +108,31 @@ fn list_says_so_when_there_is_nothing() {
     assert_eq!(run.stdout, "no extensions found\n");
 }
 
+/// Without a policy file a manifest still gets no more than zotbox's
+/// built-in ceilings, and the screens that speak of the policy say so
+/// (they said "no ceilings").
+#[test]
+fn without_a_policy_the_built_in_ceilings_are_named() {
+    let lab = Lab::new();
+    let run = lab.zotbox(&["policy", "show"]);
+    run.expect_code(0);
+    assert!(
+        run.stdout.ends_with(
+            "no policy file exists: a sandboxed extension gets what its manifest asks, within \
+             zotbox's built-in ceilings (1024 MiB of memory, 600 s a call)\n"
+        ),
+        "{run:#?}"
+    );
+    let run = lab.zotbox(&["doctor"]);
+    assert!(
+        run.stdout.contains(
+            "\npolicy: none (a sandboxed extension gets what its manifest asks, within \
+             zotbox's built-in ceilings: 1024 MiB of memory, 600 s a call)\n"
+        ),
+        "{run:#?}"
+    );
+}
+
 #[test]
 fn call_prints_the_result_and_exits_by_outcome() {
     let (lab, _weather) = weather_lab();

@@ -92,7 +92,12 @@ impl Args {
             notes.push(format!(
                 "policy: {}",
                 if layers.is_empty() {
-                    "none (no ceilings)".to_owned()
+                    format!(
+                        "none (a sandboxed extension gets what its manifest asks, within \
+                         zotbox's built-in ceilings: {} MiB of memory, {} s a call)",
+                        zotbox::policy::BUILT_IN_MAX_MEMORY_MB,
+                        zotbox::policy::BUILT_IN_MAX_TOOL_TIMEOUT_MS / 1000
+                    )
                 } else {
                     layers.join(", ")
                 }

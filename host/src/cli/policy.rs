@@ -50,7 +50,12 @@ fn show(context: &Context, policy: &Policy) -> Result<u8> {
     println!("system policy: {}", Policy::system_path().display());
     println!("user policy:   {}", context.home()?.user_policy().display());
     if policy.layers().is_empty() {
-        println!("no policy file exists: no ceilings beyond each extension's own declarations");
+        println!(
+            "no policy file exists: a sandboxed extension gets what its manifest asks, within \
+             zotbox's built-in ceilings ({} MiB of memory, {} s a call)",
+            zotbox::policy::BUILT_IN_MAX_MEMORY_MB,
+            zotbox::policy::BUILT_IN_MAX_TOOL_TIMEOUT_MS / 1000
+        );
     }
     for layer in policy.layers() {
         println!(
