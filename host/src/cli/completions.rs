@@ -19,7 +19,7 @@ impl Args {
         // closed pipe, say); a failed write here is an error.
         let mut script = Vec::new();
         clap_complete::generate(self.shell, &mut command, "zotbox", &mut script);
-        std::io::Write::write_all(&mut std::io::stdout(), &script)
+        super::output::quiet_if_gone(std::io::Write::write_all(&mut std::io::stdout(), &script))
             .context("cannot write the completion script")?;
         Ok(EXIT_OK)
     }

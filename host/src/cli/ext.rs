@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{Context as _, Result, bail};
 use serde_json::Value;
 
-use super::output::{json_line, table};
+use super::output::{json_line, quiet_if_gone, table};
 use super::{Context, EXIT_OK};
 use zotbox::discovery::{Origin, SearchPath};
 use zotbox::manifest::{MANIFEST_FILE, Manifest, Program};
@@ -718,8 +718,8 @@ async fn logs(context: &Context, name: &str, follow: bool) -> Result<u8> {
         Err(err) => return Err(err).with_context(|| format!("cannot open `{}`", path.display())),
     };
     let mut stdout = std::io::stdout();
-    let mut position = std::io::copy(&mut file, &mut stdout)?;
-    stdout.flush()?;
+    let mut position = quiet_if_gone(std::io::copy(&mut file, &mut stdout))?;
+    quiet_if_gone(stdout.flush())?;
     if !follow {
         return Ok(EXIT_OK);
     }
@@ -734,7 +734,7 @@ async fn logs(context: &Context, name: &str, follow: bool) -> Result<u8> {
         file.seek(SeekFrom::Start(position))?;
         let mut chunk = Vec::new();
         position += file.read_to_end(&mut chunk)? as u64;
-        stdout.write_all(&chunk)?;
-        stdout.flush()?;
+        quiet_if_gone(stdout.write_all(&chunk))?;
+        quiet_if_gone(stdout.flush())?;
     }
 }

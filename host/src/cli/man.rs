@@ -15,7 +15,7 @@ impl Args {
         let mut out = Vec::new();
         page.render(&mut out)
             .context("cannot render the man page")?;
-        std::io::Write::write_all(&mut std::io::stdout(), &out)
+        super::output::quiet_if_gone(std::io::Write::write_all(&mut std::io::stdout(), &out))
             .context("cannot write the man page")?;
         Ok(EXIT_OK)
     }

@@ -93,8 +93,20 @@ pub(crate) fn a_few_of<T>(items: &[T], separator: &str, show: impl Fn(&T) -> Str
 pub(crate) fn json_line<T: Serialize>(value: &T) -> anyhow::Result<()> {
     let mut line = zotbox::text::json(value)?;
     line.push('\n');
-    std::io::stdout().lock().write_all(line.as_bytes())?;
+    quiet_if_gone(std::io::stdout().lock().write_all(line.as_bytes()))?;
     Ok(())
+}
+
+/// `written`, a write to stdout; once its reader is gone (`zotbox list
+/// --json | head -1`), zotbox stops quietly with status 0, as it does for
+/// `println!` (see `main`) and as ripgrep and coreutils do.
+pub(crate) fn quiet_if_gone<T>(written: std::io::Result<T>) -> std::io::Result<T> {
+    if let Err(err) = &written
+        && err.kind() == std::io::ErrorKind::BrokenPipe
+    {
+        std::process::exit(i32::from(super::EXIT_OK));
+    }
+    written
 }
 
 /// Prints the host events received so far: notes and panels on stderr for
