@@ -419,8 +419,9 @@ function put(object, key, value) {
  * several winning. Natively zot hands a guard the model's spelling, so
  * `{"command":"ls","COMMAND":"rm -rf /"}` would show the guard `ls` while
  * bash ran `rm -rf /`. Keys read as one become its lowercase spelling with
- * the last one's value; a lone key in another case gets the lowercase
- * spelling beside it. Another tool's arguments are left as they are: it may
+ * the last one's value that is not `null` (Go leaves a string as it was for
+ * a `null`); a lone key in another case gets the lowercase spelling beside
+ * it. Another tool's arguments are left as they are: it may
  * read its keys by their case.
  */
 function asZotReads(tool, args) {

@@ -19,12 +19,13 @@
 //! 3. A guard is handed the arguments of zot's built-in tools
 //!    ([`ZOT_TOOLS`]) as Go reads them ([`as_zot_reads`]): keys that are the
 //!    same key become one, under its lowercase spelling, with the last one's
-//!    value; a lone key in another case keeps its spelling and has the
-//!    lowercase one beside it. Other tools are left as zot sent them: an
-//!    extension's tool may read its arguments by their exact case, and a
-//!    guard must not be shown a value that tool never reads. zotbox does
-//!    this for the guards it hosts, and the guest SDK for a guard built
-//!    natively, which zot hands the arguments as the model wrote them.
+//!    value that is not `null` (rule 4); a lone key in another case keeps
+//!    its spelling and has the lowercase one beside it. Other tools are
+//!    left as zot sent them: an extension's tool may read its arguments by
+//!    their exact case, and a guard must not be shown a value that tool
+//!    never reads. zotbox does this for the guards it hosts, and the guest
+//!    SDK for a guard built natively, which zot hands the arguments as the
+//!    model wrote them.
 //! 4. "The last key" is the last as written. A JSON parser that keeps a
 //!    repeated key where it first stood (serde_json's ordered map, Python's
 //!    `dict`, JavaScript's objects) puts `COMMAND` after `command` in
@@ -107,7 +108,8 @@ pub fn as_zot_reads(tool: &str, args: &Value) -> Option<Value> {
     if args.keys().all(|key| key.chars().all(|c| fold(c) == c)) {
         return None;
     }
-    // Each folded spelling: how many keys have it, and the last one's value.
+    // Each folded spelling: how many keys have it, and the last one's value
+    // that is not `null`.
     let spellings: Vec<String> = args.keys().map(|key| folded(key)).collect();
     let mut groups: HashMap<&str, (usize, &Value)> = HashMap::new();
     for (spelling, value) in spellings.iter().zip(args.values()) {
