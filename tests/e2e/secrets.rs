@@ -224,6 +224,19 @@ async fn a_secret_reaches_its_bound_origin_and_no_other_place() {
                  `\"query\": true`"
             ),
         ),
+        // Attack: a query string within the URL's cap as written, past it
+        // with the secret put in (22 bytes encoded for a 20-byte
+        // placeholder; a long secret would multiply the URL).
+        refused(
+            "query grown past the cap",
+            "http",
+            json!({"url": server.url(&format!(
+                "/echo-head?k={}",
+                "{{secret:QUERY_KEY}}".repeat(3_250)
+            ))}),
+            "invalid request: the URL with its secrets put in is longer than the most allowed, \
+             65536 bytes",
+        ),
         // Attack: the same, the placeholder cut by a tab the scan would
         // not see through and parsing the URL drops.
         refused_with(

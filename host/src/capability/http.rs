@@ -428,8 +428,13 @@ fn check_hop(
 /// (`encode`d); other text as it is. One pass over `text`: a value is
 /// never read again, so one that ends in `{` cannot complete a second
 /// placeholder after it, whose secret the hop's check never saw.
-fn substitute(text: &str, secrets: &[BoundSecret], encode: bool) -> String {
-    let mut out = String::with_capacity(text.len());
+///
+/// `None` once the text would pass `at_most` bytes: the caps on what a
+/// guest may send count its placeholders, each a few bytes, and a long
+/// secret written in thousands of times would otherwise be built (and
+/// sent) at thousands of times its length.
+fn substitute(text: &str, secrets: &[BoundSecret], encode: bool, at_most: usize) -> Option<String> {
+    let mut out = String::with_capacity(text.len().min(at_most));
     let mut rest = text;
     while let Some(start) = rest.find(PLACEHOLDER_OPEN) {
         let after = &rest[start + PLACEHOLDER_OPEN.len()..];
@@ -443,10 +448,13 @@ fn substitute(text: &str, secrets: &[BoundSecret], encode: bool) -> String {
             Some(secret) => out.push_str(&secret.value),
             None => out.push_str(&rest[start..start + PLACEHOLDER_OPEN.len() + end + 2]),
         }
+        if out.len() > at_most {
+            return None;
+        }
         rest = &after[end + PLACEHOLDER_CLOSE.len()..];
     }
     out.push_str(rest);
-    out
+    (out.len() <= at_most).then_some(out)
 }
 
 /// Request headers a fetch that sent a secret sends as the host sets them:
@@ -1149,7 +1157,19 @@ impl HttpClient {
             if hops == 0
                 && let Some(query) = url.query()
             {
-                sent_url.set_query(Some(&substitute(query, secrets, true)));
+                let too_long = || {
+                    CapabilityError::Invalid(format!(
+                        "the URL with its secrets put in is longer than the most allowed, {} \
+                         bytes",
+                        crate::capability::MAX_URL_BYTES
+                    ))
+                };
+                let query = substitute(query, secrets, true, crate::capability::MAX_URL_BYTES)
+                    .ok_or_else(too_long)?;
+                sent_url.set_query(Some(&query));
+                if sent_url.as_str().len() > crate::capability::MAX_URL_BYTES {
+                    return Err(too_long());
+                }
             }
             let mut sent_headers = substitute_headers(&headers, secrets)?;
             // From the first hop that carried one on: a same-origin
@@ -1416,12 +1436,19 @@ fn substitute_headers(
     for (name, value) in headers {
         let text = value.to_str().unwrap_or_default();
         let value = if text.contains(PLACEHOLDER_OPEN) {
-            let mut value =
-                HeaderValue::from_str(&substitute(text, secrets, false)).map_err(|_| {
+            let put_in = substitute(text, secrets, false, crate::capability::MAX_HEADER_BYTES)
+                .ok_or_else(|| {
                     CapabilityError::Invalid(format!(
-                        "the value of header `{name}` is not valid once its secret is put in"
+                        "the request's header block with its secrets put in is longer than \
+                         the most allowed, {} bytes",
+                        crate::capability::MAX_HEADER_BYTES
                     ))
                 })?;
+            let mut value = HeaderValue::from_str(&put_in).map_err(|_| {
+                CapabilityError::Invalid(format!(
+                    "the value of header `{name}` is not valid once its secret is put in"
+                ))
+            })?;
             value.set_sensitive(true);
             value
         } else {
@@ -1698,12 +1725,18 @@ mod tests {
         };
         let secrets = [bound("A", "pass{"), bound("B", "sk-live-value")];
         assert_eq!(
-            substitute("{{secret:A}}{secret:B}}", &secrets, false),
-            "pass{{secret:B}}"
+            substitute("{{secret:A}}{secret:B}}", &secrets, false, usize::MAX).as_deref(),
+            Some("pass{{secret:B}}")
         );
         assert_eq!(
-            substitute("x {{secret:B}} {{secret:C}} {{secret:A}}", &secrets, false),
-            "x sk-live-value {{secret:C}} pass{"
+            substitute(
+                "x {{secret:B}} {{secret:C}} {{secret:A}}",
+                &secrets,
+                false,
+                usize::MAX
+            )
+            .as_deref(),
+            Some("x sk-live-value {{secret:C}} pass{")
         );
         // What writers make of an echo: `\/`, lowercase `%xx`.
         let secrets = [bound("K", "a+b/c d=")];
@@ -1770,12 +1803,17 @@ mod tests {
         );
         // Substitution encodes only where asked (the query string).
         assert_eq!(
-            substitute("{{secret:K}}", &secrets, true),
-            "a%2Bb%2Fc%20d%3D"
+            substitute("{{secret:K}}", &secrets, true, usize::MAX).as_deref(),
+            Some("a%2Bb%2Fc%20d%3D")
         );
         assert_eq!(
-            substitute("Bearer {{secret:K}}", &secrets, false),
-            "Bearer a+b/c d="
+            substitute("Bearer {{secret:K}}", &secrets, false, usize::MAX).as_deref(),
+            Some("Bearer a+b/c d=")
+        );
+        // Past `at_most`, nothing: the value is not built whole.
+        assert_eq!(
+            substitute(&"{{secret:K}}".repeat(1000), &secrets, true, 64),
+            None
         );
         // `Debug` never shows the value.
         assert!(!format!("{secrets:?}").contains("a+b"));
