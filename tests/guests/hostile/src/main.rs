@@ -3,7 +3,8 @@
 //! The sandbox tests call these tools and assert what the host does: a
 //! refusal the guest sees, a trap that ends the session, a kill at the
 //! deadline. Natively, the same tools show what an unsandboxed extension
-//! could do. Attacks on the handshake itself are [`startup`] modes.
+//! could do. Attacks on the handshake itself, and a guard writing its
+//! verdicts by hand, are [`startup`] modes.
 
 mod startup;
 

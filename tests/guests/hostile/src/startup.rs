@@ -1,6 +1,7 @@
-//! Startup modes: attacks made in the handshake itself, chosen by the name
-//! the host starts the guest under (a wasm guest's `argv[0]` is its manifest
-//! name), so each test picks one by naming the extension folder.
+//! Startup modes: attacks made in the handshake itself, and what the guest
+//! registers beyond its tools, chosen by the name the host starts the guest
+//! under (a wasm guest's `argv[0]` is its manifest name), so each test picks
+//! one by naming the extension folder.
 //!
 //! - `hostile-register-<count>-<bytes>`: registers `count` tools, each with a
 //!   description of `bytes` bytes, written from one reused buffer so that the
