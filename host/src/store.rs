@@ -39,3 +39,34 @@ pub mod signature;
 pub mod source;
 pub mod trust;
 pub mod unpack;
+
+use std::path::Path;
+
+/// Whether an output path names a folder to write into rather than a file:
+/// an existing folder, or a path written with a trailing `/` (`--out
+/// site/`), which the writer makes when it is missing.
+pub fn names_a_folder(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt as _;
+    path.as_os_str().as_bytes().ends_with(b"/") || path.is_dir()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_trailing_slash_names_a_folder_that_does_not_exist_yet() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("site");
+        assert!(!names_a_folder(&missing));
+        assert!(names_a_folder(Path::new(&format!(
+            "{}/",
+            missing.display()
+        ))));
+        assert!(names_a_folder(dir.path()));
+        let file = dir.path().join("notes-1.0.0.tar.gz");
+        std::fs::write(&file, b"").unwrap();
+        assert!(!names_a_folder(&file));
+    }
+}

@@ -53,6 +53,55 @@ fn sign(lab: &Lab, archive: &Path, key: &Path) -> crate::support::Run {
     ])
 }
 
+/// The README's publishing commands as written, run where only the
+/// extension's folder exists: `--out keys/…` and `--out site/` make the
+/// folders they name (a trailing `/` says "a folder" before it exists).
+#[test]
+fn the_readmes_publishing_commands_make_the_folders_they_name() {
+    let lab = Lab::new();
+    hello_example(&lab.workspace);
+    let steps: [&[&str]; 5] = [
+        &["keygen", "--out", "keys/"],
+        &["keygen", "--out", "keys/registry.key"],
+        &["ext", "pack", "./hello", "--out", "site/"],
+        &[
+            "ext",
+            "sign",
+            "site/hello-1.0.0.tar.gz",
+            "--key",
+            "keys/zotbox.key",
+        ],
+        &[
+            "registry",
+            "index",
+            "site/",
+            "--key",
+            "keys/registry.key",
+            "--url",
+            "https://ext.corp.example/index.json",
+        ],
+    ];
+    for step in steps {
+        let run = lab.zotbox(step);
+        assert_eq!(run.code, Some(0), "zotbox {}: {run:#?}", step.join(" "));
+    }
+    for made in [
+        "keys/zotbox.key",
+        "keys/zotbox.pub",
+        "keys/registry.pub",
+        "site/hello-1.0.0.tar.gz",
+        "site/hello-1.0.0.tar.gz.minisig",
+        "site/index.json",
+        "site/index.json.minisig",
+    ] {
+        assert!(lab.workspace.join(made).is_file(), "{made} is missing");
+    }
+    // Without the slash a missing path is the archive's own name, as before.
+    let run = lab.zotbox(&["ext", "pack", "./hello", "--out", "plain"]);
+    run.expect_code(0);
+    assert!(lab.workspace.join("plain").is_file(), "{run:#?}");
+}
+
 #[test]
 fn a_packed_signed_and_indexed_extension_verifies_with_the_library() {
     let lab = Lab::new();

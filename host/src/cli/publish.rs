@@ -14,7 +14,8 @@ use zotbox::store::signature::{self, SecretKey};
 /// Make a signing key pair (minisign format) for archives or a registry index.
 ///
 /// Writes the secret key to PATH (default $ZOT_HOME/keys/zotbox.key; a
-/// folder gets `zotbox.key` inside it), mode 0600, and the public key
+/// folder, or a PATH ending in `/`, gets `zotbox.key` inside it), mode
+/// 0600, and the public key
 /// beside it (`NAME.pub` for `NAME.key`, else `PATH.pub`; a PATH ending in
 /// `.pub` is refused). Prints the public key line to list in a policy's
 /// `publishers` or `registries[].keys`, and its key id.
@@ -88,7 +89,8 @@ pub(crate) struct PackArgs {
     /// The extension folder (holding extension.json).
     dir: PathBuf,
     /// Where to write the archive: a file, or a folder to write
-    /// `<name>-<version>.tar.gz` in (default: the current folder).
+    /// `<name>-<version>.tar.gz` in (an existing one, or a PATH ending in
+    /// `/`, made if missing; default: the current folder).
     #[arg(long, value_name = "PATH")]
     out: Option<PathBuf>,
 }
@@ -98,7 +100,11 @@ impl PackArgs {
         let packed = pack::pack(&self.dir)?;
         // A folder gets the conventional name inside it.
         let out = match self.out {
-            Some(folder) if folder.is_dir() => folder.join(packed.file_name()),
+            Some(folder) if zotbox::store::names_a_folder(&folder) => {
+                std::fs::create_dir_all(&folder)
+                    .with_context(|| format!("cannot create `{}`", folder.display()))?;
+                folder.join(packed.file_name())
+            }
             Some(file) => file,
             None => PathBuf::from(packed.file_name()),
         };

@@ -289,7 +289,8 @@ impl fmt::Debug for SecretKey {
 }
 
 /// Makes a new key pair: the secret key file at `path` (or at
-/// `path/zotbox.key` when `path` is an existing folder), mode `0600`,
+/// `path/zotbox.key` when `path` names a folder, see
+/// [`names_a_folder`](crate::store::names_a_folder)), mode `0600`,
 /// unencrypted, and the public key beside it (`zotbox.pub` for
 /// `zotbox.key`, else `path.pub`). Returns the public key and the secret
 /// key's path.
@@ -299,7 +300,7 @@ impl fmt::Debug for SecretKey {
 /// [`SignatureError::Exists`] when either file exists (nothing is written);
 /// [`SignatureError::Io`].
 pub fn keygen(path: &Path) -> Result<(PublicKey, PathBuf), SignatureError> {
-    let secret_path = if path.is_dir() {
+    let secret_path = if crate::store::names_a_folder(path) {
         path.join(DEFAULT_KEY_FILE)
     } else {
         path.to_owned()
