@@ -131,19 +131,10 @@ pub async fn start_with(
 pub fn zotbox_with(lab: &Lab, env: &[(&str, &str)], args: &[&str]) -> Run {
     // As in `start_with`: the workspace is trusted as it stands.
     lab.trust_workspace();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_zotbox"));
+    let mut command = lab.command(args);
     command
-        .arg("--zot-home")
-        .arg(&lab.home)
-        .arg("--workspace")
-        .arg(&lab.workspace)
-        .args(args)
-        .current_dir(&lab.workspace)
-        .env("ZOT_HOME", &lab.home)
         .env("ZOTBOX_SYSTEM_POLICY", system_policy_path(lab))
-        .env("HOME", lab.home.join("user-home"))
-        .env_remove("ZOTBOX_LOG")
-        .env_remove("XDG_STATE_HOME");
+        .env("HOME", lab.home.join("user-home"));
     for (name, value) in env {
         command.env(name, value);
     }

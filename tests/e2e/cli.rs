@@ -655,13 +655,8 @@ fn a_closed_stdout_ends_a_listing_quietly() {
         // write to it fails with EPIPE, whatever the timing.
         let (read, write) = nix::unistd::pipe().expect("pipe");
         drop(read);
-        let output = std::process::Command::new(env!("CARGO_BIN_EXE_zotbox"))
-            .arg("--zot-home")
-            .arg(&lab.home)
-            .arg("--workspace")
-            .arg(&lab.workspace)
-            .args(args)
-            .current_dir(&lab.workspace)
+        let output = lab
+            .command(args)
             .env("HOME", lab.home.join("user-home"))
             .stdout(std::process::Stdio::from(write))
             .stderr(std::process::Stdio::piped())

@@ -157,18 +157,9 @@ impl Lab {
     /// As [`Lab::zotbox_in`], with `input` on stdin (then closed).
     pub fn zotbox_in_with(&self, workspace: &Path, args: &[&str], input: &str) -> Run {
         use std::io::Write as _;
-        let mut child = Command::new(env!("CARGO_BIN_EXE_zotbox"))
-            .arg("--zot-home")
-            .arg(&self.home)
-            .arg("--workspace")
-            .arg(workspace)
-            .args(args)
-            .current_dir(workspace)
-            .env("ZOT_HOME", &self.home)
+        let mut child = zotbox_command(&self.home, workspace, args)
             .env("ZOTBOX_SYSTEM_POLICY", self.home.join("system-policy.json"))
             .env("HOME", self.home.join("user-home"))
-            .env_remove("ZOTBOX_LOG")
-            .env_remove("XDG_STATE_HOME")
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
@@ -184,17 +175,7 @@ impl Lab {
     /// As [`Lab::zotbox`], with `env` set for the process (e.g. cargo's
     /// `CARGO_TARGET_DIR` for `ext build`).
     pub fn zotbox_env(&self, args: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> Run {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_zotbox"));
-        command
-            .arg("--zot-home")
-            .arg(&self.home)
-            .arg("--workspace")
-            .arg(&self.workspace)
-            .args(args)
-            .current_dir(&self.workspace)
-            .env("ZOT_HOME", &self.home)
-            .env_remove("ZOTBOX_LOG")
-            .env_remove("XDG_STATE_HOME");
+        let mut command = self.command(args);
         for (key, value) in env {
             command.env(key, value);
         }
@@ -303,20 +284,33 @@ impl Lab {
 
     /// Runs the real `zotbox` binary in the workspace with this lab's home.
     pub fn zotbox(&self, args: &[&str]) -> Run {
-        let output = Command::new(env!("CARGO_BIN_EXE_zotbox"))
-            .arg("--zot-home")
-            .arg(&self.home)
-            .arg("--workspace")
-            .arg(&self.workspace)
-            .args(args)
-            .current_dir(&self.workspace)
-            .env("ZOT_HOME", &self.home)
-            .env_remove("ZOTBOX_LOG")
-            .env_remove("XDG_STATE_HOME")
-            .output()
-            .expect("run zotbox");
-        Run::from(output)
+        Run::from(self.command(args).output().expect("run zotbox"))
     }
+
+    /// The real `zotbox` binary, not yet started, in the workspace with
+    /// this lab's home (see [`zotbox_command`]).
+    pub fn command(&self, args: &[&str]) -> Command {
+        zotbox_command(&self.home, &self.workspace, args)
+    }
+}
+
+/// `zotbox --zot-home HOME --workspace WORKSPACE ARGS`, not yet started:
+/// in WORKSPACE, with `$ZOT_HOME` at HOME and the test runner's own log
+/// settings (`ZOTBOX_LOG`, `XDG_STATE_HOME`) cleared. Callers add a system
+/// policy, a `HOME` or stdio as their test needs.
+pub fn zotbox_command(home: &Path, workspace: &Path, args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_zotbox"));
+    command
+        .arg("--zot-home")
+        .arg(home)
+        .arg("--workspace")
+        .arg(workspace)
+        .args(args)
+        .current_dir(workspace)
+        .env("ZOT_HOME", home)
+        .env_remove("ZOTBOX_LOG")
+        .env_remove("XDG_STATE_HOME");
+    command
 }
 
 /// What a run of the binary did.
@@ -982,20 +976,11 @@ pub fn prober_in(parent: &Path, capabilities: &Value) -> PathBuf {
 /// Runs the real binary with `$ZOT_HOME` at `home` (not the lab's), the
 /// lab's workspace, and a system policy that does not exist.
 pub fn zotbox_with_home(lab: &Lab, home: &Path, args: &[&str]) -> Run {
-    let output = Command::new(env!("CARGO_BIN_EXE_zotbox"))
-        .arg("--zot-home")
-        .arg(home)
-        .arg("--workspace")
-        .arg(&lab.workspace)
-        .args(args)
-        .current_dir(&lab.workspace)
-        .env("ZOT_HOME", home)
+    let output = zotbox_command(home, &lab.workspace, args)
         .env(
             "ZOTBOX_SYSTEM_POLICY",
             lab.home.join("no-system-policy.json"),
         )
-        .env_remove("ZOTBOX_LOG")
-        .env_remove("XDG_STATE_HOME")
         .output()
         .expect("run zotbox");
     Run::from(output)
@@ -1099,16 +1084,8 @@ pub fn zotbox_run_calls(lab: &Lab, dir: &Path, calls: &[(&str, Value)]) -> Vec<(
 /// test) if it has not finished within [`PATIENCE`]: for runs that must not hang.
 pub fn zotbox_bounded(lab: &Lab, args: &[&str]) -> Run {
     use std::process::Stdio;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_zotbox"))
-        .arg("--zot-home")
-        .arg(&lab.home)
-        .arg("--workspace")
-        .arg(&lab.workspace)
-        .args(args)
-        .current_dir(&lab.workspace)
-        .env("ZOT_HOME", &lab.home)
-        .env_remove("ZOTBOX_LOG")
-        .env_remove("XDG_STATE_HOME")
+    let mut child = lab
+        .command(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
