@@ -595,6 +595,29 @@ fn validate_files_pattern(pattern: &str) -> Result<(), String> {
 ///
 /// A phrase saying what is wrong.
 pub fn validate_name(name: &str) -> Result<(), String> {
+    validate_name_shape(name)?;
+    if let Some(bad) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
+    {
+        return Err(format!(
+            "`{}` contains `{}`; use letters, digits, `-`, `_` and `.`",
+            crate::text::Shown(name),
+            crate::text::Shown(&bad.to_string())
+        ));
+    }
+    Ok(())
+}
+
+/// The part of [`validate_name`] that is not about which characters a
+/// name holds: not empty, not too long, not starting with `.` or `-`. For
+/// a caller whose names allow fewer characters (`zotbox new`: a crate name
+/// has no `.`), so that its refusal names its own rule.
+///
+/// # Errors
+///
+/// A phrase saying what is wrong.
+pub fn validate_name_shape(name: &str) -> Result<(), String> {
     if name.is_empty() {
         return Err("is empty".to_owned());
     }
@@ -609,15 +632,6 @@ pub fn validate_name(name: &str) -> Result<(), String> {
     if name.starts_with('-') {
         return Err(format!(
             "`{shown}` must not start with `-` (a command line would read it as an option)"
-        ));
-    }
-    if let Some(bad) = name
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
-    {
-        return Err(format!(
-            "`{shown}` contains `{}`; use letters, digits, `-`, `_` and `.`",
-            crate::text::Shown(&bad.to_string())
         ));
     }
     Ok(())

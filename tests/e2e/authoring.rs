@@ -494,6 +494,19 @@ fn zotbox_new_refuses_names_that_are_not_a_crate_and_an_extension() {
              crate and a binary)"
                 .to_owned(),
         ),
+        // Not the manifest's rule, which allows `.`: the one `new` keeps.
+        (
+            "a b",
+            "extension name `a b` contains ` `; use letters, digits, `-` and `_` (it names a \
+             crate and a binary)"
+                .to_owned(),
+        ),
+        (
+            "caf\u{e9}",
+            "extension name `caf\u{e9}` contains `\u{e9}`; use letters, digits, `-` and `_` (it \
+             names a crate and a binary)"
+                .to_owned(),
+        ),
         (
             "1st",
             "extension name `1st` must start with a letter (it names a crate and a binary)"

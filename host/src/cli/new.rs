@@ -226,20 +226,26 @@ fn sdk_dependency() -> String {
 /// Checks NAME: a manifest name that is also a Cargo package and binary
 /// name (no `.`, starting with a letter).
 fn check_name(name: &str) -> Result<()> {
-    zotbox::manifest::validate_name(name)
+    zotbox::manifest::validate_name_shape(name)
         .map_err(|problem| anyhow::anyhow!("extension name {problem}"))?;
+    let shown = Shown(name);
+    // The manifest also allows `.`; a crate name does not, and the refusal
+    // names the rule `new` keeps, not the manifest's.
+    if let Some(bad) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_')))
+    {
+        bail!(
+            "extension name `{shown}` contains `{}`; use letters, digits, `-` and `_` (it names \
+             a crate and a binary)",
+            Shown(&bad.to_string())
+        );
+    }
     if let Some(reason) = zotbox::store::install::name_taken_by_zotbox(name) {
         bail!("{reason}");
     }
-    let shown = Shown(name);
     if !name.starts_with(|c: char| c.is_ascii_alphabetic()) {
         bail!("extension name `{shown}` must start with a letter (it names a crate and a binary)");
-    }
-    if name.contains('.') {
-        bail!(
-            "extension name `{shown}` contains `.`; use letters, digits, `-` and `_` (it names a \
-             crate and a binary)"
-        );
     }
     Ok(())
 }
