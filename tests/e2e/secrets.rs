@@ -885,3 +885,56 @@ fn a_value_with_a_space_at_either_end_is_refused() {
         );
     }
 }
+
+/// `--extension` takes only a name an extension (or, after `data:`, a data
+/// tool) can bear, and the refusal says which rule the name breaks: a
+/// secret set for a name nothing can be installed under would never be used.
+#[test]
+fn a_secret_is_set_only_for_a_name_something_can_bear() {
+    let lab = Lab::new();
+    // (--extension, the refusal)
+    let cases = [
+        (
+            "x/y",
+            "extension name `x/y` contains `/`; use letters, digits, `-`, `_` and `.`",
+        ),
+        (
+            ".hidden",
+            "extension name `.hidden` must not start with a dot",
+        ),
+        (
+            "-rf",
+            "extension name `-rf` must not start with `-` (a command line would read it as an \
+             option)",
+        ),
+        (
+            "data:w.x",
+            "data tool name `w.x` contains `.`; use letters, digits, `-` and `_`",
+        ),
+        ("data:", "data tool name is empty"),
+    ];
+    for (extension, refusal) in cases {
+        let run = lab.zotbox_in_with(
+            &lab.workspace,
+            &[
+                "secret",
+                "set",
+                "API_KEY",
+                &format!("--extension={extension}"),
+            ],
+            "sk-live-Zq81rT4vW9xx\n",
+        );
+        run.expect_code(1);
+        assert_eq!(run.stderr, format!("error: {refusal}\n"), "{extension}");
+    }
+    assert!(!lab.home.join("secrets.json").exists());
+    // What an extension and a data tool are named by is taken.
+    for extension in ["word.count", "data:weather"] {
+        let run = lab.zotbox_in_with(
+            &lab.workspace,
+            &["secret", "set", "API_KEY", "--extension", extension],
+            "sk-live-Zq81rT4vW9xx\n",
+        );
+        run.expect_code(0);
+    }
+}

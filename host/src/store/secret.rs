@@ -84,8 +84,8 @@ pub enum SecretError {
         /// Why (never the value).
         problem: String,
     },
-    /// An extension name that is not one.
-    #[error("`{0}` is not an extension name")]
+    /// An extension name that is not one (the phrase names it and why).
+    #[error("{0}")]
     InvalidExtension(String),
     /// The file (edited by hand) holds an entry `set` would have refused.
     #[error(
@@ -300,20 +300,17 @@ impl SecretStore {
     }
 }
 
-/// A value goes into HTTP headers and must be told apart in responses.
-/// An extension's name, or `data:<tool>` for a data tool.
+/// An extension's name, or `data:<tool>` for a data tool: under the rule
+/// each is installed or loaded by, so that a secret is never set for a
+/// name nothing can bear.
 fn check_extension(extension: &str) -> Result<(), SecretError> {
-    let name = extension.strip_prefix("data:").unwrap_or(extension);
-    let valid = !name.is_empty()
-        && name.len() <= 64
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
-    if valid {
-        Ok(())
-    } else {
-        Err(SecretError::InvalidExtension(extension.to_owned()))
-    }
+    let problem = match extension.strip_prefix("data:") {
+        Some(tool) => crate::data::check_name(tool, crate::data::tool::MAX_NAME_CHARS)
+            .map_err(|problem| format!("data tool name {problem}")),
+        None => crate::manifest::validate_name(extension)
+            .map_err(|problem| format!("extension name {problem}")),
+    };
+    problem.map_err(SecretError::InvalidExtension)
 }
 
 /// A file edited by hand holds only what `set` would have stored: the
@@ -331,6 +328,7 @@ fn check_entries(file: &File) -> Result<(), SecretError> {
     Ok(())
 }
 
+/// A value goes into HTTP headers and must be told apart in responses.
 fn check_value(name: &str, value: &str) -> Result<(), SecretError> {
     let refuse = |problem: &str| {
         Err(SecretError::InvalidValue {
@@ -559,7 +557,9 @@ mod tests {
         assert!(!message.contains("X-Evil"), "{message}");
         let message = refused(r#""K":{"value":"sk-test-0123456789","extensions":["a/b"]}"#);
         assert!(
-            message.contains("`a/b` is not an extension name"),
+            message.contains(
+                "extension name `a/b` contains `/`; use letters, digits, `-`, `_` and `.`"
+            ),
             "{message}"
         );
         // What `set` writes still reads.
