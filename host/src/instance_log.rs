@@ -50,7 +50,13 @@ enum Out {
     /// writer thread starts with the first.
     Idle(std::fs::File),
     /// To the thread writing them, in order, and what says it is done.
-    Queue(SyncSender<Vec<u8>>, Finished),
+    /// The thread holds the token weakly: once it is gone, the stream is
+    /// closed, and a log that takes nothing is given up.
+    Queue {
+        queue: SyncSender<Vec<u8>>,
+        finished: Finished,
+        _open: Arc<()>,
+    },
     /// The writer thread could not start, or ended: records are dropped.
     Gone,
 }
@@ -144,7 +150,7 @@ impl Stream {
     /// is done, if one runs, to wait for with [`written`].
     pub fn close(&mut self) -> Option<Finished> {
         match self.out.replace(Out::Gone)? {
-            Out::Queue(_, finished) => Some(finished),
+            Out::Queue { finished, .. } => Some(finished),
             Out::Idle(_) | Out::Gone => None,
         }
     }
@@ -155,12 +161,16 @@ impl Out {
     fn queue(&mut self) -> Option<&SyncSender<Vec<u8>>> {
         if let Out::Idle(_) = self
             && let Out::Idle(file) = std::mem::replace(self, Out::Gone)
-            && let Some((queue, finished)) = start_writer(file)
+            && let Some((queue, finished, open)) = start_writer(file)
         {
-            *self = Out::Queue(queue, finished);
+            *self = Out::Queue {
+                queue,
+                finished,
+                _open: open,
+            };
         }
         match self {
-            Out::Queue(queue, _) => Some(queue),
+            Out::Queue { queue, .. } => Some(queue),
             Out::Idle(_) | Out::Gone => None,
         }
     }
@@ -178,25 +188,114 @@ pub async fn written(finished: Finished, patience: Duration) {
     let _ = tokio::time::timeout(patience, finished).await;
 }
 
+/// How long the writer of a closed stream keeps offering its last records
+/// to a log that takes nothing before it lets the log go: zot stopped (or
+/// held) without reading an extension's stderr must not keep a thread and
+/// the pipe for every instance that ended meanwhile.
+const GIVE_UP_AFTER: Duration = Duration::from_secs(5);
+
+/// How often a writer waiting on a full pipe looks whether its stream was
+/// closed. It wakes at once when the pipe takes bytes again.
+const LOOK_EVERY: Duration = Duration::from_millis(250);
+
 /// The thread writing one stream's records, ending when the stream is
 /// dropped (or the file refuses a write: a relay gone). It holds no lock
 /// while it waits on the file.
-fn start_writer(mut file: std::fs::File) -> Option<(SyncSender<Vec<u8>>, Finished)> {
+fn start_writer(file: std::fs::File) -> Option<(SyncSender<Vec<u8>>, Finished, Arc<()>)> {
     let (queue, records) = std::sync::mpsc::sync_channel::<Vec<u8>>(QUEUED_RECORDS);
     let (done, finished) = tokio::sync::oneshot::channel();
+    let open = Arc::new(());
+    let watched = Arc::downgrade(&open);
+    // A pipe (zot's log of the extension) is written through a
+    // description of its own that does not block, so the writer can look up
+    // from a full one; anything else blocks as a file does.
+    let mut out = match nonblocking_twin(&file) {
+        Some(twin) => Log::Pipe(twin),
+        None => Log::Blocking(file),
+    };
     std::thread::Builder::new()
         .name("zotbox-instance-log".to_owned())
         .stack_size(64 * 1024)
         .spawn(move || {
             for record in records {
-                if file.write_all(&record).is_err() {
+                if !out.write_all(&record, &watched) {
                     break;
                 }
             }
             let _ = done.send(());
         })
         .ok()
-        .map(|_| (queue, finished))
+        .map(|_| (queue, finished, open))
+}
+
+/// The file a writer thread writes to.
+enum Log {
+    /// A pipe, through a non-blocking description of its own.
+    Pipe(std::fs::File),
+    /// Anything else (a file, a terminal), written as it is.
+    Blocking(std::fs::File),
+}
+
+impl Log {
+    /// Writes all of `bytes`; false when the log refused them, or when the
+    /// stream is closed (`open` gone) and the pipe took nothing for
+    /// [`GIVE_UP_AFTER`].
+    fn write_all(&mut self, mut bytes: &[u8], open: &std::sync::Weak<()>) -> bool {
+        let pipe = match self {
+            Log::Blocking(file) => return file.write_all(bytes).is_ok(),
+            Log::Pipe(pipe) => pipe,
+        };
+        let mut stuck_since: Option<Instant> = None;
+        while !bytes.is_empty() {
+            match pipe.write(bytes) {
+                Ok(0) => return false,
+                Ok(written) => {
+                    bytes = &bytes[written..];
+                    stuck_since = None;
+                }
+                Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {
+                    if open.strong_count() == 0 {
+                        let since = *stuck_since.get_or_insert_with(Instant::now);
+                        if since.elapsed() >= GIVE_UP_AFTER {
+                            return false;
+                        }
+                    }
+                    wait_for_room(pipe, LOOK_EVERY);
+                }
+                Err(_) => return false,
+            }
+        }
+        true
+    }
+}
+
+/// Waits up to `most` for `pipe` to take bytes again.
+fn wait_for_room(pipe: &std::fs::File, most: Duration) {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use std::os::fd::AsFd;
+    let timeout = PollTimeout::try_from(most).unwrap_or(PollTimeout::MAX);
+    let mut fds = [PollFd::new(pipe.as_fd(), PollFlags::POLLOUT)];
+    // An error or an early wake only makes the next write try sooner.
+    let _ = poll(&mut fds, timeout);
+}
+
+/// A second, non-blocking description of the pipe `file` writes to, when
+/// it is one. Setting `O_NONBLOCK` on `file` itself would change the
+/// description the relay shares (its own stderr), whose writes would then
+/// fail instead of waiting; opening the pipe again through `/proc` makes a
+/// description of our own. None for anything else, or where that fails.
+fn nonblocking_twin(file: &std::fs::File) -> Option<std::fs::File> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    if !file.metadata().ok()?.file_type().is_fifo() {
+        return None;
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(nix::libc::O_NONBLOCK)
+        .open(format!("/proc/self/fd/{}", file.as_raw_fd()))
+        .ok()
 }
 
 tokio::task_local! {
@@ -312,6 +411,43 @@ mod tests {
             numbers.windows(2).all(|pair| pair[0] < pair[1]) && numbers[kept - 1] < RECORDS,
             "records out of order or cut"
         );
+    }
+
+    /// Whether the pipe `reader` reads has no writer left.
+    fn writers_gone(reader: &std::io::PipeReader) -> bool {
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        use std::os::fd::AsFd;
+        let mut fds = [PollFd::new(reader.as_fd(), PollFlags::POLLIN)];
+        let _ = poll(&mut fds, PollTimeout::ZERO);
+        fds[0]
+            .revents()
+            .is_some_and(|events| events.contains(PollFlags::POLLHUP))
+    }
+
+    #[test]
+    fn a_closed_stream_lets_go_of_a_pipe_nobody_reads() {
+        // Attack (or zot stopped with Ctrl-Z): instances end while their
+        // log is a full pipe nobody reads. Each one's writer waited on the
+        // pipe until its reader went, keeping a thread and the pipe.
+        let (reader, writer) = std::io::pipe().unwrap_or_else(|e| panic!("{e}"));
+        let mut stream = Stream::new(std::fs::File::from(std::os::fd::OwnedFd::from(writer)));
+        // Four times what the pipe holds: it fills, the queue keeps the rest.
+        for _ in 0..QUEUED_RECORDS {
+            stream.write(&[b'x'; 1024]);
+        }
+        // While the stream is open, its writer waits for the reader however
+        // long it takes (zot may be resumed).
+        std::thread::sleep(GIVE_UP_AFTER + Duration::from_millis(500));
+        assert!(!writers_gone(&reader), "an open stream's writer let go");
+        assert!(stream.close().is_some(), "a writer thread ran");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !writers_gone(&reader) {
+            assert!(
+                Instant::now() < deadline,
+                "a closed stream's writer still holds a pipe nobody reads"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     #[tokio::test]
