@@ -157,6 +157,97 @@ impl<W: std::io::Write> std::io::Write for EscapedLines<W> {
     }
 }
 
+/// Bytes an author wrote (an extension's stderr), shown as text one chunk
+/// at a time: through [`shown_text`], so lines and tabs stay and every
+/// other unsafe character is escaped, and each byte that is not UTF-8
+/// written as `\x{ff}`. A character split between two chunks is held until
+/// the next one (or [`ShownChunks::finish`]), so it shows whole.
+#[derive(Debug, Default)]
+pub struct ShownChunks {
+    /// The start of a character the last chunk cut off (at most 3 bytes).
+    pending: Vec<u8>,
+}
+
+impl ShownChunks {
+    /// `bytes`, after what the last chunk left, as text; the start of a
+    /// character cut off at their end is kept for the next chunk.
+    pub fn push(&mut self, bytes: &[u8]) -> String {
+        let mut held = std::mem::take(&mut self.pending);
+        held.extend_from_slice(bytes);
+        let whole = held.len() - cut_off_at_end(&held);
+        self.pending = held[whole..].to_vec();
+        shown_bytes(&held[..whole])
+    }
+
+    /// What the last chunk left cut off, as bytes that are not UTF-8.
+    pub fn finish(&mut self) -> String {
+        shown_bytes(&std::mem::take(&mut self.pending))
+    }
+}
+
+/// How many bytes at the end of `bytes` begin a character they do not
+/// finish (0 to 3).
+fn cut_off_at_end(bytes: &[u8]) -> usize {
+    (1..=bytes.len().min(3))
+        .rev()
+        .find(|&len| {
+            std::str::from_utf8(&bytes[bytes.len() - len..])
+                .is_err_and(|err| err.valid_up_to() == 0 && err.error_len().is_none())
+        })
+        .unwrap_or(0)
+}
+
+/// `bytes` through [`shown_text`], each byte that is not UTF-8 as `\x{ff}`.
+fn shown_bytes(bytes: &[u8]) -> String {
+    let mut text = String::with_capacity(bytes.len());
+    for chunk in bytes.utf8_chunks() {
+        text.push_str(&shown_text(chunk.valid()));
+        for byte in chunk.invalid() {
+            let _ = write!(text, "\\x{{{byte:x}}}");
+        }
+    }
+    text
+}
+
+/// A writer showing what passes through it as [`ShownChunks`] does.
+pub struct ShownStream<W> {
+    out: W,
+    chunks: ShownChunks,
+}
+
+impl<W: std::io::Write> ShownStream<W> {
+    /// Writes what passes through to `out`.
+    pub fn new(out: W) -> Self {
+        Self {
+            out,
+            chunks: ShownChunks::default(),
+        }
+    }
+
+    /// Writes what a last write left cut off and flushes.
+    ///
+    /// # Errors
+    ///
+    /// When `out` refuses the write.
+    pub fn finish(&mut self) -> std::io::Result<()> {
+        let rest = self.chunks.finish();
+        self.out.write_all(rest.as_bytes())?;
+        self.out.flush()
+    }
+}
+
+impl<W: std::io::Write> std::io::Write for ShownStream<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let text = self.chunks.push(buf);
+        self.out.write_all(text.as_bytes())?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
+    }
+}
+
 /// `value` as one line of JSON, every character [`is_unsafe`] names
 /// written as a `\uXXXX` escape (a surrogate pair past the BMP): the same
 /// values for a JSON reader, but the line holds no C1 control, bidi
@@ -313,6 +404,23 @@ mod tests {
         ];
         for (raw, expected) in cases {
             assert_eq!(shown_text(raw), expected, "{raw:?}");
+        }
+    }
+
+    #[test]
+    fn a_stream_is_shown_whole_however_it_is_cut() {
+        use std::io::Write as _;
+        // An extension's stderr: a screen clear, a character of three
+        // bytes, a byte that is not UTF-8, and one cut off at the end.
+        let raw: &[u8] = b"ok\n\x1b[2J\xe2\x82\xac \xff\ttab\r\n\xe2\x82";
+        let expected = "ok\n\\u{1b}[2J\u{20ac} \\x{ff}\ttab\\u{d}\n\\x{e2}\\x{82}";
+        for size in 1..=raw.len() {
+            let mut out = ShownStream::new(Vec::new());
+            for chunk in raw.chunks(size) {
+                out.write_all(chunk).unwrap_or_else(|e| panic!("{e}"));
+            }
+            out.finish().unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(String::from_utf8_lossy(&out.out), expected, "{size}");
         }
     }
 

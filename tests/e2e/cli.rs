@@ -550,6 +550,36 @@ fn policy_explain_of_an_extension_that_does_not_load_says_why() {
     );
 }
 
+/// What an extension writes to stderr is its author's: `ext logs` prints
+/// it as text. Raw, an OSC 52 sequence would have put a command in the
+/// user's clipboard, and a screen clear hidden the lines before it.
+#[test]
+fn ext_logs_shows_what_the_extension_wrote_as_text() {
+    let lab = Lab::new();
+    // ESC ] 52 ; c ; base64("rm -rf ~") BEL, a screen clear, a byte that
+    // is not UTF-8.
+    let said = b"\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2Jhidden\xff\n";
+    let hex: String = said.iter().map(|byte| format!("{byte:02x}")).collect();
+    ext("inky")
+        .flags(&["--say", &hex])
+        .write_in(&lab.user_dir());
+    lab.zotbox(&["list"]).expect_code(0);
+    let log = std::fs::read(lab.home.join("logs/ext-inky.log")).expect("the log");
+    assert!(
+        log.windows(said.len()).any(|window| window == said),
+        "the log keeps the bytes as written"
+    );
+    let run = lab.zotbox(&["ext", "logs", "inky"]);
+    run.expect_code(0);
+    assert!(
+        run.stdout
+            .contains("\\u{1b}]52;c;cm0gLXJmIH4=\\u{7}\\u{1b}[2Jhidden\\x{ff}\n"),
+        "{}",
+        run.stdout
+    );
+    assert!(!run.stdout.contains('\u{1b}'), "{}", run.stdout);
+}
+
 #[test]
 fn ext_logs_of_an_extension_that_never_ran() {
     let lab = Lab::new();

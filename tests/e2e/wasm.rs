@@ -485,6 +485,27 @@ async fn a_memory_bomb_hits_the_limit_and_only_that_guest_dies() {
     host.shutdown().await;
 }
 
+/// What a guest writes to stderr reaches its log as text: `zot ext logs`
+/// and `cat` print the file to a terminal, where an OSC 52 sequence would
+/// put a command in the user's clipboard and a screen clear hide the lines
+/// before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guests_stderr_reaches_its_log_as_text() {
+    let lab = Lab::new();
+    let dir = hostile(&lab, json!({}));
+    let host = host_over(&lab, &[dir], quick_restarts()).await;
+    let written = tool(&host, "stderr_evil", json!({})).await;
+    assert_result(&written, false, "written");
+    host.shutdown().await;
+    let log = std::fs::read(lab.home.join("logs/ext-hostile.log")).expect("hostile's log");
+    let log = String::from_utf8(log).expect("the log is UTF-8");
+    assert!(
+        log.contains("\\u{1b}]52;c;cm0gLXJmIH4=\\u{7}\\u{1b}[2Jhidden\u{20ac} \\x{ff}\n"),
+        "{log}"
+    );
+    assert!(!log.contains('\u{1b}'), "{log}");
+}
+
 /// A stdout flood (one endless line): the guest is stopped as soon as the
 /// line passes the frame cap, not at the call's deadline; the bounded pipe
 /// and the cap keep the host's memory flat; the guest is restarted.

@@ -141,7 +141,8 @@ pub(crate) enum Command {
     // The help of these two is their Args' doc comment.
     Pack(super::publish::PackArgs),
     Sign(super::publish::SignArgs),
-    /// Print an extension's stderr log ($ZOT_HOME/logs/ext-<name>.log).
+    /// Print an extension's stderr log ($ZOT_HOME/logs/ext-<name>.log), every character a
+    /// terminal would act on (but line breaks and tabs) escaped.
     Logs {
         /// The extension's name.
         name: String,
@@ -717,12 +718,16 @@ async fn logs(context: &Context, name: &str, follow: bool) -> Result<u8> {
         },
         Err(err) => return Err(err).with_context(|| format!("cannot open `{}`", path.display())),
     };
-    let mut stdout = std::io::stdout();
+    // The log holds what the extension wrote: a screen clear, a title or a
+    // clipboard write (OSC 52) of its author's must reach the terminal as
+    // text. The file keeps the bytes as written.
+    let mut stdout = zotbox::text::ShownStream::new(std::io::stdout());
     let mut position = quiet_if_gone(std::io::copy(&mut file, &mut stdout))?;
-    quiet_if_gone(stdout.flush())?;
     if !follow {
+        quiet_if_gone(stdout.finish())?;
         return Ok(EXIT_OK);
     }
+    quiet_if_gone(stdout.flush())?;
     loop {
         tokio::time::sleep(Duration::from_millis(200)).await;
         let len = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);

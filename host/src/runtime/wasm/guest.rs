@@ -429,8 +429,12 @@ pub(crate) struct GuestLog(Arc<Mutex<LogState>>);
 
 struct LogState {
     file: Option<std::fs::File>,
+    /// Bytes written to the file this run, escapes included.
     written: u64,
+    /// What the guest wrote last, as written.
     tail: VecDeque<u8>,
+    /// The guest's bytes as the file gets them.
+    shown: crate::text::ShownChunks,
 }
 
 impl GuestLog {
@@ -439,6 +443,7 @@ impl GuestLog {
             file,
             written: 0,
             tail: VecDeque::with_capacity(LOG_TAIL),
+            shown: crate::text::ShownChunks::default(),
         })))
     }
 
@@ -447,19 +452,30 @@ impl GuestLog {
         state.tail.extend(bytes.iter().rev().take(LOG_TAIL).rev());
         let excess = state.tail.len().saturating_sub(LOG_TAIL);
         state.tail.drain(..excess);
-        let before = state.written;
-        state.written = before.saturating_add(bytes.len() as u64);
-        let Some(file) = state.file.as_mut() else {
+        if state.file.is_none() {
             return;
-        };
+        }
+        // The guest's author wrote these bytes, and `zot ext logs`,
+        // `zotbox ext logs` and `cat` hand the file to a terminal: a
+        // control sequence (a screen clear, OSC 52 writing the clipboard)
+        // goes in as text.
+        let text = state.shown.push(bytes);
+        let before = state.written;
+        state.written = before.saturating_add(text.len() as u64);
         if before >= LOG_CAP {
             return;
         }
-        let keep = usize::try_from(LOG_CAP - before)
+        let mut keep = usize::try_from(LOG_CAP - before)
             .unwrap_or(usize::MAX)
-            .min(bytes.len());
-        let _ = file.write_all(&bytes[..keep]);
-        if keep < bytes.len() {
+            .min(text.len());
+        while !text.is_char_boundary(keep) {
+            keep -= 1;
+        }
+        let Some(file) = state.file.as_mut() else {
+            return;
+        };
+        let _ = file.write_all(&text.as_bytes()[..keep]);
+        if keep < text.len() {
             let _ = file.write_all(b"\n[zotbox: log cut off at 8 MiB for this run]\n");
         }
     }
@@ -500,7 +516,10 @@ impl GuestLog {
     /// A line from zotbox itself, always written.
     fn note(&self, line: &str) {
         let mut state = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        // A character the guest left unfinished ends before the note.
+        let rest = state.shown.finish();
         if let Some(file) = state.file.as_mut() {
+            let _ = write!(file, "{rest}");
             let _ = writeln!(file, "{line}");
         }
     }
