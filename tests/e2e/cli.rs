@@ -550,30 +550,39 @@ fn policy_explain_of_an_extension_that_does_not_load_says_why() {
     );
 }
 
-/// What an extension writes to stderr is its author's: `ext logs` prints
-/// it as text. Raw, an OSC 52 sequence would have put a command in the
-/// user's clipboard, and a screen clear hidden the lines before it.
+/// What an extension writes to stderr is its author's, and `zot ext logs`,
+/// `zotbox ext logs` and `cat` print its log on a terminal: raw, an OSC 52
+/// sequence would have put a command in the user's clipboard, and a screen
+/// clear hidden the lines before it. The log gets it as text; `ext logs`
+/// shows as text what reached the file otherwise (an unconfined native
+/// extension runs as the user and may write there itself).
 #[test]
 fn ext_logs_shows_what_the_extension_wrote_as_text() {
     let lab = Lab::new();
     // ESC ] 52 ; c ; base64("rm -rf ~") BEL, a screen clear, a byte that
     // is not UTF-8.
     let said = b"\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2Jhidden\xff\n";
+    let shown = "\\u{1b}]52;c;cm0gLXJmIH4=\\u{7}\\u{1b}[2Jhidden\\x{ff}\n";
     let hex: String = said.iter().map(|byte| format!("{byte:02x}")).collect();
     ext("inky")
         .flags(&["--say", &hex])
         .write_in(&lab.user_dir());
     lab.zotbox(&["list"]).expect_code(0);
-    let log = std::fs::read(lab.home.join("logs/ext-inky.log")).expect("the log");
-    assert!(
-        log.windows(said.len()).any(|window| window == said),
-        "the log keeps the bytes as written"
-    );
+    let path = lab.home.join("logs/ext-inky.log");
+    let log = std::fs::read_to_string(&path).expect("the log, as text");
+    assert!(log.contains(shown), "{log}");
+    assert!(!log.contains('\u{1b}'), "{log}");
+
+    let mut raw = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .expect("the log");
+    std::io::Write::write_all(&mut raw, b"by hand: \x1b[31mred\x1b[0m\n").expect("append");
     let run = lab.zotbox(&["ext", "logs", "inky"]);
     run.expect_code(0);
+    assert!(run.stdout.contains(shown), "{}", run.stdout);
     assert!(
-        run.stdout
-            .contains("\\u{1b}]52;c;cm0gLXJmIH4=\\u{7}\\u{1b}[2Jhidden\\x{ff}\n"),
+        run.stdout.ends_with("by hand: \\u{1b}[31mred\\u{1b}[0m\n"),
         "{}",
         run.stdout
     );

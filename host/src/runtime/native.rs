@@ -97,9 +97,15 @@ impl NativeConfinement {
     }
 }
 
+/// How long the end of an extension waits for what it last wrote to
+/// stderr to reach its log: a process it started that keeps the pipe open
+/// costs its end this, and no more.
+const LOG_PATIENCE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Starts `exec args...` in `dir` with piped stdin/stdout and stderr
-/// appended to `log`; confined when `confinement` names the extension; with
-/// `secrets` (variable, value) added to its environment.
+/// appended to `log` as text ([`copy_shown`]); confined when `confinement`
+/// names the extension; with `secrets` (variable, value) added to its
+/// environment.
 ///
 /// # Errors
 ///
@@ -113,7 +119,11 @@ pub fn spawn(
     secrets: &[(String, String)],
 ) -> Result<Transport, SpawnError> {
     let program = resolve_exec(exec, dir)?;
-    let stderr = log.map_or_else(Stdio::null, Stdio::from);
+    let stderr = if log.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    };
     let mut command = tokio::process::Command::new(&program);
     command
         // Only the secrets it declared as variables, granted and set
@@ -169,6 +179,10 @@ pub fn spawn(
         },
     })?;
     drop(prepared);
+    let logged = match (child.stderr.take(), log) {
+        (Some(stderr), Some(log)) => copy_shown(stderr, log),
+        _ => None,
+    };
     let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
         return Err(SpawnError::Spawn {
             program,
@@ -187,6 +201,11 @@ pub fn spawn(
             Err(err) => Exit::Killed(format!("waiting for the process failed: {err}")),
         };
         exited.store(true, Ordering::SeqCst);
+        // Its last words (why it ended) are in the log before its end is
+        // told, unless a process it started still holds the pipe.
+        if let Some(logged) = logged {
+            let _ = tokio::time::timeout(LOG_PATIENCE, logged).await;
+        }
         drop(home);
         let _ = exit_tx.send(Some(exit));
     });
@@ -197,6 +216,54 @@ pub fn spawn(
         exit: exit_rx,
         direct_output: None,
     })
+}
+
+/// Appends what the extension writes to stderr to `log` as text, on a
+/// thread of its own until the last writer closes the pipe. The author
+/// wrote those bytes, and `zot ext logs` and `cat` hand the file to a
+/// terminal: a control sequence (a screen clear, OSC 52 writing the
+/// clipboard) goes in escaped, as a wasm guest's does.
+///
+/// What resolves when the pipe has closed and all of it is written.
+fn copy_shown(
+    stderr: tokio::process::ChildStderr,
+    mut log: std::fs::File,
+) -> Option<tokio::sync::oneshot::Receiver<()>> {
+    use std::io::{Read as _, Write as _};
+    let mut stderr = std::fs::File::from(stderr.into_owned_fd().ok()?);
+    let (done, logged) = tokio::sync::oneshot::channel();
+    let spawned = std::thread::Builder::new()
+        .name("zotbox-native-stderr".to_owned())
+        .stack_size(64 * 1024)
+        .spawn(move || {
+            let mut shown = crate::text::ShownChunks::default();
+            let mut buffer = [0u8; 8192];
+            // A log that refuses writes (a full disk) is given nothing
+            // more, but the pipe is still read: closed, it would end the
+            // extension's next write to stderr with `SIGPIPE`.
+            let mut writable = true;
+            loop {
+                let read = match stderr.read(&mut buffer) {
+                    Ok(0) => break,
+                    Ok(read) => read,
+                    Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(_) => break,
+                };
+                let text = shown.push(&buffer[..read]);
+                writable = writable && log.write_all(text.as_bytes()).is_ok();
+            }
+            if writable {
+                let _ = log.write_all(shown.finish().as_bytes());
+            }
+            let _ = done.send(());
+        });
+    match spawned {
+        Ok(_) => Some(logged),
+        Err(err) => {
+            tracing::warn!("an extension's stderr goes unlogged: no thread to copy it: {err}");
+            None
+        }
+    }
 }
 
 fn exit_of(status: std::process::ExitStatus) -> Exit {
