@@ -264,6 +264,29 @@ fn check_asks_the_guard_chain() {
     );
 }
 
+/// The arguments an interceptor rewrote are its author's: `check` shows
+/// them with a bidi override or a C1 control escaped, so the command read
+/// is the command that would run.
+#[test]
+fn check_shows_rewritten_arguments_as_they_read() {
+    let lab = Lab::new();
+    ext("rewriter")
+        .flags(&["--intercept", "rewrite", "--pattern", "ls"])
+        .write_in(&lab.user_dir());
+    // `ls <U+202E> fr- mr` shows as `ls rm -rf` on a terminal that honours
+    // the override.
+    let run = lab.zotbox(&[
+        "check",
+        "bash",
+        r#"{"command":"ls \u202e fr- mr \u009b2J"}"#,
+    ]);
+    run.expect_code(0);
+    assert_eq!(
+        run.stdout,
+        "rewrite by rewriter: {\"command\":\"ls \\u202e fr- mr \\u009b2J\",\"by\":[\"rewriter\"]}\n"
+    );
+}
+
 fn read_manifest(dir: &Path) -> Value {
     let text = std::fs::read_to_string(dir.join("extension.json")).expect("manifest");
     serde_json::from_str(&text).expect("manifest json")

@@ -34,7 +34,11 @@ impl Args {
                 Verdict::Block { reason } => {
                     println!("block by {by}: {}", Shown(reason));
                 }
-                Verdict::Rewrite { args } => println!("rewrite by {by}: {args}"),
+                // JSON passes a bidi override or a C1 control raw: the
+                // command shown would not read as the one that runs.
+                Verdict::Rewrite { args } => {
+                    println!("rewrite by {by}: {}", zotbox::text::json(args)?);
+                }
                 Verdict::Replace { text } => {
                     println!("replace by {by}: {}", Shown(text));
                 }
