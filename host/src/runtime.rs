@@ -6,6 +6,7 @@
 //! this module knows whether the extension is a subprocess or a wasm guest.
 
 pub mod native;
+mod stderr_log;
 pub mod wasm;
 
 use std::fmt;

@@ -612,6 +612,27 @@ fn ext_logs_shows_what_the_extension_wrote_as_text() {
     assert!(!run.stdout.contains('\u{1b}'), "{}", run.stdout);
 }
 
+/// A native extension's stderr is capped per run as a wasm guest's is: an
+/// extension writing without end (a confined one has no other way to the
+/// disk) fills 8 MiB of its log, not the disk, and keeps running.
+#[test]
+fn a_native_extensions_log_is_cut_off_at_its_cap() {
+    let lab = Lab::new();
+    ext("loud")
+        .flags(&["--stderr-flood", &(12 << 20).to_string()])
+        .write_in(&lab.user_dir());
+    let run = lab.zotbox(&["call", "loud_tool", "{}"]);
+    run.expect_code(0);
+    let log = std::fs::read_to_string(lab.home.join("logs/ext-loud.log")).expect("the log");
+    let cut_off = "\n[zotbox: log cut off at 8 MiB for this run]\n";
+    assert!(
+        log.ends_with(cut_off),
+        "{}",
+        &log[log.len().saturating_sub(200)..]
+    );
+    assert_eq!(log.len(), (8 << 20) + cut_off.len());
+}
+
 #[test]
 fn ext_logs_of_an_extension_that_never_ran() {
     let lab = Lab::new();

@@ -103,9 +103,9 @@ impl NativeConfinement {
 const LOG_PATIENCE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Starts `exec args...` in `dir` with piped stdin/stdout and stderr
-/// appended to `log` as text ([`copy_shown`]); confined when `confinement`
-/// names the extension; with `secrets` (variable, value) added to its
-/// environment.
+/// appended to `log` as text, capped ([`copy_shown`]); confined when
+/// `confinement` names the extension; with `secrets` (variable, value)
+/// added to its environment.
 ///
 /// # Errors
 ///
@@ -218,25 +218,23 @@ pub fn spawn(
     })
 }
 
-/// Appends what the extension writes to stderr to `log` as text, on a
-/// thread of its own until the last writer closes the pipe. The author
-/// wrote those bytes, and `zot ext logs` and `cat` hand the file to a
-/// terminal: a control sequence (a screen clear, OSC 52 writing the
-/// clipboard) goes in escaped, as a wasm guest's does.
+/// Appends what the extension writes to stderr to `log` as a wasm guest's
+/// is ([`super::stderr_log`]: as text, up to a cap), on a thread of its own
+/// until the last writer closes the pipe.
 ///
 /// What resolves when the pipe has closed and all of it is written.
 fn copy_shown(
     stderr: tokio::process::ChildStderr,
-    mut log: std::fs::File,
+    log: std::fs::File,
 ) -> Option<tokio::sync::oneshot::Receiver<()>> {
-    use std::io::{Read as _, Write as _};
+    use std::io::Read as _;
     let mut stderr = std::fs::File::from(stderr.into_owned_fd().ok()?);
     let (done, logged) = tokio::sync::oneshot::channel();
     let spawned = std::thread::Builder::new()
         .name("zotbox-native-stderr".to_owned())
         .stack_size(64 * 1024)
         .spawn(move || {
-            let mut shown = crate::text::ShownChunks::default();
+            let mut log = super::stderr_log::StderrLog::new(log);
             let mut buffer = [0u8; 8192];
             // A log that refuses writes (a full disk) is given nothing
             // more, but the pipe is still read: closed, it would end the
@@ -249,11 +247,10 @@ fn copy_shown(
                     Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
                     Err(_) => break,
                 };
-                let text = shown.push(&buffer[..read]);
-                writable = writable && log.write_all(text.as_bytes()).is_ok();
+                writable = writable && log.append(&buffer[..read]).is_ok();
             }
             if writable {
-                let _ = log.write_all(shown.finish().as_bytes());
+                log.finish();
             }
             let _ = done.send(());
         });

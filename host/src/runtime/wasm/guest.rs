@@ -2,7 +2,6 @@
 
 use std::collections::VecDeque;
 use std::fmt::Write as _;
-use std::io::Write;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
@@ -21,10 +20,9 @@ use super::compute::{ComputeBudget, ComputeClock};
 use super::limiter::Limiter;
 use super::pipe::{GuestStdin, GuestStdout};
 use super::{GuestLimits, Prepared};
+use crate::runtime::stderr_log::StderrLog;
 use crate::runtime::{Control, Exit};
 
-/// A guest's stderr log is cut off past this many bytes per run.
-const LOG_CAP: u64 = 8 * 1024 * 1024;
 /// The tail of stderr kept in memory to explain a trap.
 const LOG_TAIL: usize = 4096;
 
@@ -428,22 +426,16 @@ impl Control for GuestControl {
 pub(crate) struct GuestLog(Arc<Mutex<LogState>>);
 
 struct LogState {
-    file: Option<std::fs::File>,
-    /// Bytes written to the file this run, escapes included.
-    written: u64,
+    file: Option<StderrLog>,
     /// What the guest wrote last, as written.
     tail: VecDeque<u8>,
-    /// The guest's bytes as the file gets them.
-    shown: crate::text::ShownChunks,
 }
 
 impl GuestLog {
     pub(crate) fn new(file: Option<std::fs::File>) -> Self {
         Self(Arc::new(Mutex::new(LogState {
-            file,
-            written: 0,
+            file: file.map(StderrLog::new),
             tail: VecDeque::with_capacity(LOG_TAIL),
-            shown: crate::text::ShownChunks::default(),
         })))
     }
 
@@ -452,31 +444,9 @@ impl GuestLog {
         state.tail.extend(bytes.iter().rev().take(LOG_TAIL).rev());
         let excess = state.tail.len().saturating_sub(LOG_TAIL);
         state.tail.drain(..excess);
-        if state.file.is_none() {
-            return;
-        }
-        // The guest's author wrote these bytes, and `zot ext logs`,
-        // `zotbox ext logs` and `cat` hand the file to a terminal: a
-        // control sequence (a screen clear, OSC 52 writing the clipboard)
-        // goes in as text.
-        let text = state.shown.push(bytes);
-        let before = state.written;
-        state.written = before.saturating_add(text.len() as u64);
-        if before >= LOG_CAP {
-            return;
-        }
-        let mut keep = usize::try_from(LOG_CAP - before)
-            .unwrap_or(usize::MAX)
-            .min(text.len());
-        while !text.is_char_boundary(keep) {
-            keep -= 1;
-        }
-        let Some(file) = state.file.as_mut() else {
-            return;
-        };
-        let _ = file.write_all(&text.as_bytes()[..keep]);
-        if keep < text.len() {
-            let _ = file.write_all(b"\n[zotbox: log cut off at 8 MiB for this run]\n");
+        if let Some(file) = state.file.as_mut() {
+            // A log that refuses writes costs the guest nothing.
+            let _ = file.append(bytes);
         }
     }
 
@@ -516,11 +486,8 @@ impl GuestLog {
     /// A line from zotbox itself, always written.
     fn note(&self, line: &str) {
         let mut state = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        // A character the guest left unfinished ends before the note.
-        let rest = state.shown.finish();
         if let Some(file) = state.file.as_mut() {
-            let _ = write!(file, "{rest}");
-            let _ = writeln!(file, "{line}");
+            file.note(line);
         }
     }
 }

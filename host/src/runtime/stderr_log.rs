@@ -1,0 +1,137 @@
+//! An extension's stderr on its way to `$ZOT_HOME/logs/ext-<name>.log`,
+//! wasm guest and native program alike.
+//!
+//! Its author wrote those bytes, and `zot ext logs`, `zotbox ext logs` and
+//! `cat` hand the file to a terminal: a control sequence (a screen clear,
+//! OSC 52 writing the clipboard) goes in as text ([`ShownChunks`]). And one
+//! run writes at most [`LOG_CAP`], so an extension cannot fill the disk by
+//! writing to stderr (`THREATS.md` rule 6).
+
+use std::io::Write;
+
+use crate::text::ShownChunks;
+
+/// What one run of an extension may write to its log, escapes included.
+pub(crate) const LOG_CAP: u64 = 8 * 1024 * 1024;
+
+/// The line that ends a run's log at [`LOG_CAP`].
+const CUT_OFF: &str = "\n[zotbox: log cut off at 8 MiB for this run]\n";
+
+/// One run's stderr, written to its log as text, up to [`LOG_CAP`].
+pub(crate) struct StderrLog {
+    file: std::fs::File,
+    /// Bytes of the extension's written this run, escapes included (and
+    /// those past the cap, counted).
+    written: u64,
+    shown: ShownChunks,
+}
+
+impl StderrLog {
+    /// A run's log, appending to `file`.
+    pub(crate) fn new(file: std::fs::File) -> Self {
+        Self {
+            file,
+            written: 0,
+            shown: ShownChunks::default(),
+        }
+    }
+
+    /// Appends what the extension wrote, as text, while the run is under
+    /// the cap; the write that reaches it ends with [`CUT_OFF`].
+    ///
+    /// # Errors
+    ///
+    /// When the file refuses the write.
+    pub(crate) fn append(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        let text = self.shown.push(bytes);
+        let before = self.written;
+        self.written = before.saturating_add(text.len() as u64);
+        if before >= LOG_CAP {
+            return Ok(());
+        }
+        let mut keep = usize::try_from(LOG_CAP - before)
+            .unwrap_or(usize::MAX)
+            .min(text.len());
+        // An escape may be cut; a character may not.
+        while !text.is_char_boundary(keep) {
+            keep -= 1;
+        }
+        self.file.write_all(&text.as_bytes()[..keep])?;
+        if keep < text.len() {
+            self.file.write_all(CUT_OFF.as_bytes())?;
+        }
+        Ok(())
+    }
+
+    /// Writes a character the extension left unfinished (as bytes that are
+    /// not UTF-8), then `line` of zotbox's own, whatever the cap.
+    pub(crate) fn note(&mut self, line: &str) {
+        self.finish();
+        let _ = writeln!(self.file, "{line}");
+    }
+
+    /// Writes a character the extension left unfinished, as bytes that are
+    /// not UTF-8: what ends the run's log.
+    pub(crate) fn finish(&mut self) {
+        let rest = self.shown.finish();
+        if self.written < LOG_CAP {
+            let _ = self.file.write_all(rest.as_bytes());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn contents(file: &mut std::fs::File) -> String {
+        use std::io::{Read, Seek};
+        let mut text = String::new();
+        file.rewind().unwrap_or_else(|e| panic!("{e}"));
+        file.read_to_string(&mut text)
+            .unwrap_or_else(|e| panic!("{e}"));
+        text
+    }
+
+    #[test]
+    fn a_run_writes_at_most_the_cap_escapes_included_then_only_notes() {
+        let mut file = tempfile::tempfile().unwrap_or_else(|e| panic!("{e}"));
+        let writing = file.try_clone().unwrap_or_else(|e| panic!("{e}"));
+        let mut log = StderrLog::new(writing);
+        // Attack: an extension writing 3 MiB of ESC, each 7 bytes once
+        // escaped, then more; a cap on the bytes written rather than the
+        // text would let it write seven times the cap.
+        let flood = vec![0x1b_u8; 64 * 1024];
+        for _ in 0..48 {
+            log.append(&flood).unwrap_or_else(|e| panic!("{e}"));
+        }
+        log.append(b"after the cap\n")
+            .unwrap_or_else(|e| panic!("{e}"));
+        log.note("zotbox: guest exited with status 1");
+        let text = contents(&mut file);
+        let cap = usize::try_from(LOG_CAP).unwrap_or(usize::MAX);
+        assert_eq!(
+            text.len(),
+            cap + CUT_OFF.len() + "zotbox: guest exited with status 1\n".len()
+        );
+        assert!(text.starts_with("\\u{1b}\\u{1b}"));
+        assert!(!text.contains('\u{1b}'));
+        assert!(!text.contains("after the cap"));
+        assert!(text.ends_with(&format!("{CUT_OFF}zotbox: guest exited with status 1\n")));
+    }
+
+    #[test]
+    fn a_character_left_unfinished_is_written_before_a_note() {
+        let mut file = tempfile::tempfile().unwrap_or_else(|e| panic!("{e}"));
+        let writing = file.try_clone().unwrap_or_else(|e| panic!("{e}"));
+        let mut log = StderrLog::new(writing);
+        log.append(b"price: \xe2\x82")
+            .unwrap_or_else(|e| panic!("{e}"));
+        log.note("zotbox: guest trapped");
+        log.append(b"\xac\n").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            contents(&mut file),
+            "price: \\x{e2}\\x{82}zotbox: guest trapped\n\\x{ac}\n"
+        );
+    }
+}
