@@ -16,14 +16,23 @@ use zotbox::text::Shown;
 /// screen ends with a count of its own of what the cells hold.
 const MAX_CELL: usize = 1000;
 
-/// Prints rows as columns padded to the widest cell, each cell clipped to
-/// [`MAX_CELL`] characters; the last column is not padded. Widths are the
+/// Prints rows as columns padded to the widest cell, each cell escaped
+/// ([`zotbox::text::shown`]: idempotent, so a cell shown already reads the
+/// same) and clipped to [`MAX_CELL`] characters; the last column is not
+/// padded. A cell holds one line: a `\n` an author wrote would forge a row. Widths are the
 /// columns a terminal draws, not characters: a name in CJK takes two per
 /// character, and counting one would shift every column after it.
 pub(crate) fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
     let rows: Vec<Vec<std::borrow::Cow<'_, str>>> = rows
         .iter()
-        .map(|row| row.iter().map(|cell| clip_cell(cell)).collect())
+        .map(|row| {
+            row.iter()
+                .map(|cell| match zotbox::text::shown(cell) {
+                    std::borrow::Cow::Borrowed(cell) => clip_cell(cell),
+                    std::borrow::Cow::Owned(escaped) => clip_cell(&escaped).into_owned().into(),
+                })
+                .collect()
+        })
         .collect();
     let mut widths: Vec<usize> = headers.iter().map(|h| h.width()).collect();
     for row in &rows {
@@ -208,6 +217,22 @@ mod tests {
         assert_eq!(
             text,
             "NAME     STATE   NOTE\nweather  ready   x\na        failed  y\n"
+        );
+    }
+
+    #[test]
+    fn a_cell_is_one_line_whoever_made_it() {
+        // A caller that forgot to escape an author's name: the table does.
+        let rows = vec![
+            vec!["evil\nforged  ready".to_owned(), "failed".to_owned()],
+            vec!["\u{1b}[2J".to_owned(), "ready".to_owned()],
+        ];
+        let text = table(&["NAME", "STATE"], &rows);
+        assert_eq!(
+            text,
+            "NAME                    STATE\n\
+             evil\\u{a}forged  ready  failed\n\
+             \\u{1b}[2J               ready\n"
         );
     }
 
