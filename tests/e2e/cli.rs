@@ -633,6 +633,73 @@ fn a_native_extensions_log_is_cut_off_at_its_cap() {
     assert_eq!(log.len(), (8 << 20) + cut_off.len());
 }
 
+/// `ext logs -f` follows the log at its path as `tail -F` does: a log
+/// removed and written anew (a user's clean-up), or cut short, is followed
+/// from its top, and the command does not end with an error.
+#[test]
+fn ext_logs_follows_a_log_removed_or_cut_short() {
+    use std::io::{Read as _, Write as _};
+    use std::sync::{Arc, Mutex};
+    let lab = Lab::new();
+    let logs = lab.home.join("logs");
+    std::fs::create_dir_all(&logs).expect("logs folder");
+    let path = logs.join("ext-tailed.log");
+    std::fs::write(&path, "one\n").expect("the log");
+    let mut child = lab
+        .command(&["ext", "logs", "tailed", "-f"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("zotbox ext logs -f");
+    let seen = Arc::new(Mutex::new(String::new()));
+    let mut stdout = child.stdout.take().expect("stdout");
+    let reader = {
+        let seen = seen.clone();
+        std::thread::spawn(move || {
+            let mut buffer = [0u8; 256];
+            while let Ok(read) = stdout.read(&mut buffer) {
+                if read == 0 {
+                    break;
+                }
+                seen.lock()
+                    .expect("output")
+                    .push_str(&String::from_utf8_lossy(&buffer[..read]));
+            }
+        })
+    };
+    let mut until_seen = |expected: &str| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while *seen.lock().expect("output") != expected {
+            if std::time::Instant::now() >= deadline || matches!(child.try_wait(), Ok(Some(_))) {
+                panic!(
+                    "followed {:?}, not {expected:?}",
+                    seen.lock().expect("output")
+                );
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    };
+    until_seen("one\n");
+    let mut log = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .expect("the log");
+    log.write_all(b"two\n").expect("append");
+    drop(log);
+    until_seen("one\ntwo\n");
+    // Removed: followed again once written anew.
+    std::fs::remove_file(&path).expect("remove the log");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    std::fs::write(&path, "three and more\n").expect("a new log");
+    until_seen("one\ntwo\nthree and more\n");
+    // Cut short: followed from its top.
+    std::fs::write(&path, "four\n").expect("the log cut short");
+    until_seen("one\ntwo\nthree and more\nfour\n");
+    let _ = child.kill();
+    let _ = child.wait();
+    reader.join().expect("the output reader");
+}
+
 #[test]
 fn ext_logs_of_an_extension_that_never_ran() {
     let lab = Lab::new();

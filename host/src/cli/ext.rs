@@ -728,18 +728,33 @@ async fn logs(context: &Context, name: &str, follow: bool) -> Result<u8> {
         return Ok(EXIT_OK);
     }
     quiet_if_gone(stdout.flush())?;
+    use std::os::unix::fs::MetadataExt as _;
+    let cannot_read = |err: std::io::Error| {
+        anyhow::Error::new(err).context(format!("cannot read `{}`", path.display()))
+    };
     loop {
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let len = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-        if len < position {
-            // Truncated or replaced: start over from the top.
-            file = std::fs::File::open(&path)?;
-            position = 0;
-        }
-        file.seek(SeekFrom::Start(position))?;
+        // What the log we follow gained.
+        file.seek(SeekFrom::Start(position)).map_err(cannot_read)?;
         let mut chunk = Vec::new();
-        position += file.read_to_end(&mut chunk)? as u64;
+        position += file.read_to_end(&mut chunk).map_err(cannot_read)? as u64;
         quiet_if_gone(stdout.write_all(&chunk))?;
         quiet_if_gone(stdout.flush())?;
+        // Removed (wait for the next), replaced by a new file or cut
+        // short: the log at PATH is followed from its top.
+        let now = match std::fs::metadata(&path) {
+            Ok(now) => now,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(err) => return Err(cannot_read(err)),
+        };
+        let ours = file.metadata().map_err(cannot_read)?;
+        let replaced = (now.dev(), now.ino()) != (ours.dev(), ours.ino());
+        if replaced || now.len() < position {
+            match std::fs::File::open(&path) {
+                Ok(reopened) => (file, position) = (reopened, 0),
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+                Err(err) => return Err(cannot_read(err)),
+            }
+        }
     }
 }
