@@ -23,6 +23,9 @@ pub(crate) struct StderrLog {
     /// Bytes of the extension's written this run, escapes included (and
     /// those past the cap, counted).
     written: u64,
+    /// Whether [`CUT_OFF`] was written: once, and only when something was
+    /// left out.
+    cut_off: bool,
     shown: ShownChunks,
 }
 
@@ -32,12 +35,14 @@ impl StderrLog {
         Self {
             file,
             written: 0,
+            cut_off: false,
             shown: ShownChunks::default(),
         }
     }
 
     /// Appends what the extension wrote, as text, while the run is under
-    /// the cap; the write that reaches it ends with [`CUT_OFF`].
+    /// the cap; the first text left out is replaced by [`CUT_OFF`] (a write
+    /// that ends exactly at the cap leaves nothing out yet).
     ///
     /// # Errors
     ///
@@ -46,10 +51,7 @@ impl StderrLog {
         let text = self.shown.push(bytes);
         let before = self.written;
         self.written = before.saturating_add(text.len() as u64);
-        if before >= LOG_CAP {
-            return Ok(());
-        }
-        let mut keep = usize::try_from(LOG_CAP - before)
+        let mut keep = usize::try_from(LOG_CAP.saturating_sub(before))
             .unwrap_or(usize::MAX)
             .min(text.len());
         // An escape may be cut; a character may not.
@@ -57,7 +59,8 @@ impl StderrLog {
             keep -= 1;
         }
         self.file.write_all(&text.as_bytes()[..keep])?;
-        if keep < text.len() {
+        if keep < text.len() && !self.cut_off {
+            self.cut_off = true;
             self.file.write_all(CUT_OFF.as_bytes())?;
         }
         Ok(())
@@ -118,6 +121,31 @@ mod tests {
         assert!(!text.contains('\u{1b}'));
         assert!(!text.contains("after the cap"));
         assert!(text.ends_with(&format!("{CUT_OFF}zotbox: guest exited with status 1\n")));
+    }
+
+    #[test]
+    fn a_run_that_ends_a_write_exactly_at_the_cap_is_cut_off_at_its_next() {
+        // Reads of 8 KiB from a pipe end exactly at 8 MiB: the cut-off was
+        // written only by a write that crossed the cap, so such a run's log
+        // ended without saying it was cut.
+        let mut file = tempfile::tempfile().unwrap_or_else(|e| panic!("{e}"));
+        let writing = file.try_clone().unwrap_or_else(|e| panic!("{e}"));
+        let mut log = StderrLog::new(writing);
+        let chunk = vec![b'x'; 8192];
+        let cap = usize::try_from(LOG_CAP).unwrap_or(usize::MAX);
+        for _ in 0..cap / chunk.len() {
+            log.append(&chunk).unwrap_or_else(|e| panic!("{e}"));
+        }
+        // Exactly the cap, nothing left out: no cut-off yet.
+        assert_eq!(contents(&mut file).len(), cap);
+        log.append(b"").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(contents(&mut file).len(), cap);
+        for _ in 0..3 {
+            log.append(&chunk).unwrap_or_else(|e| panic!("{e}"));
+        }
+        let text = contents(&mut file);
+        assert_eq!(text.len(), cap + CUT_OFF.len());
+        assert!(text.ends_with(CUT_OFF));
     }
 
     #[test]
