@@ -320,7 +320,11 @@ fn manifests_in(dir: &Path) -> Vec<PathBuf> {
         .map(|entry| entry.path())
         .filter(|path| path.is_dir())
         .map(|path| path.join(MANIFEST_FILE))
-        .filter(|path| path.is_file())
+        // Whatever is there: a manifest that is a FIFO, a device or a
+        // dangling link is refused by the reader (never waited on) and
+        // shown as a load error, not skipped; zot reads it as it is, and
+        // hangs on a FIFO or `/dev/zero`.
+        .filter(|path| std::fs::symlink_metadata(path).is_ok())
         .collect();
     manifests.sort();
     manifests

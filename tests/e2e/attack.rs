@@ -2336,13 +2336,22 @@ async fn the_audit_log_has_one_line_per_use_and_every_guard_decision() {
 // ---------------------------------------------------------------------------
 // Manifests a cloned repository holds: read capped, never from a FIFO.
 
-/// An extension manifest of 64 MiB (sparse: no disk) and a data package
-/// whose manifest is a FIFO, in the workspace: `zotbox list` refuses each at
+/// An extension manifest of 64 MiB (sparse: no disk), extension manifests
+/// that are a FIFO or a link to `/dev/zero`, and a data package whose
+/// manifest is a FIFO, in the workspace: `zotbox list` refuses each at
 /// once, naming it, instead of reading 64 MiB into memory (or, linked to
-/// `/proc/self/pagemap`, without end) or waiting forever for a writer.
+/// `/proc/self/pagemap`, without end) or waiting forever for a writer. The
+/// FIFO and the device are named, not skipped: zot, which reads them as
+/// they are, hangs on them.
 #[test]
 fn a_workspace_manifest_that_is_huge_or_a_fifo_is_refused_at_once() {
     let lab = Lab::new();
+    let piped = lab.workspace.join(".zot/extensions/piped/extension.json");
+    std::fs::create_dir_all(piped.parent().expect("a folder")).expect("mkdir");
+    nix::unistd::mkfifo(&piped, nix::sys::stat::Mode::S_IRWXU).expect("mkfifo");
+    let zero = lab.workspace.join(".zot/extensions/zero/extension.json");
+    std::fs::create_dir_all(zero.parent().expect("a folder")).expect("mkdir");
+    symlink("/dev/zero", &zero).expect("a link to /dev/zero");
     let huge = lab.workspace.join(".zot/extensions/huge/extension.json");
     std::fs::create_dir_all(huge.parent().expect("a folder")).expect("mkdir");
     std::fs::File::create(&huge)
@@ -2361,10 +2370,28 @@ fn a_workspace_manifest_that_is_huge_or_a_fifo_is_refused_at_once() {
         )),
         "{run:?}"
     );
+    for (name, path) in [("piped", &piped), ("zero", &zero)] {
+        assert!(
+            run.stdout.contains(&format!(
+                "{name}: cannot read `{}`: not a regular file\n",
+                path.display()
+            )),
+            "{run:?}"
+        );
+    }
     assert!(
         run.stdout.contains(&format!(
             "skipped cannot read `{}`: not a regular file\n",
             fifo.display()
+        )),
+        "{run:?}"
+    );
+    let run = zotbox_bounded(&lab, &["doctor"]);
+    run.expect_code(1);
+    assert!(
+        run.stdout.contains(&format!(
+            "extension `zero`: invalid: cannot read `{}`: not a regular file\n",
+            zero.display()
         )),
         "{run:?}"
     );
