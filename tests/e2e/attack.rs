@@ -2395,6 +2395,13 @@ fn a_workspace_manifest_that_is_huge_or_a_fifo_is_refused_at_once() {
         )),
         "{run:?}"
     );
+    // Warned of once, however often doctor looks.
+    assert_eq!(
+        run.stderr.matches("zero/extension.json").count(),
+        1,
+        "{}",
+        run.stderr
+    );
     // Data packages are read for skills too.
     let run = zotbox_bounded(&lab, &["skills", "list"]);
     run.expect_code(0);

@@ -244,7 +244,12 @@ fn workspace_findings(host: &Host, findings: &mut Vec<(String, String)>, notes: 
 /// the user, that is; the rest get nothing and are not listed.
 fn native_secret_notes(host: &Host, home: &zotbox::home::ZotHome, notes: &mut Vec<String>) {
     let store = zotbox::store::secret::SecretStore::new(home);
-    for found in host.search_path().discover().found {
+    // The host's own discovery has warned of every manifest it could not
+    // load; this one is only for the manifests that loaded.
+    let again = || host.search_path().discover();
+    let found =
+        tracing::subscriber::with_default(tracing::subscriber::NoSubscriber::default(), again);
+    for found in found.found {
         let manifest = &found.manifest;
         if !matches!(manifest.program, zotbox::manifest::Program::Native { .. }) {
             continue;
