@@ -638,8 +638,7 @@ fn a_native_extensions_log_is_cut_off_at_its_cap() {
 /// from its top, and the command does not end with an error.
 #[test]
 fn ext_logs_follows_a_log_removed_or_cut_short() {
-    use std::io::{Read as _, Write as _};
-    use std::sync::{Arc, Mutex};
+    use std::io::Write as _;
     let lab = Lab::new();
     let logs = lab.home.join("logs");
     std::fs::create_dir_all(&logs).expect("logs folder");
@@ -651,30 +650,12 @@ fn ext_logs_follows_a_log_removed_or_cut_short() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("zotbox ext logs -f");
-    let seen = Arc::new(Mutex::new(String::new()));
-    let mut stdout = child.stdout.take().expect("stdout");
-    let reader = {
-        let seen = seen.clone();
-        std::thread::spawn(move || {
-            let mut buffer = [0u8; 256];
-            while let Ok(read) = stdout.read(&mut buffer) {
-                if read == 0 {
-                    break;
-                }
-                seen.lock()
-                    .expect("output")
-                    .push_str(&String::from_utf8_lossy(&buffer[..read]));
-            }
-        })
-    };
+    let stdout = crate::support::Collected::from(child.stdout.take().expect("stdout"));
     let mut until_seen = |expected: &str| {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while *seen.lock().expect("output") != expected {
+        while stdout.text() != expected {
             if std::time::Instant::now() >= deadline || matches!(child.try_wait(), Ok(Some(_))) {
-                panic!(
-                    "followed {:?}, not {expected:?}",
-                    seen.lock().expect("output")
-                );
+                panic!("followed {:?}, not {expected:?}", stdout.text());
             }
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
@@ -697,7 +678,7 @@ fn ext_logs_follows_a_log_removed_or_cut_short() {
     until_seen("one\ntwo\nthree and more\nfour\n");
     let _ = child.kill();
     let _ = child.wait();
-    reader.join().expect("the output reader");
+    stdout.join();
 }
 
 #[test]

@@ -239,28 +239,13 @@ impl Lab {
             .stderr(std::process::Stdio::piped())
             .spawn()
             .ok()?;
-        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
-        let mut stdout = child.stdout.take()?;
-        let reader = {
-            let seen = seen.clone();
-            std::thread::spawn(move || {
-                let mut buffer = [0u8; 1024];
-                while let Ok(read) = stdout.read(&mut buffer) {
-                    if read == 0 {
-                        break;
-                    }
-                    seen.lock()
-                        .expect("output")
-                        .extend_from_slice(&buffer[..read]);
-                }
-            })
-        };
+        let stdout = Collected::from(child.stdout.take()?);
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        while !String::from_utf8_lossy(&seen.lock().expect("output")).contains(prompt) {
+        while !stdout.text().contains(prompt) {
             assert!(
                 std::time::Instant::now() < deadline,
                 "no prompt `{prompt}` within 30 s: {}",
-                String::from_utf8_lossy(&seen.lock().expect("output"))
+                stdout.text()
             );
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -269,12 +254,11 @@ impl Lab {
         stdin.flush().expect("type");
         let status = child.wait().expect("wait for script");
         drop(stdin);
-        reader.join().expect("the output reader");
+        let stdout = stdout.join();
         let mut stderr = String::new();
         if let Some(mut err) = child.stderr.take() {
             let _ = err.read_to_string(&mut stderr);
         }
-        let stdout = String::from_utf8_lossy(&seen.lock().expect("output")).into_owned();
         Some(Run {
             code: status.code(),
             stdout,
@@ -291,6 +275,47 @@ impl Lab {
     /// this lab's home (see [`zotbox_command`]).
     pub fn command(&self, args: &[&str]) -> Command {
         zotbox_command(&self.home, &self.workspace, args)
+    }
+}
+
+/// What a child writes to one of its pipes, gathered on a thread as it
+/// comes: for a test that acts on the output while the child runs.
+pub struct Collected {
+    seen: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    reader: std::thread::JoinHandle<()>,
+}
+
+impl Collected {
+    /// Starts gathering what `pipe` gives until its end.
+    pub fn from(mut pipe: impl std::io::Read + Send + 'static) -> Self {
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let reader = {
+            let seen = seen.clone();
+            std::thread::spawn(move || {
+                let mut buffer = [0u8; 1024];
+                while let Ok(read) = pipe.read(&mut buffer) {
+                    if read == 0 {
+                        break;
+                    }
+                    seen.lock()
+                        .expect("output")
+                        .extend_from_slice(&buffer[..read]);
+                }
+            })
+        };
+        Self { seen, reader }
+    }
+
+    /// What came so far, as text.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.seen.lock().expect("output")).into_owned()
+    }
+
+    /// Everything, once the pipe has ended.
+    pub fn join(self) -> String {
+        let Self { seen, reader } = self;
+        reader.join().expect("the output reader");
+        String::from_utf8_lossy(&seen.lock().expect("output")).into_owned()
     }
 }
 
