@@ -67,10 +67,12 @@ impl StderrLog {
     }
 
     /// Writes a character the extension left unfinished (as bytes that are
-    /// not UTF-8), then `line` of zotbox's own, whatever the cap.
+    /// not UTF-8), then `line` of zotbox's own, whatever the cap. The line
+    /// is shown as text too: it quotes the author (a panic's message, the
+    /// function names of a wasm backtrace).
     pub(crate) fn note(&mut self, line: &str) {
         self.finish();
-        let _ = writeln!(self.file, "{line}");
+        let _ = writeln!(self.file, "{}", crate::text::shown_text(line));
     }
 
     /// Writes a character the extension left unfinished, as bytes that are
@@ -149,7 +151,7 @@ mod tests {
     }
 
     #[test]
-    fn a_character_left_unfinished_is_written_before_a_note() {
+    fn a_note_follows_an_unfinished_character_and_is_shown_as_text() {
         let mut file = tempfile::tempfile().unwrap_or_else(|e| panic!("{e}"));
         let writing = file.try_clone().unwrap_or_else(|e| panic!("{e}"));
         let mut log = StderrLog::new(writing);
@@ -157,9 +159,12 @@ mod tests {
             .unwrap_or_else(|e| panic!("{e}"));
         log.note("zotbox: guest trapped");
         log.append(b"\xac\n").unwrap_or_else(|e| panic!("{e}"));
+        // A note quoting the author: its lines stay, its escapes do not.
+        log.note("zotbox: guest failed (panicked at x: \u{1b}]52;c;cm0=\u{7})\n  0: f\tg");
         assert_eq!(
             contents(&mut file),
-            "price: \\x{e2}\\x{82}zotbox: guest trapped\n\\x{ac}\n"
+            "price: \\x{e2}\\x{82}zotbox: guest trapped\n\\x{ac}\n\
+             zotbox: guest failed (panicked at x: \\u{1b}]52;c;cm0=\\u{7})\n  0: f\tg\n"
         );
     }
 }
