@@ -704,7 +704,11 @@ pub(crate) fn parse_json<T: DeserializeOwned>(
 
 /// Checks a name the model or the user types: ASCII letters, digits, `-` and
 /// `_`, 1 to `max` characters.
-pub(crate) fn check_name(name: &str, max: usize) -> Result<(), String> {
+///
+/// # Errors
+///
+/// A phrase saying what is wrong.
+pub fn check_name(name: &str, max: usize) -> Result<(), String> {
     if name.is_empty() {
         return Err("is empty".to_owned());
     }

@@ -228,23 +228,16 @@ fn sdk_dependency() -> String {
 fn check_name(name: &str) -> Result<()> {
     zotbox::manifest::validate_name_shape(name)
         .map_err(|problem| anyhow::anyhow!("extension name {problem}"))?;
-    let shown = Shown(name);
     // The manifest also allows `.`; a crate name does not, and the refusal
-    // names the rule `new` keeps, not the manifest's.
-    if let Some(bad) = name
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_')))
-    {
-        bail!(
-            "extension name `{shown}` contains `{}`; use letters, digits, `-` and `_` (it names \
-             a crate and a binary)",
-            Shown(&bad.to_string())
-        );
-    }
+    // names the rule `new` keeps (a data tool's), not the manifest's.
+    zotbox::data::check_name(name, usize::MAX).map_err(|problem| {
+        anyhow::anyhow!("extension name {problem} (it names a crate and a binary)")
+    })?;
     if let Some(reason) = zotbox::store::install::name_taken_by_zotbox(name) {
         bail!("{reason}");
     }
     if !name.starts_with(|c: char| c.is_ascii_alphabetic()) {
+        let shown = Shown(name);
         bail!("extension name `{shown}` must start with a letter (it names a crate and a binary)");
     }
     Ok(())
