@@ -12,7 +12,7 @@ use std::io::Write;
 use crate::text::ShownChunks;
 
 /// What one run of an extension may write to its log, escapes included.
-pub(crate) const LOG_CAP: u64 = 8 * 1024 * 1024;
+const LOG_CAP: u64 = 8 * 1024 * 1024;
 
 /// The line that ends a run's log at [`LOG_CAP`].
 const CUT_OFF: &str = "\n[zotbox: log cut off at 8 MiB for this run]\n";
@@ -48,6 +48,10 @@ impl StderrLog {
     ///
     /// When the file refuses the write.
     pub(crate) fn append(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        // Past the cut-off nothing more is written: nothing to escape.
+        if self.cut_off {
+            return Ok(());
+        }
         let text = self.shown.push(bytes);
         let before = self.written;
         self.written = before.saturating_add(text.len() as u64);
