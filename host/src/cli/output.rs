@@ -19,9 +19,10 @@ const MAX_CELL: usize = 1000;
 /// Prints rows as columns padded to the widest cell, each cell escaped
 /// ([`zotbox::text::shown`]: idempotent, so a cell shown already reads the
 /// same) and clipped to [`MAX_CELL`] characters; the last column is not
-/// padded. A cell holds one line: a `\n` an author wrote would forge a row. Widths are the
-/// columns a terminal draws, not characters: a name in CJK takes two per
-/// character, and counting one would shift every column after it.
+/// padded. A cell holds one line: a `\n` an author wrote would forge a
+/// row. Widths are the columns a terminal draws, not characters: a name in
+/// CJK takes two per character, and counting one would shift every column
+/// after it.
 pub(crate) fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
     let rows: Vec<Vec<std::borrow::Cow<'_, str>>> = rows
         .iter()
