@@ -510,7 +510,7 @@ fn deny_figures(base: &Path, scale: &Scale) -> Result<Vec<[String; 4]>> {
     use zotbox::internals::DenyRules;
     let load = |workspace: &Path| {
         let set = DataSearch::new(workspace, base.join("deny-home")).load();
-        DenyRules::for_data(&set)
+        DenyRules::for_data(&set, workspace)
     };
     let mut rows = Vec::new();
     let rules = load(&guard_workspace(base, 50)?);

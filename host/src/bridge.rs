@@ -155,8 +155,8 @@ impl CommandGuard for PluginGuard {
                 .upgrade()
                 .and_then(|s| s.workspace().map(Path::to_path_buf))
                 .unwrap_or_default();
-            let set = crate::data::DataSearch::new(workspace, self.home.root()).load();
-            crate::guard::DenyRules::for_data(&set)
+            let set = crate::data::DataSearch::new(&workspace, self.home.root()).load();
+            crate::guard::DenyRules::for_data(&set, &workspace)
         });
         match rules.check("bash", &serde_json::json!({ "command": command })) {
             Some(hit) => Err((hit.decider(), hit.reason)),

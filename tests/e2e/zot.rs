@@ -1956,6 +1956,53 @@ async fn serve_brings_data_tools_skills_and_refusals_to_zot() {
     assert_eq!(zot_frames_after_ready(&ended.transcript), 12, "{ended:#?}");
 }
 
+/// Attack: the cloned repository's links lead zot's own tools to what a
+/// refusal plugin guards. `serve` matches a path where it leads from the
+/// workspace zot names, so neither a link nor an absolute spelling carries
+/// a write past a rule anchored at the workspace's root.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_matches_a_path_where_the_workspaces_links_lead() {
+    let lab = Lab::new();
+    write_file_json(
+        &lab.workspace.join(".zot/plugins/prod.json"),
+        &json!({"name": "prod", "description": "d",
+                "deny": [{"tools": ["write"], "pathPattern": "^config/production/",
+                          "reason": "production config is hand-edited"}]}),
+    );
+    std::fs::create_dir_all(lab.workspace.join("config/production")).expect("folder");
+    std::os::unix::fs::symlink("config/production", lab.workspace.join("notes")).expect("link");
+    std::os::unix::fs::symlink("config/production/app.yml", lab.workspace.join("app.yml"))
+        .expect("link");
+    lab.zotbox(&["setup"]).expect_code(0);
+    let mut zot = Zot::start(&lab, &serve_launch(&lab)).await;
+    zot.until_ready().await;
+    let absolute = lab.workspace.join("config/production/app.yml");
+    for path in [
+        "config/production/app.yml",
+        "notes/app.yml",
+        "app.yml",
+        &absolute.to_string_lossy(),
+    ] {
+        let blocked = zot
+            .intercept_tool_call("write", json!({"path": path, "content": "x"}))
+            .await;
+        assert_eq!(
+            blocked,
+            json!({"type": "event_intercept_response", "id": blocked["id"], "block": true,
+                   "reason": "production config is hand-edited (plugin `prod` rule 1)"}),
+            "{path}"
+        );
+    }
+    let allowed = zot
+        .intercept_tool_call("write", json!({"path": "docs/app.yml", "content": "x"}))
+        .await;
+    assert_eq!(
+        allowed,
+        json!({"type": "event_intercept_response", "id": allowed["id"]})
+    );
+    zot.shutdown().await;
+}
+
 /// Attack: a cloned repository (not trusted: its skills and plugins load
 /// all the same, they grant nothing) writes text for zot's screen, with
 /// escape sequences, a bidi override and line breaks. `serve` hands zot

@@ -12,9 +12,10 @@
 //!    rule, plugins in the order given and rules in file order, decides.
 //! 2. A rule sees what will run. A command is tried as written and in its
 //!    normalised forms ([`command`]: shell words without quotes and escapes,
-//!    every simple command, programs by basename), a path as written and
-//!    lexically normalised ([`path`]). A match on any form blocks. This holds
-//!    for data tools and the `shell` capability alike: both ask this stage.
+//!    every simple command, programs by basename), a path as written,
+//!    lexically normalised and where it leads from the workspace, its links
+//!    followed ([`path`]). A match on any form blocks. This holds for data
+//!    tools and the `shell` capability alike: both ask this stage.
 //! 3. Rules compile within a budget ([`compile`]): each distinct pattern once
 //!    per field, the whole chain within [`Budget::CHAIN`]. A plugin over
 //!    budget is refused whole and reported ([`DenyRules::problems`]); the
@@ -92,6 +93,8 @@ pub struct DenyRules {
     sets: [Option<FieldSet>; 2],
     refusals: Vec<BudgetError>,
     problems: Vec<DataProblem>,
+    /// The workspace paths are resolved from (canonical), when known.
+    workspace: Option<std::path::PathBuf>,
 }
 
 impl DenyRules {
@@ -183,14 +186,30 @@ impl DenyRules {
             sets,
             refusals: Vec::new(),
             problems: Vec::new(),
+            workspace: None,
         })
     }
 
     /// The deny rules of the guard chain for the data files in force: every
-    /// plugin, shadowed ones included (see [`DataSet::guard_plugins`]). The
-    /// one way every front end assembles them.
-    pub fn for_data(set: &DataSet) -> Self {
-        Self::new(&set.guard_plugins())
+    /// plugin, shadowed ones included (see [`DataSet::guard_plugins`]), with
+    /// the paths of calls resolved from `workspace`, where zot's tools
+    /// resolve them. The one way every front end assembles them.
+    pub fn for_data(set: &DataSet, workspace: &std::path::Path) -> Self {
+        Self::new(&set.guard_plugins()).resolving_from(workspace)
+    }
+
+    /// These rules with a call's paths also matched where they lead from
+    /// `workspace` (rule 2). A workspace that cannot be resolved (gone, not
+    /// readable) leaves paths matched as written.
+    pub fn resolving_from(mut self, workspace: &std::path::Path) -> Self {
+        self.workspace = path::canonical_workspace(workspace);
+        if self.workspace.is_none() && !workspace.as_os_str().is_empty() {
+            tracing::warn!(
+                "the workspace `{}` cannot be resolved: deny rules match paths as written",
+                crate::text::Shown(&workspace.to_string_lossy())
+            );
+        }
+        self
     }
 
     /// The plugins refused for the budget, as problems of their files, for
@@ -253,6 +272,15 @@ impl DenyRules {
                 set.first_rule(path, &covers, &mut first);
                 if let Some(normal) = path::normalize_path(path) {
                     set.first_rule(&normal, &covers, &mut first);
+                }
+                let leads_to = self
+                    .workspace
+                    .as_deref()
+                    .and_then(|workspace| path::leads_to(workspace, path));
+                for form in leads_to.iter().flatten().flatten() {
+                    if form != path {
+                        set.first_rule(form, &covers, &mut first);
+                    }
                 }
             }
         }
@@ -612,6 +640,94 @@ mod tests {
 
     /// The normalised forms are computed only for a tool some rule names;
     /// a covered tool with a plain command costs no extra pass.
+    /// Attack: the workspace's author writes its links. A rule on
+    /// `config/production` or `.env` sees where a path leads, so a link to
+    /// the guarded place (or above it) carries no call past it, nor does an
+    /// absolute spelling past a rule anchored at the workspace's root.
+    #[test]
+    fn a_path_rule_sees_where_the_workspaces_links_lead() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let ws = dir.path().join("ws");
+        let mkdir = |p: &Path| std::fs::create_dir_all(p).unwrap_or_else(|e| panic!("{e}"));
+        let link = |target: &str, at: &str| {
+            std::os::unix::fs::symlink(target, ws.join(at)).unwrap_or_else(|e| panic!("{e}"));
+        };
+        mkdir(&ws.join("config/production/sub"));
+        mkdir(&ws.join("docs"));
+        std::fs::write(ws.join(".env"), "KEY=1").unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(ws.join("docs/readme.md"), "hi").unwrap_or_else(|e| panic!("{e}"));
+        link("config/production", "notes");
+        link("config", "cfg");
+        link(".env", "innocent.txt");
+        link("config/production/new.yml", "fresh.yml");
+        link(&ws.join(".env").to_string_lossy(), "docs/abs-env");
+        link("notes", "chain");
+        link("config/production/sub", "deep");
+        link("loop", "loop");
+        link("docs", "docs-link");
+        let rules = DenyRules::new(&[plugin(
+            r#"{"name":"guard","description":"d","deny":[
+              {"tools":["write_file","read_file"],"pathPattern":"^config/production","reason":"hand-edited"},
+              {"tools":["read_file"],"pathPattern":"(^|/)\\.env$","reason":"secrets"}
+            ]}"#,
+        )])
+        .resolving_from(&ws);
+        let prod = Some(("guard".to_owned(), 0));
+        let env = Some(("guard".to_owned(), 1));
+        let abs = |rest: &str| ws.join(rest).to_string_lossy().into_owned();
+        let cases = [
+            ("write_file", "notes/app.yml".to_owned(), prod.clone()),
+            (
+                "write_file",
+                "cfg/production/app.yml".to_owned(),
+                prod.clone(),
+            ),
+            ("write_file", "chain/app.yml".to_owned(), prod.clone()),
+            // A link whose target does not exist yet: the write creates it.
+            ("write_file", "fresh.yml".to_owned(), prod.clone()),
+            // `..` leaves the folder the link reached, not the one spelled.
+            ("write_file", "deep/../app.yml".to_owned(), prod.clone()),
+            // Below the last folder that exists, taken as spelled.
+            (
+                "write_file",
+                "notes/new/dir/app.yml".to_owned(),
+                prod.clone(),
+            ),
+            // An absolute spelling of a workspace file, plain or through a link.
+            ("write_file", abs("config/production/app.yml"), prod.clone()),
+            ("write_file", abs("notes/app.yml"), prod.clone()),
+            ("read_file", "innocent.txt".to_owned(), env.clone()),
+            ("read_file", "docs/abs-env".to_owned(), env.clone()),
+            ("read_file", "docs-link/../.env".to_owned(), env.clone()),
+            // Innocent paths pass, through links too; a looping link is
+            // matched as written (its open fails anyway).
+            ("write_file", "docs/readme.md".to_owned(), None),
+            ("write_file", "docs-link/readme.md".to_owned(), None),
+            ("write_file", abs("docs/readme.md"), None),
+            ("read_file", "loop/x".to_owned(), None),
+            ("read_file", "missing/.envelope".to_owned(), None),
+        ];
+        let mut failures = Vec::new();
+        for (tool, path, expected) in cases {
+            let got = hit(&rules, tool, json!({ "path": path }));
+            if got != expected {
+                failures.push(format!("{tool} {path:?}: {got:?}, expected {expected:?}"));
+            }
+        }
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+        // Without a workspace to resolve from, the same links pass: the
+        // cases above are the resolution's doing.
+        let plain = DenyRules::new(&[plugin(
+            r#"{"name":"guard","description":"d","deny":[
+              {"tools":["write_file"],"pathPattern":"^config/production","reason":"hand-edited"}
+            ]}"#,
+        )]);
+        assert_eq!(
+            hit(&plain, "write_file", json!({"path": "notes/app.yml"})),
+            None
+        );
+    }
+
     #[test]
     fn uncovered_tools_and_plain_commands_need_no_normalising() {
         assert!(command::normal_forms("cargo test --workspace").is_empty());

@@ -91,7 +91,7 @@ impl DataState {
             search.load_holding_project_tools()
         };
         // Each problem was logged by the loader as it was found.
-        let deny = DenyRules::for_data(&set);
+        let deny = DenyRules::for_data(&set, &search.workspace);
         deny.report_to(&mut set);
         Self {
             set,

@@ -644,7 +644,7 @@ mod tests {
             plugins: vec![heavy, keeper()],
             ..crate::data::DataSet::default()
         };
-        let rules = DenyRules::for_data(&set);
+        let rules = DenyRules::for_data(&set, Path::new("/ws"));
         rules.report_to(&mut set);
         let names: Vec<&str> = set.plugins.iter().map(|p| p.name.as_str()).collect();
         assert_eq!(names, ["keep"]);

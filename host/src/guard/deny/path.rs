@@ -1,10 +1,29 @@
-//! A file path in the form a `pathPattern` is also tried on.
+//! The forms of a file path a `pathPattern` is also tried on.
 //!
 //! Paths are matched as written and, when different, lexically normalised:
 //! `\` read as `/`, empty and `.` segments dropped, `a/..` resolved, so that
 //! `config/./production.yml` or `docs/../config/production.yml` does not slip
-//! past `config/production`. Nothing touches the filesystem: the jail of the
-//! fs capability decides where a path really leads.
+//! past `config/production`.
+//!
+//! With a workspace to resolve from, a path is also matched where it leads
+//! ([`leads_to`]): the symbolic links on its way followed as the tool that
+//! opens it would follow them, given absolute and, inside the workspace,
+//! relative to it. A workspace's author writes its links, so a link
+//! `notes -> config/production` must not carry a write past a rule on
+//! `config/production`; nor may an absolute spelling of a workspace file
+//! slip past a rule anchored at the workspace's root (`^config/`). A form
+//! only adds matches: resolving blocks more, never less.
+
+use std::ffi::OsString;
+use std::path::{Component, Path, PathBuf};
+
+/// The longest path resolved against the filesystem: what the kernel takes
+/// (`PATH_MAX`); a tool given a longer one fails to open it.
+const MAX_RESOLVED_BYTES: usize = 4096;
+
+/// The links followed on one path's way, as the kernel allows
+/// (`MAXSYMLINKS`); past it the tool's open fails too (`ELOOP`).
+const MAX_LINKS: usize = 40;
 
 /// `path` with `\` as `/`, empty and `.` segments dropped and `..` resolved
 /// lexically; `None` when that changes nothing.
@@ -40,6 +59,87 @@ pub(super) fn normalize_path(path: &str) -> Option<String> {
         joined
     };
     (normal != path).then_some(normal)
+}
+
+/// Where `path` leads from `workspace` (absolute and canonical, see
+/// [`canonical_workspace`]), in the forms a rule may be written for: the
+/// absolute path with every symbolic link on the way followed and, when that
+/// lies in the workspace, the same relative to it. Components past the last
+/// one that exists are taken lexically (a tool writing there creates them);
+/// a link at the end is followed even when its target does not exist yet,
+/// since a write through it creates the target. `None` for a path the tool
+/// could not open either: too long, looping links, or not valid Unicode
+/// once resolved.
+pub(super) fn leads_to(workspace: &Path, path: &str) -> Option<[Option<String>; 2]> {
+    if path.is_empty() || path.len() > MAX_RESOLVED_BYTES || path.contains('\0') {
+        return None;
+    }
+    let resolved = resolve(&workspace.join(path))?;
+    let relative = resolved
+        .strip_prefix(workspace)
+        .ok()
+        .filter(|rest| !rest.as_os_str().is_empty())
+        .and_then(|rest| rest.to_str().map(str::to_owned));
+    let absolute = resolved.into_os_string().into_string().ok()?;
+    Some([Some(absolute), relative])
+}
+
+/// `workspace` as [`leads_to`] needs it: absolute, its links followed.
+/// `None` when it cannot be resolved (then paths are matched as written).
+pub(super) fn canonical_workspace(workspace: &Path) -> Option<PathBuf> {
+    std::fs::canonicalize(workspace).ok()
+}
+
+/// `start` (absolute) with its symbolic links followed one component at a
+/// time, as the kernel's path walk does: a link's target replaces it (from
+/// `/` when absolute, else from the link's folder) and `..` leaves the folder
+/// reached, not the one spelled. Once a component does not exist, the rest
+/// is taken lexically.
+fn resolve(start: &Path) -> Option<PathBuf> {
+    let mut pending: Vec<OsString> = Vec::new();
+    push_components(&mut pending, start);
+    let mut resolved = PathBuf::from("/");
+    let mut links = 0;
+    let mut on_disk = true;
+    while let Some(component) = pending.pop() {
+        if component == ".." {
+            resolved.pop();
+            continue;
+        }
+        let next = resolved.join(&component);
+        if on_disk {
+            match std::fs::symlink_metadata(&next) {
+                Ok(meta) if meta.file_type().is_symlink() => {
+                    links += 1;
+                    if links > MAX_LINKS {
+                        return None;
+                    }
+                    let target = std::fs::read_link(&next).ok()?;
+                    if target.is_absolute() {
+                        resolved = PathBuf::from("/");
+                    }
+                    push_components(&mut pending, &target);
+                    continue;
+                }
+                Ok(_) => {}
+                Err(_) => on_disk = false,
+            }
+        }
+        resolved = next;
+    }
+    Some(resolved)
+}
+
+/// Pushes `path`'s components onto `pending` so that the first is popped
+/// first; `.` and the root are dropped, `..` kept for the walk.
+fn push_components(pending: &mut Vec<OsString>, path: &Path) {
+    for component in path.components().rev() {
+        match component {
+            Component::Normal(name) => pending.push(name.to_owned()),
+            Component::ParentDir => pending.push(OsString::from("..")),
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+        }
+    }
 }
 
 #[cfg(test)]
