@@ -277,10 +277,8 @@ impl DenyRules {
                     .workspace
                     .as_deref()
                     .and_then(|workspace| path::leads_to(workspace, path));
-                for form in leads_to.iter().flatten().flatten() {
-                    if form != path {
-                        set.first_rule(form, &covers, &mut first);
-                    }
+                if let Some(form) = leads_to.filter(|form| form != path) {
+                    set.first_rule(&form, &covers, &mut first);
                 }
             }
         }
@@ -647,7 +645,8 @@ mod tests {
     #[test]
     fn a_path_rule_sees_where_the_workspaces_links_lead() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let ws = dir.path().join("ws");
+        // A workspace whose own name a rule's pattern meets.
+        let ws = dir.path().join("secret-tool");
         let mkdir = |p: &Path| std::fs::create_dir_all(p).unwrap_or_else(|e| panic!("{e}"));
         let link = |target: &str, at: &str| {
             std::os::unix::fs::symlink(target, ws.join(at)).unwrap_or_else(|e| panic!("{e}"));
@@ -665,15 +664,18 @@ mod tests {
         link("config/production/sub", "deep");
         link("loop", "loop");
         link("docs", "docs-link");
+        link("/etc", "outside");
         let rules = DenyRules::new(&[plugin(
             r#"{"name":"guard","description":"d","deny":[
               {"tools":["write_file","read_file"],"pathPattern":"^config/production","reason":"hand-edited"},
-              {"tools":["read_file"],"pathPattern":"(^|/)\\.env$","reason":"secrets"}
+              {"tools":["read_file"],"pathPattern":"(^|/)\\.env$","reason":"secrets"},
+              {"tools":["read_file"],"pathPattern":"^/etc/|secret","reason":"elsewhere"}
             ]}"#,
         )])
         .resolving_from(&ws);
         let prod = Some(("guard".to_owned(), 0));
         let env = Some(("guard".to_owned(), 1));
+        let elsewhere = Some(("guard".to_owned(), 2));
         let abs = |rest: &str| ws.join(rest).to_string_lossy().into_owned();
         let cases = [
             ("write_file", "notes/app.yml".to_owned(), prod.clone()),
@@ -699,9 +701,19 @@ mod tests {
             ("read_file", "innocent.txt".to_owned(), env.clone()),
             ("read_file", "docs/abs-env".to_owned(), env.clone()),
             ("read_file", "docs-link/../.env".to_owned(), env.clone()),
+            // Out of the workspace, where it leads is absolute.
+            ("read_file", "outside/passwd".to_owned(), elsewhere.clone()),
+            (
+                "read_file",
+                "docs/../../../../../../etc/passwd".to_owned(),
+                elsewhere.clone(),
+            ),
             // Innocent paths pass, through links too; a looping link is
             // matched as written (its open fails anyway).
             ("write_file", "docs/readme.md".to_owned(), None),
+            // A file of the workspace is matched relative to it, so the
+            // workspace's own name does not meet `secret`.
+            ("read_file", "docs/readme.md".to_owned(), None),
             ("write_file", "docs-link/readme.md".to_owned(), None),
             ("write_file", abs("docs/readme.md"), None),
             ("read_file", "loop/x".to_owned(), None),

@@ -7,8 +7,8 @@
 //!
 //! With a workspace to resolve from, a path is also matched where it leads
 //! ([`leads_to`]): the symbolic links on its way followed as the tool that
-//! opens it would follow them, given absolute and, inside the workspace,
-//! relative to it. A workspace's author writes its links, so a link
+//! opens it would follow them, given relative to the workspace when it lies
+//! inside, absolute otherwise. A workspace's author writes its links, so a link
 //! `notes -> config/production` must not carry a write past a rule on
 //! `config/production`; nor may an absolute spelling of a workspace file
 //! slip past a rule anchored at the workspace's root (`^config/`). A form
@@ -62,26 +62,27 @@ pub(super) fn normalize_path(path: &str) -> Option<String> {
 }
 
 /// Where `path` leads from `workspace` (absolute and canonical, see
-/// [`canonical_workspace`]), in the forms a rule may be written for: the
-/// absolute path with every symbolic link on the way followed and, when that
-/// lies in the workspace, the same relative to it. Components past the last
-/// one that exists are taken lexically (a tool writing there creates them);
-/// a link at the end is followed even when its target does not exist yet,
-/// since a write through it creates the target. `None` for a path the tool
-/// could not open either: too long, looping links, or not valid Unicode
-/// once resolved.
-pub(super) fn leads_to(workspace: &Path, path: &str) -> Option<[Option<String>; 2]> {
+/// [`canonical_workspace`]), every symbolic link on the way followed: in the
+/// workspace, relative to it (the form a tool is handed a workspace file
+/// in); elsewhere, absolute. Only a path outside is given absolute, so that
+/// a rule on `secrets` does not meet every file of a workspace kept in
+/// `~/secrets-tool/`. Components past the last one that exists are taken
+/// lexically (a tool writing there creates them); a link at the end is
+/// followed even when its target does not exist yet, since a write through
+/// it creates the target. `None` for the workspace itself and for a path
+/// the tool could not open either: too long, looping links, or not valid
+/// Unicode once resolved.
+pub(super) fn leads_to(workspace: &Path, path: &str) -> Option<String> {
     if path.is_empty() || path.len() > MAX_RESOLVED_BYTES || path.contains('\0') {
         return None;
     }
     let resolved = resolve(&workspace.join(path))?;
-    let relative = resolved
-        .strip_prefix(workspace)
-        .ok()
-        .filter(|rest| !rest.as_os_str().is_empty())
-        .and_then(|rest| rest.to_str().map(str::to_owned));
-    let absolute = resolved.into_os_string().into_string().ok()?;
-    Some([Some(absolute), relative])
+    let form = match resolved.strip_prefix(workspace) {
+        Ok(rest) if rest.as_os_str().is_empty() => return None,
+        Ok(rest) => rest,
+        Err(_) => &resolved,
+    };
+    form.to_str().map(str::to_owned)
 }
 
 /// `workspace` as [`leads_to`] needs it: absolute, its links followed.
