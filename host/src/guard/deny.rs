@@ -665,6 +665,14 @@ mod tests {
         link("loop", "loop");
         link("docs", "docs-link");
         link("/etc", "outside");
+        // A target that is not UTF-8.
+        std::os::unix::fs::symlink(
+            <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(
+                b"config/production/\xff",
+            ),
+            ws.join("odd"),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
         let rules = DenyRules::new(&[plugin(
             r#"{"name":"guard","description":"d","deny":[
               {"tools":["write_file","read_file"],"pathPattern":"^config/production","reason":"hand-edited"},
@@ -685,6 +693,7 @@ mod tests {
                 prod.clone(),
             ),
             ("write_file", "chain/app.yml".to_owned(), prod.clone()),
+            ("write_file", "odd/app.yml".to_owned(), prod.clone()),
             // A link whose target does not exist yet: the write creates it.
             ("write_file", "fresh.yml".to_owned(), prod.clone()),
             // `..` leaves the folder the link reached, not the one spelled.

@@ -70,8 +70,7 @@ pub(super) fn normalize_path(path: &str) -> Option<String> {
 /// lexically (a tool writing there creates them); a link at the end is
 /// followed even when its target does not exist yet, since a write through
 /// it creates the target. `None` for the workspace itself and for a path
-/// the tool could not open either: too long, looping links, or not valid
-/// Unicode once resolved.
+/// the tool could not open either: too long, or through looping links.
 pub(super) fn leads_to(workspace: &Path, path: &str) -> Option<String> {
     if path.is_empty() || path.len() > MAX_RESOLVED_BYTES || path.contains('\0') {
         return None;
@@ -82,7 +81,9 @@ pub(super) fn leads_to(workspace: &Path, path: &str) -> Option<String> {
         Ok(rest) => rest,
         Err(_) => &resolved,
     };
-    form.to_str().map(str::to_owned)
+    // A name that is not UTF-8 (a link's target may be any bytes) is
+    // matched with `\u{fffd}` for those bytes: the rest still meets rules.
+    Some(form.to_string_lossy().into_owned())
 }
 
 /// `workspace` as [`leads_to`] needs it: absolute, its links followed.
