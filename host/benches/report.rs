@@ -1357,16 +1357,22 @@ fn main() -> Result<()> {
         .worker_threads(workers)
         .enable_all()
         .build()?;
-    // `ZOTBOX_BENCH_PROFILE=1`: only wasm round trips, long enough for a profiler.
-    if std::env::var_os("ZOTBOX_BENCH_PROFILE").is_some() {
+    // `ZOTBOX_BENCH_PROFILE=1`: only wasm round trips, long enough for a
+    // profiler; `=native`, only the native transport's.
+    if let Some(which) = std::env::var_os("ZOTBOX_BENCH_PROFILE") {
+        let (name, extension) = if which == "native" {
+            ("native", &fixture.native)
+        } else {
+            ("wasm", &fixture.wasm)
+        };
         return runtime.block_on(async {
             let launcher = Launcher::new(fixture.home.clone());
             let long = Scale {
                 calls: 200_000,
                 ..Scale::from_env()
             };
-            let (p50, p99) = round_trips(&launcher, &fixture.wasm, &long).await?;
-            println!("wasm round trip p50 {} p99 {}", micros(p50), micros(p99));
+            let (p50, p99) = round_trips(&launcher, extension, &long).await?;
+            println!("{name} round trip p50 {} p99 {}", micros(p50), micros(p99));
             Ok(())
         });
     }
