@@ -635,7 +635,8 @@ fn a_native_extensions_log_is_cut_off_at_its_cap() {
 
 /// `ext logs -f` follows the log at its path as `tail -F` does: a log
 /// removed and written anew (a user's clean-up), or cut short, is followed
-/// from its top, and the command does not end with an error.
+/// from its top, and the command does not end with an error. A character
+/// cut at the end of one log is shown as bytes, not glued to the next.
 #[test]
 fn ext_logs_follows_a_log_removed_or_cut_short() {
     use std::io::Write as _;
@@ -676,6 +677,19 @@ fn ext_logs_follows_a_log_removed_or_cut_short() {
     // Cut short: followed from its top.
     std::fs::write(&path, "four\n").expect("the log cut short");
     until_seen("one\ntwo\nthree and more\nfour\n");
+    // A log that ends inside a character, replaced by one that starts
+    // with the character's rest: two logs' bytes are not one character.
+    let mut log = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .expect("the log");
+    log.write_all(b"five \xc3").expect("append");
+    drop(log);
+    until_seen("one\ntwo\nthree and more\nfour\nfive ");
+    std::fs::remove_file(&path).expect("remove the log");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    std::fs::write(&path, b"\xa9six\n").expect("a new log");
+    until_seen("one\ntwo\nthree and more\nfour\nfive \\x{c3}\\x{a9}six\n");
     let _ = child.kill();
     let _ = child.wait();
     stdout.join();

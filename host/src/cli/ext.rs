@@ -751,7 +751,12 @@ async fn logs(context: &Context, name: &str, follow: bool) -> Result<u8> {
         let replaced = (now.dev(), now.ino()) != (ours.dev(), ours.ino());
         if replaced || now.len() < position {
             match std::fs::File::open(&path) {
-                Ok(reopened) => (file, position) = (reopened, 0),
+                Ok(reopened) => {
+                    // A character the old log ended inside is shown as
+                    // its bytes, not completed by the new log's first.
+                    quiet_if_gone(stdout.finish())?;
+                    (file, position) = (reopened, 0);
+                }
                 Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
                 Err(err) => return Err(cannot_read(err)),
             }
