@@ -661,34 +661,33 @@ fn ext_logs_follows_a_log_removed_or_cut_short() {
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
     };
+    let append = |bytes: &[u8]| {
+        let mut log = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .expect("the log");
+        log.write_all(bytes).expect("append");
+    };
+    // Removed, then written anew after a while.
+    let replace = |bytes: &[u8]| {
+        std::fs::remove_file(&path).expect("remove the log");
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        std::fs::write(&path, bytes).expect("a new log");
+    };
     until_seen("one\n");
-    let mut log = std::fs::OpenOptions::new()
-        .append(true)
-        .open(&path)
-        .expect("the log");
-    log.write_all(b"two\n").expect("append");
-    drop(log);
+    append(b"two\n");
     until_seen("one\ntwo\n");
     // Removed: followed again once written anew.
-    std::fs::remove_file(&path).expect("remove the log");
-    std::thread::sleep(std::time::Duration::from_millis(500));
-    std::fs::write(&path, "three and more\n").expect("a new log");
+    replace(b"three and more\n");
     until_seen("one\ntwo\nthree and more\n");
     // Cut short: followed from its top.
     std::fs::write(&path, "four\n").expect("the log cut short");
     until_seen("one\ntwo\nthree and more\nfour\n");
     // A log that ends inside a character, replaced by one that starts
     // with the character's rest: two logs' bytes are not one character.
-    let mut log = std::fs::OpenOptions::new()
-        .append(true)
-        .open(&path)
-        .expect("the log");
-    log.write_all(b"five \xc3").expect("append");
-    drop(log);
+    append(b"five \xc3");
     until_seen("one\ntwo\nthree and more\nfour\nfive ");
-    std::fs::remove_file(&path).expect("remove the log");
-    std::thread::sleep(std::time::Duration::from_millis(500));
-    std::fs::write(&path, b"\xa9six\n").expect("a new log");
+    replace(b"\xa9six\n");
     until_seen("one\ntwo\nthree and more\nfour\nfive \\x{c3}\\x{a9}six\n");
     let _ = child.kill();
     let _ = child.wait();
