@@ -921,6 +921,27 @@ fn a_workspace_with_nothing_to_trust_is_told_so_in_one_line_with_no_review() {
             )
         )
     );
+    // Attack: a manifest zot reads as it is, and hangs on (a FIFO). Nothing
+    // of it runs under zotbox, but the user is told to remove it.
+    let dir = ws.join(".zot/extensions/pipe");
+    std::fs::create_dir_all(&dir).expect("extension folder");
+    let status = std::process::Command::new("mkfifo")
+        .arg(dir.join("extension.json"))
+        .status()
+        .expect("run mkfifo");
+    assert!(status.success());
+    let trust = lab.zotbox_in(ws, &["trust"]);
+    trust.expect_code(0);
+    assert_eq!(
+        trust.stderr,
+        format!(
+            "warning: `{}` is a FIFO, not a file: zotbox refuses it, and zot may hang reading \
+             it; remove it\n",
+            canonical
+                .join(".zot/extensions/pipe/extension.json")
+                .display()
+        )
+    );
 }
 
 // ---------------------------------------------------------------------------

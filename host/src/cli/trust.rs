@@ -71,6 +71,16 @@ impl Args {
         let contents = Contents::scan(&workspace)
             .with_context(|| format!("workspace `{shown_ws}` cannot be trusted"))?;
         if contents.is_empty() {
+            // Nothing zotbox would run, but a manifest zot cannot read as a
+            // file is worth a word: zot reads it as it is, and waits forever
+            // on a FIFO.
+            for (manifest, what) in unreadable_manifests(&workspace) {
+                eprintln!(
+                    "warning: `{}` is {what}, not a file: zotbox refuses it, and zot may hang \
+                     reading it; remove it",
+                    shown_path(&manifest)
+                );
+            }
             return say(context, "nothing to trust in", &workspace, None);
         }
         let review = Review::of(&workspace, &home);
@@ -139,6 +149,32 @@ fn consent(workspace: &str, yes: bool) -> Result<()> {
     } else {
         bail!("trust in `{workspace}` not given")
     }
+}
+
+/// The extension manifests in the workspace's `.zot/extensions` that are
+/// not regular files (a FIFO, a device, a dangling link), with what each is.
+fn unreadable_manifests(workspace: &Path) -> Vec<(PathBuf, &'static str)> {
+    use std::os::unix::fs::FileTypeExt as _;
+    let Ok(entries) = std::fs::read_dir(workspace.join(".zot").join("extensions")) else {
+        return Vec::new();
+    };
+    let mut found: Vec<(PathBuf, &'static str)> = entries
+        .flatten()
+        .map(|entry| entry.path().join(zotbox::manifest::MANIFEST_FILE))
+        .filter(|manifest| std::fs::symlink_metadata(manifest).is_ok())
+        .filter_map(|manifest| {
+            let what = match std::fs::metadata(&manifest) {
+                Err(_) => "a link to nothing",
+                Ok(meta) if meta.is_file() => return None,
+                Ok(meta) if meta.file_type().is_fifo() => "a FIFO",
+                Ok(meta) if meta.is_dir() => "a folder",
+                Ok(_) => "a device or socket",
+            };
+            Some((manifest, what))
+        })
+        .collect();
+    found.sort();
+    found
 }
 
 fn say(
