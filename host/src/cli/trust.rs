@@ -70,17 +70,17 @@ impl Args {
         let policy = Policy::load_for(&home)?;
         let contents = Contents::scan(&workspace)
             .with_context(|| format!("workspace `{shown_ws}` cannot be trusted"))?;
+        // A manifest zot cannot read as a file runs nothing under zotbox
+        // and is not trusted, but is worth a word: zot reads it as it is,
+        // and waits forever on a FIFO.
+        for (manifest, what) in unreadable_manifests(&workspace) {
+            eprintln!(
+                "warning: `{}` is {what}, not a file: zotbox refuses it, and zot may hang \
+                 reading it; remove it",
+                shown_path(&manifest)
+            );
+        }
         if contents.is_empty() {
-            // Nothing zotbox would run, but a manifest zot cannot read as a
-            // file is worth a word: zot reads it as it is, and waits forever
-            // on a FIFO.
-            for (manifest, what) in unreadable_manifests(&workspace) {
-                eprintln!(
-                    "warning: `{}` is {what}, not a file: zotbox refuses it, and zot may hang \
-                     reading it; remove it",
-                    shown_path(&manifest)
-                );
-            }
             return say(context, "nothing to trust in", &workspace, None);
         }
         let review = Review::of(&workspace, &home);
