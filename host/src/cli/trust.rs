@@ -73,7 +73,7 @@ impl Args {
         // A manifest zot cannot read as a file runs nothing under zotbox
         // and is not trusted, but is worth a word: zot reads it as it is,
         // and waits forever on a FIFO.
-        for (manifest, what) in unreadable_manifests(&workspace) {
+        for (manifest, what) in unreadable_manifests(&workspace, &home) {
             eprintln!(
                 "warning: `{}` is {what}, not a file: zotbox refuses it, and zot may hang \
                  reading it; remove it",
@@ -151,17 +151,22 @@ fn consent(workspace: &str, yes: bool) -> Result<()> {
     }
 }
 
-/// The extension manifests in the workspace's `.zot/extensions` that are
-/// not regular files (a FIFO, a device, a dangling link), with what each is.
-fn unreadable_manifests(workspace: &Path) -> Vec<(PathBuf, &'static str)> {
+/// The extension manifests of the workspace, as zot finds them
+/// ([`SearchPath::workspace_manifests`]), that are not regular files (a
+/// FIFO, a device, a dangling link), with what each is.
+fn unreadable_manifests(
+    workspace: &Path,
+    home: &zotbox::home::ZotHome,
+) -> Vec<(PathBuf, &'static str)> {
     use std::os::unix::fs::FileTypeExt as _;
-    let Ok(entries) = std::fs::read_dir(workspace.join(".zot").join("extensions")) else {
-        return Vec::new();
+    let search = SearchPath {
+        explicit: Vec::new(),
+        workspace: workspace.to_owned(),
+        home: home.clone(),
     };
-    let mut found: Vec<(PathBuf, &'static str)> = entries
-        .flatten()
-        .map(|entry| entry.path().join(zotbox::manifest::MANIFEST_FILE))
-        .filter(|manifest| std::fs::symlink_metadata(manifest).is_ok())
+    search
+        .workspace_manifests()
+        .into_iter()
         .filter_map(|manifest| {
             let what = match std::fs::metadata(&manifest) {
                 Err(_) => "a link to nothing",
@@ -172,9 +177,7 @@ fn unreadable_manifests(workspace: &Path) -> Vec<(PathBuf, &'static str)> {
             };
             Some((manifest, what))
         })
-        .collect();
-    found.sort();
-    found
+        .collect()
 }
 
 fn say(
