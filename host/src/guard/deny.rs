@@ -202,7 +202,7 @@ impl DenyRules {
     /// `workspace` (rule 2). A workspace that cannot be resolved (gone, not
     /// readable) leaves paths matched as written.
     pub fn resolving_from(mut self, workspace: &std::path::Path) -> Self {
-        self.workspace = path::canonical_workspace(workspace);
+        self.workspace = std::fs::canonicalize(workspace).ok();
         if self.workspace.is_none() && !workspace.as_os_str().is_empty() {
             tracing::warn!(
                 "the workspace `{}` cannot be resolved: deny rules match paths as written",
@@ -673,14 +673,14 @@ mod tests {
             ws.join("odd"),
         )
         .unwrap_or_else(|e| panic!("{e}"));
-        let rules = DenyRules::new(&[plugin(
+        let guard = plugin(
             r#"{"name":"guard","description":"d","deny":[
               {"tools":["write_file","read_file"],"pathPattern":"^config/production","reason":"hand-edited"},
               {"tools":["read_file"],"pathPattern":"(^|/)\\.env$","reason":"secrets"},
               {"tools":["read_file"],"pathPattern":"^/etc/|secret","reason":"elsewhere"}
             ]}"#,
-        )])
-        .resolving_from(&ws);
+        );
+        let rules = DenyRules::new(std::slice::from_ref(&guard)).resolving_from(&ws);
         let prod = Some(("guard".to_owned(), 0));
         let env = Some(("guard".to_owned(), 1));
         let elsewhere = Some(("guard".to_owned(), 2));
@@ -738,15 +738,13 @@ mod tests {
         assert!(failures.is_empty(), "{}", failures.join("\n"));
         // Without a workspace to resolve from, the same links pass: the
         // cases above are the resolution's doing.
-        let plain = DenyRules::new(&[plugin(
-            r#"{"name":"guard","description":"d","deny":[
-              {"tools":["write_file"],"pathPattern":"^config/production","reason":"hand-edited"}
-            ]}"#,
-        )]);
-        assert_eq!(
-            hit(&plain, "write_file", json!({"path": "notes/app.yml"})),
-            None
-        );
+        let plain = DenyRules::new(&[guard]);
+        for (tool, path) in [
+            ("write_file", "notes/app.yml"),
+            ("read_file", "innocent.txt"),
+        ] {
+            assert_eq!(hit(&plain, tool, json!({ "path": path })), None, "{path}");
+        }
     }
 
     #[test]

@@ -61,8 +61,8 @@ pub(super) fn normalize_path(path: &str) -> Option<String> {
     (normal != path).then_some(normal)
 }
 
-/// Where `path` leads from `workspace` (absolute and canonical, see
-/// [`canonical_workspace`]), every symbolic link on the way followed: in the
+/// Where `path` leads from `workspace` (absolute, its own links followed:
+/// `std::fs::canonicalize`), every symbolic link on the way followed: in the
 /// workspace, relative to it (the form a tool is handed a workspace file
 /// in); elsewhere, absolute. Only a path outside is given absolute, so that
 /// a rule on `secrets` does not meet every file of a workspace kept in
@@ -84,12 +84,6 @@ pub(super) fn leads_to(workspace: &Path, path: &str) -> Option<String> {
     // A name that is not UTF-8 (a link's target may be any bytes) is
     // matched with `\u{fffd}` for those bytes: the rest still meets rules.
     Some(form.to_string_lossy().into_owned())
-}
-
-/// `workspace` as [`leads_to`] needs it: absolute, its links followed.
-/// `None` when it cannot be resolved (then paths are matched as written).
-pub(super) fn canonical_workspace(workspace: &Path) -> Option<PathBuf> {
-    std::fs::canonicalize(workspace).ok()
 }
 
 /// `start` (absolute) with its symbolic links followed one component at a
