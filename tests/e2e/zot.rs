@@ -2003,6 +2003,49 @@ async fn serve_matches_a_path_where_the_workspaces_links_lead() {
     zot.shutdown().await;
 }
 
+/// Attack: the model spells a path from `~`, which zot's tools may expand
+/// to the user's home. `serve` matches it where it leads from the `$HOME`
+/// zot runs with, so a rule anchored at the home's absolute path holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_matches_a_path_from_home_where_it_leads() {
+    let lab = Lab::new();
+    let home = lab.dev.join("user-home");
+    std::fs::create_dir_all(home.join(".ssh")).expect("folder");
+    let home = std::fs::canonicalize(home).expect("home");
+    std::os::unix::fs::symlink(".ssh", home.join("keys")).expect("link");
+    let pattern = format!("^{}/\\.ssh/", regex::escape(&home.to_string_lossy()));
+    write_file_json(
+        &lab.workspace.join(".zot/plugins/keys.json"),
+        &json!({"name": "keys", "description": "d",
+                "deny": [{"tools": ["read"], "pathPattern": pattern,
+                          "reason": "keys stay home"}]}),
+    );
+    lab.zotbox(&["setup"]).expect_code(0);
+    let mut zot = Zot::start(&lab, &serve_launch(&lab)).await;
+    zot.until_ready().await;
+    for path in [
+        "~/.ssh/id_ed25519",
+        "~/keys/id_ed25519",
+        "~/x/../.ssh/config",
+    ] {
+        let blocked = zot.intercept_tool_call("read", json!({"path": path})).await;
+        assert_eq!(
+            blocked,
+            json!({"type": "event_intercept_response", "id": blocked["id"], "block": true,
+                   "reason": "keys stay home (plugin `keys` rule 1)"}),
+            "{path}"
+        );
+    }
+    let allowed = zot
+        .intercept_tool_call("read", json!({"path": "~/notes.txt"}))
+        .await;
+    assert_eq!(
+        allowed,
+        json!({"type": "event_intercept_response", "id": allowed["id"]})
+    );
+    zot.shutdown().await;
+}
+
 /// Attack: a cloned repository (not trusted: its skills and plugins load
 /// all the same, they grant nothing) writes text for zot's screen, with
 /// escape sequences, a bidi override and line breaks. `serve` hands zot

@@ -13,8 +13,8 @@
 //! 2. A rule sees what will run. A command is tried as written and in its
 //!    normalised forms ([`command`]: shell words without quotes and escapes,
 //!    every simple command, programs by basename), a path as written,
-//!    lexically normalised and where it leads from the workspace, its links
-//!    followed ([`path`]). A match on any form blocks. This holds for data
+//!    lexically normalised and where it leads from the workspace (a leading
+//!    `~/` also from the user's home), its links followed ([`path`]). A match on any form blocks. This holds for data
 //!    tools and the `shell` capability alike: both ask this stage.
 //! 3. Rules compile within a budget ([`compile`]): each distinct pattern once
 //!    per field, the whole chain within [`Budget::CHAIN`]. A plugin over
@@ -95,6 +95,9 @@ pub struct DenyRules {
     problems: Vec<DataProblem>,
     /// The workspace paths are resolved from (canonical), when known.
     workspace: Option<std::path::PathBuf>,
+    /// The user's home folder, a leading `~/` is resolved from (canonical),
+    /// when known.
+    home: Option<std::path::PathBuf>,
 }
 
 impl DenyRules {
@@ -187,6 +190,7 @@ impl DenyRules {
             refusals: Vec::new(),
             problems: Vec::new(),
             workspace: None,
+            home: None,
         })
     }
 
@@ -199,7 +203,8 @@ impl DenyRules {
     }
 
     /// These rules with a call's paths also matched where they lead from
-    /// `workspace` (rule 2). A workspace that cannot be resolved (gone, not
+    /// `workspace`, and a path starting with `~/` where it leads from
+    /// `$HOME` (rule 2). A workspace that cannot be resolved (gone, not
     /// readable) leaves paths matched as written.
     pub fn resolving_from(mut self, workspace: &std::path::Path) -> Self {
         self.workspace = std::fs::canonicalize(workspace).ok();
@@ -209,6 +214,14 @@ impl DenyRules {
                 crate::text::Shown(&workspace.to_string_lossy())
             );
         }
+        let home = std::env::var_os("HOME").filter(|home| !home.is_empty());
+        self.with_home(home.as_deref().map(std::path::Path::new))
+    }
+
+    /// These rules with `~/` read as `home`: the `$HOME` zot runs with,
+    /// which its tools would expand it to.
+    fn with_home(mut self, home: Option<&std::path::Path>) -> Self {
+        self.home = home.and_then(|home| std::fs::canonicalize(home).ok());
         self
     }
 
@@ -273,11 +286,14 @@ impl DenyRules {
                 if let Some(normal) = path::normalize_path(path) {
                     set.first_rule(&normal, &covers, &mut first);
                 }
-                let leads_to = self
-                    .workspace
-                    .as_deref()
-                    .and_then(|workspace| path::leads_to(workspace, path));
-                if let Some(form) = leads_to.filter(|form| form != path) {
+                let Some(workspace) = self.workspace.as_deref() else {
+                    continue;
+                };
+                let from_home = (self.home.as_deref())
+                    .zip(path::under_home(path))
+                    .and_then(|(home, rest)| path::leads_to(workspace, home, rest));
+                let leads_to = [path::leads_to(workspace, workspace, path), from_home];
+                for form in leads_to.into_iter().flatten().filter(|form| form != path) {
                     set.first_rule(&form, &covers, &mut first);
                 }
             }
@@ -636,8 +652,6 @@ mod tests {
         assert!(failures.is_empty(), "{}", failures.join("\n"));
     }
 
-    /// The normalised forms are computed only for a tool some rule names;
-    /// a covered tool with a plain command costs no extra pass.
     /// Attack: the workspace's author writes its links. A rule on
     /// `config/production` or `.env` sees where a path leads, so a link to
     /// the guarded place (or above it) carries no call past it, nor does an
@@ -747,6 +761,72 @@ mod tests {
         }
     }
 
+    /// Attack: the model, steered by a repository's text, spells a path
+    /// from `~`, which a tool may expand to the user's home. A rule anchored
+    /// at an absolute path sees where `~/` leads from `$HOME`, links and
+    /// `..` followed as from the workspace.
+    #[test]
+    fn a_path_rule_sees_where_home_leads() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let dir = std::fs::canonicalize(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+        let home = dir.join("home");
+        let ws = home.join("src/app");
+        for folder in [home.join(".ssh"), ws.join("config/production")] {
+            std::fs::create_dir_all(folder).unwrap_or_else(|e| panic!("{e}"));
+        }
+        std::os::unix::fs::symlink(".ssh", home.join("keys")).unwrap_or_else(|e| panic!("{e}"));
+        let guard = plugin(&format!(
+            r#"{{"name":"guard","description":"d","deny":[
+              {{"tools":["read_file"],"pathPattern":"^{}/\\.ssh(/|$)","reason":"keys"}},
+              {{"tools":["read_file"],"pathPattern":"^/etc/","reason":"system"}},
+              {{"tools":["read_file"],"pathPattern":"^config/production","reason":"prod"}}
+            ]}}"#,
+            regex::escape(&home.to_string_lossy()).replace('\\', "\\\\")
+        ));
+        let rules = DenyRules::new(std::slice::from_ref(&guard))
+            .resolving_from(&ws)
+            .with_home(Some(&home));
+        let keys = Some(("guard".to_owned(), 0));
+        let system = Some(("guard".to_owned(), 1));
+        let prod = Some(("guard".to_owned(), 2));
+        let up = "../".repeat(home.components().count());
+        let cases = [
+            ("~/.ssh/id_rsa".to_owned(), keys.clone()),
+            ("~/.ssh".to_owned(), keys.clone()),
+            ("~/keys/id_rsa".to_owned(), keys.clone()),
+            ("~/src/../.ssh/id_rsa".to_owned(), keys.clone()),
+            (format!("~/{up}etc/passwd"), system.clone()),
+            // Home's spelling of a workspace file is relative to it.
+            (
+                "~/src/app/config/production/db.yml".to_owned(),
+                prod.clone(),
+            ),
+            ("~/notes.txt".to_owned(), None),
+            ("~".to_owned(), None),
+            // Another user's home takes a lookup this does not make; a
+            // `~` further on is no home to any tool.
+            ("~root/.ssh/id_rsa".to_owned(), None),
+            ("docs/~/.ssh/id_rsa".to_owned(), None),
+        ];
+        let mut failures = Vec::new();
+        for (path, expected) in cases {
+            let got = hit(&rules, "read_file", json!({ "path": path }));
+            if got != expected {
+                failures.push(format!("{path:?}: {got:?}, expected {expected:?}"));
+            }
+        }
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+        // Without a home, `~/` is a folder of the workspace: the cases
+        // above are the home's doing.
+        let homeless = DenyRules::new(&[guard]).resolving_from(&ws).with_home(None);
+        assert_eq!(
+            hit(&homeless, "read_file", json!({"path": "~/.ssh/id_rsa"})),
+            None
+        );
+    }
+
+    /// The normalised forms are computed only for a tool some rule names;
+    /// a covered tool with a plain command costs no extra pass.
     #[test]
     fn uncovered_tools_and_plain_commands_need_no_normalising() {
         assert!(command::normal_forms("cargo test --workspace").is_empty());

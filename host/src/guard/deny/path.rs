@@ -11,8 +11,11 @@
 //! inside, absolute otherwise. A workspace's author writes its links, so a link
 //! `notes -> config/production` must not carry a write past a rule on
 //! `config/production`; nor may an absolute spelling of a workspace file
-//! slip past a rule anchored at the workspace's root (`^config/`). A form
-//! only adds matches: resolving blocks more, never less.
+//! slip past a rule anchored at the workspace's root (`^config/`). A path
+//! starting with `~/` is also resolved from the user's home folder
+//! ([`under_home`]): a tool may expand it, and `~/../../etc/passwd` must
+//! meet a rule on `^/etc/`. A form only adds matches: resolving blocks
+//! more, never less.
 
 use std::ffi::OsString;
 use std::path::{Component, Path, PathBuf};
@@ -61,21 +64,22 @@ pub(super) fn normalize_path(path: &str) -> Option<String> {
     (normal != path).then_some(normal)
 }
 
-/// Where `path` leads from `workspace` (absolute, its own links followed:
-/// `std::fs::canonicalize`), every symbolic link on the way followed: in the
-/// workspace, relative to it (the form a tool is handed a workspace file
-/// in); elsewhere, absolute. Only a path outside is given absolute, so that
-/// a rule on `secrets` does not meet every file of a workspace kept in
-/// `~/secrets-tool/`. Components past the last one that exists are taken
-/// lexically (a tool writing there creates them); a link at the end is
-/// followed even when its target does not exist yet, since a write through
-/// it creates the target. `None` for the workspace itself and for a path
-/// the tool could not open either: too long, or through looping links.
-pub(super) fn leads_to(workspace: &Path, path: &str) -> Option<String> {
+/// Where `path` leads from `from` (absolute, its own links followed:
+/// `std::fs::canonicalize`), every symbolic link on the way followed: in
+/// `workspace` (canonical too), relative to it (the form a tool is handed a
+/// workspace file in); elsewhere, absolute. Only a path outside is given
+/// absolute, so that a rule on `secrets` does not meet every file of a
+/// workspace kept in `~/secrets-tool/`. Components past the last one that
+/// exists are taken lexically (a tool writing there creates them); a link at
+/// the end is followed even when its target does not exist yet, since a
+/// write through it creates the target. `None` for the workspace itself and
+/// for a path the tool could not open either: too long, or through looping
+/// links.
+pub(super) fn leads_to(workspace: &Path, from: &Path, path: &str) -> Option<String> {
     if path.is_empty() || path.len() > MAX_RESOLVED_BYTES || path.contains('\0') {
         return None;
     }
-    let resolved = resolve(&workspace.join(path))?;
+    let resolved = resolve(&from.join(path))?;
     let form = match resolved.strip_prefix(workspace) {
         Ok(rest) if rest.as_os_str().is_empty() => return None,
         Ok(rest) => rest,
@@ -84,6 +88,17 @@ pub(super) fn leads_to(workspace: &Path, path: &str) -> Option<String> {
     // A name that is not UTF-8 (a link's target may be any bytes) is
     // matched with `\u{fffd}` for those bytes: the rest still meets rules.
     Some(form.to_string_lossy().into_owned())
+}
+
+/// What follows the home folder in `path` when it starts with the `~` a
+/// tool that expands it reads as `$HOME`: `~` alone (given as `.`) or `~/…`.
+/// `~name` (another user's home) is not expanded: that takes a lookup in
+/// the user database, which may be a network service, on every call.
+pub(super) fn under_home(path: &str) -> Option<&str> {
+    match path.strip_prefix('~')? {
+        "" => Some("."),
+        rest => rest.strip_prefix('/'),
+    }
 }
 
 /// `start` (absolute) with its symbolic links followed one component at a
