@@ -646,13 +646,19 @@ impl Host {
                 decided_by: vec![hit.decider()],
                 verdict: Verdict::Block { reason: hit.reason },
             }),
-            data_tools::DenyCheck::TooSlow { bytes } => Some(Decision {
+            data_tools::DenyCheck::TooSlow { long_arguments } => Some(Decision {
                 decided_by: vec!["guard".to_owned()],
                 verdict: Verdict::Block {
                     reason: format!(
-                        "the deny rules could not be checked within {} s ({bytes} bytes of \
-                         arguments); a call whose check cannot be read is refused",
-                        data_tools::DENY_CHECK_DEADLINE.as_secs()
+                        "the deny rules could not be checked within {} s ({}); a call whose \
+                         check cannot be read is refused",
+                        data_tools::DENY_CHECK_DEADLINE.as_secs(),
+                        match long_arguments {
+                            Some(bytes) => format!("{bytes} bytes of arguments"),
+                            None => "the filesystem did not answer while its paths were \
+                                     resolved"
+                                .to_owned(),
+                        }
                     ),
                 },
             }),

@@ -272,6 +272,13 @@ impl DenyRules {
         self.sets.iter().flatten().map(FieldSet::memory_usage).sum()
     }
 
+    /// Whether checking a call of `tool_name` resolves its paths on the
+    /// filesystem: a path rule covers the tool and there is a workspace to
+    /// resolve from. Such a check may wait on a folder that does not answer.
+    pub fn resolves_paths_of(&self, tool_name: &str) -> bool {
+        self.workspace.is_some() && self.by_tool.get(tool_name).is_some_and(|tool| tool.path)
+    }
+
     /// The first rule that blocks a call of `tool_name` with `args`, if any.
     pub fn check(&self, tool_name: &str, args: &Value) -> Option<DenyHit> {
         let tool = self.by_tool.get(tool_name)?;

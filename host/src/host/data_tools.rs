@@ -17,12 +17,13 @@ pub const DATA_OUTPUT_CAP: usize = 30_000;
 
 /// Arguments longer than this (the strings deny rules read, together) are
 /// checked on a blocking thread within [`DENY_CHECK_DEADLINE`]; shorter
-/// ones at once, where a check takes microseconds.
+/// ones at once, where a check takes microseconds, unless it resolves paths.
 pub(crate) const DENY_INLINE_BYTES: usize = 64 * 1024;
 
-/// How long the deny check of long arguments may take before the call is
-/// refused: zot allows a call whose intercept is not answered in 5 s, so a
-/// check that outlasts it would be consent.
+/// How long the deny check of long arguments, or of paths resolved on the
+/// filesystem, may take before the call is refused: zot allows a call whose
+/// intercept is not answered in 5 s, so a check that outlasts it would be
+/// consent.
 pub(crate) const DENY_CHECK_DEADLINE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// What the deny rules make of a tool call.
@@ -32,15 +33,19 @@ pub(crate) enum DenyCheck {
     Hit(crate::guard::deny::DenyHit),
     /// No rule does.
     Clear,
-    /// The check of its long arguments did not end within the deadline.
+    /// The check did not end within the deadline.
     TooSlow {
-        /// The bytes of arguments the rules read.
-        bytes: usize,
+        /// The bytes of arguments the rules read, when that many sent the
+        /// check to a thread of its own; `None` when resolving the call's
+        /// paths did (a folder on a network mount that does not answer).
+        long_arguments: Option<usize>,
     },
 }
 
 /// Checks `tool_name` with `tool_args` against `deny`: at once for short
-/// arguments, on a blocking thread within `deadline` for long ones.
+/// arguments, on a blocking thread within `deadline` for long ones and for
+/// a check that resolves paths on the filesystem, which may not answer (an
+/// unreachable network mount on the way) while the intercept must.
 pub(crate) async fn check_deny(
     deny: &Arc<DenyRules>,
     tool_name: &str,
@@ -56,7 +61,8 @@ pub(crate) async fn check_deny(
         .filter_map(|key| tool_args.get(key)?.as_str())
         .map(str::len)
         .sum();
-    if bytes <= DENY_INLINE_BYTES {
+    let long = bytes > DENY_INLINE_BYTES;
+    if !long && !deny.resolves_paths_of(tool_name) {
         return of(deny.check(tool_name, tool_args));
     }
     let (deny, name, args) = (deny.clone(), tool_name.to_owned(), tool_args.clone());
@@ -65,7 +71,9 @@ pub(crate) async fn check_deny(
         Ok(Ok(hit)) => of(hit),
         // Past the deadline (the check runs on, its answer unread), or the
         // check panicked: refused either way.
-        _ => DenyCheck::TooSlow { bytes },
+        _ => DenyCheck::TooSlow {
+            long_arguments: long.then_some(bytes),
+        },
     }
 }
 
@@ -500,8 +508,74 @@ mod tests {
         // A check that cannot end in time (here: no time at all) refuses.
         assert_eq!(
             check_deny(&deny, "bash", &long, zero).await,
-            DenyCheck::TooSlow { bytes }
+            DenyCheck::TooSlow {
+                long_arguments: Some(bytes)
+            }
         );
+    }
+
+    /// A path rule resolves a call's path on the filesystem, where a folder
+    /// on a network mount may not answer: that check runs on a blocking
+    /// thread held to the deadline, however short the path. Here the one
+    /// blocking thread is stuck, as on a mount that hangs: the path's check
+    /// is refused at the deadline, while a command rule, which reads no
+    /// file, still answers at once.
+    #[test]
+    fn a_deny_check_that_resolves_paths_is_held_to_its_deadline() {
+        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let ws = tmp.path().join("ws");
+        std::fs::create_dir_all(ws.join("config/production")).unwrap_or_else(|e| panic!("{e}"));
+        std::os::unix::fs::symlink("config/production", ws.join("notes"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let plugin = crate::data::Plugin::parse(
+            r#"{"name":"p","description":"d","deny":[
+              {"tools":["write"],"pathPattern":"^config/production","reason":"no"},
+              {"tools":["bash"],"commandPattern":"rm\\s+-rf","reason":"no"}]}"#,
+            std::path::Path::new("/u/plugins/p.json"),
+            crate::data::DataOrigin::User,
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
+        .value;
+        let resolving = Arc::new(DenyRules::new(std::slice::from_ref(&plugin)).resolving_from(&ws));
+        let lexical = Arc::new(DenyRules::new(&[plugin]));
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .max_blocking_threads(1)
+            .enable_all()
+            .build()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let write = json!({"path": "notes/app.yml", "content": "x"});
+        let deadline = std::time::Duration::from_millis(200);
+        runtime.block_on(async {
+            assert!(matches!(
+                check_deny(&resolving, "write", &write, deadline).await,
+                DenyCheck::Hit(_)
+            ));
+        });
+        let (release, stuck) = std::sync::mpsc::channel::<()>();
+        let stuck = runtime.spawn_blocking(move || stuck.recv());
+        runtime.block_on(async {
+            assert_eq!(
+                check_deny(&resolving, "write", &write, deadline).await,
+                DenyCheck::TooSlow {
+                    long_arguments: None
+                }
+            );
+            // A command rule reads no file, nor does a path rule with no
+            // workspace to resolve from: both answer at once.
+            let command = json!({"command": "rm -rf x"});
+            assert!(matches!(
+                check_deny(&resolving, "bash", &command, deadline).await,
+                DenyCheck::Hit(_)
+            ));
+            let plain = json!({"path": "config/production/app.yml"});
+            assert!(matches!(
+                check_deny(&lexical, "write", &plain, deadline).await,
+                DenyCheck::Hit(_)
+            ));
+        });
+        let _ = release.send(());
+        let _ = runtime.block_on(stuck);
     }
 
     #[test]
