@@ -477,22 +477,26 @@ fn guard_workspace(base: &Path, plugins: usize) -> Result<PathBuf> {
     Ok(workspace)
 }
 
-/// Mean cost of one `tool_call` through the guard chain (deny rules,
-/// no intercepting extension, audit record included).
-async fn guard_cost(base: &Path, plugins: usize, scale: &Scale) -> Result<Duration> {
+/// Mean cost of one `tool_call` of `tool` with `args` through the guard
+/// chain (deny rules, no intercepting extension, audit record included).
+async fn guard_cost(
+    base: &Path,
+    plugins: usize,
+    (tool, args): (&str, serde_json::Value),
+    scale: &Scale,
+) -> Result<Duration> {
     let workspace = guard_workspace(base, plugins)?;
     let host = Host::builder()
         .workspace(&workspace)
-        .zot_home(base.join(format!("guard-home-{plugins}")))
+        .zot_home(base.join(format!("guard-home-{plugins}-{tool}")))
         .build()
         .await?;
-    let args = json!({"command": "cargo test --workspace"});
     for _ in 0..1000 {
-        host.intercept_tool_call("bash", args.clone()).await;
+        host.intercept_tool_call(tool, args.clone()).await;
     }
     let begun = Instant::now();
     for _ in 0..scale.guard_calls {
-        let decision = host.intercept_tool_call("bash", args.clone()).await;
+        let decision = host.intercept_tool_call(tool, args.clone()).await;
         std::hint::black_box(decision);
     }
     let per_call = begun.elapsed() / u32::try_from(scale.guard_calls).unwrap_or(u32::MAX);
@@ -1523,8 +1527,9 @@ fn main() -> Result<()> {
 
         eprintln!("guard chain…");
         let base = fixture.tmp.path();
+        let bash = ("bash", json!({"command": "cargo test --workspace"}));
         for plugins in [0, 10, 50] {
-            let cost = guard_cost(base, plugins, &scale).await?;
+            let cost = guard_cost(base, plugins, bash.clone(), &scale).await?;
             row(
                 &format!("guard chain per tool call, {plugins} plugins × 10 rules"),
                 micros(cost),
@@ -1532,6 +1537,16 @@ fn main() -> Result<()> {
                 "-".into(),
             );
         }
+        // A path rule resolves the path on the filesystem, on a blocking
+        // thread held to the check's deadline.
+        let write = ("write", json!({"path": "src/lib.rs", "content": "x"}));
+        let cost = guard_cost(base, 50, write, &scale).await?;
+        row(
+            "guard chain per `write` call (path resolved), 50 plugins × 10 rules",
+            micros(cost),
+            "-".into(),
+            "-".into(),
+        );
 
         eprintln!("deny rules…");
         for [name, figure, other, ratio] in deny_figures(base, &scale)? {
