@@ -2003,46 +2003,55 @@ async fn serve_matches_a_path_where_the_workspaces_links_lead() {
     zot.shutdown().await;
 }
 
-/// Attack: the model spells a path from `~`, which zot's tools may expand
-/// to the user's home. `serve` matches it where it leads from the `$HOME`
-/// zot runs with, so a rule anchored at the home's absolute path holds.
+/// Attack: the model spells a path from `~`, which bash, and it may be
+/// zot's file tools, expand to the user's home. `serve` reads `~` as the
+/// `$HOME` zot runs with, and a path where that leads, so a rule anchored
+/// at the home's absolute path holds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn serve_matches_a_path_from_home_where_it_leads() {
+async fn serve_reads_a_tilde_as_the_home_it_stands_for() {
     let lab = Lab::new();
-    let home = lab.dev.join("user-home");
-    std::fs::create_dir_all(home.join(".ssh")).expect("folder");
-    let home = std::fs::canonicalize(home).expect("home");
+    let spelled = lab.dev.join("user-home");
+    std::fs::create_dir_all(spelled.join(".ssh")).expect("folder");
+    let home = std::fs::canonicalize(&spelled).expect("home");
     std::os::unix::fs::symlink(".ssh", home.join("keys")).expect("link");
-    let pattern = format!("^{}/\\.ssh/", regex::escape(&home.to_string_lossy()));
+    let keys = |home: &Path| format!("^{}/\\.ssh/", regex::escape(&home.to_string_lossy()));
     write_file_json(
         &lab.workspace.join(".zot/plugins/keys.json"),
         &json!({"name": "keys", "description": "d",
-                "deny": [{"tools": ["read"], "pathPattern": pattern,
+                "deny": [{"tools": ["read"], "pathPattern": keys(&home),
+                          "reason": "keys stay home"},
+                         {"tools": ["bash"],
+                          "commandPattern": keys(&spelled).replacen('^', "\\s", 1),
                           "reason": "keys stay home"}]}),
     );
     lab.zotbox(&["setup"]).expect_code(0);
     let mut zot = Zot::start(&lab, &serve_launch(&lab)).await;
     zot.until_ready().await;
-    for path in [
-        "~/.ssh/id_ed25519",
-        "~/keys/id_ed25519",
-        "~/x/../.ssh/config",
-    ] {
-        let blocked = zot.intercept_tool_call("read", json!({"path": path})).await;
+    let calls = [
+        ("read", json!({"path": "~/.ssh/id_ed25519"}), 1),
+        ("read", json!({"path": "~/keys/id_ed25519"}), 1),
+        ("read", json!({"path": "~/x/../.ssh/config"}), 1),
+        ("bash", json!({"command": "cat ~/.ssh/id_ed25519"}), 2),
+    ];
+    for (tool, args, rule) in calls {
+        let blocked = zot.intercept_tool_call(tool, args.clone()).await;
         assert_eq!(
             blocked,
             json!({"type": "event_intercept_response", "id": blocked["id"], "block": true,
-                   "reason": "keys stay home (plugin `keys` rule 1)"}),
-            "{path}"
+                   "reason": format!("keys stay home (plugin `keys` rule {rule})")}),
+            "{args}"
         );
     }
-    let allowed = zot
-        .intercept_tool_call("read", json!({"path": "~/notes.txt"}))
-        .await;
-    assert_eq!(
-        allowed,
-        json!({"type": "event_intercept_response", "id": allowed["id"]})
-    );
+    for (tool, args) in [
+        ("read", json!({"path": "~/notes.txt"})),
+        ("bash", json!({"command": "cat ~/notes.txt"})),
+    ] {
+        let allowed = zot.intercept_tool_call(tool, args).await;
+        assert_eq!(
+            allowed,
+            json!({"type": "event_intercept_response", "id": allowed["id"]})
+        );
+    }
     zot.shutdown().await;
 }
 

@@ -12,9 +12,10 @@
 //!    rule, plugins in the order given and rules in file order, decides.
 //! 2. A rule sees what will run. A command is tried as written and in its
 //!    normalised forms ([`command`]: shell words without quotes and escapes,
-//!    every simple command, programs by basename), a path as written,
-//!    lexically normalised and where it leads from the workspace (a leading
-//!    `~/` also from the user's home), its links followed ([`path`]). A match on any form blocks. This holds for data
+//!    every simple command, programs by basename, a `~` bash expands as
+//!    `$HOME`), a path as written, lexically normalised and where it leads
+//!    from the workspace (a leading `~/` also as `$HOME/` and where that
+//!    leads), its links followed ([`path`]). A match on any form blocks. This holds for data
 //!    tools and the `shell` capability alike: both ask this stage.
 //! 3. Rules compile within a budget ([`compile`]): each distinct pattern once
 //!    per field, the whole chain within [`Budget::CHAIN`]. A plugin over
@@ -95,9 +96,9 @@ pub struct DenyRules {
     problems: Vec<DataProblem>,
     /// The workspace paths are resolved from (canonical), when known.
     workspace: Option<std::path::PathBuf>,
-    /// The user's home folder, a leading `~/` is resolved from (canonical),
-    /// when known.
-    home: Option<std::path::PathBuf>,
+    /// The user's home folder as `$HOME` spells it, which a leading `~`
+    /// stands for, when known.
+    home: Option<String>,
 }
 
 impl DenyRules {
@@ -218,10 +219,14 @@ impl DenyRules {
         self.with_home(home.as_deref().map(std::path::Path::new))
     }
 
-    /// These rules with `~/` read as `home`: the `$HOME` zot runs with,
-    /// which its tools would expand it to.
+    /// These rules with a leading `~` read as `home`: the `$HOME` zot runs
+    /// with, which bash and, it may be, zot's file tools expand it to. A
+    /// home that is not an absolute UTF-8 path is none.
     fn with_home(mut self, home: Option<&std::path::Path>) -> Self {
-        self.home = home.and_then(|home| std::fs::canonicalize(home).ok());
+        self.home = home
+            .filter(|home| home.is_absolute())
+            .and_then(std::path::Path::to_str)
+            .map(|home| home.trim_end_matches('/').to_owned());
         self
     }
 
@@ -293,12 +298,26 @@ impl DenyRules {
                 if let Some(normal) = path::normalize_path(path) {
                     set.first_rule(&normal, &covers, &mut first);
                 }
+                // `~/…` spelled as a tool expanding it spells it, and
+                // where that leads.
+                let home = self.home.as_deref().zip(path::under_home(path));
+                if let Some((home, rest)) = home {
+                    let spelled = format!("{home}{rest}");
+                    set.first_rule(&spelled, &covers, &mut first);
+                    if let Some(normal) = path::normalize_path(&spelled) {
+                        set.first_rule(&normal, &covers, &mut first);
+                    }
+                }
                 let Some(workspace) = self.workspace.as_deref() else {
                     continue;
                 };
-                let from_home = (self.home.as_deref())
-                    .zip(path::under_home(path))
-                    .and_then(|(home, rest)| path::leads_to(workspace, home, rest));
+                let from_home = home.and_then(|(home, rest)| {
+                    path::leads_to(
+                        workspace,
+                        std::path::Path::new(home),
+                        rest.trim_start_matches('/'),
+                    )
+                });
                 let leads_to = [path::leads_to(workspace, workspace, path), from_home];
                 for form in leads_to.into_iter().flatten().filter(|form| form != path) {
                     set.first_rule(&form, &covers, &mut first);
@@ -310,8 +329,18 @@ impl DenyRules {
         {
             for command in strings_read_as(args, DenyField::Command) {
                 set.first_rule(command, &covers, &mut first);
-                for form in command::normal_forms(command) {
-                    set.first_rule(&form, &covers, &mut first);
+                let forms = command::normal_forms(command);
+                for form in &forms {
+                    set.first_rule(form, &covers, &mut first);
+                }
+                // bash expands `~` to `$HOME` before the command runs.
+                if let Some(home) = self.home.as_deref() {
+                    let written = std::iter::once(command);
+                    for form in written.chain(forms.iter().map(String::as_str)) {
+                        if let Some(expanded) = command::tilde_expanded(form, home) {
+                            set.first_rule(&expanded, &covers, &mut first);
+                        }
+                    }
                 }
             }
         }
@@ -769,45 +798,50 @@ mod tests {
     }
 
     /// Attack: the model, steered by a repository's text, spells a path
-    /// from `~`, which a tool may expand to the user's home. A rule anchored
-    /// at an absolute path sees where `~/` leads from `$HOME`, links and
-    /// `..` followed as from the workspace.
+    /// from `~`, which bash, and it may be a file tool, expand to `$HOME`. A
+    /// rule anchored at the home's path sees `~` as `$HOME` spells it and,
+    /// for a path, where that leads (links and `..` followed as from the
+    /// workspace), here with a `$HOME` that is itself a link.
     #[test]
-    fn a_path_rule_sees_where_home_leads() {
+    fn a_rule_sees_a_tilde_as_the_home_it_stands_for() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let dir = std::fs::canonicalize(dir.path()).unwrap_or_else(|e| panic!("{e}"));
-        let home = dir.join("home");
+        let (home, spelled) = (dir.join("home"), dir.join("me"));
         let ws = home.join("src/app");
         for folder in [home.join(".ssh"), ws.join("config/production")] {
             std::fs::create_dir_all(folder).unwrap_or_else(|e| panic!("{e}"));
         }
-        std::os::unix::fs::symlink(".ssh", home.join("keys")).unwrap_or_else(|e| panic!("{e}"));
+        for (target, at) in [(".ssh", home.join("keys")), ("home", spelled.clone())] {
+            std::os::unix::fs::symlink(target, at).unwrap_or_else(|e| panic!("{e}"));
+        }
+        let escaped = |path: &Path| regex::escape(&path.to_string_lossy()).replace('\\', "\\\\");
         let guard = plugin(&format!(
             r#"{{"name":"guard","description":"d","deny":[
-              {{"tools":["read_file"],"pathPattern":"^{}/\\.ssh(/|$)","reason":"keys"}},
+              {{"tools":["read_file"],"pathPattern":"^{home}/\\.ssh(/|$)","reason":"keys"}},
               {{"tools":["read_file"],"pathPattern":"^/etc/","reason":"system"}},
-              {{"tools":["read_file"],"pathPattern":"^config/production","reason":"prod"}}
+              {{"tools":["read_file"],"pathPattern":"^config/production","reason":"prod"}},
+              {{"tools":["read_file"],"pathPattern":"^{me}/\\.aws/","reason":"cloud"}},
+              {{"tools":["bash"],"commandPattern":"{me}/\\.ssh/","reason":"shell keys"}}
             ]}}"#,
-            regex::escape(&home.to_string_lossy()).replace('\\', "\\\\")
+            home = escaped(&home),
+            me = escaped(&spelled),
         ));
         let rules = DenyRules::new(std::slice::from_ref(&guard))
             .resolving_from(&ws)
-            .with_home(Some(&home));
-        let keys = Some(("guard".to_owned(), 0));
-        let system = Some(("guard".to_owned(), 1));
-        let prod = Some(("guard".to_owned(), 2));
+            .with_home(Some(&spelled));
+        let rule = |index: usize| Some(("guard".to_owned(), index));
         let up = "../".repeat(home.components().count());
-        let cases = [
-            ("~/.ssh/id_rsa".to_owned(), keys.clone()),
-            ("~/.ssh".to_owned(), keys.clone()),
-            ("~/keys/id_rsa".to_owned(), keys.clone()),
-            ("~/src/../.ssh/id_rsa".to_owned(), keys.clone()),
-            (format!("~/{up}etc/passwd"), system.clone()),
+        let paths = [
+            // Where `~/` leads: the home's link and the links in it followed.
+            ("~/.ssh/id_rsa".to_owned(), rule(0)),
+            ("~/.ssh".to_owned(), rule(0)),
+            ("~/keys/id_rsa".to_owned(), rule(0)),
+            ("~/src/../.ssh/id_rsa".to_owned(), rule(0)),
+            (format!("~/{up}etc/passwd"), rule(1)),
             // Home's spelling of a workspace file is relative to it.
-            (
-                "~/src/app/config/production/db.yml".to_owned(),
-                prod.clone(),
-            ),
+            ("~/src/app/config/production/db.yml".to_owned(), rule(2)),
+            // As `$HOME` spells it, where nothing exists yet.
+            ("~/.aws/credentials".to_owned(), rule(3)),
             ("~/notes.txt".to_owned(), None),
             ("~".to_owned(), None),
             // Another user's home takes a lookup this does not make; a
@@ -815,11 +849,29 @@ mod tests {
             ("~root/.ssh/id_rsa".to_owned(), None),
             ("docs/~/.ssh/id_rsa".to_owned(), None),
         ];
+        let commands = [
+            ("cat ~/.ssh/id_rsa", rule(4)),
+            ("cd /tmp && cp ~/.ssh/id_rsa .", rule(4)),
+            ("dd if=~/.ssh/id_rsa of=/dev/stdout", rule(4)),
+            ("PATH=/bin:~/.ssh/bin:$PATH ls", rule(4)),
+            // bash leaves a quoted `~` alone; the forms lost the quotes.
+            ("echo '~/.ssh/id_rsa'", rule(4)),
+            ("cat ~root/.ssh/id_rsa", None),
+            ("cat a~/.ssh/id_rsa", None),
+        ];
         let mut failures = Vec::new();
-        for (path, expected) in cases {
-            let got = hit(&rules, "read_file", json!({ "path": path }));
-            if got != expected {
-                failures.push(format!("{path:?}: {got:?}, expected {expected:?}"));
+        let cases = (paths
+            .iter()
+            .map(|(path, expected)| ("read_file", json!({ "path": path }), expected)))
+        .chain(
+            commands
+                .iter()
+                .map(|(command, expected)| ("bash", json!({ "command": command }), expected)),
+        );
+        for (tool, args, expected) in cases {
+            let got = hit(&rules, tool, args.clone());
+            if got != *expected {
+                failures.push(format!("{args}: {got:?}, expected {expected:?}"));
             }
         }
         assert!(failures.is_empty(), "{}", failures.join("\n"));
@@ -828,6 +880,10 @@ mod tests {
         let homeless = DenyRules::new(&[guard]).resolving_from(&ws).with_home(None);
         assert_eq!(
             hit(&homeless, "read_file", json!({"path": "~/.ssh/id_rsa"})),
+            None
+        );
+        assert_eq!(
+            hit(&homeless, "bash", json!({"command": "cat ~/.ssh/id_rsa"})),
             None
         );
     }

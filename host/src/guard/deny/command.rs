@@ -22,6 +22,9 @@
 //! 5. bash expands brace groups before it runs a line (`git pu{s,}h` is
 //!    `git push puh`): a form holding one is also tried expanded, within a
 //!    budget per word and per line, so a check stays quick.
+//! 6. bash expands a `~` that starts a word, or a part of an assignment, to
+//!    `$HOME`: the line and each form holding one are also tried with it
+//!    expanded ([`tilde_expanded`], given the home by the caller).
 //!
 //! The forms returned are the whole line normalised (commands joined by
 //! their operators), each list inside a substitution likewise, and each
@@ -205,6 +208,62 @@ pub(super) fn normal_forms(command: &str) -> Vec<String> {
         }
     }
     forms
+}
+
+/// `form` (words separated by single spaces) with each `~` bash expands
+/// to `home` replaced by it: one that starts a word, or follows the `=` or
+/// a `:` of a word that reads as an assignment (bash expands those in
+/// arguments too: `dd if=~/x`), when a `/`, a `:` or the word's end comes
+/// next. `None` when there is none. (`~+` and `~-`, the working folders,
+/// are left: a rule on the workspace's own files reads them relative.) A quoted `~` is not expanded by bash,
+/// but the forms have lost their quotes: it is expanded here all the same,
+/// which only blocks more.
+pub(super) fn tilde_expanded(form: &str, home: &str) -> Option<String> {
+    if !form.contains('~') {
+        return None;
+    }
+    let mut expanded = String::with_capacity(form.len() + home.len());
+    let mut changed = false;
+    for (index, word) in form.split(' ').enumerate() {
+        if index > 0 {
+            expanded.push(' ');
+        }
+        let (head, value) = match word.split_once('=') {
+            Some((name, value)) if crate::capability::is_variable_name(name) => {
+                (&word[..=name.len()], value)
+            }
+            _ => ("", word),
+        };
+        expanded.push_str(head);
+        if head.is_empty() {
+            changed |= push_tilde_expanded(&mut expanded, value, home);
+            continue;
+        }
+        // In an assignment each `:`-separated part may start with `~`.
+        for (part_index, part) in value.split(':').enumerate() {
+            if part_index > 0 {
+                expanded.push(':');
+            }
+            changed |= push_tilde_expanded(&mut expanded, part, home);
+        }
+    }
+    changed.then_some(expanded)
+}
+
+/// Appends `part` to `out`, a leading `~` followed by `/`, `:` or nothing
+/// as `home`; whether it was.
+fn push_tilde_expanded(out: &mut String, part: &str, home: &str) -> bool {
+    match part.strip_prefix('~') {
+        Some(rest) if rest.is_empty() || rest.starts_with(['/', ':']) => {
+            out.push_str(home);
+            out.push_str(rest);
+            true
+        }
+        _ => {
+            out.push_str(part);
+            false
+        }
+    }
 }
 
 /// Brace groups expanded in one word at most; a word with more is left as
@@ -1018,6 +1077,28 @@ fn basename(word: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each case as bash 5 prints `echo` of it with `HOME=/h`.
+    #[test]
+    fn tildes_expand_where_bash_expands_them() {
+        let cases = [
+            ("echo ~", Some("echo /h")),
+            ("echo ~/x", Some("echo /h/x")),
+            ("echo ~:/x", Some("echo /h:/x")),
+            ("echo if=~/x", Some("echo if=/h/x")),
+            ("X=/bin:~/y ls", Some("X=/bin:/h/y ls")),
+            ("echo x=a:~/y:~", Some("echo x=a:/h/y:/h")),
+            ("echo ~/a:~/b", Some("echo /h/a:~/b")),
+            ("echo a~/x", None),
+            ("echo --opt=~/z", None),
+            ("echo ~root/x", None),
+            ("echo ~+/x ~-", None),
+            ("echo x", None),
+        ];
+        for (form, expected) in cases {
+            assert_eq!(tilde_expanded(form, "/h").as_deref(), expected, "{form}");
+        }
+    }
 
     /// The forms of `command`, sorted, for comparing as a set.
     fn forms(command: &str) -> Vec<String> {
