@@ -12,8 +12,8 @@
 //!    rule, plugins in the order given and rules in file order, decides.
 //! 2. A rule sees what will run. A command is tried as written and in its
 //!    normalised forms ([`command`]: shell words without quotes and escapes,
-//!    every simple command, programs by basename, a `~` bash expands as
-//!    `$HOME`), a path as written, lexically normalised and where it leads
+//!    every simple command, programs by basename, a `~` bash expands and
+//!    `$HOME` as the home), a path as written, lexically normalised and where it leads
 //!    from the workspace (a leading `~/` also as `$HOME/` and where that
 //!    leads), its links followed ([`path`]). A match on any form blocks. This holds for data
 //!    tools and the `shell` capability alike: both ask this stage.
@@ -333,11 +333,11 @@ impl DenyRules {
                 for form in &forms {
                     set.first_rule(form, &covers, &mut first);
                 }
-                // bash expands `~` to `$HOME` before the command runs.
+                // bash expands `~` and `$HOME` before the command runs.
                 if let Some(home) = self.home.as_deref() {
                     let written = std::iter::once(command);
                     for form in written.chain(forms.iter().map(String::as_str)) {
-                        if let Some(expanded) = command::tilde_expanded(form, home) {
+                        if let Some(expanded) = command::home_expanded(form, home) {
                             set.first_rule(&expanded, &covers, &mut first);
                         }
                     }
@@ -858,6 +858,7 @@ mod tests {
             ("echo '~/.ssh/id_rsa'", rule(4)),
             ("cat ~root/.ssh/id_rsa", None),
             ("cat a~/.ssh/id_rsa", None),
+            ("cat \"$HOME/.ssh/id_rsa\"", rule(4)),
         ];
         let mut failures = Vec::new();
         let cases = (paths

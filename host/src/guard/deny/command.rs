@@ -23,8 +23,9 @@
 //!    `git push puh`): a form holding one is also tried expanded, within a
 //!    budget per word and per line, so a check stays quick.
 //! 6. bash expands a `~` that starts a word, or a part of an assignment, to
-//!    `$HOME`: the line and each form holding one are also tried with it
-//!    expanded ([`tilde_expanded`], given the home by the caller).
+//!    `$HOME`: the line and each form holding one, or `$HOME` itself, are
+//!    also tried with the home spelled out ([`home_expanded`], given the
+//!    home by the caller).
 //!
 //! The forms returned are the whole line normalised (commands joined by
 //! their operators), each list inside a substitution likewise, and each
@@ -208,6 +209,49 @@ pub(super) fn normal_forms(command: &str) -> Vec<String> {
         }
     }
     forms
+}
+
+/// `form` with the home folder bash would put in it spelled out as `home`:
+/// each `~` it expands ([`tilde_expanded`]) and each `$HOME` or `${HOME}`
+/// (the one variable whose value a check knows: the `$HOME` zot runs with).
+/// `None` when there is none.
+pub(super) fn home_expanded(form: &str, home: &str) -> Option<String> {
+    let tilde = tilde_expanded(form, home);
+    let variable = home_variable_expanded(tilde.as_deref().unwrap_or(form), home);
+    variable.or(tilde)
+}
+
+/// `form` with each `$HOME` (no letter, digit or `_` after it) and
+/// `${HOME}` as `home`; `None` when there is none.
+fn home_variable_expanded(form: &str, home: &str) -> Option<String> {
+    if !form.contains("HOME") {
+        return None;
+    }
+    let mut expanded = String::with_capacity(form.len() + home.len());
+    let mut rest = form;
+    let mut changed = false;
+    while let Some(at) = rest.find('$') {
+        expanded.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        let tail = after.strip_prefix("{HOME}").or_else(|| {
+            after
+                .strip_prefix("HOME")
+                .filter(|tail| !tail.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_'))
+        });
+        match tail {
+            Some(tail) => {
+                expanded.push_str(home);
+                rest = tail;
+                changed = true;
+            }
+            None => {
+                expanded.push('$');
+                rest = after;
+            }
+        }
+    }
+    expanded.push_str(rest);
+    changed.then_some(expanded)
 }
 
 /// `form` (words separated by single spaces) with each `~` bash expands
@@ -1077,6 +1121,21 @@ fn basename(word: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each case as bash 5 prints `echo` of it with `HOME=/h`.
+    #[test]
+    fn home_variables_expand_as_home() {
+        let cases = [
+            ("cat $HOME/.ssh/x", Some("cat /h/.ssh/x")),
+            ("cat ${HOME}/.ssh/x", Some("cat /h/.ssh/x")),
+            ("cp ~/a $HOME", Some("cp /h/a /h")),
+            ("echo $HOMEDIR/x $HOME_X", None),
+            ("echo ${HOMEDIR} $PATH HOME", None),
+        ];
+        for (form, expected) in cases {
+            assert_eq!(home_expanded(form, "/h").as_deref(), expected, "{form}");
+        }
+    }
 
     /// Each case as bash 5 prints `echo` of it with `HOME=/h`.
     #[test]
