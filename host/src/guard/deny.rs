@@ -14,8 +14,8 @@
 //!    normalised forms ([`command`]: shell words without quotes and escapes,
 //!    every simple command, programs by basename, a `~` bash expands and
 //!    `$HOME` as the home), a path as written, lexically normalised and where it leads
-//!    from the workspace (a leading `~/` also as `$HOME/` and where that
-//!    leads), its links followed ([`path`]). A match on any form blocks. This holds for data
+//!    from the workspace (a leading `~/` or `$HOME/` also with the home
+//!    spelled out, and where that leads), its links followed ([`path`]). A match on any form blocks. This holds for data
 //!    tools and the `shell` capability alike: both ask this stage.
 //! 3. Rules compile within a budget ([`compile`]): each distinct pattern once
 //!    per field, the whole chain within [`Budget::CHAIN`]. A plugin over
@@ -842,6 +842,9 @@ mod tests {
             ("~/src/app/config/production/db.yml".to_owned(), rule(2)),
             // As `$HOME` spells it, where nothing exists yet.
             ("~/.aws/credentials".to_owned(), rule(3)),
+            ("$HOME/.ssh/id_rsa".to_owned(), rule(0)),
+            ("${HOME}/.aws/config".to_owned(), rule(3)),
+            ("$HOMES/.ssh/id_rsa".to_owned(), None),
             ("~/notes.txt".to_owned(), None),
             ("~".to_owned(), None),
             // Another user's home takes a lookup this does not make; a

@@ -12,10 +12,10 @@
 //! `notes -> config/production` must not carry a write past a rule on
 //! `config/production`; nor may an absolute spelling of a workspace file
 //! slip past a rule anchored at the workspace's root (`^config/`). A path
-//! starting with `~/` is also matched as `$HOME/…` and where that leads
-//! ([`under_home`]): a tool may expand it, and `~/../../etc/passwd` must
-//! meet a rule on `^/etc/`. A form only adds matches: resolving blocks
-//! more, never less.
+//! starting with `~/` (or `$HOME/`) is also matched with the home spelled
+//! out, and where that leads ([`under_home`]): a tool may expand it, and
+//! `~/../../etc/passwd` must meet a rule on `^/etc/`. A form only adds
+//! matches: resolving blocks more, never less.
 
 use std::ffi::OsString;
 use std::path::{Component, Path, PathBuf};
@@ -91,12 +91,15 @@ pub(super) fn leads_to(workspace: &Path, from: &Path, path: &str) -> Option<Stri
 }
 
 /// What follows the home folder in `path` when it starts with the `~` a
-/// tool that expands it reads as `$HOME`: `~` alone (the rest empty) or
-/// `~/…` (the rest from its `/`). `~name` (another user's home) is not
-/// expanded: that takes a lookup in the user database, which may be a
-/// network service, on every call.
+/// tool that expands it reads as `$HOME` (or with `$HOME` or `${HOME}`, for
+/// a tool that expands variables): alone (the rest empty) or followed by a
+/// `/` (the rest from it). `~name` (another user's home) is not expanded:
+/// that takes a lookup in the user database, which may be a network
+/// service, on every call.
 pub(super) fn under_home(path: &str) -> Option<&str> {
-    let rest = path.strip_prefix('~')?;
+    let rest = ["~", "$HOME", "${HOME}"]
+        .iter()
+        .find_map(|home| path.strip_prefix(home))?;
     (rest.is_empty() || rest.starts_with('/')).then_some(rest)
 }
 
