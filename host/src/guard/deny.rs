@@ -12,11 +12,12 @@
 //!    rule, plugins in the order given and rules in file order, decides.
 //! 2. A rule sees what will run. A command is tried as written and in its
 //!    normalised forms ([`command`]: shell words without quotes and escapes,
-//!    every simple command, programs by basename, a `~` bash expands and
-//!    `$HOME` as the home), a path as written, lexically normalised and where it leads
-//!    from the workspace (a leading `~/` or `$HOME/` also with the home
-//!    spelled out, and where that leads), its links followed ([`path`]). A match on any form blocks. This holds for data
-//!    tools and the `shell` capability alike: both ask this stage.
+//!    every simple command, programs by basename, the home spelled out for
+//!    a `~` bash expands and for `$HOME`), a path as written, lexically
+//!    normalised and where it leads from the workspace (a leading `~/` or
+//!    `$HOME/` also with the home spelled out, and where that leads), its
+//!    links followed ([`path`]). A match on any form blocks. This holds for
+//!    data tools and the `shell` capability alike: both ask this stage.
 //! 3. Rules compile within a budget ([`compile`]): each distinct pattern once
 //!    per field, the whole chain within [`Budget::CHAIN`]. A plugin over
 //!    budget is refused whole and reported ([`DenyRules::problems`]); the
@@ -204,8 +205,8 @@ impl DenyRules {
     }
 
     /// These rules with a call's paths also matched where they lead from
-    /// `workspace`, and a path starting with `~/` where it leads from
-    /// `$HOME` (rule 2). A workspace that cannot be resolved (gone, not
+    /// `workspace`, and a `~` or `$HOME` in a path or a command read as the
+    /// process's `$HOME` (rule 2). A workspace that cannot be resolved (gone, not
     /// readable) leaves paths matched as written.
     pub fn resolving_from(mut self, workspace: &std::path::Path) -> Self {
         self.workspace = std::fs::canonicalize(workspace).ok();

@@ -259,9 +259,9 @@ fn home_variable_expanded(form: &str, home: &str) -> Option<String> {
 /// a `:` of a word that reads as an assignment (bash expands those in
 /// arguments too: `dd if=~/x`), when a `/`, a `:` or the word's end comes
 /// next. `None` when there is none. (`~+` and `~-`, the working folders,
-/// are left: a rule on the workspace's own files reads them relative.) A quoted `~` is not expanded by bash,
-/// but the forms have lost their quotes: it is expanded here all the same,
-/// which only blocks more.
+/// are left: a rule on the workspace's own files reads them relative.) A
+/// quoted `~` is not expanded by bash, but the forms have lost their
+/// quotes: it is expanded here all the same, which only blocks more.
 pub(super) fn tilde_expanded(form: &str, home: &str) -> Option<String> {
     if !form.contains('~') {
         return None;
@@ -1122,7 +1122,8 @@ fn basename(word: &str) -> &str {
 mod tests {
     use super::*;
 
-    /// Each case as bash 5 prints `echo` of it with `HOME=/h`.
+    /// `$HOME` as bash 5 expands it with `HOME=/h`; other variables, whose
+    /// values a check does not know, are left as written.
     #[test]
     fn home_variables_expand_as_home() {
         let cases = [

@@ -64,9 +64,9 @@ pub(super) fn normalize_path(path: &str) -> Option<String> {
     (normal != path).then_some(normal)
 }
 
-/// Where `path` leads from `from` (absolute, its own links followed:
-/// `std::fs::canonicalize`), every symbolic link on the way followed: in
-/// `workspace` (canonical too), relative to it (the form a tool is handed a
+/// Where `path` leads from the folder `from` (absolute), every symbolic
+/// link on the way followed, those in `from` too: in `workspace` (which
+/// must be canonical: `std::fs::canonicalize`), relative to it (the form a tool is handed a
 /// workspace file in); elsewhere, absolute. Only a path outside is given
 /// absolute, so that a rule on `secrets` does not meet every file of a
 /// workspace kept in `~/secrets-tool/`. Components past the last one that
