@@ -31,9 +31,9 @@
 //!
 //! A malformed file is reported in [`DataSet::problems`] and skipped, never
 //! fatal; unknown keys are reported in [`DataSet::warnings`]. A workspace's
-//! data folders hold at most [`MAX_WORKSPACE_DATA_ENTRIES`] entries
-//! together: a folder that would pass it is a problem too, and loads
-//! nothing.
+//! data folders hold at most [`MAX_WORKSPACE_DATA_ENTRIES`] entries and
+//! [`MAX_WORKSPACE_DATA_BYTES`] of files together: a folder that would pass
+//! either is a problem too, and loads nothing.
 
 pub mod approval;
 pub mod package;
@@ -64,6 +64,13 @@ pub const MAX_FILE_BYTES: u64 = 1024 * 1024;
 /// it read them (`THREATS.md` rule 7). The user's own folders have no cap:
 /// refusing one whole would switch off the user's refusal plugins.
 pub const MAX_WORKSPACE_DATA_ENTRIES: usize = 10_000;
+
+/// The most bytes of files read from a workspace's data folders together
+/// (each counted up to [`MAX_FILE_BYTES`], as read): a folder whose files
+/// would pass it loads nothing and is reported as a problem. Without it a
+/// cloned repository's 10 000 files of 1 MiB each (a few kilobytes of
+/// download, compressed) would hold `serve` reading, and holding, 10 GiB.
+pub const MAX_WORKSPACE_DATA_BYTES: u64 = 32 * 1024 * 1024;
 
 /// Where a data extension came from, in increasing precedence among the
 /// user's side; a workspace's tool or skill never takes a name that side
@@ -147,6 +154,9 @@ pub struct DataSet {
     /// Entries of the workspace's data folders read so far, against
     /// [`MAX_WORKSPACE_DATA_ENTRIES`].
     pub(crate) workspace_entries: usize,
+    /// Bytes of the workspace's data files taken so far, against
+    /// [`MAX_WORKSPACE_DATA_BYTES`].
+    pub(crate) workspace_bytes: u64,
 }
 
 /// The [`NameIndex`] of each list of a [`DataSet`] that names are added to.
@@ -671,6 +681,30 @@ impl DataSet {
             })
             .collect();
         files.sort();
+        if origin == DataOrigin::Project {
+            // As read: a file over the cap is refused after its first
+            // `MAX_FILE_BYTES`.
+            let bytes: u64 = (files.iter())
+                .map(|path| std::fs::metadata(path).map_or(0, |meta| meta.len()))
+                .map(|len| len.min(MAX_FILE_BYTES))
+                .sum();
+            let total = self.workspace_bytes.saturating_add(bytes);
+            if total > MAX_WORKSPACE_DATA_BYTES {
+                let error = format!(
+                    "`{}` holds more bytes than a workspace's data files may together ({} MiB); \
+                     none of its files was loaded",
+                    dir.display(),
+                    MAX_WORKSPACE_DATA_BYTES >> 20
+                );
+                tracing::warn!("{error}");
+                self.problems.push(DataProblem {
+                    path: dir.to_owned(),
+                    error,
+                });
+                return Vec::new();
+            }
+            self.workspace_bytes = total;
+        }
         files
     }
 }
@@ -1152,6 +1186,59 @@ mod tests {
             .collect();
         assert_eq!(past.len(), 1, "{:?}", set.problems.last());
         assert!(past[0].path.ends_with("p10000"), "{:?}", past[0]);
+    }
+
+    #[test]
+    fn a_workspace_s_data_files_past_the_byte_budget_load_nothing_and_say_so() {
+        // Attack: a cloned repository's skills of a mebibyte each (zeros
+        // compress to nothing in a clone), which `serve` would read and
+        // hold before it registered. Sparse here: the budget refuses them
+        // by their size, before a byte is read.
+        let f = fixture();
+        let s = &f.search;
+        let big = |dir: &Path, name: &str| {
+            write(dir, &format!("{name}.md"), &skill_md(name, "b"));
+            let file = std::fs::OpenOptions::new()
+                .append(true)
+                .open(dir.join(format!("{name}.md")))
+                .unwrap_or_else(|e| panic!("{e}"));
+            file.set_len(MAX_FILE_BYTES)
+                .unwrap_or_else(|e| panic!("{e}"));
+        };
+        let (project, user) = (s.workspace.join(".zot/skills"), s.zot_home.join("skills"));
+        let count = MAX_WORKSPACE_DATA_BYTES / MAX_FILE_BYTES;
+        for i in 0..count {
+            big(&project, &format!("p{i:02}"));
+            big(&user, &format!("u{i:02}"));
+        }
+        // Within the budget together: the whole folder loads.
+        let set = s.load();
+        assert_eq!(set.skills.len() as u64, 2 * count, "{:?}", set.problems);
+        // One file more, in another folder: that folder loads nothing.
+        let tools = s.workspace.join(".zot/tools");
+        write(
+            &tools,
+            "t.json",
+            r#"{"name":"t","description":"d","kind":"read","path":"x"}"#,
+        );
+        let set = s.load();
+        let problems: Vec<(&Path, &str)> = set
+            .problems
+            .iter()
+            .map(|p| (p.path.as_path(), p.error.as_str()))
+            .collect();
+        let error = |dir: &Path| {
+            format!(
+                "`{}` holds more bytes than a workspace's data files may together (32 MiB); none \
+                 of its files was loaded",
+                dir.display()
+            )
+        };
+        // Tools are read first: they fit, and the skills no longer do.
+        assert_eq!(problems, [(project.as_path(), error(&project).as_str())]);
+        let origins: Vec<DataOrigin> = set.skills.iter().map(|s| s.origin).collect();
+        assert_eq!(origins, vec![DataOrigin::User; count as usize]);
+        assert_eq!(set.tools.len(), 1);
     }
 
     #[test]
