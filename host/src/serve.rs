@@ -40,6 +40,13 @@
 //!    most [`MAX_HELD`], and answered, in order, once the host for that
 //!    workspace is built; past the cap a check is blocked and a request
 //!    refused at once.
+//! 5. **The checks are subscribed before anything is read.** zot takes an
+//!    extension as ready 250 ms after its last frame when no `ready` comes,
+//!    and reading the workspace's data files and compiling its plugins
+//!    takes what their author makes it take. So the `tool_call` intercept
+//!    goes out the moment `hello_ack` names the workspace; frames are read
+//!    and held while the host is built, and a check held
+//!    [`HELD_CHECK_PATIENCE`] is blocked then, never left to zot's 5 s.
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -57,7 +64,6 @@ use zotbox_protocol::{
 };
 
 use crate::Verdict;
-use crate::data::DataSet;
 use crate::home::ZotHome;
 use crate::host::Host;
 use crate::session::reader::FrameReader;
@@ -80,8 +86,14 @@ pub const MAX_RUNNING: usize = 16;
 /// [`MAX_RUNNING`] slots; a call past this is refused at once.
 pub const MAX_ADMITTED: usize = 64;
 
-/// Frames held while waiting for `hello_ack`.
+/// Frames held while waiting for `hello_ack`, and then for the host.
 pub const MAX_HELD: usize = 256;
+
+/// How long a check that comes while the host is built is held for it
+/// before it is blocked: zot allows a check unanswered for 5 s, and once
+/// the host is built its deny check may take up to
+/// [`crate::host::data_tools::DENY_CHECK_DEADLINE`] (2 s) more.
+pub const HELD_CHECK_PATIENCE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Encoded lines queued for the writer; past this the reading loop waits
 /// for zot to read its stdout.
@@ -199,12 +211,32 @@ async fn session(
             Some(Err(undecoded)) => unreadable(&undecoded, &out).await?,
         }
     };
-    let host = Host::builder()
+    // The checks first (rule 5): the build below reads what the
+    // workspace's author wrote, for as long as that takes.
+    out.send(&ExtensionFrame::Subscribe(Subscribe {
+        events: vec![event_name::SESSION_START.to_owned()],
+        intercept: vec![event_name::TOOL_CALL.to_owned()],
+    }))
+    .await?;
+    let builder = Host::builder()
         .workspace(workspace_of(&ack))
         .zot_home(home.root())
-        .run_extensions(false)
-        .build()
-        .await?;
+        .run_extensions(false);
+    // Reading the data files blocks: on a thread of its own, so that this
+    // loop reads on and the writer sends the subscription meanwhile.
+    let runtime = tokio::runtime::Handle::current();
+    let building = tokio::task::spawn_blocking(move || runtime.block_on(builder.build()));
+    let building = async move {
+        match building.await {
+            Ok(built) => built.map_err(ServeError::from),
+            Err(failed) => Err(ServeError::Io(std::io::Error::other(format!(
+                "building the host failed: {failed}"
+            )))),
+        }
+    };
+    let Some(host) = build_holding(building, &mut input, &mut held, &out).await? else {
+        return Ok(());
+    };
     let mut serving = Serving::new(host, out);
     serving.register().await?;
 
@@ -228,6 +260,81 @@ async fn session(
     Ok(())
 }
 
+/// Waits for the host `build` makes, reading zot's frames meanwhile (rule
+/// 5): each is held (see [`hold`]), a check at most [`HELD_CHECK_PATIENCE`]
+/// from when it came or from `hello_ack`, whichever is later; then it is
+/// blocked. A `shutdown` is answered at once. `None` when zot ends or asks
+/// to shut down first; a build that fails blocks the checks held.
+async fn build_holding<R: AsyncRead + Unpin>(
+    build: impl std::future::Future<Output = Result<Host, ServeError>>,
+    input: &mut FrameReader<HostFrame, R>,
+    held: &mut VecDeque<HostFrame>,
+    out: &Outbox,
+) -> Result<Option<Host>, ServeError> {
+    use tokio::time::Instant;
+    const WHILE: &str = "while it loads the workspace's data files and refusal plugins";
+    tokio::pin!(build);
+    // When each held check is blocked, oldest first; frames held before
+    // `hello_ack` count from now.
+    let acked = Instant::now();
+    let mut due: VecDeque<(Instant, String)> = held
+        .iter()
+        .filter_map(|frame| match frame {
+            HostFrame::EventIntercept(check) => {
+                Some((acked + HELD_CHECK_PATIENCE, check.id.clone()))
+            }
+            _ => None,
+        })
+        .collect();
+    loop {
+        let next = due.front().map(|(at, _)| *at);
+        tokio::select! {
+            biased;
+            built = &mut build => match built {
+                Ok(host) => return Ok(Some(host)),
+                Err(err) => {
+                    let why = format!("zotbox could not start: {}", crate::text::chain(&err));
+                    for (_, id) in due.drain(..) {
+                        out.send(&block(id, &why)).await?;
+                    }
+                    return Err(err);
+                }
+            },
+            () = tokio::time::sleep_until(next.unwrap_or(acked)), if next.is_some() => {
+                let now = Instant::now();
+                while let Some((_, id)) = due.front().filter(|(at, _)| *at <= now).cloned() {
+                    due.pop_front();
+                    held.retain(|frame| {
+                        !matches!(frame, HostFrame::EventIntercept(check) if check.id == id)
+                    });
+                    let why = format!(
+                        "zotbox could not check this call within {} s {WHILE}",
+                        HELD_CHECK_PATIENCE.as_secs()
+                    );
+                    tracing::warn!("serve: {why}; blocked a check");
+                    out.send(&block(id, &why)).await?;
+                }
+            }
+            item = input.next() => match item {
+                None => return Ok(None),
+                Some(Ok(HostFrame::Shutdown(_))) => {
+                    out.send(&ExtensionFrame::ShutdownAck(ShutdownAck {})).await?;
+                    return Ok(None);
+                }
+                Some(Ok(frame)) => {
+                    if let HostFrame::EventIntercept(check) = &frame
+                        && held.len() < MAX_HELD
+                    {
+                        due.push_back((Instant::now() + HELD_CHECK_PATIENCE, check.id.clone()));
+                    }
+                    hold_while(held, frame, out, WHILE).await?;
+                }
+                Some(Err(undecoded)) => unreadable(&undecoded, out).await?,
+            },
+        }
+    }
+}
+
 /// Keeps a frame that came before `hello_ack`, or, past [`MAX_HELD`],
 /// answers it at once: a check with a block, a request with an error.
 async fn hold(
@@ -235,11 +342,21 @@ async fn hold(
     frame: HostFrame,
     out: &Outbox,
 ) -> Result<(), ServeError> {
+    hold_while(held, frame, out, "while it waits for `hello_ack`").await
+}
+
+/// [`hold`], `why` saying what serve waits for.
+async fn hold_while(
+    held: &mut VecDeque<HostFrame>,
+    frame: HostFrame,
+    out: &Outbox,
+    waiting: &str,
+) -> Result<(), ServeError> {
     if held.len() < MAX_HELD {
         held.push_back(frame);
         return Ok(());
     }
-    let why = format!("zotbox already holds {MAX_HELD} frames while it waits for `hello_ack`");
+    let why = format!("zotbox already holds {MAX_HELD} frames {waiting}");
     tracing::warn!("serve: {why}; refused a `{}`", frame.frame_type());
     let answer = match frame {
         HostFrame::EventIntercept(intercept) => block(intercept.id, &why),
@@ -292,7 +409,6 @@ fn tool_error(id: String, text: String) -> ExtensionFrame {
 /// Serving, once the host for zot's workspace is built.
 struct Serving {
     host: Host,
-    data: DataSet,
     out: Outbox,
     calls: JoinSet<()>,
     admitted: Arc<Semaphore>,
@@ -302,7 +418,6 @@ struct Serving {
 impl Serving {
     fn new(host: Host, out: Outbox) -> Self {
         Self {
-            data: host.data_set(),
             host,
             out,
             calls: JoinSet::new(),
@@ -311,7 +426,8 @@ impl Serving {
         }
     }
 
-    /// Tools, skills as commands, the `tool_call` intercept, then `ready`.
+    /// Tools and skills as commands, then `ready` (the `tool_call`
+    /// intercept went out before the host was built).
     /// zot shows descriptions in its menus: an author's are escaped on the
     /// way, as every author's text zotbox shows (names are plain already).
     async fn register(&self) -> Result<(), ServeError> {
@@ -325,22 +441,19 @@ impl Serving {
                 }))
                 .await?;
         }
-        for skill in &self.data.skills {
+        let commands: Vec<RegisterCommand> = (self.host.data().set.skills.iter())
+            .map(|skill| RegisterCommand {
+                name: skill.name.clone(),
+                description: shown_text(&skill.description).into_owned(),
+            })
+            .collect();
+        for command in commands {
             self.out
-                .send(&ExtensionFrame::RegisterCommand(RegisterCommand {
-                    name: skill.name.clone(),
-                    description: shown_text(&skill.description).into_owned(),
-                }))
+                .send(&ExtensionFrame::RegisterCommand(command))
                 .await?;
         }
-        self.out
-            .send(&ExtensionFrame::Subscribe(Subscribe {
-                events: vec![event_name::SESSION_START.to_owned()],
-                intercept: vec![event_name::TOOL_CALL.to_owned()],
-            }))
-            .await?;
         self.out.send(&ExtensionFrame::Ready(Ready {})).await?;
-        for problem in &self.data.problems {
+        for problem in &self.host.data().set.problems {
             tracing::warn!(
                 "skipped `{}`: {}",
                 crate::text::Shown(&problem.path.display().to_string()),
@@ -382,23 +495,27 @@ impl Serving {
                         }))
                         .await?;
                 }
-                for plugin in &self.data.plugins {
-                    if let Some(appendix) =
-                        plugin.appendix.as_deref().filter(|a| !a.trim().is_empty())
-                    {
-                        // zot prints notes on the user's terminal: a
-                        // workspace plugin's text is escaped on the way.
-                        self.out
-                            .send(&ExtensionFrame::Notify(Notify {
-                                level: "info".to_owned(),
-                                message: format!(
-                                    "{}: {}",
-                                    crate::text::Shown(&plugin.name),
-                                    crate::text::Shown(appendix.trim())
-                                ),
-                            }))
-                            .await?;
-                    }
+                // zot prints notes on the user's terminal: a workspace
+                // plugin's text is escaped on the way.
+                let notes: Vec<String> = (self.host.data().set.plugins.iter())
+                    .filter_map(|plugin| {
+                        let appendix = plugin.appendix.as_deref()?.trim();
+                        (!appendix.is_empty()).then(|| {
+                            format!(
+                                "{}: {}",
+                                crate::text::Shown(&plugin.name),
+                                crate::text::Shown(appendix)
+                            )
+                        })
+                    })
+                    .collect();
+                for message in notes {
+                    self.out
+                        .send(&ExtensionFrame::Notify(Notify {
+                            level: "info".to_owned(),
+                            message,
+                        }))
+                        .await?;
                 }
             }
             _ => {}
@@ -455,7 +572,7 @@ impl Serving {
     }
 
     fn command(&self, invoked: CommandInvoked) -> CommandResponse {
-        match self.data.skill(&invoked.name) {
+        match self.host.data().set.skill(&invoked.name) {
             Some(skill) => {
                 // zot shows the prompt it sends: the skill author's control
                 // characters escaped (the user's own arguments as typed).
@@ -538,6 +655,207 @@ mod tests {
             cwd: cwd.to_owned(),
             ..HelloAck::default()
         }
+    }
+
+    /// What [`build_holding`] met: its outcome, the frames it sent and the
+    /// frames it left held.
+    struct Held {
+        built: Result<Option<Host>, ServeError>,
+        sent: Vec<serde_json::Value>,
+        held: Vec<String>,
+    }
+
+    /// Runs [`build_holding`] with `early` held from before `hello_ack`,
+    /// over a build that waits for its gate and then gives `outcome`;
+    /// `zot` plays zot: it writes frames and reads what serve sends, and
+    /// opens the gate (or drops it, ending the build never) when it is done.
+    async fn build_while_zot<Z, F>(
+        early: Vec<HostFrame>,
+        outcome: Result<Host, ServeError>,
+        zot: Z,
+    ) -> Held
+    where
+        Z: FnOnce(
+            tokio::io::DuplexStream,
+            mpsc::Receiver<Vec<u8>>,
+            tokio::sync::oneshot::Sender<()>,
+        ) -> F,
+        F: std::future::Future<Output = mpsc::Receiver<Vec<u8>>>,
+    {
+        let (zot_end, serve_end) = tokio::io::duplex(64 * 1024);
+        let mut input = FrameReader::<HostFrame, _>::new(serve_end, DEFAULT_MAX_LINE);
+        let (sender, lines) = mpsc::channel(OUTBOX);
+        let out = Outbox(sender);
+        let (gate, opened) = tokio::sync::oneshot::channel::<()>();
+        let build = async move {
+            if opened.await.is_err() {
+                std::future::pending::<()>().await;
+            }
+            outcome
+        };
+        let mut held: VecDeque<HostFrame> = early.into();
+        let (built, mut lines) = tokio::join!(
+            async {
+                let built = build_holding(build, &mut input, &mut held, &out).await;
+                drop(out);
+                built
+            },
+            zot(zot_end, lines, gate)
+        );
+        let mut sent = Vec::new();
+        while let Ok(line) = lines.try_recv() {
+            sent.push(serde_json::from_slice(&line).unwrap_or_else(|e| panic!("{e}")));
+        }
+        Held {
+            built,
+            sent,
+            held: held
+                .iter()
+                .map(|frame| frame.frame_type().to_owned())
+                .collect(),
+        }
+    }
+
+    fn check(id: &str) -> HostFrame {
+        HostFrame::EventIntercept(EventIntercept {
+            id: id.to_owned(),
+            event: event_name::TOOL_CALL.to_owned(),
+            tool_name: Some("bash".to_owned()),
+            tool_args: Some(serde_json::json!({"command": "rm -rf /"})),
+            ..EventIntercept::default()
+        })
+    }
+
+    async fn write(zot: &mut tokio::io::DuplexStream, frame: &HostFrame) {
+        let line = encode_to_vec(frame).unwrap_or_else(|e| panic!("{e}"));
+        zot.write_all(&line).await.unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    /// The next frame serve sends; a test that waits 10 s for one fails.
+    async fn next(lines: &mut mpsc::Receiver<Vec<u8>>) -> serde_json::Value {
+        let line = tokio::time::timeout(std::time::Duration::from_secs(10), lines.recv())
+            .await
+            .unwrap_or_else(|_| panic!("serve sent nothing in 10 s"))
+            .unwrap_or_else(|| panic!("serve ended"));
+        serde_json::from_slice(&line).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    async fn empty_host() -> (tempfile::TempDir, Host) {
+        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let host = Host::builder()
+            .workspace(tmp.path())
+            .zot_home(tmp.path().join("home"))
+            .run_extensions(false)
+            .build()
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        (tmp, host)
+    }
+
+    fn blocked(id: &str, why: &str) -> serde_json::Value {
+        serde_json::json!({"type": "event_intercept_response", "id": id, "block": true,
+                           "reason": format!("{why}; blocked to be safe")})
+    }
+
+    const TOO_LONG: &str = "zotbox could not check this call within 2 s while it loads the \
+                            workspace's data files and refusal plugins";
+
+    /// Attack: a workspace whose data files and plugins take long to read
+    /// and compile (their author decides how long) must not leave zot's
+    /// checks unanswered for zot's 5 s, which allows them. While the host
+    /// is built, serve reads on: a check is held
+    /// [`HELD_CHECK_PATIENCE`] (from `hello_ack` for one held before it),
+    /// then blocked, and leaves the frames held for the host.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn checks_held_while_the_host_is_built_are_blocked_past_their_patience() {
+        let (_tmp, host) = empty_host().await;
+        let call = HostFrame::ToolCall(ToolCall {
+            id: "t".to_owned(),
+            name: "greet".to_owned(),
+            ..ToolCall::default()
+        });
+        let Held { built, sent, held } = build_while_zot(
+            vec![check("early")],
+            Ok(host),
+            |mut zot, mut lines, gate| async move {
+                write(&mut zot, &check("during")).await;
+                write(&mut zot, &call).await;
+                // The build is held until both are answered: no clock
+                // decides the order.
+                let answers = [next(&mut lines).await, next(&mut lines).await];
+                assert_eq!(
+                    answers,
+                    [blocked("early", TOO_LONG), blocked("during", TOO_LONG)]
+                );
+                let _ = gate.send(());
+                lines
+            },
+        )
+        .await;
+        assert!(matches!(built, Ok(Some(_))));
+        assert!(sent.is_empty(), "{sent:?}");
+        // The tool call waits for the host; the checks were answered.
+        assert_eq!(held, ["tool_call"]);
+    }
+
+    /// A host built in time leaves every check for its rules; a shutdown
+    /// while it is built is answered at once; a build that fails blocks
+    /// the checks held rather than leave them to zot's 5 s.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_prompt_build_a_shutdown_and_a_failed_build_while_checks_are_held() {
+        let (_tmp, host) = empty_host().await;
+        let in_time = build_while_zot(
+            vec![check("early")],
+            Ok(host),
+            |mut zot, lines, gate| async move {
+                write(&mut zot, &check("during")).await;
+                let _ = gate.send(());
+                lines
+            },
+        )
+        .await;
+        assert!(matches!(in_time.built, Ok(Some(_))));
+        assert!(in_time.sent.is_empty(), "{:?}", in_time.sent);
+        // `during` may or may not have been read before the host was
+        // ready: what was read is held, never answered here.
+        assert_eq!(
+            in_time.held.first().map(String::as_str),
+            Some("event_intercept")
+        );
+
+        let (_tmp, host) = empty_host().await;
+        let shut = build_while_zot(
+            Vec::new(),
+            Ok(host),
+            |mut zot, mut lines, gate| async move {
+                write(&mut zot, &HostFrame::Shutdown(Default::default())).await;
+                assert_eq!(
+                    next(&mut lines).await,
+                    serde_json::json!({"type": "shutdown_ack"})
+                );
+                drop(gate);
+                lines
+            },
+        )
+        .await;
+        assert!(matches!(shut.built, Ok(None)));
+
+        let failed = build_while_zot(
+            vec![check("early")],
+            Err(crate::host::BuildError::NoHome.into()),
+            |zot, mut lines, gate| async move {
+                let _ = gate.send(());
+                let why = format!(
+                    "zotbox could not start: {}",
+                    crate::host::BuildError::NoHome
+                );
+                assert_eq!(next(&mut lines).await, blocked("early", &why));
+                drop(zot);
+                lines
+            },
+        )
+        .await;
+        assert!(matches!(failed.built, Err(ServeError::Build(_))));
     }
 
     #[test]

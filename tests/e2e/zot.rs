@@ -1852,6 +1852,9 @@ async fn serve_brings_data_tools_skills_and_refusals_to_zot() {
     assert_eq!(
         zot.until_ready().await,
         [
+            // The checks first: the data files come after, however long
+            // their author makes reading them.
+            json!({"type": "subscribe", "events": ["session_start"], "intercept": ["tool_call"]}),
             data_tool(
                 "fetch",
                 "Fetch a page",
@@ -1868,7 +1871,6 @@ async fn serve_brings_data_tools_skills_and_refusals_to_zot() {
                 "Inserted into the workspace path `docs/{arg}`."
             ),
             json!({"type": "register_command", "name": "deploy", "description": "Ship a release."}),
-            json!({"type": "subscribe", "events": ["session_start"], "intercept": ["tool_call"]}),
         ]
     );
 
