@@ -234,9 +234,7 @@ async fn session(
             )))),
         }
     };
-    let Some(host) = build_holding(building, &mut input, &mut held, &out).await? else {
-        return Ok(());
-    };
+    let host = build_holding(building, &mut input, &mut held, &out).await?;
     let mut serving = Serving::new(host, out);
     serving.register().await?;
 
@@ -263,14 +261,15 @@ async fn session(
 /// Waits for the host `build` makes, reading zot's frames meanwhile (rule
 /// 5): each is held (see [`hold`]), a check at most [`HELD_CHECK_PATIENCE`]
 /// from when it came or from `hello_ack`, whichever is later; then it is
-/// blocked. A `shutdown` is answered at once. `None` when zot ends or asks
-/// to shut down first; a build that fails blocks the checks held.
+/// blocked. After a `shutdown` (held too, past the cap as well) or the end
+/// of zot's input nothing more is read: the frames held are answered in
+/// order once the host is built. A build that fails blocks the checks held.
 async fn build_holding<R: AsyncRead + Unpin>(
     build: impl std::future::Future<Output = Result<Host, ServeError>>,
     input: &mut FrameReader<HostFrame, R>,
     held: &mut VecDeque<HostFrame>,
     out: &Outbox,
-) -> Result<Option<Host>, ServeError> {
+) -> Result<Host, ServeError> {
     use tokio::time::Instant;
     const WHILE: &str = "while it loads the workspace's data files and refusal plugins";
     tokio::pin!(build);
@@ -286,12 +285,13 @@ async fn build_holding<R: AsyncRead + Unpin>(
             _ => None,
         })
         .collect();
+    let mut reading = true;
     loop {
         let next = due.front().map(|(at, _)| *at);
         tokio::select! {
             biased;
             built = &mut build => match built {
-                Ok(host) => return Ok(Some(host)),
+                Ok(host) => return Ok(host),
                 Err(err) => {
                     let why = format!("zotbox could not start: {}", crate::text::chain(&err));
                     for (_, id) in due.drain(..) {
@@ -315,11 +315,11 @@ async fn build_holding<R: AsyncRead + Unpin>(
                     out.send(&block(id, &why)).await?;
                 }
             }
-            item = input.next() => match item {
-                None => return Ok(None),
-                Some(Ok(HostFrame::Shutdown(_))) => {
-                    out.send(&ExtensionFrame::ShutdownAck(ShutdownAck {})).await?;
-                    return Ok(None);
+            item = input.next(), if reading => match item {
+                None => reading = false,
+                Some(Ok(frame @ HostFrame::Shutdown(_))) => {
+                    held.push_back(frame);
+                    reading = false;
                 }
                 Some(Ok(frame)) => {
                     if let HostFrame::EventIntercept(check) = &frame
@@ -660,7 +660,7 @@ mod tests {
     /// What [`build_holding`] met: its outcome, the frames it sent and the
     /// frames it left held.
     struct Held {
-        built: Result<Option<Host>, ServeError>,
+        built: Result<Host, ServeError>,
         sent: Vec<serde_json::Value>,
         held: Vec<String>,
     }
@@ -792,15 +792,16 @@ mod tests {
             },
         )
         .await;
-        assert!(matches!(built, Ok(Some(_))));
+        assert!(built.is_ok());
         assert!(sent.is_empty(), "{sent:?}");
         // The tool call waits for the host; the checks were answered.
         assert_eq!(held, ["tool_call"]);
     }
 
     /// A host built in time leaves every check for its rules; a shutdown
-    /// while it is built is answered at once; a build that fails blocks
-    /// the checks held rather than leave them to zot's 5 s.
+    /// while it is built is held behind what came first, and ends the
+    /// reading; a build that fails blocks the checks held rather than leave
+    /// them to zot's 5 s.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_prompt_build_a_shutdown_and_a_failed_build_while_checks_are_held() {
         let (_tmp, host) = empty_host().await;
@@ -814,7 +815,7 @@ mod tests {
             },
         )
         .await;
-        assert!(matches!(in_time.built, Ok(Some(_))));
+        assert!(in_time.built.is_ok());
         assert!(in_time.sent.is_empty(), "{:?}", in_time.sent);
         // `during` may or may not have been read before the host was
         // ready: what was read is held, never answered here.
@@ -825,20 +826,22 @@ mod tests {
 
         let (_tmp, host) = empty_host().await;
         let shut = build_while_zot(
-            Vec::new(),
+            vec![check("early")],
             Ok(host),
-            |mut zot, mut lines, gate| async move {
+            |mut zot, lines, gate| async move {
                 write(&mut zot, &HostFrame::Shutdown(Default::default())).await;
-                assert_eq!(
-                    next(&mut lines).await,
-                    serde_json::json!({"type": "shutdown_ack"})
-                );
-                drop(gate);
+                write(&mut zot, &check("after")).await;
+                // Held behind the check, answered once the host is built;
+                // nothing after it is read.
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                let _ = gate.send(());
                 lines
             },
         )
         .await;
-        assert!(matches!(shut.built, Ok(None)));
+        assert!(shut.built.is_ok());
+        assert!(shut.sent.is_empty(), "{:?}", shut.sent);
+        assert_eq!(shut.held, ["event_intercept", "shutdown"]);
 
         let failed = build_while_zot(
             vec![check("early")],
