@@ -271,7 +271,7 @@ async fn build_holding<R: AsyncRead + Unpin>(
     out: &Outbox,
 ) -> Result<Host, ServeError> {
     use tokio::time::Instant;
-    const WHILE: &str = "while it loads the workspace's data files and refusal plugins";
+    const WHILE: &str = "while it loads the data files and refusal plugins";
     tokio::pin!(build);
     // When each held check is blocked, oldest first; frames held before
     // `hello_ack` count from now.
@@ -757,8 +757,8 @@ mod tests {
                            "reason": format!("{why}; blocked to be safe")})
     }
 
-    const TOO_LONG: &str = "zotbox could not check this call within 2 s while it loads the \
-                            workspace's data files and refusal plugins";
+    const TOO_LONG: &str = "zotbox could not check this call within 2 s while it loads the data files and refusal \
+         plugins";
 
     /// Attack: a workspace whose data files and plugins take long to read
     /// and compile (their author decides how long) must not leave zot's
