@@ -91,8 +91,8 @@ pub const MAX_HELD: usize = 256;
 
 /// How long a check that comes while the host is built is held for it
 /// before it is blocked: zot allows a check unanswered for 5 s, and once
-/// the host is built its deny check may take up to
-/// [`crate::host::data_tools::DENY_CHECK_DEADLINE`] (2 s) more.
+/// the host is built its deny check may take up to its own 2 s deadline
+/// more.
 pub const HELD_CHECK_PATIENCE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Encoded lines queued for the writer; past this the reading loop waits
