@@ -345,7 +345,7 @@ async fn hold(
     hold_while(held, frame, out, "while it waits for `hello_ack`").await
 }
 
-/// [`hold`], `why` saying what serve waits for.
+/// [`hold`], `waiting` saying for what (in the refusal past the cap).
 async fn hold_while(
     held: &mut VecDeque<HostFrame>,
     frame: HostFrame,
