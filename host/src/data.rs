@@ -1108,6 +1108,13 @@ mod tests {
         }
     }
 
+    /// Each problem of `set`: the file or folder, and why.
+    fn where_and_why(set: &DataSet) -> Vec<(&Path, &str)> {
+        (set.problems.iter())
+            .map(|p| (p.path.as_path(), p.error.as_str()))
+            .collect()
+    }
+
     #[test]
     fn a_workspace_data_folder_past_the_cap_loads_nothing_and_says_so() {
         // Attack: a cloned repository's skills folder with more files than
@@ -1124,11 +1131,7 @@ mod tests {
             }
         }
         let set = s.load();
-        let problems: Vec<(&Path, &str)> = set
-            .problems
-            .iter()
-            .map(|p| (p.path.as_path(), p.error.as_str()))
-            .collect();
+        let problems = where_and_why(&set);
         let error = format!(
             "`{}` holds more entries than a workspace's data folders may together (10000); none \
              of its files was loaded",
@@ -1222,11 +1225,7 @@ mod tests {
             r#"{"name":"t","description":"d","kind":"read","path":"x"}"#,
         );
         let set = s.load();
-        let problems: Vec<(&Path, &str)> = set
-            .problems
-            .iter()
-            .map(|p| (p.path.as_path(), p.error.as_str()))
-            .collect();
+        let problems = where_and_why(&set);
         let error = |dir: &Path| {
             format!(
                 "`{}` holds more bytes than a workspace's data files may together (32 MiB); none \
