@@ -149,15 +149,28 @@ struct PluginGuard {
 #[async_trait::async_trait]
 impl CommandGuard for PluginGuard {
     async fn check_command(&self, _caller: &str, command: &str) -> Result<(), (String, String)> {
-        let rules = self.rules.get_or_init(|| {
-            let workspace = self
-                .services
-                .upgrade()
-                .and_then(|s| s.workspace().map(Path::to_path_buf))
-                .unwrap_or_default();
-            let set = crate::data::DataSearch::new(&workspace, self.home.root()).load();
-            crate::guard::DenyRules::for_data(&set, &workspace)
-        });
+        let rules = match self.rules.get() {
+            Some(rules) => rules,
+            None => {
+                // Reading the data files and compiling the plugins blocks
+                // (within their budgets): on a thread of its own, not the
+                // runtime's, which is the only one of a standalone run.
+                let workspace = (self.services.upgrade())
+                    .and_then(|s| s.workspace().map(Path::to_path_buf))
+                    .unwrap_or_default();
+                let home = self.home.clone();
+                let loaded = tokio::task::spawn_blocking(move || {
+                    let set = crate::data::DataSearch::new(&workspace, home.root()).load();
+                    crate::guard::DenyRules::for_data(&set, &workspace)
+                })
+                .await
+                .map_err(|err| {
+                    let why = format!("the refusal plugins could not be loaded: {err}");
+                    ("guard".to_owned(), why)
+                })?;
+                self.rules.get_or_init(|| loaded)
+            }
+        };
         match rules.check("bash", &serde_json::json!({ "command": command })) {
             Some(hit) => Err((hit.decider(), hit.reason)),
             None => Ok(()),
@@ -1243,6 +1256,56 @@ fn answer_unreadable(undecoded: &Undecoded, answers: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The shell guard of `zotbox run` reads the data files and compiles
+    /// the plugins on its first command: off the runtime's thread, the only
+    /// one of a standalone run, so the bridge's other tasks (zot's frames,
+    /// deadlines) run meanwhile. A task spawned before the check runs
+    /// before the check's answer; read on the runtime's thread, it ran only
+    /// after.
+    #[test]
+    fn the_shell_guard_loads_its_rules_off_the_runtimes_thread() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let (ws, home) = (tmp.path().join("ws"), ZotHome::new(tmp.path().join("home")));
+        let plugins = home.root().join("plugins");
+        for dir in [&ws, &plugins] {
+            std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("{e}"));
+        }
+        std::fs::write(
+            plugins.join("safety.json"),
+            r#"{"name":"safety","description":"d","deny":[
+              {"tools":["bash"],"commandPattern":"rm\\s+-rf","reason":"no wiping"}]}"#,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let services = services(&home, &Policy::default(), &ws, None);
+        services.set_workspace(ws.clone());
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap_or_else(|e| panic!("{e}"));
+        runtime.block_on(async {
+            let ran = Arc::new(AtomicBool::new(false));
+            let other = tokio::spawn({
+                let ran = ran.clone();
+                async move { ran.store(true, Ordering::SeqCst) }
+            });
+            let first = services.guard.check_command("x", "rm -rf /").await;
+            assert!(
+                ran.load(Ordering::SeqCst),
+                "the load held the runtime's thread"
+            );
+            let refused = ("plugin `safety` rule 1".to_owned(), "no wiping".to_owned());
+            assert_eq!(first, Err(refused.clone()));
+            // Loaded once: later checks answer from the same rules.
+            assert_eq!(
+                services.guard.check_command("x", "rm -rf ~").await,
+                Err(refused)
+            );
+            assert_eq!(services.guard.check_command("x", "ls").await, Ok(()));
+            let _ = other.await;
+        });
+    }
 
     fn soon() -> Instant {
         Instant::now() + Duration::from_secs(60)
