@@ -636,12 +636,7 @@ impl DataSet {
             Ok(entries) => entries,
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Vec::new(),
             Err(source) => {
-                let error = FileError::read(dir, source);
-                tracing::warn!("{error}");
-                self.problems.push(DataProblem {
-                    path: dir.to_owned(),
-                    error: error.to_string(),
-                });
+                self.refuse_folder(dir, FileError::read(dir, source).to_string());
                 return Vec::new();
             }
         };
@@ -659,14 +654,11 @@ impl DataSet {
                  ({MAX_WORKSPACE_DATA_ENTRIES}); none of its files was loaded",
                 dir.display()
             );
-            tracing::warn!("{error}");
-            self.problems.push(DataProblem {
-                path: dir.to_owned(),
-                error,
-            });
+            self.refuse_folder(dir, error);
             return Vec::new();
         }
-        let mut files: Vec<PathBuf> = entries
+        // Each file with its size, from the one `stat` that finds it a file.
+        let mut files: Vec<(PathBuf, u64)> = entries
             .into_iter()
             .filter_map(Result::ok)
             .map(|entry| entry.path())
@@ -677,16 +669,21 @@ impl DataSet {
                         .extension()
                         .and_then(|e| e.to_str())
                         .is_some_and(|e| e.eq_ignore_ascii_case(extension))
-                    && path.is_file()
+            })
+            .filter_map(|path| {
+                let meta = std::fs::metadata(&path)
+                    .ok()
+                    .filter(|meta| meta.is_file())?;
+                Some((path, meta.len()))
             })
             .collect();
         files.sort();
         if origin == DataOrigin::Project {
             // As read: a file over the cap is refused after its first
             // `MAX_FILE_BYTES`.
-            let bytes: u64 = (files.iter())
-                .map(|path| std::fs::metadata(path).map_or(0, |meta| meta.len()))
-                .map(|len| len.min(MAX_FILE_BYTES))
+            let bytes: u64 = files
+                .iter()
+                .map(|(_, len)| (*len).min(MAX_FILE_BYTES))
                 .sum();
             let total = self.workspace_bytes.saturating_add(bytes);
             if total > MAX_WORKSPACE_DATA_BYTES {
@@ -696,16 +693,22 @@ impl DataSet {
                     dir.display(),
                     MAX_WORKSPACE_DATA_BYTES >> 20
                 );
-                tracing::warn!("{error}");
-                self.problems.push(DataProblem {
-                    path: dir.to_owned(),
-                    error,
-                });
+                self.refuse_folder(dir, error);
                 return Vec::new();
             }
             self.workspace_bytes = total;
         }
-        files
+        files.into_iter().map(|(path, _)| path).collect()
+    }
+
+    /// Reports the folder `dir` as a problem (and logs it): none of its
+    /// files loads, for `error`.
+    fn refuse_folder(&mut self, dir: &Path, error: String) {
+        tracing::warn!("{error}");
+        self.problems.push(DataProblem {
+            path: dir.to_owned(),
+            error,
+        });
     }
 }
 
