@@ -37,6 +37,8 @@ mod data;
 mod deny_rules;
 #[path = "e2e/distribution.rs"]
 mod distribution;
+#[path = "e2e/events.rs"]
+mod events;
 #[path = "e2e/failure.rs"]
 mod failure;
 #[path = "e2e/fault.rs"]

@@ -636,7 +636,11 @@ export class Extension {
     return this;
   }
 
-  /** Asked before each tool call: `(ctx, toolName, args) => Verdict`. */
+  /**
+   * Asked before each tool call: `(ctx, toolName, args) => Verdict`. The
+   * manifest must list `tool_call` in `capabilities.events` (and in
+   * `capabilities.rewrite` for a rewrite to count).
+   */
   interceptToolCall(handler) {
     this.interceptors.tool_call.push(handler);
     return this;

@@ -593,7 +593,9 @@ class Extension:
 
     def intercept_tool_call(self, handler):
         """Asked before each tool call: ``handler(ctx, tool_name, args)`` returns
-        a :class:`Verdict`. Usable as a decorator."""
+        a :class:`Verdict`. Usable as a decorator. The manifest must list
+        ``tool_call`` in ``capabilities.events`` (and in ``capabilities.rewrite``
+        for a rewrite to count)."""
         self.interceptors["tool_call"].append(handler)
         return handler
 

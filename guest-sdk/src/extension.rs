@@ -261,7 +261,9 @@ impl Extension {
     }
 
     /// Subscribes to the named events (see [`event_name`]) and calls the
-    /// handler for each.
+    /// handler for each. In zotbox's sandbox, events past the start and end
+    /// of a session and a turn (`tool_call`, `assistant_message`) arrive
+    /// only when the manifest lists them in `capabilities.events`.
     ///
     /// ```no_run
     /// use zotbox_guest::{Extension, event_name};
@@ -308,6 +310,11 @@ impl Extension {
     /// Interceptors registered more than once run in order: the first block
     /// wins, and each sees the arguments as rewritten by those before it.
     /// Absent arguments are passed as `{}`.
+    ///
+    /// In zotbox's sandbox the manifest must grant it: `"capabilities":
+    /// {"events": ["tool_call"]}` to be asked at all, and `"rewrite":
+    /// ["tool_call"]` besides for a rewrite to count (without it, the
+    /// verdict holds and the change is dropped).
     #[must_use]
     pub fn intercept_tool_call<F>(mut self, handler: F) -> Self
     where
@@ -318,7 +325,8 @@ impl Extension {
     }
 
     /// Intercepts the start of each agent step; the handler gets the step
-    /// number and may allow or [block](Verdict::block) it.
+    /// number and may allow or [block](Verdict::block) it. In zotbox's
+    /// sandbox the manifest must list `turn_start` in `capabilities.events`.
     #[must_use]
     pub fn intercept_turn_start<F>(mut self, handler: F) -> Self
     where
@@ -331,7 +339,9 @@ impl Extension {
     /// Intercepts each assistant message; the handler gets its text and may
     /// allow, [block](Verdict::block) it, or
     /// [replace its text](Verdict::replace_text). Several interceptors chain
-    /// as in [`intercept_tool_call`](Extension::intercept_tool_call).
+    /// as in [`intercept_tool_call`](Extension::intercept_tool_call). In
+    /// zotbox's sandbox the manifest must list `assistant_message` in
+    /// `capabilities.events`, and in `capabilities.rewrite` to replace text.
     #[must_use]
     pub fn intercept_assistant_message<F>(mut self, handler: F) -> Self
     where

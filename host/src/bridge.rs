@@ -403,7 +403,10 @@ pub(crate) fn prepare(
         call: admitted.limits.call_timeout.value,
         intercept: admitted.limits.intercept_timeout.value,
     };
-    let registrations = crate::session::RegistrationLimits::default().within(&policy);
+    let registrations = crate::session::RegistrationLimits {
+        events: admitted.events,
+        ..crate::session::RegistrationLimits::default().within(&policy)
+    };
     Ok(Prepared {
         name,
         manifest,
@@ -462,7 +465,8 @@ pub(crate) async fn start(
         )
         .await
         .map_err(|error| prepared.start_error(error))?;
-    let registrations = registered::Registrations::new(&prepared.name, prepared.registrations);
+    let registrations = registered::Registrations::new(&prepared.name, prepared.registrations)
+        .audited_by(prepared.sandbox.clone());
     bridge(
         transport,
         prepared.services,

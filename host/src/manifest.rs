@@ -109,6 +109,17 @@ pub struct Capabilities {
     /// Environment variables it may read.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub env: Vec<String>,
+    /// Events it may see and intercept past the start and end of a session
+    /// and a turn, which any extension sees: `tool_call` (every tool call
+    /// of the agent, with its arguments), `assistant_message` (the model's
+    /// words). See [`crate::policy::EventRights`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub events: Vec<String>,
+    /// Events of `events` whose content its intercept may change:
+    /// `tool_call` (the arguments, zot's own shell commands included),
+    /// `assistant_message` (the text).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rewrite: Vec<String>,
     /// Secrets it may use without reading them, by name (`zotbox secret
     /// set NAME`), each with where it may travel. A wasm guest writes
     /// `{{secret:NAME}}` and the host puts the value in just before sending;
@@ -167,7 +178,35 @@ impl Capabilities {
             && self.write.is_empty()
             && self.shell.is_empty()
             && self.env.is_empty()
+            && self.events.is_empty()
+            && self.rewrite.is_empty()
             && self.secrets.is_empty()
+    }
+
+    fn validate_events(&self, path: &Path) -> Result<(), FileError> {
+        let invalid = |field: String, problem: String| FileError::Invalid {
+            path: path.to_owned(),
+            field,
+            problem,
+        };
+        if let Some((index, problem)) = event_list_problem(&self.events, false) {
+            return Err(invalid(format!("capabilities.events[{index}]"), problem));
+        }
+        if let Some((index, problem)) = event_list_problem(&self.rewrite, true) {
+            return Err(invalid(format!("capabilities.rewrite[{index}]"), problem));
+        }
+        for (index, event) in self.rewrite.iter().enumerate() {
+            if !self.events.contains(event) {
+                return Err(invalid(
+                    format!("capabilities.rewrite[{index}]"),
+                    format!(
+                        "`{event}` is not among `capabilities.events`; an extension rewrites \
+                         only what it intercepts"
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn validate_secrets(&self, path: &Path) -> Result<(), FileError> {
@@ -206,6 +245,32 @@ impl Capabilities {
         }
         Ok(())
     }
+}
+
+/// The first name of an `events` list (a `rewrite` one: `rewrite`) that
+/// cannot be one, with its index and why: an event name is 1 to 64 plain
+/// characters (a name no frame can carry would grant nothing, silently),
+/// and only `tool_call` and `assistant_message` can be rewritten.
+pub fn event_list_problem(names: &[String], rewrite: bool) -> Option<(usize, String)> {
+    names.iter().enumerate().find_map(|(index, name)| {
+        let plain = !name.is_empty()
+            && name.chars().count() <= MAX_NAME_LEN
+            && !crate::text::has_unsafe(name);
+        let problem = if !plain {
+            format!(
+                "`{}` is not an event name (1 to {MAX_NAME_LEN} plain characters)",
+                crate::text::Shown(name)
+            )
+        } else if rewrite && !zotbox_protocol::event_name::REWRITABLE.contains(&name.as_str()) {
+            format!(
+                "`{}` cannot be rewritten; only `tool_call` and `assistant_message` can",
+                crate::text::Shown(name)
+            )
+        } else {
+            return None;
+        };
+        Some((index, problem))
+    })
 }
 
 /// Resource limits from the manifest. `None` takes the default.
@@ -354,6 +419,7 @@ impl Manifest {
         })?;
         raw.limits.validate(path)?;
         raw.capabilities.validate_secrets(path)?;
+        raw.capabilities.validate_events(path)?;
         for (index, pattern) in raw.files.iter().enumerate() {
             validate_files_pattern(pattern).map_err(|problem| FileError::Invalid {
                 path: path.to_owned(),

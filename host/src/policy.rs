@@ -16,6 +16,8 @@
 //!   "fs_write": false,
 //!   "shell": false,
 //!   "env": ["LANG", "TZ"],
+//!   "events": ["tool_call"],
+//!   "rewrite": [],
 //!   "secrets": ["WEATHER_KEY"],
 //!   "max_memory_mb": 256,
 //!   "max_tool_timeout_ms": 30000,
@@ -72,6 +74,7 @@
 //! [`Policy::registries`] and [`Policy::publisher_rules`] are the merged view.
 
 use crate::user_file::FileError;
+use std::collections::BTreeSet;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -108,6 +111,16 @@ pub struct PolicyFile {
     /// Environment variables an extension may be granted. Default: any declared.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env: Option<Vec<String>>,
+    /// Events an extension may be granted to see and intercept, past the
+    /// start and end of a session and a turn, which any may see
+    /// ([`EventRights`]). Empty allows none. Default: any declared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub events: Option<Vec<String>>,
+    /// Intercepted events an extension may be granted to change
+    /// (`tool_call`: its arguments; `assistant_message`: its text). Empty
+    /// allows none. Default: any declared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rewrite: Option<Vec<String>>,
     /// Secrets an extension may be granted: `false` none, a list of names
     /// only those (each still only to the destinations its manifest binds
     /// it to). Default: any declared.
@@ -784,7 +797,21 @@ impl Policy {
         let shell = keep("shell", &declared.shell, &|_| {
             self.refuse_switch("shell", |f| f.shell)
         });
-        let env = keep("env", &declared.env, &|name| self.refuse_env(name));
+        let env = keep("env", &declared.env, &|name| {
+            self.refuse_unlisted("env", |f| f.env.as_ref(), name)
+        });
+        let events = keep("events", &declared.events, &|name| {
+            self.refuse_unlisted("events", |f| f.events.as_ref(), name)
+        });
+        // A rewrite needs its event seen: one the policy took from
+        // `events` goes from `rewrite` too.
+        let rewrite = keep("rewrite", &declared.rewrite, &|name| {
+            self.refuse_unlisted("rewrite", |f| f.rewrite.as_ref(), name)
+                .or_else(|| {
+                    (!events.iter().any(|event| event == name))
+                        .then(|| format!("`{name}` is not granted among `events`"))
+                })
+        });
         let items: Vec<String> = declared
             .secrets
             .iter()
@@ -805,6 +832,8 @@ impl Policy {
             write,
             shell,
             env,
+            events,
+            rewrite,
             secrets,
             rows,
         }
@@ -836,6 +865,8 @@ impl Policy {
         match capability {
             "http" => lists(|f| f.http.as_ref()),
             "env" => lists(|f| f.env.as_ref()),
+            "events" => lists(|f| f.events.as_ref()),
+            "rewrite" => lists(|f| f.rewrite.as_ref()),
             "secrets" => {
                 let layers: Vec<String> = self
                     .layers
@@ -904,14 +935,21 @@ impl Policy {
             })
     }
 
-    fn refuse_env(&self, name: &str) -> Option<String> {
+    /// The rule that takes `name` away when a layer lists the names of
+    /// `key` (`field`) and not this one.
+    fn refuse_unlisted(
+        &self,
+        key: &str,
+        field: impl Fn(&PolicyFile) -> Option<&Vec<String>>,
+        name: &str,
+    ) -> Option<String> {
         self.layers.iter().find_map(|layer| {
-            let allowed = layer.file.env.as_ref()?;
+            let allowed = field(&layer.file)?;
             if allowed.iter().any(|n| n == name) {
                 None
             } else {
                 Some(format!(
-                    "not among the `env` names of `{}`",
+                    "not among the `{key}` names of `{}`",
                     layer.path.display()
                 ))
             }
@@ -970,6 +1008,16 @@ fn validate_ceilings(file: &PolicyFile, path: &Path) -> Result<(), FileError> {
     for (index, origin) in file.http.iter().flatten().enumerate() {
         if let Err(err) = Origin::parse(origin) {
             return Err(invalid(format!("http[{index}]"), err.of_field()));
+        }
+    }
+    for (key, names, rewrite) in [
+        ("events", &file.events, false),
+        ("rewrite", &file.rewrite, true),
+    ] {
+        if let Some((index, problem)) =
+            crate::manifest::event_list_problem(names.as_deref().unwrap_or_default(), rewrite)
+        {
+            return Err(invalid(format!("{key}[{index}]"), problem));
         }
     }
     for (index, name) in file.env.iter().flatten().enumerate() {
@@ -1064,7 +1112,8 @@ pub struct Refusal {
 /// One capability of a grant, for `policy explain`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct GrantRow {
-    /// `http`, `fs-read`, `fs-write`, `shell`, `env` or `secrets`.
+    /// `http`, `fs-read`, `fs-write`, `shell`, `env`, `events`, `rewrite`
+    /// or `secrets`.
     pub capability: &'static str,
     /// What the manifest declared.
     pub declared: Vec<String>,
@@ -1087,6 +1136,10 @@ pub struct Grant {
     pub shell: Vec<String>,
     /// Environment variable names.
     pub env: Vec<String>,
+    /// Events it may see and intercept, past those any extension sees.
+    pub events: Vec<String>,
+    /// Intercepted events whose content it may change.
+    pub rewrite: Vec<String>,
     /// Secrets, by name, with where each may travel.
     pub secrets: std::collections::BTreeMap<String, crate::manifest::SecretSpec>,
     /// The reasoning, per capability.
@@ -1104,6 +1157,67 @@ impl Grant {
             .iter()
             .find(|refusal| refusal.item == item)
             .map(|refusal| refusal.rule.as_str())
+    }
+}
+
+/// The events every extension sees, granted or not: the start and end of a
+/// session and of a turn, which carry no word of the user's or the model's.
+pub const LIFECYCLE_EVENTS: &[&str] = &[
+    zotbox_protocol::event_name::SESSION_START,
+    zotbox_protocol::event_name::TURN_START,
+    zotbox_protocol::event_name::TURN_END,
+];
+
+/// Which events one extension may see, intercept and rewrite.
+///
+/// A `tool_call` carries every argument of the agent's tool calls (a file
+/// written, a command run), an `assistant_message` the model's words, and
+/// an interceptor's answer may change either before zot acts on it: a
+/// rewritten `bash` call runs in zot, outside any sandbox. So a sandboxed
+/// extension gets what its grant says ([`EventRights::granted`]): the
+/// [`LIFECYCLE_EVENTS`] always; any other event, and any intercept, only
+/// when `capabilities.events` names it; a rewrite only when
+/// `capabilities.rewrite` does. A native one runs with the user's
+/// permissions, so binding it would guard nothing ([`EventRights::all`]).
+/// The default holds the lifecycle events only.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EventRights {
+    unbound: bool,
+    events: BTreeSet<String>,
+    rewrite: BTreeSet<String>,
+}
+
+impl EventRights {
+    /// Every event, intercept and rewrite: a native extension's.
+    pub fn all() -> Self {
+        Self {
+            unbound: true,
+            ..Self::default()
+        }
+    }
+
+    /// What `grant` allows: a sandboxed extension's.
+    pub fn granted(grant: &Grant) -> Self {
+        Self {
+            unbound: false,
+            events: grant.events.iter().cloned().collect(),
+            rewrite: grant.rewrite.iter().cloned().collect(),
+        }
+    }
+
+    /// Whether `event` may be delivered to it.
+    pub fn may_see(&self, event: &str) -> bool {
+        self.unbound || LIFECYCLE_EVENTS.contains(&event) || self.events.contains(event)
+    }
+
+    /// Whether it may be asked about `event`, and block it.
+    pub fn may_intercept(&self, event: &str) -> bool {
+        self.unbound || self.events.contains(event)
+    }
+
+    /// Whether its answer to an intercept of `event` may change it.
+    pub fn may_rewrite(&self, event: &str) -> bool {
+        self.unbound || self.rewrite.contains(event)
     }
 }
 

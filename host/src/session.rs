@@ -355,6 +355,24 @@ impl Session {
                 .unwrap_or_else(|| format!("blocked by {}", self.inner.label));
             return Verdict::Block { reason };
         }
+        let rewrites = response.modified_args.is_some() || response.replace_text.is_some();
+        if rewrites
+            && !self
+                .inner
+                .config
+                .registrations
+                .events
+                .may_rewrite(subject.event())
+        {
+            // Its verdict holds; the change it may not make is dropped.
+            tracing::warn!(
+                "{}: its answer to an intercept of `{}` rewrites it, which its grant does not \
+                 allow (`capabilities.rewrite`); the rewrite is ignored",
+                self.inner.label,
+                subject.event()
+            );
+            return Verdict::Allow;
+        }
         match subject {
             Interceptable::ToolCall { .. } => match response.modified_args {
                 Some(args @ Value::Object(_)) => Verdict::Rewrite { args },

@@ -442,6 +442,10 @@ pub mod event_name {
     ];
     /// The events that may be intercepted.
     pub const INTERCEPTABLE: &[&str] = &[TOOL_CALL, TURN_START, ASSISTANT_MESSAGE];
+    /// The intercepted events whose content an answer may change:
+    /// `modified_args` rewrites a `tool_call`, `replace_text` an
+    /// `assistant_message`.
+    pub const REWRITABLE: &[&str] = &[TOOL_CALL, ASSISTANT_MESSAGE];
 }
 
 /// `event`: a one-way lifecycle event.

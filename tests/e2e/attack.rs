@@ -1994,10 +1994,13 @@ fn table_cells(table: &str) -> Vec<Vec<String>> {
 #[test]
 fn policy_explain_shows_the_narrowing_row_by_row() {
     let lab = Lab::new();
-    let system = system_policy(&lab, &json!({"http": ["https://*.example.com"]}));
+    let system = system_policy(
+        &lab,
+        &json!({"http": ["https://*.example.com"], "rewrite": []}),
+    );
     let user = user_policy(
         &lab,
-        &json!({"env": ["LANG"], "shell": false, "max_memory_mb": 32}),
+        &json!({"env": ["LANG"], "shell": false, "max_memory_mb": 32, "events": ["tool_call"]}),
     );
     let dir = prober(
         &lab,
@@ -2007,6 +2010,8 @@ fn policy_explain_shows_the_narrowing_row_by_row() {
             "write": ["out/**"],
             "shell": ["echo **"],
             "env": ["LANG", "ZOTBOX_TEST_VISIBLE"],
+            "events": ["tool_call", "assistant_message"],
+            "rewrite": ["tool_call"],
         }),
         Some(json!({"memory_mb": 256})),
     );
@@ -2079,6 +2084,20 @@ fn policy_explain_shows_the_narrowing_row_by_row() {
                 "LANG",
                 &format!("`ZOTBOX_TEST_VISIBLE` refused: not among the `env` names of `{user}`"),
             ]),
+            row(&[
+                "events",
+                "tool_call, assistant_message",
+                &format!("tool_call (`{user}`)"),
+                "tool_call",
+                &format!("`assistant_message` refused: not among the `events` names of `{user}`"),
+            ]),
+            row(&[
+                "rewrite",
+                "tool_call",
+                &format!("none (`{system}`)"),
+                "-",
+                &format!("`tool_call` refused: not among the `rewrite` names of `{system}`"),
+            ]),
             row(&["secrets", "-", "anything declared", "-", "not declared"]),
         ],
         "{}",
@@ -2093,6 +2112,16 @@ fn policy_explain_shows_the_narrowing_row_by_row() {
             "tool timeout: 60000 ms (the default)",
             "intercept timeout: 5000 ms (the default)",
             "the extension declared more than the policy allows; it runs with the smaller grant",
+        ]
+    );
+    // What a granted event reaches, in words; nothing of a refused one.
+    assert_eq!(
+        rest[table_end + 4..table_end + 6],
+        [
+            "events tool_call: it sees every tool call of the agent with its arguments (the \
+             files written, the commands run), and may block any",
+            "in short, granted: http 1 (`https://api.example.com`); fs-read 1 (`docs/**`); \
+             fs-write 1 (`out/**`); env 1 (`LANG`); events 1 (`tool_call`)",
         ]
     );
 }

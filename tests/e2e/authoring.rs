@@ -52,11 +52,11 @@ fn a_new_extension_builds_installs_and_answers_with_only_its_files_installed() {
              {shown}\nzotbox call count_words '{{\"text\": \"one two three\"}}'\n"
         )
     );
-    // The manifest declares nothing.
+    // The manifest declares the events of its guard, nothing else.
     let manifest: Value =
         serde_json::from_slice(&std::fs::read(dir.join("extension.json")).expect("manifest"))
             .expect("json");
-    assert_eq!(manifest.get("capabilities"), None);
+    assert_eq!(manifest["capabilities"], json!({"events": ["tool_call"]}));
     assert_eq!(manifest["wasm"], "./wordcount.wasm");
     // A second `new` never writes over it.
     let again = lab.zotbox(&["new", "wordcount", "--path", &shown]);

@@ -376,7 +376,9 @@ pub fn squares_folder(parent: &Path) -> PathBuf {
 }
 
 /// Writes `<parent>/<name>/` for a wasm guest: a copy of `wasm` as
-/// `<name>.wasm` and a manifest naming it, with `limits` when given.
+/// `<name>.wasm` and a manifest naming it, with `limits` when given. An
+/// example's guest asks for what its own manifest declares (the guard's
+/// events, say); a test guest for nothing.
 pub fn wasm_folder(parent: &Path, name: &str, wasm: &Path, limits: Option<Value>) -> PathBuf {
     let dir = parent.join(name);
     std::fs::create_dir_all(&dir).expect("extension folder");
@@ -384,6 +386,16 @@ pub fn wasm_folder(parent: &Path, name: &str, wasm: &Path, limits: Option<Value>
     std::fs::copy(wasm, dir.join(&file))
         .unwrap_or_else(|e| panic!("cannot copy `{}`: {e}", wasm.display()));
     let mut manifest = json!({"name": name, "wasm": format!("./{file}")});
+    let example = workspace()
+        .join("examples")
+        .join(name)
+        .join("extension.json");
+    if let Ok(text) = std::fs::read(&example) {
+        let declared: Value = serde_json::from_slice(&text).expect("an example's manifest");
+        if let Some(capabilities) = declared.get("capabilities") {
+            manifest["capabilities"] = capabilities.clone();
+        }
+    }
     if let Some(limits) = limits {
         manifest["limits"] = limits;
     }

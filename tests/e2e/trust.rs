@@ -339,6 +339,8 @@ fn policy_explain_explains_the_extension_that_runs_not_an_untrusted_namesake() {
             ("fs-write", write),
             ("shell", json!([])),
             ("env", env),
+            ("events", json!([])),
+            ("rewrite", json!([])),
             ("secrets", json!([])),
         ]
         .map(|(capability, granted)| (capability.to_owned(), manifest.clone(), granted))

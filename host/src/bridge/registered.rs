@@ -18,8 +18,10 @@
 //! 4. A registration frame that does not decode is dropped (the library
 //!    skips it too), and so is a second `hello`.
 
+use serde_json::Value;
+use zotbox_protocol::zot_args::InReadOrder;
 use zotbox_protocol::{
-    ExtensionFrame, Hello, RegisterCommand, RegisterTool, decode_line, encode_to_vec,
+    ExtensionFrame, Hello, RegisterCommand, RegisterTool, decode_line, encode_to_vec, event_name,
 };
 
 use crate::session::{Registrar, RegistrationLimits};
@@ -34,6 +36,9 @@ pub(crate) enum Checked {
     Rewritten(Vec<u8>),
     /// Does not reach zot.
     Dropped,
+    /// Does not reach zot, for this reason; an answer of zot's request is
+    /// answered for it, as refused.
+    Refused(String),
 }
 
 /// One guest's registrations so far.
@@ -42,6 +47,8 @@ pub(crate) struct Registrations {
     limits: RegistrationLimits,
     registrar: Option<Registrar>,
     hello_seen: bool,
+    /// Where a refused rewrite is audited: the extension's sandbox.
+    audit: Option<std::sync::Arc<crate::sandbox::Sandbox>>,
 }
 
 impl Registrations {
@@ -52,7 +59,17 @@ impl Registrations {
             limits,
             registrar: None,
             hello_seen: false,
+            audit: None,
         }
+    }
+
+    /// Audits the rewrites it refuses in `sandbox`'s name (none: only logged).
+    pub(crate) fn audited_by(
+        mut self,
+        sandbox: Option<std::sync::Arc<crate::sandbox::Sandbox>>,
+    ) -> Self {
+        self.audit = sandbox;
+        self
     }
 
     /// Whether a frame of `frame_type` is checked here.
@@ -139,6 +156,66 @@ impl Registrations {
         }
     }
 
+    /// What becomes of `line`, an `event_intercept_response`: an answer
+    /// that changes an event the grant lets it intercept but not rewrite
+    /// (`modified_args` of a `tool_call`, `replace_text` of an
+    /// `assistant_message`) reaches zot without the change, its verdict
+    /// kept. zot would act on the change outside the sandbox: a rewritten
+    /// `bash` call runs with the user's permissions.
+    pub(crate) fn intercept_answer(&self, line: &[u8]) -> Checked {
+        let rights = &self.limits.events;
+        let refused: Vec<(&str, &str)> = [
+            ("modified_args", event_name::TOOL_CALL),
+            ("replace_text", event_name::ASSISTANT_MESSAGE),
+        ]
+        .into_iter()
+        .filter(|(_, event)| !rights.may_rewrite(event))
+        .collect();
+        // The frame's keys are exact by now (a line zot could read
+        // otherwise was written anew as zot reads it), and a key's quotes
+        // are bare where a string's inner ones are escaped: a line naming
+        // none of the refused keys so cannot hold one.
+        let names = |key: &str| memchr::memmem::find(line, format!("\"{key}\"").as_bytes());
+        if refused.iter().all(|(key, _)| names(key).is_none()) {
+            return Checked::AsIs;
+        }
+        let mut frame = match serde_json::from_slice::<InReadOrder>(line) {
+            Ok(InReadOrder(Value::Object(frame))) => frame,
+            // zot reads no frame of it either.
+            Ok(_) => return Checked::AsIs,
+            Err(err) => {
+                return Checked::Refused(format!("an answer that does not decode ({err})"));
+            }
+        };
+        let mut changed = false;
+        for (key, event) in refused {
+            if frame.remove(key).is_some() {
+                changed = true;
+                let why = format!(
+                    "its answer to an intercept of `{event}` rewrites it (`{key}`), which its \
+                     grant does not allow (`capabilities.rewrite`); zot gets the answer without it"
+                );
+                tracing::warn!("extension `{}`: {why}", self.name);
+                if let Some(sandbox) = &self.audit {
+                    sandbox.record(crate::audit::AuditRecord::now(
+                        sandbox.who(),
+                        "rewrite",
+                        event,
+                        crate::audit::Decision::Deny,
+                        why,
+                    ));
+                }
+            }
+        }
+        if !changed {
+            return Checked::AsIs;
+        }
+        match serde_json::to_vec(&Value::Object(frame)) {
+            Ok(line) => Checked::Rewritten(line),
+            Err(err) => Checked::Refused(format!("an answer that cannot be written anew ({err})")),
+        }
+    }
+
     fn registrar(&mut self) -> &mut Registrar {
         self.registrar
             .get_or_insert_with(|| Registrar::new(&self.name, &self.limits, Hello::default()))
@@ -189,6 +266,7 @@ mod tests {
     fn registrations_reach_zot_as_the_library_would_hold_them() {
         let limits = RegistrationLimits {
             max_registrations: 3,
+            events: crate::policy::EventRights::all(),
             ..RegistrationLimits::default()
         };
         let mut registrations = Registrations::new("hostile", limits);

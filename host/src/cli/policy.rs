@@ -273,7 +273,39 @@ pub(crate) fn print_grant(
             "the extension declared more than the policy allows; it runs with the smaller grant"
         );
     }
+    if !matches!(manifest.program, Program::Native { .. }) {
+        for note in event_notes(&grant) {
+            println!("{note}");
+        }
+    }
     println!("{}", grant_summary(policy, manifest, &grant));
+}
+
+/// What the granted events and rewrites let an extension do, in words:
+/// the rows above name them, these lines say what they reach.
+pub(crate) fn event_notes(grant: &zotbox::policy::Grant) -> Vec<&'static str> {
+    use zotbox::protocol::event_name::{ASSISTANT_MESSAGE, TOOL_CALL};
+    let has = |list: &[String], event: &str| list.iter().any(|e| e == event);
+    let mut notes = Vec::new();
+    if has(&grant.events, TOOL_CALL) {
+        notes.push(
+            "events tool_call: it sees every tool call of the agent with its arguments (the \
+             files written, the commands run), and may block any",
+        );
+    }
+    if has(&grant.events, ASSISTANT_MESSAGE) {
+        notes.push("events assistant_message: it sees everything the model writes to you");
+    }
+    if has(&grant.rewrite, TOOL_CALL) {
+        notes.push(
+            "rewrite tool_call: it may change any tool call of the agent before it runs, zot's \
+             own `bash` included, which runs with all your permissions, outside any sandbox",
+        );
+    }
+    if has(&grant.rewrite, ASSISTANT_MESSAGE) {
+        notes.push("rewrite assistant_message: it may change what the model says to you");
+    }
+    notes
 }
 
 /// One refusal of a grant as people read it: the declared item and the

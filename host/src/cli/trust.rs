@@ -645,6 +645,12 @@ fn capabilities_cell(policy: &Policy, manifest: &Manifest) -> String {
                 list(&row.granted)
             )
         })
+        .chain(
+            // What the granted events reach, in words (see `policy explain`).
+            super::policy::event_notes(&grant)
+                .into_iter()
+                .map(str::to_owned),
+        )
         .collect();
     if rows.is_empty() {
         "none declared".to_owned()

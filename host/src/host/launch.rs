@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use crate::home::ZotHome;
 use crate::manifest::{Manifest, Program};
-use crate::policy::{EffectiveLimits, LimitDefaults, Policy};
+use crate::policy::{EffectiveLimits, EventRights, LimitDefaults, Policy};
 use crate::runtime::wasm::GuestLimits;
 use crate::sandbox::{Sandbox, Services};
 use crate::store::trust::Assessment;
@@ -55,6 +55,8 @@ pub(crate) struct Admitted {
     /// content its workspace's trust hashed, or else the lock check (none:
     /// neither covers it).
     pub(crate) wasm_sha256: Option<[u8; 32]>,
+    /// The events it may see, intercept and rewrite.
+    pub(crate) events: EventRights,
 }
 
 /// Checks that `manifest` may start (see the module) and derives its
@@ -90,11 +92,20 @@ pub(crate) fn admit(
         crate::sandbox::confine(policy, services, manifest).map_err(LaunchError::Refused)?;
     let limits = policy.limits(&manifest.raw.limits, defaults);
     let guest = GuestLimits::from_effective(&limits);
+    // A native program could read the session another way; a sandboxed
+    // one sees the agent's calls and words only as granted.
+    let events = match manifest.program {
+        Program::Native { .. } => EventRights::all(),
+        Program::Wasm { .. } | Program::Data => {
+            EventRights::granted(&policy.grant(&manifest.raw.capabilities))
+        }
+    };
     Ok(Admitted {
         sandbox,
         limits,
         guest,
         wasm_sha256,
+        events,
     })
 }
 

@@ -255,10 +255,12 @@ async fn start_once(
         .await
         .map_err(|err| StartFailure::Permanent(format!("cannot start: {err}")))?;
     let control = transport.control.clone();
+    let mut config = host.session_config(manifest);
+    config.registrations.events = admitted.events;
     let handshake = Session::start(
         manifest.name(),
         host.hello_ack(manifest),
-        host.session_config(manifest),
+        config,
         transport,
         host.inner.events.clone(),
     );

@@ -20,7 +20,13 @@
 //!    (default 64 KiB) is refused, and so is any registration that would
 //!    take what the extension holds past
 //!    [`RegistrationLimits::max_total_bytes`] (default 1 MiB).
-//! 4. **Refusals are bounded too.** The first [`MAX_REFUSALS_LISTED`] are
+//! 4. **Events are granted.** A sandboxed extension subscribes to what its
+//!    grant allows ([`RegistrationLimits::events`]): past the start and end
+//!    of a session and a turn, a `tool_call` (every argument of the agent's
+//!    tool calls) or an `assistant_message` is seen, and any event is
+//!    intercepted, only when its manifest declares it and the policy
+//!    allows; the rest of a `subscribe` is refused.
+//! 5. **Refusals are bounded too.** The first [`MAX_REFUSALS_LISTED`] are
 //!    kept (and logged) one by one; the rest are counted in one line.
 //!
 //! A refused registration is a warning in `list`; the extension keeps what
@@ -35,6 +41,7 @@ use std::io::Write;
 use serde_json::Value;
 use zotbox_protocol::{Hello, RegisterCommand, RegisterTool, Subscribe, event_name};
 
+use crate::policy::EventRights;
 use crate::session::{RegisteredTool, Registration};
 use crate::text::{Shown, clipped, has_unsafe};
 
@@ -62,6 +69,9 @@ pub struct RegistrationLimits {
     /// Bytes of every name, description and schema held for the extension,
     /// together. Default 1 MiB.
     pub max_total_bytes: usize,
+    /// The events it may subscribe to, intercept and rewrite. Default: the
+    /// lifecycle events only; a host gives each extension its grant's.
+    pub events: EventRights,
 }
 
 impl Default for RegistrationLimits {
@@ -71,6 +81,7 @@ impl Default for RegistrationLimits {
             max_description_bytes: 4096,
             max_schema_bytes: 64 * 1024,
             max_total_bytes: 1024 * 1024,
+            events: EventRights::default(),
         }
     }
 }
@@ -96,6 +107,7 @@ impl RegistrationLimits {
                 crate::policy::Policy::cap_schema_bytes,
             ),
             max_total_bytes: self.max_total_bytes,
+            events: self.events,
         }
     }
 }
@@ -235,26 +247,42 @@ impl Registrar {
     pub(crate) fn subscribe(&mut self, subscribe: Subscribe) -> Subscribe {
         let mut held = Subscribe::default();
         for event in subscribe.events {
-            if let Some(event) = self.checked_event(event) {
+            let Some(event) = self.checked_event(event) else {
+                continue;
+            };
+            if self.limits.events.may_see(&event) {
                 self.registration.events.insert(event.clone());
                 held.events.push(event);
+            } else {
+                self.refuse(format!(
+                    "event `{}` refused: {}",
+                    Shown(&event),
+                    not_granted("seen")
+                ));
             }
         }
         for event in subscribe.intercept {
             let Some(event) = self.checked_event(event) else {
                 continue;
             };
-            if event_name::INTERCEPTABLE.contains(&event.as_str()) {
+            if !event_name::INTERCEPTABLE.contains(&event.as_str()) {
+                self.refuse(format!("`{}` cannot be intercepted", Shown(&event)));
+            } else if self.limits.events.may_intercept(&event) {
                 self.registration.intercepts.insert(event.clone());
                 held.intercept.push(event);
             } else {
-                self.refuse(format!("`{}` cannot be intercepted", Shown(&event)));
+                self.refuse(format!(
+                    "intercept of `{}` refused: {}",
+                    Shown(&event),
+                    not_granted("intercepted")
+                ));
             }
         }
         held
     }
 
-    /// `event` if its name is plain and there is room for one more.
+    /// `event` if its name is plain (it is shown as it came after this)
+    /// and there is room for one more.
     fn checked_event(&mut self, event: String) -> Option<String> {
         let shown = match checked_name("event", &event) {
             Ok(shown) => shown,
@@ -340,6 +368,15 @@ impl Registrar {
         }
         false
     }
+}
+
+/// Why an event was refused a sandboxed extension: `how`, `seen` or
+/// `intercepted`.
+fn not_granted(how: &str) -> String {
+    format!(
+        "a sandboxed extension's event is {how} only when its manifest declares it in \
+         `capabilities.events` and the policy grants it"
+    )
 }
 
 /// The name as shown in messages, or why it is refused. `what` is `tool`,
@@ -473,6 +510,7 @@ mod tests {
             max_description_bytes: 16,
             max_schema_bytes: 64,
             max_total_bytes: 1024,
+            ..RegistrationLimits::default()
         };
         let object = || json!({"type": "object"});
         let big_schema = json!({"type": "object", "description": "s".repeat(100)});
@@ -552,7 +590,10 @@ mod tests {
 
     #[test]
     fn commands_events_and_versions_follow_the_same_rules() {
-        let limits = RegistrationLimits::default();
+        let limits = RegistrationLimits {
+            events: EventRights::all(),
+            ..RegistrationLimits::default()
+        };
         let mut registrar = Registrar::new("hostile", &limits, hello("1.0\u{1b}[2J"));
         registrar.command(RegisterCommand {
             name: "\u{1b}[2Jwipe".to_owned(),
@@ -597,5 +638,107 @@ mod tests {
             "event `custom_62` refused: 64 events subscribed already, the most an extension may"
         );
         assert_eq!(registration.refused.len(), 5 + 8);
+    }
+
+    fn listed(set: &std::collections::BTreeSet<String>) -> Vec<&str> {
+        set.iter().map(String::as_str).collect()
+    }
+
+    #[test]
+    fn a_sandboxed_extension_subscribes_only_to_the_events_it_was_granted() {
+        use crate::policy::{Layer, Policy};
+        let declared: crate::manifest::Capabilities = serde_json::from_value(json!({
+            "events": ["tool_call", "assistant_message", "custom"],
+            "rewrite": ["tool_call"]
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let subscribe = || Subscribe {
+            events: [
+                "turn_start",
+                "turn_end",
+                "session_start",
+                "tool_call",
+                "assistant_message",
+            ]
+            .map(str::to_owned)
+            .to_vec(),
+            intercept: ["tool_call", "turn_start", "assistant_message"]
+                .map(str::to_owned)
+                .to_vec(),
+        };
+        let registration = |events: EventRights| {
+            let limits = RegistrationLimits {
+                events,
+                ..RegistrationLimits::default()
+            };
+            let mut registrar = Registrar::new("spy", &limits, hello("1.0"));
+            registrar.subscribe(subscribe());
+            registrar.finish()
+        };
+
+        // Declared nothing: the lifecycle events, no intercept.
+        let nothing = registration(EventRights::granted(
+            &Policy::permissive().grant(&Default::default()),
+        ));
+        assert_eq!(
+            listed(&nothing.events),
+            ["session_start", "turn_end", "turn_start"]
+        );
+        assert!(nothing.intercepts.is_empty());
+        let why = "a sandboxed extension's event is {} only when its manifest declares it in \
+                   `capabilities.events` and the policy grants it";
+        assert_eq!(
+            nothing.refused,
+            [
+                format!("event `tool_call` refused: {}", why.replace("{}", "seen")),
+                format!(
+                    "event `assistant_message` refused: {}",
+                    why.replace("{}", "seen")
+                ),
+                format!(
+                    "intercept of `tool_call` refused: {}",
+                    why.replace("{}", "intercepted")
+                ),
+                format!(
+                    "intercept of `turn_start` refused: {}",
+                    why.replace("{}", "intercepted")
+                ),
+                format!(
+                    "intercept of `assistant_message` refused: {}",
+                    why.replace("{}", "intercepted")
+                ),
+            ]
+        );
+
+        // Declared, and the policy allows only `tool_call`.
+        let dir = std::path::Path::new("/etc/zotbox/policy.json");
+        let policy = Policy::from_layers(vec![Layer {
+            scope: crate::policy::Scope::System,
+            path: dir.to_owned(),
+            file: serde_json::from_value(json!({"events": ["tool_call"]}))
+                .unwrap_or_else(|e| panic!("{e}")),
+        }]);
+        let narrowed = registration(EventRights::granted(&policy.grant(&declared)));
+        assert_eq!(
+            listed(&narrowed.events),
+            ["session_start", "tool_call", "turn_end", "turn_start"]
+        );
+        assert_eq!(listed(&narrowed.intercepts), ["tool_call"]);
+        assert_eq!(narrowed.refused.len(), 3, "{:?}", narrowed.refused);
+
+        // Declared and allowed: all of it.
+        let granted = registration(EventRights::granted(&Policy::permissive().grant(&declared)));
+        assert_eq!(granted.events.len(), 5);
+        assert_eq!(
+            listed(&granted.intercepts),
+            ["assistant_message", "tool_call"]
+        );
+        assert_eq!(
+            granted.refused,
+            [format!(
+                "intercept of `turn_start` refused: {}",
+                why.replace("{}", "intercepted")
+            )]
+        );
     }
 }
