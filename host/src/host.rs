@@ -587,7 +587,20 @@ impl Host {
         let mut rewritten_by = Vec::new();
         let mut changed = false;
         for session in interceptors {
-            match session.intercept(&subject).await {
+            let (verdict, refused) = session.intercept(&subject).await;
+            if let Some(why) = refused {
+                self.inner
+                    .services
+                    .audit
+                    .record(crate::audit::AuditRecord::now(
+                        session.name().to_string(),
+                        "rewrite",
+                        subject.event(),
+                        crate::audit::Decision::Deny,
+                        why,
+                    ));
+            }
+            match verdict {
                 Verdict::Allow => {}
                 Verdict::Block { reason } => {
                     return Decision {

@@ -326,7 +326,9 @@ impl Session {
 
     /// Asks the extension for a verdict. A missed deadline, a departed
     /// extension or a malformed answer yields the configured [`FailMode`].
-    pub async fn intercept(&self, subject: &Interceptable) -> Verdict {
+    /// Beside it, why a rewrite the extension's grant does not allow was
+    /// dropped (its verdict holds), for the audit.
+    pub async fn intercept(&self, subject: &Interceptable) -> (Verdict, Option<String>) {
         let event = subject.event();
         let what = format!("intercept of `{event}`");
         let answer = self
@@ -340,39 +342,33 @@ impl Session {
         let response = match answer {
             Ok(ExtensionFrame::EventInterceptResponse(response)) => response,
             Ok(other) => {
-                return self.missed(&self.wrong_answer(what, "event_intercept_response", &other));
+                let err = self.wrong_answer(what, "event_intercept_response", &other);
+                return (self.missed(&err), None);
             }
-            Err(err) => return self.missed(&err),
+            Err(err) => return (self.missed(&err), None),
         };
-        self.verdict(subject, response)
-    }
-
-    fn verdict(&self, subject: &Interceptable, response: InterceptResponse) -> Verdict {
         if response.block {
             let reason = response
                 .reason
                 .filter(|r| !r.trim().is_empty())
                 .unwrap_or_else(|| format!("blocked by {}", self.inner.label));
-            return Verdict::Block { reason };
+            return (Verdict::Block { reason }, None);
         }
         let rewrites = response.modified_args.is_some() || response.replace_text.is_some();
-        if rewrites
-            && !self
-                .inner
-                .config
-                .registrations
-                .events
-                .may_rewrite(subject.event())
-        {
+        if rewrites && !self.inner.config.registrations.events.may_rewrite(event) {
             // Its verdict holds; the change it may not make is dropped.
-            tracing::warn!(
-                "{}: its answer to an intercept of `{}` rewrites it, which its grant does not \
-                 allow (`capabilities.rewrite`); the rewrite is ignored",
-                self.inner.label,
-                subject.event()
+            let why = format!(
+                "its answer to an intercept of `{event}` rewrites it, which its grant does not \
+                 allow (`capabilities.rewrite`); the rewrite is ignored"
             );
-            return Verdict::Allow;
+            tracing::warn!("{}: {why}", self.inner.label);
+            return (Verdict::Allow, Some(why));
         }
+        (self.verdict(subject, response), None)
+    }
+
+    /// What an answer that does not block decides.
+    fn verdict(&self, subject: &Interceptable, response: InterceptResponse) -> Verdict {
         match subject {
             Interceptable::ToolCall { .. } => match response.modified_args {
                 Some(args @ Value::Object(_)) => Verdict::Rewrite { args },

@@ -196,5 +196,25 @@ async fn in_the_host_a_guest_sees_and_rewrites_tool_calls_only_as_granted() {
         );
         host.shutdown().await;
         std::fs::remove_dir_all(&dir).expect("remove the guard");
+        // The rewrite it could not make is audited as refused: once, by the
+        // guest granted `events` alone.
+        let audit = std::fs::read_to_string(lab.home.join("logs/audit.jsonl")).unwrap_or_default();
+        let refused: Vec<Value> = audit
+            .lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .filter(|record| record["capability"] == "rewrite")
+            .collect();
+        let expected = usize::from(!intercepts.is_empty());
+        assert_eq!(refused.len(), expected, "{capabilities}: {audit}");
+        if let Some(record) = refused.first() {
+            assert_eq!(
+                (
+                    &record["extension"],
+                    &record["decision"],
+                    &record["subject"]
+                ),
+                (&json!("guard"), &json!("deny"), &json!("tool_call"))
+            );
+        }
     }
 }
