@@ -836,6 +836,7 @@ async fn bridge(
     } = tap;
     // Set once zot's input ends or says `shutdown`: the guest gets a grace period.
     let (ending_tx, ending) = watch::channel(false);
+    let events = registrations.events().clone();
     // A restarted guest is told what zot told the first one, and its
     // startup frames (zot has them already) stop here.
     let output = ToZot::new(
@@ -868,6 +869,7 @@ async fn bridge(
             hello_ack,
             resume,
             hang_up,
+            events,
         },
     ));
 
@@ -1009,6 +1011,8 @@ struct Inbound {
     hello_ack: Option<watch::Sender<Option<Vec<u8>>>>,
     resume: Option<Vec<u8>>,
     hang_up: Option<stdio::HangUp>,
+    /// What the guest may be told of and asked about.
+    events: crate::policy::EventRights,
 }
 
 /// Writes `bytes` to the guest; `false` once it can take no more (gone).
@@ -1054,6 +1058,7 @@ async fn forward_inbound(
         hello_ack,
         resume,
         hang_up,
+        events,
     } = inbound;
     // After a host died: its last read may have ended inside one of zot's
     // lines, whose rest now comes first. zot's frames are JSON objects; a
@@ -1141,6 +1146,16 @@ async fn forward_inbound(
                     None
                 }
                 Some("event_intercept") => match decode_line::<HostFrame>(bytes) {
+                    // zot asks only those that intercept the event, and the
+                    // bridge passed on only the intercepts granted; should
+                    // it ask anyway, the guest is not asked (and its say
+                    // would not count): the bridge allows, as not asked.
+                    Ok(HostFrame::EventIntercept(check)) if !events.may_intercept(&check.event) => {
+                        if let Some(id) = seen.id {
+                            not_granted(&check.event, id.into_owned(), &mut answers);
+                        }
+                        continue;
+                    }
                     Ok(frame) => {
                         as_read = as_zot_reads(bytes, &frame);
                         timeouts.request("event_intercept")
@@ -1156,6 +1171,12 @@ async fn forward_inbound(
                         answer_unreadable(&undecoded, &mut answers);
                         continue;
                     }
+                },
+                // Likewise an event the guest may not see (a tool call's
+                // arguments, the model's words) does not reach it.
+                Some("event") => match decode_line::<HostFrame>(bytes) {
+                    Ok(HostFrame::Event(event)) if !events.may_see(&event.event) => continue,
+                    _ => None,
                 },
                 other => other.and_then(|frame_type| timeouts.request(frame_type)),
             };
@@ -1187,6 +1208,24 @@ async fn forward_inbound(
     // zot's input ended: so does the guest's.
     let _ = to_guest.shutdown().await;
     let _ = ending.send(true);
+}
+
+/// Answers check `id` of `event`, which the guest may not intercept, as
+/// allowed: what zot would have had, had it not asked.
+fn not_granted(event: &str, id: String, answers: &mut Vec<u8>) {
+    tracing::warn!(
+        "zot asked the extension about `{event}`, which it may not intercept; allowed without \
+         asking it"
+    );
+    let answer = zotbox_protocol::ExtensionFrame::EventInterceptResponse(
+        zotbox_protocol::InterceptResponse {
+            id,
+            ..Default::default()
+        },
+    );
+    if let Ok(line) = encode_to_vec(&answer) {
+        answers.extend_from_slice(&line);
+    }
 }
 
 /// The line of an `event_intercept` of one of zot's own tools with its

@@ -85,6 +85,38 @@ async fn under_zot_a_guest_sees_and_rewrites_the_agents_calls_only_as_granted() 
         subscribe,
         Some(json!({"type": "subscribe", "events": ["turn_start"]}))
     );
+    // Should zot tell it or ask it anyway, the bridge does not pass it on:
+    // the check is allowed as not asked (the guard would block this one),
+    // and the guard counts no tool call, only the turn.
+    let mut zot = lab.spawn_zotbox(&["run", &dir.display().to_string()], &dir);
+    assert_eq!(zot.recv().await["type"], "hello", "{}", zot.describe());
+    zot.send(&hello_ack(&lab, &dir)).await;
+    let _ = zot.recv_through("ready").await;
+    for event in ["tool_call", "turn_start"] {
+        zot.send(
+            &json!({"type": "event", "event": event, "step": 1, "tool_id": "t1",
+                         "tool_name": "bash", "tool_args": {"command": "cat ~/.ssh/id_rsa"}}),
+        )
+        .await;
+    }
+    zot.send(
+        &json!({"type": "event_intercept", "id": "2", "event": "tool_call",
+                     "tool_name": "bash", "tool_args": {"command": "rm -rf /"}}),
+    )
+    .await;
+    assert_eq!(
+        zot.recv().await,
+        json!({"type": "event_intercept_response", "id": "2"})
+    );
+    zot.send(&json!({"type": "command_invoked", "id": "3", "name": "guard-stats", "args": ""}))
+        .await;
+    let stats = zot.recv().await;
+    assert_eq!(
+        stats["display"], "guard: 1 turns, 0 tool calls seen",
+        "{stats}"
+    );
+    zot.send(&json!({"type": "shutdown"})).await;
+    let _ = zot.end().await;
 
     // `events`: it sees and answers the check, but its rewrite is taken
     // out of the answer before zot reads it.

@@ -63,6 +63,11 @@ impl Registrations {
         }
     }
 
+    /// The events the guest may see, intercept and rewrite.
+    pub(crate) fn events(&self) -> &crate::policy::EventRights {
+        &self.limits.events
+    }
+
     /// Audits the rewrites it refuses in `sandbox`'s name (none: only logged).
     pub(crate) fn audited_by(
         mut self,
