@@ -10,6 +10,10 @@
 //!    by the user, mode `0700`, not a link; anything else is refused, and the
 //!    relay runs the extension itself). The host checks each peer's uid
 //!    (`SO_PEERCRED`) and refuses anyone else; the relay checks the host's.
+//!    The uid is not enough: a shell command zotbox confines runs as the
+//!    user and may connect (the kernel checks no file access on connecting
+//!    to a socket), so every request carries the token the host wrote
+//!    beside its socket, which such a command cannot read (`place`).
 //! 2. **Never mixed.** Relay and host compare build ids (the version and the
 //!    identity of the executable file). A host of another build retires: it
 //!    removes its socket, accepts no one, and exits when its instances end;

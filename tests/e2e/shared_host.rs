@@ -380,6 +380,65 @@ async fn a_host_that_keeps_dying_leaves_the_extension_in_its_relay_with_its_work
     assert_eq!(end.status.code(), Some(0), "{end:#?}");
 }
 
+/// What a shell command run for an extension tries on the shared host:
+/// read its token, then ask it something over its socket without it.
+const SOCKET_PROBE: &str = r#"import json, socket, sys
+sock, token = sys.argv[1], sys.argv[2]
+try:
+    open(token).read()
+    print("token: read")
+except OSError as e:
+    print("token:", type(e).__name__)
+s = socket.socket(socket.AF_UNIX)
+s.connect(sock)
+s.sendall(json.dumps({"op": "status", "token": "0" * 64}).encode() + b"\n")
+print("reply:", s.recv(4096).decode().strip())
+"#;
+
+/// Attack: a shell command the kernel sandbox confines still runs as the
+/// user, and the kernel checks no file access on connecting to a socket by
+/// its path: it reaches the shared host's. Taken for a relay, it could ask
+/// for any extension with a workspace (so a jail) of its choosing, the
+/// user's home say. It cannot read the host's token, though, and a request
+/// without it is refused; the user's own `zotbox host status` is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_confined_command_reaching_the_hosts_socket_is_refused() {
+    let lab = Lab::new();
+    let dir = prober_with(&lab, json!({"shell": ["**"]}));
+    // The socket and its token in `$ZOT_HOME/run`, whatever this machine's
+    // runtime folder.
+    let no_runtime_dir = [("XDG_RUNTIME_DIR", "")];
+    let mut zot = relay_env(&lab, &dir, &lab.workspace, &no_runtime_dir).await;
+    let run = lab.home.join("run");
+    let find = |suffix: &str| {
+        std::fs::read_dir(&run)
+            .expect("the host's folder")
+            .flatten()
+            .map(|entry| entry.path())
+            .find(|path| path.to_string_lossy().ends_with(suffix))
+            .unwrap_or_else(|| panic!("no `*{suffix}` in `{}`", run.display()))
+    };
+    let (socket, token) = (find(".sock"), find(".token"));
+    std::fs::write(lab.workspace.join("probe.py"), SOCKET_PROBE).expect("the probe");
+    let command = format!("python3 probe.py {} {}", socket.display(), token.display());
+    let (failed, text) = call(&mut zot, "p", "shell", json!({"command": command})).await;
+    assert!(!failed, "{text}");
+    assert!(text.contains("token: PermissionError"), "{text}");
+    assert!(
+        text.contains(
+            r#"reply: {"op":"failed","error":"zotbox host: refused: the request does not carry this host's token"}"#
+        ),
+        "{text}"
+    );
+    let out = zotbox(&lab, &["host", "status", "--json"])
+        .env("XDG_RUNTIME_DIR", "")
+        .output()
+        .expect("host status");
+    let line: Value = serde_json::from_slice(&out.stdout).expect("one JSON line");
+    assert_eq!(line["host"]["instances"][0]["name"], "prober", "{line}");
+    finish(zot).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_workspaces_served_by_one_host_never_cross() {
     let lab = Lab::new();

@@ -7,6 +7,14 @@
 //! else could have put it there. The socket's name carries a hash of what
 //! decides how an extension runs (the canonical `$ZOT_HOME`, the system
 //! policy's path and `$HOME`), so two homes never share a host.
+//!
+//! Beside the socket, the host keeps a token ([`Place::new_token`]), which
+//! every request must carry: a process of the user's that cannot read the
+//! folder (a shell command zotbox confines: Landlock grants it neither the
+//! home nor `/run`) may still connect to the socket, since the kernel
+//! checks no file access on connecting to one, and must not pass for a
+//! relay (it would name the workspace, and so the jail, of the extension
+//! it asks for).
 
 use std::os::unix::fs::{
     DirBuilderExt as _, MetadataExt as _, OpenOptionsExt as _, PermissionsExt as _,
@@ -18,6 +26,19 @@ use crate::home::ZotHome;
 
 /// The longest path a Unix socket address holds (`sun_path`, less its NUL).
 const MAX_SOCKET_PATH: usize = 107;
+/// Random bytes in the host's token.
+const TOKEN_BYTES: usize = 32;
+
+/// Whether `given` is the host's `token`, in time that does not depend on
+/// where they differ.
+pub(crate) fn token_matches(given: &str, token: &str) -> bool {
+    given.len() == token.len()
+        && given
+            .bytes()
+            .zip(token.bytes())
+            .fold(0u8, |diff, (a, b)| diff | (a ^ b))
+            == 0
+}
 
 /// The shared host's socket folder is missing, unsafe or unusable.
 #[derive(Debug, thiserror::Error)]
@@ -59,6 +80,7 @@ pub enum PlaceError {
 pub struct Place {
     socket: PathBuf,
     lock: PathBuf,
+    token: PathBuf,
 }
 
 impl Place {
@@ -83,6 +105,7 @@ impl Place {
         }
         Ok(Self {
             lock: dir.join(format!("host-{key}.lock")),
+            token: dir.join(format!("host-{key}.token")),
             socket,
         })
     }
@@ -90,6 +113,47 @@ impl Place {
     /// The socket.
     pub fn socket(&self) -> &Path {
         &self.socket
+    }
+
+    /// Makes a new token for the host about to listen here and writes it
+    /// beside the socket (`0600`, replacing any earlier host's): 32 random
+    /// bytes, as hex.
+    ///
+    /// # Errors
+    ///
+    /// [`PlaceError::Io`] when no random bytes can be had or the file
+    /// cannot be written.
+    pub(crate) fn new_token(&self) -> Result<String, PlaceError> {
+        let io = |error| PlaceError::Io {
+            dir: self.token.clone(),
+            error,
+        };
+        let mut bytes = [0u8; TOKEN_BYTES];
+        getrandom::fill(&mut bytes).map_err(|err| io(std::io::Error::other(err.to_string())))?;
+        let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        crate::home::write_atomic_with_mode(&self.token, token.as_bytes(), 0o600).map_err(io)?;
+        Ok(token)
+    }
+
+    /// The token of the host listening here, as it wrote it.
+    ///
+    /// # Errors
+    ///
+    /// The I/O error of reading it (`PermissionDenied` where the process
+    /// may not read the folder), or `InvalidData` when it is no token.
+    pub(crate) fn token(&self) -> std::io::Result<String> {
+        use std::io::Read as _;
+        let mut text = String::new();
+        std::fs::File::open(&self.token)?
+            .take(TOKEN_BYTES as u64 * 2 + 1)
+            .read_to_string(&mut text)?;
+        if text.len() != TOKEN_BYTES * 2 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("`{}` holds no host token", self.token.display()),
+            ));
+        }
+        Ok(text)
     }
 
     /// Takes the start lock, waiting at most `patience` for it; released
@@ -273,6 +337,7 @@ mod tests {
         let place = Place {
             socket: root.path().join("host.sock"),
             lock: root.path().join("host.lock"),
+            token: root.path().join("host.token"),
         };
         let held = place.lock(Duration::from_secs(1));
         assert!(held.is_ok(), "{held:?}");
@@ -283,5 +348,35 @@ mod tests {
         );
         drop(held);
         assert!(place.lock(Duration::from_secs(1)).is_ok());
+    }
+
+    #[test]
+    fn a_token_is_private_new_for_each_host_and_read_back_whole() {
+        let root = temp();
+        let place = Place {
+            socket: root.path().join("host.sock"),
+            lock: root.path().join("host.lock"),
+            token: root.path().join("host.token"),
+        };
+        // No host yet: nothing to show.
+        assert!(place.token().is_err());
+        let first = place.new_token().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(first.len(), 64);
+        assert_eq!(place.token().ok().as_deref(), Some(first.as_str()));
+        let mode = std::fs::metadata(root.path().join("host.token"))
+            .map(|m| m.permissions().mode() & 0o777);
+        assert_eq!(mode.ok(), Some(0o600));
+        // The next host's replaces it.
+        let second = place.new_token().unwrap_or_else(|e| panic!("{e}"));
+        assert_ne!(first, second);
+        assert_eq!(place.token().ok().as_deref(), Some(second.as_str()));
+        assert!(token_matches(&second, &second));
+        assert!(!token_matches(&first, &second));
+        assert!(!token_matches("", &second));
+        assert!(!token_matches(&second[..63], &second));
+        // A file that holds no token is not taken for one.
+        std::fs::write(root.path().join("host.token"), "x".repeat(64))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(place.token().is_err());
     }
 }

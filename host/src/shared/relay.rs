@@ -349,6 +349,7 @@ impl Relay {
         let stream = connect_or_start(&self.place, &self.home, &self.zotbox, &self.log)?;
         self.check(&stream)?;
         let request = Request::Open {
+            token: self.place.token()?,
             build: self.build.clone(),
             dir: self.dir.clone(),
             env: self.env.clone(),
@@ -591,8 +592,9 @@ fn spawn_host(exe: &Path, home: &ZotHome, log: &Path) -> std::io::Result<std::pr
         .spawn()
 }
 
-/// A connection to the running host of `home`, if one listens.
-fn connect(home: &ZotHome) -> Result<Option<UnixStream>, RelayError> {
+/// A connection to the running host of `home`, if one listens, and its
+/// token.
+fn connect(home: &ZotHome) -> Result<Option<(UnixStream, String)>, RelayError> {
     let place = Place::for_home(home)?;
     let Ok(stream) = UnixStream::connect(place.socket()) else {
         return Ok(None);
@@ -602,15 +604,16 @@ fn connect(home: &ZotHome) -> Result<Option<UnixStream>, RelayError> {
         error,
     })?;
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    Ok(Some(stream))
+    Ok(Some((stream, place.token()?)))
 }
 
-/// Sends `request` to the host of `home` and reads one reply.
-fn ask(home: &ZotHome, request: &Request) -> Result<Option<Reply>, RelayError> {
-    let Some(stream) = connect(home)? else {
+/// Sends the request `of` the host's token to the host of `home` and
+/// reads one reply.
+fn ask(home: &ZotHome, of: fn(String) -> Request) -> Result<Option<Reply>, RelayError> {
+    let Some((stream, token)) = connect(home)? else {
         return Ok(None);
     };
-    send_request(&stream, request, &[])?;
+    send_request(&stream, &of(token), &[])?;
     let mut text = String::new();
     BufReader::new(&stream).read_line(&mut text)?;
     match serde_json::from_str::<Reply>(&text) {
@@ -628,7 +631,7 @@ fn ask(home: &ZotHome, request: &Request) -> Result<Option<Reply>, RelayError> {
 
 /// See [`super::status`].
 pub(crate) fn status(home: &ZotHome) -> Result<Option<HostStatus>, RelayError> {
-    Ok(match ask(home, &Request::Status)? {
+    Ok(match ask(home, |token| Request::Status { token })? {
         Some(Reply::Status { status }) => Some(status),
         _ => None,
     })
@@ -636,5 +639,8 @@ pub(crate) fn status(home: &ZotHome) -> Result<Option<HostStatus>, RelayError> {
 
 /// See [`super::stop`].
 pub(crate) fn stop(home: &ZotHome) -> Result<bool, RelayError> {
-    Ok(matches!(ask(home, &Request::Stop)?, Some(Reply::Stopping)))
+    Ok(matches!(
+        ask(home, |token| Request::Stop { token })?,
+        Some(Reply::Stopping)
+    ))
 }

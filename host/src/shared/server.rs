@@ -52,6 +52,9 @@ pub enum ServeError {
     /// The wasm engine could not be set up.
     #[error(transparent)]
     Engine(#[from] crate::runtime::wasm::WasmError),
+    /// The token could not be made or written.
+    #[error(transparent)]
+    Token(#[from] super::PlaceError),
 }
 
 /// What every connection shares.
@@ -69,6 +72,8 @@ struct State {
     connections: watch::Sender<usize>,
     instances: Mutex<HashMap<u64, Instance>>,
     next_instance: std::sync::atomic::AtomicU64,
+    /// What every request must carry ([`Place::new_token`]).
+    token: String,
 }
 
 struct Instance {
@@ -177,6 +182,8 @@ pub async fn serve(home: ZotHome, place: &Place, options: ServeOptions) -> Resul
         error,
     };
     raise_open_files_limit();
+    // Written before anyone can connect: a relay reads it once connected.
+    let token = place.new_token()?;
     let listener = tokio::net::UnixListener::bind(&socket).map_err(bind_error)?;
     // The folder already keeps others out; the socket does too, should the
     // folder ever be opened up.
@@ -209,6 +216,7 @@ pub async fn serve(home: ZotHome, place: &Place, options: ServeOptions) -> Resul
         connections: watch::channel(0).0,
         instances: Mutex::new(HashMap::new()),
         next_instance: std::sync::atomic::AtomicU64::new(1),
+        token,
     });
     tracing::info!(
         "zotbox host {} (pid {}) listening on `{}`",
@@ -310,8 +318,25 @@ async fn connection(stream: UnixStream, counted: Counted) {
         }
     };
     let (reader, mut writer) = stream.into_split();
+    // The uid alone does not make a relay: a shell command zotbox confines
+    // runs as the user too, and may connect, but cannot read the token.
+    if !super::place::token_matches(request.0.token(), &state.token) {
+        tracing::warn!(
+            "refused a request from pid {relay_pid}: it does not carry this host's token \
+             (a process zotbox confines cannot read it)"
+        );
+        let _ = send(
+            &mut writer,
+            &Reply::Failed {
+                error: "zotbox host: refused: the request does not carry this host's token"
+                    .to_owned(),
+            },
+        )
+        .await;
+        return;
+    }
     match request {
-        (Request::Status, _) => {
+        (Request::Status { .. }, _) => {
             let _ = send(
                 &mut writer,
                 &Reply::Status {
@@ -320,7 +345,7 @@ async fn connection(stream: UnixStream, counted: Counted) {
             )
             .await;
         }
-        (Request::Stop, _) => {
+        (Request::Stop { .. }, _) => {
             state.retire();
             let _ = send(&mut writer, &Reply::Stopping).await;
         }

@@ -14,6 +14,8 @@ use crate::runtime::Exit;
 pub(crate) const MAX_REQUEST: usize = 1 << 20;
 
 /// Relay (or `zotbox host status|stop`) → host: the first and only line.
+/// Each carries the host's token ([`super::Place::new_token`]), which
+/// shows the sender can read the host's folder.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
 pub(crate) enum Request {
@@ -21,6 +23,8 @@ pub(crate) enum Request {
     /// come with this line: zot's stdin and stdout, and the relay's stderr
     /// (zot's log of the extension).
     Open {
+        /// The host's token.
+        token: String,
         /// The relay's build.
         build: String,
         /// The extension's folder, absolute.
@@ -40,9 +44,24 @@ pub(crate) enum Request {
         shared_stdout: bool,
     },
     /// Say how the host is doing.
-    Status,
+    Status {
+        /// The host's token.
+        token: String,
+    },
     /// Accept no one from now on; exit when the instances have ended.
-    Stop,
+    Stop {
+        /// The host's token.
+        token: String,
+    },
+}
+
+impl Request {
+    /// The token it carries.
+    pub(crate) fn token(&self) -> &str {
+        match self {
+            Self::Open { token, .. } | Self::Status { token } | Self::Stop { token } => token,
+        }
+    }
 }
 
 /// Host → relay.
@@ -320,6 +339,7 @@ mod tests {
             std::os::unix::net::UnixStream::pair().unwrap_or_else(|e| panic!("{e}"));
         let (read, write) = nix::unistd::pipe().unwrap_or_else(|e| panic!("{e}"));
         let request = Request::Open {
+            token: "t".to_owned(),
             build: "b".to_owned(),
             dir: PathBuf::from("/x"),
             env: vec![("A".to_owned(), "1".repeat(200_000))],
