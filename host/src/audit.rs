@@ -107,7 +107,9 @@ pub struct AuditRecord {
     /// and each has a share of the log of its own (rule 4).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub folder: Option<String>,
-    /// `fs-read`, `fs-write`, `http`, `shell`, `env` or `guard`.
+    /// `fs-read`, `fs-write`, `http`, `shell`, `env`, `net`, `guard`, `rewrite`
+    /// (an intercept's change its grant does not allow) or `host` (a request
+    /// to the shared host without its token).
     pub capability: String,
     /// The path, URL or command line (cut to [`AuditConfig::max_field`]).
     pub subject: String,

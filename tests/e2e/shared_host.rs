@@ -430,6 +430,21 @@ async fn a_confined_command_reaching_the_hosts_socket_is_refused() {
         ),
         "{text}"
     );
+    // Refused, so audited as refused.
+    let audit = lab.home.join("logs/audit.jsonl");
+    let refused = crate::support::eventually("the refusal's audit line", || {
+        let text = std::fs::read_to_string(&audit).ok()?;
+        text.lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .find(|record| record["capability"] == "host")
+    })
+    .await;
+    let refused = refused.unwrap_or(Value::Null);
+    assert_eq!(refused["decision"], "deny", "{refused}");
+    assert_eq!(
+        refused["reason"], "it does not carry the host's token",
+        "{refused}"
+    );
     let out = zotbox(&lab, &["host", "status", "--json"])
         .env("XDG_RUNTIME_DIR", "")
         .output()

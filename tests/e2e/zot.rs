@@ -1296,6 +1296,11 @@ async fn an_answer_zotbox_cannot_check_is_a_refusal_not_silence() {
     let lab = Lab::new();
     let wasm = guests::guests().artifact("hostile", Form::Wasm);
     let dir = guests::wasm_folder(&lab.dev, "hostile-guard", wasm, None);
+    // A guard: it intercepts tool calls (and so is asked), as granted.
+    let manifest = dir.join("extension.json");
+    let mut declared = crate::support::read_json(&manifest);
+    declared["capabilities"] = json!({"events": ["tool_call"]});
+    crate::support::write_json(&manifest, &declared);
     let unreadable_verdict = |id: &str| {
         format!(
             r#"{{"type":"event_intercept_response","id":"{id}","block":false,"reason":"\ud83d"}}"#

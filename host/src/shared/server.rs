@@ -325,6 +325,13 @@ async fn connection(stream: UnixStream, counted: Counted) {
             "refused a request from pid {relay_pid}: it does not carry this host's token \
              (a process zotbox confines cannot read it)"
         );
+        state.audit.record(crate::audit::AuditRecord::now(
+            "zotbox host",
+            "host",
+            format!("a request of pid {relay_pid}"),
+            crate::audit::Decision::Deny,
+            "it does not carry the host's token",
+        ));
         let _ = send(
             &mut writer,
             &Reply::Failed {
