@@ -44,13 +44,25 @@
 //!    command runs and, once every descendant is dead, removes any that
 //!    appeared; the call then fails as a refusal naming them.
 //!
+//! 7. **The session's sockets are out of reach.** Landlock checks no file
+//!    access on connecting to a Unix socket by its path, and the user's
+//!    session listens on many: D-Bus and `systemd --user` (which start any
+//!    program, unconfined), X11, tmux and editors' servers (which type into
+//!    a terminal), the ssh and gpg agents, docker, zotbox's own shared host.
+//!    Their folders ([`SOCKET_DIRS`] and `$HOME`) are covered with an
+//!    empty, read-only tmpfs, what the command is given inside them (the
+//!    workspace, the private `HOME`, …) moved back, and the command enters
+//!    its working folder again under the covers. Without a mount namespace
+//!    they stay reachable (`doctor` says mount namespaces are missing);
+//!    the shared host then still refuses a request without its token.
+//!
 //! Not covered: `/proc` stays the host's (other processes' command lines
 //! are readable, their memory and environment are not: Landlock refuses
-//! `ptrace` access across domains); Unix sockets reachable by path (an
-//! ssh-agent socket in `/tmp`) can still be connected to where file
-//! permissions allow; a control folder created *below* the workspace root
-//! (`sub/.git`) stays, and one created at the root exists while the command
-//! runs; CPU and memory are not limited here.
+//! `ptrace` access across domains); Unix sockets in folders other than
+//! those covered (`/srv`, `/mnt`, the workspace itself) can still be
+//! connected to where file permissions allow; a control folder created
+//! *below* the workspace root (`sub/.git`) stays, and one created at the
+//! root exists while the command runs; CPU and memory are not limited here.
 //!
 //! How: everything that allocates or can fail for reasons other than the
 //! kernel (the Landlock ruleset and its path fds, the uid maps, the mount
@@ -77,6 +89,10 @@ use super::fs::ControlPaths;
 pub const SYSTEM_DIRS: &[&str] = &[
     "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt", "/etc",
 ];
+
+/// Folders that hold the sockets of the user's session, besides `$HOME`:
+/// covered for every confined process ([`Jail::socket_covers`]).
+pub const SOCKET_DIRS: &[&str] = &["/tmp", "/var/tmp", "/run"];
 
 /// Directories every confined process may read (not execute from).
 const READ_ONLY_DIRS: &[&str] = &["/proc"];
@@ -173,7 +189,8 @@ pub enum Protection {
     LandlockScopes,
     /// Unprivileged user namespaces.
     UserNamespace,
-    /// Mount namespaces (read-only control paths).
+    /// Mount namespaces (read-only control paths, the session's sockets
+    /// covered).
     MountNamespace,
     /// PID namespaces (every descendant dies with the call).
     PidNamespace,
@@ -200,7 +217,10 @@ impl Protection {
             Self::LandlockNetwork => "Landlock network rules, ABI 4 (no TCP connect or bind)",
             Self::LandlockScopes => "Landlock scopes, ABI 6 (no signals or abstract sockets out)",
             Self::UserNamespace => "unprivileged user namespaces",
-            Self::MountNamespace => "mount namespaces (read-only `.git/`, `.zot/`, `.shiro/`)",
+            Self::MountNamespace => {
+                "mount namespaces (read-only `.git/`, `.zot/`, `.shiro/`; the session's sockets \
+                 out of reach)"
+            }
             Self::PidNamespace => "PID namespaces (every descendant dies with the call)",
             Self::NetworkNamespace => "network namespaces (no network unless granted)",
         }
@@ -330,6 +350,9 @@ pub struct Jail {
     /// folder over a folder, `/dev/null` on a mount that opens no device
     /// over a file.
     pub hidden: Vec<PathBuf>,
+    /// The user's home, whose sockets are covered with those of
+    /// [`SOCKET_DIRS`]. `None`: `$HOME`.
+    pub home: Option<PathBuf>,
 }
 
 impl Jail {
@@ -474,14 +497,15 @@ impl Jail {
             }
         }
         let mut masks = Vec::new();
-        if let Some(workspace) = self.workspace.as_ref().and_then(|w| w.canonicalize().ok()) {
+        let workspace = self.workspace.as_ref().and_then(|w| w.canonicalize().ok());
+        if let Some(workspace) = &workspace {
             for path in &self.hidden {
                 // Only what exists and lies in the workspace: anything
                 // else is outside what a command may read at all.
                 let Ok(path) = std::fs::canonicalize(path) else {
                     continue;
                 };
-                if !path.starts_with(&workspace) {
+                if !path.starts_with(workspace) {
                     continue;
                 }
                 let folder = path.is_dir();
@@ -515,6 +539,9 @@ impl Jail {
                 });
             }
         }
+        // Last, over what the covers above made: the folders of the user's
+        // sockets, what the command is given in them moved back.
+        masks.extend(self.socket_covers(workspace.as_deref())?);
         Ok(Namespaces {
             uid_map: format!("{uid} {uid} 1\n").into_bytes(),
             gid_map: format!("{gid} {gid} 1\n").into_bytes(),
@@ -523,6 +550,80 @@ impl Jail {
             binds,
             masks,
         })
+    }
+}
+
+impl Jail {
+    /// Covers for the folders that hold the sockets of the user's session
+    /// ([`SOCKET_DIRS`] and `$HOME`), each with the folders the command is
+    /// given inside it (the workspace, its git folders, the writable and
+    /// readable ones) moved back. Landlock checks no file access on
+    /// connecting to a socket by its path, so without them a confined
+    /// command reaches the user's D-Bus and `systemd --user` (which start
+    /// any program, unconfined), X11, tmux or an editor's server (which
+    /// type into the user's terminal), the ssh and gpg agents, and zotbox's
+    /// own shared host. Landlock grants nothing in these folders anyway,
+    /// so what the command may read or write does not change. A folder
+    /// that is or lies in the workspace, or lies in another cover, is not
+    /// covered.
+    fn socket_covers(&self, workspace: Option<&Path>) -> Result<Vec<Mask>, ConfineError> {
+        let home = self
+            .home
+            .clone()
+            .or_else(|| std::env::var_os("HOME").map(PathBuf::from));
+        let mut covers: Vec<PathBuf> = SOCKET_DIRS
+            .iter()
+            .map(PathBuf::from)
+            .chain(home)
+            .filter_map(|dir| dir.canonicalize().ok())
+            .filter(|dir| dir.is_dir() && dir.parent().is_some())
+            .filter(|dir| !workspace.is_some_and(|w| dir.starts_with(w)))
+            .collect();
+        covers.sort();
+        covers.dedup();
+        let outer: Vec<PathBuf> = covers
+            .iter()
+            .filter(|dir| !covers.iter().any(|o| o != *dir && dir.starts_with(o)))
+            .cloned()
+            .collect();
+        let mut given: Vec<PathBuf> = workspace
+            .map(Path::to_path_buf)
+            .into_iter()
+            .chain(workspace.into_iter().flat_map(git_dirs))
+            .chain(self.write.iter().cloned())
+            .chain(self.read.iter().cloned())
+            .filter_map(|dir| dir.canonicalize().ok())
+            .collect();
+        given.sort();
+        given.dedup();
+        // Only the outermost: one inside another comes back with it.
+        let given: Vec<&PathBuf> = given
+            .iter()
+            .filter(|dir| !given.iter().any(|o| o != *dir && dir.starts_with(o)))
+            .collect();
+        let mut masks = Vec::new();
+        for cover in outer {
+            let mut restore = Vec::new();
+            for dir in &given {
+                if let Ok(inside) = dir.strip_prefix(&cover)
+                    && !inside.as_os_str().is_empty()
+                {
+                    restore.push(Restore::prepare(&cover, inside)?);
+                }
+            }
+            if restore.len() > MAX_RESTORES {
+                return Err(ConfineError::Prepare(format!(
+                    "more than {MAX_RESTORES} given folders inside `{}`",
+                    cover.display()
+                )));
+            }
+            masks.push(Mask {
+                path: c_string(&cover)?,
+                folder: true,
+                restore,
+            });
+        }
+        Ok(masks)
     }
 }
 
@@ -536,7 +637,7 @@ struct Mask {
 }
 
 /// The most folders moved back into one cover.
-const MAX_RESTORES: usize = 4;
+const MAX_RESTORES: usize = 8;
 
 /// A folder given to the process inside a covered one (a native
 /// extension's data dir or own folder in `$ZOT_HOME`): copied as a detached
@@ -844,11 +945,14 @@ mod tests {
                 text(&output.stderr)
             );
             if expected.is_empty() {
-                // Landlock answers a link across its rules with EXDEV.
+                // Landlock answers a link across its rules with EXDEV; a
+                // folder of sockets (`/tmp`, where these tests run) is
+                // covered whole, so its paths name nothing.
                 let stderr = text(&output.stderr);
                 assert!(
                     stderr.contains("Permission denied")
-                        || stderr.contains("Invalid cross-device link"),
+                        || stderr.contains("Invalid cross-device link")
+                        || stderr.contains("No such file or directory"),
                     "{script}: {}",
                     text(&output.stderr)
                 );
@@ -915,6 +1019,115 @@ mod tests {
         // Control: reading them works.
         let output = confined(&jail(&world), &world.workspace, "cat .git/config");
         assert_eq!(text(&output.stdout), "[core]\n");
+    }
+
+    /// Attack: Landlock checks no file access on connecting to a Unix
+    /// socket by its path, so a confined command could reach any socket of
+    /// the user's session: D-Bus and `systemd --user` start programs
+    /// outside the sandbox, X11, tmux and editors' servers type into the
+    /// user's terminal, the agents sign with the user's keys.
+    #[test]
+    fn the_sockets_of_the_users_session_are_out_of_reach() {
+        let world = world();
+        // A home outside `/tmp`, where `world` lies (and which is covered
+        // itself), with the workspace in it.
+        let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target");
+        let home = tempfile::Builder::new()
+            .prefix("confine-home-")
+            .tempdir_in(&target)
+            .unwrap();
+        let home_path = home.path().canonicalize().unwrap();
+        let workspace = home_path.join("project");
+        std::fs::create_dir_all(workspace.join("sub")).unwrap();
+        let listen = |path: &Path| {
+            let listener = std::os::unix::net::UnixListener::bind(path).unwrap();
+            listener.set_nonblocking(true).unwrap();
+            listener
+        };
+        let outside = [world.outside.join("agent.sock"), home_path.join("bus.sock")];
+        let listeners: Vec<_> = outside.iter().map(|path| listen(path)).collect();
+        let inside = workspace.join("sub/own.sock");
+        let own = listen(&inside);
+        let jail = Jail {
+            workspace: Some(workspace.clone()),
+            home: Some(home_path.clone()),
+            ..Jail::default()
+        };
+        let connect = |path: &Path| {
+            format!(
+                "python3 -c 'import socket; s = socket.socket(socket.AF_UNIX); \
+                 s.connect(\"{}\"); print(\"connected\")'",
+                path.display()
+            )
+        };
+        for (path, listener) in outside.iter().zip(&listeners) {
+            let output = confined(&jail, &workspace, &connect(path));
+            assert_eq!(text(&output.stdout), "", "{}", path.display());
+            assert!(
+                text(&output.stderr).contains("FileNotFoundError"),
+                "{}: {}",
+                path.display(),
+                text(&output.stderr)
+            );
+            assert!(listener.accept().is_err(), "{}: connected", path.display());
+            // Nor from the working folder up, where the process held it
+            // before the covers.
+            let relative = relative_path(&workspace, path);
+            let output = confined(&jail, &workspace, &connect(&relative));
+            assert_eq!(text(&output.stdout), "", "{}", relative.display());
+            assert!(
+                listener.accept().is_err(),
+                "{}: connected",
+                relative.display()
+            );
+        }
+        // Beside the covers, Landlock still holds: a file in no covered
+        // folder, and given to no one, is there but cannot be read.
+        let elsewhere = tempfile::Builder::new()
+            .prefix("confine-elsewhere-")
+            .tempdir_in(&target)
+            .unwrap();
+        let secret = elsewhere.path().canonicalize().unwrap().join("secret");
+        std::fs::write(&secret, "top secret").unwrap();
+        let output = confined(&jail, &workspace, &format!("cat {}", secret.display()));
+        assert_eq!(text(&output.stdout), "");
+        assert_eq!(
+            text(&output.stderr),
+            format!("cat: {}: Permission denied\n", secret.display())
+        );
+        // Control: a socket in the workspace is the command's to use, and
+        // the workspace is there, writable, under the cover of the home.
+        let output = confined(&jail, &workspace, &connect(&inside));
+        assert_eq!(
+            text(&output.stdout),
+            "connected\n",
+            "{}",
+            text(&output.stderr)
+        );
+        assert!(own.accept().is_ok());
+        let output = confined(
+            &jail,
+            &workspace,
+            "echo hi > sub/note && cat sub/note && pwd",
+        );
+        assert_eq!(
+            text(&output.stdout),
+            format!("hi\n{}\n", workspace.display()),
+            "{}",
+            text(&output.stderr)
+        );
+    }
+
+    /// `to` relative to `from`, through `..`.
+    fn relative_path(from: &Path, to: &Path) -> PathBuf {
+        let common = from
+            .ancestors()
+            .find(|a| to.starts_with(a))
+            .unwrap_or(Path::new("/"));
+        let ups = from.strip_prefix(common).unwrap().components().count();
+        let mut path: PathBuf = std::iter::repeat_n("..", ups).collect();
+        path.push(to.strip_prefix(common).unwrap());
+        path
     }
 
     #[test]

@@ -33,6 +33,7 @@ const STEPS: &[&str] = &[
     "set no_new_privs",
     "apply the Landlock ruleset",
     "hide a secret path",
+    "find the working folder again under the covers",
 ];
 const USER_NS: u8 = 1;
 const ID_MAP: u8 = 2;
@@ -45,6 +46,7 @@ const SECUREBITS: u8 = 8;
 const NO_NEW_PRIVS: u8 = 9;
 const LANDLOCK: u8 = 10;
 const MASK: u8 = 11;
+const CWD: u8 = 12;
 
 /// Makes the tree at `path` a mount of its own, its submounts with it.
 ///
@@ -360,6 +362,13 @@ fn enter(plan: &Plan, namespaces: &Namespaces) -> io::Result<()> {
                 return Err(failed(plan, READ_ONLY));
             }
         }
+        // The working folder, by name, entered again after the covers: so
+        // the process holds it as the covered tree has it, whichever runs
+        // first, this or the `current_dir` of the caller's command.
+        let mut cwd = [0 as libc::c_char; libc::PATH_MAX as usize];
+        if libc::getcwd(cwd.as_mut_ptr(), cwd.len()).is_null() {
+            return Err(failed(plan, CWD));
+        }
         // Secret paths: an empty, read-only folder over a folder, `/dev/null`
         // over a file (on a `nodev` mount, so even opening it fails): a
         // command reads nothing of them. A writable folder inside a covered
@@ -416,6 +425,11 @@ fn enter(plan: &Plan, namespaces: &Namespaces) -> io::Result<()> {
             if !hidden {
                 return Err(failed(plan, MASK));
             }
+        }
+        // A working folder the covers hid (none given to the command) is
+        // left for the root: what was there is not the command's.
+        if libc::chdir(cwd.as_ptr()) != 0 && libc::chdir(c"/".as_ptr()) != 0 {
+            return Err(failed(plan, CWD));
         }
         if libc::prctl(libc::PR_SET_SECUREBITS, NOROOT) != 0 {
             return Err(failed(plan, SECUREBITS));
