@@ -508,35 +508,17 @@ impl Jail {
                 if !path.starts_with(workspace) {
                     continue;
                 }
-                let folder = path.is_dir();
                 // What the process is given inside the cover (a native
                 // extension's data dir, and its own folder when installed
                 // in `$ZOT_HOME`) is moved back into it, as it was mounted
                 // (a control path read-only).
-                let mut restore = Vec::new();
-                if folder {
-                    for given in self.write.iter().chain(&self.read) {
-                        let Ok(given) = std::fs::canonicalize(given) else {
-                            continue;
-                        };
-                        if let Ok(inside) = given.strip_prefix(&path)
-                            && !inside.as_os_str().is_empty()
-                        {
-                            restore.push(Restore::prepare(&path, inside)?);
-                        }
-                    }
-                }
-                if restore.len() > MAX_RESTORES {
-                    return Err(ConfineError::Prepare(format!(
-                        "more than {MAX_RESTORES} given folders inside `{}`",
-                        path.display()
-                    )));
-                }
-                masks.push(Mask {
-                    path: c_string(&path)?,
-                    folder,
-                    restore,
-                });
+                let given: Vec<PathBuf> = self
+                    .write
+                    .iter()
+                    .chain(&self.read)
+                    .filter_map(|given| std::fs::canonicalize(given).ok())
+                    .collect();
+                masks.push(Mask::over(&path, path.is_dir(), &given)?);
             }
         }
         // Last, over what the covers above made: the folders of the user's
@@ -601,29 +583,10 @@ impl Jail {
             .iter()
             .filter(|dir| !given.iter().any(|o| o != *dir && dir.starts_with(o)))
             .collect();
-        let mut masks = Vec::new();
-        for cover in outer {
-            let mut restore = Vec::new();
-            for dir in &given {
-                if let Ok(inside) = dir.strip_prefix(&cover)
-                    && !inside.as_os_str().is_empty()
-                {
-                    restore.push(Restore::prepare(&cover, inside)?);
-                }
-            }
-            if restore.len() > MAX_RESTORES {
-                return Err(ConfineError::Prepare(format!(
-                    "more than {MAX_RESTORES} given folders inside `{}`",
-                    cover.display()
-                )));
-            }
-            masks.push(Mask {
-                path: c_string(&cover)?,
-                folder: true,
-                restore,
-            });
-        }
-        Ok(masks)
+        outer
+            .iter()
+            .map(|cover| Mask::over(cover, true, given.iter().copied()))
+            .collect()
     }
 }
 
@@ -634,6 +597,38 @@ struct Mask {
     folder: bool,
     /// Writable folders inside it, bound back into the cover.
     restore: Vec<Restore>,
+}
+
+impl Mask {
+    /// The cover of `path` (a folder when `folder`, else a file), with
+    /// those of the `given` folders (canonical) that lie in it moved back.
+    fn over<'a>(
+        path: &Path,
+        folder: bool,
+        given: impl IntoIterator<Item = &'a PathBuf>,
+    ) -> Result<Self, ConfineError> {
+        let mut restore = Vec::new();
+        if folder {
+            for dir in given {
+                if let Ok(inside) = dir.strip_prefix(path)
+                    && !inside.as_os_str().is_empty()
+                {
+                    restore.push(Restore::prepare(path, inside)?);
+                }
+            }
+        }
+        if restore.len() > MAX_RESTORES {
+            return Err(ConfineError::Prepare(format!(
+                "more than {MAX_RESTORES} given folders inside `{}`",
+                path.display()
+            )));
+        }
+        Ok(Self {
+            path: c_string(path)?,
+            folder,
+            restore,
+        })
+    }
 }
 
 /// The most folders moved back into one cover.
