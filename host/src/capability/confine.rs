@@ -1024,12 +1024,12 @@ mod tests {
     #[test]
     fn the_sockets_of_the_users_session_are_out_of_reach() {
         let world = world();
-        // A home outside `/tmp`, where `world` lies (and which is covered
+        // A home in no folder of sockets (`world` lies in `/tmp`, covered
         // itself), with the workspace in it.
-        let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target");
+        let uncovered = uncovered_dir();
         let home = tempfile::Builder::new()
             .prefix("confine-home-")
-            .tempdir_in(&target)
+            .tempdir_in(&uncovered)
             .unwrap();
         let home_path = home.path().canonicalize().unwrap();
         let workspace = home_path.join("project");
@@ -1080,7 +1080,7 @@ mod tests {
         // folder, and given to no one, is there but cannot be read.
         let elsewhere = tempfile::Builder::new()
             .prefix("confine-elsewhere-")
-            .tempdir_in(&target)
+            .tempdir_in(&uncovered)
             .unwrap();
         let secret = elsewhere.path().canonicalize().unwrap().join("secret");
         std::fs::write(&secret, "top secret").unwrap();
@@ -1111,6 +1111,25 @@ mod tests {
             "{}",
             text(&output.stderr)
         );
+    }
+
+    /// A writable folder in none of [`SOCKET_DIRS`]: `/dev/shm` (where a
+    /// checkout in `/tmp` puts `target/` under a cover), else `target/`.
+    fn uncovered_dir() -> PathBuf {
+        let covered: Vec<PathBuf> = SOCKET_DIRS
+            .iter()
+            .filter_map(|dir| Path::new(dir).canonicalize().ok())
+            .collect();
+        [
+            "/dev/shm",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/../target"),
+        ]
+        .iter()
+        .filter_map(|dir| Path::new(dir).canonicalize().ok())
+        .find(|dir| {
+            !covered.iter().any(|c| dir.starts_with(c)) && tempfile::tempdir_in(dir).is_ok()
+        })
+        .unwrap_or_else(|| panic!("no writable folder outside {SOCKET_DIRS:?}"))
     }
 
     /// `to` relative to `from`, through `..`.
