@@ -366,9 +366,7 @@ fn enter(plan: &Plan, namespaces: &Namespaces) -> io::Result<()> {
         // the process holds it as the covered tree has it, whichever runs
         // first, this or the `current_dir` of the caller's command.
         let mut cwd = [0 as libc::c_char; libc::PATH_MAX as usize];
-        if libc::getcwd(cwd.as_mut_ptr(), cwd.len()).is_null() {
-            return Err(failed(plan, CWD));
-        }
+        let named = !libc::getcwd(cwd.as_mut_ptr(), cwd.len()).is_null();
         // Secret paths: an empty, read-only folder over a folder, `/dev/null`
         // over a file (on a `nodev` mount, so even opening it fails): a
         // command reads nothing of them. A writable folder inside a covered
@@ -426,9 +424,9 @@ fn enter(plan: &Plan, namespaces: &Namespaces) -> io::Result<()> {
                 return Err(failed(plan, MASK));
             }
         }
-        // A working folder the covers hid (none given to the command) is
-        // left for the root: what was there is not the command's.
-        if libc::chdir(cwd.as_ptr()) != 0 && libc::chdir(c"/".as_ptr()) != 0 {
+        // A working folder the covers hid (none given to the command), or
+        // one without a name (removed), is left for the root.
+        if !(named && libc::chdir(cwd.as_ptr()) == 0) && libc::chdir(c"/".as_ptr()) != 0 {
             return Err(failed(plan, CWD));
         }
         if libc::prctl(libc::PR_SET_SECUREBITS, NOROOT) != 0 {
