@@ -250,3 +250,26 @@ async fn in_the_host_a_guest_sees_and_rewrites_tool_calls_only_as_granted() {
         }
     }
 }
+
+#[test]
+fn doctor_names_a_sandboxed_extension_that_may_rewrite_the_agents_calls() {
+    let lab = Lab::new();
+    let note = "extension `guard` (sandboxed) may rewrite the agent's tool calls: zot runs what \
+                it answers, its own `bash` included, outside the sandbox";
+    for (capabilities, named) in [
+        (
+            json!({"events": ["tool_call"], "rewrite": ["tool_call"]}),
+            true,
+        ),
+        (json!({"events": ["tool_call"]}), false),
+    ] {
+        let dir = guard_declaring(&lab, capabilities.clone());
+        let doctor = lab.zotbox(&["--ext", &dir.display().to_string(), "doctor"]);
+        assert_eq!(
+            doctor.stdout.contains(note),
+            named,
+            "{capabilities}: {doctor:#?}"
+        );
+        std::fs::remove_dir_all(&dir).expect("remove the guard");
+    }
+}

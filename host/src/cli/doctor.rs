@@ -82,7 +82,7 @@ impl Args {
             }
             workspace_findings(host, &mut findings, &mut notes);
             launcher_findings(host, &mut findings);
-            native_secret_notes(host, &home, &mut notes);
+            grant_notes(host, &home, &mut notes);
             let layers: Vec<String> = host
                 .policy()
                 .layers()
@@ -238,11 +238,14 @@ fn workspace_findings(host: &Host, findings: &mut Vec<(String, String)>, notes: 
     }
 }
 
-/// Which native extensions hold which secrets: they get the value itself
-/// (as the variable they declared), outside the sandbox, and nothing stops
-/// them sending it anywhere. Granted by the policy and set (for them) by
-/// the user, that is; the rest get nothing and are not listed.
-fn native_secret_notes(host: &Host, home: &zotbox::home::ZotHome, notes: &mut Vec<String>) {
+/// What reaches past the sandbox by grant. Which native extensions hold
+/// which secrets: they get the value itself (as the variable they
+/// declared), outside the sandbox, and nothing stops them sending it
+/// anywhere (granted by the policy and set for them by the user, that is;
+/// the rest get nothing and are not listed). And which sandboxed ones may
+/// rewrite the agent's tool calls: zot runs what they answer, its own
+/// `bash` included, with the user's permissions.
+fn grant_notes(host: &Host, home: &zotbox::home::ZotHome, notes: &mut Vec<String>) {
     let store = zotbox::store::secret::SecretStore::new(home);
     // The host's own discovery has warned of every manifest it could not
     // load; this one is only for the manifests that loaded.
@@ -251,10 +254,17 @@ fn native_secret_notes(host: &Host, home: &zotbox::home::ZotHome, notes: &mut Ve
         tracing::subscriber::with_default(tracing::subscriber::NoSubscriber::default(), again);
     for found in found.found {
         let manifest = &found.manifest;
+        let grant = host.policy().grant(&manifest.raw.capabilities);
         if !matches!(manifest.program, zotbox::manifest::Program::Native { .. }) {
+            if grant.rewrite.iter().any(|event| event == "tool_call") {
+                notes.push(format!(
+                    "extension `{}` (sandboxed) may rewrite the agent's tool calls: zot runs \
+                     what it answers, its own `bash` included, outside the sandbox",
+                    shown(manifest.name())
+                ));
+            }
             continue;
         }
-        let grant = host.policy().grant(&manifest.raw.capabilities);
         for (name, spec) in &grant.secrets {
             let Some(variable) = &spec.env else {
                 continue;
