@@ -94,11 +94,12 @@ pub(crate) fn admit(
     let guest = GuestLimits::from_effective(&limits);
     // A native program could read the session another way; a sandboxed
     // one sees the agent's calls and words only as granted.
-    let events = match manifest.program {
-        Program::Native { .. } => EventRights::all(),
-        Program::Wasm { .. } | Program::Data => {
-            EventRights::granted(&policy.grant(&manifest.raw.capabilities))
-        }
+    let events = match (&manifest.program, &sandbox) {
+        (Program::Native { .. }, _) => EventRights::all(),
+        // A wasm guest's sandbox holds its whole grant.
+        (_, Some(sandbox)) => EventRights::granted(sandbox.grant()),
+        // A data package runs no program to tell of events.
+        (_, None) => EventRights::default(),
     };
     Ok(Admitted {
         sandbox,
