@@ -816,6 +816,71 @@ mod tests {
         }
     }
 
+    /// Attack: an author's event names reach every consent screen, and a
+    /// rewrite is the widest grant there is: one that could not be read
+    /// as it is, or asks to change what cannot be changed or intercepted,
+    /// is refused naming the field.
+    #[test]
+    fn event_and_rewrite_lists_are_checked_naming_the_field() {
+        let with = |capabilities: &str| {
+            format!(r#"{{"name":"g","wasm":"g.wasm","capabilities":{capabilities}}}"#)
+        };
+        let granted = parse(&with(
+            r#"{"events":["tool_call","assistant_message","custom"],"rewrite":["tool_call"]}"#,
+        ))
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(granted.raw.capabilities.rewrite, ["tool_call"]);
+        let cases = [
+            (
+                r#"{"events":["tool_call\u001b[2J"]}"#,
+                "field `capabilities.events[0]` `tool_call\\u{1b}[2J` is not an event name \
+                 (1 to 64 plain characters)",
+            ),
+            (
+                r#"{"events":["tool_call",""]}"#,
+                "field `capabilities.events[1]` `` is not an event name",
+            ),
+            (
+                r#"{"events":["turn_start"],"rewrite":["turn_start"]}"#,
+                "field `capabilities.rewrite[0]` `turn_start` cannot be rewritten; only \
+                 `tool_call` and `assistant_message` can",
+            ),
+            (
+                r#"{"rewrite":["tool_call"]}"#,
+                "field `capabilities.rewrite[0]` `tool_call` is not among \
+                 `capabilities.events`; an extension rewrites only what it intercepts",
+            ),
+        ];
+        for (capabilities, expected) in cases {
+            let err = parse(&with(capabilities)).err().unwrap_or_default();
+            assert!(err.contains(expected), "{capabilities}: {err}");
+        }
+        // The policy's ceilings are read by the same rule.
+        let policy = |text: &str| {
+            crate::policy::Policy::load(Path::new("/nonexistent/system.json"), &write_policy(text))
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default()
+        };
+        assert!(
+            policy(r#"{"rewrite":["turn_start"]}"#).contains(
+                "field `rewrite[0]` `turn_start` cannot be rewritten; only `tool_call` and \
+                 `assistant_message` can"
+            ),
+            "{}",
+            policy(r#"{"rewrite":["turn_start"]}"#)
+        );
+        assert!(policy(r#"{"events":["a\nb"]}"#).contains("field `events[0]`"));
+    }
+
+    /// A user policy file holding `text`, kept for the test's run.
+    fn write_policy(text: &str) -> PathBuf {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.keep().join("policy.json");
+        std::fs::write(&path, text).unwrap_or_else(|e| panic!("{e}"));
+        path
+    }
+
     #[test]
     fn errors_name_the_file_and_field() {
         let cases = [
