@@ -326,6 +326,46 @@ async fn ten_relays_started_at_once_share_one_host() {
     .await;
 }
 
+/// A host killed while the relay cannot start another (here its folder
+/// is gone, a file in its place): the relay hosts the extension itself,
+/// resumed with zot's `hello_ack`, which zot does not send twice, so its
+/// workspace is still the one zot named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_that_cannot_be_restarted_leaves_the_extension_in_its_relay_with_its_workspace() {
+    let lab = Lab::new();
+    let dir = prober_with(&lab, json!({"read": ["**"]}));
+    std::fs::write(lab.workspace.join("who.txt"), "the workspace").expect("who.txt");
+    let no_runtime_dir = [("XDG_RUNTIME_DIR", "")];
+    let mut zot = relay_env(&lab, &dir, &lab.workspace, &no_runtime_dir).await;
+    let read = json!({"path": "who.txt"});
+    assert_eq!(
+        call(&mut zot, "r0", "fs_read", read.clone()).await,
+        (false, "the workspace".to_owned())
+    );
+    let out = zotbox(&lab, &["host", "status", "--json"])
+        .env("XDG_RUNTIME_DIR", "")
+        .output()
+        .expect("host status");
+    let line: Value = serde_json::from_slice(&out.stdout).expect("one JSON line");
+    let pid = i32::try_from(line["host"]["pid"].as_u64().unwrap_or_default()).unwrap_or(0);
+    assert!(pid > 0, "{line}");
+    let run = lab.home.join("run");
+    std::fs::rename(&run, lab.home.join("run.old")).expect("move the host's folder");
+    std::fs::write(&run, b"").expect("a file in its place");
+    // Past the 5 ms in which the host tells its relay of the calls in
+    // flight (see the test below).
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    kill_host(pid);
+    assert_eq!(zot.recv().await["type"], "notify", "{}", zot.describe());
+    assert_eq!(
+        call(&mut zot, "r1", "fs_read", read).await,
+        (false, "the workspace".to_owned()),
+        "{}",
+        zot.describe()
+    );
+    finish(zot).await;
+}
+
 /// A host killed five times within a minute: the relay hosts the extension
 /// itself from then on, resumed with zot's `hello_ack` (which zot does not
 /// send twice), so its workspace is still the one zot named. (Before, the

@@ -60,9 +60,6 @@ pub enum RelayError {
     KeepsDying {
         /// The host's log.
         log: PathBuf,
-        /// zot's `hello_ack`, which it does not send twice: the extension
-        /// hosted in this process instead resumes with it.
-        hello_ack: Option<String>,
     },
     /// The extension cannot run: the host's error, as standalone prints it.
     #[error("{0}")]
@@ -153,8 +150,11 @@ pub fn launch(
             resume: None,
         };
     };
-    let relayed = Relay::new(dir, &name, home, zotbox, build).and_then(|mut relay| {
-        let stream = relay.hand_over()?;
+    let mut relay = match Relay::new(dir, &name, home, zotbox, build) {
+        Ok(relay) => relay,
+        Err(err) => return relayed_as(Err(err), None),
+    };
+    let relayed = relay.hand_over().and_then(|stream| {
         if let Some(waiter) = waiter {
             let err = exec_waiter(waiter, &stream, &relay.dir, home);
             tracing::warn!(
@@ -164,7 +164,7 @@ pub fn launch(
         }
         relay.follow(stream)
     });
-    relayed_as(relayed)
+    relayed_as(relayed, relay.hello_ack.take())
 }
 
 /// The relay of `zotbox-relay --attached FD DIR`: waits on the socket `fd`,
@@ -182,7 +182,10 @@ pub fn resume(fd: &str, dir: &Path, home: &ZotHome, zotbox: &Path, build: &str) 
         Ok((relay, stream))
     });
     match taken {
-        Ok((mut relay, stream)) => relayed_as(relay.follow(stream)),
+        Ok((mut relay, stream)) => {
+            let relayed = relay.follow(stream);
+            relayed_as(relayed, relay.hello_ack.take())
+        }
         Err(why) => Relayed::Failed(RelayError::Attached {
             fd: fd.to_owned(),
             why,
@@ -190,8 +193,12 @@ pub fn resume(fd: &str, dir: &Path, home: &ZotHome, zotbox: &Path, build: &str) 
     }
 }
 
-/// What [`launch`] and [`resume`] make of a relay's result.
-fn relayed_as(relayed: Result<Exit, RelayError>) -> Relayed {
+/// What [`launch`] and [`resume`] make of a relay's result; `hello_ack`,
+/// zot's, once it passed: zot does not send it twice, so an extension
+/// hosted in this process from then on resumes with it, whichever failure
+/// of the host brought it here (one that died again and again, one that
+/// could not be started again).
+fn relayed_as(relayed: Result<Exit, RelayError>, hello_ack: Option<String>) -> Relayed {
     match relayed {
         Ok(exit) => Relayed::Exit(exit),
         Err(err) if err.falls_back() => Relayed::Standalone {
@@ -199,10 +206,7 @@ fn relayed_as(relayed: Result<Exit, RelayError>) -> Relayed {
                 "zotbox: {}; hosting the extension in this process",
                 crate::text::shown(&err.to_string())
             )),
-            resume: match err {
-                RelayError::KeepsDying { hello_ack, .. } => hello_ack,
-                _ => None,
-            },
+            resume: hello_ack,
         },
         Err(err) => Relayed::Failed(err),
     }
@@ -443,7 +447,6 @@ impl Relay {
                 if self.deaths.len() >= MAX_RESTARTS {
                     return Err(RelayError::KeepsDying {
                         log: self.log.clone(),
-                        hello_ack: self.hello_ack.clone(),
                     });
                 }
                 tracing::warn!(
