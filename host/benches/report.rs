@@ -17,7 +17,8 @@
 //!   `http` tool against a loopback HTTPS server vs a direct reqwest call;
 //! - a shell command run confined by the kernel (Landlock, user, mount, PID
 //!   and network namespaces, private HOME) vs the same command spawned
-//!   unconfined, by `execve` and with `sh -c`;
+//!   unconfined, by `execve` and with `sh -c`, and in a workspace of 5 000
+//!   folders vs a one-folder one (the census of its control paths);
 //! - per guest language (C, Go, Python, JavaScript), its example's first
 //!   compile, start to ready, cached start (a load from the disk cache) and
 //!   tool round trip p50, side by side with the Rust example `weather` (in
@@ -30,6 +31,7 @@
 //! for another number of tokio workers (default 2), and
 //! `ZOTBOX_BENCH_ROUND_TRIPS=1` for the round-trip rows alone,
 //! `ZOTBOX_BENCH_ZOT=1` for the rows of the path zot users take alone,
+//! `ZOTBOX_BENCH_SHELL=1` for the confined shell's rows alone,
 //! `ZOTBOX_BENCH_LOADS=N` for N loads from the disk cache (a profiler's).
 //! `ZOTBOX_BENCH_IDLE=1` for the idle-memory rows alone, with where the
 //! memory of 100 extra wasm extensions lies (by kind of mapping).
@@ -714,20 +716,76 @@ async fn data_tools(base: &Path, scale: &Scale) -> Result<DataFigures> {
     })
 }
 
+/// The confined shell's rows: two commands against their unconfined runs,
+/// and one in a workspace of [`BIG_WORKSPACE_FOLDERS`] folders (nested
+/// repositories among them) against the same in a one-folder workspace:
+/// what finding the control paths at every depth costs a call.
+async fn shell_rows(base: &Path, scale: &Scale) -> Result<Vec<[String; 4]>> {
+    let mut rows = Vec::new();
+    let small = base.join("shell-ws");
+    std::fs::create_dir_all(small.join(".git"))?;
+    for (name, argv) in [
+        ("`printf hi` by execve", &["printf", "hi"][..]),
+        (
+            // `\|`: a pipe inside a Markdown table cell.
+            "`sh -c 'echo hi \\| wc -c'`",
+            &["sh", "-c", "echo hi | wc -c"][..],
+        ),
+    ] {
+        let (confined, unconfined) = shell_cost(&small, argv, scale).await?;
+        rows.push([
+            format!("shell {name}, confined (vs unconfined)"),
+            millis(confined),
+            millis(unconfined),
+            dur_ratio(confined, unconfined),
+        ]);
+    }
+    let big = base.join("shell-big-ws");
+    for index in 0..BIG_WORKSPACE_FOLDERS {
+        let folder = big.join(format!("d{}/f{index}", index / 100));
+        std::fs::create_dir_all(&folder)?;
+        std::fs::write(folder.join("file"), "x")?;
+        if index % 250 == 0 {
+            std::fs::create_dir_all(folder.join(".git"))?;
+        }
+    }
+    // A folder that changed in the last few seconds is read again at every
+    // call (its change time cannot be trusted yet): measure the settled
+    // workspace a user has, not one just written.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let printf = &["printf", "hi"][..];
+    let (in_big, _) = shell_cost(&big, printf, scale).await?;
+    let (in_small, _) = shell_cost(&small, printf, scale).await?;
+    rows.push([
+        format!(
+            "shell `printf hi` confined, workspace of {BIG_WORKSPACE_FOLDERS} folders (vs one)"
+        ),
+        millis(in_big),
+        millis(in_small),
+        dur_ratio(in_big, in_small),
+    ]);
+    Ok(rows)
+}
+
+/// The folders of the large workspace a confined shell call is measured in.
+const BIG_WORKSPACE_FOLDERS: usize = 5_000;
+
 /// The same command run confined (the capability layer's `shell::run`)
 /// and spawned unconfined as before issue 10 (scrubbed environment, own
 /// process group, piped output): `(confined, unconfined)` medians.
-async fn shell_cost(base: &Path, argv: &[&str], scale: &Scale) -> Result<(Duration, Duration)> {
+async fn shell_cost(
+    workspace: &Path,
+    argv: &[&str],
+    scale: &Scale,
+) -> Result<(Duration, Duration)> {
     use zotbox::capability::confine::Settings;
     use zotbox::capability::shell::{self, Invocation, Rendered, ShellLimits};
-    let workspace = base.join("shell-ws");
-    std::fs::create_dir_all(workspace.join(".git"))?;
     let command = Rendered {
         shown: argv.join(" "),
         invocation: Invocation::Exec(argv.iter().map(|w| (*w).to_owned()).collect()),
     };
     let confined = median_of(scale.data_calls, || {
-        let (command, workspace) = (command.clone(), workspace.clone());
+        let (command, workspace) = (command.clone(), workspace.to_owned());
         async move {
             let output = shell::run(
                 &command,
@@ -745,7 +803,7 @@ async fn shell_cost(base: &Path, argv: &[&str], scale: &Scale) -> Result<(Durati
     })
     .await?;
     let unconfined = median_of(scale.data_calls, || {
-        let workspace = workspace.clone();
+        let workspace = workspace.to_owned();
         let argv: Vec<String> = argv.iter().map(|w| (*w).to_owned()).collect();
         async move {
             let output = tokio::process::Command::new(&argv[0])
@@ -1416,6 +1474,12 @@ fn main() -> Result<()> {
             print_idle_mappings(&launcher, &fixture.wasm, 100).await
         });
     }
+    // `ZOTBOX_BENCH_SHELL=1`: only the confined shell's rows.
+    if std::env::var_os("ZOTBOX_BENCH_SHELL").is_some() {
+        let rows = runtime.block_on(shell_rows(fixture.tmp.path(), &scale))?;
+        print_table(rows);
+        return Ok(());
+    }
     let ping_pong = pipe_ping_pong(scale.calls)?;
     // `ZOTBOX_BENCH_ROUND_TRIPS=1`: only the round-trip rows, to compare a
     // change to the session path in a minute rather than a whole report.
@@ -1569,22 +1633,7 @@ fn main() -> Result<()> {
         );
 
         eprintln!("confined shell…");
-        for (name, argv) in [
-            ("`printf hi` by execve", &["printf", "hi"][..]),
-            (
-                // `\|`: a pipe inside a Markdown table cell.
-                "`sh -c 'echo hi \\| wc -c'`",
-                &["sh", "-c", "echo hi | wc -c"][..],
-            ),
-        ] {
-            let (confined, unconfined) = shell_cost(base, argv, &scale).await?;
-            row(
-                &format!("shell {name}, confined (vs unconfined)"),
-                millis(confined),
-                millis(unconfined),
-                dur_ratio(confined, unconfined),
-            );
-        }
+        rows.extend(shell_rows(base, &scale).await?);
         Ok::<_, Box<dyn std::error::Error + Send + Sync>>(rows)
     })?;
     eprintln!("the path zot users take…");

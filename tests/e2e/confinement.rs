@@ -415,6 +415,79 @@ async fn a_matched_command_still_cannot_touch_anything_outside_the_workspace() {
     );
 }
 
+/// An extension granted `git **` (a git helper, as a user would grant it)
+/// against a workspace holding a nested repository: its commands may run
+/// git anywhere in the workspace, but the repository's config stays as it
+/// was, and a repository it creates below the root is taken back, so no
+/// later `git status` there (the user's, their prompt's, zot's own `bash`,
+/// none of them sandboxed) runs its fsmonitor line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_cannot_plant_a_nested_repository_that_runs_code_later() {
+    let lab = Lab::new();
+    git_workspace(&lab);
+    let nested = lab.workspace.join("vendor/lib");
+    std::fs::create_dir_all(&nested).expect("vendor/lib");
+    git(&nested, &["init", "-q"]);
+    let config = std::fs::read_to_string(nested.join(".git/config")).expect("config");
+    let prober = crate::attack::prober(&lab, &json!({"shell": ["git **"]}), None);
+    let host = start(&lab, &[prober]).await;
+    let fsmonitor = format!(
+        "core.fsmonitor \"touch {}\"",
+        lab.workspace.join(MARKER).display()
+    );
+    let run = |command: String| json!({ "command": command });
+    // Attack: the fsmonitor line in the repository that was there.
+    let (_, text) = answer(
+        &host,
+        "shell",
+        run(format!("git -C vendor/lib config {fsmonitor}")),
+    )
+    .await;
+    assert_eq!(
+        text,
+        "exit=Some(255) stdout= stderr=error: could not lock config file .git/config: \
+         Read-only file system\n"
+    );
+    // Attack: a repository of its own, in a folder it creates, with the line.
+    let (is_error, text) = answer(&host, "shell", run("git init -q docs/fresh".to_owned())).await;
+    assert!(is_error, "{text}");
+    assert!(
+        text.ends_with(
+            "it created the control path `docs/fresh/.git/` (which decides what runs); no \
+             command may write it, so it was removed"
+        ),
+        "{text}"
+    );
+    // Control: the rest of the nested project is the workspace's.
+    let (is_error, text) = answer(
+        &host,
+        "shell",
+        run("git -C vendor/lib status --short".to_owned()),
+    )
+    .await;
+    assert!(!is_error && text.starts_with("exit=Some(0)"), "{text}");
+    host.shutdown().await;
+    assert_eq!(
+        std::fs::read_to_string(nested.join(".git/config")).expect("config"),
+        config
+    );
+    assert!(!lab.workspace.join("docs/fresh/.git").exists());
+    for dir in [&nested, &lab.workspace.join("docs/fresh")] {
+        let _ = Command::new("git").arg("status").current_dir(dir).output();
+    }
+    assert_no_marker(&[&lab.workspace]);
+    // The refusal is audited as one.
+    assert!(
+        audit_lines(&lab)
+            .iter()
+            .any(|line| line["capability"] == "shell"
+                && line["decision"] == "deny"
+                && line["subject"] == "git init -q docs/fresh"),
+        "{:#?}",
+        audit_lines(&lab)
+    );
+}
+
 /// Whether a process whose command line holds `token` is still alive.
 fn survivor(token: &str) -> Option<String> {
     let entries = std::fs::read_dir("/proc").ok()?;

@@ -36,13 +36,19 @@
 //!    is missing, and a policy with `require_confinement` refuses to run
 //!    anything instead ([`ConfineError::Unavailable`]).
 //!
-//! 6. **A control path the command created is taken back.** A folder that
-//!    does not exist cannot be bound read-only, so a command could create
-//!    `.zot/extensions/x/` (which zot itself would then start, natively) or
-//!    a `.git` file pointing at a config it wrote. [`ControlPathWatch`] notes
-//!    which control paths are missing at the workspace root before the
-//!    command runs and, once every descendant is dead, removes any that
-//!    appeared; the call then fails as a refusal naming them.
+//! 6. **Control paths at any depth.** A nested repository decides what runs
+//!    as much as the workspace's own (`git status` in `vendor/lib/` runs the
+//!    `core.fsmonitor` of `vendor/lib/.git/config`, and a shell prompt runs
+//!    `git status` on entering the folder), and zot started in a subfolder
+//!    runs its `.zot/extensions/*`. A [`Census`] finds every `.git`, `.zot`
+//!    and `.shiro` below the workspace before the command runs; they are
+//!    bound read-only like the root's. A folder that does not exist cannot
+//!    be bound, so once every descendant is dead the census is taken again
+//!    and any control path that was not there before is removed (a link as
+//!    a link); the call then fails as a refusal naming them, as it does
+//!    when the command made a folder unreadable, so that it could not be
+//!    checked. A workspace of more than [`MAX_FOLDERS`] folders runs
+//!    nothing ([`CensusError::TooLarge`]).
 //!
 //! 7. **The session's sockets are out of reach.** Landlock checks no file
 //!    access on connecting to a Unix socket by its path, and the user's
@@ -60,9 +66,12 @@
 //! are readable, their memory and environment are not: Landlock refuses
 //! `ptrace` access across domains); Unix sockets in folders other than
 //! those covered (`/srv`, `/mnt`, the workspace itself) can still be
-//! connected to where file permissions allow; a control folder created
-//! *below* the workspace root (`sub/.git`) stays, and one created at the
-//! root exists while the command runs; CPU and memory are not limited here.
+//! connected to where file permissions allow; a control path a command
+//! creates exists until it ends; a confined native extension, which lives
+//! as long as zot, gets the root's control paths read-only but not rule 6
+//! below it; the census trusts a folder's change time to say that its
+//! entries changed, as every local filesystem makes it; CPU and memory are
+//! not limited here.
 //!
 //! How: everything that allocates or can fail for reasons other than the
 //! kernel (the Landlock ruleset and its path fds, the uid maps, the mount
@@ -91,7 +100,7 @@ pub const SYSTEM_DIRS: &[&str] = &[
 ];
 
 /// Folders that hold the sockets of the user's session, besides `$HOME`:
-/// covered for every confined process ([`Jail::socket_covers`]).
+/// covered for every confined process (`Jail::socket_covers`).
 pub const SOCKET_DIRS: &[&str] = &["/tmp", "/var/tmp", "/run"];
 
 /// Directories every confined process may read (not execute from).
@@ -108,61 +117,6 @@ const DEVICES: &[&str] = &[
 
 /// The workspace folders that decide grants or run code: read-only.
 pub const CONTROL_PATHS: &[&str] = &[".git", ".zot", ".shiro"];
-
-/// The control paths missing at a workspace's root before a command runs
-/// (rule 6): [`ControlPathWatch::take_back`] removes those the command
-/// created.
-#[derive(Debug)]
-pub struct ControlPathWatch {
-    workspace: PathBuf,
-    missing: Vec<&'static str>,
-}
-
-impl ControlPathWatch {
-    /// Notes which of [`CONTROL_PATHS`] `workspace` lacks (as any kind of
-    /// file, a dangling symlink included).
-    pub fn before(workspace: &Path) -> Self {
-        let missing = CONTROL_PATHS
-            .iter()
-            .copied()
-            .filter(|name| std::fs::symlink_metadata(workspace.join(name)).is_err())
-            .collect();
-        Self {
-            workspace: workspace.to_owned(),
-            missing,
-        }
-    }
-
-    /// Removes every control path that was missing and now exists (a
-    /// symlink as a link, never followed), and names them, `.zot/` style.
-    /// Call once nothing the command started can still run.
-    pub fn take_back(&self) -> Vec<String> {
-        let mut created = Vec::new();
-        for name in &self.missing {
-            let path = self.workspace.join(name);
-            let Ok(meta) = std::fs::symlink_metadata(&path) else {
-                continue;
-            };
-            let removed = if meta.is_dir() {
-                std::fs::remove_dir_all(&path)
-            } else {
-                std::fs::remove_file(&path)
-            };
-            if let Err(err) = removed {
-                tracing::error!(
-                    "cannot remove the control path `{}` a command created: {err}",
-                    path.display()
-                );
-            }
-            created.push(if meta.is_dir() {
-                format!("{name}/")
-            } else {
-                (*name).to_owned()
-            });
-        }
-        created
-    }
-}
 
 /// The Landlock ABI this module asks for: 6 adds the scopes (signals,
 /// abstract Unix sockets). Older kernels get what they support.
@@ -827,6 +781,9 @@ fn probe_namespaces() -> Result<(), String> {
 /// The code that runs between `fork` and `execve`: system calls only.
 #[allow(unsafe_code)]
 mod child;
+
+mod census;
+pub use census::{Census, CensusError, Left, MAX_FOLDERS};
 
 /// Makes the process `command` starts die with the thread that starts it
 /// (`PR_SET_PDEATHSIG`), confined or not.

@@ -1094,14 +1094,15 @@ fn check_links(resolved: &Resolved, opened: &CapMetadata) -> Result<(), Capabili
 /// The `O_NOFOLLOW` open already refuses a symlink; this also covers
 /// cap-std's fallback resolver on kernels without `openat2`, which expands
 /// symlinks (inside the jail) by hand.
-fn same_entry(dir: &Dir, name: &str, opened: &CapMetadata) -> bool {
+fn same_entry(dir: &Dir, name: impl AsRef<Path>, opened: &CapMetadata) -> bool {
     dir.symlink_metadata(name).is_ok_and(|now| {
         !now.is_symlink() && now.dev() == opened.dev() && now.ino() == opened.ino()
     })
 }
 
 /// Opens `name` in `parent` as a directory without following a symlink.
-pub(crate) fn open_dir_nofollow(parent: &Dir, name: &str) -> io::Result<Dir> {
+pub(crate) fn open_dir_nofollow(parent: &Dir, name: impl AsRef<Path>) -> io::Result<Dir> {
+    let name = name.as_ref();
     let mut options = OpenOptions::new();
     options
         .read(true)

@@ -393,13 +393,24 @@ pub async fn run(
         .map_err(|err| {
             CapabilityError::Failed(format!("cannot make a private home for `{shown}`: {err}"))
         })?;
-    // The workspace's own control paths (`$ZOT_HOME`, an extension's folder)
-    // are read-only, and `$ZOT_HOME` in it (which the jail refuses by name)
-    // is covered: a command reads nothing there.
+    // Every control path in the workspace, at any depth, before the command
+    // can add one (rule 6 of `confine`); walking a large workspace is not
+    // done on a thread that answers intercepts.
+    let before = {
+        let cwd = cwd.to_owned();
+        tokio::task::spawn_blocking(move || confine::Census::take(&cwd))
+            .await
+            .map_err(|err| CapabilityError::Failed(format!("`{shown}`: {err}")))?
+            .map_err(|err| CapabilityError::denied(Capability::Shell, shown, err.to_string()))?
+    };
+    // The workspace's own control paths (`$ZOT_HOME`, an extension's folder,
+    // nested repositories) are read-only, and `$ZOT_HOME` in it (which the
+    // jail refuses by name) is covered: a command reads nothing there.
     let jail = Jail {
         workspace: Some(cwd.to_owned()),
         write: vec![home.path().to_owned()],
         network: settings.shell_network,
+        read_only: before.nested().collect(),
         ..Jail::default()
     }
     .guarding(control);
@@ -409,7 +420,6 @@ pub async fn run(
         }
         ConfineError::Prepare(_) => CapabilityError::Failed(format!("`{shown}`: {err}")),
     })?;
-    let watch = confine::ControlPathWatch::before(cwd);
     let mut child = tokio::process::Command::new(program);
     child
         .args(args)
@@ -456,20 +466,15 @@ pub async fn run(
     }
     // Every descendant is dead now (the PID namespace went with the group):
     // nothing can recreate what is taken back.
-    let created = watch.take_back();
-    if !created.is_empty() {
+    let left = tokio::task::spawn_blocking(move || before.take_back())
+        .await
+        .map_err(|err| CapabilityError::Failed(format!("`{shown}`: {err}")))?
+        .map_err(|err| CapabilityError::denied(Capability::Shell, shown, err.to_string()))?;
+    if !left.is_empty() {
         return Err(CapabilityError::denied(
             Capability::Shell,
             shown,
-            format!(
-                "it created the control path {} (which decides what runs); no command may \
-                 write it, so it was removed",
-                created
-                    .iter()
-                    .map(|path| format!("`{path}`"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
+            left_behind(&left),
         ));
     }
     match finished {
@@ -489,6 +494,26 @@ pub async fn run(
             ms: u64::try_from(limits.timeout.as_millis()).unwrap_or(u64::MAX),
         }),
     }
+}
+
+/// Why a command that left control paths behind is refused.
+fn left_behind(left: &confine::Left) -> String {
+    let mut reasons = Vec::new();
+    if !left.created.is_empty() {
+        reasons.push(format!(
+            "it created the control path {} (which decides what runs); no command may write \
+             it, so it was removed",
+            left.created.join(", ")
+        ));
+    }
+    if !left.unreadable.is_empty() {
+        reasons.push(format!(
+            "{} cannot be read, so it cannot be checked for control paths a command may have \
+             created there; make it readable again, or remove it",
+            left.unreadable.join(", ")
+        ));
+    }
+    reasons.join("; ")
 }
 
 fn kill_group(group: Option<nix::unistd::Pid>) {
@@ -858,6 +883,18 @@ mod tests {
             ),
             // A link counts too, and is removed as a link.
             ("ln -s /tmp .shiro", "`.shiro`"),
+            // Attack: a repository below the root, whose `git status` (a
+            // shell prompt's, zot's own `bash`) runs its fsmonitor line.
+            (
+                "git init -q sub/deep && git -C sub/deep config core.fsmonitor 'touch pwned'",
+                "`sub/deep/.git/`",
+            ),
+            // Attack: an extension zot runs when started in `docs/`, and a
+            // folder name that would move the cursor.
+            (
+                "mkdir -p docs/.zot/extensions/x \"$(printf 'a\\033[2Jb')/.SHIRO\"",
+                "`a\\u{1b}[2Jb/.SHIRO/`, `docs/.zot/`",
+            ),
         ];
         for (command, created) in cases {
             let dir = tempfile::tempdir().unwrap();
@@ -882,6 +919,8 @@ mod tests {
                     "{command}: `{name}` is still there"
                 );
             }
+            let census = confine::Census::take(dir.path()).unwrap();
+            assert_eq!(census.nested().count(), 0, "{command}: {census:?}");
         }
         // A control path that existed before is left alone (and read-only).
         let dir = tempfile::tempdir().unwrap();
@@ -891,6 +930,57 @@ mod tests {
             .unwrap();
         assert_eq!(output.stdout, ".zot\n");
         assert!(dir.path().join(".zot").is_dir());
+    }
+
+    #[tokio::test]
+    async fn a_nested_repository_is_read_only_and_a_command_that_hides_one_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path();
+        std::fs::create_dir_all(ws.join("vendor/lib/.git")).unwrap();
+        std::fs::write(ws.join("vendor/lib/.git/config"), "[core]\n").unwrap();
+        std::fs::create_dir_all(ws.join("docs/.zot")).unwrap();
+        // Attack: the fsmonitor line in a repository that was already there.
+        let command = "printf '\\tfsmonitor = touch pwned\\n' >> vendor/lib/.git/config; \
+                       touch docs/.zot/x; echo done";
+        let output = run(&sh(command), ws, &ShellLimits::default())
+            .await
+            .unwrap();
+        assert_eq!(output.stdout, "done\n");
+        assert!(
+            output.stderr.contains("Read-only file system"),
+            "{}",
+            output.stderr
+        );
+        assert_eq!(
+            std::fs::read_to_string(ws.join("vendor/lib/.git/config")).unwrap(),
+            "[core]\n"
+        );
+        assert!(!ws.join("docs/.zot/x").exists());
+        // Control: the rest of the nested project is the workspace's.
+        run(&sh("touch vendor/lib/new"), ws, &ShellLimits::default())
+            .await
+            .unwrap();
+        assert!(ws.join("vendor/lib/new").exists());
+        // Attack: a repository hidden in a folder the census cannot read.
+        let command = "mkdir -p hidden/.git && chmod 0 hidden";
+        let refused = run(&sh(command), ws, &ShellLimits::default()).await;
+        std::fs::set_permissions(
+            ws.join("hidden"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+        // As root the folder is read anyway, and the `.git` found in it.
+        let why = if nix::unistd::geteuid().is_root() {
+            "it created the control path `hidden/.git/` (which decides what runs); no command \
+             may write it, so it was removed"
+        } else {
+            "`hidden/` cannot be read, so it cannot be checked for control paths a command may \
+             have created there; make it readable again, or remove it"
+        };
+        assert_eq!(
+            refused.err(),
+            Some(CapabilityError::denied(Capability::Shell, command, why))
+        );
     }
 
     /// Runs in a child process with a secret in its environment (see below).

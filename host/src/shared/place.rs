@@ -8,7 +8,7 @@
 //! decides how an extension runs (the canonical `$ZOT_HOME`, the system
 //! policy's path and `$HOME`), so two homes never share a host.
 //!
-//! Beside the socket, the host keeps a token ([`Place::new_token`]), which
+//! Beside the socket, the host keeps a token (`Place::new_token`), which
 //! every request must carry: a process of the user's that cannot read the
 //! folder (a shell command zotbox confines: Landlock grants it neither the
 //! home nor `/run`) may still connect to the socket, since the kernel

@@ -1,0 +1,604 @@
+//! Every control path in a workspace, at any depth: what a confined command
+//! finds read-only, and what it created and must give back (rule 6).
+//!
+//! A nested repository decides what runs as much as the workspace's own:
+//! `git status` in `vendor/lib/` runs the `core.fsmonitor` of
+//! `vendor/lib/.git/config`, whoever types it (the user, a shell prompt
+//! that shows the branch, zot's own `bash`, none of them sandboxed), and zot
+//! started in `docs/` runs `docs/.zot/extensions/*`. So before a command
+//! runs, every `.git`, `.zot` and `.shiro` below the workspace is found
+//! (and bound read-only by the jail), and once every process of the command
+//! is dead, any that was not there before is removed.
+//!
+//! Walking a large workspace twice per command would cost more than the
+//! command, so a process keeps the folders it walked, by workspace, and
+//! reads a folder's entries again only when the folder's change time moved
+//! (which every entry added, removed or renamed in it does, and which no
+//! unprivileged process can set back). A folder that changed within the last
+//! [`SETTLE`] is read again whatever its time says, as git does with racy
+//! index entries: two changes within one clock tick share a time.
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::{OsStr, OsString};
+use std::io;
+use std::os::unix::fs::{DirEntryExt, MetadataExt};
+use std::path::{Component, Path, PathBuf};
+use std::sync::{LazyLock, Mutex, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use cap_std::fs::{Dir, MetadataExt as _};
+
+use super::CONTROL_PATHS;
+use crate::capability::fs::open_dir_nofollow;
+use crate::text::Shown;
+
+/// The most folders a workspace may hold for its control paths to be
+/// checked; past it nothing is run (a command could hide a `.git` in the
+/// part that was not looked at).
+pub const MAX_FOLDERS: usize = 250_000;
+
+/// How long after a folder changed its change time is trusted to say
+/// whether it changed again.
+const SETTLE: Duration = Duration::from_secs(3);
+
+/// The most workspaces whose folders one process keeps.
+const KEPT_WORKSPACES: usize = 8;
+
+/// The workspace cannot be checked for control paths.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum CensusError {
+    /// The workspace itself cannot be read.
+    #[error("cannot read the workspace `{}` to find its control paths: {reason}", .workspace.display())]
+    Workspace {
+        /// The workspace.
+        workspace: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// The workspace holds more folders than are walked.
+    #[error(
+        "the workspace `{}` holds more than {MAX_FOLDERS} folders, too many to check for control \
+         paths (`.git`, `.zot`, `.shiro`) a command could create; run commands in a smaller \
+         workspace",
+        .workspace.display()
+    )]
+    TooLarge {
+        /// The workspace.
+        workspace: PathBuf,
+    },
+}
+
+/// The control paths of one workspace at one moment.
+#[derive(Debug, Clone, Default)]
+pub struct Census {
+    workspace: PathBuf,
+    found: Vec<Found>,
+    unreadable: Vec<Unreadable>,
+}
+
+/// A folder that could not be read, and when it last changed (when not even
+/// that can be read, when its parent did: opening the parent to reach it
+/// changes that). `None`: neither is known, so it counts as changed.
+type Unreadable = (PathBuf, Option<Stamp>);
+
+/// One entry named as a control path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Found {
+    /// Relative to the workspace.
+    path: PathBuf,
+    dev: u64,
+    ino: u64,
+    dir: bool,
+}
+
+impl Found {
+    /// `sub/.git/` for a folder, `sub/.git` for anything else, escaped.
+    fn shown(&self) -> String {
+        let path = self.path.to_string_lossy();
+        let slash = if self.dir { "/" } else { "" };
+        format!("`{}{slash}`", Shown(&path))
+    }
+}
+
+/// What a command left behind that decides what runs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Left {
+    /// Control paths it created (removed now), shown as `` `sub/.git/` ``.
+    pub created: Vec<String>,
+    /// Folders that cannot be read (made unreadable, or too deep to
+    /// name), so they could not be checked, shown as `` `sub/` ``.
+    pub unreadable: Vec<String>,
+}
+
+impl Left {
+    /// Whether the command left nothing.
+    pub fn is_empty(&self) -> bool {
+        self.created.is_empty() && self.unreadable.is_empty()
+    }
+}
+
+impl Census {
+    /// The control paths in `workspace` now.
+    ///
+    /// # Errors
+    ///
+    /// [`CensusError`] when the workspace cannot be read or is too large.
+    pub fn take(workspace: &Path) -> Result<Self, CensusError> {
+        let root = workspace
+            .canonicalize()
+            .map_err(|err| CensusError::Workspace {
+                workspace: workspace.to_owned(),
+                reason: err.to_string(),
+            })?;
+        let mut trees = TREES.lock().unwrap_or_else(PoisonError::into_inner);
+        if !trees.contains_key(&root) && trees.len() >= KEPT_WORKSPACES {
+            trees.clear();
+        }
+        let tree = trees.entry(root.clone()).or_default();
+        let refreshed = tree.refresh(&root);
+        if refreshed.is_err() {
+            trees.remove(&root);
+        }
+        refreshed.map_err(|err| match err {
+            Refresh::Workspace(err) => CensusError::Workspace {
+                workspace: workspace.to_owned(),
+                reason: err.to_string(),
+            },
+            Refresh::TooLarge => CensusError::TooLarge {
+                workspace: workspace.to_owned(),
+            },
+        })?;
+        let tree = trees.get(&root).map(Tree::census).unwrap_or_default();
+        Ok(Self {
+            workspace: root,
+            ..tree
+        })
+    }
+
+    /// The control paths below the workspace's root, and those at its root
+    /// not spelt as [`CONTROL_PATHS`] (`.GIT`), absolute: what the jail binds
+    /// read-only besides the root's own.
+    pub fn nested(&self) -> impl Iterator<Item = PathBuf> + '_ {
+        self.found
+            .iter()
+            .filter(|found| {
+                found.path.components().count() > 1
+                    || !CONTROL_PATHS
+                        .iter()
+                        .any(|name| found.path.as_os_str() == OsStr::new(name))
+            })
+            .map(|found| self.workspace.join(&found.path))
+    }
+
+    /// Looks again, once nothing the command started can run: removes every
+    /// control path that was not here before (a link as a link, a folder
+    /// whole, the folders leading to it opened without following a link),
+    /// and names it and every unreadable folder that is new or changed (a
+    /// command may open a folder it owns, write in it, and close it again).
+    ///
+    /// # Errors
+    ///
+    /// [`CensusError`] when the workspace cannot be read again.
+    pub fn take_back(&self) -> Result<Left, CensusError> {
+        let after = Self::take(&self.workspace)?;
+        let known: HashSet<(u64, u64)> = self.found.iter().map(|f| (f.dev, f.ino)).collect();
+        let mut left = Left::default();
+        for found in after.found {
+            if known.contains(&(found.dev, found.ino)) {
+                continue;
+            }
+            if let Err(err) = remove(&self.workspace, &found) {
+                tracing::error!(
+                    "cannot remove the control path {} a command created in `{}`: {err}",
+                    found.shown(),
+                    self.workspace.display()
+                );
+            }
+            left.created.push(found.shown());
+        }
+        let unreadable: HashSet<&Unreadable> = self.unreadable.iter().collect();
+        for folder in &after.unreadable {
+            let (path, stamp) = folder;
+            if stamp.is_none() || !unreadable.contains(folder) {
+                left.unreadable
+                    .push(format!("`{}/`", Shown(&path.to_string_lossy())));
+            }
+        }
+        Ok(left)
+    }
+}
+
+/// Removes `found` if the entry at its path is still the one found: the
+/// folders leading to it are opened one by one without following a link,
+/// so a link swapped in by another command cannot lead the removal out of
+/// the workspace or onto a control path that was there before.
+fn remove(workspace: &Path, found: &Found) -> io::Result<()> {
+    let mut dir = Dir::open_ambient_dir(workspace, cap_std::ambient_authority())?;
+    let mut components: Vec<&OsStr> = Vec::new();
+    for component in found.path.components() {
+        match component {
+            Component::Normal(name) => components.push(name),
+            _ => return Err(io::Error::from(io::ErrorKind::InvalidInput)),
+        }
+    }
+    let Some((name, parents)) = components.split_last() else {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    };
+    for parent in parents {
+        dir = open_dir_nofollow(&dir, *parent)?;
+    }
+    let meta = dir.symlink_metadata(name)?;
+    if meta.ino() != found.ino {
+        return Err(io::Error::other("it was replaced while being removed"));
+    }
+    if meta.is_dir() {
+        dir.remove_dir_all(name)
+    } else {
+        dir.remove_file(name)
+    }
+}
+
+/// The folders each workspace held when last walked by this process.
+static TREES: LazyLock<Mutex<HashMap<PathBuf, Tree>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+
+/// The folders of one workspace, by path relative to it.
+#[derive(Debug, Default)]
+struct Tree {
+    folders: HashMap<PathBuf, Folder>,
+    unreadable: Vec<Unreadable>,
+}
+
+/// What identifies a folder's state: it, and its change time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Stamp {
+    dev: u64,
+    ino: u64,
+    ctime: i64,
+    ctime_nsec: i64,
+}
+
+impl Stamp {
+    fn of(meta: &std::fs::Metadata) -> Self {
+        Self {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            ctime: meta.ctime(),
+            ctime_nsec: meta.ctime_nsec(),
+        }
+    }
+
+    /// Whether the folder last changed at least [`SETTLE`] before `now`
+    /// (seconds since the epoch).
+    fn settled(&self, now: Duration) -> bool {
+        let nanos = u32::try_from(self.ctime_nsec).unwrap_or(0);
+        let Ok(secs) = u64::try_from(self.ctime) else {
+            return true;
+        };
+        Duration::new(secs, nanos).saturating_add(SETTLE) <= now
+    }
+}
+
+/// One folder's entries that matter here.
+#[derive(Debug)]
+struct Folder {
+    stamp: Stamp,
+    /// Whether `stamp` can be trusted to show the next change.
+    settled: bool,
+    /// Subfolders to walk (not links, not control paths).
+    subfolders: Vec<OsString>,
+    /// Entries named as control paths: name, inode, whether a folder.
+    controls: Vec<(OsString, u64, bool)>,
+}
+
+/// Why a walk stopped.
+enum Refresh {
+    Workspace(io::Error),
+    TooLarge,
+}
+
+impl Tree {
+    /// Walks `root` again, reading only the folders that changed.
+    fn refresh(&mut self, root: &Path) -> Result<(), Refresh> {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        let mut before = std::mem::take(&mut self.folders);
+        self.unreadable.clear();
+        let mut todo = vec![PathBuf::new()];
+        while let Some(relative) = todo.pop() {
+            if self.folders.len() >= MAX_FOLDERS {
+                return Err(Refresh::TooLarge);
+            }
+            let path = root.join(&relative);
+            let meta = match std::fs::symlink_metadata(&path) {
+                Ok(meta) if meta.is_dir() => meta,
+                // Gone, or replaced, since its parent was read.
+                Ok(_) => continue,
+                Err(err) if err.kind() == io::ErrorKind::NotFound && relative.as_os_str() != "" => {
+                    continue;
+                }
+                Err(err) => {
+                    if relative.as_os_str().is_empty() {
+                        return Err(Refresh::Workspace(err));
+                    }
+                    // Too deep a path to name: what lies below it cannot
+                    // be seen at all, so it never counts as unchanged.
+                    let parent = relative.parent().and_then(|p| self.folders.get(p));
+                    let stamp = parent
+                        .filter(|_| err.raw_os_error() != Some(nix::libc::ENAMETOOLONG))
+                        .map(|folder| folder.stamp);
+                    self.unreadable.push((relative, stamp));
+                    continue;
+                }
+            };
+            let stamp = Stamp::of(&meta);
+            let mut folder = match before.remove(&relative) {
+                Some(folder) if folder.settled && folder.stamp == stamp => folder,
+                _ => match Folder::read(&path, stamp) {
+                    Ok(folder) => folder,
+                    Err(err) => {
+                        if relative.as_os_str().is_empty() {
+                            return Err(Refresh::Workspace(err));
+                        }
+                        // Another user's folder this process cannot even
+                        // enter (a container's volume): a command, with
+                        // the same rights, could neither reach below it
+                        // nor open it up.
+                        if reachable(&path, &meta) {
+                            self.unreadable.push((relative, Some(stamp)));
+                        }
+                        continue;
+                    }
+                },
+            };
+            folder.settled = stamp.settled(now);
+            todo.extend(folder.subfolders.iter().map(|name| relative.join(name)));
+            self.folders.insert(relative, folder);
+        }
+        Ok(())
+    }
+
+    fn census(&self) -> Census {
+        let mut found: Vec<Found> = self
+            .folders
+            .iter()
+            .flat_map(|(relative, folder)| {
+                folder.controls.iter().map(move |(name, ino, dir)| Found {
+                    path: relative.join(name),
+                    dev: folder.stamp.dev,
+                    ino: *ino,
+                    dir: *dir,
+                })
+            })
+            .collect();
+        found.sort_by(|a, b| a.path.cmp(&b.path));
+        let mut unreadable = self.unreadable.clone();
+        unreadable.sort_by(|a, b| a.0.cmp(&b.0));
+        Census {
+            workspace: PathBuf::new(),
+            found,
+            unreadable,
+        }
+    }
+}
+
+impl Folder {
+    fn read(path: &Path, stamp: Stamp) -> io::Result<Self> {
+        let mut subfolders = Vec::new();
+        let mut controls = Vec::new();
+        for entry in std::fs::read_dir(path)? {
+            let entry = entry?;
+            let name = entry.file_name();
+            let kind = entry.file_type()?;
+            if is_control(&name) {
+                // Not walked: the entry is bound or removed whole.
+                controls.push((name, entry.ino(), kind.is_dir()));
+            } else if kind.is_dir() {
+                subfolders.push(name);
+            }
+        }
+        Ok(Self {
+            stamp,
+            settled: false,
+            subfolders,
+            controls,
+        })
+    }
+}
+
+/// Whether a command running as this process's user could change what is
+/// in the folder: it owns it (and so may open it up), or may enter it.
+fn reachable(path: &Path, meta: &std::fs::Metadata) -> bool {
+    meta.uid() == nix::unistd::geteuid().as_raw()
+        || nix::unistd::access(path, nix::unistd::AccessFlags::X_OK).is_ok()
+}
+
+/// Whether `name` is a control path's name, ASCII case-insensitively (a
+/// case-insensitive filesystem opens `.GIT` as `.git`), as the fs
+/// capability compares them.
+fn is_control(name: &OsStr) -> bool {
+    CONTROL_PATHS.iter().any(|control| {
+        name.as_encoded_bytes()
+            .eq_ignore_ascii_case(control.as_bytes())
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    fn census(dir: &Path) -> Census {
+        Census::take(dir).unwrap()
+    }
+
+    fn paths(census: &Census) -> Vec<String> {
+        census
+            .found
+            .iter()
+            .map(|found| found.path.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn control_paths_are_found_at_any_depth_and_not_walked_into() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for folder in [".git/objects/x/.git", "a/b/c/.zot", "a/.SHIRO", "d/e"] {
+            std::fs::create_dir_all(root.join(folder)).unwrap();
+        }
+        std::fs::write(root.join("d/e/.git"), "gitdir: ../../.git\n").unwrap();
+        // A link is not followed: what it leads to is not in the workspace.
+        std::os::unix::fs::symlink(root.join("a"), root.join("link")).unwrap();
+        let found = census(root);
+        assert_eq!(
+            paths(&found),
+            [".git", "a/.SHIRO", "a/b/c/.zot", "d/e/.git"]
+        );
+        let nested: Vec<PathBuf> = found.nested().collect();
+        let root = root.canonicalize().unwrap();
+        assert_eq!(
+            nested,
+            [
+                root.join("a/.SHIRO"),
+                root.join("a/b/c/.zot"),
+                root.join("d/e/.git")
+            ]
+        );
+    }
+
+    #[test]
+    fn what_appears_later_is_removed_and_what_was_there_stays() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("sub/.git")).unwrap();
+        std::fs::write(root.join("sub/.git/config"), "[core]\n").unwrap();
+        let before = census(root);
+        // What a command does: a new repository two levels down, a gitfile,
+        // a link named `.zot`, and the old repository moved (kept).
+        std::fs::create_dir_all(root.join("new/deep/.git/hooks")).unwrap();
+        std::fs::create_dir(root.join("file")).unwrap();
+        std::fs::write(root.join("file/.git"), "gitdir: /elsewhere\n").unwrap();
+        std::os::unix::fs::symlink("/", root.join("file/.zot")).unwrap();
+        std::fs::rename(root.join("sub"), root.join("moved")).unwrap();
+        let left = before.take_back().unwrap();
+        assert_eq!(
+            left.created,
+            ["`file/.git`", "`file/.zot`", "`new/deep/.git/`"]
+        );
+        assert!(left.unreadable.is_empty());
+        assert!(!root.join("new/deep/.git").exists());
+        assert!(root.join("new/deep").is_dir());
+        assert!(std::fs::symlink_metadata(root.join("file/.zot")).is_err());
+        assert!(!root.join("file/.git").exists());
+        assert_eq!(
+            std::fs::read_to_string(root.join("moved/.git/config")).unwrap(),
+            "[core]\n"
+        );
+        // Looked at again, nothing more is left.
+        assert!(census(root).take_back().unwrap().is_empty());
+    }
+
+    /// Makes the kept folder at `relative` carry its current time, as
+    /// if the change since it was read had not moved it (a coarse clock).
+    fn as_if_unchanged(root: &Path, relative: &str) {
+        let root = root.canonicalize().unwrap();
+        let stamp = Stamp::of(&std::fs::symlink_metadata(root.join(relative)).unwrap());
+        let mut trees = TREES.lock().unwrap();
+        let folder = trees
+            .get_mut(&root)
+            .and_then(|tree| tree.folders.get_mut(Path::new(relative)))
+            .unwrap();
+        folder.stamp = stamp;
+    }
+
+    #[test]
+    fn a_change_within_the_same_clock_tick_is_seen() {
+        // Attack: a `.git` made in the tick the folder last changed in, so
+        // its change time does not move. A folder that changed recently is
+        // read again whatever its time says.
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir(root.join("a")).unwrap();
+        let before = census(root);
+        std::fs::create_dir(root.join("a/.git")).unwrap();
+        as_if_unchanged(root, "a");
+        assert_eq!(before.take_back().unwrap().created, ["`a/.git/`"]);
+        std::fs::create_dir(root.join("a/.git")).unwrap();
+        // A folder that settled long ago is trusted, and not read again.
+        let before = census(root);
+        std::fs::create_dir(root.join("a/.zot")).unwrap();
+        as_if_unchanged(root, "a");
+        {
+            let mut trees = TREES.lock().unwrap();
+            let tree = trees.get_mut(&root.canonicalize().unwrap()).unwrap();
+            tree.folders.get_mut(Path::new("a")).unwrap().settled = true;
+        }
+        assert!(before.take_back().unwrap().is_empty());
+        // Trusted once, it is read again on the next look: it changed
+        // within the settling time of that look.
+        assert_eq!(paths(&census(root)), ["a/.git", "a/.zot"]);
+    }
+
+    #[test]
+    fn stamps_settle_after_a_while() {
+        let stamp = Stamp {
+            dev: 1,
+            ino: 2,
+            ctime: 100,
+            ctime_nsec: 500,
+        };
+        assert!(!stamp.settled(Duration::new(100, 500)));
+        assert!(!stamp.settled(Duration::new(102, 0)));
+        assert!(stamp.settled(Duration::new(103, 500)));
+        assert!(stamp.settled(Duration::new(1_000, 0)));
+    }
+
+    #[test]
+    fn a_folder_made_unreadable_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let before = census(root);
+        std::fs::create_dir_all(root.join("hid\x1b[2Jden/.git")).unwrap();
+        let hidden = root.join("hid\x1b[2Jden");
+        std::fs::set_permissions(&hidden, std::os::unix::fs::PermissionsExt::from_mode(0o000))
+            .unwrap();
+        let left = before.take_back();
+        std::fs::set_permissions(&hidden, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let left = left.unwrap();
+        // As root every folder can be read: the `.git` is found instead.
+        if nix::unistd::geteuid().is_root() {
+            assert_eq!(left.created, ["`hid\\u{1b}[2Jden/.git/`"]);
+        } else {
+            assert_eq!(left.unreadable, ["`hid\\u{1b}[2Jden/`"]);
+        }
+    }
+
+    #[test]
+    fn a_folder_too_deep_to_name_is_named_every_time() {
+        // Attack: a `.git` below a path longer than the kernel opens by
+        // name, made with relative opens. Nothing below it can be seen, so
+        // it is named whether it changed or not.
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let long = "d".repeat(250);
+        let mut deep = Dir::open_ambient_dir(root, cap_std::ambient_authority()).unwrap();
+        for _ in 0..20 {
+            deep.create_dir(&long).unwrap();
+            deep = deep.open_dir(&long).unwrap();
+        }
+        let before = census(root);
+        deep.create_dir(".git").unwrap();
+        let left = before.take_back().unwrap();
+        assert!(left.created.is_empty());
+        assert_eq!(left.unreadable.len(), 1, "{left:?}");
+        let shown = &left.unreadable[0];
+        assert!(
+            shown.starts_with(&format!("`{long}/")) && shown.ends_with("/`"),
+            "{shown}"
+        );
+        assert_eq!(census(root).take_back().unwrap(), left);
+    }
+}
