@@ -42,7 +42,9 @@
 //!    `git status` on entering the folder), and zot started in a subfolder
 //!    runs its `.zot/extensions/*`. A [`Census`] finds every `.git`, `.zot`
 //!    and `.shiro` below the workspace before the command runs; they are
-//!    bound read-only like the root's. A folder that does not exist cannot
+//!    bound read-only like the root's, and so is the folder a `.git` file
+//!    (a worktree's, `--separate-git-dir`) names inside the workspace,
+//!    which git reads as the repository. A folder that does not exist cannot
 //!    be bound, so once every descendant is dead the census is taken again
 //!    and any control path that was not there before is removed (a link as
 //!    a link); the call then fails as a refusal naming them, as it does
@@ -441,7 +443,26 @@ impl Jail {
         }
         if let Some(workspace) = &self.workspace {
             let named = CONTROL_PATHS.iter().map(|name| workspace.join(name));
-            for path in named.chain(self.read_only.iter().cloned()) {
+            let controls: Vec<PathBuf> = named.chain(self.read_only.iter().cloned()).collect();
+            // A `.git` file (a worktree's, `--separate-git-dir`) makes the
+            // folder it points to the repository: inside the workspace, it
+            // is as read-only as a `.git` folder would be.
+            let inside = |path: &PathBuf| {
+                workspace
+                    .canonicalize()
+                    .is_ok_and(|root| path.starts_with(&root) && *path != root)
+            };
+            let pointed: Vec<PathBuf> = controls
+                .iter()
+                .filter(|path| {
+                    path.file_name()
+                        .is_some_and(|name| name.eq_ignore_ascii_case(".git"))
+                })
+                .flat_map(|path| gitfile_targets(path))
+                .filter_map(|path| path.canonicalize().ok())
+                .filter(inside)
+                .collect();
+            for path in controls.into_iter().chain(pointed) {
                 // Through a symlink, the folder it leads to is what git or zot reads.
                 let Ok(path) = std::fs::canonicalize(path) else {
                     continue;
@@ -636,19 +657,27 @@ const GIT_POINTER_BYTES: u64 = 64 * 1024;
 /// The git directories a worktree's `.git` file points to (read-only: git
 /// needs them for `status` and `diff`), when `.git` is such a file.
 fn git_dirs(workspace: &Path) -> Vec<PathBuf> {
-    let dot_git = workspace.join(".git");
+    gitfile_targets(&workspace.join(".git"))
+}
+
+/// The git directory a `.git` file points to, and its `commondir` when it
+/// is a worktree's; nothing when `dot_git` is not such a file.
+fn gitfile_targets(dot_git: &Path) -> Vec<PathBuf> {
     if !dot_git.is_file() {
         return Vec::new();
     }
     // The workspace's author wrote `.git` and what it points to: read
     // capped (a line is all git writes there) and never from a FIFO.
-    let Ok(text) = crate::user_file::read_text(&dot_git, GIT_POINTER_BYTES) else {
+    let Ok(text) = crate::user_file::read_text(dot_git, GIT_POINTER_BYTES) else {
         return Vec::new();
     };
     let Some(dir) = text.trim().strip_prefix("gitdir:").map(str::trim) else {
         return Vec::new();
     };
-    let dir = workspace.join(dir);
+    let Some(folder) = dot_git.parent() else {
+        return Vec::new();
+    };
+    let dir = folder.join(dir);
     let mut dirs = vec![dir.clone()];
     if let Ok(common) = crate::user_file::read_text(&dir.join("commondir"), GIT_POINTER_BYTES) {
         dirs.push(dir.join(common.trim()));

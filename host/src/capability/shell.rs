@@ -933,6 +933,43 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_repository_a_git_file_points_to_inside_the_workspace_is_read_only() {
+        // `git init --separate-git-dir` and worktrees: `.git` is a file
+        // naming the repository's folder, which git reads as it would
+        // `.git/`. Attack: the fsmonitor line written there instead.
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path();
+        for (gitfile, pointer, store) in [
+            (".git", "gitdir: store", "store"),
+            ("sub/.git", "gitdir: ../deps/store2", "deps/store2"),
+        ] {
+            std::fs::create_dir_all(ws.join(store)).unwrap();
+            std::fs::write(ws.join(store).join("config"), "[core]\n").unwrap();
+            std::fs::create_dir_all(ws.join(gitfile).parent().unwrap()).unwrap();
+            std::fs::write(ws.join(gitfile), format!("{pointer}\n")).unwrap();
+        }
+        let command = "for config in store/config deps/store2/config; do \
+                       printf '\\tfsmonitor = touch pwned\\n' >> $config; done; touch deps/ok";
+        let output = run(&sh(command), ws, &ShellLimits::default())
+            .await
+            .unwrap();
+        assert_eq!(
+            output.stderr.matches("Read-only file system").count(),
+            2,
+            "{}",
+            output.stderr
+        );
+        for store in ["store", "deps/store2"] {
+            assert_eq!(
+                std::fs::read_to_string(ws.join(store).join("config")).unwrap(),
+                "[core]\n"
+            );
+        }
+        // Control: beside the repository, the workspace is writable.
+        assert!(ws.join("deps/ok").exists());
+    }
+
+    #[tokio::test]
     async fn a_nested_repository_is_read_only_and_a_command_that_hides_one_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let ws = dir.path();
