@@ -108,6 +108,46 @@ async fn prober_with_home_inside(lab: &Lab, home: &Path) -> (zotbox::Host, std::
     (host, dir)
 }
 
+/// `git init --separate-git-dir` and worktrees: the workspace's `.git` is a
+/// file naming the repository's folder, which git reads as `.git/`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_cannot_write_the_repository_a_git_file_names() {
+    let lab = Lab::new();
+    let ws = lab.workspace.clone();
+    std::fs::create_dir_all(ws.join("store/hooks")).expect("store");
+    std::fs::write(ws.join("store/config"), "[core]\n").expect("config");
+    std::fs::write(ws.join(".git"), "gitdir: store\n").expect("gitfile");
+    let home = ws.join("home");
+    std::fs::create_dir_all(&home).expect("home");
+    let (host, _) = prober_with_home_inside(&lab, &home).await;
+    let why = "is a control path (the repository the workspace's `.git` file names: it \
+               decides what runs); no grant reaches it";
+    let cases = vec![
+        // Attack: `core.fsmonitor`, run by the next `git status` at the root.
+        write_refused("its config", "store/config", &format!("`store/` {why}")),
+        // Attack: a hook, run by the user's next commit.
+        write_refused(
+            "a hook",
+            "store/hooks/pre-commit",
+            &format!("`store/` {why}"),
+        ),
+        // Control: the rest of the workspace is the project's.
+        answered(
+            "a project file",
+            "fs_write",
+            json!({"path": "notes.txt", "text": "fine"}),
+            "written",
+        ),
+    ];
+    run_cases(&host, cases).await;
+    host.shutdown().await;
+    assert_eq!(
+        std::fs::read_to_string(ws.join("store/config")).expect("config"),
+        "[core]\n"
+    );
+    assert!(!ws.join("store/hooks/pre-commit").exists());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_guest_with_write_all_cannot_write_any_control_path() {
     let lab = Lab::new();

@@ -662,7 +662,7 @@ fn git_dirs(workspace: &Path) -> Vec<PathBuf> {
 
 /// The git directory a `.git` file points to, and its `commondir` when it
 /// is a worktree's; nothing when `dot_git` is not such a file.
-fn gitfile_targets(dot_git: &Path) -> Vec<PathBuf> {
+pub(crate) fn gitfile_targets(dot_git: &Path) -> Vec<PathBuf> {
     if !dot_git.is_file() {
         return Vec::new();
     }

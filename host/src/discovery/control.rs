@@ -36,7 +36,8 @@ impl ControlSources {
     /// as `(path, is a folder, what it is)`: `$ZOT_HOME`, every extension
     /// folder (explicit, installed for the user, installed in `workspace`
     /// and linked from elsewhere), a native extension's program named by
-    /// path, the system policy and `~/.shiro-neko`.
+    /// path, the repository a `.git` file at the workspace's root names,
+    /// the system policy and `~/.shiro-neko`.
     pub fn outside(&self, workspace: &Path) -> Vec<(PathBuf, bool, String)> {
         let mut found: Vec<(PathBuf, bool, String)> = Vec::new();
         let mut folders: Vec<PathBuf> = Vec::new();
@@ -71,6 +72,16 @@ impl ControlSources {
                 ));
             }
             found.push((folder, true, EXTENSION_FOLDER.to_owned()));
+        }
+        // A `.git` file (`--separate-git-dir`, a worktree's) makes the
+        // folder it names the repository, config and hooks included.
+        let dot_git = workspace.join(".git");
+        for repository in crate::capability::confine::gitfile_targets(&dot_git) {
+            found.push((
+                repository,
+                true,
+                "the repository the workspace's `.git` file names: it decides what runs".to_owned(),
+            ));
         }
         found.push((
             crate::policy::Policy::system_path(),
