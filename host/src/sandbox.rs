@@ -206,13 +206,18 @@ impl Services {
         capability: Capability,
         subject: &str,
     ) -> Result<&Path, CapabilityError> {
-        self.workspace().ok_or_else(|| {
+        let workspace = self.workspace().ok_or_else(|| {
             CapabilityError::denied(
                 capability,
                 subject,
                 "the workspace is not known yet (no `hello_ack` from zot)",
             )
-        })
+        })?;
+        let home = self.env_var("HOME").filter(|home| !home.is_empty());
+        if let Some(why) = not_a_project(workspace, home.as_deref().map(Path::new)) {
+            return Err(CapabilityError::denied(capability, subject, why));
+        }
+        Ok(workspace)
     }
 
     fn jail(&self, capability: Capability, subject: &str) -> Result<Arc<Jail>, CapabilityError> {
@@ -239,6 +244,31 @@ impl Services {
             .clone()
             .map_err(CapabilityError::Failed)
     }
+}
+
+/// Why `workspace` is no project an extension may use: it is the user's
+/// home folder, or holds it (`/`, `/home`). There a grant of `**` would
+/// reach the user's keys and credentials (`~/.ssh`, `~/.aws`) and the files
+/// that run code at their next login (`~/.bashrc`, `~/.profile`, `~/bin`):
+/// zot run in a terminal that has not changed folder names the home folder
+/// as its workspace.
+pub(crate) fn not_a_project(workspace: &Path, home: Option<&Path>) -> Option<String> {
+    let canonical = |path: &Path| path.canonicalize().unwrap_or_else(|_| path.to_owned());
+    let workspace = canonical(workspace);
+    let holds_home = home.is_some_and(|home| canonical(home).starts_with(&workspace));
+    if !holds_home && workspace.parent().is_some() {
+        return None;
+    }
+    let what = match home.map(canonical) {
+        Some(home) if home == workspace => "your home folder".to_owned(),
+        _ => "a folder that holds your home folder".to_owned(),
+    };
+    Some(format!(
+        "the workspace `{}` is {what}, not a project: it holds your keys, credentials and the \
+         files your shell runs at login, so no extension or tool may use it; start zot in a \
+         project's folder",
+        crate::text::Shown(&workspace.to_string_lossy())
+    ))
 }
 
 /// What one extension (or data tool) may do.
@@ -935,6 +965,52 @@ mod tests {
     use std::os::unix::fs::symlink;
 
     use super::*;
+
+    #[test]
+    fn the_home_folder_and_what_holds_it_are_no_project() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().canonicalize().unwrap();
+        let home = root.join("users/me");
+        std::fs::create_dir_all(home.join("code/app")).unwrap();
+        symlink(&home, root.join("link-to-home")).unwrap();
+        let why = |ws: &Path| not_a_project(ws, Some(&home));
+        // Attack: zot run where a new terminal starts, or above it.
+        let refused = |ws: &Path, what: &str| {
+            format!(
+                "the workspace `{}` is {what}, not a project: it holds your keys, credentials \
+                 and the files your shell runs at login, so no extension or tool may use it; \
+                 start zot in a project's folder",
+                ws.display()
+            )
+        };
+        assert_eq!(why(&home), Some(refused(&home, "your home folder")));
+        assert_eq!(
+            why(&root.join("link-to-home")),
+            Some(refused(&home, "your home folder"))
+        );
+        assert_eq!(
+            why(&root.join("users")),
+            Some(refused(
+                &root.join("users"),
+                "a folder that holds your home folder"
+            ))
+        );
+        assert_eq!(
+            not_a_project(Path::new("/"), None),
+            Some(refused(
+                Path::new("/"),
+                "a folder that holds your home folder"
+            ))
+        );
+        // Control: a project, in the home folder or beside it.
+        assert_eq!(why(&home.join("code/app")), None);
+        assert_eq!(why(&home.join("code")), None);
+        assert_eq!(
+            why(&root),
+            Some(refused(&root, "a folder that holds your home folder"))
+        );
+        assert_eq!(not_a_project(&home.join("code"), None), None);
+    }
 
     #[test]
     fn control_sources_name_every_folder_that_decides_grants_or_runs() {

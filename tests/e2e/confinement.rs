@@ -841,6 +841,11 @@ async fn a_confined_native_extension_reads_no_secret_and_writes_nothing_of_zot_h
 fn zot_in_the_workspace(lab: &Lab, dir: &Path) -> crate::support::Peer {
     let home = lab.dev.join("user-home");
     std::fs::create_dir_all(&home).expect("user home");
+    zot_in_the_workspace_with_home(lab, dir, &home)
+}
+
+/// [`zot_in_the_workspace`], with `$HOME` at `home`.
+fn zot_in_the_workspace_with_home(lab: &Lab, dir: &Path, home: &Path) -> crate::support::Peer {
     let mut command = tokio::process::Command::new("sh");
     command
         .args([
@@ -851,7 +856,7 @@ fn zot_in_the_workspace(lab: &Lab, dir: &Path) -> crate::support::Peer {
         .arg(dir)
         .current_dir(&lab.workspace)
         .env("ZOT_HOME", &lab.home)
-        .env("HOME", &home)
+        .env("HOME", home)
         .env_remove("ZOTBOX_LOG");
     crate::support::Peer::spawn(command)
 }
@@ -904,6 +909,47 @@ async fn under_zotbox_run_a_confined_native_extension_reaches_the_workspace_zot_
         !ended.stderr.contains("zot names the workspace"),
         "{ended:#?}"
     );
+}
+
+/// zot run where a new terminal opens: the workspace is the home folder,
+/// and a confined native extension gets none of it (a guest gets nothing of
+/// it either, `control_paths::a_guest_gets_nothing_of_a_workspace_that_is_the_home_folder`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_confined_native_extension_gets_nothing_of_a_workspace_that_is_the_home_folder() {
+    let lab = Lab::new();
+    let ws = lab.workspace.display().to_string();
+    crate::attack::user_policy(&lab, &json!({"confine_native": true}));
+    let dir = native_probe(&lab);
+    std::fs::create_dir_all(lab.workspace.join(".ssh")).expect(".ssh");
+    std::fs::write(lab.workspace.join(".ssh/id_ed25519"), "PRIVATE KEY").expect("key");
+    let mut zot = zot_in_the_workspace_with_home(&lab, &dir, &lab.workspace);
+    zot.recv_through("ready").await;
+    zot.send(
+        &json!({"type": "hello_ack", "protocol_version": 1, "zot_version": "x",
+                     "provider": "p", "model": "m", "cwd": ws}),
+    )
+    .await;
+    let mut run = async |script: String| {
+        zot.send(&json!({"type": "tool_call", "id": "1", "name": "run", "args": {"sh": script}}))
+            .await;
+        let answer = zot.recv_through("tool_result").await;
+        answer.last().expect("an answer")["content"][0]["text"]
+            .as_str()
+            .expect("text")
+            .to_owned()
+    };
+    // Attack: the user's key, and the file their shell runs at login.
+    assert_eq!(
+        run(format!("cat {ws}/.ssh/id_ed25519; echo x >> {ws}/.bashrc")).await,
+        format!(
+            "exit=2 out= err=cat: {ws}/.ssh/id_ed25519: No such file or directory\nsh: 1: \
+             cannot create {ws}/.bashrc: Directory nonexistent\n"
+        )
+    );
+    zot.send(&json!({"type": "shutdown"})).await;
+    let ended = zot.end().await;
+    assert!(ended.status.success(), "{ended:#?}");
+    assert!(!lab.workspace.join(".bashrc").exists());
 }
 
 /// Should zot name a workspace other than the folder it runs in, which a

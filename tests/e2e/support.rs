@@ -1020,10 +1020,21 @@ pub fn zotbox_with_home(lab: &Lab, home: &Path, args: &[&str]) -> Run {
 /// call in turn and returns each answer as `(is_error, text)`; then shuts
 /// it down. Every wait is bounded by [`PATIENCE`].
 pub fn zotbox_run_calls(lab: &Lab, dir: &Path, calls: &[(&str, Value)]) -> Vec<(bool, String)> {
+    zotbox_run_calls_with(lab, dir, &[], calls)
+}
+
+/// [`zotbox_run_calls`] with `env` added to `zotbox run`'s environment.
+pub fn zotbox_run_calls_with(
+    lab: &Lab,
+    dir: &Path,
+    env: &[(&str, &Path)],
+    calls: &[(&str, Value)],
+) -> Vec<(bool, String)> {
     use std::io::{BufRead, Write};
     use std::process::Stdio;
     let mut child = Command::new(env!("CARGO_BIN_EXE_zotbox"))
         .args(["run", &dir.display().to_string()])
+        .envs(env.iter().copied())
         .current_dir(dir)
         .env("ZOT_HOME", &lab.home)
         .env(

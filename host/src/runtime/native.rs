@@ -79,6 +79,12 @@ impl NativeConfinement {
         home: &crate::home::ZotHome,
     ) -> Option<Self> {
         let required_by = policy.confinement_required_by().map(Path::to_owned);
+        // The home folder (or what holds it) is no project: the extension
+        // gets no workspace there, as a guest gets none.
+        let user_home = std::env::var_os("HOME").filter(|home| !home.is_empty());
+        let workspace = workspace.filter(|(workspace, _)| {
+            crate::sandbox::not_a_project(workspace, user_home.as_deref().map(Path::new)).is_none()
+        });
         let (workspace, control) = workspace.unzip();
         (policy.confine_native() || required_by.is_some()).then(|| Self {
             workspace,
