@@ -214,7 +214,7 @@ impl Services {
             )
         })?;
         let home = self.env_var("HOME").filter(|home| !home.is_empty());
-        if let Some(why) = not_a_project(workspace, home.as_deref().map(Path::new)) {
+        if let Some(why) = home_workspace_refusal(workspace, home.as_deref().map(Path::new)) {
             return Err(CapabilityError::denied(capability, subject, why));
         }
         Ok(workspace)
@@ -246,13 +246,32 @@ impl Services {
     }
 }
 
+/// Why `workspace` is no project an extension may use ([`not_a_project`]),
+/// for the home folder `env_home` (the extension's `$HOME`) and the one the
+/// user database names, should `$HOME` be unset or elsewhere.
+pub(crate) fn home_workspace_refusal(workspace: &Path, env_home: Option<&Path>) -> Option<String> {
+    static PASSWD_HOME: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    let passwd_home = PASSWD_HOME.get_or_init(|| {
+        nix::unistd::User::from_uid(nix::unistd::getuid())
+            .ok()
+            .flatten()
+            .map(|user| user.dir)
+            .filter(|dir| dir.parent().is_some())
+    });
+    not_a_project(workspace, env_home).or_else(|| {
+        passwd_home
+            .as_deref()
+            .and_then(|home| not_a_project(workspace, Some(home)))
+    })
+}
+
 /// Why `workspace` is no project an extension may use: it is the user's
 /// home folder, or holds it (`/`, `/home`). There a grant of `**` would
 /// reach the user's keys and credentials (`~/.ssh`, `~/.aws`) and the files
 /// that run code at their next login (`~/.bashrc`, `~/.profile`, `~/bin`):
 /// zot run in a terminal that has not changed folder names the home folder
 /// as its workspace.
-pub(crate) fn not_a_project(workspace: &Path, home: Option<&Path>) -> Option<String> {
+fn not_a_project(workspace: &Path, home: Option<&Path>) -> Option<String> {
     let canonical = |path: &Path| path.canonicalize().unwrap_or_else(|_| path.to_owned());
     let workspace = canonical(workspace);
     let holds_home = home.is_some_and(|home| canonical(home).starts_with(&workspace));
@@ -1010,6 +1029,19 @@ mod tests {
             Some(refused(&root, "a folder that holds your home folder"))
         );
         assert_eq!(not_a_project(&home.join("code"), None), None);
+        // With `$HOME` unset or elsewhere, the home folder the user database
+        // names still counts.
+        let user = nix::unistd::User::from_uid(nix::unistd::getuid())
+            .unwrap()
+            .expect("this user in the user database");
+        assert_eq!(
+            home_workspace_refusal(&user.dir, None),
+            Some(refused(
+                &user.dir.canonicalize().unwrap(),
+                "your home folder"
+            ))
+        );
+        assert_eq!(home_workspace_refusal(&home.join("code"), None), None);
     }
 
     #[test]

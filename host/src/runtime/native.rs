@@ -83,7 +83,8 @@ impl NativeConfinement {
         // gets no workspace there, as a guest gets none.
         let user_home = std::env::var_os("HOME").filter(|home| !home.is_empty());
         let workspace = workspace.filter(|(workspace, _)| {
-            crate::sandbox::not_a_project(workspace, user_home.as_deref().map(Path::new)).is_none()
+            crate::sandbox::home_workspace_refusal(workspace, user_home.as_deref().map(Path::new))
+                .is_none()
         });
         let (workspace, control) = workspace.unzip();
         (policy.confine_native() || required_by.is_some()).then(|| Self {
