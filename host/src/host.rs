@@ -279,6 +279,12 @@ impl Host {
         self.workspace_view().assessment.refusal()
     }
 
+    /// Why no extension or tool may use the workspace at all: it is the
+    /// user's home folder, or holds it; `None` for a project.
+    pub fn workspace_not_a_project(&self) -> Option<String> {
+        self.inner.services.not_a_project()
+    }
+
     /// What an untrusted workspace brings and why it stays off, in one
     /// line for a person (names escaped); `None` when the workspace is
     /// trusted or brings nothing. `zotbox serve` shows it once per session.

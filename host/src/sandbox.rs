@@ -213,11 +213,17 @@ impl Services {
                 "the workspace is not known yet (no `hello_ack` from zot)",
             )
         })?;
-        let home = self.env_var("HOME").filter(|home| !home.is_empty());
-        if let Some(why) = home_workspace_refusal(workspace, home.as_deref().map(Path::new)) {
+        if let Some(why) = self.not_a_project() {
             return Err(CapabilityError::denied(capability, subject, why));
         }
         Ok(workspace)
+    }
+
+    /// Why the workspace, once known, is no project an extension may use
+    /// (the user's home folder, or what holds it).
+    pub(crate) fn not_a_project(&self) -> Option<String> {
+        let home = self.env_var("HOME").filter(|home| !home.is_empty());
+        home_workspace_refusal(self.workspace()?, home.as_deref().map(Path::new))
     }
 
     fn jail(&self, capability: Capability, subject: &str) -> Result<Arc<Jail>, CapabilityError> {

@@ -133,6 +133,31 @@ fn without_a_policy_the_built_in_ceilings_are_named() {
     );
 }
 
+/// `doctor` run where zot would name the home folder as its workspace says
+/// that no extension or tool may use it, and why.
+#[test]
+fn doctor_says_a_workspace_that_is_the_home_folder_is_no_project() {
+    let lab = Lab::new();
+    let run = lab.zotbox(&["doctor"]);
+    assert!(!run.stdout.contains("not a project"), "{run:#?}");
+    let output = lab
+        .command(&["doctor"])
+        .env("HOME", &lab.workspace)
+        .output()
+        .expect("run zotbox");
+    let run = crate::support::Run::from(output);
+    run.expect_code(1);
+    assert!(
+        run.stdout.contains(&format!(
+            "\n  workspace: the workspace `{}` is your home folder, not a project: it holds your \
+             keys, credentials and the files your shell runs at login, so no extension or tool \
+             may use it; start zot in a project's folder\n",
+            lab.workspace.display()
+        )),
+        "{run:#?}"
+    );
+}
+
 #[test]
 fn call_prints_the_result_and_exits_by_outcome() {
     let (lab, _weather) = weather_lab();

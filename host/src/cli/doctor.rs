@@ -186,6 +186,9 @@ impl Args {
 fn workspace_findings(host: &Host, findings: &mut Vec<(String, String)>, notes: &mut Vec<String>) {
     let trusted = host.workspace_trusted();
     notes.push(format!("workspace trust: {}", host.workspace_summary()));
+    if let Some(why) = host.workspace_not_a_project() {
+        findings.push(("workspace".to_owned(), why));
+    }
     if let Some(refusal) = host.workspace_refusal() {
         for tool in &host.data_set().untrusted_tools {
             findings.push((
