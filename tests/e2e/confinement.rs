@@ -454,7 +454,7 @@ async fn a_command_cannot_plant_a_nested_repository_that_runs_code_later() {
     assert!(
         text.ends_with(
             "it created the control path `docs/fresh/.git/` (which decides what runs); no \
-             command may write it, so it was removed"
+             command may write it, so it was renamed with `.refused-by-zotbox` added, beside it"
         ),
         "{text}"
     );
@@ -472,6 +472,11 @@ async fn a_command_cannot_plant_a_nested_repository_that_runs_code_later() {
         config
     );
     assert!(!lab.workspace.join("docs/fresh/.git").exists());
+    assert!(
+        lab.workspace
+            .join("docs/fresh/.git.refused-by-zotbox/config")
+            .is_file()
+    );
     for dir in [&nested, &lab.workspace.join("docs/fresh")] {
         let _ = Command::new("git").arg("status").current_dir(dir).output();
     }

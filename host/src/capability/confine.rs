@@ -46,8 +46,10 @@
 //!    (a worktree's, `--separate-git-dir`) names inside the workspace,
 //!    which git reads as the repository. A folder that does not exist cannot
 //!    be bound, so once every descendant is dead the census is taken again
-//!    and any control path that was not there before is removed (a link as
-//!    a link); the call then fails as a refusal naming them, as it does
+//!    and any control path that was not there before is set aside (renamed
+//!    with [`SET_ASIDE`] added, a link as a link: nothing is lost should it
+//!    have been the user's, cloned in another terminal while the command
+//!    ran); the call then fails as a refusal naming them, as it does
 //!    when the command made a folder unreadable, so that it could not be
 //!    checked. A workspace of more than [`MAX_FOLDERS`] folders runs
 //!    nothing ([`CensusError::TooLarge`]).
@@ -812,7 +814,7 @@ fn probe_namespaces() -> Result<(), String> {
 mod child;
 
 mod census;
-pub use census::{Census, CensusError, Left, MAX_FOLDERS};
+pub use census::{Census, CensusError, Left, MAX_FOLDERS, SET_ASIDE};
 
 /// Makes the process `command` starts die with the thread that starts it
 /// (`PR_SET_PDEATHSIG`), confined or not.

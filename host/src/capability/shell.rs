@@ -502,8 +502,9 @@ fn left_behind(left: &confine::Left) -> String {
     if !left.created.is_empty() {
         reasons.push(format!(
             "it created the control path {} (which decides what runs); no command may write \
-             it, so it was removed",
-            left.created.join(", ")
+             it, so it was renamed with `{}` added, beside it",
+            left.created.join(", "),
+            confine::SET_ASIDE
         ));
     }
     if !left.unreadable.is_empty() {
@@ -881,7 +882,7 @@ mod tests {
                  && printf 'gitdir: evil\\n' > .git",
                 "`.git`",
             ),
-            // A link counts too, and is removed as a link.
+            // A link counts too, and is set aside as a link.
             ("ln -s /tmp .shiro", "`.shiro`"),
             // Attack: a repository below the root, whose `git status` (a
             // shell prompt's, zot's own `bash`) runs its fsmonitor line.
@@ -908,7 +909,8 @@ mod tests {
                     command,
                     format!(
                         "it created the control path {created} (which decides what runs); no \
-                         command may write it, so it was removed"
+                         command may write it, so it was renamed with `.refused-by-zotbox` \
+                         added, beside it"
                     ),
                 )),
                 "{command}"
@@ -921,6 +923,14 @@ mod tests {
             }
             let census = confine::Census::take(dir.path()).unwrap();
             assert_eq!(census.nested().count(), 0, "{command}: {census:?}");
+            // Set aside, not lost: it could have been the user's own.
+            let first = created.split(", ").next().unwrap().trim_matches('`');
+            let aside = format!("{}.refused-by-zotbox", first.trim_end_matches('/'));
+            let aside = aside.replace("\\u{1b}", "\u{1b}");
+            assert!(
+                std::fs::symlink_metadata(dir.path().join(&aside)).is_ok(),
+                "{command}: no `{aside}`"
+            );
         }
         // A control path that existed before is left alone (and read-only).
         let dir = tempfile::tempdir().unwrap();
@@ -1009,7 +1019,7 @@ mod tests {
         // As root the folder is read anyway, and the `.git` found in it.
         let why = if nix::unistd::geteuid().is_root() {
             "it created the control path `hidden/.git/` (which decides what runs); no command \
-             may write it, so it was removed"
+             may write it, so it was renamed with `.refused-by-zotbox` added, beside it"
         } else {
             "`hidden/` cannot be read, so it cannot be checked for control paths a command may \
              have created there; make it readable again, or remove it"

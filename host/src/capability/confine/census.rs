@@ -8,7 +8,7 @@
 //! started in `docs/` runs `docs/.zot/extensions/*`. So before a command
 //! runs, every `.git`, `.zot` and `.shiro` below the workspace is found
 //! (and bound read-only by the jail), and once every process of the command
-//! is dead, any that was not there before is removed.
+//! is dead, any that was not there before is set aside (renamed).
 //!
 //! Walking a large workspace twice per command would cost more than the
 //! command, so a process keeps the folders it walked, by workspace, and
@@ -103,7 +103,7 @@ impl Found {
 /// What a command left behind that decides what runs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Left {
-    /// Control paths it created (removed now), shown as `` `sub/.git/` ``.
+    /// Control paths it created (set aside now), shown as `` `sub/.git/` ``.
     pub created: Vec<String>,
     /// Folders that cannot be read (made unreadable, or too deep to
     /// name), so they could not be checked, shown as `` `sub/` ``.
@@ -170,9 +170,9 @@ impl Census {
             .map(|found| self.workspace.join(&found.path))
     }
 
-    /// Looks again, once nothing the command started can run: removes every
-    /// control path that was not here before (a link as a link, a folder
-    /// whole, the folders leading to it opened without following a link),
+    /// Looks again, once nothing the command started can run: sets aside
+    /// every control path that was not here before (renamed, a link as a
+    /// link, the folders leading to it opened without following a link),
     /// and names it and every unreadable folder that is new or changed (a
     /// command may open a folder it owns, write in it, and close it again).
     ///
@@ -187,9 +187,9 @@ impl Census {
             if known.contains(&(found.dev, found.ino)) {
                 continue;
             }
-            if let Err(err) = remove(&self.workspace, &found) {
+            if let Err(err) = set_aside(&self.workspace, &found) {
                 tracing::error!(
-                    "cannot remove the control path {} a command created in `{}`: {err}",
+                    "cannot set aside the control path {} a command created in `{}`: {err}",
                     found.shown(),
                     self.workspace.display()
                 );
@@ -208,11 +208,18 @@ impl Census {
     }
 }
 
-/// Removes `found` if the entry at its path is still the one found: the
-/// folders leading to it are opened one by one without following a link,
-/// so a link swapped in by another command cannot lead the removal out of
-/// the workspace or onto a control path that was there before.
-fn remove(workspace: &Path, found: &Found) -> io::Result<()> {
+/// What a control path a command created is renamed to, beside it: not a
+/// name git, zot or shiro reads, and nothing lost should it have been
+/// yours (a repository cloned in another terminal while the command ran).
+pub const SET_ASIDE: &str = ".refused-by-zotbox";
+
+/// Renames `found` to its name and [`SET_ASIDE`] (replacing nothing; with
+/// `-2`, `-3`, … when taken), or removes it when no such name is free, if
+/// the entry at its path is still the one found: the folders leading to it
+/// are opened one by one without following a link, so a link swapped in by
+/// another command cannot lead elsewhere, out of the workspace or onto a
+/// control path that was there before.
+fn set_aside(workspace: &Path, found: &Found) -> io::Result<()> {
     let mut dir = Dir::open_ambient_dir(workspace, cap_std::ambient_authority())?;
     let mut components: Vec<&OsStr> = Vec::new();
     for component in found.path.components() {
@@ -229,7 +236,29 @@ fn remove(workspace: &Path, found: &Found) -> io::Result<()> {
     }
     let meta = dir.symlink_metadata(name)?;
     if meta.ino() != found.ino {
-        return Err(io::Error::other("it was replaced while being removed"));
+        return Err(io::Error::other("it was replaced while being set aside"));
+    }
+    for attempt in 1..=9 {
+        let mut aside = name.to_os_string();
+        aside.push(SET_ASIDE);
+        if attempt > 1 {
+            aside.push(format!("-{attempt}"));
+        }
+        let renamed = nix::fcntl::renameat2(
+            &dir,
+            *name,
+            &dir,
+            aside.as_os_str(),
+            nix::fcntl::RenameFlags::RENAME_NOREPLACE,
+        );
+        match renamed {
+            Ok(()) => return Ok(()),
+            Err(nix::errno::Errno::EEXIST) => {}
+            Err(err) => {
+                tracing::warn!("cannot rename {}: {err}; removing it", found.shown());
+                break;
+            }
+        }
     }
     if meta.is_dir() {
         dir.remove_dir_all(name)
@@ -392,7 +421,7 @@ impl Folder {
             let name = entry.file_name();
             let kind = entry.file_type()?;
             if is_control(&name) {
-                // Not walked: the entry is bound or removed whole.
+                // Not walked: the entry is bound or set aside whole.
                 controls.push((name, entry.ino(), kind.is_dir()));
             } else if kind.is_dir() {
                 subfolders.push(name);
@@ -469,7 +498,7 @@ mod tests {
     }
 
     #[test]
-    fn what_appears_later_is_removed_and_what_was_there_stays() {
+    fn what_appears_later_is_set_aside_and_what_was_there_stays() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
         std::fs::create_dir_all(root.join("sub/.git")).unwrap();
@@ -489,7 +518,16 @@ mod tests {
         );
         assert!(left.unreadable.is_empty());
         assert!(!root.join("new/deep/.git").exists());
-        assert!(root.join("new/deep").is_dir());
+        assert!(root.join("new/deep/.git.refused-by-zotbox/hooks").is_dir());
+        assert_eq!(
+            std::fs::read_to_string(root.join("file/.git.refused-by-zotbox")).unwrap(),
+            "gitdir: /elsewhere\n"
+        );
+        assert!(
+            std::fs::symlink_metadata(root.join("file/.zot.refused-by-zotbox"))
+                .unwrap()
+                .is_symlink()
+        );
         assert!(std::fs::symlink_metadata(root.join("file/.zot")).is_err());
         assert!(!root.join("file/.git").exists());
         assert_eq!(
@@ -511,6 +549,29 @@ mod tests {
             .and_then(|tree| tree.folders.get_mut(Path::new(relative)))
             .unwrap();
         folder.stamp = stamp;
+    }
+
+    #[test]
+    fn setting_aside_replaces_nothing() {
+        // Attack: a file waiting under the name a `.git` is set aside to,
+        // and one under the next.
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir(root.join("a")).unwrap();
+        for taken in [".git.refused-by-zotbox", ".git.refused-by-zotbox-2"] {
+            std::fs::write(root.join("a").join(taken), "kept").unwrap();
+        }
+        let before = census(root);
+        std::fs::create_dir_all(root.join("a/.git/objects")).unwrap();
+        assert_eq!(before.take_back().unwrap().created, ["`a/.git/`"]);
+        for taken in [".git.refused-by-zotbox", ".git.refused-by-zotbox-2"] {
+            assert_eq!(
+                std::fs::read_to_string(root.join("a").join(taken)).unwrap(),
+                "kept"
+            );
+        }
+        assert!(root.join("a/.git.refused-by-zotbox-3/objects").is_dir());
+        assert!(!root.join("a/.git").exists());
     }
 
     #[test]
