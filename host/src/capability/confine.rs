@@ -449,10 +449,10 @@ impl Jail {
             // A `.git` file (a worktree's, `--separate-git-dir`) makes the
             // folder it points to the repository: inside the workspace, it
             // is as read-only as a `.git` folder would be.
+            let root = workspace.canonicalize().ok();
             let inside = |path: &PathBuf| {
-                workspace
-                    .canonicalize()
-                    .is_ok_and(|root| path.starts_with(&root) && *path != root)
+                root.as_ref()
+                    .is_some_and(|root| path.starts_with(root) && path != root)
             };
             let pointed: Vec<PathBuf> = controls
                 .iter()
