@@ -223,7 +223,7 @@ impl Services {
     /// (the user's home folder, or what holds it).
     pub(crate) fn not_a_project(&self) -> Option<String> {
         let home = self.env_var("HOME").filter(|home| !home.is_empty());
-        home_workspace_refusal(self.workspace()?, home.as_deref().map(Path::new))
+        no_project_refusal(self.workspace()?, home.as_deref().map(Path::new))
     }
 
     fn jail(&self, capability: Capability, subject: &str) -> Result<Arc<Jail>, CapabilityError> {
@@ -252,10 +252,11 @@ impl Services {
     }
 }
 
-/// Why `workspace` is no project an extension may use ([`not_a_project`]),
+/// Why `workspace` is no project an extension may use: [`not_a_project`]
 /// for the home folder `env_home` (the extension's `$HOME`) and the one the
-/// user database names, should `$HOME` be unset or elsewhere.
-pub(crate) fn home_workspace_refusal(workspace: &Path, env_home: Option<&Path>) -> Option<String> {
+/// user database names, should `$HOME` be unset or elsewhere, and
+/// [`shared_by_the_session`].
+pub(crate) fn no_project_refusal(workspace: &Path, env_home: Option<&Path>) -> Option<String> {
     static PASSWD_HOME: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
     let passwd_home = PASSWD_HOME.get_or_init(|| {
         nix::unistd::User::from_uid(nix::unistd::getuid())
@@ -264,11 +265,41 @@ pub(crate) fn home_workspace_refusal(workspace: &Path, env_home: Option<&Path>) 
             .map(|user| user.dir)
             .filter(|dir| dir.parent().is_some())
     });
-    not_a_project(workspace, env_home).or_else(|| {
-        passwd_home
-            .as_deref()
-            .and_then(|home| not_a_project(workspace, Some(home)))
-    })
+    not_a_project(workspace, env_home)
+        .or_else(|| {
+            passwd_home
+                .as_deref()
+                .and_then(|home| not_a_project(workspace, Some(home)))
+        })
+        .or_else(|| shared_by_the_session(workspace))
+}
+
+/// Why `workspace` is no project an extension may use: it is, or holds, a
+/// folder every program of the user's session shares
+/// ([`SOCKET_DIRS`](crate::capability::confine::SOCKET_DIRS): `/tmp`, …).
+/// The sockets there (the ssh agent's, X11's, D-Bus's) are kept from a
+/// confined command by covering those folders, which a workspace is not;
+/// and other programs' files there are not the project's.
+fn shared_by_the_session(workspace: &Path) -> Option<String> {
+    let canonical = |path: &Path| path.canonicalize().unwrap_or_else(|_| path.to_owned());
+    let workspace = canonical(workspace);
+    let shared = crate::capability::confine::SOCKET_DIRS
+        .iter()
+        .map(|dir| canonical(Path::new(dir)))
+        .find(|dir| dir.starts_with(&workspace))?;
+    let shown = crate::text::Shown(&workspace.to_string_lossy()).to_string();
+    let what = if shared == workspace {
+        format!("`{shown}`, a folder every program of your session shares")
+    } else {
+        format!(
+            "`{shown}`, which holds `{}`, a folder every program of your session shares",
+            shared.display()
+        )
+    };
+    Some(format!(
+        "the workspace {what}, is not a project: they keep their sockets and files there (the ssh \
+         agent's, X11's), so no extension or tool may use it; start zot in a project's folder"
+    ))
 }
 
 /// Why `workspace` is no project an extension may use: it is the user's
@@ -1041,13 +1072,45 @@ mod tests {
             .unwrap()
             .expect("this user in the user database");
         assert_eq!(
-            home_workspace_refusal(&user.dir, None),
+            no_project_refusal(&user.dir, None),
             Some(refused(
                 &user.dir.canonicalize().unwrap(),
                 "your home folder"
             ))
         );
-        assert_eq!(home_workspace_refusal(&home.join("code"), None), None);
+        assert_eq!(no_project_refusal(&home.join("code"), None), None);
+        // Attack: zot run in `/tmp`, where the ssh agent's and X11's sockets
+        // lie, which the covers of a confined command would not hide.
+        let shared = |ws: &str, what: &str| {
+            format!(
+                "the workspace `{ws}`{what}, is not a project: they keep their sockets and files \
+                 there (the ssh agent's, X11's), so no extension or tool may use it; start zot in \
+                 a project's folder"
+            )
+        };
+        let tmp_dir = Path::new("/tmp").canonicalize().unwrap();
+        let elsewhere = Path::new("/nonexistent-home");
+        assert_eq!(
+            no_project_refusal(&tmp_dir, Some(elsewhere)),
+            Some(shared(
+                &tmp_dir.display().to_string(),
+                ", a folder every program of your session shares"
+            ))
+        );
+        let var = Path::new("/var").canonicalize().unwrap();
+        let var_tmp = Path::new("/var/tmp").canonicalize().unwrap();
+        assert_eq!(
+            no_project_refusal(&var, Some(elsewhere)),
+            Some(shared(
+                &var.display().to_string(),
+                &format!(
+                    ", which holds `{}`, a folder every program of your session shares",
+                    var_tmp.display()
+                )
+            ))
+        );
+        // Control: a project below `/tmp` (the covers hide the rest of it).
+        assert_eq!(no_project_refusal(&root, Some(elsewhere)), None);
     }
 
     #[test]

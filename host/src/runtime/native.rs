@@ -83,7 +83,7 @@ impl NativeConfinement {
         // gets no workspace there, as a guest gets none.
         let user_home = std::env::var_os("HOME").filter(|home| !home.is_empty());
         let workspace = workspace.filter(|(workspace, _)| {
-            crate::sandbox::home_workspace_refusal(workspace, user_home.as_deref().map(Path::new))
+            crate::sandbox::no_project_refusal(workspace, user_home.as_deref().map(Path::new))
                 .is_none()
         });
         let (workspace, control) = workspace.unzip();
