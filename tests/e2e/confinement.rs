@@ -866,6 +866,28 @@ fn zot_in_the_workspace_with_home(lab: &Lab, dir: &Path, home: &Path) -> crate::
     crate::support::Peer::spawn(command)
 }
 
+/// Waits for the native probe to be ready and answers it as zot running
+/// in `ws` does.
+async fn greet_as_zot(zot: &mut crate::support::Peer, ws: &str) {
+    zot.recv_through("ready").await;
+    zot.send(
+        &json!({"type": "hello_ack", "protocol_version": 1, "zot_version": "x",
+                     "provider": "p", "model": "m", "cwd": ws}),
+    )
+    .await;
+}
+
+/// What the native probe answers when zot asks it to run `script`.
+async fn probe_runs(zot: &mut crate::support::Peer, script: String) -> String {
+    zot.send(&json!({"type": "tool_call", "id": "1", "name": "run", "args": {"sh": script}}))
+        .await;
+    let answer = zot.recv_through("tool_result").await;
+    answer.last().expect("an answer")["content"][0]["text"]
+        .as_str()
+        .expect("text")
+        .to_owned()
+}
+
 /// Under zot (`zotbox run`, started in the extension's folder by a zot
 /// running in the workspace), a confined native extension reaches the
 /// workspace zot runs in, with the same mounts as under the library: its
@@ -879,21 +901,8 @@ async fn under_zotbox_run_a_confined_native_extension_reaches_the_workspace_zot_
     let dir = native_probe(&lab);
     std::fs::write(lab.workspace.join("notes.txt"), "the project's\n").expect("notes");
     let mut zot = zot_in_the_workspace(&lab, &dir);
-    zot.recv_through("ready").await;
-    zot.send(
-        &json!({"type": "hello_ack", "protocol_version": 1, "zot_version": "x",
-                     "provider": "p", "model": "m", "cwd": ws}),
-    )
-    .await;
-    let mut run = async |script: String| {
-        zot.send(&json!({"type": "tool_call", "id": "1", "name": "run", "args": {"sh": script}}))
-            .await;
-        let answer = zot.recv_through("tool_result").await;
-        answer.last().expect("an answer")["content"][0]["text"]
-            .as_str()
-            .expect("text")
-            .to_owned()
-    };
+    greet_as_zot(&mut zot, &ws).await;
+    let mut run = async |script: String| probe_runs(&mut zot, script).await;
     assert_eq!(
         run(format!(
             "cat {ws}/notes.txt && echo w > {ws}/w.txt && cat {ws}/w.txt"
@@ -928,21 +937,8 @@ async fn a_confined_native_extension_gets_nothing_of_a_workspace_that_is_the_hom
     std::fs::create_dir_all(lab.workspace.join(".ssh")).expect(".ssh");
     std::fs::write(lab.workspace.join(".ssh/id_ed25519"), "PRIVATE KEY").expect("key");
     let mut zot = zot_in_the_workspace_with_home(&lab, &dir, &lab.workspace);
-    zot.recv_through("ready").await;
-    zot.send(
-        &json!({"type": "hello_ack", "protocol_version": 1, "zot_version": "x",
-                     "provider": "p", "model": "m", "cwd": ws}),
-    )
-    .await;
-    let mut run = async |script: String| {
-        zot.send(&json!({"type": "tool_call", "id": "1", "name": "run", "args": {"sh": script}}))
-            .await;
-        let answer = zot.recv_through("tool_result").await;
-        answer.last().expect("an answer")["content"][0]["text"]
-            .as_str()
-            .expect("text")
-            .to_owned()
-    };
+    greet_as_zot(&mut zot, &ws).await;
+    let mut run = async |script: String| probe_runs(&mut zot, script).await;
     // Attack: the user's key, and the file their shell runs at login.
     assert_eq!(
         run(format!("cat {ws}/.ssh/id_ed25519; echo x >> {ws}/.bashrc")).await,
