@@ -41,7 +41,10 @@
 //!    `core.fsmonitor` of `vendor/lib/.git/config`, and a shell prompt runs
 //!    `git status` on entering the folder), and zot started in a subfolder
 //!    runs its `.zot/extensions/*`. A [`Census`] finds every `.git`, `.zot`
-//!    and `.shiro` below the workspace before the command runs; they are
+//!    and `.shiro` below the workspace, and every folder git takes for a
+//!    repository whatever its name (a bare one, whose hooks run when the
+//!    user pushes to it: `HEAD`, `objects/` and `refs/`), before the
+//!    command runs; they are
 //!    bound read-only like the root's, and so is the folder a `.git` file
 //!    (a worktree's, `--separate-git-dir`) names inside the workspace,
 //!    which git reads as the repository. A folder that does not exist cannot

@@ -921,8 +921,15 @@ mod tests {
                     "{command}: `{name}` is still there"
                 );
             }
+            // What is left is set aside (a repository still, and so read-only
+            // to later commands, under a name git does not look for).
             let census = confine::Census::take(dir.path()).unwrap();
-            assert_eq!(census.nested().count(), 0, "{command}: {census:?}");
+            assert!(
+                census
+                    .nested()
+                    .all(|path| path.to_string_lossy().ends_with(confine::SET_ASIDE)),
+                "{command}: {census:?}"
+            );
             // Set aside, not lost: it could have been the user's own.
             let first = created.split(", ").next().unwrap().trim_matches('`');
             let aside = format!("{}.refused-by-zotbox", first.trim_end_matches('/'));
@@ -977,6 +984,41 @@ mod tests {
         }
         // Control: beside the repository, the workspace is writable.
         assert!(ws.join("deps/ok").exists());
+    }
+
+    #[tokio::test]
+    async fn a_bare_repository_is_read_only_and_one_a_command_makes_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path();
+        let made = std::process::Command::new("git")
+            .args(["init", "-q", "--bare", "fixtures/remote.git"])
+            .current_dir(ws)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        // Attack: a hook git runs when the user pushes to it.
+        let command = "printf 'touch pwned' > fixtures/remote.git/hooks/post-receive; echo done";
+        let output = run(&sh(command), ws, &ShellLimits::default())
+            .await
+            .unwrap();
+        assert!(
+            output.stderr.contains("Read-only file system"),
+            "{}",
+            output.stderr
+        );
+        assert!(!ws.join("fixtures/remote.git/hooks/post-receive").exists());
+        // Attack: a repository of its own, under any name.
+        let command = "git init -q --bare made.git";
+        let refused = run(&sh(command), ws, &ShellLimits::default()).await;
+        assert_eq!(
+            refused.err(),
+            Some(CapabilityError::denied(
+                Capability::Shell,
+                command,
+                "it created the control path `made.git/` (which decides what runs); no command \
+                 may write it, so it was renamed with `.refused-by-zotbox` added, beside it"
+            ))
+        );
     }
 
     #[tokio::test]

@@ -6,8 +6,9 @@
 //! `vendor/lib/.git/config`, whoever types it (the user, a shell prompt
 //! that shows the branch, zot's own `bash`, none of them sandboxed), and zot
 //! started in `docs/` runs `docs/.zot/extensions/*`. So before a command
-//! runs, every `.git`, `.zot` and `.shiro` below the workspace is found
-//! (and bound read-only by the jail), and once every process of the command
+//! runs, every `.git`, `.zot` and `.shiro` below the workspace, and every
+//! folder git takes for a repository whatever its name (a bare one), is
+//! found (and bound read-only by the jail), and once every process of the command
 //! is dead, any that was not there before is set aside (renamed).
 //!
 //! Walking a large workspace twice per command would cost more than the
@@ -318,6 +319,11 @@ struct Folder {
     subfolders: Vec<OsString>,
     /// Entries named as control paths: name, inode, whether a folder.
     controls: Vec<(OsString, u64, bool)>,
+    /// Whether the folder is a git repository whatever its name (a bare
+    /// one, `remote.git/`, or one a `.git` file names): it holds `HEAD`,
+    /// `objects/` and `refs/`, git's own test. git runs its hooks (a push
+    /// to it runs `hooks/post-receive`) and reads its `config`.
+    repository: bool,
 }
 
 /// Why a walk stopped.
@@ -393,12 +399,20 @@ impl Tree {
             .folders
             .iter()
             .flat_map(|(relative, folder)| {
-                folder.controls.iter().map(move |(name, ino, dir)| Found {
+                let repository =
+                    (folder.repository && !relative.as_os_str().is_empty()).then(|| Found {
+                        path: relative.clone(),
+                        dev: folder.stamp.dev,
+                        ino: folder.stamp.ino,
+                        dir: true,
+                    });
+                let controls = folder.controls.iter().map(move |(name, ino, dir)| Found {
                     path: relative.join(name),
                     dev: folder.stamp.dev,
                     ino: *ino,
                     dir: *dir,
-                })
+                });
+                repository.into_iter().chain(controls)
             })
             .collect();
         found.sort_by(|a, b| a.path.cmp(&b.path));
@@ -416,10 +430,17 @@ impl Folder {
     fn read(path: &Path, stamp: Stamp) -> io::Result<Self> {
         let mut subfolders = Vec::new();
         let mut controls = Vec::new();
+        let (mut head, mut objects, mut refs) = (false, false, false);
         for entry in std::fs::read_dir(path)? {
             let entry = entry?;
             let name = entry.file_name();
             let kind = entry.file_type()?;
+            match name.as_encoded_bytes() {
+                b"HEAD" => head = !kind.is_dir(),
+                b"objects" => objects = kind.is_dir(),
+                b"refs" => refs = kind.is_dir(),
+                _ => {}
+            }
             if is_control(&name) {
                 // Not walked: the entry is bound or set aside whole.
                 controls.push((name, entry.ino(), kind.is_dir()));
@@ -427,11 +448,17 @@ impl Folder {
                 subfolders.push(name);
             }
         }
+        let repository = head && objects && refs;
+        if repository {
+            // Not walked either: it is bound or set aside whole.
+            subfolders.clear();
+        }
         Ok(Self {
             stamp,
             settled: false,
             subfolders,
             controls,
+            repository,
         })
     }
 }
@@ -549,6 +576,43 @@ mod tests {
             .and_then(|tree| tree.folders.get_mut(Path::new(relative)))
             .unwrap();
         folder.stamp = stamp;
+    }
+
+    #[test]
+    fn a_repository_of_any_name_is_a_control_path() {
+        // A bare repository (`git init --bare`): git runs its hooks when
+        // the user pushes to it. Attack: one a command creates, and a hook
+        // written into one that was there.
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for folder in [
+            "fixtures/remote.git/objects",
+            "fixtures/remote.git/refs/heads",
+            "docs/refs",
+        ] {
+            std::fs::create_dir_all(root.join(folder)).unwrap();
+        }
+        std::fs::write(
+            root.join("fixtures/remote.git/HEAD"),
+            "ref: refs/heads/main\n",
+        )
+        .unwrap();
+        // Control: a folder with only some of the three is not one.
+        std::fs::write(root.join("docs/HEAD"), "a heading").unwrap();
+        let before = census(root);
+        assert_eq!(paths(&before), ["fixtures/remote.git"]);
+        let root_canonical = root.canonicalize().unwrap();
+        assert_eq!(
+            before.nested().collect::<Vec<_>>(),
+            [root_canonical.join("fixtures/remote.git")]
+        );
+        for folder in ["made.git/objects", "made.git/refs"] {
+            std::fs::create_dir_all(root.join(folder)).unwrap();
+        }
+        std::fs::write(root.join("made.git/HEAD"), "ref: refs/heads/main\n").unwrap();
+        assert_eq!(before.take_back().unwrap().created, ["`made.git/`"]);
+        assert!(root.join("made.git.refused-by-zotbox/objects").is_dir());
+        assert!(root.join("fixtures/remote.git/HEAD").is_file());
     }
 
     #[test]
