@@ -93,6 +93,9 @@ pub struct Services {
     // Known at start for a standalone host; for `zotbox run`, only once zot's
     // `hello_ack` names it (capability calls before that are refused).
     workspace: OnceLock<PathBuf>,
+    // Why the workspace is no project (`None`: it is one), once it is known:
+    // neither it nor the environment changes after.
+    no_project: OnceLock<Option<String>>,
     jail: OnceLock<Result<Arc<Jail>, String>>,
     http: OnceLock<Result<Arc<HttpClient>, String>>,
     http_config: HttpConfig,
@@ -138,6 +141,7 @@ impl Services {
         }
         Self {
             workspace: known,
+            no_project: OnceLock::new(),
             jail: OnceLock::new(),
             http: OnceLock::new(),
             http_config,
@@ -159,6 +163,8 @@ impl Services {
         environment: Arc<std::collections::HashMap<String, String>>,
     ) -> Self {
         self.environment = Some(environment);
+        // The home folder comes from it now.
+        self.no_project = OnceLock::new();
         self
     }
 
@@ -222,8 +228,13 @@ impl Services {
     /// Why the workspace, once known, is no project an extension may use
     /// (the user's home folder, or what holds it).
     pub(crate) fn not_a_project(&self) -> Option<String> {
-        let home = self.env_var("HOME").filter(|home| !home.is_empty());
-        no_project_refusal(self.workspace()?, home.as_deref().map(Path::new))
+        let workspace = self.workspace()?;
+        self.no_project
+            .get_or_init(|| {
+                let home = self.env_var("HOME").filter(|home| !home.is_empty());
+                no_project_refusal(workspace, home.as_deref().map(Path::new))
+            })
+            .clone()
     }
 
     fn jail(&self, capability: Capability, subject: &str) -> Result<Arc<Jail>, CapabilityError> {
@@ -265,28 +276,32 @@ pub(crate) fn no_project_refusal(workspace: &Path, env_home: Option<&Path>) -> O
             .map(|user| user.dir)
             .filter(|dir| dir.parent().is_some())
     });
-    not_a_project(workspace, env_home)
+    let workspace = canonical(workspace);
+    not_a_project(&workspace, env_home)
         .or_else(|| {
             passwd_home
                 .as_deref()
-                .and_then(|home| not_a_project(workspace, Some(home)))
+                .and_then(|home| not_a_project(&workspace, Some(home)))
         })
-        .or_else(|| shared_by_the_session(workspace))
+        .or_else(|| shared_by_the_session(&workspace))
 }
 
-/// Why `workspace` is no project an extension may use: it is, or holds, a
-/// folder every program of the user's session shares
+/// `path` through its links, or as it is when that cannot be read.
+fn canonical(path: &Path) -> PathBuf {
+    path.canonicalize().unwrap_or_else(|_| path.to_owned())
+}
+
+/// Why `workspace` (canonical) is no project an extension may use: it is,
+/// or holds, a folder every program of the user's session shares
 /// ([`SOCKET_DIRS`](crate::capability::confine::SOCKET_DIRS): `/tmp`, …).
 /// The sockets there (the ssh agent's, X11's, D-Bus's) are kept from a
 /// confined command by covering those folders, which a workspace is not;
 /// and other programs' files there are not the project's.
 fn shared_by_the_session(workspace: &Path) -> Option<String> {
-    let canonical = |path: &Path| path.canonicalize().unwrap_or_else(|_| path.to_owned());
-    let workspace = canonical(workspace);
     let shared = crate::capability::confine::SOCKET_DIRS
         .iter()
         .map(|dir| canonical(Path::new(dir)))
-        .find(|dir| dir.starts_with(&workspace))?;
+        .find(|dir| dir.starts_with(workspace))?;
     let shown = crate::text::Shown(&workspace.to_string_lossy()).to_string();
     let what = if shared == workspace {
         format!("`{shown}`, a folder every program of your session shares")
@@ -302,20 +317,21 @@ fn shared_by_the_session(workspace: &Path) -> Option<String> {
     ))
 }
 
-/// Why `workspace` is no project an extension may use: it is the user's
-/// home folder, or holds it (`/`, `/home`). There a grant of `**` would
+/// Why `workspace` (canonical) is no project an extension may use: it is
+/// the user's home folder, or holds it (`/`, `/home`). There a grant of `**` would
 /// reach the user's keys and credentials (`~/.ssh`, `~/.aws`) and the files
 /// that run code at their next login (`~/.bashrc`, `~/.profile`, `~/bin`):
 /// zot run in a terminal that has not changed folder names the home folder
 /// as its workspace.
 fn not_a_project(workspace: &Path, home: Option<&Path>) -> Option<String> {
-    let canonical = |path: &Path| path.canonicalize().unwrap_or_else(|_| path.to_owned());
-    let workspace = canonical(workspace);
-    let holds_home = home.is_some_and(|home| canonical(home).starts_with(&workspace));
+    let home = home.map(canonical);
+    let holds_home = home
+        .as_ref()
+        .is_some_and(|home| home.starts_with(workspace));
     if !holds_home && workspace.parent().is_some() {
         return None;
     }
-    let what = match home.map(canonical) {
+    let what = match home {
         Some(home) if home == workspace => "your home folder".to_owned(),
         _ => "a folder that holds your home folder".to_owned(),
     };
@@ -1029,7 +1045,7 @@ mod tests {
         let home = root.join("users/me");
         std::fs::create_dir_all(home.join("code/app")).unwrap();
         symlink(&home, root.join("link-to-home")).unwrap();
-        let why = |ws: &Path| not_a_project(ws, Some(&home));
+        let why = |ws: &Path| no_project_refusal(ws, Some(&home));
         // Attack: zot run where a new terminal starts, or above it.
         let refused = |ws: &Path, what: &str| {
             format!(
@@ -1052,7 +1068,7 @@ mod tests {
             ))
         );
         assert_eq!(
-            not_a_project(Path::new("/"), None),
+            no_project_refusal(Path::new("/"), None),
             Some(refused(
                 Path::new("/"),
                 "a folder that holds your home folder"
@@ -1065,7 +1081,7 @@ mod tests {
             why(&root),
             Some(refused(&root, "a folder that holds your home folder"))
         );
-        assert_eq!(not_a_project(&home.join("code"), None), None);
+        assert_eq!(no_project_refusal(&home.join("code"), None), None);
         // With `$HOME` unset or elsewhere, the home folder the user database
         // names still counts.
         let user = nix::unistd::User::from_uid(nix::unistd::getuid())

@@ -44,10 +44,10 @@
 //!    and `.shiro` below the workspace, and every folder git takes for a
 //!    repository whatever its name (a bare one, whose hooks run when the
 //!    user pushes to it: `HEAD`, `objects/` and `refs/`), before the
-//!    command runs; they are
-//!    bound read-only like the root's, and so is the folder a `.git` file
-//!    (a worktree's, `--separate-git-dir`) names inside the workspace,
-//!    which git reads as the repository. A folder that does not exist cannot
+//!    command runs; they are bound read-only like the root's, and so is
+//!    the folder a `.git` file (a worktree's, `--separate-git-dir`) names
+//!    inside the workspace, which git reads as the repository. A folder
+//!    that does not exist cannot
 //!    be bound, so once every descendant is dead the census is taken again
 //!    and any control path that was not there before is set aside (renamed
 //!    with [`SET_ASIDE`] added, a link as a link: nothing is lost should it
@@ -432,7 +432,9 @@ impl Jail {
         let gid = nix::unistd::getgid().as_raw();
         let mut writable = Vec::new();
         let mut binds = Vec::new();
-        if let Some(workspace) = self.workspace.as_ref().and_then(|w| w.canonicalize().ok()) {
+        let mut masks = Vec::new();
+        let workspace = self.workspace.as_ref().and_then(|w| w.canonicalize().ok());
+        if let Some(workspace) = &workspace {
             // A writable folder inside a read-only one (a native extension's
             // data dir when `$ZOT_HOME` lies in the workspace) is a mount of
             // its own first: the read-only bind above it carries it along
@@ -441,23 +443,16 @@ impl Jail {
                 let Ok(path) = std::fs::canonicalize(path) else {
                     continue;
                 };
-                if path.starts_with(&workspace) && path != workspace {
+                if path.starts_with(workspace) && path != *workspace {
                     writable.push(c_string(&path)?);
                 }
             }
-        }
-        if let Some(workspace) = &self.workspace {
             let named = CONTROL_PATHS.iter().map(|name| workspace.join(name));
             let controls: Vec<PathBuf> = named.chain(self.read_only.iter().cloned()).collect();
             // A `.git` file (a worktree's, `--separate-git-dir`) makes the
             // folder it points to the repository: inside the workspace, it
             // is as read-only as a `.git` folder would be.
-            let root = workspace.canonicalize().ok();
-            let inside = |path: &PathBuf| {
-                root.as_ref()
-                    .is_some_and(|root| path.starts_with(root) && path != root)
-            };
-            let pointed: Vec<PathBuf> = controls
+            let pointed = controls
                 .iter()
                 .filter(|path| {
                     path.file_name()
@@ -465,20 +460,27 @@ impl Jail {
                 })
                 .flat_map(|path| gitfile_targets(path))
                 .filter_map(|path| path.canonicalize().ok())
-                .filter(inside)
-                .collect();
-            for path in controls.into_iter().chain(pointed) {
-                // Through a symlink, the folder it leads to is what git or zot reads.
-                let Ok(path) = std::fs::canonicalize(path) else {
-                    continue;
-                };
-                let flags = locked_flags(&path);
-                binds.push((c_string(&path)?, flags));
+                .filter(|path| path.starts_with(workspace) && path != workspace);
+            // Through a symlink, the folder it leads to is what git or zot
+            // reads. One bind each: the policy's control paths and a `.git`
+            // file may name the same folder.
+            let controls = controls.iter().filter_map(|path| path.canonicalize().ok());
+            let mut bound = std::collections::HashSet::new();
+            for path in controls.chain(pointed) {
+                if bound.insert(path.clone()) {
+                    binds.push((c_string(&path)?, locked_flags(&path)));
+                }
             }
-        }
-        let mut masks = Vec::new();
-        let workspace = self.workspace.as_ref().and_then(|w| w.canonicalize().ok());
-        if let Some(workspace) = &workspace {
+            // What the process is given inside a cover (a native extension's
+            // data dir, and its own folder when installed in `$ZOT_HOME`) is
+            // moved back into it, as it was mounted (a control path
+            // read-only).
+            let given: Vec<PathBuf> = self
+                .write
+                .iter()
+                .chain(&self.read)
+                .filter_map(|given| std::fs::canonicalize(given).ok())
+                .collect();
             for path in &self.hidden {
                 // Only what exists and lies in the workspace: anything
                 // else is outside what a command may read at all.
@@ -488,16 +490,6 @@ impl Jail {
                 if !path.starts_with(workspace) {
                     continue;
                 }
-                // What the process is given inside the cover (a native
-                // extension's data dir, and its own folder when installed
-                // in `$ZOT_HOME`) is moved back into it, as it was mounted
-                // (a control path read-only).
-                let given: Vec<PathBuf> = self
-                    .write
-                    .iter()
-                    .chain(&self.read)
-                    .filter_map(|given| std::fs::canonicalize(given).ok())
-                    .collect();
                 masks.push(Mask::over(&path, path.is_dir(), &given)?);
             }
         }

@@ -396,13 +396,8 @@ pub async fn run(
     // Every control path in the workspace, at any depth, before the command
     // can add one (rule 6 of `confine`); walking a large workspace is not
     // done on a thread that answers intercepts.
-    let before = {
-        let cwd = cwd.to_owned();
-        tokio::task::spawn_blocking(move || confine::Census::take(&cwd))
-            .await
-            .map_err(|err| CapabilityError::Failed(format!("`{shown}`: {err}")))?
-            .map_err(|err| CapabilityError::denied(Capability::Shell, shown, err.to_string()))?
-    };
+    let workspace = cwd.to_owned();
+    let before = off_the_runtime(shown, move || confine::Census::take(&workspace)).await?;
     // The workspace's own control paths (`$ZOT_HOME`, an extension's folder,
     // nested repositories) are read-only, and `$ZOT_HOME` in it (which the
     // jail refuses by name) is covered: a command reads nothing there.
@@ -466,10 +461,7 @@ pub async fn run(
     }
     // Every descendant is dead now (the PID namespace went with the group):
     // nothing can recreate what is taken back.
-    let left = tokio::task::spawn_blocking(move || before.take_back())
-        .await
-        .map_err(|err| CapabilityError::Failed(format!("`{shown}`: {err}")))?
-        .map_err(|err| CapabilityError::denied(Capability::Shell, shown, err.to_string()))?;
+    let left = off_the_runtime(shown, move || before.take_back()).await?;
     if !left.is_empty() {
         return Err(CapabilityError::denied(
             Capability::Shell,
@@ -494,6 +486,18 @@ pub async fn run(
             ms: u64::try_from(limits.timeout.as_millis()).unwrap_or(u64::MAX),
         }),
     }
+}
+
+/// `look` (a census of the workspace) on a blocking thread; a workspace
+/// that cannot be checked refuses command `shown`.
+async fn off_the_runtime<T: Send + 'static>(
+    shown: &str,
+    look: impl FnOnce() -> Result<T, confine::CensusError> + Send + 'static,
+) -> Result<T, CapabilityError> {
+    tokio::task::spawn_blocking(look)
+        .await
+        .map_err(|err| CapabilityError::Failed(format!("`{shown}`: {err}")))?
+        .map_err(|err| CapabilityError::denied(Capability::Shell, shown, err.to_string()))
 }
 
 /// Why a command that left control paths behind is refused.

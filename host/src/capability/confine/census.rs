@@ -136,24 +136,21 @@ impl Census {
             trees.clear();
         }
         let tree = trees.entry(root.clone()).or_default();
-        let refreshed = tree.refresh(&root);
-        if refreshed.is_err() {
-            trees.remove(&root);
+        match tree.refresh(&root) {
+            Ok(()) => Ok(tree.census(root)),
+            Err(err) => {
+                trees.remove(&root);
+                Err(match err {
+                    Refresh::Workspace(err) => CensusError::Workspace {
+                        workspace: workspace.to_owned(),
+                        reason: err.to_string(),
+                    },
+                    Refresh::TooLarge => CensusError::TooLarge {
+                        workspace: workspace.to_owned(),
+                    },
+                })
+            }
         }
-        refreshed.map_err(|err| match err {
-            Refresh::Workspace(err) => CensusError::Workspace {
-                workspace: workspace.to_owned(),
-                reason: err.to_string(),
-            },
-            Refresh::TooLarge => CensusError::TooLarge {
-                workspace: workspace.to_owned(),
-            },
-        })?;
-        let tree = trees.get(&root).map(Tree::census).unwrap_or_default();
-        Ok(Self {
-            workspace: root,
-            ..tree
-        })
     }
 
     /// The control paths below the workspace's root, and those at its root
@@ -394,7 +391,8 @@ impl Tree {
         Ok(())
     }
 
-    fn census(&self) -> Census {
+    /// What this tree, of `workspace`, holds.
+    fn census(&self, workspace: PathBuf) -> Census {
         let mut found: Vec<Found> = self
             .folders
             .iter()
@@ -419,7 +417,7 @@ impl Tree {
         let mut unreadable = self.unreadable.clone();
         unreadable.sort_by(|a, b| a.0.cmp(&b.0));
         Census {
-            workspace: PathBuf::new(),
+            workspace,
             found,
             unreadable,
         }
