@@ -23,6 +23,7 @@
 pub mod confine;
 pub mod fs;
 pub mod http;
+pub(crate) mod repository;
 pub mod shell;
 
 use std::fmt;

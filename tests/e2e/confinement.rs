@@ -415,6 +415,41 @@ async fn a_matched_command_still_cannot_touch_anything_outside_the_workspace() {
     );
 }
 
+/// A workspace unpacked from an archive (git never checks a `.git` out)
+/// may hold a `.git` file naming any folder, and the jail gives commands
+/// the repository a worktree's `.git` file names outside the workspace.
+/// Only one git made, which names the workspace back, is given: naming
+/// `~/.ssh` opens nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_git_file_in_the_workspace_opens_nothing_outside_it_to_commands() {
+    let lab = Lab::new();
+    let outside = outside(&lab);
+    let secret = outside.join("secret");
+    std::fs::write(&secret, "top secret\n").expect("secret");
+    std::fs::write(
+        lab.workspace.join(".git"),
+        format!("gitdir: {}\n", outside.display()),
+    )
+    .expect(".git file");
+    let reader = crate::attack::prober(&lab, &json!({"shell": ["cat **"]}), None);
+    let host = start(&lab, &[reader]).await;
+    let (_, text) = answer(
+        &host,
+        "shell",
+        json!({"command": format!("cat {}", secret.display())}),
+    )
+    .await;
+    host.shutdown().await;
+    // The lab lies in `/tmp`, which the jail covers: the file is not there.
+    assert_eq!(
+        text,
+        format!(
+            "exit=Some(1) stdout= stderr=cat: {}: No such file or directory\n",
+            secret.display()
+        )
+    );
+}
+
 /// An extension granted `git **` (a git helper, as a user would grant it)
 /// against a workspace holding a nested repository: its commands may run
 /// git anywhere in the workspace, but the repository's config stays as it

@@ -150,6 +150,60 @@ async fn a_guest_cannot_write_the_repository_a_git_file_names() {
     assert!(!ws.join("store/hooks/pre-commit").exists());
 }
 
+/// A bare repository of any name (a test fixture a push goes to) runs its
+/// hooks and reads its config as a `.git` does; and a folder that holds
+/// `objects/` and `refs/` becomes one with a `HEAD`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_cannot_write_in_or_make_a_repository_of_any_name() {
+    let lab = Lab::new();
+    let ws = lab.workspace.clone();
+    for dir in [
+        "fixtures/remote.git/objects",
+        "fixtures/remote.git/refs",
+        "fixtures/remote.git/hooks",
+        "store/objects",
+        "store/refs",
+    ] {
+        std::fs::create_dir_all(ws.join(dir)).expect("folder");
+    }
+    std::fs::write(
+        ws.join("fixtures/remote.git/HEAD"),
+        "ref: refs/heads/main\n",
+    )
+    .expect("HEAD");
+    let home = ws.join("home");
+    std::fs::create_dir_all(&home).expect("home");
+    let (host, _) = prober_with_home_inside(&lab, &home).await;
+    let why = "is a control path (a repository: git runs what its config and hooks name); no \
+               grant reaches it";
+    let cases = vec![
+        // Attack: a hook, run when the user pushes to the fixture.
+        write_refused(
+            "a bare repository's hook",
+            "fixtures/remote.git/hooks/post-receive",
+            &format!("`fixtures/remote.git/` {why}"),
+        ),
+        // Attack: `store/config` first (allowed: `store/` is no repository),
+        // then the `HEAD` that would make git read it.
+        answered(
+            "a config in a folder that is no repository",
+            "fs_write",
+            json!({"path": "store/config", "text": "[core]"}),
+            "written",
+        ),
+        write_refused(
+            "the HEAD that completes one",
+            "store/HEAD",
+            "it would make `store/` a control path (a repository: git runs what its config \
+             and hooks name); no grant reaches it",
+        ),
+    ];
+    run_cases(&host, cases).await;
+    host.shutdown().await;
+    assert!(!ws.join("fixtures/remote.git/hooks/post-receive").exists());
+    assert!(!ws.join("store/HEAD").exists());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_guest_with_write_all_cannot_write_any_control_path() {
     let lab = Lab::new();

@@ -9,9 +9,13 @@
 //!    ([`SYSTEM_DIRS`]), read and write on a few devices (`/dev/null`, …),
 //!    read, write and execute on the workspace and the directories the caller
 //!    names writable (the run's private `HOME`, a native extension's data
-//!    dir), read on the ones it names readable (a native extension's folder);
-//!    nothing else, the user's home included. A symlink does not help: the
-//!    kernel checks where the path leads.
+//!    dir), read on the ones it names readable (a native extension's folder)
+//!    and on the repository outside the workspace that a worktree's `.git`
+//!    file names, only when that repository names the worktree back
+//!    (`repository::worktree_dirs`: the `.git` file is the workspace's to
+//!    write, and `gitdir: ~/.ssh` must open nothing); nothing else, the
+//!    user's home included. A symlink does not help: the kernel checks
+//!    where the path leads.
 //! 2. **Network.** Unless the policy grants the shell network, the command
 //!    gets a network namespace of its own (a loopback that is down) and
 //!    Landlock refuses TCP `connect` and `bind` (ABI 4+). From ABI 6 it also
@@ -100,6 +104,7 @@ use landlock::{
 };
 
 use super::fs::ControlPaths;
+use super::repository;
 
 /// Directories every confined process may read and execute from.
 pub const SYSTEM_DIRS: &[&str] = &[
@@ -450,15 +455,12 @@ impl Jail {
             let named = CONTROL_PATHS.iter().map(|name| workspace.join(name));
             let controls: Vec<PathBuf> = named.chain(self.read_only.iter().cloned()).collect();
             // A `.git` file (a worktree's, `--separate-git-dir`) makes the
-            // folder it points to the repository: inside the workspace, it
-            // is as read-only as a `.git` folder would be.
+            // folder it points to the repository, and a repository's
+            // `commondir` the folder it names: inside the workspace, they
+            // are as read-only as a `.git` folder would be.
             let pointed = controls
                 .iter()
-                .filter(|path| {
-                    path.file_name()
-                        .is_some_and(|name| name.eq_ignore_ascii_case(".git"))
-                })
-                .flat_map(|path| gitfile_targets(path))
+                .flat_map(|path| repository::pointed_to(path))
                 .filter_map(|path| path.canonicalize().ok())
                 .filter(|path| path.starts_with(workspace) && path != workspace);
             // Through a symlink, the folder it leads to is what git or zot
@@ -648,38 +650,11 @@ fn add_rule(
     }
 }
 
-/// The most read of a `.git` file or a `commondir` (each holds one path).
-const GIT_POINTER_BYTES: u64 = 64 * 1024;
-
-/// The git directories a worktree's `.git` file points to (read-only: git
-/// needs them for `status` and `diff`), when `.git` is such a file.
+/// The git directories outside the workspace a worktree's `.git` file
+/// points to (read-only: git needs them for `status` and `diff`), when git
+/// made it (`repository::worktree_dirs`).
 fn git_dirs(workspace: &Path) -> Vec<PathBuf> {
-    gitfile_targets(&workspace.join(".git"))
-}
-
-/// The git directory a `.git` file points to, and its `commondir` when it
-/// is a worktree's; nothing when `dot_git` is not such a file.
-pub(crate) fn gitfile_targets(dot_git: &Path) -> Vec<PathBuf> {
-    if !dot_git.is_file() {
-        return Vec::new();
-    }
-    // The workspace's author wrote `.git` and what it points to: read
-    // capped (a line is all git writes there) and never from a FIFO.
-    let Ok(text) = crate::user_file::read_text(dot_git, GIT_POINTER_BYTES) else {
-        return Vec::new();
-    };
-    let Some(dir) = text.trim().strip_prefix("gitdir:").map(str::trim) else {
-        return Vec::new();
-    };
-    let Some(folder) = dot_git.parent() else {
-        return Vec::new();
-    };
-    let dir = folder.join(dir);
-    let mut dirs = vec![dir.clone()];
-    if let Ok(common) = crate::user_file::read_text(&dir.join("commondir"), GIT_POINTER_BYTES) {
-        dirs.push(dir.join(common.trim()));
-    }
-    dirs
+    repository::worktree_dirs(workspace)
 }
 
 /// The mount flags a read-only bind of `path` must keep: inside a user
@@ -1125,6 +1100,89 @@ mod tests {
         let mut path: PathBuf = std::iter::repeat_n("..", ups).collect();
         path.push(to.strip_prefix(common).unwrap());
         path
+    }
+
+    /// Runs `git args…` in `dir`, quietly, with a fixed identity and no
+    /// user or system config.
+    fn git(dir: &Path, args: &[&str]) {
+        let status = Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@t.invalid"])
+            .args(args)
+            .current_dir(dir)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success(), "git {args:?} in {}", dir.display());
+    }
+
+    #[test]
+    fn a_git_file_opens_to_commands_only_the_worktree_git_made() {
+        let world = world();
+        let root = world.outside.parent().unwrap().to_owned();
+        let secret = world.outside.join("secret");
+        let main = root.join("main");
+        std::fs::create_dir(&main).unwrap();
+        git(&main, &["init", "-q"]);
+        git(&main, &["commit", "-q", "--allow-empty", "-m", "first"]);
+        git(&main, &["worktree", "add", "-q", "../tree"]);
+        let config = main.join(".git/config");
+        let cat = |path: &Path| format!("cat {}", path.display());
+        // Control: in a worktree git made, git works, reading the main
+        // repository's folder outside the workspace.
+        let tree = root.join("tree");
+        let jail_of = |workspace: &Path| Jail {
+            workspace: Some(workspace.to_owned()),
+            ..Jail::default()
+        };
+        let out = confined(&jail_of(&tree), &tree, "git status --short && echo clean");
+        assert_eq!(text(&out.stdout), "clean\n", "{}", text(&out.stderr));
+        assert!(
+            confined(&jail_of(&tree), &tree, &cat(&config))
+                .status
+                .success()
+        );
+        // Attacks: a `.git` file the workspace's author wrote (an unpacked
+        // archive) naming what the command should read.
+        let cases: [(&str, String, &Path); 4] = [
+            (
+                "any folder",
+                format!("gitdir: {}", world.outside.display()),
+                &secret,
+            ),
+            (
+                "another repository",
+                format!("gitdir: {}", main.join(".git").display()),
+                &config,
+            ),
+            (
+                "a real worktree's folder, which names another workspace back",
+                format!("gitdir: {}", main.join(".git/worktrees/tree").display()),
+                &config,
+            ),
+            (
+                "a folder inside whose `commondir` names one outside",
+                "gitdir: store".to_owned(),
+                &secret,
+            ),
+        ];
+        for (case, pointer, read) in cases {
+            let workspace = root.join(format!("ws-{}", case.len()));
+            std::fs::create_dir_all(workspace.join("store")).unwrap();
+            std::fs::write(workspace.join(".git"), format!("{pointer}\n")).unwrap();
+            std::fs::write(
+                workspace.join("store/commondir"),
+                format!("{}\n", world.outside.display()),
+            )
+            .unwrap();
+            let out = confined(&jail_of(&workspace), &workspace, &cat(read));
+            assert_eq!(text(&out.stdout), "", "{case}");
+            assert!(!out.status.success(), "{case}");
+            // Control: the file is there to read.
+            assert!(read.is_file(), "{case}");
+        }
     }
 
     #[test]

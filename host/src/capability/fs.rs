@@ -33,8 +33,13 @@
 //!    case-insensitively (a case-folding file system opens `.GIT` as
 //!    `.git`), and every folder the jail is given as [`ControlPaths`]
 //!    (`$ZOT_HOME` and every extension's folder when they lie inside the
-//!    workspace, the policy files) are refused for writing. Both the path
-//!    as written and the resolved path are checked, so a symlink
+//!    workspace, the policy files) are refused for writing, and so is every
+//!    folder git takes for a repository whatever its name (a bare
+//!    `fixtures/remote.git/`, whose hooks run on a push to it, or the one a
+//!    nested `.git` file names; `repository::Signs`, checked on each
+//!    folder the walk opens), as is a file that would make one (a `HEAD`
+//!    beside `objects/` and `refs/`). Both the path as written and the
+//!    resolved path are checked, so a symlink
 //!    `out -> .git` does not reach `.git/config`. Every operation that
 //!    changes the tree (today `write`, which also creates; any future
 //!    rename or delete) is a mutating `Op` and passes this check. Reads
@@ -71,6 +76,7 @@ use cap_std::fs::{Dir, Metadata as CapMetadata, MetadataExt, OpenOptions, OpenOp
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 use nix::libc;
 
+use super::repository::Signs;
 use super::{Capability, CapabilityError, granted_list};
 
 /// Default cap on a file read: 10 MiB.
@@ -778,8 +784,13 @@ impl Jail {
             .dir
             .try_clone()
             .map_err(|err| io_failure(resolved.op, &resolved.subject, &err))?;
-        for component in parents {
+        not_in_a_repository(resolved, &dir, 0)?;
+        for (depth, component) in parents.iter().enumerate() {
             dir = open_dir_nofollow(&dir, component).map_err(|err| walk_error(resolved, err))?;
+            not_in_a_repository(resolved, &dir, depth + 1)?;
+        }
+        if let Some(last) = last {
+            completes_no_repository(resolved, &dir, last)?;
         }
         Ok((dir, last))
     }
@@ -1130,6 +1141,69 @@ fn kind_of(meta: &CapMetadata) -> Kind {
 
 fn is_missing(err: &io::Error) -> bool {
     err.kind() == io::ErrorKind::NotFound || err.raw_os_error() == Some(libc::ENOTDIR)
+}
+
+/// Why a folder git takes for a repository is a control path, for messages.
+const REPOSITORY_WHY: &str = "a repository: git runs what its config and hooks name";
+
+/// Step 5 for a folder of any name: a mutating operation is refused in the
+/// open folder `dir`, the first `depth` resolved components, when git
+/// takes it for a repository ([`Signs`]: a bare one, `fixtures/remote.git/`,
+/// or the folder a nested `.git` file names).
+fn not_in_a_repository(
+    resolved: &Resolved,
+    dir: &Dir,
+    depth: usize,
+) -> Result<(), CapabilityError> {
+    if !resolved.op.mutates() {
+        return Ok(());
+    }
+    let signs = Signs::of(dir).map_err(|err| io_failure(resolved.op, &resolved.subject, &err))?;
+    if !signs.repository() {
+        return Ok(());
+    }
+    let reason = match resolved.components.get(..depth) {
+        Some(folder) if !folder.is_empty() => format!(
+            "`{}/` is a control path ({REPOSITORY_WHY}); no grant reaches it",
+            folder.join("/")
+        ),
+        _ => {
+            format!("the whole workspace is a control path ({REPOSITORY_WHY}); no grant reaches it")
+        }
+    };
+    Err(CapabilityError::denied(
+        resolved.op.capability(),
+        &resolved.subject,
+        reason,
+    ))
+}
+
+/// A file `name` made in the open folder `dir` (the resolved path's
+/// parent) is refused when it would make git take the folder for a
+/// repository: a `HEAD` beside `objects/` and `refs/`, a `commondir`
+/// beside `HEAD`.
+fn completes_no_repository(
+    resolved: &Resolved,
+    dir: &Dir,
+    name: &str,
+) -> Result<(), CapabilityError> {
+    if !resolved.op.mutates() {
+        return Ok(());
+    }
+    let signs = Signs::of(dir).map_err(|err| io_failure(resolved.op, &resolved.subject, &err))?;
+    if !signs.completed_by(std::ffi::OsStr::new(name)) {
+        return Ok(());
+    }
+    let parents = resolved.components.len().saturating_sub(1);
+    let folder = match resolved.components.get(..parents) {
+        Some(folder) if !folder.is_empty() => format!("`{}/`", folder.join("/")),
+        _ => "the workspace".to_owned(),
+    };
+    Err(CapabilityError::denied(
+        resolved.op.capability(),
+        &resolved.subject,
+        format!("it would make {folder} a control path ({REPOSITORY_WHY}); no grant reaches it"),
+    ))
 }
 
 fn is_a_directory(subject: &str) -> CapabilityError {
@@ -1854,6 +1928,97 @@ mod tests {
             "`.git/` is a control path",
         );
         ws.write(&everything, "home/policy.json", b"{}").unwrap();
+    }
+
+    #[test]
+    fn a_guest_with_write_all_cannot_write_in_or_complete_a_repository_of_any_name() {
+        let ws = Workspace::new();
+        for dir in [
+            "fixtures/remote.git/objects",
+            "fixtures/remote.git/refs",
+            "fixtures/remote.git/hooks",
+            "store/objects",
+            "store/refs",
+            "tree",
+            "docs",
+        ] {
+            std::fs::create_dir_all(ws.path(dir)).unwrap();
+        }
+        std::fs::write(
+            ws.path("fixtures/remote.git/HEAD"),
+            "ref: refs/heads/main\n",
+        )
+        .unwrap();
+        std::fs::write(ws.path("fixtures/remote.git/config"), "[core]\n").unwrap();
+        std::fs::write(ws.path("tree/HEAD"), "ref: refs/heads/main\n").unwrap();
+        symlink("fixtures/remote.git", ws.path("remote")).unwrap();
+        let everything = grant_of(&["**"], &["**"]);
+        let why = "a repository: git runs what its config and hooks name";
+        let inside =
+            format!("`fixtures/remote.git/` is a control path ({why}); no grant reaches it");
+        let cases: [(&str, String); 6] = [
+            // Attack: a hook of a bare repository, run when the user pushes to it.
+            ("fixtures/remote.git/hooks/post-receive", inside.clone()),
+            // Attack: its config, read by every git command run in it.
+            ("fixtures/remote.git/config", inside.clone()),
+            // Attack: the same through a symlink.
+            ("remote/config", inside),
+            // Attack: a `HEAD` beside `objects/` and `refs/` makes `store/`
+            // one, whose `config` the guest wrote first.
+            (
+                "store/HEAD",
+                format!("it would make `store/` a control path ({why}); no grant reaches it"),
+            ),
+            (
+                "store/head",
+                format!("it would make `store/` a control path ({why}); no grant reaches it"),
+            ),
+            // Attack: a `commondir` beside `HEAD` sends git to `store/` for
+            // `objects/`, `refs/` and `config`.
+            (
+                "tree/commondir",
+                format!("it would make `tree/` a control path ({why}); no grant reaches it"),
+            ),
+        ];
+        for (path, reason) in cases {
+            let got = ws.write(&everything, path, b"pwned");
+            assert_eq!(
+                got,
+                Err(CapabilityError::denied(Capability::FsWrite, path, reason)),
+                "{path}"
+            );
+        }
+        assert!(!ws.path("fixtures/remote.git/hooks/post-receive").exists());
+        assert!(!ws.path("store/HEAD").exists());
+        assert!(!ws.path("tree/commondir").exists());
+        assert_eq!(
+            std::fs::read(ws.path("fixtures/remote.git/config")).unwrap(),
+            b"[core]\n"
+        );
+        // Control: a heading in `docs/`, a `config` or a `commondir` beside
+        // `objects/` but no `HEAD`, the repository read.
+        ws.write(&everything, "docs/HEAD", b"a heading").unwrap();
+        ws.write(&everything, "store/commondir", b"a word").unwrap();
+        ws.write(&everything, "store/config", b"[core]").unwrap();
+        assert_eq!(
+            ws.read(&everything, "fixtures/remote.git/config").unwrap(),
+            b"[core]\n"
+        );
+        // Attack: a workspace that is itself one (zot started in a bare
+        // repository) is written nowhere.
+        let bare = Workspace::new();
+        for dir in ["objects", "refs", "src"] {
+            std::fs::create_dir(bare.path(dir)).unwrap();
+        }
+        std::fs::write(bare.path("HEAD"), "ref: refs/heads/main\n").unwrap();
+        assert_eq!(
+            bare.write(&everything, "src/x.txt", b"x"),
+            Err(CapabilityError::denied(
+                Capability::FsWrite,
+                "src/x.txt",
+                format!("the whole workspace is a control path ({why}); no grant reaches it")
+            ))
+        );
     }
 
     #[test]

@@ -76,7 +76,7 @@ impl ControlSources {
         // A `.git` file (`--separate-git-dir`, a worktree's) makes the
         // folder it names the repository, config and hooks included.
         let dot_git = workspace.join(".git");
-        for repository in crate::capability::confine::gitfile_targets(&dot_git) {
+        for repository in crate::capability::repository::pointed_to(&dot_git) {
             found.push((
                 repository,
                 true,

@@ -31,6 +31,7 @@ use cap_std::fs::{Dir, MetadataExt as _};
 
 use super::CONTROL_PATHS;
 use crate::capability::fs::open_dir_nofollow;
+use crate::capability::repository::{Kind, Signs};
 use crate::text::Shown;
 
 /// The most folders a workspace may hold for its control paths to be
@@ -318,8 +319,9 @@ struct Folder {
     controls: Vec<(OsString, u64, bool)>,
     /// Whether the folder is a git repository whatever its name (a bare
     /// one, `remote.git/`, or one a `.git` file names): it holds `HEAD`,
-    /// `objects/` and `refs/`, git's own test. git runs its hooks (a push
-    /// to it runs `hooks/post-receive`) and reads its `config`.
+    /// and `objects/` and `refs/` or a `commondir`, git's own test
+    /// ([`Signs`]). git runs its hooks (a push to it runs
+    /// `hooks/post-receive`) and reads its `config`.
     repository: bool,
 }
 
@@ -428,17 +430,12 @@ impl Folder {
     fn read(path: &Path, stamp: Stamp) -> io::Result<Self> {
         let mut subfolders = Vec::new();
         let mut controls = Vec::new();
-        let (mut head, mut objects, mut refs) = (false, false, false);
+        let mut signs = Signs::default();
         for entry in std::fs::read_dir(path)? {
             let entry = entry?;
             let name = entry.file_name();
             let kind = entry.file_type()?;
-            match name.as_encoded_bytes() {
-                b"HEAD" => head = !kind.is_dir(),
-                b"objects" => objects = kind.is_dir(),
-                b"refs" => refs = kind.is_dir(),
-                _ => {}
-            }
+            signs.note(&name, Kind::new(kind.is_symlink(), kind.is_dir()));
             if is_control(&name) {
                 // Not walked: the entry is bound or set aside whole.
                 controls.push((name, entry.ino(), kind.is_dir()));
@@ -446,7 +443,7 @@ impl Folder {
                 subfolders.push(name);
             }
         }
-        let repository = head && objects && refs;
+        let repository = signs.repository();
         if repository {
             // Not walked either: it is bound or set aside whole.
             subfolders.clear();
@@ -608,7 +605,24 @@ mod tests {
             std::fs::create_dir_all(root.join(folder)).unwrap();
         }
         std::fs::write(root.join("made.git/HEAD"), "ref: refs/heads/main\n").unwrap();
-        assert_eq!(before.take_back().unwrap().created, ["`made.git/`"]);
+        // Attack: git's test follows links (`objects` may lead anywhere),
+        // and a linked worktree's folder looks for `objects/` and `refs/`
+        // where its `commondir` points, whose `config` git then reads.
+        for folder in ["linked", "tree", "store/objects", "store/refs"] {
+            std::fs::create_dir_all(root.join(folder)).unwrap();
+        }
+        for name in ["objects", "refs"] {
+            std::os::unix::fs::symlink("/usr", root.join("linked").join(name)).unwrap();
+        }
+        std::fs::write(root.join("store/config"), "[core]\n\tfsmonitor = x\n").unwrap();
+        for folder in ["linked", "tree"] {
+            std::fs::write(root.join(folder).join("HEAD"), "ref: refs/heads/main\n").unwrap();
+        }
+        std::fs::write(root.join("tree/commondir"), "../store\n").unwrap();
+        assert_eq!(
+            before.take_back().unwrap().created,
+            ["`linked/`", "`made.git/`", "`tree/`"]
+        );
         assert!(root.join("made.git.refused-by-zotbox/objects").is_dir());
         assert!(root.join("fixtures/remote.git/HEAD").is_file());
     }

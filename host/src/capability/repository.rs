@@ -1,0 +1,284 @@
+//! What git takes for a repository, whatever the folder is called.
+//!
+//! git opens a folder as a repository (its `config` read, its `hooks/`
+//! run) when the folder holds `HEAD` and finds `objects/` and `refs/` in
+//! it, or in the folder its `commondir` file names (a linked worktree's
+//! own folder); and in a working tree it follows a `.git` file to the
+//! folder it names. Such a folder decides what runs wherever it lies in a
+//! workspace, whatever its name: `git status` there runs the
+//! `core.fsmonitor` of its `config`, and a push to a bare one
+//! (`fixtures/remote.git/`) runs its `hooks/post-receive`, none of it
+//! sandboxed. So the capability layer treats it as a control path, as it
+//! does every `.git`: the jail refuses to write in one or to complete
+//! one ([`Signs`]), the confinement binds them read-only and sets aside
+//! the ones a command makes.
+//!
+//! git's own test (`is_git_directory`) also follows symbolic links: an
+//! `objects` that is a link to any folder counts. The signs here count
+//! every link under those names, wherever it leads, and ignore case (on a
+//! case-folding file system git's `HEAD` opens a `head`): a folder is
+//! taken for a repository at least whenever git would take it for one.
+
+use std::ffi::OsStr;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use cap_std::fs::Dir;
+
+/// The most read of a `.git` file or a `commondir` (each holds one path).
+const POINTER_BYTES: u64 = 64 * 1024;
+
+/// The entries of one folder that make git take it for a repository.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Signs {
+    /// `HEAD`, anything but a folder (git reads a file or a link).
+    head: bool,
+    /// `objects`, a folder or a link.
+    objects: bool,
+    /// `refs`, a folder or a link.
+    refs: bool,
+    /// `commondir`, anything but a folder: `objects` and `refs` are
+    /// looked for where it points, which may be anywhere.
+    commondir: bool,
+}
+
+/// The kind of one folder entry, as read without following a link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// A folder.
+    Folder,
+    /// A symbolic link, wherever it leads.
+    Link,
+    /// A file, a FIFO, a socket or a device.
+    Other,
+}
+
+impl Kind {
+    /// The kind of an entry that is or is not a link, or a folder.
+    pub(crate) fn new(link: bool, folder: bool) -> Self {
+        if link {
+            Self::Link
+        } else if folder {
+            Self::Folder
+        } else {
+            Self::Other
+        }
+    }
+}
+
+impl Signs {
+    /// Notes the folder entry `name`, of `kind`.
+    pub(crate) fn note(&mut self, name: &OsStr, kind: Kind) {
+        let name = name.as_encoded_bytes();
+        let not_a_folder = kind != Kind::Folder;
+        if name.eq_ignore_ascii_case(b"HEAD") {
+            self.head |= not_a_folder;
+        } else if name.eq_ignore_ascii_case(b"objects") {
+            self.objects |= kind != Kind::Other;
+        } else if name.eq_ignore_ascii_case(b"refs") {
+            self.refs |= kind != Kind::Other;
+        } else if name.eq_ignore_ascii_case(b"commondir") {
+            self.commondir |= not_a_folder;
+        }
+    }
+
+    /// The signs in the open folder `dir`, looked up by name (four
+    /// lookups, however large the folder).
+    ///
+    /// # Errors
+    ///
+    /// When a name cannot be looked up for a reason other than its absence.
+    pub(crate) fn of(dir: &Dir) -> io::Result<Self> {
+        let mut signs = Self::default();
+        for name in ["HEAD", "objects", "refs", "commondir"] {
+            match dir.symlink_metadata(name) {
+                Ok(meta) => {
+                    let kind = Kind::new(meta.file_type().is_symlink(), meta.is_dir());
+                    signs.note(OsStr::new(name), kind);
+                }
+                Err(err) if err.kind() == io::ErrorKind::NotFound => {}
+                // `ENOTDIR`: the folder was replaced by a file since it was opened.
+                Err(err) if err.raw_os_error() == Some(nix::libc::ENOTDIR) => {}
+                Err(err) => return Err(err),
+            }
+        }
+        Ok(signs)
+    }
+
+    /// Whether git takes the folder for a repository.
+    pub(crate) fn repository(self) -> bool {
+        self.head && ((self.objects && self.refs) || self.commondir)
+    }
+
+    /// Whether a file called `name` made in the folder would make git take
+    /// it for a repository (it is not one yet).
+    pub(crate) fn completed_by(mut self, name: &OsStr) -> bool {
+        !self.repository() && {
+            self.note(name, Kind::Other);
+            self.repository()
+        }
+    }
+}
+
+/// The folders git reads as the repository when it finds `path`: for a
+/// `.git` file (a worktree's, `--separate-git-dir`), the folder it names
+/// and that folder's common one; for a repository folder with a
+/// `commondir` file, the folder that names. Nothing for anything else.
+///
+/// The workspace's author wrote both files: they are read capped (a line
+/// is all git writes there) and never from a FIFO.
+pub(crate) fn pointed_to(path: &Path) -> Vec<PathBuf> {
+    let mut folders = Vec::new();
+    let folder = if path.is_file() {
+        let Ok(text) = crate::user_file::read_text(path, POINTER_BYTES) else {
+            return folders;
+        };
+        let Some(named) = text.trim().strip_prefix("gitdir:").map(str::trim) else {
+            return folders;
+        };
+        let Some(parent) = path.parent() else {
+            return folders;
+        };
+        let named = parent.join(named);
+        folders.push(named.clone());
+        named
+    } else {
+        path.to_owned()
+    };
+    if let Ok(common) = crate::user_file::read_text(&folder.join("commondir"), POINTER_BYTES) {
+        folders.push(folder.join(common.trim()));
+    }
+    folders
+}
+
+/// The folders outside `workspace` git reads for the workspace's `.git`
+/// file that a confined command may read (canonical): a linked worktree's
+/// own folder, only when its `gitdir` file names this `.git` back, and the
+/// main repository's folder that worktree's `commondir` names. git writes
+/// both in the main repository, where the workspace's author cannot.
+///
+/// Nothing else: whoever wrote the workspace wrote its `.git` file (an
+/// unpacked archive may hold any), and a folder it names is not the user's
+/// word that a command may read it (`gitdir: ~/.ssh`). A
+/// `--separate-git-dir` repository outside the workspace names nothing
+/// back, so it stays out of reach: git in a confined command then finds
+/// no repository.
+pub(crate) fn worktree_dirs(workspace: &Path) -> Vec<PathBuf> {
+    let Ok(workspace) = workspace.canonicalize() else {
+        return Vec::new();
+    };
+    let dot_git = workspace.join(".git");
+    let Some(own) = pointed_to(&dot_git)
+        .into_iter()
+        .next()
+        .and_then(|own| own.canonicalize().ok())
+    else {
+        return Vec::new();
+    };
+    // Inside, it is readable as part of the workspace, and its `gitdir`
+    // and `commondir` are the author's to write.
+    if own.starts_with(&workspace) {
+        return Vec::new();
+    }
+    let named_back = crate::user_file::read_text(&own.join("gitdir"), POINTER_BYTES)
+        .ok()
+        .and_then(|back| own.join(back.trim()).canonicalize().ok());
+    if named_back.as_deref() != Some(dot_git.as_path()) {
+        tracing::debug!(
+            "`{}` names `{}`, which does not name it back: not readable to commands",
+            dot_git.display(),
+            own.display()
+        );
+        return Vec::new();
+    }
+    let common = crate::user_file::read_text(&own.join("commondir"), POINTER_BYTES)
+        .ok()
+        .and_then(|common| own.join(common.trim()).canonicalize().ok());
+    std::iter::once(own).chain(common).collect()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn signs(entries: &[(&str, Kind)]) -> Signs {
+        let mut signs = Signs::default();
+        for (name, kind) in entries {
+            signs.note(OsStr::new(name), *kind);
+        }
+        signs
+    }
+
+    #[test]
+    fn git_s_own_test_and_a_worktree_s_common_folder_make_a_repository() {
+        use Kind::{Folder, Link, Other};
+        let bare = [("HEAD", Other), ("objects", Folder), ("refs", Folder)];
+        assert!(signs(&bare).repository());
+        // Links count wherever they lead, as git's `access` follows them.
+        let linked = [("HEAD", Link), ("objects", Link), ("refs", Link)];
+        assert!(signs(&linked).repository());
+        assert!(signs(&[("head", Other), ("Objects", Folder), ("REFS", Folder)]).repository());
+        assert!(signs(&[("HEAD", Other), ("commondir", Other)]).repository());
+        for not in [
+            &[("HEAD", Other), ("objects", Folder)][..],
+            &[("objects", Folder), ("refs", Folder)],
+            &[("HEAD", Folder), ("objects", Folder), ("refs", Folder)],
+            &[("HEAD", Other), ("objects", Other), ("refs", Folder)],
+            &[("HEAD", Other), ("commondir", Folder)],
+        ] {
+            assert!(!signs(not).repository(), "{not:?}");
+        }
+    }
+
+    #[test]
+    fn a_file_completes_a_repository_only_where_the_rest_is_there() {
+        use Kind::{Folder, Other};
+        let almost = signs(&[("objects", Folder), ("refs", Folder)]);
+        assert!(almost.completed_by(OsStr::new("HEAD")));
+        assert!(almost.completed_by(OsStr::new("head")));
+        assert!(!almost.completed_by(OsStr::new("config")));
+        let worktree = signs(&[("HEAD", Other)]);
+        assert!(worktree.completed_by(OsStr::new("commondir")));
+        assert!(!worktree.completed_by(OsStr::new("objects")));
+        // A heading in `docs/` is no repository.
+        assert!(!Signs::default().completed_by(OsStr::new("HEAD")));
+        // Writing in one that already is one is refused as such, not as this.
+        let bare = signs(&[("HEAD", Other), ("objects", Folder), ("refs", Folder)]);
+        assert!(!bare.completed_by(OsStr::new("HEAD")));
+    }
+
+    #[test]
+    fn the_signs_of_an_open_folder_are_looked_up_without_following_links() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir(root.join("objects")).unwrap();
+        std::os::unix::fs::symlink("/nowhere", root.join("refs")).unwrap();
+        let open = Dir::open_ambient_dir(root, cap_std::ambient_authority()).unwrap();
+        let signs = Signs::of(&open).unwrap();
+        assert!(!signs.repository());
+        assert!(signs.completed_by(OsStr::new("HEAD")));
+        std::fs::write(root.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+        assert!(Signs::of(&open).unwrap().repository());
+    }
+
+    #[test]
+    fn a_git_file_and_a_commondir_name_the_folders_git_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("store/wt")).unwrap();
+        std::fs::write(root.join(".git"), "gitdir: store/wt\n").unwrap();
+        std::fs::write(root.join("store/wt/commondir"), "..\n").unwrap();
+        assert_eq!(
+            pointed_to(&root.join(".git")),
+            [root.join("store/wt"), root.join("store/wt/..")]
+        );
+        assert_eq!(
+            pointed_to(&root.join("store/wt")),
+            [root.join("store/wt/..")]
+        );
+        assert!(pointed_to(&root.join("store")).is_empty());
+        std::fs::write(root.join("notes"), "no pointer\n").unwrap();
+        assert!(pointed_to(&root.join("notes")).is_empty());
+    }
+}
