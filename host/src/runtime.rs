@@ -309,7 +309,20 @@ impl Launcher {
         let log = open_log(&self.home.extension_log(manifest.name()));
         match &manifest.program {
             crate::manifest::Program::Native { exec, args } => {
-                let confinement = self.native.as_ref().map(|c| (c, manifest.name()));
+                let confinement = match &self.native {
+                    Some(settings) => Some(native::Confined {
+                        settings,
+                        name: manifest.name(),
+                        nested: settings.nested_control_paths().await.map_err(|err| {
+                            native::SpawnError::Confine {
+                                program: native::resolve_exec(exec, &manifest.dir)
+                                    .unwrap_or_else(|_| exec.into()),
+                                reason: err.to_string(),
+                            }
+                        })?,
+                    }),
+                    None => None,
+                };
                 let secrets = sandbox.map(|s| s.secret_env()).unwrap_or_default();
                 Ok(native::spawn(
                     exec,

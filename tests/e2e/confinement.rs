@@ -681,8 +681,15 @@ async fn a_confined_native_extension_reaches_its_folder_its_data_and_the_workspa
     let lab = Lab::new();
     let outside = outside(&lab);
     std::fs::write(outside.join("secret"), "top secret\n").expect("secret");
-    std::fs::create_dir_all(lab.workspace.join(".git")).expect(".git");
-    std::fs::write(lab.workspace.join(".git/config"), "[core]\n").expect("config");
+    // The root's repository, a nested one and a bare one of any name.
+    for repository in [".git", "vendor/lib/.git", "fixtures/remote.git"] {
+        std::fs::create_dir_all(lab.workspace.join(repository)).expect("repository");
+        std::fs::write(lab.workspace.join(repository).join("config"), "[core]\n").expect("config");
+    }
+    git(
+        &lab.workspace,
+        &["init", "-q", "--bare", "fixtures/remote.git"],
+    );
     crate::attack::user_policy(&lab, &json!({"confine_native": true}));
     let dir = native_probe(&lab);
     let data = lab.home.join("data/natprobe");
@@ -741,11 +748,19 @@ async fn a_confined_native_extension_reaches_its_folder_its_data_and_the_workspa
             policy.display()
         )
     );
-    // Attack: the workspace's control paths.
-    assert_eq!(
-        run(format!("echo x >> {ws}/.git/config")).await,
-        format!("exit=2 out= err=sh: 1: cannot create {ws}/.git/config: Read-only file system\n")
-    );
+    // Attack: the workspace's control paths, the root's and those below
+    // it (`git status` in `vendor/lib/` runs its fsmonitor line; a push
+    // to the fixture runs its hooks).
+    for config in [
+        ".git/config",
+        "vendor/lib/.git/config",
+        "fixtures/remote.git/config",
+    ] {
+        assert_eq!(
+            run(format!("echo x >> {ws}/{config}")).await,
+            format!("exit=2 out= err=sh: 1: cannot create {ws}/{config}: Read-only file system\n")
+        );
+    }
     // HOME is private, not the user's.
     let home = run("printf %s \"$HOME\"".to_owned()).await;
     assert!(home.contains("zotbox-home-"), "{home}");
@@ -767,10 +782,15 @@ async fn a_confined_native_extension_reaches_its_folder_its_data_and_the_workspa
         std::fs::read_to_string(dir.join("probe.py")).expect("probe"),
         NATIVE_PROBE
     );
-    assert_eq!(
-        std::fs::read_to_string(lab.workspace.join(".git/config")).expect("config"),
-        "[core]\n"
-    );
+    for config in [".git/config", "vendor/lib/.git/config"] {
+        assert_eq!(
+            std::fs::read_to_string(lab.workspace.join(config)).expect("config"),
+            "[core]\n"
+        );
+    }
+    let bare =
+        std::fs::read_to_string(lab.workspace.join("fixtures/remote.git/config")).expect("config");
+    assert!(!bare.ends_with("x\n"), "{bare}");
 
     // Control: without `confine_native`, a native extension runs as zot
     // runs it, and reads the secret.

@@ -78,9 +78,11 @@
 //! `ptrace` access across domains); Unix sockets in folders other than
 //! those covered (`/srv`, `/mnt`, the workspace itself) can still be
 //! connected to where file permissions allow; a control path a command
-//! creates exists until it ends; a confined native extension, which lives
-//! as long as zot, gets the root's control paths read-only but not rule 6
-//! below it; the census trusts a folder's change time to say that its
+//! creates exists until it ends; a confined native extension finds the
+//! control paths that were there when it started read-only, at any depth,
+//! but one it creates is not set aside (it lives as long as zot, and one
+//! the user makes meanwhile in another terminal, a clone or a
+//! `cargo new`, could not be told from its own); the census trusts a folder's change time to say that its
 //! entries changed, as every local filesystem makes it; CPU and memory are
 //! not limited here.
 //!

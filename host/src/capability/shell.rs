@@ -969,18 +969,25 @@ mod tests {
             std::fs::create_dir_all(ws.join(gitfile).parent().unwrap()).unwrap();
             std::fs::write(ws.join(gitfile), format!("{pointer}\n")).unwrap();
         }
-        let command = "for config in store/config deps/store2/config; do \
+        // A linked worktree's folder (`HEAD` and a `commondir`) sends git
+        // to its common folder for `config`.
+        std::fs::create_dir_all(ws.join("common")).unwrap();
+        std::fs::write(ws.join("common/config"), "[core]\n").unwrap();
+        std::fs::create_dir_all(ws.join("linked")).unwrap();
+        std::fs::write(ws.join("linked/HEAD"), "ref: refs/heads/main\n").unwrap();
+        std::fs::write(ws.join("linked/commondir"), "../common\n").unwrap();
+        let command = "for config in store/config deps/store2/config common/config; do \
                        printf '\\tfsmonitor = touch pwned\\n' >> $config; done; touch deps/ok";
         let output = run(&sh(command), ws, &ShellLimits::default())
             .await
             .unwrap();
         assert_eq!(
             output.stderr.matches("Read-only file system").count(),
-            2,
+            3,
             "{}",
             output.stderr
         );
-        for store in ["store", "deps/store2"] {
+        for store in ["store", "deps/store2", "common"] {
             assert_eq!(
                 std::fs::read_to_string(ws.join(store).join("config")).unwrap(),
                 "[core]\n"

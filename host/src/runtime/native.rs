@@ -102,6 +102,46 @@ impl NativeConfinement {
     pub fn data_dir(&self, name: &str) -> PathBuf {
         self.data_root.join(name)
     }
+
+    /// The workspace's control paths below its root (rule 6 of
+    /// [`confine`]: every nested `.git`, `.zot` and `.shiro`, and every
+    /// folder git takes for a repository whatever its name), bound
+    /// read-only for the extension's whole life. Walked on a blocking
+    /// thread: a large workspace is not walked where frames are answered.
+    ///
+    /// # Errors
+    ///
+    /// [`confine::CensusError`] when the workspace cannot be walked, or is
+    /// too large to be: a nested repository left writable would let the
+    /// extension plant what `git status` there runs, unsandboxed.
+    pub async fn nested_control_paths(&self) -> Result<Vec<PathBuf>, confine::CensusError> {
+        let Some(workspace) = self.workspace.clone() else {
+            return Ok(Vec::new());
+        };
+        let shown = workspace.clone();
+        tokio::task::spawn_blocking(move || {
+            confine::Census::take(&workspace).map(|census| census.nested().collect())
+        })
+        .await
+        .unwrap_or_else(|err| {
+            Err(confine::CensusError::Workspace {
+                workspace: shown,
+                reason: err.to_string(),
+            })
+        })
+    }
+}
+
+/// How one native extension is confined.
+#[derive(Debug)]
+pub struct Confined<'a> {
+    /// The policy's confinement of native extensions.
+    pub settings: &'a NativeConfinement,
+    /// The extension's name (its data dir's).
+    pub name: &'a str,
+    /// The workspace's nested control paths
+    /// ([`NativeConfinement::nested_control_paths`]), bound read-only.
+    pub nested: Vec<PathBuf>,
 }
 
 /// How long the end of an extension waits for what it last wrote to
@@ -110,8 +150,8 @@ impl NativeConfinement {
 const LOG_PATIENCE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Starts `exec args...` in `dir` with piped stdin/stdout and stderr
-/// appended to `log` as text, capped ([`copy_shown`]); confined when
-/// `confinement` names the extension; with `secrets` (variable, value)
+/// appended to `log` as text, capped ([`copy_shown`]); confined as
+/// `confinement` says, when it does; with `secrets` (variable, value)
 /// added to its environment.
 ///
 /// # Errors
@@ -122,7 +162,7 @@ pub fn spawn(
     args: &[String],
     dir: &Path,
     log: Option<std::fs::File>,
-    confinement: Option<(&NativeConfinement, &str)>,
+    confinement: Option<Confined<'_>>,
     secrets: &[(String, String)],
 ) -> Result<Transport, SpawnError> {
     let program = resolve_exec(exec, dir)?;
@@ -152,7 +192,12 @@ pub fn spawn(
     // The private HOME lives as long as the process.
     let mut home = None;
     let mut prepared = None;
-    if let Some((settings, name)) = confinement {
+    if let Some(Confined {
+        settings,
+        name,
+        nested,
+    }) = confinement
+    {
         let data_dir = settings.data_dir(name);
         std::fs::create_dir_all(&data_dir)
             .map_err(|err| confine_error(format!("cannot make `{}`: {err}", data_dir.display())))?;
@@ -165,6 +210,7 @@ pub fn spawn(
             read: vec![dir.to_owned()],
             write: vec![data_dir, private.path().to_owned()],
             network: true,
+            read_only: nested,
             ..Jail::default()
         }
         .guarding(&settings.control);

@@ -60,8 +60,8 @@ pub enum CensusError {
     /// The workspace holds more folders than are walked.
     #[error(
         "the workspace `{}` holds more than {MAX_FOLDERS} folders, too many to check for control \
-         paths (`.git`, `.zot`, `.shiro`) a command could create; run commands in a smaller \
-         workspace",
+         paths (`.git`, `.zot`, `.shiro`); confined commands and extensions run only in a \
+         smaller workspace",
         .workspace.display()
     )]
     TooLarge {
