@@ -208,14 +208,16 @@ impl Launcher {
     }
 
     /// The data dir a confined native extension may write
-    /// (`$ZOT_HOME/data/<name>/`), when native extensions are confined.
+    /// (`$ZOT_HOME/data/<name>/` when installed there, else keyed by its
+    /// folder: [`native::NativeConfinement::data_dir`]), when native
+    /// extensions are confined.
     pub fn native_data_dir(
         &self,
         manifest: &crate::manifest::Manifest,
     ) -> Option<std::path::PathBuf> {
         match (&self.native, &manifest.program) {
             (Some(native), crate::manifest::Program::Native { .. }) => {
-                Some(native.data_dir(manifest.name()))
+                Some(native.data_dir(manifest))
             }
             _ => None,
         }
@@ -312,7 +314,7 @@ impl Launcher {
                 let confinement = match &self.native {
                     Some(settings) => Some(native::Confined {
                         settings,
-                        name: manifest.name(),
+                        data_dir: settings.data_dir(manifest),
                         nested: settings.nested_control_paths().await.map_err(|err| {
                             native::SpawnError::Confine {
                                 program: native::resolve_exec(exec, &manifest.dir)

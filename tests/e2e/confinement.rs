@@ -676,6 +676,82 @@ fn native_probe_in(dir: &Path) -> PathBuf {
     dir
 }
 
+/// The one data dir made under the lab's `$ZOT_HOME/data/`, checked to be
+/// keyed by its extension's folder: `natprobe@` and 16 hex digits.
+fn only_data_dir(lab: &Lab) -> PathBuf {
+    let made: Vec<PathBuf> = std::fs::read_dir(lab.home.join("data"))
+        .expect("data dirs")
+        .map(|entry| entry.expect("entry").path())
+        .collect();
+    let [data] = made.as_slice() else {
+        panic!("one data dir expected: {made:?}");
+    };
+    let name = data
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default();
+    let key = name.strip_prefix("natprobe@").unwrap_or_default();
+    assert!(
+        key.len() == 16 && key.chars().all(|c| c.is_ascii_hexdigit()),
+        "{name}"
+    );
+    data.clone()
+}
+
+/// A workspace's extension named as one the user installed shadows it
+/// (zot prefers the workspace's), and with the user's trust it runs; but a
+/// name is its author's to choose, so it does not open the installed one's
+/// data dir, where that one keeps what it saved (a token).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_confined_native_extension_named_as_an_installed_one_gets_its_own_data() {
+    let lab = Lab::new();
+    crate::attack::user_policy(&lab, &json!({"confine_native": true}));
+    native_probe_in(&lab.user_dir().join("natprobe"));
+    let saved = lab.home.join("data/natprobe/token");
+    std::fs::create_dir_all(lab.home.join("data/natprobe")).expect("data dir");
+    std::fs::write(&saved, "the installed one's token\n").expect("token");
+    let read = json!({"sh": format!("cat {}", saved.display())});
+    // Control: the installed one reads what it saved.
+    let host = start(&lab, &[]).await;
+    assert_eq!(
+        answer(&host, "run", read.clone()).await,
+        (
+            false,
+            "exit=0 out=the installed one's token\n err=".to_owned()
+        )
+    );
+    host.shutdown().await;
+    // Attack: the workspace's namesake, trusted, reads it.
+    native_probe_in(&lab.project_dir().join("natprobe"));
+    let host = start(&lab, &[]).await;
+    let (is_error, text) = answer(&host, "run", read).await;
+    host.shutdown().await;
+    assert!(!is_error, "{text}");
+    // (`/tmp`, where the lab lies, is covered: only its own data dir is there.)
+    assert_eq!(
+        text,
+        format!(
+            "exit=1 out= err=cat: {}: No such file or directory\n",
+            saved.display()
+        )
+    );
+    let own: Vec<String> = std::fs::read_dir(lab.home.join("data"))
+        .expect("data dirs")
+        .map(|entry| {
+            entry
+                .expect("entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    assert_eq!(own.len(), 2, "{own:?}");
+    assert!(
+        own.iter().any(|name| name.starts_with("natprobe@")),
+        "{own:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_confined_native_extension_reaches_its_folder_its_data_and_the_workspace_only() {
     let lab = Lab::new();
@@ -692,8 +768,9 @@ async fn a_confined_native_extension_reaches_its_folder_its_data_and_the_workspa
     );
     crate::attack::user_policy(&lab, &json!({"confine_native": true}));
     let dir = native_probe(&lab);
-    let data = lab.home.join("data/natprobe");
     let host = start(&lab, std::slice::from_ref(&dir)).await;
+    // Given by path, not installed: its data dir is keyed by its folder.
+    let data = only_data_dir(&lab);
     let run = |script: String| {
         let host = &host;
         async move {

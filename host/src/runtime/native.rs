@@ -55,7 +55,8 @@ pub fn resolve_exec(exec: &str, dir: &Path) -> Result<PathBuf, SpawnError> {
 /// How native extensions run when the policy says `confine_native` (or
 /// `require_confinement`): the kernel confinement of shell commands (see
 /// [`confine`]), with the extension's folder readable, its data dir
-/// (`<data_root>/<name>/`) and a private `HOME` writable, the network open.
+/// ([`NativeConfinement::data_dir`]) and a private `HOME` writable, the
+/// network open.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NativeConfinement {
     /// The workspace, read-write (control paths read-only), when known.
@@ -65,6 +66,8 @@ pub struct NativeConfinement {
     pub control: ControlPaths,
     /// Where each extension's data dir is made.
     pub data_root: PathBuf,
+    /// Where the user's extensions are installed (`$ZOT_HOME/extensions`).
+    pub installed_root: PathBuf,
     /// The policy's confinement settings (`required_by` refuses to start
     /// without every protection).
     pub settings: confine::Settings,
@@ -91,6 +94,7 @@ impl NativeConfinement {
             workspace,
             control: control.unwrap_or_default(),
             data_root: home.data_dir(),
+            installed_root: home.extensions_dir(),
             settings: confine::Settings {
                 shell_network: true,
                 required_by,
@@ -98,9 +102,28 @@ impl NativeConfinement {
         })
     }
 
-    /// The data dir of extension `name`.
-    pub fn data_dir(&self, name: &str) -> PathBuf {
-        self.data_root.join(name)
+    /// The data dir of the extension `manifest` describes:
+    /// `<data_root>/<name>/` for one the user installed
+    /// (`$ZOT_HOME/extensions/<name>/`), `<data_root>/<name>@<key>/` for
+    /// any other (a project's, one given by path), the key 16 hex digits
+    /// of the SHA-256 of its folder's canonical path. A workspace's
+    /// extension named as one the user installed (which it shadows, zot
+    /// preferring the workspace's) never opens that one's data, a token it
+    /// saved, nor one of the same name in another workspace: a name is
+    /// the author's to choose, a folder is not.
+    pub fn data_dir(&self, manifest: &crate::manifest::Manifest) -> PathBuf {
+        let name = manifest.name();
+        let folder = manifest
+            .dir
+            .canonicalize()
+            .unwrap_or_else(|_| manifest.dir.clone());
+        let installed = self.installed_root.join(name).canonicalize().ok();
+        if installed.as_deref() == Some(folder.as_path()) {
+            return self.data_root.join(name);
+        }
+        let digest = <sha2::Sha256 as sha2::Digest>::digest(folder.as_os_str().as_encoded_bytes());
+        let key = crate::text::hex(digest.get(..8).unwrap_or_default());
+        self.data_root.join(format!("{name}@{key}"))
     }
 
     /// The workspace's control paths below its root (rule 6 of
@@ -137,8 +160,8 @@ impl NativeConfinement {
 pub struct Confined<'a> {
     /// The policy's confinement of native extensions.
     pub settings: &'a NativeConfinement,
-    /// The extension's name (its data dir's).
-    pub name: &'a str,
+    /// Its data dir ([`NativeConfinement::data_dir`]).
+    pub data_dir: PathBuf,
     /// The workspace's nested control paths
     /// ([`NativeConfinement::nested_control_paths`]), bound read-only.
     pub nested: Vec<PathBuf>,
@@ -194,11 +217,10 @@ pub fn spawn(
     let mut prepared = None;
     if let Some(Confined {
         settings,
-        name,
+        data_dir,
         nested,
     }) = confinement
     {
-        let data_dir = settings.data_dir(name);
         std::fs::create_dir_all(&data_dir)
             .map_err(|err| confine_error(format!("cannot make `{}`: {err}", data_dir.display())))?;
         let private = tempfile::Builder::new()
