@@ -46,13 +46,15 @@
 //!    `git status` on entering the folder), and zot started in a subfolder
 //!    runs its `.zot/extensions/*`. A [`Census`] finds every `.git`, `.zot`
 //!    and `.shiro` below the workspace, and every folder git takes for a
-//!    repository whatever its name (a bare one, whose hooks run when the
-//!    user pushes to it: `HEAD`, `objects/` and `refs/`), before the
-//!    command runs; they are bound read-only like the root's, and so is
-//!    the folder a `.git` file (a worktree's, `--separate-git-dir`) names
-//!    inside the workspace, which git reads as the repository. A folder
-//!    that does not exist cannot
-//!    be bound, so once every descendant is dead the census is taken again
+//!    repository whatever its name (`HEAD` with `objects/` and `refs/`, a
+//!    bare one, whose hooks run when the user pushes to it; or `HEAD` with
+//!    a `commondir`, a linked worktree's), before the command runs (or the
+//!    native extension starts); they are bound read-only like the root's,
+//!    and so are the folder a `.git` file (a worktree's,
+//!    `--separate-git-dir`) names and the one a `commondir` names, inside
+//!    the workspace, which git reads as the repository. A folder that does
+//!    not exist cannot be bound, so once every descendant of a command is
+//!    dead the census is taken again
 //!    and any control path that was not there before is set aside (renamed
 //!    with [`SET_ASIDE`] added, a link as a link: nothing is lost should it
 //!    have been the user's, cloned in another terminal while the command
@@ -82,9 +84,9 @@
 //! control paths that were there when it started read-only, at any depth,
 //! but one it creates is not set aside (it lives as long as zot, and one
 //! the user makes meanwhile in another terminal, a clone or a
-//! `cargo new`, could not be told from its own); the census trusts a folder's change time to say that its
-//! entries changed, as every local filesystem makes it; CPU and memory are
-//! not limited here.
+//! `cargo new`, could not be told from its own); the census trusts a
+//! folder's change time to say that its entries changed, as every local
+//! filesystem makes it; CPU and memory are not limited here.
 //!
 //! How: everything that allocates or can fail for reasons other than the
 //! kernel (the Landlock ruleset and its path fds, the uid maps, the mount

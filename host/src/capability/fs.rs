@@ -784,13 +784,13 @@ impl Jail {
             .dir
             .try_clone()
             .map_err(|err| io_failure(resolved.op, &resolved.subject, &err))?;
-        not_in_a_repository(resolved, &dir, 0)?;
+        let mut signs = not_in_a_repository(resolved, &dir, 0)?;
         for (depth, component) in parents.iter().enumerate() {
             dir = open_dir_nofollow(&dir, component).map_err(|err| walk_error(resolved, err))?;
-            not_in_a_repository(resolved, &dir, depth + 1)?;
+            signs = not_in_a_repository(resolved, &dir, depth + 1)?;
         }
         if let Some(last) = last {
-            completes_no_repository(resolved, &dir, last)?;
+            completes_no_repository(resolved, signs, last)?;
         }
         Ok((dir, last))
     }
@@ -1149,18 +1149,19 @@ const REPOSITORY_WHY: &str = "a repository: git runs what its config and hooks n
 /// Step 5 for a folder of any name: a mutating operation is refused in the
 /// open folder `dir`, the first `depth` resolved components, when git
 /// takes it for a repository ([`Signs`]: a bare one, `fixtures/remote.git/`,
-/// or the folder a nested `.git` file names).
+/// or the folder a nested `.git` file names). Returns the folder's signs
+/// (none looked up for an operation that does not mutate).
 fn not_in_a_repository(
     resolved: &Resolved,
     dir: &Dir,
     depth: usize,
-) -> Result<(), CapabilityError> {
+) -> Result<Signs, CapabilityError> {
     if !resolved.op.mutates() {
-        return Ok(());
+        return Ok(Signs::default());
     }
     let signs = Signs::of(dir).map_err(|err| io_failure(resolved.op, &resolved.subject, &err))?;
     if !signs.repository() {
-        return Ok(());
+        return Ok(signs);
     }
     let reason = match resolved.components.get(..depth) {
         Some(folder) if !folder.is_empty() => format!(
@@ -1178,19 +1179,15 @@ fn not_in_a_repository(
     ))
 }
 
-/// A file `name` made in the open folder `dir` (the resolved path's
-/// parent) is refused when it would make git take the folder for a
+/// A file `name` made in the resolved path's parent, whose `signs` these
+/// are, is refused when it would make git take the folder for a
 /// repository: a `HEAD` beside `objects/` and `refs/`, a `commondir`
 /// beside `HEAD`.
 fn completes_no_repository(
     resolved: &Resolved,
-    dir: &Dir,
+    signs: Signs,
     name: &str,
 ) -> Result<(), CapabilityError> {
-    if !resolved.op.mutates() {
-        return Ok(());
-    }
-    let signs = Signs::of(dir).map_err(|err| io_failure(resolved.op, &resolved.subject, &err))?;
     if !signs.completed_by(std::ffi::OsStr::new(name)) {
         return Ok(());
     }
