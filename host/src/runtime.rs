@@ -209,7 +209,7 @@ impl Launcher {
 
     /// The data dir a confined native extension may write
     /// (`$ZOT_HOME/data/<name>/` when installed there, else keyed by its
-    /// folder: [`native::NativeConfinement::data_dir`]), when native
+    /// folder: `NativeConfinement::data_dir`), when native
     /// extensions are confined.
     pub fn native_data_dir(
         &self,

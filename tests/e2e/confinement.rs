@@ -450,6 +450,85 @@ async fn a_git_file_in_the_workspace_opens_nothing_outside_it_to_commands() {
     );
 }
 
+/// git's configuration may move a repository's hooks into the working
+/// tree (`core.hooksPath = .githooks`, as husky sets `.husky`) and read
+/// more configuration from a file there (`include.path`): both decide
+/// what runs, unsandboxed, at the user's next commit or `git status`, so
+/// neither a guest's write nor a confined command reaches them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hooks_and_the_config_git_s_config_names_in_the_workspace_are_control_paths() {
+    use std::os::unix::fs::PermissionsExt;
+    let lab = Lab::new();
+    git_workspace(&lab);
+    let ws = lab.workspace.clone();
+    let hook = ws.join(".githooks/pre-commit");
+    std::fs::create_dir_all(ws.join(".githooks")).expect("hooks");
+    std::fs::write(&hook, "#!/bin/sh\nexit 0\n").expect("hook");
+    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    std::fs::write(ws.join("shared.gitconfig"), "[user]\n\tname = shared\n").expect("shared");
+    git(&ws, &["config", "core.hooksPath", ".githooks"]);
+    git(&ws, &["config", "include.path", "../shared.gitconfig"]);
+    let capabilities = json!({"read": ["**"], "write": ["**"], "shell": ["**"]});
+    let host = start(&lab, &[crate::attack::prober(&lab, &capabilities, None)]).await;
+    let marker = ws.join(MARKER);
+    let why = |what: &str, path: &str| {
+        format!(
+            "fs-write `{path}` refused: {what} is a control path ({}); no grant reaches it",
+            {
+                if path.starts_with(".githooks") {
+                    "the folder git runs hooks from (`core.hooksPath`): it decides what runs"
+                } else {
+                    "a file git reads as its config (`include.path`): it decides what runs"
+                }
+            }
+        )
+    };
+    // Attack: a guest's write, of the hook and of the included config.
+    let planted = format!("#!/bin/sh\ntouch {}\n", marker.display());
+    for (path, shown) in [
+        (".githooks/pre-commit", "`.githooks/`"),
+        ("shared.gitconfig", "`shared.gitconfig`"),
+    ] {
+        assert_eq!(
+            answer(&host, "fs_write", json!({"path": path, "text": planted})).await,
+            (true, why(shown, path)),
+        );
+    }
+    // Attack: a confined command's.
+    for path in [".githooks/pre-commit", "shared.gitconfig"] {
+        let (_, text) = answer(
+            &host,
+            "shell",
+            json!({"command": format!("echo 'touch {}' >> {path}", marker.display())}),
+        )
+        .await;
+        assert_eq!(
+            text,
+            format!(
+                "exit=Some(2) stdout= stderr=sh: 1: cannot create {path}: Read-only file system\n"
+            )
+        );
+    }
+    // Control: the project's other files are the guest's to write.
+    assert_eq!(
+        answer(&host, "fs_write", json!({"path": "notes.txt", "text": "x"})).await,
+        (false, "written".to_owned())
+    );
+    host.shutdown().await;
+    // Control: the attack is live: git runs the hook at a commit, and
+    // reads the included file as config.
+    std::fs::write(&hook, &planted).expect("plant the hook");
+    git(&ws, &["commit", "-q", "--allow-empty", "-m", "second"]);
+    assert!(marker.exists(), "the hook did not run");
+    let name = Command::new("git")
+        .args(["config", "user.name"])
+        .current_dir(&ws)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .expect("git config");
+    assert_eq!(String::from_utf8_lossy(&name.stdout), "shared\n");
+}
+
 /// An extension granted `git **` (a git helper, as a user would grant it)
 /// against a workspace holding a nested repository: its commands may run
 /// git anywhere in the workspace, but the repository's config stays as it

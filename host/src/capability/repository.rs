@@ -25,6 +25,8 @@ use std::path::{Path, PathBuf};
 
 use cap_std::fs::Dir;
 
+pub(crate) mod config;
+
 /// The most read of a `.git` file or a `commondir` (each holds one path).
 const POINTER_BYTES: u64 = 64 * 1024;
 
@@ -195,6 +197,49 @@ pub(crate) fn worktree_dirs(workspace: &Path) -> Vec<PathBuf> {
         .ok()
         .and_then(|common| own.join(common.trim()).canonicalize().ok());
     std::iter::once(own).chain(common).collect()
+}
+
+/// The hooks folders and included files git's configuration names for the
+/// repository `workspace` lies in ([`config`]), absolute: read from the
+/// system's configuration, the user's (in `home`), and the repository's
+/// own (its common folder's `config`, a worktree's `config.worktree`),
+/// with what each includes. Nothing when `workspace` lies in no
+/// repository: git runs hooks only in one.
+pub(crate) fn configured(workspace: &Path, home: Option<&Path>) -> config::Named {
+    // The working tree git finds from the workspace: the nearest folder,
+    // the workspace or one above it, holding a `.git`.
+    let Some(worktree) = workspace
+        .ancestors()
+        .find(|folder| folder.join(".git").symlink_metadata().is_ok())
+    else {
+        return config::Named::default();
+    };
+    let dot_git = worktree.join(".git");
+    let git_dir = if dot_git.is_dir() {
+        dot_git
+    } else {
+        match pointed_to(&dot_git).into_iter().next() {
+            Some(named) => named,
+            None => return config::Named::default(),
+        }
+    };
+    let common = crate::user_file::read_text(&git_dir.join("commondir"), POINTER_BYTES)
+        .map(|common| git_dir.join(common.trim()))
+        .unwrap_or_else(|_| git_dir.clone());
+    let xdg = std::env::var_os("XDG_CONFIG_HOME")
+        .filter(|xdg| !xdg.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| home.map(|home| home.join(".config")));
+    let files: Vec<PathBuf> = [Some(PathBuf::from("/etc/gitconfig"))]
+        .into_iter()
+        .chain([
+            xdg.map(|xdg| xdg.join("git/config")),
+            home.map(|home| home.join(".gitconfig")),
+        ])
+        .flatten()
+        .chain([common.join("config"), git_dir.join("config.worktree")])
+        .collect();
+    config::named(&files, worktree, home)
 }
 
 #[cfg(test)]

@@ -37,7 +37,8 @@ impl ControlSources {
     /// folder (explicit, installed for the user, installed in `workspace`
     /// and linked from elsewhere), a native extension's program named by
     /// path, the repository a `.git` file at the workspace's root names,
-    /// the system policy and `~/.shiro-neko`.
+    /// the hooks folders and included files git's configuration names, the
+    /// system policy and `~/.shiro-neko`.
     pub fn outside(&self, workspace: &Path) -> Vec<(PathBuf, bool, String)> {
         let mut found: Vec<(PathBuf, bool, String)> = Vec::new();
         let mut folders: Vec<PathBuf> = Vec::new();
@@ -83,14 +84,36 @@ impl ControlSources {
                 "the repository the workspace's `.git` file names: it decides what runs".to_owned(),
             ));
         }
+        // What git's configuration moves into the working tree: hooks
+        // (`core.hooksPath = .githooks`, husky's `.husky`), and more
+        // configuration (`include.path = ../.gitconfig`).
+        let user_home = std::env::var_os("HOME")
+            .filter(|home| !home.is_empty())
+            .map(PathBuf::from);
+        let named = crate::capability::repository::configured(workspace, user_home.as_deref());
+        for hooks in named.hooks {
+            found.push((
+                hooks,
+                true,
+                "the folder git runs hooks from (`core.hooksPath`): it decides what runs"
+                    .to_owned(),
+            ));
+        }
+        for include in named.includes {
+            found.push((
+                include,
+                false,
+                "a file git reads as its config (`include.path`): it decides what runs".to_owned(),
+            ));
+        }
         found.push((
             crate::policy::Policy::system_path(),
             false,
             "the system policy".to_owned(),
         ));
-        if let Some(user) = std::env::var_os("HOME").filter(|home| !home.is_empty()) {
+        if let Some(user) = user_home {
             found.push((
-                PathBuf::from(user).join(".shiro-neko"),
+                user.join(".shiro-neko"),
                 true,
                 "`~/.shiro-neko`: the user's tools and plugins".to_owned(),
             ));

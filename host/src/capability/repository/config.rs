@@ -1,0 +1,319 @@
+//! The paths git's configuration names as more configuration or as hooks.
+//!
+//! A repository's `config` may move its hooks into the working tree
+//! (`core.hooksPath = .githooks`, or `.husky` as husky sets it) and may
+//! read more configuration from a file there (`include.path =
+//! ../.gitconfig`, a common way to share settings). Either makes a
+//! project file decide what runs: git runs `.githooks/pre-commit` at the
+//! next commit, and a `core.fsmonitor` line in the included file at the
+//! next `git status`, none of it sandboxed. So what the configuration
+//! names is a control path, like the `.git/` that names it.
+//!
+//! Only these keys are read, from the files git reads in the workspace
+//! (the system's, the user's, the repository's and what each includes),
+//! with the syntax git accepts: `[section]`, `[section "sub"]` and the
+//! old `[section.sub]`, names in any case, quoted values with escapes,
+//! comments, lines continued with `\`. A conditional include counts
+//! whatever its condition says: a folder is protected at least whenever
+//! git would read it. The files are the workspace's or the user's to
+//! write, read capped and never from a FIFO; a file that cannot be read
+//! names nothing.
+
+use std::path::{Path, PathBuf};
+
+/// The most read of one configuration file.
+const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
+
+/// How deep includes are followed (git stops at 10 too).
+const MAX_INCLUDE_DEPTH: usize = 10;
+
+/// What git's configuration names, absolute.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct Named {
+    /// Folders git runs hooks from (`core.hooksPath`).
+    pub(crate) hooks: Vec<PathBuf>,
+    /// Files git reads as configuration (`include.path`,
+    /// `includeIf.<condition>.path`).
+    pub(crate) includes: Vec<PathBuf>,
+}
+
+/// One `section.key = value` setting read from a file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Setting {
+    /// The section, lowercased, without its subsection.
+    section: String,
+    /// The key, lowercased.
+    key: String,
+    /// The value, unquoted and unescaped (`None`: a bare key, `true`).
+    value: Option<String>,
+}
+
+/// What the configuration files `files` and every file they include name,
+/// a relative `core.hooksPath` taken from `worktree` (where git runs
+/// hooks), `~/` from `home`.
+pub(crate) fn named(files: &[PathBuf], worktree: &Path, home: Option<&Path>) -> Named {
+    let mut named = Named::default();
+    let mut todo: Vec<(PathBuf, usize)> = files.iter().map(|file| (file.clone(), 0)).collect();
+    let mut seen = std::collections::HashSet::new();
+    while let Some((file, depth)) = todo.pop() {
+        if depth > MAX_INCLUDE_DEPTH || !seen.insert(file.clone()) {
+            continue;
+        }
+        let Ok(text) = crate::user_file::read_text(&file, MAX_CONFIG_BYTES) else {
+            continue;
+        };
+        let folder = file.parent().unwrap_or(Path::new("/"));
+        for setting in settings(&text) {
+            let Some(value) = setting.value.as_deref().filter(|v| !v.is_empty()) else {
+                continue;
+            };
+            match (setting.section.as_str(), setting.key.as_str()) {
+                ("core", "hookspath") => {
+                    if let Some(path) = interpolate(value, worktree, home) {
+                        named.hooks.push(path);
+                    }
+                }
+                ("include" | "includeif", "path") => {
+                    if let Some(path) = interpolate(value, folder, home) {
+                        if !named.includes.contains(&path) {
+                            named.includes.push(path.clone());
+                        }
+                        todo.push((path, depth + 1));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    named
+}
+
+/// A path value as git reads it: `~/` in `home`, a relative one in `base`.
+/// `None` for what cannot be resolved here (`~user/`, `%(prefix)/`, no home).
+fn interpolate(value: &str, base: &Path, home: Option<&Path>) -> Option<PathBuf> {
+    if let Some(rest) = value.strip_prefix("~/") {
+        return home.map(|home| home.join(rest));
+    }
+    if value.starts_with('~') || value.starts_with("%(") {
+        return None;
+    }
+    Some(base.join(value))
+}
+
+/// The settings of configuration `text`, in order; malformed lines are
+/// skipped (git refuses the file; nothing here grants anything).
+fn settings(text: &str) -> Vec<Setting> {
+    let mut found = Vec::new();
+    let mut section = String::new();
+    let mut lines = text.lines();
+    while let Some(line) = lines.next() {
+        let mut rest = line.trim_start();
+        if let Some(header) = rest.strip_prefix('[') {
+            let Some((name, after)) = section_header(header) else {
+                section.clear();
+                continue;
+            };
+            section = name;
+            // git allows a setting after the header, on the same line.
+            rest = after.trim_start();
+        }
+        if rest.is_empty() || rest.starts_with('#') || rest.starts_with(';') {
+            continue;
+        }
+        let name_end = rest
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+            .unwrap_or(rest.len());
+        let (key, after) = rest.split_at(name_end);
+        if key.is_empty() || section.is_empty() {
+            continue;
+        }
+        let after = after.trim_start();
+        let value = if let Some(value) = after.strip_prefix('=') {
+            Some(value_of(value, &mut lines))
+        } else if after.is_empty() || after.starts_with('#') || after.starts_with(';') {
+            None
+        } else {
+            continue;
+        };
+        found.push(Setting {
+            section: section.clone(),
+            key: key.to_ascii_lowercase(),
+            value,
+        });
+    }
+    found
+}
+
+/// The section name (lowercased, subsection dropped) of a header whose
+/// `[` is gone, and what follows its `]`.
+fn section_header(header: &str) -> Option<(String, &str)> {
+    let name_end = header
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '.'))
+        .unwrap_or(header.len());
+    let (name, mut rest) = header.split_at(name_end);
+    // `[section.sub]`: the old spelling of a subsection.
+    let name = name.split('.').next().unwrap_or_default();
+    if name.is_empty() {
+        return None;
+    }
+    let spaced = rest.trim_start();
+    if let Some(quoted) = spaced.strip_prefix('"') {
+        let mut escaped = false;
+        let mut end = None;
+        for (at, c) in quoted.char_indices() {
+            match c {
+                _ if escaped => escaped = false,
+                '\\' => escaped = true,
+                '"' => {
+                    end = Some(at);
+                    break;
+                }
+                _ => {}
+            }
+        }
+        rest = quoted.get(end? + 1..)?;
+    }
+    let rest = rest.trim_start().strip_prefix(']')?;
+    Some((name.to_ascii_lowercase(), rest))
+}
+
+/// A value after its `=`: quotes removed, escapes read, a comment outside
+/// quotes ended, unquoted whitespace at either end dropped, and a `\` at
+/// the end of a line continued on the next one of `lines`.
+fn value_of<'a>(first: &'a str, lines: &mut impl Iterator<Item = &'a str>) -> String {
+    let mut value = String::new();
+    // Where the value ends if no more than whitespace follows: unquoted
+    // trailing whitespace is dropped, quoted is kept.
+    let mut kept = 0;
+    let mut quoted = false;
+    let mut line = first;
+    'lines: loop {
+        let mut chars = line.chars();
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' => match chars.next() {
+                    None => {
+                        // Continued on the next line.
+                        kept = value.len();
+                        match lines.next() {
+                            Some(next) => {
+                                line = next;
+                                continue 'lines;
+                            }
+                            None => break 'lines,
+                        }
+                    }
+                    Some('n') => value.push('\n'),
+                    Some('t') => value.push('\t'),
+                    Some('b') => value.push('\u{8}'),
+                    Some(other) => value.push(other),
+                },
+                '"' => quoted = !quoted,
+                '#' | ';' if !quoted => break 'lines,
+                c if c.is_whitespace() && !quoted => {
+                    // Kept inside the value, none at its ends.
+                    if !value.is_empty() {
+                        value.push(c);
+                    }
+                    continue;
+                }
+                c => value.push(c),
+            }
+            kept = value.len();
+        }
+        break;
+    }
+    value.truncate(kept);
+    value
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn setting(section: &str, key: &str, value: Option<&str>) -> Setting {
+        Setting {
+            section: section.to_owned(),
+            key: key.to_owned(),
+            value: value.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn settings_are_read_as_git_reads_them() {
+        let text = "# a comment\n\
+                    [core]\n\
+                    \trepositoryformatversion = 0\n\
+                    \tHooksPath = .githooks ; why\n\
+                    [Include] path = \"../my shared.gitconfig\"\n\
+                    [includeIf \"gitdir:~/work/\"]\n\
+                    \tpath = ~/work.gitconfig\n\
+                    [core.sub]\n\
+                    \tbare\n\
+                    \tfsmonitor = \"a \\\"quoted\\\" # not a comment\"\n\
+                    \tpager = less \\\n\
+                    \t  -R\n\
+                    [broken\n\
+                    \thookspath = ignored\n";
+        assert_eq!(
+            settings(text),
+            [
+                setting("core", "repositoryformatversion", Some("0")),
+                setting("core", "hookspath", Some(".githooks")),
+                setting("include", "path", Some("../my shared.gitconfig")),
+                setting("includeif", "path", Some("~/work.gitconfig")),
+                setting("core", "bare", None),
+                setting("core", "fsmonitor", Some("a \"quoted\" # not a comment")),
+                setting("core", "pager", Some("less \t  -R")),
+            ]
+        );
+    }
+
+    #[test]
+    fn hooks_and_includes_are_found_through_includes() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("ws/.git")).unwrap();
+        std::fs::create_dir_all(root.join("home")).unwrap();
+        std::fs::write(
+            root.join("ws/.git/config"),
+            "[core]\n\thooksPath = .githooks\n[include]\n\tpath = ../shared.gitconfig\n",
+        )
+        .unwrap();
+        std::fs::write(
+            root.join("ws/shared.gitconfig"),
+            "[include]\n\tpath = conf/more\n\tpath = ~/user.gitconfig\n\tpath = ~other/x\n",
+        )
+        .unwrap();
+        std::fs::create_dir_all(root.join("ws/conf")).unwrap();
+        std::fs::write(
+            root.join("ws/conf/more"),
+            "[core]\n\thookspath = /abs/hooks\n",
+        )
+        .unwrap();
+        // A loop of includes ends.
+        std::fs::write(
+            root.join("home/user.gitconfig"),
+            "[include]\n\tpath = user.gitconfig\n",
+        )
+        .unwrap();
+        let named = named(
+            &[root.join("ws/.git/config"), root.join("missing")],
+            &root.join("ws"),
+            Some(&root.join("home")),
+        );
+        assert_eq!(
+            named.hooks,
+            [root.join("ws/.githooks"), PathBuf::from("/abs/hooks")]
+        );
+        assert_eq!(
+            named.includes,
+            [
+                root.join("ws/.git/../shared.gitconfig"),
+                root.join("ws/.git/../conf/more"),
+                root.join("home/user.gitconfig"),
+            ]
+        );
+    }
+}
