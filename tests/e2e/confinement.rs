@@ -468,6 +468,11 @@ async fn the_hooks_and_the_config_git_s_config_names_in_the_workspace_are_contro
     std::fs::write(ws.join("shared.gitconfig"), "[user]\n\tname = shared\n").expect("shared");
     git(&ws, &["config", "core.hooksPath", ".githooks"]);
     git(&ws, &["config", "include.path", "../shared.gitconfig"]);
+    // A file read when it is there, as projects let each clone add its own.
+    git(
+        &ws,
+        &["config", "--add", "include.path", "../.gitconfig.local"],
+    );
     let capabilities = json!({"read": ["**"], "write": ["**"], "shell": ["**"]});
     let host = start(&lab, &[crate::attack::prober(&lab, &capabilities, None)]).await;
     let marker = ws.join(MARKER);
@@ -509,6 +514,24 @@ async fn the_hooks_and_the_config_git_s_config_names_in_the_workspace_are_contro
             )
         );
     }
+    // Attack: a command creates the included file that was not there: it
+    // cannot be bound before it exists, so it is set aside after.
+    let (is_error, text) = answer(
+        &host,
+        "shell",
+        json!({"command": "printf '[user]\\n\\tname = planted\\n' > .gitconfig.local"}),
+    )
+    .await;
+    assert!(is_error, "{text}");
+    assert!(
+        text.ends_with(
+            "it created the control path `.gitconfig.local` (which decides what runs); no \
+             command may write it, so it was renamed with `.refused-by-zotbox` added, beside it"
+        ),
+        "{text}"
+    );
+    assert!(!ws.join(".gitconfig.local").exists());
+    assert!(ws.join(".gitconfig.local.refused-by-zotbox").is_file());
     // Control: the project's other files are the guest's to write.
     assert_eq!(
         answer(&host, "fs_write", json!({"path": "notes.txt", "text": "x"})).await,

@@ -55,7 +55,9 @@
 //!    the workspace, which git reads as the repository. A folder that does
 //!    not exist cannot be bound, so once every descendant of a command is
 //!    dead the census is taken again
-//!    and any control path that was not there before is set aside (renamed
+//!    and any control path that was not there before (the caller's named
+//!    ones too, such as a file git's configuration includes when it
+//!    exists: [`Census::watching`]) is set aside (renamed
 //!    with [`SET_ASIDE`] added, a link as a link: nothing is lost should it
 //!    have been the user's, cloned in another terminal while the command
 //!    ran); the call then fails as a refusal naming them, as it does

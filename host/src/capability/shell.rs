@@ -14,7 +14,7 @@
 //! - [`run`] executes a [`Rendered`] command in a scrubbed environment, in
 //!   its own process group, under a timeout and an output cap.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -397,7 +397,18 @@ pub async fn run(
     // can add one (rule 6 of `confine`); walking a large workspace is not
     // done on a thread that answers intercepts.
     let workspace = cwd.to_owned();
-    let before = off_the_runtime(shown, move || confine::Census::take(&workspace)).await?;
+    // And the control paths named by the caller that are missing (a file
+    // git's configuration includes when it exists): bound when there.
+    let named: Vec<PathBuf> = control
+        .paths()
+        .iter()
+        .filter(|path| !path.secret && !path.path.is_empty())
+        .map(|path| PathBuf::from(&path.path))
+        .collect();
+    let before = off_the_runtime(shown, move || {
+        confine::Census::take(&workspace).map(|census| census.watching(named))
+    })
+    .await?;
     // The workspace's own control paths (`$ZOT_HOME`, an extension's folder,
     // nested repositories) are read-only, and `$ZOT_HOME` in it (which the
     // jail refuses by name) is covered: a command reads nothing there.

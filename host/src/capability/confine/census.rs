@@ -76,6 +76,9 @@ pub struct Census {
     workspace: PathBuf,
     found: Vec<Found>,
     unreadable: Vec<Unreadable>,
+    /// Control paths named by the caller, not by their name (a file git's
+    /// configuration includes), that did not exist: relative.
+    absent: Vec<PathBuf>,
 }
 
 /// A folder that could not be read, and when it last changed (when not even
@@ -154,6 +157,26 @@ impl Census {
         }
     }
 
+    /// This census, watching the control paths `named` (relative to the
+    /// workspace) that do not exist now: one a command creates is set
+    /// aside as a `.git` would be (a file git's configuration includes
+    /// when it is there, `include.path = ../.gitconfig.local`, cannot be
+    /// bound read-only before it exists).
+    #[must_use]
+    pub fn watching(mut self, named: impl IntoIterator<Item = PathBuf>) -> Self {
+        let workspace = &self.workspace;
+        self.absent = named
+            .into_iter()
+            .filter(|path| {
+                matches!(
+                    workspace.join(path).symlink_metadata(),
+                    Err(err) if err.kind() == io::ErrorKind::NotFound
+                )
+            })
+            .collect();
+        self
+    }
+
     /// The control paths below the workspace's root, and those at its root
     /// not spelt as [`CONTROL_PATHS`] (`.GIT`), absolute: what the jail binds
     /// read-only besides the root's own.
@@ -182,7 +205,23 @@ impl Census {
         let after = Self::take(&self.workspace)?;
         let known: HashSet<(u64, u64)> = self.found.iter().map(|f| (f.dev, f.ino)).collect();
         let mut left = Left::default();
-        for found in after.found {
+        // What the caller named and was not there, if it is now (and not
+        // found by its name as well).
+        let appeared: Vec<Found> = self
+            .absent
+            .iter()
+            .filter(|path| !after.found.iter().any(|found| &found.path == *path))
+            .filter_map(|path| {
+                let meta = self.workspace.join(path).symlink_metadata().ok()?;
+                Some(Found {
+                    path: path.clone(),
+                    dev: meta.dev(),
+                    ino: meta.ino(),
+                    dir: meta.is_dir(),
+                })
+            })
+            .collect();
+        for found in after.found.into_iter().chain(appeared) {
             if known.contains(&(found.dev, found.ino)) {
                 continue;
             }
@@ -422,6 +461,7 @@ impl Tree {
             workspace,
             found,
             unreadable,
+            absent: Vec::new(),
         }
     }
 }
@@ -625,6 +665,31 @@ mod tests {
         );
         assert!(root.join("made.git.refused-by-zotbox/objects").is_dir());
         assert!(root.join("fixtures/remote.git/HEAD").is_file());
+    }
+
+    #[test]
+    fn a_named_control_path_that_appears_is_set_aside() {
+        // A file git's configuration includes when it exists: a command
+        // creating it is caught though its name is nothing special.
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir(root.join("conf")).unwrap();
+        std::fs::write(root.join("there.gitconfig"), "[user]\n").unwrap();
+        let named = ["conf/local.gitconfig", "there.gitconfig", "never.gitconfig"];
+        let before = census(root).watching(named.map(PathBuf::from));
+        std::fs::write(root.join("conf/local.gitconfig"), "[core]\n").unwrap();
+        // Control: one that was there is the jail's to bind, not this.
+        std::fs::write(root.join("there.gitconfig"), "[user]\n\tname = x\n").unwrap();
+        assert_eq!(
+            before.take_back().unwrap().created,
+            ["`conf/local.gitconfig`"]
+        );
+        assert!(!root.join("conf/local.gitconfig").exists());
+        assert!(
+            root.join("conf/local.gitconfig.refused-by-zotbox")
+                .is_file()
+        );
+        assert!(root.join("there.gitconfig").is_file());
     }
 
     #[test]
