@@ -473,30 +473,34 @@ async fn the_hooks_and_the_config_git_s_config_names_in_the_workspace_are_contro
         &ws,
         &["config", "--add", "include.path", "../.gitconfig.local"],
     );
+    // A program it runs by path, at every checkout of a file it filters.
+    std::fs::create_dir_all(ws.join("scripts")).expect("scripts");
+    git(
+        &ws,
+        &["config", "filter.crypt.smudge", "./scripts/decrypt.sh %f"],
+    );
     let capabilities = json!({"read": ["**"], "write": ["**"], "shell": ["**"]});
     let host = start(&lab, &[crate::attack::prober(&lab, &capabilities, None)]).await;
     let marker = ws.join(MARKER);
-    let why = |what: &str, path: &str| {
-        format!(
-            "fs-write `{path}` refused: {what} is a control path ({}); no grant reaches it",
-            {
-                if path.starts_with(".githooks") {
-                    "the folder git runs hooks from (`core.hooksPath`): it decides what runs"
-                } else {
-                    "a file git reads as its config (`include.path`): it decides what runs"
-                }
-            }
-        )
-    };
-    // Attack: a guest's write, of the hook and of the included config.
+    let hooks = "the folder git runs hooks from (`core.hooksPath`)";
+    let include = "a file git reads as its config (`include.path`)";
+    let program = "a program git's configuration runs (`filter.<name>.smudge`)";
+    // Attack: a guest's write, of the hook, the included config, the filter.
     let planted = format!("#!/bin/sh\ntouch {}\n", marker.display());
-    for (path, shown) in [
-        (".githooks/pre-commit", "`.githooks/`"),
-        ("shared.gitconfig", "`shared.gitconfig`"),
+    for (path, shown, what) in [
+        (".githooks/pre-commit", "`.githooks/`", hooks),
+        ("shared.gitconfig", "`shared.gitconfig`", include),
+        ("scripts/decrypt.sh", "`scripts/decrypt.sh`", program),
     ] {
         assert_eq!(
             answer(&host, "fs_write", json!({"path": path, "text": planted})).await,
-            (true, why(shown, path)),
+            (
+                true,
+                format!(
+                    "fs-write `{path}` refused: {shown} is a control path ({what}: it decides \
+                     what runs); no grant reaches it"
+                )
+            ),
         );
     }
     // Attack: a confined command's.

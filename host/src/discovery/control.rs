@@ -37,8 +37,8 @@ impl ControlSources {
     /// folder (explicit, installed for the user, installed in `workspace`
     /// and linked from elsewhere), a native extension's program named by
     /// path, the repository a `.git` file at the workspace's root names,
-    /// the hooks folders and included files git's configuration names, the
-    /// system policy and `~/.shiro-neko`.
+    /// the hooks folders, included files and programs git's configuration
+    /// names, the system policy and `~/.shiro-neko`.
     pub fn outside(&self, workspace: &Path) -> Vec<(PathBuf, bool, String)> {
         let mut found: Vec<(PathBuf, bool, String)> = Vec::new();
         let mut folders: Vec<PathBuf> = Vec::new();
@@ -85,8 +85,9 @@ impl ControlSources {
             ));
         }
         // What git's configuration moves into the working tree: hooks
-        // (`core.hooksPath = .githooks`, husky's `.husky`), and more
-        // configuration (`include.path = ../.gitconfig`).
+        // (`core.hooksPath = .githooks`, husky's `.husky`), more
+        // configuration (`include.path = ../.gitconfig`), and programs it
+        // runs by path (`filter.<name>.smudge = ./scripts/decrypt.sh`).
         let user_home = std::env::var_os("HOME")
             .filter(|home| !home.is_empty())
             .map(PathBuf::from);
@@ -104,6 +105,13 @@ impl ControlSources {
                 include,
                 false,
                 "a file git reads as its config (`include.path`): it decides what runs".to_owned(),
+            ));
+        }
+        for (program, key) in named.programs {
+            found.push((
+                program,
+                false,
+                format!("a program git's configuration runs (`{key}`): it decides what runs"),
             ));
         }
         found.push((

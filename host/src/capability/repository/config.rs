@@ -1,13 +1,16 @@
-//! The paths git's configuration names as more configuration or as hooks.
+//! The paths git's configuration names as hooks, more configuration or
+//! programs to run.
 //!
 //! A repository's `config` may move its hooks into the working tree
-//! (`core.hooksPath = .githooks`, or `.husky` as husky sets it) and may
-//! read more configuration from a file there (`include.path =
-//! ../.gitconfig`, a common way to share settings). Either makes a
-//! project file decide what runs: git runs `.githooks/pre-commit` at the
-//! next commit, and a `core.fsmonitor` line in the included file at the
-//! next `git status`, none of it sandboxed. So what the configuration
-//! names is a control path, like the `.git/` that names it.
+//! (`core.hooksPath = .githooks`, or `.husky` as husky sets it), read
+//! more configuration from a file there (`include.path = ../.gitconfig`,
+//! a common way to share settings), and run a program there
+//! (`filter.<name>.smudge = ./scripts/decrypt.sh %f` at every checkout,
+//! [`COMMANDS`]). Each makes a project file decide what runs: git runs
+//! `.githooks/pre-commit` at the next commit, and a `core.fsmonitor` line
+//! in the included file at the next `git status`, none of it sandboxed.
+//! So what the configuration names is a control path, like the `.git/`
+//! that names it.
 //!
 //! Only these keys are read, from the files git reads in the workspace
 //! (the system's, the user's, the repository's and what each includes),
@@ -35,7 +38,41 @@ pub(crate) struct Named {
     /// Files git reads as configuration (`include.path`,
     /// `includeIf.<condition>.path`).
     pub(crate) includes: Vec<PathBuf>,
+    /// Programs git runs by path, each with the key that names it
+    /// (`filter.<driver>.smudge = ./scripts/smudge.sh %f`).
+    pub(crate) programs: Vec<(PathBuf, String)>,
 }
+
+/// The keys whose value is a command git runs, as `(section, key)`, `*`
+/// for any key: without being asked (a filter at checkout, a diff driver,
+/// `core.fsmonitor` at `git status`) or as part of what the user asked
+/// (an editor, a pager, an alias).
+const COMMANDS: &[(&str, &str)] = &[
+    ("core", "fsmonitor"),
+    ("core", "sshcommand"),
+    ("core", "askpass"),
+    ("core", "editor"),
+    ("core", "pager"),
+    ("sequence", "editor"),
+    ("filter", "clean"),
+    ("filter", "smudge"),
+    ("filter", "process"),
+    ("diff", "textconv"),
+    ("diff", "command"),
+    ("merge", "driver"),
+    ("difftool", "cmd"),
+    ("difftool", "path"),
+    ("mergetool", "cmd"),
+    ("mergetool", "path"),
+    ("gpg", "program"),
+    ("credential", "helper"),
+    ("interactive", "difffilter"),
+    ("pager", "*"),
+    ("alias", "*"),
+];
+
+/// The sections whose keys sit under a driver's or a tool's name.
+const DRIVER_SECTIONS: &[&str] = &["filter", "diff", "merge", "difftool", "mergetool"];
 
 /// One `section.key = value` setting read from a file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,6 +110,20 @@ pub(crate) fn named(files: &[PathBuf], worktree: &Path, home: Option<&Path>) -> 
                         named.hooks.push(path);
                     }
                 }
+                (section, key)
+                    if COMMANDS
+                        .iter()
+                        .any(|&(s, k)| s == section && (k == key || k == "*")) =>
+                {
+                    if let Some(program) = program_of(value, worktree, home) {
+                        let shown = if DRIVER_SECTIONS.contains(&section) {
+                            format!("{section}.<name>.{key}")
+                        } else {
+                            format!("{section}.{key}")
+                        };
+                        named.programs.push((program, shown));
+                    }
+                }
                 ("include" | "includeif", "path") => {
                     if let Some(path) = interpolate(value, folder, home) {
                         if !named.includes.contains(&path) {
@@ -98,6 +149,28 @@ fn interpolate(value: &str, base: &Path, home: Option<&Path>) -> Option<PathBuf>
         return None;
     }
     Some(base.join(value))
+}
+
+/// The program command `value` runs when it names one by path
+/// (`./scripts/smudge.sh %f`, `!tools/x` for an alias), relative ones from
+/// `worktree`, where git runs commands; `None` for a name found on `PATH`
+/// (`git-lfs smudge -- %f`), which no workspace decides.
+fn program_of(value: &str, worktree: &Path, home: Option<&Path>) -> Option<PathBuf> {
+    let command = value.trim_start().trim_start_matches('!').trim_start();
+    let word = match command.chars().next()? {
+        quote @ ('"' | '\'') => {
+            let quoted = &command[1..];
+            &quoted[..quoted.find(quote).unwrap_or(quoted.len())]
+        }
+        _ => command
+            .split(char::is_whitespace)
+            .next()
+            .unwrap_or_default(),
+    };
+    if !word.contains('/') {
+        return None;
+    }
+    interpolate(word, worktree, home)
 }
 
 /// The settings of configuration `text`, in order; malformed lines are
@@ -266,6 +339,41 @@ mod tests {
                 setting("core", "bare", None),
                 setting("core", "fsmonitor", Some("a \"quoted\" # not a comment")),
                 setting("core", "pager", Some("less \t  -R")),
+            ]
+        );
+    }
+
+    #[test]
+    fn programs_named_by_path_are_found_and_those_on_path_are_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("ws/.git")).unwrap();
+        std::fs::write(
+            root.join("ws/.git/config"),
+            "[filter \"crypt\"]\n\tsmudge = ./scripts/decrypt.sh %f\n\tclean = git-crypt clean\n\
+             [diff \"pdf\"]\n\ttextconv = \"\\\"tools/pdf to text\\\" --x\"\n\
+             [core]\n\tfsmonitor = true\n\tpager = less\n\teditor = ~/bin/ed\n\
+             [alias]\n\tst = status\n\tbuild = !./build.sh all\n\
+             [credential \"https://x\"]\n\thelper = /abs/helper get\n\
+             [url \"x\"]\n\tinsteadOf = ./not/a/program\n",
+        )
+        .unwrap();
+        let ws = root.join("ws");
+        let named = named(&[ws.join(".git/config")], &ws, Some(&root.join("home")));
+        assert_eq!(
+            named.programs,
+            [
+                (
+                    ws.join("./scripts/decrypt.sh"),
+                    "filter.<name>.smudge".to_owned()
+                ),
+                (
+                    ws.join("tools/pdf to text"),
+                    "diff.<name>.textconv".to_owned()
+                ),
+                (root.join("home/bin/ed"), "core.editor".to_owned()),
+                (ws.join("./build.sh"), "alias.build".to_owned()),
+                (PathBuf::from("/abs/helper"), "credential.helper".to_owned()),
             ]
         );
     }
