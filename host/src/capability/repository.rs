@@ -11,7 +11,9 @@
 //! sandboxed. So the capability layer treats it as a control path, as it
 //! does every `.git`: the jail refuses to write in one or to complete
 //! one ([`Signs`]), the confinement binds them read-only and sets aside
-//! the ones a command makes.
+//! the ones a command makes. What a repository's configuration names in
+//! the working tree (hooks, included configuration, programs) is one too
+//! ([`configured`]).
 //!
 //! git's own test (`is_git_directory`) also follows symbolic links: an
 //! `objects` that is a link to any folder counts. The signs here count
@@ -99,8 +101,6 @@ impl Signs {
                     signs.note(OsStr::new(name), kind);
                 }
                 Err(err) if err.kind() == io::ErrorKind::NotFound => {}
-                // `ENOTDIR`: the folder was replaced by a file since it was opened.
-                Err(err) if err.raw_os_error() == Some(nix::libc::ENOTDIR) => {}
                 Err(err) => return Err(err),
             }
         }
@@ -199,8 +199,9 @@ pub(crate) fn worktree_dirs(workspace: &Path) -> Vec<PathBuf> {
     std::iter::once(own).chain(common).collect()
 }
 
-/// The hooks folders and included files git's configuration names for the
-/// repository `workspace` lies in ([`config`]), absolute: read from the
+/// The hooks folders, included files and programs git's configuration
+/// names for the repository `workspace` lies in ([`config`]), absolute:
+/// read from the
 /// system's configuration, the user's (in `home`), and the repository's
 /// own (its common folder's `config`, a worktree's `config.worktree`),
 /// with what each includes. Nothing when `workspace` lies in no
