@@ -32,6 +32,7 @@
 //! `ZOTBOX_BENCH_ROUND_TRIPS=1` for the round-trip rows alone,
 //! `ZOTBOX_BENCH_ZOT=1` for the rows of the path zot users take alone,
 //! `ZOTBOX_BENCH_SHELL=1` for the confined shell's rows alone,
+//! `ZOTBOX_BENCH_FS=1` for the fs jail's rows alone,
 //! `ZOTBOX_BENCH_LOADS=N` for N loads from the disk cache (a profiler's).
 //! `ZOTBOX_BENCH_IDLE=1` for the idle-memory rows alone, with where the
 //! memory of 100 extra wasm extensions lies (by kind of mapping).
@@ -767,6 +768,55 @@ async fn shell_rows(base: &Path, scale: &Scale) -> Result<Vec<[String; 4]>> {
     Ok(rows)
 }
 
+/// The fs jail's rows: a write and a read three folders deep, against the
+/// same through `std::fs`: what the lexical, grant, control-path and
+/// repository checks and the no-follow walk cost a guest's file call.
+async fn fs_rows(base: &Path, scale: &Scale) -> Result<Vec<[String; 4]>> {
+    use zotbox::capability::fs::{FsGrant, FsLimits, Jail};
+    let workspace = base.join("fs-ws");
+    std::fs::create_dir_all(workspace.join("src/a/b"))?;
+    let jail = Jail::open(&workspace)?;
+    let grant = FsGrant::new(&["**".to_owned()], &["**".to_owned()])?;
+    let limits = FsLimits::default();
+    let (relative, contents) = ("src/a/b/file.txt", vec![b'x'; 1024]);
+    let direct = workspace.join(relative);
+    let runs = scale.calls;
+    let write = median_of(runs, || async {
+        jail.write(&grant, &limits, relative, &contents)?;
+        Ok(())
+    })
+    .await?;
+    let write_direct = median_of(runs, || async {
+        std::fs::write(&direct, &contents)?;
+        Ok(())
+    })
+    .await?;
+    let read = median_of(runs, || async {
+        jail.read(&grant, &limits, relative)?;
+        Ok(())
+    })
+    .await?;
+    let read_direct = median_of(runs, || async {
+        std::fs::read(&direct)?;
+        Ok(())
+    })
+    .await?;
+    Ok(vec![
+        [
+            "fs write 1 KiB, 3 folders deep, through the jail (vs `std::fs::write`)".to_owned(),
+            micros(write),
+            micros(write_direct),
+            dur_ratio(write, write_direct),
+        ],
+        [
+            "fs read 1 KiB, 3 folders deep, through the jail (vs `std::fs::read`)".to_owned(),
+            micros(read),
+            micros(read_direct),
+            dur_ratio(read, read_direct),
+        ],
+    ])
+}
+
 /// The folders of the large workspace a confined shell call is measured in.
 const BIG_WORKSPACE_FOLDERS: usize = 5_000;
 
@@ -1474,6 +1524,12 @@ fn main() -> Result<()> {
             print_idle_mappings(&launcher, &fixture.wasm, 100).await
         });
     }
+    // `ZOTBOX_BENCH_FS=1`: only the fs jail's rows.
+    if std::env::var_os("ZOTBOX_BENCH_FS").is_some() {
+        let rows = runtime.block_on(fs_rows(fixture.tmp.path(), &scale))?;
+        print_table(rows);
+        return Ok(());
+    }
     // `ZOTBOX_BENCH_SHELL=1`: only the confined shell's rows.
     if std::env::var_os("ZOTBOX_BENCH_SHELL").is_some() {
         let rows = runtime.block_on(shell_rows(fixture.tmp.path(), &scale))?;
@@ -1632,6 +1688,8 @@ fn main() -> Result<()> {
             dur_ratio(data.http_tool, data.http_direct),
         );
 
+        eprintln!("fs jail…");
+        rows.extend(fs_rows(base, &scale).await?);
         eprintln!("confined shell…");
         rows.extend(shell_rows(base, &scale).await?);
         Ok::<_, Box<dyn std::error::Error + Send + Sync>>(rows)
