@@ -86,22 +86,28 @@ impl Signs {
         }
     }
 
-    /// The signs in the open folder `dir`, looked up by name (four
-    /// lookups, however large the folder).
+    /// The signs in the open folder `dir`, looked up by name: four
+    /// `fstatat` calls on its handle, however large the folder. (Each
+    /// name is one fixed component, which cannot leave the folder: cap-std's
+    /// own resolution, several calls a lookup, guards nothing here, and
+    /// this runs for every folder above every write.)
     ///
     /// # Errors
     ///
     /// When a name cannot be looked up for a reason other than its absence.
     pub(crate) fn of(dir: &Dir) -> io::Result<Self> {
+        use nix::fcntl::AtFlags;
+        use nix::sys::stat::{SFlag, fstatat};
         let mut signs = Self::default();
         for name in ["HEAD", "objects", "refs", "commondir"] {
-            match dir.symlink_metadata(name) {
-                Ok(meta) => {
-                    let kind = Kind::new(meta.file_type().is_symlink(), meta.is_dir());
+            match fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+                Ok(stat) => {
+                    let format = SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT;
+                    let kind = Kind::new(format == SFlag::S_IFLNK, format == SFlag::S_IFDIR);
                     signs.note(OsStr::new(name), kind);
                 }
-                Err(err) if err.kind() == io::ErrorKind::NotFound => {}
-                Err(err) => return Err(err),
+                Err(nix::errno::Errno::ENOENT) => {}
+                Err(errno) => return Err(errno.into()),
             }
         }
         Ok(signs)
