@@ -1178,4 +1178,33 @@ mod tests {
         let none = ControlSources::default().control_paths(&ws.join("dev"));
         assert_eq!(none.paths(), &[][..]);
     }
+
+    #[test]
+    fn a_workspace_inside_a_repository_s_folder_is_a_control_path_whole() {
+        // zot started in a bare repository's `hooks/` (a server's
+        // `site.git`): its hooks run on the next push, whatever the name.
+        let tmp = tempfile::tempdir().unwrap();
+        let bare = tmp.path().canonicalize().unwrap().join("site.git");
+        for folder in ["objects", "refs", "hooks"] {
+            std::fs::create_dir_all(bare.join(folder)).unwrap();
+        }
+        std::fs::write(bare.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+        let control = ControlSources::default().control_paths(&bare.join("hooks"));
+        let shown: Vec<(String, String)> = control
+            .paths()
+            .iter()
+            .map(|path| (path.shown(), path.what.clone()))
+            .collect();
+        assert_eq!(
+            shown,
+            [(
+                ".".to_owned(),
+                "a repository: git runs what its config and hooks name".to_owned()
+            )]
+        );
+        // Control: a folder beside it, with no `HEAD`, is no repository.
+        std::fs::remove_file(bare.join("HEAD")).unwrap();
+        let control = ControlSources::default().control_paths(&bare.join("hooks"));
+        assert_eq!(control.paths(), &[][..]);
+    }
 }

@@ -113,6 +113,19 @@ impl Signs {
         Ok(signs)
     }
 
+    /// The signs in the folder at `path`, looked up by name (nothing when
+    /// it cannot be read).
+    pub(crate) fn at(path: &Path) -> Self {
+        let mut signs = Self::default();
+        for name in ["HEAD", "objects", "refs", "commondir"] {
+            if let Ok(meta) = path.join(name).symlink_metadata() {
+                let kind = Kind::new(meta.file_type().is_symlink(), meta.is_dir());
+                signs.note(OsStr::new(name), kind);
+            }
+        }
+        signs
+    }
+
     /// Whether git takes the folder for a repository.
     pub(crate) fn repository(self) -> bool {
         self.head && ((self.objects && self.refs) || self.commondir)

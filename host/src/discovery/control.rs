@@ -37,7 +37,8 @@ impl ControlSources {
     /// folder (explicit, installed for the user, installed in `workspace`
     /// and linked from elsewhere), a native extension's program named by
     /// path, the repository a `.git` file at the workspace's root names,
-    /// the hooks folders, included files and programs git's configuration
+    /// a repository folder the workspace lies in, the hooks folders,
+    /// included files and programs git's configuration
     /// names, the system policy and `~/.shiro-neko`.
     pub fn outside(&self, workspace: &Path) -> Vec<(PathBuf, bool, String)> {
         let mut found: Vec<(PathBuf, bool, String)> = Vec::new();
@@ -82,6 +83,19 @@ impl ControlSources {
                 repository,
                 true,
                 "the repository the workspace's `.git` file names: it decides what runs".to_owned(),
+            ));
+        }
+        // A workspace inside a repository's own folder, whatever its name
+        // (zot started in `site.git/hooks/`): git runs what lies there.
+        if let Some(repository) = workspace
+            .ancestors()
+            .skip(1)
+            .find(|folder| crate::capability::repository::Signs::at(folder).repository())
+        {
+            found.push((
+                repository.to_owned(),
+                true,
+                "a repository: git runs what its config and hooks name".to_owned(),
             ));
         }
         // What git's configuration moves into the working tree: hooks
