@@ -203,8 +203,11 @@ pub async fn run(
     // A confined native extension's jail is set as it starts, before zot's
     // `hello_ack` names the workspace (it answers the extension's `hello`):
     // the folder zot runs in is the one it will name.
+    let confined = crate::runtime::native::NativeConfinement::wanted(&prepared.policy);
     let workspace = match &prepared.manifest.program {
-        crate::manifest::Program::Native { .. } => zot_folder().map(|workspace| {
+        // Only a confined one needs them: finding them reads git's
+        // configuration, on the path of every native start.
+        crate::manifest::Program::Native { .. } if confined => zot_folder().map(|workspace| {
             let control = crate::discovery::ControlSources::new(home.root(), &[dir.to_owned()])
                 .control_paths(&workspace);
             (workspace, control)

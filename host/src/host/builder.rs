@@ -218,9 +218,12 @@ impl HostBuilder {
         let audit = std::sync::Arc::new(crate::audit::AuditLog::open(&home.audit_log()));
         let http_config = policy.http_config();
         let control = crate::discovery::ControlSources::new(home.root(), &self.explicit);
+        // The control paths only for a confined native extension's jail
+        // (the capability layer finds its own when first used).
+        let confined = crate::runtime::native::NativeConfinement::wanted(&policy);
         let native = crate::runtime::native::NativeConfinement::from_policy(
             &policy,
-            Some((workspace.clone(), control.control_paths(&workspace))),
+            confined.then(|| (workspace.clone(), control.control_paths(&workspace))),
             &home,
         );
         let events = self.events;

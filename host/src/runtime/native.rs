@@ -74,6 +74,12 @@ pub struct NativeConfinement {
 }
 
 impl NativeConfinement {
+    /// Whether `policy` confines native extensions (`confine_native`, or
+    /// `require_confinement`).
+    pub fn wanted(policy: &crate::policy::Policy) -> bool {
+        policy.confine_native() || policy.confinement_required_by().is_some()
+    }
+
     /// The confinement `policy` asks for native extensions, if any: data
     /// dirs under `$ZOT_HOME/data`; `workspace` with its control paths.
     pub fn from_policy(
@@ -90,7 +96,7 @@ impl NativeConfinement {
                 .is_none()
         });
         let (workspace, control) = workspace.unzip();
-        (policy.confine_native() || required_by.is_some()).then(|| Self {
+        Self::wanted(policy).then(|| Self {
             workspace,
             control: control.unwrap_or_default(),
             data_root: home.data_dir(),
