@@ -451,10 +451,11 @@ async fn a_git_file_in_the_workspace_opens_nothing_outside_it_to_commands() {
 }
 
 /// git's configuration may move a repository's hooks into the working
-/// tree (`core.hooksPath = .githooks`, as husky sets `.husky`) and read
-/// more configuration from a file there (`include.path`): both decide
-/// what runs, unsandboxed, at the user's next commit or `git status`, so
-/// neither a guest's write nor a confined command reaches them.
+/// tree (`core.hooksPath = .githooks`, as husky sets `.husky`), read more
+/// configuration from a file there (`include.path`) and run a program
+/// there (a filter's): each decides what runs, unsandboxed, at the user's
+/// next commit, `git status` or checkout, so neither a guest's write nor a
+/// confined command reaches them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_hooks_and_the_config_git_s_config_names_in_the_workspace_are_control_paths() {
     use std::os::unix::fs::PermissionsExt;
