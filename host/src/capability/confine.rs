@@ -418,10 +418,12 @@ impl Jail {
         let proc = READ_ONLY_DIRS.iter().map(|d| (PathBuf::from(d), read_only));
         let devices = DEVICES.iter().map(|d| (PathBuf::from(d), device));
         let workspace = self.workspace.iter().map(|d| (d.clone(), all));
+        // A worktree's repository outside it, read-only: git needs it for
+        // `status` and `diff`.
         let git = self
             .workspace
             .iter()
-            .flat_map(|w| git_dirs(w))
+            .flat_map(|w| repository::worktree_dirs(w))
             .map(|d| (d, read));
         let write = self.write.iter().map(|d| (d.clone(), all));
         let extra = self.read.iter().map(|d| (d.clone(), read));
@@ -551,7 +553,7 @@ impl Jail {
         let mut given: Vec<PathBuf> = workspace
             .map(Path::to_path_buf)
             .into_iter()
-            .chain(workspace.into_iter().flat_map(git_dirs))
+            .chain(workspace.into_iter().flat_map(repository::worktree_dirs))
             .chain(self.write.iter().cloned())
             .chain(self.read.iter().cloned())
             .filter_map(|dir| dir.canonicalize().ok())
@@ -654,13 +656,6 @@ fn add_rule(
         Ok(fd) => created.add_rule(PathBeneath::new(fd, access)),
         Err(_) => Ok(created),
     }
-}
-
-/// The git directories outside the workspace a worktree's `.git` file
-/// points to (read-only: git needs them for `status` and `diff`), when git
-/// made it (`repository::worktree_dirs`).
-fn git_dirs(workspace: &Path) -> Vec<PathBuf> {
-    repository::worktree_dirs(workspace)
 }
 
 /// The mount flags a read-only bind of `path` must keep: inside a user
@@ -1174,8 +1169,8 @@ mod tests {
                 &secret,
             ),
         ];
-        for (case, pointer, read) in cases {
-            let workspace = root.join(format!("ws-{}", case.len()));
+        for (index, (case, pointer, read)) in cases.into_iter().enumerate() {
+            let workspace = root.join(format!("ws-{index}"));
             std::fs::create_dir_all(workspace.join("store")).unwrap();
             std::fs::write(workspace.join(".git"), format!("{pointer}\n")).unwrap();
             std::fs::write(

@@ -116,14 +116,9 @@ impl Signs {
     /// The signs in the folder at `path`, looked up by name (nothing when
     /// it cannot be read).
     pub(crate) fn at(path: &Path) -> Self {
-        let mut signs = Self::default();
-        for name in ["HEAD", "objects", "refs", "commondir"] {
-            if let Ok(meta) = path.join(name).symlink_metadata() {
-                let kind = Kind::new(meta.file_type().is_symlink(), meta.is_dir());
-                signs.note(OsStr::new(name), kind);
-            }
-        }
-        signs
+        Dir::open_ambient_dir(path, cap_std::ambient_authority())
+            .and_then(|dir| Self::of(&dir))
+            .unwrap_or_default()
     }
 
     /// Whether git takes the folder for a repository.
