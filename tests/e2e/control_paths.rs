@@ -678,6 +678,57 @@ async fn every_refusal_is_audited_as_deny_whichever_layer_caught_it() {
     assert!(!Path::new("/tmp/pwned").exists());
 }
 
+/// What a repository's configuration names is the workspace's to write,
+/// bytes that move the cursor or clear the screen included: `policy
+/// explain` lists it escaped.
+#[test]
+fn policy_explain_lists_what_git_s_configuration_names_escaped() {
+    let lab = Lab::new();
+    let home = lab.workspace.join("home");
+    std::fs::create_dir_all(&home).expect("home");
+    std::fs::create_dir_all(lab.workspace.join(".git")).expect(".git");
+    std::fs::write(
+        lab.workspace.join(".git/config"),
+        "[core]\n\thooksPath = \"hooks\u{1b}[2Jgone\"\n[include]\n\tpath = ../shared.gitconfig\n\
+         [filter \"x\"]\n\tsmudge = ./scripts/x.sh %f\n",
+    )
+    .expect("config");
+    let dir = prober_in(&lab.workspace.join("tools"), &json!({"write": ["**"]}));
+    let ext = dir.display().to_string();
+    let run = zotbox_with_home(&lab, &home, &["--ext", &ext, "policy", "explain", "prober"]);
+    run.expect_code(0);
+    assert!(!run.stdout.contains('\u{1b}'), "{}", run.stdout);
+    let listed: Vec<&str> = run
+        .stdout
+        .lines()
+        .skip_while(|line| !line.starts_with("control paths"))
+        .collect();
+    // The column is as wide as the longest path, shown escaped, and two.
+    let hooks = "hooks\\u{1b}[2Jgone/";
+    let width = hooks.len() + 2;
+    for (path, what) in [
+        (
+            hooks,
+            "the folder git runs hooks from (`core.hooksPath`): it decides what runs",
+        ),
+        (
+            "scripts/x.sh",
+            "a program git's configuration runs (`filter.<name>.smudge`): it decides what runs",
+        ),
+        (
+            "shared.gitconfig",
+            "a file git reads as its config (`include.path`): it decides what runs",
+        ),
+    ] {
+        let line = format!("{path:<width$}{what}");
+        assert!(
+            listed.contains(&line.as_str()),
+            "no `{line}` in:\n{}",
+            run.stdout
+        );
+    }
+}
+
 #[test]
 fn policy_explain_lists_the_control_paths_that_apply() {
     let lab = Lab::new();
