@@ -43,6 +43,36 @@ pub(crate) struct Named {
     pub(crate) programs: Vec<(PathBuf, String)>,
 }
 
+impl Named {
+    /// Each path named, as a control path: `(path, is a folder, what it
+    /// is)`.
+    pub(crate) fn into_control_paths(self) -> Vec<(PathBuf, bool, String)> {
+        let hooks = self.hooks.into_iter().map(|hooks| {
+            (
+                hooks,
+                true,
+                "the folder git runs hooks from (`core.hooksPath`): it decides what runs"
+                    .to_owned(),
+            )
+        });
+        let includes = self.includes.into_iter().map(|include| {
+            (
+                include,
+                false,
+                "a file git reads as its config (`include.path`): it decides what runs".to_owned(),
+            )
+        });
+        let programs = self.programs.into_iter().map(|(program, key)| {
+            (
+                program,
+                false,
+                format!("a program git's configuration runs (`{key}`): it decides what runs"),
+            )
+        });
+        hooks.chain(includes).chain(programs).collect()
+    }
+}
+
 /// The keys whose value is a command git runs, as `(section, key)`, `*`
 /// for any key: without being asked (a filter at checkout, a diff driver,
 /// `core.fsmonitor` at `git status`) or as part of what the user asked
@@ -115,13 +145,13 @@ pub(crate) fn named(files: &[PathBuf], worktree: &Path, home: Option<&Path>) -> 
                         .iter()
                         .any(|&(s, k)| s == section && (k == key || k == "*")) =>
                 {
-                    if let Some(program) = program_of(value, worktree, home) {
-                        let shown = if DRIVER_SECTIONS.contains(&section) {
-                            format!("{section}.<name>.{key}")
-                        } else {
-                            format!("{section}.{key}")
-                        };
-                        named.programs.push((program, shown));
+                    let shown = if DRIVER_SECTIONS.contains(&section) {
+                        format!("{section}.<name>.{key}")
+                    } else {
+                        format!("{section}.{key}")
+                    };
+                    for program in programs_of(value, worktree, home) {
+                        named.programs.push((program, shown.clone()));
                     }
                 }
                 ("include" | "includeif", "path") => {
@@ -151,26 +181,55 @@ fn interpolate(value: &str, base: &Path, home: Option<&Path>) -> Option<PathBuf>
     Some(base.join(value))
 }
 
-/// The program command `value` runs when it names one by path
-/// (`./scripts/smudge.sh %f`, `!tools/x` for an alias), relative ones from
-/// `worktree`, where git runs commands; `None` for a name found on `PATH`
-/// (`git-lfs smudge -- %f`), which no workspace decides.
-fn program_of(value: &str, worktree: &Path, home: Option<&Path>) -> Option<PathBuf> {
-    let command = value.trim_start().trim_start_matches('!').trim_start();
-    let word = match command.chars().next()? {
-        quote @ ('"' | '\'') => {
-            let quoted = &command[1..];
-            &quoted[..quoted.find(quote).unwrap_or(quoted.len())]
+/// The programs and scripts command `value` names by path, relative ones
+/// from `worktree`, where git runs commands: every word holding a `/`
+/// (`./scripts/smudge.sh %f`, `!./build.sh` for an alias), not only the
+/// first, since the program may be an interpreter and the path its
+/// script (`!sh scripts/lint.sh`, `node ./tools/x.js`), or come after
+/// another command (`!cd web && ./dev.sh`). A word without one
+/// (`git-lfs`, `sh`, `%f`) is a name found on `PATH` or no path: no
+/// workspace decides it. Words are split at spaces and at `;`, `&`, `|`,
+/// `(` and `)`, quotes keeping theirs together; an option's value
+/// (`--rcfile=./x`) counts, a URL or a variable does not. A word that
+/// only looks like a path (`sed s/a/b/`) is protected for nothing.
+fn programs_of(value: &str, worktree: &Path, home: Option<&Path>) -> Vec<PathBuf> {
+    let command = value.trim_start().trim_start_matches('!');
+    words(command)
+        .into_iter()
+        .filter_map(|word| {
+            let path = if word.starts_with('-') {
+                word.split_once('=')?.1.to_owned()
+            } else {
+                word
+            };
+            let named = path.contains('/') && !path.contains("://") && !path.starts_with('$');
+            named.then(|| interpolate(&path, worktree, home)).flatten()
+        })
+        .collect()
+}
+
+/// The words of shell command `command`, split as [`programs_of`] says.
+fn words(command: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut quote = None;
+    for c in command.chars() {
+        match quote {
+            Some(open) if c == open => quote = None,
+            Some(_) => word.push(c),
+            None if c == '"' || c == '\'' => quote = Some(c),
+            None if c.is_whitespace() || matches!(c, ';' | '&' | '|' | '(' | ')') => {
+                if !word.is_empty() {
+                    words.push(std::mem::take(&mut word));
+                }
+            }
+            None => word.push(c),
         }
-        _ => command
-            .split(char::is_whitespace)
-            .next()
-            .unwrap_or_default(),
-    };
-    if !word.contains('/') {
-        return None;
     }
-    interpolate(word, worktree, home)
+    if !word.is_empty() {
+        words.push(word);
+    }
+    words
 }
 
 /// The settings of configuration `text`, in order; malformed lines are
@@ -344,7 +403,7 @@ mod tests {
     }
 
     #[test]
-    fn programs_named_by_path_are_found_and_those_on_path_are_not() {
+    fn programs_and_scripts_named_by_path_are_found_and_those_on_path_are_not() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
         std::fs::create_dir_all(root.join("ws/.git")).unwrap();
@@ -354,6 +413,8 @@ mod tests {
              [diff \"pdf\"]\n\ttextconv = \"\\\"tools/pdf to text\\\" --x\"\n\
              [core]\n\tfsmonitor = true\n\tpager = less\n\teditor = ~/bin/ed\n\
              [alias]\n\tst = status\n\tbuild = !./build.sh all\n\
+             \tlint = \"!sh scripts/lint.sh --fix&&cd web; node --require=./hook.js x.js\"\n\
+             \tweb = !open https://x.invalid/a $HOME/b\n\
              [credential \"https://x\"]\n\thelper = /abs/helper get\n\
              [url \"x\"]\n\tinsteadOf = ./not/a/program\n",
         )
@@ -373,6 +434,8 @@ mod tests {
                 ),
                 (root.join("home/bin/ed"), "core.editor".to_owned()),
                 (ws.join("./build.sh"), "alias.build".to_owned()),
+                (ws.join("scripts/lint.sh"), "alias.lint".to_owned()),
+                (ws.join("./hook.js"), "alias.lint".to_owned()),
                 (PathBuf::from("/abs/helper"), "credential.helper".to_owned()),
             ]
         );
