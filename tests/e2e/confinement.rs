@@ -557,6 +557,91 @@ async fn the_hooks_and_the_config_git_s_config_names_in_the_workspace_are_contro
     assert_eq!(String::from_utf8_lossy(&name.stdout), "shared\n");
 }
 
+/// A repository nested in the workspace (a submodule here; a clone in
+/// `vendor/` alike) has a configuration of its own, and what it names in
+/// its working tree decides what runs as the workspace's own does: husky
+/// in the submodule sets `core.hooksPath = .husky/_`, and `git commit`
+/// there runs `.husky/_/pre-commit`, unsandboxed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hooks_a_nested_repository_s_config_names_are_control_paths() {
+    let lab = Lab::new();
+    git_workspace(&lab);
+    let ws = lab.workspace.clone();
+    let upstream = outside(&lab).join("theme");
+    std::fs::create_dir_all(&upstream).expect("upstream");
+    std::fs::write(upstream.join("style.css"), "body {}\n").expect("style");
+    git(&upstream, &["init", "-q"]);
+    git(&upstream, &["add", "style.css"]);
+    git(&upstream, &["commit", "-q", "-m", "first"]);
+    let source = upstream.to_str().expect("a UTF-8 path");
+    git(
+        &ws,
+        &[
+            "-c",
+            "protocol.file.allow=always",
+            "submodule",
+            "add",
+            "-q",
+            source,
+            "theme",
+        ],
+    );
+    let theme = ws.join("theme");
+    let hook = theme.join(".husky/_/pre-commit");
+    std::fs::create_dir_all(theme.join(".husky/_")).expect("hooks");
+    git(&theme, &["config", "core.hooksPath", ".husky/_"]);
+    let capabilities = json!({"read": ["**"], "write": ["**"], "shell": ["**"]});
+    let host = start(&lab, &[crate::attack::prober(&lab, &capabilities, None)]).await;
+    let marker = ws.join(MARKER);
+    let planted = format!("#!/bin/sh\ntouch {}\n", marker.display());
+    // Attack: a guest's write of the submodule's hook.
+    assert_eq!(
+        answer(
+            &host,
+            "fs_write",
+            json!({"path": "theme/.husky/_/pre-commit", "text": planted})
+        )
+        .await,
+        (
+            true,
+            "fs-write `theme/.husky/_/pre-commit` refused: `theme/.husky/_/` is a control path \
+             (the folder git runs hooks from (`core.hooksPath`): it decides what runs); no \
+             grant reaches it"
+                .to_owned()
+        ),
+    );
+    // Attack: a confined command's.
+    let (_, text) = answer(
+        &host,
+        "shell",
+        json!({"command": format!("echo 'touch {}' > theme/.husky/_/pre-commit", marker.display())}),
+    )
+    .await;
+    assert_eq!(
+        text,
+        "exit=Some(2) stdout= stderr=sh: 1: cannot create theme/.husky/_/pre-commit: \
+         Read-only file system\n"
+    );
+    assert!(!hook.exists());
+    // Control: the submodule's other files are the guest's to write.
+    assert_eq!(
+        answer(
+            &host,
+            "fs_write",
+            json!({"path": "theme/.husky/README", "text": "x"})
+        )
+        .await,
+        (false, "written".to_owned())
+    );
+    host.shutdown().await;
+    // Control: the attack is live: git runs the hook at a commit there.
+    std::fs::write(&hook, &planted).expect("plant the hook");
+    std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    git(&theme, &["commit", "-q", "--allow-empty", "-m", "second"]);
+    assert!(marker.exists(), "the hook did not run");
+}
+
 /// An extension granted `git **` (a git helper, as a user would grant it)
 /// against a workspace holding a nested repository: its commands may run
 /// git anywhere in the workspace, but the repository's config stays as it

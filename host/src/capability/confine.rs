@@ -52,7 +52,9 @@
 //!    native extension starts); they are bound read-only like the root's,
 //!    and so are the folder a `.git` file (a worktree's,
 //!    `--separate-git-dir`) names and the one a `commondir` names, inside
-//!    the workspace, which git reads as the repository. A folder that does
+//!    the workspace, which git reads as the repository, and what a nested
+//!    repository's configuration names in the workspace (its hooks folder,
+//!    included files, programs: [`Census::with_configured`]). A folder that does
 //!    not exist cannot be bound, so once every descendant of a command is
 //!    dead the census is taken again
 //!    and any control path that was not there before (the caller's named

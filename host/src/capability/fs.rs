@@ -38,7 +38,10 @@
 //!    `fixtures/remote.git/`, whose hooks run on a push to it, or the one a
 //!    nested `.git` file names; `repository::Signs`, checked on each
 //!    folder the walk opens), as is a file that would make one (a `HEAD`
-//!    beside `objects/` and `refs/`). Both the path as written and the
+//!    beside `objects/` and `refs/`), and what the configuration of a
+//!    repository nested in the workspace names in its working tree (its
+//!    hooks folder, included files, programs), checked when the walk
+//!    passes through a folder holding a `.git`. Both the path as written and the
 //!    resolved path are checked, so a symlink
 //!    `out -> .git` does not reach `.git/config`. Every operation that
 //!    changes the tree (today `write`, which also creates; any future
@@ -303,6 +306,11 @@ impl ControlPaths {
                 continue;
             };
             let relative = if let Ok(rest) = canonical.strip_prefix(&root) {
+                // A file named by what is in fact the workspace (a word of
+                // git's `alias.x = !cd ./ && make`) names no file in it.
+                if rest.as_os_str().is_empty() && !*folder {
+                    continue;
+                }
                 rest
             } else if *folder && root.starts_with(&canonical) {
                 // The workspace lies inside it: every write is refused.
@@ -316,7 +324,7 @@ impl ControlPaths {
             };
             let entry = ControlPath {
                 path: relative.to_owned(),
-                folder: *folder || relative.is_empty(),
+                folder: *folder,
                 what: what.clone(),
                 secret,
             };
@@ -397,7 +405,7 @@ impl ControlPaths {
 /// `path` made absolute and canonical; a missing tail is kept as written
 /// after its nearest existing ancestor. `None` when that cannot be done
 /// (a `..` in the missing tail, no ancestor at all).
-fn canonical_lenient(path: &Path) -> Option<PathBuf> {
+pub(crate) fn canonical_lenient(path: &Path) -> Option<PathBuf> {
     let absolute = std::path::absolute(path).ok()?;
     let mut base = absolute.as_path();
     let mut missing = Vec::new();
@@ -788,11 +796,65 @@ impl Jail {
         for (depth, component) in parents.iter().enumerate() {
             dir = open_dir_nofollow(&dir, component).map_err(|err| walk_error(resolved, err))?;
             signs = not_in_a_repository(resolved, &dir, depth + 1)?;
+            if signs.worktree() {
+                self.not_named_by_a_nested_repository(resolved, &dir, depth + 1)?;
+            }
         }
         if let Some(last) = last {
             completes_no_repository(resolved, signs, last)?;
         }
         Ok((dir, last))
+    }
+
+    /// Step 5 for what a nested repository's configuration names: a
+    /// mutating operation that passes through `dir`, the first `depth`
+    /// resolved components and the working tree of a repository nested in
+    /// the workspace (it holds a `.git`), is refused on the hooks folder,
+    /// included files and programs that repository's configuration names
+    /// ([`repository::configured`]), as the workspace's own repository's
+    /// are by [`ControlPaths`]. `git commit` in `vendor/lib/` runs
+    /// `vendor/lib/.husky/pre-commit` when its `config` says
+    /// `hooksPath = .husky`, unsandboxed. The configuration is read
+    /// through the open folder (`/proc/self/fd`), so a folder renamed and
+    /// replaced since it was opened cannot lend it another's.
+    ///
+    /// Not covered: what a nested repository names outside its own working
+    /// tree (`hooksPath = ../hooks`), reached without passing through it.
+    ///
+    /// [`repository::configured`]: super::repository::configured
+    fn not_named_by_a_nested_repository(
+        &self,
+        resolved: &Resolved,
+        dir: &Dir,
+        depth: usize,
+    ) -> Result<(), CapabilityError> {
+        use std::os::fd::AsRawFd;
+        let Some(root) = self.canonical_root.as_deref() else {
+            return Ok(());
+        };
+        let by_handle = PathBuf::from(format!("/proc/self/fd/{}", dir.as_raw_fd()));
+        let worktree = if by_handle.is_dir() {
+            by_handle
+        } else {
+            resolved
+                .components
+                .iter()
+                .take(depth)
+                .fold(root.to_owned(), |path, component| path.join(component))
+        };
+        let home = super::repository::user_home();
+        let named = super::repository::configured(&worktree, home.as_deref()).into_control_paths();
+        if named.is_empty() {
+            return Ok(());
+        }
+        match ControlPaths::new(root, &named).refusal_for(&resolved.components, true) {
+            Some(reason) => Err(CapabilityError::denied(
+                resolved.op.capability(),
+                &resolved.subject,
+                reason,
+            )),
+            None => Ok(()),
+        }
     }
 
     fn read_resolved(
@@ -2016,6 +2078,86 @@ mod tests {
                 format!("the whole workspace is a control path ({why}); no grant reaches it")
             ))
         );
+    }
+
+    #[test]
+    fn a_guest_with_write_all_cannot_write_what_a_nested_repository_s_config_names() {
+        let ws = Workspace::new();
+        for dir in [
+            "vendor/lib/.git",
+            "vendor/lib/.husky/_",
+            "vendor/lib/tools",
+            "vendor/lib/src",
+            ".git/modules/theme",
+            "theme/.githooks",
+            "docs/.husky",
+        ] {
+            std::fs::create_dir_all(ws.path(dir)).unwrap();
+        }
+        // A repository cloned into the workspace, set up by husky, sharing
+        // settings from a file beside it and decrypting at checkout.
+        std::fs::write(
+            ws.path("vendor/lib/.git/config"),
+            "[core]\n\thooksPath = .husky/_\n[include]\n\tpath = ../shared.gitconfig\n\
+             [filter \"crypt\"]\n\tsmudge = ./tools/decrypt.sh %f\n",
+        )
+        .unwrap();
+        // A submodule: its `.git` is a file naming its folder in the
+        // workspace's own repository.
+        std::fs::write(ws.path("theme/.git"), "gitdir: ../.git/modules/theme\n").unwrap();
+        std::fs::write(
+            ws.path(".git/modules/theme/config"),
+            "[core]\n\thooksPath = .githooks\n",
+        )
+        .unwrap();
+        let everything = grant_of(&["**"], &["**"]);
+        let hooks = "the folder git runs hooks from (`core.hooksPath`): it decides what runs";
+        let cases: [(&str, String); 4] = [
+            // Attack: the hook `git commit` in `vendor/lib/` runs.
+            (
+                "vendor/lib/.husky/_/pre-commit",
+                format!("`vendor/lib/.husky/_/` is a control path ({hooks}); no grant reaches it"),
+            ),
+            // Attack: the configuration it includes (a `core.fsmonitor` line
+            // there runs at the next `git status`).
+            (
+                "vendor/lib/shared.gitconfig",
+                "`vendor/lib/shared.gitconfig` is a control path (a file git reads as its \
+                 config (`include.path`): it decides what runs); no grant reaches it"
+                    .to_owned(),
+            ),
+            // Attack: the program its filter runs at checkout.
+            (
+                "vendor/lib/tools/decrypt.sh",
+                "`vendor/lib/tools/decrypt.sh` is a control path (a program git's \
+                 configuration runs (`filter.<name>.smudge`): it decides what runs); no grant \
+                 reaches it"
+                    .to_owned(),
+            ),
+            // Attack: a hook of a submodule.
+            (
+                "theme/.githooks/post-checkout",
+                format!("`theme/.githooks/` is a control path ({hooks}); no grant reaches it"),
+            ),
+        ];
+        for (path, reason) in cases {
+            assert_eq!(
+                ws.write(&everything, path, b"pwned"),
+                Err(CapabilityError::denied(Capability::FsWrite, path, reason)),
+                "{path}"
+            );
+            assert!(!ws.path(path).exists(), "{path}");
+        }
+        // Control: the rest of both working trees, and a `.husky/` no
+        // configuration names.
+        for path in [
+            "vendor/lib/src/main.rs",
+            "vendor/lib/.husky/README",
+            "theme/style.css",
+            "docs/.husky/pre-commit",
+        ] {
+            ws.write(&everything, path, b"ok").unwrap();
+        }
     }
 
     #[test]

@@ -44,6 +44,9 @@ pub(crate) struct Signs {
     /// `commondir`, anything but a folder: `objects` and `refs` are
     /// looked for where it points, which may be anywhere.
     commondir: bool,
+    /// `.git`, of any kind: the folder is a working tree, whose
+    /// repository's configuration may name paths in it ([`configured`]).
+    dot_git: bool,
 }
 
 /// The kind of one folder entry, as read without following a link.
@@ -83,10 +86,12 @@ impl Signs {
             self.refs |= kind != Kind::Other;
         } else if name.eq_ignore_ascii_case(b"commondir") {
             self.commondir |= not_a_folder;
+        } else if name.eq_ignore_ascii_case(b".git") {
+            self.dot_git = true;
         }
     }
 
-    /// The signs in the open folder `dir`, looked up by name: four
+    /// The signs in the open folder `dir`, looked up by name: five
     /// `fstatat` calls on its handle, however large the folder. (Each
     /// name is one fixed component, which cannot leave the folder: cap-std's
     /// own resolution, several calls a lookup, guards nothing here, and
@@ -99,7 +104,7 @@ impl Signs {
         use nix::fcntl::AtFlags;
         use nix::sys::stat::{SFlag, fstatat};
         let mut signs = Self::default();
-        for name in ["HEAD", "objects", "refs", "commondir"] {
+        for name in ["HEAD", "objects", "refs", "commondir", ".git"] {
             match fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
                 Ok(stat) => {
                     let format = SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT;
@@ -124,6 +129,11 @@ impl Signs {
     /// Whether git takes the folder for a repository.
     pub(crate) fn repository(self) -> bool {
         self.head && ((self.objects && self.refs) || self.commondir)
+    }
+
+    /// Whether the folder is a working tree: it holds a `.git`.
+    pub(crate) fn worktree(self) -> bool {
+        self.dot_git
     }
 
     /// Whether a file called `name` made in the folder would make git take
@@ -211,6 +221,14 @@ pub(crate) fn worktree_dirs(workspace: &Path) -> Vec<PathBuf> {
         .ok()
         .and_then(|common| own.join(common.trim()).canonicalize().ok());
     std::iter::once(own).chain(common).collect()
+}
+
+/// The user's home folder (`$HOME`), where git reads the user's
+/// configuration.
+pub(crate) fn user_home() -> Option<PathBuf> {
+    std::env::var_os("HOME")
+        .filter(|home| !home.is_empty())
+        .map(PathBuf::from)
 }
 
 /// The hooks folders, included files and programs git's configuration

@@ -406,7 +406,9 @@ pub async fn run(
         .map(|path| PathBuf::from(&path.path))
         .collect();
     let before = off_the_runtime(shown, move || {
-        confine::Census::take(&workspace).map(|census| census.watching(named))
+        let home = super::repository::user_home();
+        confine::Census::take(&workspace)
+            .map(|census| census.watching(named).with_configured(home.as_deref()))
     })
     .await?;
     // The workspace's own control paths (`$ZOT_HOME`, an extension's folder,
@@ -1092,6 +1094,46 @@ mod tests {
             refused.err(),
             Some(CapabilityError::denied(Capability::Shell, command, why))
         );
+    }
+
+    #[tokio::test]
+    async fn what_a_nested_repository_s_config_names_is_read_only_and_set_aside() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path();
+        std::fs::create_dir_all(ws.join("vendor/lib/.git")).unwrap();
+        std::fs::create_dir_all(ws.join("vendor/lib/.husky")).unwrap();
+        std::fs::write(
+            ws.join("vendor/lib/.git/config"),
+            "[core]\n\thooksPath = .husky\n[include]\n\tpath = ../extra.gitconfig\n",
+        )
+        .unwrap();
+        // Attack: the hook `git commit` in `vendor/lib/` runs, and the
+        // configuration it includes once it exists.
+        let command = "echo pwned > vendor/lib/.husky/pre-commit; \
+                       printf '[core]\\n\\tfsmonitor = ./x\\n' > vendor/lib/extra.gitconfig; \
+                       echo done";
+        let refused = run(&sh(command), ws, &ShellLimits::default()).await;
+        assert_eq!(
+            refused.err(),
+            Some(CapabilityError::denied(
+                Capability::Shell,
+                command,
+                "it created the control path `vendor/lib/extra.gitconfig` (which decides what \
+                 runs); no command may write it, so it was renamed with `.refused-by-zotbox` \
+                 added, beside it"
+            ))
+        );
+        assert!(!ws.join("vendor/lib/.husky/pre-commit").exists());
+        assert!(!ws.join("vendor/lib/extra.gitconfig").exists());
+        assert!(
+            ws.join("vendor/lib/extra.gitconfig.refused-by-zotbox")
+                .exists()
+        );
+        // Control: the rest of the nested working tree is the workspace's.
+        run(&sh("touch vendor/lib/new"), ws, &ShellLimits::default())
+            .await
+            .unwrap();
+        assert!(ws.join("vendor/lib/new").exists());
     }
 
     /// Runs in a child process with a secret in its environment (see below).

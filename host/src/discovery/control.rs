@@ -102,32 +102,11 @@ impl ControlSources {
         // (`core.hooksPath = .githooks`, husky's `.husky`), more
         // configuration (`include.path = ../.gitconfig`), and programs it
         // runs by path (`filter.<name>.smudge = ./scripts/decrypt.sh`).
-        let user_home = std::env::var_os("HOME")
-            .filter(|home| !home.is_empty())
-            .map(PathBuf::from);
-        let named = crate::capability::repository::configured(workspace, user_home.as_deref());
-        for hooks in named.hooks {
-            found.push((
-                hooks,
-                true,
-                "the folder git runs hooks from (`core.hooksPath`): it decides what runs"
-                    .to_owned(),
-            ));
-        }
-        for include in named.includes {
-            found.push((
-                include,
-                false,
-                "a file git reads as its config (`include.path`): it decides what runs".to_owned(),
-            ));
-        }
-        for (program, key) in named.programs {
-            found.push((
-                program,
-                false,
-                format!("a program git's configuration runs (`{key}`): it decides what runs"),
-            ));
-        }
+        let user_home = crate::capability::repository::user_home();
+        found.extend(
+            crate::capability::repository::configured(workspace, user_home.as_deref())
+                .into_control_paths(),
+        );
         found.push((
             crate::policy::Policy::system_path(),
             false,

@@ -133,8 +133,9 @@ impl NativeConfinement {
     }
 
     /// The workspace's control paths below its root (rule 6 of
-    /// [`confine`]: every nested `.git`, `.zot` and `.shiro`, and every
-    /// folder git takes for a repository whatever its name), bound
+    /// [`confine`]: every nested `.git`, `.zot` and `.shiro`, every
+    /// folder git takes for a repository whatever its name, and what a
+    /// nested repository's configuration names in it), bound
     /// read-only for the extension's whole life. Walked on a blocking
     /// thread: a large workspace is not walked where frames are answered.
     ///
@@ -149,7 +150,9 @@ impl NativeConfinement {
         };
         let shown = workspace.clone();
         tokio::task::spawn_blocking(move || {
-            confine::Census::take(&workspace).map(|census| census.nested().collect())
+            let home = crate::capability::repository::user_home();
+            confine::Census::take(&workspace)
+                .map(|census| census.with_configured(home.as_deref()).nested().collect())
         })
         .await
         .unwrap_or_else(|err| {

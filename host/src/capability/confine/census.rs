@@ -31,7 +31,7 @@ use cap_std::fs::{Dir, MetadataExt as _};
 
 use super::CONTROL_PATHS;
 use crate::capability::fs::open_dir_nofollow;
-use crate::capability::repository::{Kind, Signs};
+use crate::capability::repository::{self, Kind, Signs};
 use crate::text::Shown;
 
 /// The most folders a workspace may hold for its control paths to be
@@ -79,6 +79,9 @@ pub struct Census {
     /// Control paths named by the caller, not by their name (a file git's
     /// configuration includes), that did not exist: relative.
     absent: Vec<PathBuf>,
+    /// Control paths the configuration of a nested repository names
+    /// ([`Census::with_configured`]) that exist: absolute.
+    configured: Vec<PathBuf>,
 }
 
 /// A folder that could not be read, and when it last changed (when not even
@@ -165,16 +168,63 @@ impl Census {
     #[must_use]
     pub fn watching(mut self, named: impl IntoIterator<Item = PathBuf>) -> Self {
         let workspace = &self.workspace;
-        self.absent = named
-            .into_iter()
-            .filter(|path| {
-                matches!(
-                    workspace.join(path).symlink_metadata(),
-                    Err(err) if err.kind() == io::ErrorKind::NotFound
-                )
-            })
-            .collect();
+        self.absent.extend(named.into_iter().filter(|path| {
+            matches!(
+                workspace.join(path).symlink_metadata(),
+                Err(err) if err.kind() == io::ErrorKind::NotFound
+            )
+        }));
         self
+    }
+
+    /// This census, with what the configuration of each repository nested
+    /// in the workspace names in it for its working tree: the hooks folder,
+    /// included files and programs (`repository::configured`, `~/` and
+    /// the user's own configuration from `home`). `git commit` in
+    /// `vendor/lib/` runs `vendor/lib/.husky/pre-commit` when that
+    /// repository's `config` says `hooksPath = .husky`. Those that exist
+    /// are bound read-only with the rest ([`Census::nested`]); those that
+    /// do not are watched as [`Census::watching`] watches. (The workspace's
+    /// own repository's are the caller's: its control paths.)
+    #[must_use]
+    pub fn with_configured(mut self, home: Option<&Path>) -> Self {
+        let worktrees: Vec<PathBuf> = self
+            .found
+            .iter()
+            .filter(|found| {
+                found
+                    .path
+                    .file_name()
+                    .is_some_and(|name| name.as_encoded_bytes().eq_ignore_ascii_case(b".git"))
+            })
+            .filter_map(|found| found.path.parent())
+            .filter(|worktree| !worktree.as_os_str().is_empty())
+            .map(|worktree| self.workspace.join(worktree))
+            .collect();
+        let mut absent = Vec::new();
+        for worktree in worktrees {
+            for (path, folder, _) in repository::configured(&worktree, home).into_control_paths() {
+                let Some(canonical) = crate::capability::fs::canonical_lenient(&path) else {
+                    continue;
+                };
+                let Ok(relative) = canonical.strip_prefix(&self.workspace) else {
+                    continue;
+                };
+                if let Ok(meta) = canonical.symlink_metadata() {
+                    // A word of a command that names a folder
+                    // (`!cd web && make`) runs nothing of its own.
+                    if !folder && meta.is_dir() {
+                        continue;
+                    }
+                    if !self.configured.contains(&canonical) {
+                        self.configured.push(canonical);
+                    }
+                } else {
+                    absent.push(relative.to_owned());
+                }
+            }
+        }
+        self.watching(absent)
     }
 
     /// The control paths below the workspace's root, and those at its root
@@ -190,6 +240,7 @@ impl Census {
                         .any(|name| found.path.as_os_str() == OsStr::new(name))
             })
             .map(|found| self.workspace.join(&found.path))
+            .chain(self.configured.iter().cloned())
     }
 
     /// Looks again, once nothing the command started can run: sets aside
@@ -462,6 +513,7 @@ impl Tree {
             found,
             unreadable,
             absent: Vec::new(),
+            configured: Vec::new(),
         }
     }
 }
