@@ -801,12 +801,32 @@ async fn fs_rows(base: &Path, scale: &Scale) -> Result<Vec<[String; 4]>> {
         Ok(())
     })
     .await?;
+    // The same write in a working tree whose git configuration names a
+    // hooks folder (as husky sets it): the configuration's files are
+    // looked at again for each write, read again only when they changed.
+    let tree = base.join("fs-tree");
+    std::fs::create_dir_all(tree.join("src/a/b"))?;
+    std::fs::create_dir_all(tree.join(".git"))?;
+    std::fs::write(tree.join(".git/config"), "[core]\n\thooksPath = .husky/_\n")?;
+    let tree_jail = Jail::open(&tree)?;
+    let tree_write = median_of(runs, || async {
+        tree_jail.write(&grant, &limits, relative, &contents)?;
+        Ok(())
+    })
+    .await?;
     Ok(vec![
         [
             "fs write 1 KiB, 3 folders deep, through the jail (vs `std::fs::write`)".to_owned(),
             micros(write),
             micros(write_direct),
             dur_ratio(write, write_direct),
+        ],
+        [
+            "fs write as above, in a git working tree with `core.hooksPath` (vs `std::fs::write`)"
+                .to_owned(),
+            micros(tree_write),
+            micros(write_direct),
+            dur_ratio(tree_write, write_direct),
         ],
         [
             "fs read 1 KiB, 3 folders deep, through the jail (vs `std::fs::read`)".to_owned(),

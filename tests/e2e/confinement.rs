@@ -557,6 +557,53 @@ async fn the_hooks_and_the_config_git_s_config_names_in_the_workspace_are_contro
     assert_eq!(String::from_utf8_lossy(&name.stdout), "shared\n");
 }
 
+/// git's configuration may change while zot runs: `npm install` runs
+/// husky's `prepare` script, which sets `core.hooksPath`. The hooks folder
+/// it names is a control path from the next call on, not from the next
+/// session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hooks_folder_configured_while_the_host_runs_is_a_control_path_at_once() {
+    let lab = Lab::new();
+    git_workspace(&lab);
+    let ws = lab.workspace.clone();
+    std::fs::create_dir_all(ws.join(".husky/_")).expect("hooks");
+    let capabilities = json!({"read": ["**"], "write": ["**"], "shell": ["**"]});
+    let host = start(&lab, &[crate::attack::prober(&lab, &capabilities, None)]).await;
+    let write = json!({"path": ".husky/_/pre-commit", "text": "exit 0\n"});
+    // Control: nothing names the folder yet.
+    assert_eq!(
+        answer(&host, "fs_write", write.clone()).await,
+        (false, "written".to_owned())
+    );
+    git(&ws, &["config", "core.hooksPath", ".husky/_"]);
+    // Attack: a guest's write and a confined command's, after the change.
+    assert_eq!(
+        answer(&host, "fs_write", write).await,
+        (
+            true,
+            "fs-write `.husky/_/pre-commit` refused: `.husky/_/` is a control path (the folder \
+             git runs hooks from (`core.hooksPath`): it decides what runs); no grant reaches it"
+                .to_owned()
+        )
+    );
+    let (_, text) = answer(
+        &host,
+        "shell",
+        json!({"command": "echo 'touch pwned' >> .husky/_/pre-commit"}),
+    )
+    .await;
+    assert_eq!(
+        text,
+        "exit=Some(2) stdout= stderr=sh: 1: cannot create .husky/_/pre-commit: Read-only file \
+         system\n"
+    );
+    host.shutdown().await;
+    assert_eq!(
+        std::fs::read_to_string(ws.join(".husky/_/pre-commit")).expect("hook"),
+        "exit 0\n"
+    );
+}
+
 /// A repository nested in the workspace (a submodule here; a clone in
 /// `vendor/` alike) has a configuration of its own, and what it names in
 /// its working tree decides what runs as the workspace's own does: husky

@@ -79,7 +79,8 @@ use cap_std::fs::{Dir, Metadata as CapMetadata, MetadataExt, OpenOptions, OpenOp
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 use nix::libc;
 
-use super::repository::Signs;
+use super::repository::config::Named;
+use super::repository::{Kept, Signs};
 use super::{Capability, CapabilityError, granted_list};
 
 /// Default cap on a file read: 10 MiB.
@@ -468,6 +469,9 @@ pub struct Jail {
     canonical_root: Option<PathBuf>,
     /// What no write reaches.
     control: ControlPaths,
+    /// What the configuration of the repository whose working tree the
+    /// root is names, read again when it changes.
+    own_configuration: std::sync::Mutex<Kept>,
 }
 
 /// What an operation needs from the path's final component.
@@ -528,6 +532,7 @@ impl Jail {
             root: root.to_owned(),
             canonical_root: std::fs::canonicalize(root).ok(),
             control: ControlPaths::default(),
+            own_configuration: std::sync::Mutex::default(),
         })
     }
 
@@ -793,6 +798,9 @@ impl Jail {
             .try_clone()
             .map_err(|err| io_failure(resolved.op, &resolved.subject, &err))?;
         let mut signs = not_in_a_repository(resolved, &dir, 0)?;
+        if signs.worktree() {
+            self.not_named_by_the_root_s_repository(resolved)?;
+        }
         for (depth, component) in parents.iter().enumerate() {
             dir = open_dir_nofollow(&dir, component).map_err(|err| walk_error(resolved, err))?;
             signs = not_in_a_repository(resolved, &dir, depth + 1)?;
@@ -843,18 +851,30 @@ impl Jail {
                 .fold(root.to_owned(), |path, component| path.join(component))
         };
         let home = super::repository::user_home();
-        let named = super::repository::configured(&worktree, home.as_deref()).into_control_paths();
-        if named.is_empty() {
+        let named = super::repository::configured(&worktree, home.as_deref());
+        not_named(resolved, root, named)
+    }
+
+    /// As [`Jail::not_named_by_a_nested_repository`], for the repository
+    /// whose working tree is the root: its configuration was read when the
+    /// session began ([`ControlPaths`]), but may change while it runs
+    /// (`npm install` runs husky, which sets `core.hooksPath`), so it is
+    /// read again, when it has changed, for each mutating operation.
+    fn not_named_by_the_root_s_repository(
+        &self,
+        resolved: &Resolved,
+    ) -> Result<(), CapabilityError> {
+        let Some(root) = self.canonical_root.as_deref() else {
             return Ok(());
-        }
-        match ControlPaths::new(root, &named).refusal_for(&resolved.components, true) {
-            Some(reason) => Err(CapabilityError::denied(
-                resolved.op.capability(),
-                &resolved.subject,
-                reason,
-            )),
-            None => Ok(()),
-        }
+        };
+        let home = super::repository::user_home();
+        let named = self
+            .own_configuration
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .named(root, home.as_deref())
+            .clone();
+        not_named(resolved, root, named)
     }
 
     fn read_resolved(
@@ -1203,6 +1223,23 @@ fn kind_of(meta: &CapMetadata) -> Kind {
 
 fn is_missing(err: &io::Error) -> bool {
     err.kind() == io::ErrorKind::NotFound || err.raw_os_error() == Some(libc::ENOTDIR)
+}
+
+/// Step 5 for what git's configuration `named` for a working tree in the
+/// jail at canonical `root`: a mutating operation on one is refused.
+fn not_named(resolved: &Resolved, root: &Path, named: Named) -> Result<(), CapabilityError> {
+    if named.is_empty() {
+        return Ok(());
+    }
+    let control = ControlPaths::new(root, &named.into_control_paths());
+    match control.refusal_for(&resolved.components, true) {
+        Some(reason) => Err(CapabilityError::denied(
+            resolved.op.capability(),
+            &resolved.subject,
+            reason,
+        )),
+        None => Ok(()),
+    }
 }
 
 /// Why a folder git takes for a repository is a control path, for messages.
@@ -2158,6 +2195,36 @@ mod tests {
         ] {
             ws.write(&everything, path, b"ok").unwrap();
         }
+    }
+
+    #[test]
+    fn a_change_to_the_workspace_s_git_configuration_counts_from_the_next_write() {
+        let ws = Workspace::new();
+        std::fs::create_dir_all(ws.path(".git")).unwrap();
+        std::fs::create_dir_all(ws.path(".githooks")).unwrap();
+        let everything = grant_of(&["**"], &["**"]);
+        // Control: no configuration names the folder yet.
+        ws.write(&everything, ".githooks/pre-commit", b"ok")
+            .unwrap();
+        // Attack: the session began before husky set `core.hooksPath`.
+        std::fs::write(ws.path(".git/config"), "[core]\n\thooksPath = .githooks\n").unwrap();
+        assert_eq!(
+            ws.write(&everything, ".githooks/pre-commit", b"pwned"),
+            Err(CapabilityError::denied(
+                Capability::FsWrite,
+                ".githooks/pre-commit",
+                "`.githooks/` is a control path (the folder git runs hooks from \
+                 (`core.hooksPath`): it decides what runs); no grant reaches it"
+            ))
+        );
+        assert_eq!(
+            std::fs::read(ws.path(".githooks/pre-commit")).unwrap(),
+            b"ok"
+        );
+        // Control: moved elsewhere, the folder is the project's again.
+        std::fs::write(ws.path(".git/config"), "[core]\n\thooksPath = hooks\n").unwrap();
+        ws.write(&everything, ".githooks/pre-commit", b"ok")
+            .unwrap();
     }
 
     #[test]

@@ -24,6 +24,7 @@
 use std::ffi::OsStr;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use cap_std::fs::Dir;
 
@@ -249,7 +250,7 @@ pub(crate) fn configured(workspace: &Path, home: Option<&Path>) -> config::Named
     };
     let dot_git = worktree.join(".git");
     let git_dir = if dot_git.is_dir() {
-        dot_git
+        dot_git.clone()
     } else {
         match pointed_to(&dot_git).into_iter().next() {
             Some(named) => named,
@@ -272,7 +273,89 @@ pub(crate) fn configured(workspace: &Path, home: Option<&Path>) -> config::Named
         .flatten()
         .chain([common.join("config"), git_dir.join("config.worktree")])
         .collect();
-    config::named(&files, worktree, home)
+    let mut named = config::named(&files, worktree, home);
+    named.files.extend([dot_git, git_dir.join("commondir")]);
+    named
+}
+
+/// How long after a file changed its stamp is trusted to say whether it
+/// changed again (two changes within one clock tick may share a time).
+const SETTLE: Duration = Duration::from_secs(3);
+
+/// What git's configuration names for one working tree ([`configured`]),
+/// kept between calls: read again only when a file it read or looked for
+/// changed since, appeared or went away, or changed too recently for its
+/// stamp to tell. A configuration changed while zotbox runs (`npx husky`
+/// run by `npm install` sets `core.hooksPath`) counts from the next call.
+#[derive(Debug, Default)]
+pub(crate) struct Kept {
+    /// The files, each with its stamp when read (`None`: it was missing)
+    /// and whether that stamp can tell a later change: it had settled.
+    stamps: Vec<(PathBuf, Option<Stamp>, bool)>,
+    /// What they named; `None` before the first read.
+    named: Option<config::Named>,
+}
+
+/// What says a file changed: a change rewrites its change time, a
+/// replacement its inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    changed: (i64, i64),
+    modified: (i64, i64),
+}
+
+impl Stamp {
+    /// The stamp of the file at `path`, followed as git reads it.
+    fn of(path: &Path) -> Option<Self> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(path).ok()?;
+        Some(Self {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.size(),
+            changed: (meta.ctime(), meta.ctime_nsec()),
+            modified: (meta.mtime(), meta.mtime_nsec()),
+        })
+    }
+
+    /// Whether it changed longer than [`SETTLE`] before `now` (seconds
+    /// since the epoch).
+    fn settled(self, now: u64) -> bool {
+        u64::try_from(self.changed.0)
+            .is_ok_and(|changed| changed.saturating_add(SETTLE.as_secs()) < now)
+    }
+}
+
+impl Kept {
+    /// What git's configuration names for `worktree` now, `~/` and the
+    /// user's own configuration from `home`.
+    pub(crate) fn named(&mut self, worktree: &Path, home: Option<&Path>) -> &config::Named {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |now| now.as_secs());
+        let unchanged = self
+            .stamps
+            .iter()
+            .all(|(path, stamp, settled)| *settled && Stamp::of(path) == *stamp);
+        if !unchanged || self.named.is_none() {
+            let named = configured(worktree, home);
+            // Stamped after reading: a file changed between the two, or
+            // just before, has not settled, so it is read again next time.
+            self.stamps = named
+                .files
+                .iter()
+                .map(|file| {
+                    let stamp = Stamp::of(file);
+                    (file.clone(), stamp, stamp.is_none_or(|s| s.settled(now)))
+                })
+                .collect();
+            self.named = Some(named);
+        }
+        self.named.get_or_insert_default()
+    }
 }
 
 #[cfg(test)]
@@ -358,5 +441,27 @@ mod tests {
         assert!(pointed_to(&root.join("store")).is_empty());
         std::fs::write(root.join("notes"), "no pointer\n").unwrap();
         assert!(pointed_to(&root.join("notes")).is_empty());
+    }
+
+    #[test]
+    fn kept_configuration_is_read_again_when_a_file_it_read_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("ws");
+        std::fs::create_dir_all(ws.join(".git")).unwrap();
+        std::fs::write(ws.join(".git/config"), "[core]\n\thooksPath = a\n").unwrap();
+        let mut kept = Kept::default();
+        assert_eq!(kept.named(&ws, None).hooks, [ws.join("a")]);
+        // Once the files have settled, their stamps alone tell a change:
+        // an edit, and a file that was looked for and appears.
+        std::thread::sleep(SETTLE + Duration::from_millis(1100));
+        assert_eq!(kept.named(&ws, None).hooks, [ws.join("a")]);
+        std::fs::write(
+            ws.join(".git/config"),
+            "[core]\n\thooksPath = b\n[include]\n\tpath = more\n",
+        )
+        .unwrap();
+        assert_eq!(kept.named(&ws, None).hooks, [ws.join("b")]);
+        std::fs::write(ws.join(".git/more"), "[core]\n\thooksPath = c\n").unwrap();
+        assert_eq!(kept.named(&ws, None).hooks, [ws.join("b"), ws.join("c")]);
     }
 }

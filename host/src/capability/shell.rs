@@ -1097,11 +1097,16 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn what_a_nested_repository_s_config_names_is_read_only_and_set_aside() {
+    async fn what_git_s_configuration_names_is_read_only_and_set_aside_nested_repositories_too() {
         let dir = tempfile::tempdir().unwrap();
         let ws = dir.path();
         std::fs::create_dir_all(ws.join("vendor/lib/.git")).unwrap();
         std::fs::create_dir_all(ws.join("vendor/lib/.husky")).unwrap();
+        std::fs::create_dir_all(ws.join(".git")).unwrap();
+        std::fs::create_dir_all(ws.join(".githooks")).unwrap();
+        // The workspace's own, read for each command (here no control
+        // paths are given at all, as if it changed after they were found).
+        std::fs::write(ws.join(".git/config"), "[core]\n\thooksPath = .githooks\n").unwrap();
         std::fs::write(
             ws.join("vendor/lib/.git/config"),
             "[core]\n\thooksPath = .husky\n[include]\n\tpath = ../extra.gitconfig\n",
@@ -1109,7 +1114,8 @@ mod tests {
         .unwrap();
         // Attack: the hook `git commit` in `vendor/lib/` runs, and the
         // configuration it includes once it exists.
-        let command = "echo pwned > vendor/lib/.husky/pre-commit; \
+        let command = "echo pwned > .githooks/pre-commit; \
+                       echo pwned > vendor/lib/.husky/pre-commit; \
                        printf '[core]\\n\\tfsmonitor = ./x\\n' > vendor/lib/extra.gitconfig; \
                        echo done";
         let refused = run(&sh(command), ws, &ShellLimits::default()).await;
@@ -1123,6 +1129,7 @@ mod tests {
                  added, beside it"
             ))
         );
+        assert!(!ws.join(".githooks/pre-commit").exists());
         assert!(!ws.join("vendor/lib/.husky/pre-commit").exists());
         assert!(!ws.join("vendor/lib/extra.gitconfig").exists());
         assert!(

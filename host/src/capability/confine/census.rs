@@ -167,13 +167,15 @@ impl Census {
     /// bound read-only before it exists).
     #[must_use]
     pub fn watching(mut self, named: impl IntoIterator<Item = PathBuf>) -> Self {
-        let workspace = &self.workspace;
-        self.absent.extend(named.into_iter().filter(|path| {
-            matches!(
-                workspace.join(path).symlink_metadata(),
+        for path in named {
+            let missing = matches!(
+                self.workspace.join(&path).symlink_metadata(),
                 Err(err) if err.kind() == io::ErrorKind::NotFound
-            )
-        }));
+            );
+            if missing && !self.absent.contains(&path) {
+                self.absent.push(path);
+            }
+        }
         self
     }
 
@@ -184,11 +186,13 @@ impl Census {
     /// `vendor/lib/` runs `vendor/lib/.husky/pre-commit` when that
     /// repository's `config` says `hooksPath = .husky`. Those that exist
     /// are bound read-only with the rest ([`Census::nested`]); those that
-    /// do not are watched as [`Census::watching`] watches. (The workspace's
-    /// own repository's are the caller's: its control paths.)
+    /// do not are watched as [`Census::watching`] watches. The repository
+    /// the workspace itself lies in counts too: its configuration may have
+    /// changed since the caller's control paths were found (`npm install`
+    /// runs husky, which sets `core.hooksPath`).
     #[must_use]
     pub fn with_configured(mut self, home: Option<&Path>) -> Self {
-        let worktrees: Vec<PathBuf> = self
+        let nested = self
             .found
             .iter()
             .filter(|found| {
@@ -199,7 +203,9 @@ impl Census {
             })
             .filter_map(|found| found.path.parent())
             .filter(|worktree| !worktree.as_os_str().is_empty())
-            .map(|worktree| self.workspace.join(worktree))
+            .map(|worktree| self.workspace.join(worktree));
+        let worktrees: Vec<PathBuf> = std::iter::once(self.workspace.clone())
+            .chain(nested)
             .collect();
         let mut absent = Vec::new();
         for worktree in worktrees {

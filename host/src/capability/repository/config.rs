@@ -41,9 +41,17 @@ pub(crate) struct Named {
     /// Programs git runs by path, each with the key that names it
     /// (`filter.<driver>.smudge = ./scripts/smudge.sh %f`).
     pub(crate) programs: Vec<(PathBuf, String)>,
+    /// Every file read or looked for to find these: when none has
+    /// changed, neither have they.
+    pub(crate) files: Vec<PathBuf>,
 }
 
 impl Named {
+    /// Whether it names nothing.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.hooks.is_empty() && self.includes.is_empty() && self.programs.is_empty()
+    }
+
     /// Each path named, as a control path: `(path, is a folder, what it
     /// is)`.
     pub(crate) fn into_control_paths(self) -> Vec<(PathBuf, bool, String)> {
@@ -166,6 +174,7 @@ pub(crate) fn named(files: &[PathBuf], worktree: &Path, home: Option<&Path>) -> 
             }
         }
     }
+    named.files = seen.into_iter().collect();
     named
 }
 
