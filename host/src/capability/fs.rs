@@ -2149,11 +2149,16 @@ mod tests {
         .unwrap();
         let everything = grant_of(&["**"], &["**"]);
         let hooks = "the folder git runs hooks from (`core.hooksPath`): it decides what runs";
-        let cases: [(&str, String); 4] = [
-            // Attack: the hook `git commit` in `vendor/lib/` runs.
+        let cases: [(&str, String); 5] = [
+            // Attack: the hook `git commit` in `vendor/lib/` runs, and the
+            // project's hook husky's runs.
             (
                 "vendor/lib/.husky/_/pre-commit",
-                format!("`vendor/lib/.husky/_/` is a control path ({hooks}); no grant reaches it"),
+                format!("`vendor/lib/.husky/` is a control path ({hooks}); no grant reaches it"),
+            ),
+            (
+                "vendor/lib/.husky/pre-commit",
+                format!("`vendor/lib/.husky/` is a control path ({hooks}); no grant reaches it"),
             ),
             // Attack: the configuration it includes (a `core.fsmonitor` line
             // there runs at the next `git status`).
@@ -2189,7 +2194,6 @@ mod tests {
         // configuration names.
         for path in [
             "vendor/lib/src/main.rs",
-            "vendor/lib/.husky/README",
             "theme/style.css",
             "docs/.husky/pre-commit",
         ] {

@@ -12,8 +12,8 @@
 //! does every `.git`: the jail refuses to write in one or to complete
 //! one ([`Signs`]), the confinement binds them read-only and sets aside
 //! the ones a command makes. What a repository's configuration names in
-//! the working tree (hooks, included configuration, programs) is one too
-//! ([`configured`]).
+//! the working tree (hooks, included configuration, programs) is one too,
+//! as are the files its hooks run there ([`configured`]).
 //!
 //! git's own test (`is_git_directory`) also follows symbolic links: an
 //! `objects` that is a link to any folder counts. The signs here count
@@ -29,6 +29,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use cap_std::fs::Dir;
 
 pub(crate) mod config;
+mod hooks;
 
 /// The most read of a `.git` file or a `commondir` (each holds one path).
 const POINTER_BYTES: u64 = 64 * 1024;
@@ -233,8 +234,8 @@ pub(crate) fn user_home() -> Option<PathBuf> {
 }
 
 /// The hooks folders, included files and programs git's configuration
-/// names for the repository `workspace` lies in ([`config`]), absolute:
-/// read from the
+/// names for the repository `workspace` lies in ([`config`]), and the
+/// files its hooks run or read there ([`hooks`]), absolute: read from the
 /// system's configuration, the user's (in `home`), and the repository's
 /// own (its common folder's `config`, a worktree's `config.worktree`),
 /// with what each includes. Nothing when `workspace` lies in no
@@ -274,6 +275,7 @@ pub(crate) fn configured(workspace: &Path, home: Option<&Path>) -> config::Named
         .chain([common.join("config"), git_dir.join("config.worktree")])
         .collect();
     let mut named = config::named(&files, worktree, home);
+    hooks::add_run_by_hooks(&mut named, common.join("hooks"), worktree, home);
     named.files.extend([dot_git, git_dir.join("commondir")]);
     named
 }

@@ -41,15 +41,21 @@ pub(crate) struct Named {
     /// Programs git runs by path, each with the key that names it
     /// (`filter.<driver>.smudge = ./scripts/smudge.sh %f`).
     pub(crate) programs: Vec<(PathBuf, String)>,
-    /// Every file read or looked for to find these: when none has
-    /// changed, neither have they.
+    /// Files the hooks run or read from the working tree, each with the
+    /// hook's name ([`super::hooks`]).
+    pub(crate) run_by_hooks: Vec<(PathBuf, String)>,
+    /// Every file and folder read or looked for to find these: when none
+    /// has changed, neither have they.
     pub(crate) files: Vec<PathBuf>,
 }
 
 impl Named {
     /// Whether it names nothing.
     pub(crate) fn is_empty(&self) -> bool {
-        self.hooks.is_empty() && self.includes.is_empty() && self.programs.is_empty()
+        self.hooks.is_empty()
+            && self.includes.is_empty()
+            && self.programs.is_empty()
+            && self.run_by_hooks.is_empty()
     }
 
     /// Each path named, as a control path: `(path, is a folder, what it
@@ -77,7 +83,18 @@ impl Named {
                 format!("a program git's configuration runs (`{key}`): it decides what runs"),
             )
         });
-        hooks.chain(includes).chain(programs).collect()
+        let run_by_hooks = self.run_by_hooks.into_iter().map(|(file, hook)| {
+            (
+                file,
+                false,
+                format!("a file git's `{hook}` hook runs or reads: it decides what runs"),
+            )
+        });
+        hooks
+            .chain(includes)
+            .chain(programs)
+            .chain(run_by_hooks)
+            .collect()
     }
 }
 
@@ -201,7 +218,7 @@ fn interpolate(value: &str, base: &Path, home: Option<&Path>) -> Option<PathBuf>
 /// `(` and `)`, quotes keeping theirs together; an option's value
 /// (`--rcfile=./x`) counts, a URL or a variable does not. A word that
 /// only looks like a path (`sed s/a/b/`) is protected for nothing.
-fn programs_of(value: &str, worktree: &Path, home: Option<&Path>) -> Vec<PathBuf> {
+pub(super) fn programs_of(value: &str, worktree: &Path, home: Option<&Path>) -> Vec<PathBuf> {
     let command = value.trim_start().trim_start_matches('!');
     words(command)
         .into_iter()
