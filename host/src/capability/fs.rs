@@ -471,7 +471,15 @@ pub struct Jail {
     control: ControlPaths,
     /// What the configuration of the repository whose working tree the
     /// root is names, read again when it changes.
-    own_configuration: std::sync::Mutex<Kept>,
+    own_configuration: std::sync::Mutex<OwnConfiguration>,
+}
+
+/// What the configuration of the repository whose working tree a jail's
+/// root is names, and the control paths it makes (placed once a read).
+#[derive(Debug, Default)]
+struct OwnConfiguration {
+    kept: Kept,
+    control: Option<ControlPaths>,
 }
 
 /// What an operation needs from the path's final component.
@@ -868,13 +876,18 @@ impl Jail {
             return Ok(());
         };
         let home = super::repository::user_home();
-        let named = self
+        let mut own = self
             .own_configuration
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .named(root, home.as_deref())
-            .clone();
-        not_named(resolved, root, named)
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let OwnConfiguration { kept, control } = &mut *own;
+        if kept.refresh(root, home.as_deref()) || control.is_none() {
+            *control = Some(ControlPaths::new(root, &kept.named().into_control_paths()));
+        }
+        let reason = control
+            .as_ref()
+            .and_then(|control| control.refusal_for(&resolved.components, true));
+        refused_if(resolved, reason)
     }
 
     fn read_resolved(
@@ -1232,7 +1245,12 @@ fn not_named(resolved: &Resolved, root: &Path, named: Named) -> Result<(), Capab
         return Ok(());
     }
     let control = ControlPaths::new(root, &named.into_control_paths());
-    match control.refusal_for(&resolved.components, true) {
+    refused_if(resolved, control.refusal_for(&resolved.components, true))
+}
+
+/// The resolved operation refused for `reason`, if there is one.
+fn refused_if(resolved: &Resolved, reason: Option<String>) -> Result<(), CapabilityError> {
+    match reason {
         Some(reason) => Err(CapabilityError::denied(
             resolved.op.capability(),
             &resolved.subject,

@@ -332,9 +332,10 @@ impl Stamp {
 }
 
 impl Kept {
-    /// What git's configuration names for `worktree` now, `~/` and the
-    /// user's own configuration from `home`.
-    pub(crate) fn named(&mut self, worktree: &Path, home: Option<&Path>) -> &config::Named {
+    /// Reads what git's configuration names for `worktree` again if it may
+    /// have changed since it was last read (`~/` and the user's own
+    /// configuration from `home`); returns whether it did.
+    pub(crate) fn refresh(&mut self, worktree: &Path, home: Option<&Path>) -> bool {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |now| now.as_secs());
@@ -342,7 +343,8 @@ impl Kept {
             .stamps
             .iter()
             .all(|(path, stamp, settled)| *settled && Stamp::of(path) == *stamp);
-        if !unchanged || self.named.is_none() {
+        let read = !unchanged || self.named.is_none();
+        if read {
             let named = configured(worktree, home);
             // Stamped after reading: a file changed between the two, or
             // just before, has not settled, so it is read again next time.
@@ -356,7 +358,12 @@ impl Kept {
                 .collect();
             self.named = Some(named);
         }
-        self.named.get_or_insert_default()
+        read
+    }
+
+    /// What git's configuration named when last read (nothing before).
+    pub(crate) fn named(&self) -> config::Named {
+        self.named.clone().unwrap_or_default()
     }
 }
 
@@ -452,18 +459,23 @@ mod tests {
         std::fs::create_dir_all(ws.join(".git")).unwrap();
         std::fs::write(ws.join(".git/config"), "[core]\n\thooksPath = a\n").unwrap();
         let mut kept = Kept::default();
-        assert_eq!(kept.named(&ws, None).hooks, [ws.join("a")]);
+        let hooks = |kept: &mut Kept| {
+            kept.refresh(&ws, None);
+            kept.named().hooks
+        };
+        assert_eq!(hooks(&mut kept), [ws.join("a")]);
         // Once the files have settled, their stamps alone tell a change:
         // an edit, and a file that was looked for and appears.
         std::thread::sleep(SETTLE + Duration::from_millis(1100));
-        assert_eq!(kept.named(&ws, None).hooks, [ws.join("a")]);
+        assert!(kept.refresh(&ws, None), "read again: it had not settled");
+        assert!(!kept.refresh(&ws, None), "not read again: nothing changed");
         std::fs::write(
             ws.join(".git/config"),
             "[core]\n\thooksPath = b\n[include]\n\tpath = more\n",
         )
         .unwrap();
-        assert_eq!(kept.named(&ws, None).hooks, [ws.join("b")]);
+        assert_eq!(hooks(&mut kept), [ws.join("b")]);
         std::fs::write(ws.join(".git/more"), "[core]\n\thooksPath = c\n").unwrap();
-        assert_eq!(kept.named(&ws, None).hooks, [ws.join("b"), ws.join("c")]);
+        assert_eq!(hooks(&mut kept), [ws.join("b"), ws.join("c")]);
     }
 }
