@@ -38,10 +38,11 @@
 //!    `fixtures/remote.git/`, whose hooks run on a push to it, or the one a
 //!    nested `.git` file names; `repository::Signs`, checked on each
 //!    folder the walk opens), as is a file that would make one (a `HEAD`
-//!    beside `objects/` and `refs/`), and what the configuration of a
-//!    repository nested in the workspace names in its working tree (its
-//!    hooks folder, included files, programs), checked when the walk
-//!    passes through a folder holding a `.git`. Both the path as written and the
+//!    beside `objects/` and `refs/`), and what a repository's
+//!    configuration names in its working tree (its hooks folder, included
+//!    files, programs) with the files its hooks run there, checked when
+//!    the walk passes through a folder holding a `.git`: the root's read
+//!    again whenever it changed, a nested one's each time. Both the path as written and the
 //!    resolved path are checked, so a symlink
 //!    `out -> .git` does not reach `.git/config`. Every operation that
 //!    changes the tree (today `write`, which also creates; any future
@@ -827,8 +828,9 @@ impl Jail {
     /// resolved components and the working tree of a repository nested in
     /// the workspace (it holds a `.git`), is refused on the hooks folder,
     /// included files and programs that repository's configuration names
-    /// ([`repository::configured`]), as the workspace's own repository's
-    /// are by [`ControlPaths`]. `git commit` in `vendor/lib/` runs
+    /// and the files its hooks run ([`repository::configured`]), as the
+    /// workspace's own repository's are by [`ControlPaths`]. `git commit`
+    /// in `vendor/lib/` runs
     /// `vendor/lib/.husky/pre-commit` when its `config` says
     /// `hooksPath = .husky`, unsandboxed. The configuration is read
     /// through the open folder (`/proc/self/fd`), so a folder renamed and

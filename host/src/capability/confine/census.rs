@@ -79,7 +79,7 @@ pub struct Census {
     /// Control paths named by the caller, not by their name (a file git's
     /// configuration includes), that did not exist: relative.
     absent: Vec<PathBuf>,
-    /// Control paths the configuration of a nested repository names
+    /// Control paths a repository's configuration or hooks name
     /// ([`Census::with_configured`]) that exist: absolute.
     configured: Vec<PathBuf>,
 }
@@ -181,8 +181,9 @@ impl Census {
 
     /// This census, with what the configuration of each repository nested
     /// in the workspace names in it for its working tree: the hooks folder,
-    /// included files and programs (`repository::configured`, `~/` and
-    /// the user's own configuration from `home`). `git commit` in
+    /// included files and programs, and the files its hooks run
+    /// (`repository::configured`, `~/` and the user's own configuration
+    /// from `home`). `git commit` in
     /// `vendor/lib/` runs `vendor/lib/.husky/pre-commit` when that
     /// repository's `config` says `hooksPath = .husky`. Those that exist
     /// are bound read-only with the rest ([`Census::nested`]); those that
