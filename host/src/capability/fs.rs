@@ -470,8 +470,11 @@ pub struct Jail {
     canonical_root: Option<PathBuf>,
     /// What no write reaches.
     control: ControlPaths,
-    /// What the configuration of the repository whose working tree the
-    /// root is names, read again when it changes.
+    /// Whether a folder above the root holds a `.git`: the root lies in
+    /// a repository's working tree.
+    in_a_worktree: bool,
+    /// What the configuration of the repository whose working tree holds
+    /// the root names, read again when it changes.
     own_configuration: std::sync::Mutex<OwnConfiguration>,
 }
 
@@ -539,6 +542,11 @@ impl Jail {
         Ok(Self {
             dir,
             root: root.to_owned(),
+            in_a_worktree: std::fs::canonicalize(root).is_ok_and(|root| {
+                root.ancestors()
+                    .skip(1)
+                    .any(|folder| folder.join(".git").symlink_metadata().is_ok())
+            }),
             canonical_root: std::fs::canonicalize(root).ok(),
             control: ControlPaths::default(),
             own_configuration: std::sync::Mutex::default(),
@@ -807,7 +815,7 @@ impl Jail {
             .try_clone()
             .map_err(|err| io_failure(resolved.op, &resolved.subject, &err))?;
         let mut signs = not_in_a_repository(resolved, &dir, 0)?;
-        if signs.worktree() {
+        if signs.worktree() || self.in_a_worktree {
             self.not_named_by_the_root_s_repository(resolved)?;
         }
         for (depth, component) in parents.iter().enumerate() {
@@ -866,7 +874,7 @@ impl Jail {
     }
 
     /// As [`Jail::not_named_by_a_nested_repository`], for the repository
-    /// whose working tree is the root: its configuration was read when the
+    /// whose working tree is or holds the root: its configuration was read when the
     /// session began ([`ControlPaths`]), but may change while it runs
     /// (`npm install` runs husky, which sets `core.hooksPath`), so it is
     /// read again, when it has changed, for each mutating operation.
@@ -2249,6 +2257,22 @@ mod tests {
         std::fs::write(ws.path(".git/config"), "[core]\n\thooksPath = hooks\n").unwrap();
         ws.write(&everything, ".githooks/pre-commit", b"ok")
             .unwrap();
+        // Attack: the same where the workspace is a folder of the working
+        // tree (zot started in `ws/docs/`): `hooksPath` names `docs/hooks`.
+        std::fs::create_dir_all(ws.path("docs/hooks")).unwrap();
+        let docs = Jail::open(&ws.path("docs")).unwrap();
+        let write = |path| docs.write(&everything, &FsLimits::default(), path, b"pwned");
+        write("hooks/pre-commit").unwrap();
+        std::fs::write(ws.path(".git/config"), "[core]\n\thooksPath = docs/hooks\n").unwrap();
+        assert_eq!(
+            write("hooks/pre-commit"),
+            Err(CapabilityError::denied(
+                Capability::FsWrite,
+                "hooks/pre-commit",
+                "`hooks/` is a control path (the folder git runs hooks from (`core.hooksPath`): \
+                 it decides what runs); no grant reaches it"
+            ))
+        );
     }
 
     #[test]
