@@ -215,7 +215,7 @@ fn interpolate(value: &str, base: &Path, home: Option<&Path>) -> Option<PathBuf>
 /// another command (`!cd web && ./dev.sh`). A word without one
 /// (`git-lfs`, `sh`, `%f`) is a name found on `PATH` or no path: no
 /// workspace decides it. Words are split at spaces and at `;`, `&`, `|`,
-/// `(` and `)`, quotes keeping theirs together; an option's value
+/// `(`, `)`, `<` and `>`, quotes keeping theirs together; an option's value
 /// (`--rcfile=./x`) counts, a URL or a variable does not. A word that
 /// only looks like a path (`sed s/a/b/`) is protected for nothing.
 pub(super) fn programs_of(value: &str, worktree: &Path, home: Option<&Path>) -> Vec<PathBuf> {
@@ -244,7 +244,7 @@ fn words(command: &str) -> Vec<String> {
             Some(open) if c == open => quote = None,
             Some(_) => word.push(c),
             None if c == '"' || c == '\'' => quote = Some(c),
-            None if c.is_whitespace() || matches!(c, ';' | '&' | '|' | '(' | ')') => {
+            None if c.is_whitespace() || matches!(c, ';' | '&' | '|' | '(' | ')' | '<' | '>') => {
                 if !word.is_empty() {
                     words.push(std::mem::take(&mut word));
                 }

@@ -110,7 +110,17 @@ fn run_by(named: &mut Named, hook: &Path, worktree: &Path, home: Option<&Path>) 
         if line.starts_with('#') {
             continue;
         }
-        found.extend(programs_of(line, worktree, home));
+        // A quoted message that holds a `/` is no path: a path in the
+        // working tree with a space in it is not looked for.
+        found.extend(
+            programs_of(line, worktree, home)
+                .into_iter()
+                .filter(|path| {
+                    path.strip_prefix(worktree).map_or(true, |rest| {
+                        !rest.to_string_lossy().contains(char::is_whitespace)
+                    })
+                }),
+        );
         // pre-commit's hook: `hook-impl --config=.pre-commit-config.yaml`.
         if line.contains("hook-impl") {
             found.push(worktree.join(".pre-commit-config.yaml"));
@@ -150,6 +160,14 @@ mod tests {
             "#!/bin/sh\n# ./not/this.sh\nset -e\n./scripts/lint.sh --fix && exec tools/test\n",
         )
         .unwrap();
+        // git-lfs's: a redirection and a message are no paths.
+        std::fs::write(
+            hooks.join("post-merge"),
+            "#!/bin/sh\ncommand -v git-lfs >/dev/null 2>&1 || { printf >&2 \"\\n%s\\n\\n\" \
+             \"This repository is configured for Git LFS (set by 'core.hookspath'; usually \
+             '.git/hooks').\"; exit 2; }\ngit lfs post-merge \"$@\"\n",
+        )
+        .unwrap();
         // A link to a script in the working tree.
         std::os::unix::fs::symlink("../../scripts/check.sh", hooks.join("pre-push")).unwrap();
         // pre-commit's and lefthook's, in their own words.
@@ -183,6 +201,8 @@ mod tests {
                 .map(|config| (ws.join(config), "post-checkout")),
         );
         expected.extend([
+            // Outside the working tree: placed nowhere, as a control path.
+            (PathBuf::from("/dev/null"), "post-merge"),
             (ws.join("scripts/lint.sh"), "pre-commit"),
             (ws.join("tools/test"), "pre-commit"),
             (
