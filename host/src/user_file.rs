@@ -132,15 +132,29 @@ pub(crate) enum Links {
 
 /// Opens `path` for reading when it is a regular file. Anything else (a
 /// FIFO, which would block the reader for good, a device, a folder; a link
-/// too with [`Links::Refuse`]) fails with [`io::ErrorKind::InvalidInput`]:
-/// it is opened without waiting to find out.
+/// too with [`Links::Refuse`]) fails with [`io::ErrorKind::InvalidInput`],
+/// without being opened when it is one already as it is looked at: opening
+/// a device does things (a tape rewinds when closed, a watchdog starts, a
+/// terminal can become the process's), and the workspace's author may name
+/// any (`include.path = /dev/...` in a repository's configuration). What
+/// is swapped in between the look and the open is opened without waiting,
+/// never as a controlling terminal, and refused.
 pub(crate) fn open_regular(path: &Path, links: Links) -> io::Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt as _;
     let not_regular = || io::Error::new(io::ErrorKind::InvalidInput, "not a regular file");
-    let flags = match links {
-        Links::Follow => nix::libc::O_NONBLOCK,
-        Links::Refuse => nix::libc::O_NONBLOCK | nix::libc::O_NOFOLLOW,
+    let looked = match links {
+        Links::Follow => std::fs::metadata(path),
+        Links::Refuse => std::fs::symlink_metadata(path),
     };
+    if !looked?.is_file() {
+        return Err(not_regular());
+    }
+    let flags = nix::libc::O_NONBLOCK
+        | nix::libc::O_NOCTTY
+        | match links {
+            Links::Follow => 0,
+            Links::Refuse => nix::libc::O_NOFOLLOW,
+        };
     let file = match std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(flags)
@@ -321,6 +335,45 @@ mod tests {
                 "cannot read `{}`: not a regular file",
                 fifo.display()
             ))
+        );
+    }
+
+    #[test]
+    fn a_fifo_or_a_device_is_refused_without_being_opened() {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let fifo = tmp.path().join("config");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap_or_else(|e| panic!("{e}"));
+        // A writer waits in `open` until some reader opens the FIFO.
+        let writer = {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || std::fs::OpenOptions::new().write(true).open(fifo))
+        };
+        // Give it the time to wait there (a reader's open before it would
+        // go unseen, and the test would pass for nothing).
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        for links in [Links::Follow, Links::Refuse] {
+            let err = open_regular(&fifo, links).err().map(|e| e.to_string());
+            assert_eq!(err.as_deref(), Some("not a regular file"));
+        }
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(&fifo, &link).unwrap_or_else(|e| panic!("{e}"));
+        assert!(open_regular(&link, Links::Follow).is_err());
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert!(!writer.is_finished(), "the FIFO was opened");
+        // Release the writer.
+        let reader = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::libc::O_NONBLOCK)
+            .open(&fifo);
+        assert!(reader.is_ok());
+        assert!(writer.join().is_ok_and(|opened| opened.is_ok()));
+        assert_eq!(
+            open_regular(Path::new("/dev/null"), Links::Follow)
+                .err()
+                .map(|e| e.to_string())
+                .as_deref(),
+            Some("not a regular file")
         );
     }
 
