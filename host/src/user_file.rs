@@ -120,6 +120,55 @@ fn read_into(source: impl Read, limit: u64, mut bytes: Vec<u8>) -> io::Result<Op
     Ok((bytes.len() as u64 <= limit).then_some(bytes))
 }
 
+/// What identifies one version of a file's content without reading it:
+/// the kernel sets `ctime` on every write (and on every change of `mtime`),
+/// so a file with the same device, inode, size, `mtime` and `ctime` as when
+/// it was read still has that content, once its stamp has settled
+/// ([`Stamp::settled`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct Stamp {
+    pub(crate) dev: u64,
+    pub(crate) ino: u64,
+    pub(crate) size: u64,
+    pub(crate) mtime: (i64, i64),
+    pub(crate) ctime: (i64, i64),
+}
+
+/// How long ago a file must have changed for its stamp to show the next
+/// change. File times come from the kernel's coarse clock: a write in the
+/// same tick as the one read would leave every field of the [`Stamp`] as
+/// it was (git's "racily clean" entries). A file changed since the tick
+/// before the read cannot keep its stamp.
+const SETTLED: std::time::Duration = std::time::Duration::from_secs(2);
+
+impl Stamp {
+    /// The stamp of the file `meta` describes.
+    pub(crate) fn of(meta: &std::fs::Metadata) -> Self {
+        use std::os::unix::fs::MetadataExt as _;
+        Self {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.size(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
+        }
+    }
+
+    /// Whether its last change is at least [`SETTLED`] before `now` (a
+    /// change dated after `now`, by a clock set back, never is).
+    pub(crate) fn settled(&self, now: std::time::SystemTime) -> bool {
+        let Ok(now) = now.duration_since(std::time::UNIX_EPOCH) else {
+            return false;
+        };
+        let (seconds, nanos) = self.ctime;
+        let (Ok(seconds), Ok(nanos)) = (u64::try_from(seconds), u32::try_from(nanos)) else {
+            return false;
+        };
+        let changed = std::time::Duration::new(seconds, nanos.min(999_999_999));
+        now.checked_sub(changed).is_some_and(|ago| ago >= SETTLED)
+    }
+}
+
 /// Whether opening a file follows a symbolic link to it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Links {

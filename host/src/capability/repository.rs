@@ -24,9 +24,11 @@
 use std::ffi::OsStr;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use cap_std::fs::Dir;
+
+use crate::user_file::Stamp;
 
 pub(crate) mod config;
 mod hooks;
@@ -280,14 +282,10 @@ pub(crate) fn configured(workspace: &Path, home: Option<&Path>) -> config::Named
     named
 }
 
-/// How long after a file changed its stamp is trusted to say whether it
-/// changed again (two changes within one clock tick may share a time).
-const SETTLE: Duration = Duration::from_secs(3);
-
 /// What git's configuration names for one working tree ([`configured`]),
 /// kept between calls: read again only when a file it read or looked for
 /// changed since, appeared or went away, or changed too recently for its
-/// stamp to tell. A configuration changed while zotbox runs (`npx husky`
+/// stamp to tell ([`Stamp::settled`]). A configuration changed while zotbox runs (`npx husky`
 /// run by `npm install` sets `core.hooksPath`) counts from the next call.
 #[derive(Debug, Default)]
 pub(crate) struct Kept {
@@ -298,37 +296,10 @@ pub(crate) struct Kept {
     named: Option<config::Named>,
 }
 
-/// What says a file changed: a change rewrites its change time, a
-/// replacement its inode.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Stamp {
-    dev: u64,
-    ino: u64,
-    size: u64,
-    changed: (i64, i64),
-    modified: (i64, i64),
-}
-
-impl Stamp {
-    /// The stamp of the file at `path`, followed as git reads it.
-    fn of(path: &Path) -> Option<Self> {
-        use std::os::unix::fs::MetadataExt;
-        let meta = std::fs::metadata(path).ok()?;
-        Some(Self {
-            dev: meta.dev(),
-            ino: meta.ino(),
-            size: meta.size(),
-            changed: (meta.ctime(), meta.ctime_nsec()),
-            modified: (meta.mtime(), meta.mtime_nsec()),
-        })
-    }
-
-    /// Whether it changed longer than [`SETTLE`] before `now` (seconds
-    /// since the epoch).
-    fn settled(self, now: u64) -> bool {
-        u64::try_from(self.changed.0)
-            .is_ok_and(|changed| changed.saturating_add(SETTLE.as_secs()) < now)
-    }
+/// The stamp of the file or folder at `path`, followed as git reads it
+/// (`None`: there is none).
+fn stamp_of(path: &Path) -> Option<Stamp> {
+    std::fs::metadata(path).ok().map(|meta| Stamp::of(&meta))
 }
 
 impl Kept {
@@ -336,13 +307,11 @@ impl Kept {
     /// have changed since it was last read (`~/` and the user's own
     /// configuration from `home`); returns whether it did.
     pub(crate) fn refresh(&mut self, worktree: &Path, home: Option<&Path>) -> bool {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |now| now.as_secs());
+        let now = SystemTime::now();
         let unchanged = self
             .stamps
             .iter()
-            .all(|(path, stamp, settled)| *settled && Stamp::of(path) == *stamp);
+            .all(|(path, stamp, settled)| *settled && stamp_of(path) == *stamp);
         let read = !unchanged || self.named.is_none();
         if read {
             let named = configured(worktree, home);
@@ -352,7 +321,7 @@ impl Kept {
                 .files
                 .iter()
                 .map(|file| {
-                    let stamp = Stamp::of(file);
+                    let stamp = stamp_of(file);
                     (file.clone(), stamp, stamp.is_none_or(|s| s.settled(now)))
                 })
                 .collect();
@@ -466,7 +435,7 @@ mod tests {
         assert_eq!(hooks(&mut kept), [ws.join("a")]);
         // Once the files have settled, their stamps alone tell a change:
         // an edit, and a file that was looked for and appears.
-        std::thread::sleep(SETTLE + Duration::from_millis(1100));
+        std::thread::sleep(std::time::Duration::from_millis(3100));
         assert!(kept.refresh(&ws, None), "read again: it had not settled");
         assert!(!kept.refresh(&ws, None), "not read again: nothing changed");
         std::fs::write(

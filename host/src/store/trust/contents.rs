@@ -16,6 +16,7 @@ use sha2::{Digest, Sha256};
 
 use crate::manifest::{MANIFEST_FILE, Manifest};
 use crate::text::hex;
+use crate::user_file::Stamp;
 
 /// The most bytes of covered files hashed for one workspace: 256 MiB. A
 /// workspace holding more cannot be trusted (the hash would take too long
@@ -693,7 +694,7 @@ impl<'a> Scanner<'a> {
         // change is long enough ago, is remembered.
         if read == stamp.size
             && file_unchanged(&reader, &stamp)
-            && settled(&stamp, std::time::SystemTime::now())
+            && stamp.settled(std::time::SystemTime::now())
         {
             remember(stamp, digest);
         }
@@ -703,52 +704,6 @@ impl<'a> Scanner<'a> {
             executable,
         })
     }
-}
-
-/// What identifies one version of a file's content without reading it:
-/// the kernel sets `ctime` on every write (and on every change of `mtime`),
-/// so a file with the same device, inode, size, `mtime` and `ctime` as when
-/// it was hashed still has that content.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-struct Stamp {
-    dev: u64,
-    ino: u64,
-    size: u64,
-    mtime: (i64, i64),
-    ctime: (i64, i64),
-}
-
-impl Stamp {
-    fn of(meta: &std::fs::Metadata) -> Self {
-        use std::os::unix::fs::MetadataExt as _;
-        Self {
-            dev: meta.dev(),
-            ino: meta.ino(),
-            size: meta.size(),
-            mtime: (meta.mtime(), meta.mtime_nsec()),
-            ctime: (meta.ctime(), meta.ctime_nsec()),
-        }
-    }
-}
-
-/// How long ago a file must have changed for its digest to be remembered.
-/// File times come from the kernel's coarse clock: a write in the same tick
-/// as the one hashed would leave every field of the [`Stamp`] as it was
-/// (git's "racily clean" entries). A file changed since the tick before
-/// the hash cannot keep its stamp.
-const SETTLED: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// Whether `stamp`'s last change is at least [`SETTLED`] before `now`.
-fn settled(stamp: &Stamp, now: std::time::SystemTime) -> bool {
-    let Ok(now) = now.duration_since(std::time::UNIX_EPOCH) else {
-        return false;
-    };
-    let (seconds, nanos) = stamp.ctime;
-    let (Ok(seconds), Ok(nanos)) = (u64::try_from(seconds), u32::try_from(nanos)) else {
-        return false;
-    };
-    let changed = std::time::Duration::new(seconds, nanos.min(999_999_999));
-    now.checked_sub(changed).is_some_and(|ago| ago >= SETTLED)
 }
 
 /// How many file digests one process remembers (a few hundred bytes each).
@@ -882,11 +837,11 @@ mod tests {
             ctime: (ctime, 0),
         };
         // Changed in this tick, or a second ago: could still change unseen.
-        assert!(!settled(&stamp(seconds(now)), now));
-        assert!(!settled(&stamp(seconds(now) - 1), now));
-        assert!(settled(&stamp(seconds(now) - 3), now));
+        assert!(!stamp(seconds(now)).settled(now));
+        assert!(!stamp(seconds(now) - 1).settled(now));
+        assert!(stamp(seconds(now) - 3).settled(now));
         // A clock set back (a change "in the future") is never settled.
-        assert!(!settled(&stamp(seconds(now) + 60), now));
+        assert!(!stamp(seconds(now) + 60).settled(now));
         let old = stamp(seconds(now) - 60);
         remember(old, [7; 32]);
         assert_eq!(remembered(&old), Some([7; 32]));
