@@ -1072,11 +1072,18 @@ async fn a_confined_native_extension_reaches_its_folder_its_data_and_the_workspa
     let lab = Lab::new();
     let outside = outside(&lab);
     std::fs::write(outside.join("secret"), "top secret\n").expect("secret");
-    // The root's repository, a nested one and a bare one of any name.
-    for repository in [".git", "vendor/lib/.git", "fixtures/remote.git"] {
+    // The root's repository, a nested one (whose hooks husky moved into
+    // its working tree) and a bare one of any name.
+    let husky = "[core]\n\thooksPath = .husky\n";
+    for (repository, config) in [
+        (".git", "[core]\n"),
+        ("vendor/lib/.git", husky),
+        ("fixtures/remote.git", "[core]\n"),
+    ] {
         std::fs::create_dir_all(lab.workspace.join(repository)).expect("repository");
-        std::fs::write(lab.workspace.join(repository).join("config"), "[core]\n").expect("config");
+        std::fs::write(lab.workspace.join(repository).join("config"), config).expect("config");
     }
+    std::fs::create_dir_all(lab.workspace.join("vendor/lib/.husky")).expect("hooks");
     git(
         &lab.workspace,
         &["init", "-q", "--bare", "fixtures/remote.git"],
@@ -1141,11 +1148,12 @@ async fn a_confined_native_extension_reaches_its_folder_its_data_and_the_workspa
         )
     );
     // Attack: the workspace's control paths, the root's and those below
-    // it (`git status` in `vendor/lib/` runs its fsmonitor line; a push
-    // to the fixture runs its hooks).
+    // it (`git status` in `vendor/lib/` runs its fsmonitor line, `git
+    // commit` there its hook; a push to the fixture runs its hooks).
     for config in [
         ".git/config",
         "vendor/lib/.git/config",
+        "vendor/lib/.husky/pre-commit",
         "fixtures/remote.git/config",
     ] {
         assert_eq!(
@@ -1174,12 +1182,16 @@ async fn a_confined_native_extension_reaches_its_folder_its_data_and_the_workspa
         std::fs::read_to_string(dir.join("probe.py")).expect("probe"),
         NATIVE_PROBE
     );
-    for config in [".git/config", "vendor/lib/.git/config"] {
+    for (config, was) in [
+        (".git/config", "[core]\n"),
+        ("vendor/lib/.git/config", husky),
+    ] {
         assert_eq!(
             std::fs::read_to_string(lab.workspace.join(config)).expect("config"),
-            "[core]\n"
+            was
         );
     }
+    assert!(!lab.workspace.join("vendor/lib/.husky/pre-commit").exists());
     let bare =
         std::fs::read_to_string(lab.workspace.join("fixtures/remote.git/config")).expect("config");
     assert!(!bare.ends_with("x\n"), "{bare}");
