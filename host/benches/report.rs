@@ -809,7 +809,7 @@ async fn fs_rows(base: &Path, scale: &Scale) -> Result<Vec<[String; 4]>> {
     std::fs::create_dir_all(tree.join(".git"))?;
     std::fs::write(tree.join(".git/config"), "[core]\n\thooksPath = .husky/_\n")?;
     let tree_jail = Jail::open(&tree)?;
-    // A configuration changed within the last 3 s is read again at every
+    // A configuration changed within the last 2 s is read again at every
     // write (its stamp cannot tell a second change yet); measure the
     // usual case, one written long before.
     tree_jail.write(&grant, &limits, relative, &contents)?;
