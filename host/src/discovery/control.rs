@@ -38,8 +38,8 @@ impl ControlSources {
     /// and linked from elsewhere), a native extension's program named by
     /// path, the repository a `.git` file at the workspace's root names,
     /// a repository folder the workspace lies in, the hooks folders,
-    /// included files and programs git's configuration
-    /// names, the system policy and `~/.shiro-neko`.
+    /// included files and programs git's configuration names and the
+    /// files its hooks run, the system policy and `~/.shiro-neko`.
     pub fn outside(&self, workspace: &Path) -> Vec<(PathBuf, bool, String)> {
         let mut found: Vec<(PathBuf, bool, String)> = Vec::new();
         let mut folders: Vec<PathBuf> = Vec::new();
@@ -101,7 +101,8 @@ impl ControlSources {
         // What git's configuration moves into the working tree: hooks
         // (`core.hooksPath = .githooks`, husky's `.husky`), more
         // configuration (`include.path = ../.gitconfig`), and programs it
-        // runs by path (`filter.<name>.smudge = ./scripts/decrypt.sh`).
+        // runs by path (`filter.<name>.smudge = ./scripts/decrypt.sh`), and
+        // what its hooks run there (`./scripts/check.sh`).
         let user_home = crate::capability::repository::user_home();
         found.extend(
             crate::capability::repository::configured(workspace, user_home.as_deref())
