@@ -392,9 +392,7 @@ impl DataSearch {
         Self {
             workspace: workspace.into(),
             zot_home: zot_home.into(),
-            home_dir: std::env::var_os("HOME")
-                .filter(|v| !v.is_empty())
-                .map(PathBuf::from),
+            home_dir: crate::home::user_home(),
             refused: std::collections::BTreeMap::new(),
         }
     }

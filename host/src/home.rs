@@ -115,6 +115,15 @@ impl ZotHome {
     }
 }
 
+/// The user's home folder, `$HOME` (none when unset or empty): where git
+/// reads the user's configuration, what `~` in a deny rule means, and
+/// what no workspace may be.
+pub(crate) fn user_home() -> Option<PathBuf> {
+    std::env::var_os("HOME")
+        .filter(|home| !home.is_empty())
+        .map(PathBuf::from)
+}
+
 /// An exclusive lock on `<path>.lock` (created `0600`, empty), held while
 /// the lock lives: how a read-modify-write of one of `$ZOT_HOME`'s files
 /// (`registries.json`, `secrets.json`) keeps a concurrent one from losing

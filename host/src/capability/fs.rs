@@ -539,15 +539,16 @@ impl Jail {
     /// The I/O error when `root` cannot be opened as a directory.
     pub fn open(root: &Path) -> io::Result<Self> {
         let dir = Dir::open_ambient_dir(root, cap_std::ambient_authority())?;
+        let canonical_root = std::fs::canonicalize(root).ok();
         Ok(Self {
             dir,
             root: root.to_owned(),
-            in_a_worktree: std::fs::canonicalize(root).is_ok_and(|root| {
+            in_a_worktree: canonical_root.as_deref().is_some_and(|root| {
                 root.ancestors()
                     .skip(1)
                     .any(|folder| folder.join(".git").symlink_metadata().is_ok())
             }),
-            canonical_root: std::fs::canonicalize(root).ok(),
+            canonical_root,
             control: ControlPaths::default(),
             own_configuration: std::sync::Mutex::default(),
         })
@@ -868,7 +869,7 @@ impl Jail {
                 .take(depth)
                 .fold(root.to_owned(), |path, component| path.join(component))
         };
-        let home = super::repository::user_home();
+        let home = crate::home::user_home();
         let named = super::repository::configured(&worktree, home.as_deref());
         not_named(resolved, root, named)
     }
@@ -885,7 +886,7 @@ impl Jail {
         let Some(root) = self.canonical_root.as_deref() else {
             return Ok(());
         };
-        let home = super::repository::user_home();
+        let home = crate::home::user_home();
         let mut own = self
             .own_configuration
             .lock()

@@ -227,14 +227,6 @@ pub(crate) fn worktree_dirs(workspace: &Path) -> Vec<PathBuf> {
     std::iter::once(own).chain(common).collect()
 }
 
-/// The user's home folder (`$HOME`), where git reads the user's
-/// configuration.
-pub(crate) fn user_home() -> Option<PathBuf> {
-    std::env::var_os("HOME")
-        .filter(|home| !home.is_empty())
-        .map(PathBuf::from)
-}
-
 /// The hooks folders, included files and programs git's configuration
 /// names for the repository `workspace` lies in ([`config`]), and the
 /// files its hooks run or read there ([`hooks`]), absolute: read from the

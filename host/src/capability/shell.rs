@@ -406,7 +406,7 @@ pub async fn run(
         .map(|path| PathBuf::from(&path.path))
         .collect();
     let before = off_the_runtime(shown, move || {
-        let home = super::repository::user_home();
+        let home = crate::home::user_home();
         confine::Census::take(&workspace)
             .map(|census| census.watching(named).with_configured(home.as_deref()))
     })

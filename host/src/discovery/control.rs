@@ -103,7 +103,7 @@ impl ControlSources {
         // configuration (`include.path = ../.gitconfig`), and programs it
         // runs by path (`filter.<name>.smudge = ./scripts/decrypt.sh`), and
         // what its hooks run there (`./scripts/check.sh`).
-        let user_home = crate::capability::repository::user_home();
+        let user_home = crate::home::user_home();
         found.extend(
             crate::capability::repository::configured(workspace, user_home.as_deref())
                 .into_control_paths(),

@@ -216,8 +216,7 @@ impl DenyRules {
                 crate::text::Shown(&workspace.to_string_lossy())
             );
         }
-        let home = std::env::var_os("HOME").filter(|home| !home.is_empty());
-        self.with_home(home.as_deref().map(std::path::Path::new))
+        self.with_home(crate::home::user_home().as_deref())
     }
 
     /// These rules with a leading `~` read as `home`: the `$HOME` zot runs

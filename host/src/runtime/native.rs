@@ -90,10 +90,9 @@ impl NativeConfinement {
         let required_by = policy.confinement_required_by().map(Path::to_owned);
         // The home folder (or what holds it) is no project: the extension
         // gets no workspace there, as a guest gets none.
-        let user_home = std::env::var_os("HOME").filter(|home| !home.is_empty());
+        let user_home = crate::home::user_home();
         let workspace = workspace.filter(|(workspace, _)| {
-            crate::sandbox::no_project_refusal(workspace, user_home.as_deref().map(Path::new))
-                .is_none()
+            crate::sandbox::no_project_refusal(workspace, user_home.as_deref()).is_none()
         });
         let (workspace, control) = workspace.unzip();
         Self::wanted(policy).then(|| Self {
@@ -150,7 +149,7 @@ impl NativeConfinement {
         };
         let shown = workspace.clone();
         tokio::task::spawn_blocking(move || {
-            let home = crate::capability::repository::user_home();
+            let home = crate::home::user_home();
             confine::Census::take(&workspace)
                 .map(|census| census.with_configured(home.as_deref()).nested().collect())
         })
