@@ -693,6 +693,10 @@ fn policy_explain_lists_what_git_s_configuration_names_escaped() {
          [filter \"x\"]\n\tsmudge = ./scripts/x.sh %f\n",
     )
     .expect("config");
+    // A hook the workspace's author named, which runs a script.
+    let hooks_dir = lab.workspace.join("hooks\u{1b}[2Jgone");
+    std::fs::create_dir_all(&hooks_dir).expect("hooks");
+    std::fs::write(hooks_dir.join("pre\u{1b}[2Jcommit"), "./scripts/y.sh\n").expect("hook");
     let dir = prober_in(&lab.workspace.join("tools"), &json!({"write": ["**"]}));
     let ext = dir.display().to_string();
     let run = zotbox_with_home(&lab, &home, &["--ext", &ext, "policy", "explain", "prober"]);
@@ -718,6 +722,10 @@ fn policy_explain_lists_what_git_s_configuration_names_escaped() {
         (
             "shared.gitconfig",
             "a file git reads as its config (`include.path`): it decides what runs",
+        ),
+        (
+            "scripts/y.sh",
+            "a file git's `pre\\u{1b}[2Jcommit` hook runs or reads: it decides what runs",
         ),
     ] {
         let line = format!("{path:<width$}{what}");
