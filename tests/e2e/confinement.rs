@@ -765,6 +765,75 @@ async fn the_hooks_a_nested_repository_s_config_names_are_control_paths() {
     assert!(marker.exists(), "the hook did not run");
 }
 
+/// A repository nested in the workspace whose configuration names a hooks
+/// folder outside its own working tree (a monorepo's package sharing the
+/// project's hooks): a guest's write reaches that folder without passing
+/// through the nested repository, and is refused all the same; so is a
+/// confined command's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hooks_a_nested_repository_names_outside_its_working_tree_are_control_paths() {
+    let lab = Lab::new();
+    git_workspace(&lab);
+    let ws = lab.workspace.clone();
+    let package = ws.join("packages/app");
+    std::fs::create_dir_all(&package).expect("packages/app");
+    std::fs::create_dir_all(ws.join("tools/hooks")).expect("tools/hooks");
+    git(&package, &["init", "-q"]);
+    git(&package, &["config", "core.hooksPath", "../../tools/hooks"]);
+    let capabilities = json!({"read": ["**"], "write": ["**"], "shell": ["**"]});
+    let host = start(&lab, &[crate::attack::prober(&lab, &capabilities, None)]).await;
+    let marker = ws.join(MARKER);
+    let planted = format!("#!/bin/sh\ntouch {}\n", marker.display());
+    // Attack: a guest's write of the hook `git commit` in `packages/app/`
+    // runs.
+    assert_eq!(
+        answer(
+            &host,
+            "fs_write",
+            json!({"path": "tools/hooks/pre-commit", "text": planted})
+        )
+        .await,
+        (
+            true,
+            "fs-write `tools/hooks/pre-commit` refused: `tools/hooks/` is a control path (the \
+             folder git runs hooks from (`core.hooksPath`): it decides what runs); no grant \
+             reaches it"
+                .to_owned()
+        ),
+    );
+    // Attack: a confined command's.
+    let (_, text) = answer(
+        &host,
+        "shell",
+        json!({"command": format!("echo 'touch {}' > tools/hooks/pre-commit", marker.display())}),
+    )
+    .await;
+    assert_eq!(
+        text,
+        "exit=Some(2) stdout= stderr=sh: 1: cannot create tools/hooks/pre-commit: Read-only \
+         file system\n"
+    );
+    let hook = ws.join("tools/hooks/pre-commit");
+    assert!(!hook.exists());
+    // Control: the rest of `tools/` is the guest's to write.
+    assert_eq!(
+        answer(
+            &host,
+            "fs_write",
+            json!({"path": "tools/notes.txt", "text": "x"})
+        )
+        .await,
+        (false, "written".to_owned())
+    );
+    host.shutdown().await;
+    // Control: the attack is live: git runs the hook at a commit there.
+    std::fs::write(&hook, &planted).expect("plant the hook");
+    std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    git(&package, &["commit", "-q", "--allow-empty", "-m", "first"]);
+    assert!(marker.exists(), "the hook did not run");
+}
+
 /// An extension granted `git **` (a git helper, as a user would grant it)
 /// against a workspace holding a nested repository: its commands may run
 /// git anywhere in the workspace, but the repository's config stays as it

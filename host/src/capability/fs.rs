@@ -39,11 +39,13 @@
 //!    nested `.git` file names; `repository::Signs`, checked on each
 //!    folder the walk opens), as is a file that would make one (a `HEAD`
 //!    beside `objects/` and `refs/`), and what a repository's
-//!    configuration names in its working tree (its hooks folder, included
-//!    files, programs) with the files its hooks run there, checked when
-//!    the walk passes through a folder holding a `.git`: the root's read
-//!    again whenever it changed, a nested one's each time. Both the path as written and the
-//!    resolved path are checked, so a symlink
+//!    configuration names in the workspace (its hooks folder, included
+//!    files, programs) with the files its hooks run there: the
+//!    configuration of the repository the root is or lies in, and of every
+//!    repository nested in the workspace when the first write came, each
+//!    read again whenever it changed, and that of one nested since, each
+//!    time the walk passes through its working tree. Both the path as
+//!    written and the resolved path are checked, so a symlink
 //!    `out -> .git` does not reach `.git/config`. Every operation that
 //!    changes the tree (today `write`, which also creates; any future
 //!    rename or delete) is a mutating `Op` and passes this check. Reads
@@ -473,17 +475,71 @@ pub struct Jail {
     /// Whether a folder above the root holds a `.git`: the root lies in
     /// a repository's working tree.
     in_a_worktree: bool,
-    /// What the configuration of the repository whose working tree holds
-    /// the root names, read again when it changes.
-    own_configuration: std::sync::Mutex<OwnConfiguration>,
+    /// What the configurations of the repositories in and around the
+    /// workspace name, each read again when it changes.
+    configurations: std::sync::Mutex<Configurations>,
 }
 
-/// What the configuration of the repository whose working tree a jail's
-/// root is names, and the control paths it makes (placed once a read).
+/// What the configurations of a jail's repositories name.
 #[derive(Debug, Default)]
-struct OwnConfiguration {
+struct Configurations {
+    /// The repository whose working tree is or holds the root.
+    own: Configured,
+    /// The repositories nested in the workspace when the first mutating
+    /// operation came, by working tree relative to the root; `None`
+    /// before.
+    nested: Option<Vec<(PathBuf, Configured)>>,
+}
+
+/// What one repository's configuration names, and the control paths it
+/// makes (placed once a read).
+#[derive(Debug, Default)]
+struct Configured {
     kept: Kept,
     control: Option<ControlPaths>,
+}
+
+impl Configured {
+    /// Why what the configuration of the repository at `worktree` names
+    /// refuses a mutating operation on the `components` of the jail at
+    /// canonical `root`, read again first if it may have changed.
+    fn refusal_for(
+        &mut self,
+        root: &Path,
+        worktree: &Path,
+        home: Option<&Path>,
+        components: &[String],
+    ) -> Option<String> {
+        if self.kept.refresh(worktree, home) || self.control.is_none() {
+            let named = self.kept.named().into_control_paths();
+            self.control = Some(ControlPaths::new(root, &named));
+        }
+        self.control.as_ref()?.refusal_for(components, true)
+    }
+}
+
+/// The repositories nested in the workspace at canonical `root` now, by
+/// working tree, with nothing read yet. When the workspace cannot be
+/// counted (more than [`MAX_FOLDERS`] folders), none: what a nested
+/// repository names in its own working tree is still refused when a walk
+/// passes through it.
+///
+/// [`MAX_FOLDERS`]: super::confine::MAX_FOLDERS
+fn nested_repositories(root: &Path) -> Vec<(PathBuf, Configured)> {
+    match super::confine::Census::take(root) {
+        Ok(census) => census
+            .nested_worktrees()
+            .map(|worktree| (worktree.to_owned(), Configured::default()))
+            .collect(),
+        Err(err) => {
+            tracing::warn!(
+                %err,
+                "what repositories nested in the workspace name outside their working trees \
+                 is not refused to writes"
+            );
+            Vec::new()
+        }
+    }
 }
 
 /// What an operation needs from the path's final component.
@@ -550,7 +606,7 @@ impl Jail {
             }),
             canonical_root,
             control: ControlPaths::default(),
-            own_configuration: std::sync::Mutex::default(),
+            configurations: std::sync::Mutex::default(),
         })
     }
 
@@ -816,14 +872,14 @@ impl Jail {
             .try_clone()
             .map_err(|err| io_failure(resolved.op, &resolved.subject, &err))?;
         let mut signs = not_in_a_repository(resolved, &dir, 0)?;
-        if signs.worktree() || self.in_a_worktree {
-            self.not_named_by_the_root_s_repository(resolved)?;
+        if resolved.op.mutates() {
+            self.not_named_by_a_known_repository(resolved, signs.worktree() || self.in_a_worktree)?;
         }
         for (depth, component) in parents.iter().enumerate() {
             dir = open_dir_nofollow(&dir, component).map_err(|err| walk_error(resolved, err))?;
             signs = not_in_a_repository(resolved, &dir, depth + 1)?;
-            if signs.worktree() {
-                self.not_named_by_a_nested_repository(resolved, &dir, depth + 1)?;
+            if signs.worktree() && !self.is_known_worktree(&resolved.components[..=depth]) {
+                self.not_named_by_a_new_repository(resolved, &dir, depth + 1)?;
             }
         }
         if let Some(last) = last {
@@ -832,24 +888,81 @@ impl Jail {
         Ok((dir, last))
     }
 
-    /// Step 5 for what a nested repository's configuration names: a
-    /// mutating operation that passes through `dir`, the first `depth`
-    /// resolved components and the working tree of a repository nested in
-    /// the workspace (it holds a `.git`), is refused on the hooks folder,
-    /// included files and programs that repository's configuration names
-    /// and the files its hooks run ([`repository::configured`]), as the
-    /// workspace's own repository's are by [`ControlPaths`]. `git commit`
-    /// in `vendor/lib/` runs
-    /// `vendor/lib/.husky/pre-commit` when its `config` says
-    /// `hooksPath = .husky`, unsandboxed. The configuration is read
-    /// through the open folder (`/proc/self/fd`), so a folder renamed and
-    /// replaced since it was opened cannot lend it another's.
-    ///
-    /// Not covered: what a nested repository names outside its own working
-    /// tree (`hooksPath = ../hooks`), reached without passing through it.
+    /// Step 5 for what git's configuration names: a mutating operation is
+    /// refused on the hooks folder, included files and programs the
+    /// configuration of a repository in or around the workspace names, and
+    /// the files its hooks run ([`repository::configured`]), as the
+    /// workspace's own repository's are by [`ControlPaths`] when the session
+    /// begins. Here, for each mutating operation, each configuration is read
+    /// again when it has changed (`npm install` runs husky, which sets
+    /// `core.hooksPath`): the one of the repository whose working tree is or
+    /// holds the root (`own`: the root or a folder above it holds a `.git`)
+    /// and those of every repository nested in the workspace when the first
+    /// mutating operation came, wherever what they name lies (`git commit`
+    /// in `packages/app/` runs `tools/hooks/pre-commit` when its `config`
+    /// says `hooksPath = ../../tools/hooks`).
     ///
     /// [`repository::configured`]: super::repository::configured
-    fn not_named_by_a_nested_repository(
+    fn not_named_by_a_known_repository(
+        &self,
+        resolved: &Resolved,
+        own: bool,
+    ) -> Result<(), CapabilityError> {
+        let Some(root) = self.canonical_root.as_deref() else {
+            return Ok(());
+        };
+        let home = crate::home::user_home();
+        let home = home.as_deref();
+        let mut configurations = self
+            .configurations
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Configurations {
+            own: own_configuration,
+            nested,
+        } = &mut *configurations;
+        if own {
+            let reason = own_configuration.refusal_for(root, root, home, &resolved.components);
+            refused_if(resolved, reason)?;
+        }
+        let nested = nested.get_or_insert_with(|| nested_repositories(root));
+        for (worktree, configured) in nested {
+            let reason =
+                configured.refusal_for(root, &root.join(&*worktree), home, &resolved.components);
+            refused_if(resolved, reason)?;
+        }
+        Ok(())
+    }
+
+    /// Whether the folder at the resolved `components` is the working tree
+    /// of a repository [`Jail::not_named_by_a_known_repository`] knows.
+    fn is_known_worktree(&self, components: &[String]) -> bool {
+        let configurations = self
+            .configurations
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        configurations.nested.as_ref().is_some_and(|nested| {
+            nested.iter().any(|(worktree, _)| {
+                worktree.components().count() == components.len()
+                    && worktree
+                        .iter()
+                        .zip(components)
+                        .all(|(known, component)| known == std::ffi::OsStr::new(component))
+            })
+        })
+    }
+
+    /// As [`Jail::not_named_by_a_known_repository`], for a repository that
+    /// appeared in the workspace since the first mutating operation (a
+    /// clone, a submodule checked out), when a walk passes through its
+    /// working tree: `dir`, the first `depth` resolved components. Its
+    /// configuration is read each time, through the open folder
+    /// (`/proc/self/fd`), so a folder renamed and replaced since it was
+    /// opened cannot lend it another's.
+    ///
+    /// Not covered: what such a repository names outside its own working
+    /// tree, reached without passing through it, until the next session.
+    fn not_named_by_a_new_repository(
         &self,
         resolved: &Resolved,
         dir: &Dir,
@@ -872,33 +985,6 @@ impl Jail {
         let home = crate::home::user_home();
         let named = super::repository::configured(&worktree, home.as_deref());
         not_named(resolved, root, named)
-    }
-
-    /// As [`Jail::not_named_by_a_nested_repository`], for the repository
-    /// whose working tree is or holds the root: its configuration was read when the
-    /// session began ([`ControlPaths`]), but may change while it runs
-    /// (`npm install` runs husky, which sets `core.hooksPath`), so it is
-    /// read again, when it has changed, for each mutating operation.
-    fn not_named_by_the_root_s_repository(
-        &self,
-        resolved: &Resolved,
-    ) -> Result<(), CapabilityError> {
-        let Some(root) = self.canonical_root.as_deref() else {
-            return Ok(());
-        };
-        let home = crate::home::user_home();
-        let mut own = self
-            .own_configuration
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let OwnConfiguration { kept, control } = &mut *own;
-        if kept.refresh(root, home.as_deref()) || control.is_none() {
-            *control = Some(ControlPaths::new(root, &kept.named().into_control_paths()));
-        }
-        let reason = control
-            .as_ref()
-            .and_then(|control| control.refusal_for(&resolved.components, true));
-        refused_if(resolved, reason)
     }
 
     fn read_resolved(
@@ -2231,6 +2317,72 @@ mod tests {
     }
 
     #[test]
+    fn what_a_nested_repository_s_config_names_outside_its_working_tree_is_a_control_path() {
+        let ws = Workspace::new();
+        for dir in ["packages/app/.git", "tools/hooks", "tools/lint"] {
+            std::fs::create_dir_all(ws.path(dir)).unwrap();
+        }
+        // A monorepo's package, cloned on its own, that shares the
+        // project's hooks and settings from above its working tree.
+        std::fs::write(
+            ws.path("packages/app/.git/config"),
+            "[core]\n\thooksPath = ../../tools/hooks\n[include]\n\tpath = ../../../shared.gitconfig\n",
+        )
+        .unwrap();
+        let everything = grant_of(&["**"], &["**"]);
+        let hooks = "the folder git runs hooks from (`core.hooksPath`): it decides what runs";
+        // Attack: the hook `git commit` in `packages/app/` runs, reached
+        // without passing through its working tree.
+        assert_eq!(
+            ws.write(&everything, "tools/hooks/pre-commit", b"pwned"),
+            Err(CapabilityError::denied(
+                Capability::FsWrite,
+                "tools/hooks/pre-commit",
+                format!("`tools/hooks/` is a control path ({hooks}); no grant reaches it")
+            ))
+        );
+        // Attack: the configuration it includes.
+        assert_eq!(
+            ws.write(
+                &everything,
+                "shared.gitconfig",
+                b"[core]\n\tfsmonitor = ./x\n"
+            ),
+            Err(CapabilityError::denied(
+                Capability::FsWrite,
+                "shared.gitconfig",
+                "`shared.gitconfig` is a control path (a file git reads as its config \
+                 (`include.path`): it decides what runs); no grant reaches it"
+            ))
+        );
+        assert!(!ws.path("tools/hooks/pre-commit").exists());
+        assert!(!ws.path("shared.gitconfig").exists());
+        // Control: the rest of the workspace, and reading the hooks.
+        ws.write(&everything, "tools/lint/run.sh", b"ok").unwrap();
+        std::fs::write(ws.path("tools/hooks/pre-commit"), "#!/bin/sh\n").unwrap();
+        assert_eq!(
+            ws.read(&everything, "tools/hooks/pre-commit").unwrap(),
+            b"#!/bin/sh\n"
+        );
+        // Attack: the same repository's configuration changed once the
+        // session's first write had found it.
+        std::fs::write(
+            ws.path("packages/app/.git/config"),
+            "[core]\n\thooksPath = ../../tools/lint\n",
+        )
+        .unwrap();
+        assert_eq!(
+            ws.write(&everything, "tools/lint/run.sh", b"pwned"),
+            Err(CapabilityError::denied(
+                Capability::FsWrite,
+                "tools/lint/run.sh",
+                format!("`tools/lint/` is a control path ({hooks}); no grant reaches it")
+            ))
+        );
+        assert_eq!(std::fs::read(ws.path("tools/lint/run.sh")).unwrap(), b"ok");
+    }
+
+    #[test]
     fn a_change_to_the_workspace_s_git_configuration_counts_from_the_next_write() {
         let ws = Workspace::new();
         std::fs::create_dir_all(ws.path(".git")).unwrap();
@@ -2274,6 +2426,15 @@ mod tests {
                  it decides what runs); no grant reaches it"
             ))
         );
+        // Control: reading, listing and describing them stay governed by
+        // the read grant.
+        let limits = FsLimits::default();
+        assert_eq!(
+            docs.read(&everything, &limits, "hooks/pre-commit").unwrap(),
+            b"pwned"
+        );
+        assert_eq!(docs.list(&everything, "hooks").unwrap().len(), 1);
+        docs.stat(&everything, "hooks/pre-commit").unwrap();
     }
 
     #[test]

@@ -194,16 +194,7 @@ impl Census {
     #[must_use]
     pub fn with_configured(mut self, home: Option<&Path>) -> Self {
         let nested = self
-            .found
-            .iter()
-            .filter(|found| {
-                found
-                    .path
-                    .file_name()
-                    .is_some_and(|name| name.as_encoded_bytes().eq_ignore_ascii_case(b".git"))
-            })
-            .filter_map(|found| found.path.parent())
-            .filter(|worktree| !worktree.as_os_str().is_empty())
+            .nested_worktrees()
             .map(|worktree| self.workspace.join(worktree));
         let worktrees: Vec<PathBuf> = std::iter::once(self.workspace.clone())
             .chain(nested)
@@ -232,6 +223,21 @@ impl Census {
             }
         }
         self.watching(absent)
+    }
+
+    /// The working trees of the repositories nested in the workspace: each
+    /// folder below its root that holds a `.git`, relative.
+    pub(crate) fn nested_worktrees(&self) -> impl Iterator<Item = &Path> + '_ {
+        self.found
+            .iter()
+            .filter(|found| {
+                found
+                    .path
+                    .file_name()
+                    .is_some_and(|name| name.as_encoded_bytes().eq_ignore_ascii_case(b".git"))
+            })
+            .filter_map(|found| found.path.parent())
+            .filter(|worktree| !worktree.as_os_str().is_empty())
     }
 
     /// The control paths below the workspace's root, and those at its root
