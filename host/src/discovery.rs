@@ -150,6 +150,21 @@ impl SearchPath {
         ControlSources::new(self.home.root(), &self.explicit).control_paths(&self.workspace)
     }
 
+    /// As [`SearchPath::control_paths`], with what the configuration of
+    /// each repository nested in the workspace names
+    /// ([`ControlSources::nested`]).
+    ///
+    /// # Errors
+    ///
+    /// [`CensusError`](crate::capability::confine::CensusError) when the
+    /// workspace cannot be walked to find the nested repositories.
+    pub fn control_paths_with_nested(
+        &self,
+    ) -> Result<crate::capability::fs::ControlPaths, crate::capability::confine::CensusError> {
+        ControlSources::new(self.home.root(), &self.explicit)
+            .control_paths_with_nested(&self.workspace)
+    }
+
     /// Finds every extension, applying precedence, for a trusted workspace.
     /// Reads manifests only; starts nothing.
     pub fn discover(&self) -> Discovery {

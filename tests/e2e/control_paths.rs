@@ -697,6 +697,15 @@ fn policy_explain_lists_what_git_s_configuration_names_escaped() {
     let hooks_dir = lab.workspace.join("hooks\u{1b}[2Jgone");
     std::fs::create_dir_all(&hooks_dir).expect("hooks");
     std::fs::write(hooks_dir.join("pre\u{1b}[2Jcommit"), "./scripts/y.sh\n").expect("hook");
+    // A repository nested in it, under a name its author chose, sharing
+    // hooks from above its working tree.
+    let nested = lab.workspace.join("vendor/li\u{1b}[2Jb/.git");
+    std::fs::create_dir_all(&nested).expect("nested");
+    std::fs::write(
+        nested.join("config"),
+        "[core]\n\thooksPath = ../../shared-hooks\n",
+    )
+    .expect("nested config");
     let dir = prober_in(&lab.workspace.join("tools"), &json!({"write": ["**"]}));
     let ext = dir.display().to_string();
     let run = zotbox_with_home(&lab, &home, &["--ext", &ext, "policy", "explain", "prober"]);
@@ -726,6 +735,11 @@ fn policy_explain_lists_what_git_s_configuration_names_escaped() {
         (
             "scripts/y.sh",
             "a file git's `pre\\u{1b}[2Jcommit` hook runs or reads: it decides what runs",
+        ),
+        (
+            "shared-hooks/",
+            "the folder git runs hooks from (`core.hooksPath`): it decides what runs (named \
+             by `vendor/li\\u{1b}[2Jb/`'s git configuration)",
         ),
     ] {
         let line = format!("{path:<width$}{what}");

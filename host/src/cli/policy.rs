@@ -96,7 +96,13 @@ fn explain(context: &Context, policy: &Policy, name: &str) -> Result<u8> {
         Held::Uncovered => Held::UNCOVERED.to_owned(),
     });
     let grant = policy.grant(&manifest.raw.capabilities);
-    let control = search.control_paths();
+    let control = search.control_paths_with_nested().unwrap_or_else(|err| {
+        eprintln!(
+            "warning: what repositories nested in the workspace name is not listed: {}",
+            zotbox::text::chain(&err)
+        );
+        search.control_paths()
+    });
     if context.json {
         for row in &grant.rows {
             let mut line = serde_json::json!({

@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::capability::confine::{Census, CensusError};
 use crate::capability::fs::ControlPaths;
 
 /// Where the files that decide grants and what runs live, beside the
@@ -146,6 +147,65 @@ impl ControlSources {
         ControlPaths::new(workspace, &self.outside(workspace))
             .with_secrets(workspace, &self.secrets())
     }
+
+    /// What the configuration of each repository nested in `workspace` (a
+    /// submodule, a clone in `vendor/lib/`) names there, as
+    /// [`ControlSources::outside`] gives the workspace's own repository's,
+    /// each saying which repository names it: the fs capability refuses
+    /// them to writes from a session's first write on, and a confined
+    /// command finds them read-only.
+    ///
+    /// # Errors
+    ///
+    /// [`CensusError`] when the workspace cannot be walked to find the
+    /// nested repositories (it is unreadable or too large).
+    pub fn nested(&self, workspace: &Path) -> Result<Vec<(PathBuf, bool, String)>, CensusError> {
+        let census = Census::take(workspace)?;
+        let root = census_root(workspace);
+        let user_home = crate::home::user_home();
+        let mut found = Vec::new();
+        for worktree in census.nested_worktrees() {
+            let named = crate::capability::repository::configured(
+                &root.join(worktree),
+                user_home.as_deref(),
+            );
+            let by = worktree.to_string_lossy();
+            found.extend(
+                named
+                    .into_control_paths()
+                    .into_iter()
+                    .map(|(path, folder, what)| {
+                        (
+                            path,
+                            folder,
+                            format!("{what} (named by `{by}/`'s git configuration)"),
+                        )
+                    }),
+            );
+        }
+        Ok(found)
+    }
+
+    /// The control paths of `workspace` ([`ControlSources::control_paths`])
+    /// with what its nested repositories' configurations name
+    /// ([`ControlSources::nested`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`ControlSources::nested`].
+    pub fn control_paths_with_nested(&self, workspace: &Path) -> Result<ControlPaths, CensusError> {
+        let mut outside = self.outside(workspace);
+        outside.extend(self.nested(workspace)?);
+        Ok(ControlPaths::new(workspace, &outside).with_secrets(workspace, &self.secrets()))
+    }
+}
+
+/// The canonical `workspace`, where [`Census`] places what it finds
+/// (`workspace` itself when it cannot be made canonical).
+fn census_root(workspace: &Path) -> PathBuf {
+    workspace
+        .canonicalize()
+        .unwrap_or_else(|_| workspace.to_owned())
 }
 
 /// The entries of folder `dir` (none when it cannot be read).

@@ -227,7 +227,7 @@ impl Census {
 
     /// The working trees of the repositories nested in the workspace: each
     /// folder below its root that holds a `.git`, relative.
-    pub(crate) fn nested_worktrees(&self) -> impl Iterator<Item = &Path> + '_ {
+    pub fn nested_worktrees(&self) -> impl Iterator<Item = &Path> + '_ {
         self.found
             .iter()
             .filter(|found| {
