@@ -57,6 +57,22 @@ fn shell_syntax_tool(name: &str, command: &str) -> Value {
 }
 
 /// Runs `git args…` in `dir`, quietly, with a fixed identity.
+/// Plants `script` as the executable `hook` a test's guest was refused,
+/// and asserts that a commit in the repository at `worktree` runs it (it
+/// makes `marker`): the refusal stood between the guest and code that runs
+/// unsandboxed.
+#[track_caller]
+fn assert_hook_runs(hook: &Path, script: &str, worktree: &Path, marker: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(hook, script).expect("plant the hook");
+    std::fs::set_permissions(hook, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    git(
+        worktree,
+        &["commit", "-q", "--allow-empty", "-m", "planted"],
+    );
+    assert!(marker.exists(), "the hook did not run");
+}
+
 fn git(dir: &Path, args: &[&str]) {
     let status = Command::new("git")
         .args(["-c", "user.name=t", "-c", "user.email=t@t.invalid"])
@@ -545,9 +561,7 @@ async fn the_hooks_and_the_config_git_s_config_names_in_the_workspace_are_contro
     host.shutdown().await;
     // Control: the attack is live: git runs the hook at a commit, and
     // reads the included file as config.
-    std::fs::write(&hook, &planted).expect("plant the hook");
-    git(&ws, &["commit", "-q", "--allow-empty", "-m", "second"]);
-    assert!(marker.exists(), "the hook did not run");
+    assert_hook_runs(&hook, &planted, &ws, &marker);
     let name = Command::new("git")
         .args(["config", "user.name"])
         .current_dir(&ws)
@@ -758,11 +772,7 @@ async fn the_hooks_a_nested_repository_s_config_names_are_control_paths() {
     );
     host.shutdown().await;
     // Control: the attack is live: git runs the hook at a commit there.
-    std::fs::write(&hook, &planted).expect("plant the hook");
-    std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-        .expect("chmod");
-    git(&theme, &["commit", "-q", "--allow-empty", "-m", "second"]);
-    assert!(marker.exists(), "the hook did not run");
+    assert_hook_runs(&hook, &planted, &theme, &marker);
 }
 
 /// A repository nested in the workspace whose configuration names a hooks
@@ -827,11 +837,7 @@ async fn hooks_a_nested_repository_names_outside_its_working_tree_are_control_pa
     );
     host.shutdown().await;
     // Control: the attack is live: git runs the hook at a commit there.
-    std::fs::write(&hook, &planted).expect("plant the hook");
-    std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-        .expect("chmod");
-    git(&package, &["commit", "-q", "--allow-empty", "-m", "first"]);
-    assert!(marker.exists(), "the hook did not run");
+    assert_hook_runs(&hook, &planted, &package, &marker);
 }
 
 /// An extension granted `git **` (a git helper, as a user would grant it)
