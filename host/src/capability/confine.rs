@@ -72,18 +72,22 @@
 //!    session listens on many: D-Bus and `systemd --user` (which start any
 //!    program, unconfined), X11, tmux and editors' servers (which type into
 //!    a terminal), the ssh and gpg agents, docker, zotbox's own shared host.
-//!    Their folders ([`SOCKET_DIRS`] and `$HOME`) are covered with an
-//!    empty, read-only tmpfs, what the command is given inside them (the
-//!    workspace, the private `HOME`, …) moved back, and the command enters
+//!    Their folders ([`SOCKET_DIRS`] and `$HOME`), `/dev/shm`, and every
+//!    other folder of the top level of `/` but the system's, `/proc`,
+//!    `/dev` and `/sys` (`/srv`, `/mnt`, `/home`, `/var`: a socket can lie
+//!    in any of them, WSL's X11 and sound servers in `/mnt/wslg/`), are
+//!    covered with an empty, read-only tmpfs, what the command is given
+//!    inside them (the workspace, the private `HOME`, …) moved back, and
+//!    the command enters
 //!    its working folder again under the covers. Without a mount namespace
 //!    they stay reachable (`doctor` says mount namespaces are missing);
 //!    the shared host then still refuses a request without its token.
 //!
 //! Not covered: `/proc` stays the host's (other processes' command lines
 //! are readable, their memory and environment are not: Landlock refuses
-//! `ptrace` access across domains); Unix sockets in folders other than
-//! those covered (`/srv`, `/mnt`, the workspace itself) can still be
-//! connected to where file permissions allow; a control path a command
+//! `ptrace` access across domains); Unix sockets in the workspace itself
+//! and in what the command is given can still be connected to where file
+//! permissions allow; a control path a command
 //! creates exists until it ends; a confined native extension finds the
 //! control paths that were there when it started read-only, at any depth,
 //! but one it creates is not set aside (it lives as long as zot, and one
@@ -521,7 +525,9 @@ impl Jail {
 
 impl Jail {
     /// Covers for the folders that hold the sockets of the user's session
-    /// ([`SOCKET_DIRS`] and `$HOME`), each with the folders the command is
+    /// ([`SOCKET_DIRS`] and `$HOME`) or may hold others (`/dev/shm`, and
+    /// the top level of `/` but for [`KEPT_TOP_LEVEL`]: `/srv`, `/mnt`),
+    /// each with the folders the command is
     /// given inside it (the workspace, its git folders, the writable and
     /// readable ones) moved back. Landlock checks no file access on
     /// connecting to a socket by its path, so without them a confined
@@ -541,6 +547,8 @@ impl Jail {
             .iter()
             .map(PathBuf::from)
             .chain(home)
+            .chain(other_top_level_folders())
+            .chain(std::iter::once(PathBuf::from(SHARED_MEMORY)))
             .filter_map(|dir| dir.canonicalize().ok())
             .filter(|dir| dir.is_dir() && dir.parent().is_some())
             .filter(|dir| !workspace.is_some_and(|w| dir.starts_with(w)))
@@ -573,6 +581,37 @@ impl Jail {
             .collect()
     }
 }
+
+/// The folders of the top level of `/` that hold nothing a confined
+/// command is given ([`KEPT_TOP_LEVEL`]), nor are a link: `/srv`, `/mnt`,
+/// `/home`, `/var`, `/nix`, whatever a system adds. A socket can lie in any
+/// of them (WSL's `/mnt/wslg/` holds its X11, Wayland and sound servers',
+/// RHEL's MySQL listens in `/var/lib/mysql/`, Nix's daemon in `/nix/var/`),
+/// and Landlock grants nothing in them, so covering them takes away only
+/// the sockets (and the names of what is there).
+fn other_top_level_folders() -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir("/") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter(|entry| entry.file_type().is_ok_and(|kind| kind.is_dir()))
+        .map(|entry| entry.path())
+        .filter(|dir| !KEPT_TOP_LEVEL.iter().any(|kept| dir == Path::new(kept)))
+        .collect()
+}
+
+/// The folder of POSIX shared memory, which every program may write, and
+/// so make a socket in (Landlock grants nothing in it).
+const SHARED_MEMORY: &str = "/dev/shm";
+
+/// The folders of the top level of `/` a confined command keeps in view:
+/// those it reads and runs programs from ([`SYSTEM_DIRS`]), `/proc`,
+/// `/dev` with its devices, and `/sys`, where no socket can be made.
+const KEPT_TOP_LEVEL: &[&str] = &[
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt", "/etc", "/proc",
+    "/dev", "/sys",
+];
 
 /// A covered folder: an empty tmpfs over it, or `/dev/null` over a file.
 #[derive(Debug, Clone)]
@@ -1000,7 +1039,19 @@ mod tests {
             listener.set_nonblocking(true).unwrap();
             listener
         };
-        let outside = [world.outside.join("agent.sock"), home_path.join("bus.sock")];
+        // A folder at the top level of `/` (`/srv`, `/mnt/wslg`), beside
+        // the system's.
+        let top_level = top_level_dir();
+        let shared_memory = tempfile::Builder::new()
+            .prefix("zotbox-confine-")
+            .tempdir_in(SHARED_MEMORY)
+            .unwrap();
+        let outside = [
+            world.outside.join("agent.sock"),
+            home_path.join("bus.sock"),
+            top_level.path().join("server.sock"),
+            shared_memory.path().join("app.sock"),
+        ];
         let listeners: Vec<_> = outside.iter().map(|path| listen(path)).collect();
         let inside = workspace.join("sub/own.sock");
         let own = listen(&inside);
@@ -1037,19 +1088,16 @@ mod tests {
                 relative.display()
             );
         }
-        // Beside the covers, Landlock still holds: a file in no covered
-        // folder, and given to no one, is there but cannot be read.
-        let elsewhere = tempfile::Builder::new()
-            .prefix("confine-elsewhere-")
-            .tempdir_in(&uncovered)
-            .unwrap();
-        let secret = elsewhere.path().canonicalize().unwrap().join("secret");
-        std::fs::write(&secret, "top secret").unwrap();
-        let output = confined(&jail, &workspace, &format!("cat {}", secret.display()));
+        // Beside the covers, Landlock still holds: a file of a folder no
+        // cover hides and no rule grants (`/sys`) is there but cannot be
+        // read.
+        let kept = "/sys/kernel/uevent_seqnum";
+        assert!(std::fs::read(kept).is_ok(), "{kept} cannot be read here");
+        let output = confined(&jail, &workspace, &format!("test -e {kept} && cat {kept}"));
         assert_eq!(text(&output.stdout), "");
         assert_eq!(
             text(&output.stderr),
-            format!("cat: {}: Permission denied\n", secret.display())
+            format!("cat: {kept}: Permission denied\n")
         );
         // Control: a socket in the workspace is the command's to use, and
         // the workspace is there, writable, under the cover of the home.
@@ -1091,6 +1139,30 @@ mod tests {
             !covered.iter().any(|c| dir.starts_with(c)) && tempfile::tempdir_in(dir).is_ok()
         })
         .unwrap_or_else(|| panic!("no writable folder outside {SOCKET_DIRS:?}"))
+    }
+
+    /// A new folder that lies in a folder of the top level of `/` that is
+    /// neither a system one nor one of [`SOCKET_DIRS`]: made in `/` itself
+    /// where the tests may (as root), else in this repository's `target/`
+    /// when that lies in such a folder (`/home`, `/srv`).
+    fn top_level_dir() -> tempfile::TempDir {
+        let in_root = tempfile::Builder::new()
+            .prefix(".zotbox-confine-")
+            .tempdir_in("/");
+        in_root.unwrap_or_else(|_| {
+            let target = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../target"))
+                .canonicalize()
+                .unwrap();
+            let top = target.components().take(2).collect::<PathBuf>();
+            let kept = KEPT_TOP_LEVEL.iter().any(|dir| top == Path::new(dir));
+            let sockets = SOCKET_DIRS.iter().any(|dir| target.starts_with(dir));
+            assert!(
+                !kept && !sockets,
+                "no folder to make in `/`, and `{}` lies in {top:?}",
+                target.display()
+            );
+            tempfile::tempdir_in(&target).unwrap()
+        })
     }
 
     /// `to` relative to `from`, through `..`.
