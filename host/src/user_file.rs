@@ -154,6 +154,19 @@ impl Stamp {
         }
     }
 
+    /// The stamp of the entry cap-std's `meta` describes (one found by a
+    /// walk through opened folders).
+    pub(crate) fn of_entry(meta: &cap_std::fs::Metadata) -> Self {
+        use cap_std::fs::MetadataExt as _;
+        Self {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.len(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
+        }
+    }
+
     /// Whether its last change is at least [`SETTLED`] before `now` (a
     /// change dated after `now`, by a clock set back, never is).
     pub(crate) fn settled(&self, now: std::time::SystemTime) -> bool {

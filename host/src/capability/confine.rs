@@ -1087,6 +1087,25 @@ mod tests {
                 "{}: connected",
                 relative.display()
             );
+            // Nor through the root of a process outside the jail (this
+            // test's, zotbox's), whose view of the file system has no
+            // covers: Landlock refuses it `ptrace`'s access, which
+            // `/proc/PID/root` needs.
+            let through_proc = PathBuf::from(format!("/proc/{}/root", std::process::id()))
+                .join(path.strip_prefix("/").unwrap());
+            let output = confined(&jail, &workspace, &connect(&through_proc));
+            assert_eq!(text(&output.stdout), "", "{}", through_proc.display());
+            assert!(
+                text(&output.stderr).contains("PermissionError"),
+                "{}: {}",
+                through_proc.display(),
+                text(&output.stderr)
+            );
+            assert!(
+                listener.accept().is_err(),
+                "{}: connected",
+                through_proc.display()
+            );
         }
         // Beside the covers, Landlock still holds: a file of a folder no
         // cover hides and no rule grants (`/sys`) is there but cannot be

@@ -61,7 +61,7 @@ use crate::capability::fs::open_dir_nofollow;
 use crate::data::package;
 use crate::manifest::{Capabilities, MANIFEST_FILE, Manifest, Program};
 use crate::text::Shown;
-use crate::user_file::{FileError, MAX_MANIFEST_BYTES};
+use crate::user_file::{FileError, MAX_MANIFEST_BYTES, Stamp};
 
 /// How many entries one extension folder may hold.
 const MAX_ENTRIES: usize = 100_000;
@@ -152,28 +152,6 @@ pub enum EntryKind {
     },
 }
 
-/// Who a file is: compared between the plan and the copy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-struct Identity {
-    dev: u64,
-    ino: u64,
-    size: u64,
-    mtime: (i64, i64),
-    ctime: (i64, i64),
-}
-
-impl Identity {
-    fn of(meta: &Metadata) -> Self {
-        Self {
-            dev: meta.dev(),
-            ino: meta.ino(),
-            size: meta.len(),
-            mtime: (meta.mtime(), meta.mtime_nsec()),
-            ctime: (meta.ctime(), meta.ctime_nsec()),
-        }
-    }
-}
-
 /// One entry of the source folder, as it will land.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct PlannedEntry {
@@ -186,8 +164,9 @@ pub struct PlannedEntry {
     pub size: u64,
     /// Whether it is installed executable.
     pub executable: bool,
+    /// Who it was when planned: compared with who it is when copied.
     #[serde(skip)]
-    identity: Identity,
+    identity: Stamp,
 }
 
 /// An install, planned and checked, not yet done.
@@ -645,7 +624,7 @@ fn walk(
                     kind: EntryKind::Folder,
                     size: 0,
                     executable: false,
-                    identity: Identity::of(&meta),
+                    identity: Stamp::of_entry(&meta),
                 });
                 pending.push((parts, sub));
             } else if !selection.selects(&path) {
@@ -656,7 +635,7 @@ fn walk(
                     kind: EntryKind::File,
                     size: meta.len(),
                     executable: meta.mode() & 0o111 != 0,
-                    identity: Identity::of(&meta),
+                    identity: Stamp::of_entry(&meta),
                 });
             } else if file_type.is_symlink() {
                 let (target, meta) =
@@ -666,7 +645,7 @@ fn walk(
                     kind: EntryKind::Link { target },
                     size: meta.len(),
                     executable: meta.mode() & 0o111 != 0,
-                    identity: Identity::of(&meta),
+                    identity: Stamp::of_entry(&meta),
                 });
             } else {
                 return Err(refused(format!(
@@ -1038,7 +1017,7 @@ fn copy_planned_into<W: io::Write>(
     if !before.is_file() {
         return Err(changed("it is no longer a regular file"));
     }
-    if Identity::of(&before) != entry.identity {
+    if Stamp::of_entry(&before) != entry.identity {
         return Err(changed("its size, inode or times differ"));
     }
     let mut out = open_out()?;
@@ -1048,7 +1027,7 @@ fn copy_planned_into<W: io::Write>(
     let after = file
         .metadata()
         .map_err(io_error("describe", &plan.source.join(from)))?;
-    if copied != entry.size || Identity::of(&after) != entry.identity {
+    if copied != entry.size || Stamp::of_entry(&after) != entry.identity {
         return Err(changed("it was written while it was copied"));
     }
     Ok(out)
