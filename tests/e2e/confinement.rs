@@ -840,6 +840,66 @@ async fn hooks_a_nested_repository_names_outside_its_working_tree_are_control_pa
     assert_hook_runs(&hook, &planted, &package, &marker);
 }
 
+/// A bare repository in the workspace (a fixture the project's tests push
+/// to) whose configuration takes its hooks from the project's `ci/hooks/`:
+/// a push runs them, unsandboxed, so neither a guest's write nor a
+/// confined command reaches that folder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hooks_a_bare_repository_in_the_workspace_names_are_control_paths() {
+    let lab = Lab::new();
+    git_workspace(&lab);
+    let ws = lab.workspace.clone();
+    let remote = ws.join("fixtures/remote.git");
+    std::fs::create_dir_all(&remote).expect("fixtures/remote.git");
+    std::fs::create_dir_all(ws.join("ci/hooks")).expect("ci/hooks");
+    git(&remote, &["init", "-q", "--bare"]);
+    git(&remote, &["config", "core.hooksPath", "../../ci/hooks"]);
+    let capabilities = json!({"read": ["**"], "write": ["**"], "shell": ["**"]});
+    let host = start(&lab, &[crate::attack::prober(&lab, &capabilities, None)]).await;
+    let marker = ws.join(MARKER);
+    let planted = format!("#!/bin/sh\ntouch {}\n", marker.display());
+    // Attack: a guest's write of the hook a push runs.
+    assert_eq!(
+        answer(
+            &host,
+            "fs_write",
+            json!({"path": "ci/hooks/post-receive", "text": planted})
+        )
+        .await,
+        (
+            true,
+            "fs-write `ci/hooks/post-receive` refused: `ci/hooks/` is a control path (the \
+             folder git runs hooks from (`core.hooksPath`): it decides what runs); no grant \
+             reaches it"
+                .to_owned()
+        ),
+    );
+    // Attack: a confined command's.
+    let (_, text) = answer(
+        &host,
+        "shell",
+        json!({"command": format!("echo 'touch {}' > ci/hooks/post-receive", marker.display())}),
+    )
+    .await;
+    assert_eq!(
+        text,
+        "exit=Some(2) stdout= stderr=sh: 1: cannot create ci/hooks/post-receive: Read-only \
+         file system\n"
+    );
+    let hook = ws.join("ci/hooks/post-receive");
+    assert!(!hook.exists());
+    host.shutdown().await;
+    // Control: the attack is live: a push to the fixture runs the hook.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::write(&hook, &planted).expect("plant the hook");
+        std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    let remote_url = remote.to_str().expect("a UTF-8 path");
+    git(&ws, &["push", "-q", remote_url, "HEAD:refs/heads/main"]);
+    assert!(marker.exists(), "the hook did not run");
+}
+
 /// An extension granted `git **` (a git helper, as a user would grant it)
 /// against a workspace holding a nested repository: its commands may run
 /// git anywhere in the workspace, but the repository's config stays as it

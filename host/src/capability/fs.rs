@@ -42,9 +42,10 @@
 //!    configuration names in the workspace (its hooks folder, included
 //!    files, programs) with the files its hooks run there: the
 //!    configuration of the repository the root is or lies in, and of every
-//!    repository nested in the workspace when the first write came, each
-//!    read again whenever it changed, and that of one nested since, each
-//!    time the walk passes through its working tree. Both the path as
+//!    repository nested in the workspace when the first write came (a
+//!    bare one's too: a push to it runs its hooks), each read again
+//!    whenever it changed, and that of one nested since, each time the
+//!    walk passes through its working tree. Both the path as
 //!    written and the resolved path are checked, so a symlink
 //!    `out -> .git` does not reach `.git/config`. Every operation that
 //!    changes the tree (today `write`, which also creates; any future
@@ -486,8 +487,8 @@ struct Configurations {
     /// The repository whose working tree is or holds the root.
     own: Configured,
     /// The repositories nested in the workspace when the first mutating
-    /// operation came, by working tree relative to the root; `None`
-    /// before.
+    /// operation came, by working tree (a bare one by its own folder)
+    /// relative to the root; `None` before.
     nested: Option<Vec<(PathBuf, Configured)>>,
 }
 
@@ -519,7 +520,7 @@ impl Configured {
 }
 
 /// The repositories nested in the workspace at canonical `root` now, by
-/// working tree, with nothing read yet. When the workspace cannot be
+/// working tree (a bare one by its own folder), with nothing read yet. When the workspace cannot be
 /// counted (more than [`MAX_FOLDERS`] folders), none: what a nested
 /// repository names in its own working tree is still refused when a walk
 /// passes through it.
@@ -528,7 +529,7 @@ impl Configured {
 fn nested_repositories(root: &Path) -> Vec<(PathBuf, Configured)> {
     match super::confine::Census::take(root) {
         Ok(census) => census
-            .nested_worktrees()
+            .nested_repositories()
             .map(|worktree| (worktree.to_owned(), Configured::default()))
             .collect(),
         Err(err) => {
@@ -898,9 +899,11 @@ impl Jail {
     /// `core.hooksPath`): the one of the repository whose working tree is or
     /// holds the root (`own`: the root or a folder above it holds a `.git`)
     /// and those of every repository nested in the workspace when the first
-    /// mutating operation came, wherever what they name lies (`git commit`
-    /// in `packages/app/` runs `tools/hooks/pre-commit` when its `config`
-    /// says `hooksPath = ../../tools/hooks`).
+    /// mutating operation came, bare ones included, wherever what they
+    /// name lies (`git commit` in `packages/app/` runs
+    /// `tools/hooks/pre-commit` when its `config` says
+    /// `hooksPath = ../../tools/hooks`; a push to `fixtures/remote.git/`
+    /// runs `ci/hooks/post-receive` when its own says `../../ci/hooks`).
     ///
     /// [`repository::configured`]: super::repository::configured
     fn not_named_by_a_known_repository(
@@ -2380,6 +2383,44 @@ mod tests {
             ))
         );
         assert_eq!(std::fs::read(ws.path("tools/lint/run.sh")).unwrap(), b"ok");
+    }
+
+    #[test]
+    fn what_a_bare_repository_s_config_names_in_the_workspace_is_a_control_path() {
+        let ws = Workspace::new();
+        for dir in [
+            "fixtures/remote.git/objects",
+            "fixtures/remote.git/refs",
+            "ci/hooks",
+        ] {
+            std::fs::create_dir_all(ws.path(dir)).unwrap();
+        }
+        // A bare repository the project's tests push to, whose hooks, as
+        // git takes them relative to the repository's own folder, are the
+        // project's `ci/hooks/`: a push runs `ci/hooks/post-receive`.
+        std::fs::write(
+            ws.path("fixtures/remote.git/HEAD"),
+            "ref: refs/heads/main\n",
+        )
+        .unwrap();
+        std::fs::write(
+            ws.path("fixtures/remote.git/config"),
+            "[core]\n\tbare = true\n\thooksPath = ../../ci/hooks\n",
+        )
+        .unwrap();
+        let everything = grant_of(&["**"], &["**"]);
+        assert_eq!(
+            ws.write(&everything, "ci/hooks/post-receive", b"pwned"),
+            Err(CapabilityError::denied(
+                Capability::FsWrite,
+                "ci/hooks/post-receive",
+                "`ci/hooks/` is a control path (the folder git runs hooks from \
+                 (`core.hooksPath`): it decides what runs); no grant reaches it"
+            ))
+        );
+        assert!(!ws.path("ci/hooks/post-receive").exists());
+        // Control: the rest of `ci/`.
+        ws.write(&everything, "ci/build.yml", b"ok").unwrap();
     }
 
     #[test]

@@ -233,8 +233,13 @@ pub(crate) fn worktree_dirs(workspace: &Path) -> Vec<PathBuf> {
 /// system's configuration, the user's (in `home`), and the repository's
 /// own (its common folder's `config`, a worktree's `config.worktree`),
 /// with what each includes. Nothing when `workspace` lies in no
-/// repository: git runs hooks only in one.
+/// repository: git runs hooks only in one. When `workspace` is itself a
+/// repository's folder (a bare one), what that repository's configuration
+/// names ([`configured_bare`]).
 pub(crate) fn configured(workspace: &Path, home: Option<&Path>) -> config::Named {
+    if let Some(named) = configured_bare(workspace, home) {
+        return named;
+    }
     // The working tree git finds from the workspace: the nearest folder,
     // the workspace or one above it, holding a `.git`.
     let Some(worktree) = workspace
@@ -255,23 +260,56 @@ pub(crate) fn configured(workspace: &Path, home: Option<&Path>) -> config::Named
     let common = crate::user_file::read_text(&git_dir.join("commondir"), POINTER_BYTES)
         .map(|common| git_dir.join(common.trim()))
         .unwrap_or_else(|_| git_dir.clone());
-    let xdg = std::env::var_os("XDG_CONFIG_HOME")
-        .filter(|xdg| !xdg.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| home.map(|home| home.join(".config")));
-    let files: Vec<PathBuf> = [Some(PathBuf::from("/etc/gitconfig"))]
+    let files: Vec<PathBuf> = global_config_files(home)
         .into_iter()
-        .chain([
-            xdg.map(|xdg| xdg.join("git/config")),
-            home.map(|home| home.join(".gitconfig")),
-        ])
-        .flatten()
         .chain([common.join("config"), git_dir.join("config.worktree")])
         .collect();
     let mut named = config::named(&files, worktree, home);
     hooks::add_run_by_hooks(&mut named, common.join("hooks"), worktree, home);
     named.files.extend([dot_git, git_dir.join("commondir")]);
     named
+}
+
+/// As [`configured`], for the repository whose own folder `folder` is,
+/// when it is one and holds no `.git` (a bare one, `fixtures/remote.git/`):
+/// git runs its hooks there, on a push to it, and takes a relative
+/// `core.hooksPath` (`../../ci/hooks`) and the programs its configuration
+/// names from there. `None` for any other folder.
+fn configured_bare(folder: &Path, home: Option<&Path>) -> Option<config::Named> {
+    let dir = Dir::open_ambient_dir(folder, cap_std::ambient_authority()).ok()?;
+    let signs = Signs::of(&dir).ok()?;
+    if !signs.repository() || signs.worktree() {
+        return None;
+    }
+    let files: Vec<PathBuf> = global_config_files(home)
+        .into_iter()
+        .chain([folder.join("config")])
+        .collect();
+    let mut named = config::named(&files, folder, home);
+    hooks::add_run_by_hooks(&mut named, folder.join("hooks"), folder, home);
+    // Whether it is still a repository is read again with the rest.
+    named
+        .files
+        .extend([folder.join("HEAD"), folder.join(".git")]);
+    Some(named)
+}
+
+/// The configuration files git reads for every repository: the system's
+/// and the user's (`$XDG_CONFIG_HOME/git/config`, `~/.gitconfig`, from
+/// `home`).
+fn global_config_files(home: Option<&Path>) -> Vec<PathBuf> {
+    let xdg = std::env::var_os("XDG_CONFIG_HOME")
+        .filter(|xdg| !xdg.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| home.map(|home| home.join(".config")));
+    [Some(PathBuf::from("/etc/gitconfig"))]
+        .into_iter()
+        .chain([
+            xdg.map(|xdg| xdg.join("git/config")),
+            home.map(|home| home.join(".gitconfig")),
+        ])
+        .flatten()
+        .collect()
 }
 
 /// What git's configuration names for one working tree ([`configured`]),

@@ -164,7 +164,7 @@ impl ControlSources {
         let root = census_root(workspace);
         let user_home = crate::home::user_home();
         let mut found = Vec::new();
-        for worktree in census.nested_worktrees() {
+        for worktree in census.nested_repositories() {
             let named = crate::capability::repository::configured(
                 &root.join(worktree),
                 user_home.as_deref(),

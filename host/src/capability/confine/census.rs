@@ -194,7 +194,7 @@ impl Census {
     #[must_use]
     pub fn with_configured(mut self, home: Option<&Path>) -> Self {
         let nested = self
-            .nested_worktrees()
+            .nested_repositories()
             .map(|worktree| self.workspace.join(worktree));
         let worktrees: Vec<PathBuf> = std::iter::once(self.workspace.clone())
             .chain(nested)
@@ -225,19 +225,24 @@ impl Census {
         self.watching(absent)
     }
 
-    /// The working trees of the repositories nested in the workspace: each
-    /// folder below its root that holds a `.git`, relative.
-    pub fn nested_worktrees(&self) -> impl Iterator<Item = &Path> + '_ {
-        self.found
-            .iter()
-            .filter(|found| {
+    /// The repositories nested in the workspace, relative, as
+    /// `repository::configured` takes them: the working tree of each (a
+    /// folder below the root holding a `.git`), and the folder of each
+    /// that git takes for a repository whatever its name (a bare one).
+    pub fn nested_repositories(&self) -> impl Iterator<Item = &Path> + '_ {
+        self.found.iter().filter_map(|found| {
+            let name = found.path.file_name()?;
+            if name.as_encoded_bytes().eq_ignore_ascii_case(b".git") {
                 found
                     .path
-                    .file_name()
-                    .is_some_and(|name| name.as_encoded_bytes().eq_ignore_ascii_case(b".git"))
-            })
-            .filter_map(|found| found.path.parent())
-            .filter(|worktree| !worktree.as_os_str().is_empty())
+                    .parent()
+                    .filter(|worktree| !worktree.as_os_str().is_empty())
+            } else if found.dir && !is_control(name) {
+                Some(found.path.as_path())
+            } else {
+                None
+            }
+        })
     }
 
     /// The control paths below the workspace's root, and those at its root
