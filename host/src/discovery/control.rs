@@ -161,12 +161,11 @@ impl ControlSources {
     /// nested repositories (it is unreadable or too large).
     pub fn nested(&self, workspace: &Path) -> Result<Vec<(PathBuf, bool, String)>, CensusError> {
         let census = Census::take(workspace)?;
-        let root = census_root(workspace);
         let user_home = crate::home::user_home();
         let mut found = Vec::new();
         for worktree in census.nested_repositories() {
             let named = crate::capability::repository::configured(
-                &root.join(worktree),
+                &census.workspace().join(worktree),
                 user_home.as_deref(),
             );
             let by = worktree.to_string_lossy();
@@ -198,14 +197,6 @@ impl ControlSources {
         outside.extend(self.nested(workspace)?);
         Ok(ControlPaths::new(workspace, &outside).with_secrets(workspace, &self.secrets()))
     }
-}
-
-/// The canonical `workspace`, where [`Census`] places what it finds
-/// (`workspace` itself when it cannot be made canonical).
-fn census_root(workspace: &Path) -> PathBuf {
-    workspace
-        .canonicalize()
-        .unwrap_or_else(|_| workspace.to_owned())
 }
 
 /// The entries of folder `dir` (none when it cannot be read).

@@ -225,6 +225,11 @@ impl Census {
         self.watching(absent)
     }
 
+    /// The workspace, canonical: what the paths it gives are relative to.
+    pub fn workspace(&self) -> &Path {
+        &self.workspace
+    }
+
     /// The repositories nested in the workspace, relative, as
     /// `repository::configured` takes them: the working tree of each (a
     /// folder below the root holding a `.git`), and the folder of each
