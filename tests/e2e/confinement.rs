@@ -57,6 +57,37 @@ fn shell_syntax_tool(name: &str, command: &str) -> Value {
 }
 
 /// Runs `git args…` in `dir`, quietly, with a fixed identity.
+/// Asserts that neither a guest with `write: ["**"]` nor its confined
+/// command can write `hook` in the folder `hooks` (relative to the
+/// workspace, ending in `/`) that git's configuration names, nor make it;
+/// returns the script they tried, which makes `marker`.
+async fn assert_hook_unwritable(
+    host: &zotbox::Host,
+    hooks: &str,
+    hook: &str,
+    marker: &Path,
+) -> String {
+    let planted = format!("#!/bin/sh\ntouch {}\n", marker.display());
+    let path = format!("{hooks}{hook}");
+    assert_eq!(
+        answer(host, "fs_write", json!({"path": path, "text": planted})).await,
+        (
+            true,
+            format!(
+                "fs-write `{path}` refused: `{hooks}` is a control path (the folder git runs \
+                 hooks from (`core.hooksPath`): it decides what runs); no grant reaches it"
+            )
+        ),
+    );
+    let command = format!("echo 'touch {}' > {path}", marker.display());
+    let (_, text) = answer(host, "shell", json!({ "command": command })).await;
+    assert_eq!(
+        text,
+        format!("exit=Some(2) stdout= stderr=sh: 1: cannot create {path}: Read-only file system\n")
+    );
+    planted
+}
+
 /// Plants `script` as the executable `hook` a test's guest was refused,
 /// and asserts that a commit in the repository at `worktree` runs it (it
 /// makes `marker`): the refusal stood between the guest and code that runs
@@ -793,36 +824,9 @@ async fn hooks_a_nested_repository_names_outside_its_working_tree_are_control_pa
     let capabilities = json!({"read": ["**"], "write": ["**"], "shell": ["**"]});
     let host = start(&lab, &[crate::attack::prober(&lab, &capabilities, None)]).await;
     let marker = ws.join(MARKER);
-    let planted = format!("#!/bin/sh\ntouch {}\n", marker.display());
-    // Attack: a guest's write of the hook `git commit` in `packages/app/`
-    // runs.
-    assert_eq!(
-        answer(
-            &host,
-            "fs_write",
-            json!({"path": "tools/hooks/pre-commit", "text": planted})
-        )
-        .await,
-        (
-            true,
-            "fs-write `tools/hooks/pre-commit` refused: `tools/hooks/` is a control path (the \
-             folder git runs hooks from (`core.hooksPath`): it decides what runs); no grant \
-             reaches it"
-                .to_owned()
-        ),
-    );
-    // Attack: a confined command's.
-    let (_, text) = answer(
-        &host,
-        "shell",
-        json!({"command": format!("echo 'touch {}' > tools/hooks/pre-commit", marker.display())}),
-    )
-    .await;
-    assert_eq!(
-        text,
-        "exit=Some(2) stdout= stderr=sh: 1: cannot create tools/hooks/pre-commit: Read-only \
-         file system\n"
-    );
+    // Attack: a guest's and a confined command's writes of the hook `git
+    // commit` in `packages/app/` runs.
+    let planted = assert_hook_unwritable(&host, "tools/hooks/", "pre-commit", &marker).await;
     let hook = ws.join("tools/hooks/pre-commit");
     assert!(!hook.exists());
     // Control: the rest of `tools/` is the guest's to write.
@@ -857,35 +861,9 @@ async fn hooks_a_bare_repository_in_the_workspace_names_are_control_paths() {
     let capabilities = json!({"read": ["**"], "write": ["**"], "shell": ["**"]});
     let host = start(&lab, &[crate::attack::prober(&lab, &capabilities, None)]).await;
     let marker = ws.join(MARKER);
-    let planted = format!("#!/bin/sh\ntouch {}\n", marker.display());
-    // Attack: a guest's write of the hook a push runs.
-    assert_eq!(
-        answer(
-            &host,
-            "fs_write",
-            json!({"path": "ci/hooks/post-receive", "text": planted})
-        )
-        .await,
-        (
-            true,
-            "fs-write `ci/hooks/post-receive` refused: `ci/hooks/` is a control path (the \
-             folder git runs hooks from (`core.hooksPath`): it decides what runs); no grant \
-             reaches it"
-                .to_owned()
-        ),
-    );
-    // Attack: a confined command's.
-    let (_, text) = answer(
-        &host,
-        "shell",
-        json!({"command": format!("echo 'touch {}' > ci/hooks/post-receive", marker.display())}),
-    )
-    .await;
-    assert_eq!(
-        text,
-        "exit=Some(2) stdout= stderr=sh: 1: cannot create ci/hooks/post-receive: Read-only \
-         file system\n"
-    );
+    // Attack: a guest's and a confined command's writes of the hook a push
+    // runs.
+    let planted = assert_hook_unwritable(&host, "ci/hooks/", "post-receive", &marker).await;
     let hook = ws.join("ci/hooks/post-receive");
     assert!(!hook.exists());
     host.shutdown().await;
