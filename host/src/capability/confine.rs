@@ -78,8 +78,8 @@
 //!    in any of them, WSL's X11 and sound servers in `/mnt/wslg/`), are
 //!    covered with an empty, read-only tmpfs, what the command is given
 //!    inside them (the workspace, the private `HOME`, …) moved back, and
-//!    the command enters
-//!    its working folder again under the covers. Without a mount namespace
+//!    the command enters its working folder again under the covers.
+//!    Without a mount namespace
 //!    they stay reachable (`doctor` says mount namespaces are missing);
 //!    the shared host then still refuses a request without its token.
 //!
@@ -526,10 +526,10 @@ impl Jail {
 impl Jail {
     /// Covers for the folders that hold the sockets of the user's session
     /// ([`SOCKET_DIRS`] and `$HOME`) or may hold others (`/dev/shm`, and
-    /// the top level of `/` but for [`KEPT_TOP_LEVEL`]: `/srv`, `/mnt`),
-    /// each with the folders the command is
-    /// given inside it (the workspace, its git folders, the writable and
-    /// readable ones) moved back. Landlock checks no file access on
+    /// the top of `/` but for what the command keeps in view: `/srv`,
+    /// `/mnt`), each with the folders the command is given inside it (the
+    /// workspace, its git folders, the writable and readable ones) moved
+    /// back. Landlock checks no file access on
     /// connecting to a socket by its path, so without them a confined
     /// command reaches the user's D-Bus and `systemd --user` (which start
     /// any program, unconfined), X11, tmux or an editor's server (which
@@ -582,13 +582,13 @@ impl Jail {
     }
 }
 
-/// The folders of the top level of `/` that hold nothing a confined
-/// command is given ([`KEPT_TOP_LEVEL`]), nor are a link: `/srv`, `/mnt`,
-/// `/home`, `/var`, `/nix`, whatever a system adds. A socket can lie in any
-/// of them (WSL's `/mnt/wslg/` holds its X11, Wayland and sound servers',
-/// RHEL's MySQL listens in `/var/lib/mysql/`, Nix's daemon in `/nix/var/`),
-/// and Landlock grants nothing in them, so covering them takes away only
-/// the sockets (and the names of what is there).
+/// The folders at the top of `/`, links aside, but the ones a confined
+/// command keeps in view ([`SYSTEM_DIRS`] and [`IN_VIEW`]): `/srv`,
+/// `/mnt`, `/home`, `/var`, `/nix`, whatever a system adds. A socket can
+/// lie in any of them (WSL's `/mnt/wslg/` holds its X11, Wayland and sound
+/// servers', RHEL's MySQL listens in `/var/lib/mysql/`, Nix's daemon in
+/// `/nix/var/`), and Landlock grants nothing in them, so covering them
+/// takes away only the sockets (and the names of what is there).
 fn other_top_level_folders() -> Vec<PathBuf> {
     let Ok(entries) = std::fs::read_dir("/") else {
         return Vec::new();
@@ -597,7 +597,12 @@ fn other_top_level_folders() -> Vec<PathBuf> {
         .filter_map(Result::ok)
         .filter(|entry| entry.file_type().is_ok_and(|kind| kind.is_dir()))
         .map(|entry| entry.path())
-        .filter(|dir| !KEPT_TOP_LEVEL.iter().any(|kept| dir == Path::new(kept)))
+        .filter(|dir| {
+            !SYSTEM_DIRS
+                .iter()
+                .chain(IN_VIEW)
+                .any(|kept| dir == Path::new(kept))
+        })
         .collect()
 }
 
@@ -605,13 +610,10 @@ fn other_top_level_folders() -> Vec<PathBuf> {
 /// so make a socket in (Landlock grants nothing in it).
 const SHARED_MEMORY: &str = "/dev/shm";
 
-/// The folders of the top level of `/` a confined command keeps in view:
-/// those it reads and runs programs from ([`SYSTEM_DIRS`]), `/proc`,
-/// `/dev` with its devices, and `/sys`, where no socket can be made.
-const KEPT_TOP_LEVEL: &[&str] = &[
-    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt", "/etc", "/proc",
-    "/dev", "/sys",
-];
+/// The folders at the top of `/` a confined command keeps in view beside
+/// [`SYSTEM_DIRS`]: `/proc`, `/dev` with its devices, and `/sys`, where no
+/// socket can be made.
+const IN_VIEW: &[&str] = &["/proc", "/dev", "/sys"];
 
 /// A covered folder: an empty tmpfs over it, or `/dev/null` over a file.
 #[derive(Debug, Clone)]
@@ -1173,7 +1175,10 @@ mod tests {
                 .canonicalize()
                 .unwrap();
             let top = target.components().take(2).collect::<PathBuf>();
-            let kept = KEPT_TOP_LEVEL.iter().any(|dir| top == Path::new(dir));
+            let kept = SYSTEM_DIRS
+                .iter()
+                .chain(IN_VIEW)
+                .any(|dir| top == Path::new(dir));
             let sockets = SOCKET_DIRS.iter().any(|dir| target.starts_with(dir));
             assert!(
                 !kept && !sockets,
