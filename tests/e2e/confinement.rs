@@ -56,11 +56,10 @@ fn shell_syntax_tool(name: &str, command: &str) -> Value {
     tool
 }
 
-/// Runs `git args…` in `dir`, quietly, with a fixed identity.
 /// Asserts that neither a guest with `write: ["**"]` nor its confined
 /// command can write `hook` in the folder `hooks` (relative to the
-/// workspace, ending in `/`) that git's configuration names, nor make it;
-/// returns the script they tried, which makes `marker`.
+/// workspace, ending in `/`) that git's configuration names; returns the
+/// script they tried, which makes `marker`.
 async fn assert_hook_unwritable(
     host: &zotbox::Host,
     hooks: &str,
@@ -104,6 +103,7 @@ fn assert_hook_runs(hook: &Path, script: &str, worktree: &Path, marker: &Path) {
     assert!(marker.exists(), "the hook did not run");
 }
 
+/// Runs `git args…` in `dir`, quietly, with a fixed identity.
 fn git(dir: &Path, args: &[&str]) {
     let status = Command::new("git")
         .args(["-c", "user.name=t", "-c", "user.email=t@t.invalid"])
