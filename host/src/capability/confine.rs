@@ -884,7 +884,11 @@ mod tests {
 
     /// Runs `sh -c script` in the workspace, confined by `jail`.
     fn confined(jail: &Jail, cwd: &Path, script: &str) -> Output {
-        let prepared = jail.prepare(&Settings::default()).unwrap();
+        run_prepared(&jail.prepare(&Settings::default()).unwrap(), cwd, script)
+    }
+
+    /// Runs `sh -c script` in `cwd`, confined as `prepared` says.
+    fn run_prepared(prepared: &Prepared, cwd: &Path, script: &str) -> Output {
         let mut command = Command::new("sh");
         command
             .args(["-c", script])
@@ -1160,6 +1164,25 @@ mod tests {
             !covered.iter().any(|c| dir.starts_with(c)) && tempfile::tempdir_in(dir).is_ok()
         })
         .unwrap_or_else(|| panic!("no writable folder outside {SOCKET_DIRS:?}"))
+    }
+
+    /// A folder covered for its sockets that is gone by the time the cover
+    /// goes on (one at the top of `/`, listed when the command was
+    /// prepared and removed before it started) fails nothing: there is
+    /// nothing in it to hide.
+    #[test]
+    fn a_covered_folder_gone_before_the_command_starts_fails_nothing() {
+        let world = world();
+        let gone = top_level_dir();
+        let jail = Jail {
+            workspace: Some(world.workspace.clone()),
+            home: Some(gone.path().to_owned()),
+            ..Jail::default()
+        };
+        let prepared = jail.prepare(&Settings::default()).unwrap();
+        drop(gone);
+        let output = run_prepared(&prepared, &world.workspace, "cat inside.txt");
+        assert_eq!(text(&output.stdout), "inside", "{}", text(&output.stderr));
     }
 
     /// A new folder that lies in a folder of the top level of `/` that is

@@ -386,14 +386,26 @@ fn enter(plan: &Plan, namespaces: &Namespaces) -> io::Result<()> {
                         ) as libc::c_int;
                     }
                 }
-                trees.iter().take(mask.restore.len()).all(|tree| *tree >= 0)
+                let opened = trees.iter().take(mask.restore.len()).all(|tree| *tree >= 0);
+                let covered = opened
                     && libc::mount(
                         c"tmpfs".as_ptr(),
                         mask.path.as_ptr(),
                         c"tmpfs".as_ptr(),
                         flags & !libc::MS_RDONLY,
                         c"size=64k,mode=0500".as_ptr().cast(),
-                    ) == 0
+                    ) == 0;
+                // A folder gone since it was listed (one at the top of `/`)
+                // holds nothing to hide, and nothing was to be moved back
+                // into it.
+                if opened
+                    && !covered
+                    && mask.restore.is_empty()
+                    && io::Error::last_os_error().raw_os_error() == Some(libc::ENOENT)
+                {
+                    continue;
+                }
+                covered
                     && mask.restore.iter().zip(trees).all(|(restore, tree)| {
                         restore.dirs.iter().all(|dir| {
                             libc::mkdir(dir.as_ptr(), 0o700) == 0
