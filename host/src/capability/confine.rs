@@ -79,16 +79,16 @@
 //!    covered with an empty, read-only tmpfs, what the command is given
 //!    inside them (the workspace, the private `HOME`, …) moved back, and
 //!    the command enters its working folder again under the covers.
-//!    Without a mount namespace
-//!    they stay reachable (`doctor` says mount namespaces are missing);
-//!    the shared host then still refuses a request without its token.
+//!    Without a mount namespace they stay reachable (`doctor` says mount
+//!    namespaces are missing); the shared host then still refuses a
+//!    request without its token.
 //!
 //! Not covered: `/proc` stays the host's (other processes' command lines
 //! are readable, their memory and environment are not: Landlock refuses
 //! `ptrace` access across domains); Unix sockets in the workspace itself
 //! and in what the command is given can still be connected to where file
-//! permissions allow; a control path a command
-//! creates exists until it ends; a confined native extension finds the
+//! permissions allow; a control path a command creates exists until it
+//! ends; a confined native extension finds the
 //! control paths that were there when it started read-only, at any depth,
 //! but one it creates is not set aside (it lives as long as zot, and one
 //! the user makes meanwhile in another terminal, a clone or a
@@ -529,8 +529,8 @@ impl Jail {
     /// the top of `/` but for what the command keeps in view: `/srv`,
     /// `/mnt`), each with the folders the command is given inside it (the
     /// workspace, its git folders, the writable and readable ones) moved
-    /// back. Landlock checks no file access on
-    /// connecting to a socket by its path, so without them a confined
+    /// back. Landlock checks no file access on connecting to a socket by
+    /// its path, so without them a confined
     /// command reaches the user's D-Bus and `systemd --user` (which start
     /// any program, unconfined), X11, tmux or an editor's server (which
     /// type into the user's terminal), the ssh and gpg agents, and zotbox's
@@ -539,10 +539,7 @@ impl Jail {
     /// that is or lies in the workspace, or lies in another cover, is not
     /// covered.
     fn socket_covers(&self, workspace: Option<&Path>) -> Result<Vec<Mask>, ConfineError> {
-        let home = self
-            .home
-            .clone()
-            .or_else(|| std::env::var_os("HOME").map(PathBuf::from));
+        let home = self.home.clone().or_else(crate::home::user_home);
         let mut covers: Vec<PathBuf> = SOCKET_DIRS
             .iter()
             .map(PathBuf::from)

@@ -45,8 +45,8 @@
 //!    repository nested in the workspace when the first write came (a
 //!    bare one's too: a push to it runs its hooks), each read again
 //!    whenever it changed, and that of one nested since, each time the
-//!    walk passes through its working tree. Both the path as
-//!    written and the resolved path are checked, so a symlink
+//!    walk passes through its working tree. Both the path as written and
+//!    the resolved path are checked, so a symlink
 //!    `out -> .git` does not reach `.git/config`. Every operation that
 //!    changes the tree (today `write`, which also creates; any future
 //!    rename or delete) is a mutating `Op` and passes this check. Reads
@@ -493,7 +493,7 @@ struct Configurations {
 }
 
 /// What one repository's configuration names, and the control paths it
-/// makes (placed once a read).
+/// makes (placed once read).
 #[derive(Debug, Default)]
 struct Configured {
     kept: Kept,
@@ -520,10 +520,10 @@ impl Configured {
 }
 
 /// The repositories nested in the workspace at canonical `root` now, by
-/// working tree (a bare one by its own folder), with nothing read yet. When the workspace cannot be
-/// counted (more than [`MAX_FOLDERS`] folders), none: what a nested
-/// repository names in its own working tree is still refused when a walk
-/// passes through it.
+/// working tree (a bare one by its own folder), with nothing read yet.
+/// When the workspace cannot be counted (more than [`MAX_FOLDERS`]
+/// folders), none: what a nested repository names in its own working tree
+/// is still refused when a walk passes through it.
 ///
 /// [`MAX_FOLDERS`]: super::confine::MAX_FOLDERS
 fn nested_repositories(root: &Path) -> Vec<(PathBuf, Configured)> {

@@ -312,11 +312,12 @@ fn global_config_files(home: Option<&Path>) -> Vec<PathBuf> {
         .collect()
 }
 
-/// What git's configuration names for one working tree ([`configured`]),
+/// What git's configuration names for one repository ([`configured`]),
 /// kept between calls: read again only when a file it read or looked for
 /// changed since, appeared or went away, or changed too recently for its
-/// stamp to tell ([`Stamp::settled`]). A configuration changed while zotbox runs (`npx husky`
-/// run by `npm install` sets `core.hooksPath`) counts from the next call.
+/// stamp to tell ([`Stamp::settled`]). A configuration changed while
+/// zotbox runs (`npx husky` run by `npm install` sets `core.hooksPath`)
+/// counts from the next call.
 #[derive(Debug, Default)]
 pub(crate) struct Kept {
     /// The files, each with its stamp when read (`None`: it was missing)
