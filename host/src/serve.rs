@@ -47,6 +47,11 @@
 //!    goes out the moment `hello_ack` names the workspace; frames are read
 //!    and held while the host is built, and a check held
 //!    [`HELD_CHECK_PATIENCE`] is blocked then, never left to zot's 5 s.
+//! 6. **A host that cannot be built blocks everything.** When the policy
+//!    or the data folders cannot be read, serve does not exit (zot would
+//!    then ask no one, and allow): it blocks every check with why, says so
+//!    in zot's notes, and exits with the error at `shutdown`
+//!    ([`refuse_all`]).
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -169,8 +174,12 @@ pub async fn serve(
         biased;
         // Done reading: every outbox is gone, so the writer drains and ends.
         served = &mut work => {
+            // The session's outboxes are gone with it, so the writer
+            // drains and ends: what it queued reaches zot before its
+            // outcome is returned, an error's last answers too.
+            let written = writer.await;
             served?;
-            writer.await?;
+            written?;
         }
         // The writer only ends early when zot's stdout fails.
         written = &mut writer => written?,
@@ -234,7 +243,10 @@ async fn session(
             )))),
         }
     };
-    let host = build_holding(building, &mut input, &mut held, &out).await?;
+    let host = match build_holding(building, &mut input, &mut held, &out).await {
+        Ok(host) => host,
+        Err(failed) => return refuse_all(failed, &mut input, held, &out).await,
+    };
     let mut serving = Serving::new(host, out);
     serving.register().await?;
 
@@ -263,7 +275,8 @@ async fn session(
 /// from when it came or from `hello_ack`, whichever is later; then it is
 /// blocked. After a `shutdown` (held too, past the cap as well) or the end
 /// of zot's input nothing more is read: the frames held are answered in
-/// order once the host is built. A build that fails blocks the checks held.
+/// order once the host is built. A build that fails blocks the checks held
+/// (and leaves the rest held for [`refuse_all`]).
 async fn build_holding<R: AsyncRead + Unpin>(
     build: impl std::future::Future<Output = Result<Host, ServeError>>,
     input: &mut FrameReader<HostFrame, R>,
@@ -293,8 +306,11 @@ async fn build_holding<R: AsyncRead + Unpin>(
             built = &mut build => match built {
                 Ok(host) => return Ok(host),
                 Err(err) => {
-                    let why = format!("zotbox could not start: {}", crate::text::chain(&err));
+                    let why = could_not_start(&err);
                     for (_, id) in due.drain(..) {
+                        held.retain(|frame| {
+                            !matches!(frame, HostFrame::EventIntercept(check) if check.id == id)
+                        });
                         out.send(&block(id, &why)).await?;
                     }
                     return Err(err);
@@ -333,6 +349,81 @@ async fn build_holding<R: AsyncRead + Unpin>(
             },
         }
     }
+}
+
+/// Serves zot when the host could not be built (a policy file that does
+/// not parse, a data folder that cannot be read): no refusal plugin can be
+/// read without it, and the `tool_call` intercept is subscribed already
+/// (rule 5). Ending here would leave zot no one to ask, and zot allows
+/// the calls of an extension that has gone: silence is consent (rule 7 of
+/// `THREATS.md`; a team's `intercept_failure: "closed"` is in the file
+/// that did not load). So serve stays up: it says why in zot's notes, at
+/// once and at each session start, blocks every check and answers every
+/// request with the error, `held` first, until `shutdown` or the end of
+/// zot's input. `/reload-ext` starts it again once the cause is fixed.
+///
+/// # Errors
+///
+/// `failed` itself once zot is done, so that serve's exit status still
+/// says it could not start; or a failure to write to zot.
+async fn refuse_all<R: AsyncRead + Unpin>(
+    failed: ServeError,
+    input: &mut FrameReader<HostFrame, R>,
+    mut held: VecDeque<HostFrame>,
+    out: &Outbox,
+) -> Result<(), ServeError> {
+    let why = could_not_start(&failed);
+    tracing::error!("serve: {why}; every check is blocked until zot stops serve");
+    let note = || {
+        ExtensionFrame::Notify(Notify {
+            level: "error".to_owned(),
+            message: format!(
+                "{why}. Every tool call is blocked until it can: fix this, then run /reload-ext."
+            ),
+        })
+    };
+    out.send(&note()).await?;
+    out.send(&ExtensionFrame::Ready(Ready {})).await?;
+    loop {
+        let frame = match held.pop_front() {
+            Some(frame) => frame,
+            None => match input.next().await {
+                None => break,
+                Some(Ok(frame)) => frame,
+                Some(Err(undecoded)) => {
+                    unreadable(&undecoded, out).await?;
+                    continue;
+                }
+            },
+        };
+        let answer = match frame {
+            HostFrame::Shutdown(_) => {
+                out.send(&ExtensionFrame::ShutdownAck(ShutdownAck {}))
+                    .await?;
+                break;
+            }
+            HostFrame::EventIntercept(check) => block(check.id, &why),
+            HostFrame::ToolCall(call) => tool_error(call.id, why.clone()),
+            HostFrame::CommandInvoked(invoked) => {
+                ExtensionFrame::CommandResponse(CommandResponse {
+                    id: invoked.id,
+                    error: Some(why.clone()),
+                    ..CommandResponse::default()
+                })
+            }
+            HostFrame::Event(event) if event.event == event_name::SESSION_START => note(),
+            _ => continue,
+        };
+        out.send(&answer).await?;
+    }
+    Err(failed)
+}
+
+/// Why serve answers nothing from its rules: the build's error, on one
+/// line, escaped for zot's screen (a path in it may be a workspace's).
+fn could_not_start(err: &ServeError) -> String {
+    let why = format!("zotbox could not start: {}", crate::text::chain(err));
+    crate::text::shown(&why).into_owned()
 }
 
 /// Keeps a frame that came before `hello_ack`, or, past [`MAX_HELD`],

@@ -336,6 +336,104 @@ async fn serve_waits_for_a_late_hello_ack_and_checks_by_the_workspace_it_names()
     assert_eq!(zot.end().await.status.code(), Some(0));
 }
 
+/// Attack on rule 7 through a policy file that does not load (a misspelt
+/// key, the user's own or a team's botched rollout): serve subscribes to
+/// zot's checks before it reads any file, and exiting then would leave zot
+/// no one to ask, which zot takes as consent to every call. It stays up
+/// instead, says why in zot's notes, blocks every check and answers every
+/// request with the error, and exits with it once zot shuts it down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_that_cannot_load_the_policy_blocks_every_check_until_shut_down() {
+    let lab = Lab::new();
+    safety_plugin(&lab);
+    let policy = lab.home.join("policy.json");
+    std::fs::write(&policy, r#"{"Shell": false}"#).expect("policy");
+    let dir = elsewhere(&lab);
+    let mut zot = lab.spawn_zotbox(&["serve"], &dir);
+    assert_eq!(zot.recv().await["type"], "hello");
+    // Held for the host, then blocked when it cannot be built.
+    zot.send(&bash_check("early", "ls")).await;
+    zot.send(&hello_ack(&lab, &dir)).await;
+    let why = format!(
+        "zotbox could not start: `{}`: field `Shell`: unknown field `Shell`, expected one of",
+        policy.display()
+    );
+    let note = |frame: &Value| {
+        frame["type"] == "notify"
+            && frame["level"] == "error"
+            && frame["message"].as_str().is_some_and(|m| {
+                m.starts_with(&why)
+                    && m.ends_with(
+                        ". Every tool call is blocked until it can: fix this, then run /reload-ext.",
+                    )
+            })
+    };
+    let blocked_by = |frame: &Value, id: &str| {
+        frame["type"] == "event_intercept_response"
+            && frame["id"] == id
+            && frame["block"] == true
+            && frame["reason"]
+                .as_str()
+                .is_some_and(|r| r.starts_with(&why) && r.ends_with("; blocked to be safe"))
+    };
+    let frames = zot.recv_through("ready").await;
+    let [subscribe, early, notified, ready] = &frames[frames.len() - 4..] else {
+        panic!("{}", zot.describe());
+    };
+    assert_eq!(
+        *subscribe,
+        json!({"type": "subscribe", "events": ["session_start"], "intercept": ["tool_call"]})
+    );
+    assert!(blocked_by(early, "early"), "{early}");
+    assert!(note(notified), "{notified}");
+    assert_eq!(*ready, json!({"type": "ready"}));
+
+    // Long after: a check the plugin would allow and one it would refuse
+    // are both blocked; requests get the error; each session is told.
+    zot.send(&bash_check("allowed", "ls")).await;
+    zot.send(&bash_check("refused", "rm -rf /")).await;
+    zot.send(&json!({"type": "tool_call", "id": "t", "name": "slow", "args": {}}))
+        .await;
+    zot.send(&json!({"type": "command_invoked", "id": "c", "name": "skill", "args": ""}))
+        .await;
+    zot.send(&json!({"type": "event", "event": "session_start"}))
+        .await;
+    let allowed = zot.recv().await;
+    assert!(blocked_by(&allowed, "allowed"), "{allowed}");
+    let refused = zot.recv().await;
+    assert!(blocked_by(&refused, "refused"), "{refused}");
+    let result = zot.recv().await;
+    assert_eq!(
+        (&result["type"], &result["id"], &result["is_error"]),
+        (&json!("tool_result"), &json!("t"), &json!(true))
+    );
+    assert!(
+        result["content"][0]["text"]
+            .as_str()
+            .is_some_and(|text| text.starts_with(&why)),
+        "{result}"
+    );
+    let response = zot.recv().await;
+    assert_eq!(
+        (&response["type"], &response["id"]),
+        (&json!("command_response"), &json!("c"))
+    );
+    assert!(
+        response["error"]
+            .as_str()
+            .is_some_and(|error| error.starts_with(&why)),
+        "{response}"
+    );
+    let again = zot.recv().await;
+    assert!(note(&again), "{again}");
+
+    zot.send(&json!({"type": "shutdown"})).await;
+    assert_eq!(zot.recv().await, json!({"type": "shutdown_ack"}));
+    let end = zot.end().await;
+    assert_eq!(end.status.code(), Some(1), "{end:#?}");
+    assert!(end.stderr.contains("unknown field `Shell`"), "{end:#?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_blocks_checks_past_what_it_holds_before_hello_ack() {
     let lab = Lab::new();
