@@ -254,6 +254,65 @@ fn a_native_manifest_that_starts_zotbox_is_refused() {
     }
 }
 
+/// Attack: a native manifest whose program lies outside the folder, in a
+/// folder another local user can write (`/tmp/tools/run.sh`): nothing of it
+/// would be copied or locked, so it could be swapped after the user
+/// accepted the install while `ext verify` said `ok`. Refused; a program
+/// in the folder, run by a command found on `PATH`, is installed, and the
+/// consent screen says what runs, word by word.
+#[test]
+fn a_native_program_others_can_replace_is_refused_and_what_runs_is_shown() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let lab = Lab::new();
+    let public = lab.dev.join("pub");
+    std::fs::create_dir_all(&public).expect("folder");
+    std::fs::set_permissions(&public, std::fs::Permissions::from_mode(0o1777)).expect("mode");
+    std::fs::write(public.join("run.sh"), "#!/bin/sh\n").expect("script");
+    let source = lab.dev.join("nat");
+    std::fs::create_dir_all(&source).expect("folder");
+    let outside = public.join("run.sh");
+    write_json(
+        &source.join("extension.json"),
+        &json!({"name": "nat", "version": "1.0.0", "exec": outside}),
+    );
+    let run = install(&lab, &source, &[]);
+    run.expect_code(1);
+    assert_eq!(
+        run.stderr,
+        refused(
+            &source,
+            &format!(
+                "its `exec` `{}` lies outside the extension's folder, and `{}` is writable by \
+                 every user: what runs could be replaced after you accept it, and an install \
+                 neither copies it nor locks it, so `ext verify` would not see it change; put \
+                 the file in the folder, or name a command found on `PATH`",
+                outside.display(),
+                public.display()
+            )
+        )
+    );
+    assert_eq!(installed_names(&lab), Vec::<String>::new());
+
+    std::fs::write(source.join("run.sh"), "#!/bin/sh\n").expect("script");
+    write_json(
+        &source.join("extension.json"),
+        &json!({"name": "nat", "version": "1.0.0", "exec": "sh",
+                "args": ["-e", "run.sh", "/tmp/nat.log"]}),
+    );
+    let run = install(&lab, &source, &[]);
+    run.expect_code(0);
+    assert!(
+        run.stdout.contains(
+            "runs `sh` (a command found on `PATH` when zot starts it) with the arguments `-e` \
+             `run.sh` `/tmp/nat.log`, natively, with all your permissions\nits arguments name \
+             `/tmp/nat.log` outside the extension's folder: neither copied nor locked\n"
+        ),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(installed_names(&lab), ["nat"]);
+}
+
 /// A policy with `native_extensions: false` refuses a native extension
 /// whatever its source (here a folder; a registry entry already was): zot
 /// would start it itself, outside zotbox and its policy.

@@ -490,6 +490,9 @@ pub(crate) fn print_plan(plan: &install::Plan) {
             ""
         }
     );
+    if let Program::Native { exec, args } = &manifest.program {
+        print_program(exec, args);
+    }
     let files: Vec<&install::PlannedEntry> = plan
         .entries()
         .iter()
@@ -525,6 +528,40 @@ pub(crate) fn print_plan(plan: &install::Plan) {
     }
     if let Some(contents) = plan.package() {
         print_package(contents);
+    }
+}
+
+/// What a native extension runs, word by word, and where its program
+/// comes from: what the files below do not show (a program outside the
+/// folder is neither copied nor locked).
+fn print_program(exec: &str, args: &[String]) {
+    let whence = if exec.starts_with('/') {
+        "outside the extension's folder, so neither copied nor locked"
+    } else if exec.contains('/') {
+        "in the extension's folder"
+    } else {
+        "a command found on `PATH` when zot starts it"
+    };
+    let arguments = if args.is_empty() {
+        String::new()
+    } else {
+        let words: Vec<String> = args.iter().map(|arg| format!("`{}`", Shown(arg))).collect();
+        format!(" with the arguments {}", words.join(" "))
+    };
+    let outside: Vec<String> = args
+        .iter()
+        .filter(|arg| install::names_a_path_outside(arg))
+        .map(|arg| format!("`{}`", Shown(arg)))
+        .collect();
+    println!(
+        "runs `{}` ({whence}){arguments}, natively, with all your permissions",
+        Shown(exec)
+    );
+    if !outside.is_empty() {
+        println!(
+            "its arguments name {} outside the extension's folder: neither copied nor locked",
+            outside.join(", ")
+        );
     }
 }
 

@@ -35,7 +35,16 @@
 //!    here), and it must name a planned file. A native manifest whose `exec`
 //!    is zotbox itself is refused: it would start `zotbox run` on its own
 //!    folder, again and again (a wasm extension's launcher is written here,
-//!    and the `serve` launcher by `zotbox setup`).
+//!    and the `serve` launcher by `zotbox setup`). A native `exec` is a
+//!    file in the folder, a command found on `PATH` (`python3`), or an
+//!    absolute path that only the user and root can change
+//!    ([`others_can_replace`], as sshd checks `authorized_keys`): one
+//!    climbing out with `..` (into another extension's folder) is refused,
+//!    and so is `/tmp/tools/run.sh`, which another user could replace after
+//!    the user accepted it; neither would be copied, locked or checked by
+//!    `ext verify`. Arguments may name data as well as code (a log in
+//!    `/tmp`), so the consent screen shows each one that is a path outside
+//!    the folder ([`names_a_path_outside`]) rather than refusing it.
 //! 5. **No swap between consent and copy.** Each planned file is opened
 //!    again with `O_NOFOLLOW | O_NONBLOCK` by a no-follow walk from the
 //!    source folder, and its kind, device, inode, size and times must be
@@ -799,6 +808,9 @@ fn check_program(plan: &Plan) -> Result<(), InstallError> {
                     Shown(exec)
                 )));
             }
+            if let Some(why) = leaves_the_folder_unsafely(exec) {
+                return Err(plan.refused(format!("its `exec` `{}` {why}", Shown(exec))));
+            }
             Ok(())
         }
         Program::Data => Ok(()),
@@ -839,6 +851,71 @@ fn check_package(plan: &Plan) -> Result<package::Contents, InstallError> {
 /// Whether `exec` (resolved by zot's rules from `dir`) is one of this
 /// zotbox's programs (`zotbox`, `zotbox-relay`), by any name or link, or
 /// one of their bare names.
+/// Whether a native extension's argument is a path outside its folder
+/// (`/opt/x/run.py`, `../shared/run.sh`), not an option (`-v`, `--db=/x`)
+/// or an address: what an install neither copies nor locks, which the
+/// consent screen says. (An argument may name data as well as code, a log
+/// in `/tmp` say, so it is shown, not refused as `exec` is.)
+pub fn names_a_path_outside(arg: &str) -> bool {
+    !arg.starts_with('-')
+        && !arg.contains("://")
+        && (arg.starts_with('/') || arg.split('/').any(|part| part == ".."))
+}
+
+/// Why a native extension's `exec` names a program the install cannot
+/// vouch for: climbing out of the folder with
+/// `..` (into another extension's folder, say), or an absolute path that
+/// someone other than the user and root could replace
+/// ([`others_can_replace`]). `None` for a path in the folder, a bare
+/// command name (found on `PATH`, as zot finds it) and a safe absolute
+/// path (`/usr/bin/python3`).
+fn leaves_the_folder_unsafely(path: &str) -> Option<String> {
+    const NOT_KEPT: &str = "an install neither copies it nor locks it, so `ext verify` would \
+                            not see it change";
+    if path.split('/').any(|part| part == "..") {
+        return Some(format!(
+            "climbs out of the extension's folder with `..`; {NOT_KEPT}: put the file in the \
+             folder, or name a command found on `PATH`"
+        ));
+    }
+    if !path.starts_with('/') {
+        return None;
+    }
+    let (place, why) = others_can_replace(Path::new(path))?;
+    Some(format!(
+        "lies outside the extension's folder, and `{}` {why}: what runs could be replaced \
+         after you accept it, and {NOT_KEPT}; put the file in the folder, or name a command \
+         found on `PATH`",
+        Shown(&place.display().to_string())
+    ))
+}
+
+/// The first of the folders above absolute `path` and `path` itself (as
+/// the system resolves them, from the deepest that exists) that someone
+/// other than the user and root could change, with why: owned by another
+/// user, or writable by its group or by everyone. `/tmp` is (a sticky
+/// folder lets anyone create a name that is not there yet).
+fn others_can_replace(path: &Path) -> Option<(PathBuf, String)> {
+    use std::os::unix::fs::MetadataExt as _;
+    let me = nix::unistd::geteuid().as_raw();
+    let existing = path
+        .ancestors()
+        .find_map(|place| std::fs::canonicalize(place).ok())?;
+    existing.ancestors().find_map(|place| {
+        let meta = std::fs::metadata(place).ok()?;
+        let why = if meta.uid() != 0 && meta.uid() != me {
+            format!("belongs to another user (uid {})", meta.uid())
+        } else if meta.mode() & 0o002 != 0 {
+            "is writable by every user".to_owned()
+        } else if meta.mode() & 0o020 != 0 {
+            "is writable by its group".to_owned()
+        } else {
+            return None;
+        };
+        Some((place.to_owned(), why))
+    })
+}
+
 fn starts_zotbox(exec: &str, dir: &Path) -> bool {
     use crate::discovery::ZotboxProgram;
     ZotboxProgram::of_exec(exec).is_some()
@@ -1566,6 +1643,115 @@ mod tests {
         );
         write(&format!(r#"{{"name":"demo","exec":"{relative}"}}"#));
         assert!(setup.refusal().contains("is zotbox itself"));
+    }
+
+    /// Attack (rule 4): a native manifest whose program lies where the
+    /// install cannot keep it: in another extension's folder (`..`), or in
+    /// a folder someone else can write, where it could be swapped after the
+    /// user accepted it while `ext verify` stays green. A command found on
+    /// `PATH`, a file in the folder and a system program are taken as they
+    /// are, and arguments (which the consent screen shows) too.
+    #[test]
+    fn a_native_program_outside_the_folder_is_one_only_the_user_and_root_can_change() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let setup = Setup::new();
+        let write = |text: &str| std::fs::write(setup.src().join(MANIFEST_FILE), text).unwrap();
+        // A folder every user may write (as `/tmp`), one its group may.
+        let public = setup.tmp.path().join("pub");
+        let shared = setup.tmp.path().join("group");
+        for (folder, mode) in [(&public, 0o1777), (&shared, 0o775)] {
+            std::fs::create_dir(folder).unwrap();
+            std::fs::set_permissions(folder, std::fs::Permissions::from_mode(mode)).unwrap();
+            std::fs::write(folder.join("run.sh"), "#!/bin/sh\n").unwrap();
+        }
+        let run = public.join("run.sh").display().to_string();
+        let grouped = shared.join("run.sh").display().to_string();
+        let not_kept = "an install neither copies it nor locks it, so `ext verify` would not \
+                        see it change";
+        let replaceable = |place: &Path, why: &str| {
+            format!(
+                "lies outside the extension's folder, and `{}` {why}: what runs could be \
+                 replaced after you accept it, and {not_kept}; put the file in the folder, or \
+                 name a command found on `PATH`",
+                place.display()
+            )
+        };
+        let climbs = format!(
+            "climbs out of the extension's folder with `..`; {not_kept}: put the file in the \
+             folder, or name a command found on `PATH`"
+        );
+        let every_user = replaceable(&public, "is writable by every user");
+        let cases = [
+            (
+                format!(r#""exec":"{run}""#),
+                format!("its `exec` `{run}` {every_user}"),
+            ),
+            (
+                // Not there yet: whoever creates it first decides.
+                format!(r#""exec":"{}/later.sh""#, public.display()),
+                format!("its `exec` `{}/later.sh` {every_user}", public.display()),
+            ),
+            (
+                format!(r#""exec":"{grouped}""#),
+                format!(
+                    "its `exec` `{grouped}` {}",
+                    replaceable(&shared, "is writable by its group")
+                ),
+            ),
+            (
+                r#""exec":"../other/run.sh""#.to_owned(),
+                format!("its `exec` `../other/run.sh` {climbs}"),
+            ),
+            (
+                r#""exec":"lib/../../other/run.sh""#.to_owned(),
+                format!("its `exec` `lib/../../other/run.sh` {climbs}"),
+            ),
+        ];
+        for (fields, refusal) in cases {
+            write(&format!(r#"{{"name":"demo",{fields}}}"#));
+            assert_eq!(setup.refusal(), refusal, "{fields}");
+        }
+        // Another user's file in a folder only they may write.
+        let theirs = setup.tmp.path().join("theirs");
+        std::fs::create_dir(&theirs).unwrap();
+        std::fs::write(theirs.join("run.sh"), "#!/bin/sh\n").unwrap();
+        if nix::unistd::chown(&theirs, Some(nix::unistd::Uid::from_raw(54_321)), None).is_ok() {
+            write(&format!(
+                r#"{{"name":"demo","exec":"{}/run.sh"}}"#,
+                theirs.display()
+            ));
+            assert!(
+                setup
+                    .refusal()
+                    .ends_with(&replaceable(&theirs, "belongs to another user (uid 54321)")),
+                "{}",
+                setup.refusal()
+            );
+        }
+        // What the install can vouch for, or leaves to `PATH` as zot does.
+        for fields in [
+            r#""exec":"./run.sh","args":["lib/b.txt"]"#,
+            r#""exec":"sh","args":["./run.sh"]"#,
+            r#""exec":"/bin/sh","args":["-e","./run.sh"]"#,
+            r#""exec":"sh","args":["--rcfile=/tmp/x","https://example.com/a/../b"]"#,
+            r#""exec":"sh","args":["/tmp/log.jsonl","../data"]"#,
+        ] {
+            write(&format!(r#"{{"name":"demo","files":["*"],{fields}}}"#));
+            assert!(setup.plan().is_ok(), "{fields}: {:?}", setup.plan().err());
+        }
+        let outside: Vec<&str> = [
+            "-e",
+            "run.sh",
+            "./lib/b.txt",
+            "/tmp/x.sh",
+            "../x",
+            "a/../../x",
+        ]
+        .into_iter()
+        .chain(["--db=/x", "https://example.com/../b", "x..y"])
+        .filter(|arg| names_a_path_outside(arg))
+        .collect();
+        assert_eq!(outside, ["/tmp/x.sh", "../x", "a/../../x"]);
     }
 
     /// The planned paths of `src/` with `manifest` as its manifest.
