@@ -515,13 +515,18 @@ fn trusting_runs_it_and_one_changed_byte_makes_it_untrusted_again() {
 #[test]
 fn a_script_a_workspace_tool_runs_is_covered_by_trust() {
     // Attack: the same script named with quotes, from a folder `cd` went
-    // to, or in a line handed to a shell, was not covered: edited after
-    // trust, it ran.
+    // to, in a line handed to a shell, as the program itself, as what a
+    // redirection feeds the shell, or by a glob, was not covered: edited
+    // after trust, it ran.
     for (command, shell) in [
         ("sh scripts/build.sh {arg}", false),
         ("sh scripts/\"build.sh\" {arg}", false),
         ("cd scripts && sh build.sh {arg}", true),
         ("bash -c 'cd scripts && sh build.sh'", false),
+        ("./scripts/build.sh {arg}", false),
+        ("scripts/build.sh", false),
+        ("sh < scripts/build.sh", true),
+        ("sh s*/b?ild.sh", true),
     ] {
         let lab = Lab::new();
         let ws = &lab.workspace;
@@ -533,7 +538,9 @@ fn a_script_a_workspace_tool_runs_is_covered_by_trust() {
         );
         let script = ws.join("scripts/build.sh");
         std::fs::create_dir_all(script.parent().expect("parent")).expect("scripts");
-        std::fs::write(&script, "echo benign build\n").expect("script");
+        std::fs::write(&script, "#!/bin/sh\necho benign build\n").expect("script");
+        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .expect("mode");
         let trust = lab.zotbox_in(ws, &["trust", "--yes"]);
         trust.expect_code(0);
         assert!(
@@ -551,7 +558,7 @@ fn a_script_a_workspace_tool_runs_is_covered_by_trust() {
             "{command}"
         );
 
-        std::fs::write(&script, "echo EVIL\n").expect("script");
+        std::fs::write(&script, "#!/bin/sh\necho EVIL\n").expect("script");
         let call = lab.zotbox_in(ws, &["call", "build"]);
         call.expect_code(3);
         assert!(

@@ -111,10 +111,12 @@ const SPECIAL: &[char] = &[
 
 /// The words of each simple command in `command` as `sh` splits them
 /// (quotes and backslashes taken away, each redirection's operator a word
-/// of its own): the line's commands first, then those of each substitution
-/// as it closes. No expansion: a word the line computes stays as written.
+/// of its own and its target the next), the program as written
+/// (`./scripts/build.sh`, not `build.sh`): the line's commands first, then
+/// those of each substitution as it closes. No expansion: a word the line
+/// computes stays as written.
 pub(crate) fn simple_commands(command: &str) -> impl Iterator<Item = Vec<String>> {
-    Lexer::run(command)
+    Lexer::run_as_written(command)
         .lists
         .into_iter()
         .flat_map(|list| list.commands.into_iter().map(|simple| simple.words))
@@ -628,12 +630,18 @@ struct List {
 }
 
 impl List {
-    fn push(&mut self, words: Vec<String>) {
+    /// Adds a simple command: as [`simple`] reads it, or its words as
+    /// they are when `as_written`.
+    fn push(&mut self, words: Vec<String>, as_written: bool) {
         if !self.commands.is_empty() {
             self.operators.push(self.pending.take().unwrap_or(";"));
         }
         self.pending = None;
-        self.commands.push(simple(words));
+        self.commands.push(if as_written {
+            Simple { words, program: 0 }
+        } else {
+            simple(words)
+        });
     }
 }
 
@@ -691,6 +699,9 @@ struct Lexer<'a> {
     parsed: Parsed,
     /// How many parameter expansions this line lies in (see `braced`).
     nesting: usize,
+    /// Each simple command's words are kept as they are, not read by
+    /// [`simple`]: redirections kept, the program not shortened.
+    as_written: bool,
 }
 
 /// Parameter expansions read inside one another before the line counts as
@@ -699,10 +710,15 @@ const MAX_EXPANSIONS: usize = 8;
 
 impl<'a> Lexer<'a> {
     fn run(command: &'a str) -> Parsed {
-        Self::run_nested(command, 0)
+        Self::run_nested(command, 0, false)
     }
 
-    fn run_nested(command: &'a str, nesting: usize) -> Parsed {
+    /// [`Lexer::run`], each simple command's words as they are.
+    fn run_as_written(command: &'a str) -> Parsed {
+        Self::run_nested(command, 0, true)
+    }
+
+    fn run_nested(command: &'a str, nesting: usize, as_written: bool) -> Parsed {
         let mut lexer = Lexer {
             chars: command.chars().peekable(),
             frames: vec![Frame {
@@ -718,6 +734,7 @@ impl<'a> Lexer<'a> {
             quote: Quote::None,
             parsed: Parsed::default(),
             nesting,
+            as_written,
         };
         while let Some(c) = lexer.chars.next() {
             match lexer.quote {
@@ -761,7 +778,7 @@ impl<'a> Lexer<'a> {
             return;
         };
         if !words.is_empty() {
-            frame.list.push(words);
+            frame.list.push(words, self.as_written);
         }
         if operator.is_some() && !frame.list.commands.is_empty() {
             frame.list.pending = operator;
@@ -926,7 +943,7 @@ impl<'a> Lexer<'a> {
                 word.push('}');
                 if text.contains(['$', '`']) {
                     if self.nesting < MAX_EXPANSIONS {
-                        let inner = Lexer::run_nested(&text, self.nesting + 1);
+                        let inner = Lexer::run_nested(&text, self.nesting + 1, self.as_written);
                         self.parsed.lists.extend(inner.lists);
                         self.parsed.unbalanced |= inner.unbalanced;
                     } else {
@@ -1495,6 +1512,25 @@ mod tests {
                 many.len()
             );
         }
+    }
+
+    /// What trust covers reads the words as written: the program with its
+    /// path and a redirection with its target, inside substitutions too.
+    #[test]
+    fn simple_commands_keep_the_words_as_written() {
+        let words: Vec<Vec<String>> =
+            simple_commands("./scripts/b.sh 'x y'; sh < scripts/g.sh && echo \"$(tools/lint -q)\"")
+                .collect();
+        assert_eq!(
+            words,
+            [
+                vec!["./scripts/b.sh", "x y"],
+                vec!["sh", "<", "scripts/g.sh"],
+                vec!["echo", ""],
+                vec!["tools/lint", "-q"],
+            ]
+            .map(|words| words.into_iter().map(str::to_owned).collect::<Vec<_>>())
+        );
     }
 
     #[test]

@@ -485,10 +485,14 @@ impl<'a> Scanner<'a> {
     /// The files `command`'s words name, each tried from the workspace
     /// (where the tool runs) and from every folder an earlier `cd` of the
     /// line went to. The words are read as the guard's deny rules read a
-    /// command (`sh scripts/"build.sh"` names `scripts/build.sh`); a word
-    /// of several words is read again as a line of its own, for it may be
-    /// a script the tool hands a shell (`bash -c "sh scripts/build.sh"`).
-    /// Trying a word that names no file costs nothing but the look.
+    /// command (`sh scripts/"build.sh"` names `scripts/build.sh`), but as
+    /// written: the program with its path (`./scripts/build.sh`), and a
+    /// redirection's target (`sh < scripts/build.sh`); a glob names what it
+    /// matches now (`sh s*/build.sh`); a word of several words is read
+    /// again as a line of its own, for it may be a script the tool hands a
+    /// shell (`bash -c "sh scripts/build.sh"`). Trying a word that names no
+    /// file costs nothing but the look. A name the line computes as it
+    /// runs (`sh "$SCRIPT"`) is not followed.
     fn template_named_files(
         &mut self,
         command: &str,
@@ -512,8 +516,14 @@ impl<'a> Scanner<'a> {
                 if index > 0 && words[index - 1] == "cd" {
                     folders.push(self.workspace.join(word));
                 }
+                let glob = word.contains(['*', '?', '[']);
                 for folder in folders.iter() {
                     self.cover_named(&folder.join(word), None, rel)?;
+                    if glob {
+                        for matched in glob_matches(folder, word) {
+                            self.cover_named(&matched, None, rel)?;
+                        }
+                    }
                 }
             }
         }
@@ -754,6 +764,57 @@ enum Digested {
         executable: bool,
     },
     Special(&'static str),
+}
+
+/// The most paths one glob of a tool's template is taken to name.
+const MAX_GLOB_MATCHES: usize = 256;
+
+/// What `word`, a glob (`scripts/*.sh`, `s*/build.sh`), matches from
+/// `folder` as the shell would expand it when the line runs: each
+/// component matched against the entries of the folders the ones before
+/// it matched (a name starting with `.` only by a component that does).
+/// At most [`MAX_GLOB_MATCHES`] paths a component, so a template's author
+/// cannot make the review walk the whole disk.
+fn glob_matches(folder: &Path, word: &str) -> Vec<PathBuf> {
+    let mut places = vec![if word.starts_with('/') {
+        PathBuf::from("/")
+    } else {
+        folder.to_owned()
+    }];
+    for component in word.split('/').filter(|c| !c.is_empty() && *c != ".") {
+        if !component.contains(['*', '?', '[']) {
+            for place in &mut places {
+                place.push(component);
+            }
+            continue;
+        }
+        let Ok(glob) = globset::GlobBuilder::new(component)
+            .literal_separator(true)
+            .build()
+        else {
+            return Vec::new();
+        };
+        let matcher = glob.compile_matcher();
+        let mut matched = Vec::new();
+        'places: for place in &places {
+            let Ok(entries) = std::fs::read_dir(place) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let name = entry.file_name();
+                let hidden = name.as_encoded_bytes().starts_with(b".");
+                if (hidden && !component.starts_with('.')) || !matcher.is_match(&name) {
+                    continue;
+                }
+                matched.push(place.join(&name));
+                if matched.len() >= MAX_GLOB_MATCHES {
+                    break 'places;
+                }
+            }
+        }
+        places = matched;
+    }
+    places
 }
 
 /// The files `manifest` makes zot or zotbox run, as paths from its
