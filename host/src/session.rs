@@ -189,7 +189,16 @@ impl Session {
         let (outgoing, outgoing_rx) = mpsc::channel(OUTGOING_QUEUE);
         tokio::spawn(write_loop(input, outgoing_rx));
 
-        let handshake = handshake(&name, hello_ack, &config, &mut reader, &outgoing, &events);
+        let mut unreadable = UnreadableLines::default();
+        let handshake = handshake(
+            &name,
+            hello_ack,
+            &config,
+            &mut reader,
+            &mut unreadable,
+            &outgoing,
+            &events,
+        );
         let registration = match handshake.await {
             Ok(registration) => registration,
             Err(err) => {
@@ -228,7 +237,7 @@ impl Session {
             control,
             exit,
         });
-        tokio::spawn(read_loop(inner.clone(), reader, events));
+        tokio::spawn(read_loop(inner.clone(), reader, unreadable, events));
         Ok(Self { inner })
     }
 
@@ -666,6 +675,7 @@ fn lock(pending: &Mutex<Pending>) -> std::sync::MutexGuard<'_, Pending> {
 async fn read_loop(
     inner: Arc<Inner>,
     mut reader: ExtensionReader,
+    mut unreadable: UnreadableLines,
     events: broadcast::Sender<HostEvent>,
 ) {
     let mut exit = inner.exit.clone();
@@ -691,7 +701,7 @@ async fn read_loop(
                     inner.close(Closed::Exited(Exit::Killed(why)));
                     break;
                 }
-                Some(Err(err)) => tracing::warn!("{}: {err}", inner.label),
+                Some(Err(err)) => unreadable.report(&inner.name, &err),
                 Some(Ok(frame)) => dispatch(&inner, frame, &events),
             },
             changed = exit.changed(), if exit_watch_live => {
@@ -704,6 +714,7 @@ async fn read_loop(
             () = drain => break,
         }
     }
+    unreadable.sum_up(&inner.name);
     let reason = ended_reason(inner.exit.clone()).await;
     if let Some(reason) = inner.close(reason) {
         tracing::debug!("{}: session ended: {reason}", inner.label);
@@ -713,6 +724,47 @@ async fn read_loop(
     // a second copy beside it).
     if inner.exit.borrow().is_none() {
         inner.control.kill();
+    }
+}
+
+/// How many lines of an extension's output that are not frames are logged
+/// one by one; past them they are counted, and the count logged when the
+/// session ends. What an extension writes must not grow the log without
+/// bound (`THREATS.md` rule 6: an endless stream of garbage wrote 234 MB
+/// of warnings to the terminal in 25 s).
+const LOGGED_UNREADABLE_LINES: u64 = 16;
+
+/// The lines of one extension's output that were not frames, as logged.
+#[derive(Debug, Default)]
+struct UnreadableLines {
+    seen: u64,
+}
+
+impl UnreadableLines {
+    /// Logs a line that did not decode, or counts it past
+    /// [`LOGGED_UNREADABLE_LINES`].
+    fn report(&mut self, name: &str, err: &Undecoded) {
+        self.seen = self.seen.saturating_add(1);
+        if self.seen <= LOGGED_UNREADABLE_LINES {
+            tracing::warn!("extension `{name}`: {err}");
+        }
+        if self.seen == LOGGED_UNREADABLE_LINES {
+            tracing::warn!(
+                "extension `{name}`: {LOGGED_UNREADABLE_LINES} lines were not frames; more are \
+                 counted, not logged"
+            );
+        }
+    }
+
+    /// Logs how many lines were counted and not logged, if any were.
+    fn sum_up(&self, name: &str) {
+        if self.seen > LOGGED_UNREADABLE_LINES {
+            tracing::warn!(
+                "extension `{name}`: {} lines in all were not frames, {} of them not logged",
+                self.seen,
+                self.seen - LOGGED_UNREADABLE_LINES
+            );
+        }
     }
 }
 

@@ -829,3 +829,83 @@ async fn build_returns_only_once_a_failed_start_is_recorded() {
     }
     assert!(early.is_empty(), "right after build(): {early:?}");
 }
+
+/// An extension that writes lines that are not frames without end, before
+/// its `hello` or after it: a reader that always has a line ready was
+/// polled before the deadline's timer, so the host waited for it forever
+/// (`zotbox list`, `check` and `call` never answered, and a check a user
+/// rule refuses was never refused). Both deadlines hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endless_garbage_before_or_after_hello_meets_the_deadlines() {
+    let lab = Lab::new();
+    let hello = r#"{"type":"hello","name":"flood","version":"1.0.0"}"#;
+    for (script, reason) in [
+        (
+            "exec yes garbage".to_owned(),
+            "extension `flood` sent no `hello` within 300ms",
+        ),
+        (
+            format!("echo '{hello}'; exec yes garbage"),
+            "extension `flood` did not finish registering within 300ms",
+        ),
+    ] {
+        let dir = lab.dev.join("flood");
+        write_json(
+            &dir.join("extension.json"),
+            &json!({"name": "flood", "exec": "sh", "args": ["-c", script]}),
+        );
+        let host = bounded(
+            "a host over an extension writing garbage",
+            lab.builder()
+                .hello_timeout(Duration::from_millis(300))
+                .restart_policy(RestartPolicy::never())
+                .extension(&dir)
+                .build(),
+        )
+        .await
+        .expect("build");
+        let entry = settled(&host, "flood").await;
+        assert_eq!(entry.state, ExtensionState::Failed, "{script}");
+        assert_eq!(entry.reason.as_deref(), Some(reason), "{script}");
+        host.shutdown().await;
+    }
+}
+
+/// What an extension writes must not grow zotbox's log without bound
+/// (rule 6): lines that are not frames are logged a few at a time, then
+/// counted. Here an endless stream of them after `ready` wrote hundreds of
+/// thousands of warnings a second to the terminal.
+#[test]
+fn lines_that_are_not_frames_are_logged_a_few_then_counted() {
+    let lab = Lab::new();
+    let dir = lab.dev.join("flood");
+    let frames = r#"{"type":"hello","name":"flood","version":"1.0.0"}
+{"type":"ready"}"#;
+    write_json(
+        &dir.join("extension.json"),
+        &json!({"name": "flood", "exec": "sh",
+                "args": ["-c", format!("echo '{frames}'; exec yes garbage")]}),
+    );
+    let dir = dir.display().to_string();
+    let run = crate::support::zotbox_bounded(&lab, &["-e", &dir, "list"]);
+    run.expect_code(0);
+    let warnings: Vec<&str> = run
+        .stderr
+        .lines()
+        .filter(|line| line.contains("extension `flood`"))
+        .collect();
+    // Sixteen, the line that says the rest are counted, and the count.
+    assert!(
+        warnings.len() <= 18,
+        "{} lines about the extension:\n{}",
+        warnings.len(),
+        run.stderr
+    );
+    assert!(
+        warnings
+            .iter()
+            .any(|line| line.contains("16 lines were not frames; more are counted, not logged")),
+        "{}",
+        run.stderr
+    );
+}

@@ -36,19 +36,27 @@ pub(super) async fn handshake(
     hello_ack: HelloAck,
     config: &SessionConfig,
     reader: &mut super::ExtensionReader,
+    unreadable: &mut super::UnreadableLines,
     outgoing: &mpsc::Sender<Outgoing>,
     events: &broadcast::Sender<HostEvent>,
 ) -> Result<Registration, HandshakeFailure> {
     let started = Instant::now();
+    let no_hello = || {
+        HandshakeFailure::Error(SessionError::NoHello {
+            name: name.to_string(),
+            after: config.hello_timeout,
+        })
+    };
     let hello = loop {
         let remaining = config.hello_timeout.saturating_sub(started.elapsed());
+        // A reader that always has a line ready is polled before the
+        // timer: a deadline passed is checked here, or an extension that
+        // writes lines without end would never be timed out.
+        if remaining.is_zero() {
+            return Err(no_hello());
+        }
         match timeout(remaining, reader.next()).await {
-            Err(_) => {
-                return Err(HandshakeFailure::Error(SessionError::NoHello {
-                    name: name.to_string(),
-                    after: config.hello_timeout,
-                }));
-            }
+            Err(_) => return Err(no_hello()),
             Ok(None) => return Err(HandshakeFailure::Ended),
             Ok(Some(Ok(ExtensionFrame::Hello(hello)))) => break hello,
             Ok(Some(Ok(other))) => {
@@ -58,7 +66,7 @@ pub(super) async fn handshake(
                 }));
             }
             // Stray output before hello is reported and skipped.
-            Ok(Some(Err(err))) => tracing::warn!("extension `{name}`: {err}"),
+            Ok(Some(Err(err))) => unreadable.report(name, &err),
         }
     };
     if let Ok(line) = encode_to_vec(&HostFrame::HelloAck(hello_ack)) {
@@ -66,22 +74,28 @@ pub(super) async fn handshake(
     }
     let mut registrar = Registrar::new(name, &config.registrations, hello);
     let registration_deadline = Instant::now() + config.hello_timeout;
+    let registration_timeout = || {
+        HandshakeFailure::Error(SessionError::RegistrationTimeout {
+            name: name.to_string(),
+            after: config.hello_timeout,
+        })
+    };
     loop {
-        let idle = Instant::now() + config.ready_idle;
+        let now = Instant::now();
+        // As above: lines that keep coming must not outlast the deadline.
+        if now >= registration_deadline {
+            return Err(registration_timeout());
+        }
+        let idle = now + config.ready_idle;
         let frame =
             match tokio::time::timeout_at(idle.min(registration_deadline), reader.next()).await {
                 // Silence: zot's idle watchdog treats this as ready.
                 Err(_) if idle <= registration_deadline => break,
                 // Frames kept coming until the deadline.
-                Err(_) => {
-                    return Err(HandshakeFailure::Error(SessionError::RegistrationTimeout {
-                        name: name.to_string(),
-                        after: config.hello_timeout,
-                    }));
-                }
+                Err(_) => return Err(registration_timeout()),
                 Ok(None) => return Err(HandshakeFailure::Ended),
                 Ok(Some(Err(err))) => {
-                    tracing::warn!("extension `{name}`: {err}");
+                    unreadable.report(name, &err);
                     continue;
                 }
                 Ok(Some(Ok(frame))) => frame,
