@@ -581,7 +581,7 @@ fn is_plain(command: &str) -> bool {
         return false;
     }
     let first = command.split(' ').next().unwrap_or_default();
-    !(RESERVED.contains(&first) || wrapper_named(first).is_some())
+    !(RESERVED.contains(&first) || first == "coproc" || wrapper_named(first).is_some())
 }
 
 /// Appends `word` after a space; an empty word (`''`) adds nothing, so
@@ -896,7 +896,7 @@ impl<'a> Lexer<'a> {
     /// `>|`), its target as the next.
     fn redirection(&mut self, c: char) {
         let mut operator = match self.word.take() {
-            Some(fd) if !fd.is_empty() && fd.chars().all(|d| d.is_ascii_digit()) => fd,
+            Some(fd) if is_descriptor(&fd) => fd,
             other => {
                 self.word = other;
                 self.end_word();
@@ -1092,6 +1092,13 @@ fn simple(words: Vec<String>) -> Simple {
                 continue;
             }
         }
+        if wrapping.is_none() && word == "coproc" {
+            // bash's `coproc [NAME] command`: a NAME stands only before a
+            // compound command (`coproc worker { rm -rf x; }`).
+            let named = words.get(index + 2).is_some_and(|w| w == "{");
+            index += if named { 2 } else { 1 };
+            continue;
+        }
         let skip = is_assignment(word) || (wrapping.is_none() && RESERVED.contains(&word.as_str()));
         if skip {
             index += 1;
@@ -1114,11 +1121,23 @@ fn simple(words: Vec<String>) -> Simple {
 /// A redirection operator as [`Lexer::redirection`] keeps it: an optional
 /// descriptor number, then `<` or `>` and the operator's other characters.
 fn is_redirection(word: &str) -> bool {
-    let operator = word.trim_start_matches(|c: char| c.is_ascii_digit());
-    operator.starts_with(['<', '>'])
+    let start = word.find(['<', '>']).unwrap_or(word.len());
+    let (descriptor, operator) = word.split_at(start);
+    (descriptor.is_empty() || is_descriptor(descriptor))
+        && operator.starts_with(['<', '>'])
         && operator
             .chars()
             .all(|c| matches!(c, '<' | '>' | '&' | '|' | '-'))
+}
+
+/// What may stand before a redirection's operator: a descriptor's number
+/// (`2>`), or bash's `{NAME}`, which opens a new one and puts its number
+/// in `NAME` (`{fd}>/dev/null rm -rf x` runs `rm -rf x`).
+fn is_descriptor(word: &str) -> bool {
+    if let Some(name) = word.strip_prefix('{').and_then(|w| w.strip_suffix('}')) {
+        return crate::capability::is_variable_name(name);
+    }
+    !word.is_empty() && word.chars().all(|d| d.is_ascii_digit())
 }
 
 /// `NAME=value`.
@@ -1405,6 +1424,13 @@ mod tests {
             ("/bin/ch?od 777 x", "chmod 777 x"),
             ("[c]hmod 777 x", "chmod 777 x"),
             ("/usr/bin/r[!a-l]* -rf x", "rm -rf x"),
+            // bash opens a descriptor for `{NAME}>` and runs the rest.
+            ("{fd}>/dev/null rm -rf x", "rm -rf x"),
+            ("rm {fd}<in -rf x", "rm -rf x"),
+            // A coprocess runs its command, named or not.
+            ("coproc rm -rf x", "rm -rf x"),
+            ("coproc worker { rm -rf x; }", "rm -rf x"),
+            ("coproc { rm -rf x; }", "rm -rf x"),
         ] {
             let forms = normal_forms(command);
             assert!(forms.iter().any(|f| f == meant), "{command:?}: {forms:?}");
