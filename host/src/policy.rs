@@ -973,9 +973,28 @@ fn parse(text: &str, path: &Path) -> Result<PolicyFile, FileError> {
             path: path.to_owned(),
             detail,
         })?;
+    no_nulls(text, path)?;
     validate_publishing(&parsed.value, path)?;
     validate_ceilings(&parsed.value, path)?;
     Ok(parsed.value)
+}
+
+/// A key set to `null` is refused: read as absent it means "no ceiling",
+/// which `"http": null` may well have been written to say the opposite of.
+fn no_nulls(text: &str, path: &Path) -> Result<(), FileError> {
+    let Ok(keys) = serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(text) else {
+        return Ok(());
+    };
+    match keys.iter().find(|(_, value)| value.is_null()) {
+        Some((key, _)) => Err(FileError::Invalid {
+            path: path.to_owned(),
+            field: key.clone(),
+            problem: "is `null`, which could mean none or no ceiling: leave the key out for no \
+                      ceiling, or give it a value (`[]` allows nothing)"
+                .to_owned(),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// Ceilings that could hold nothing are refused rather than applied: a
@@ -1597,6 +1616,15 @@ mod tests {
             (
                 r#"{"env":["A=B"]}"#,
                 "field `env[0]` `A=B` is not a variable name",
+            ),
+            // `null` could mean none or no ceiling: neither is guessed.
+            (
+                r#"{"shell":false,"http":null}"#,
+                "field `http` is `null`, which could mean none or no ceiling",
+            ),
+            (
+                r#"{"max_memory_mb":null}"#,
+                "field `max_memory_mb` is `null`",
             ),
             // Anything after the object is refused, not ignored.
             (r#"{"shell":true} {"shell":false}"#, "trailing characters"),
