@@ -458,6 +458,42 @@ async fn an_update_that_turns_native_is_asked_again() {
     assert!(!site.lab.dev.join("native-ran").exists());
 }
 
+/// Attack: an update that declares an origin the policy refuses today.
+/// It grants nothing now, so the granted sets compared equal and it was
+/// installed without a question; but the day the policy allows the origin
+/// it is granted, and no install asks then. So it is asked about now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_update_declaring_what_the_policy_refuses_now_is_asked_again() {
+    let (site, before) = Site::with_notes_installed().await;
+    site.policy(&json!({"http": ["https://a.example"]}));
+    site.publish("1.1.0", &["https://a.example", "https://b.example"], true);
+    site.index(None, None);
+    let run = site.zotbox(&["ext", "update", "notes"]);
+    run.expect_code(1);
+    assert!(
+        run.stdout.contains(
+            "  + http https://b.example (declared, refused by the policy now: granted if it \
+             allows it later)"
+        ),
+        "{run:#?}"
+    );
+    assert_eq!(
+        error_line(&run),
+        "error: not installing `notes` without confirmation: stdin is not a terminal; pass \
+         --yes to accept the capabilities shown above"
+    );
+    assert_eq!(site.installed_version().as_deref(), Some("1.0.0"));
+    assert_eq!(site.locked(), Some(before));
+    // Once accepted, the same declaration is no news.
+    site.zotbox(&["ext", "update", "notes", "--yes"])
+        .expect_code(0);
+    assert_eq!(site.installed_version().as_deref(), Some("1.1.0"));
+    site.publish("1.2.0", &["https://a.example", "https://b.example"], true);
+    site.index(None, None);
+    site.zotbox(&["ext", "update", "notes"]).expect_code(0);
+    assert_eq!(site.installed_version().as_deref(), Some("1.2.0"));
+}
+
 /// Attack: a second registry the user added lists the same name at a
 /// higher version. An update asks only the registry the extension came
 /// from: not when that registry no longer lists it, not when it cannot be

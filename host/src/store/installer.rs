@@ -350,10 +350,16 @@ pub async fn check_update(
     // installed now is read from its (locked) folder; unreadable counts as
     // sandboxed, so the question is asked rather than skipped.
     let native = |manifest: &Manifest| matches!(manifest.program, Program::Native { .. });
-    let was_native = Manifest::load(&dir.join(MANIFEST_FILE)).is_ok_and(|m| native(&m));
+    let installed = Manifest::load(&dir.join(MANIFEST_FILE)).ok();
+    let was_native = installed.as_ref().is_some_and(native);
     if native(pending.plan().manifest()) && !was_native {
         added.insert(0, TURNS_NATIVE.to_owned());
     }
+    added.extend(newly_declared_refused(
+        policy,
+        installed.as_ref(),
+        pending.plan(),
+    ));
     // Another signer is another author, whatever the grant: asked about.
     let signer = pending.provenance().publisher_key.as_deref();
     if !same_publisher(locked, pending.provenance()) {
@@ -378,6 +384,35 @@ pub async fn check_update(
         removed,
         pending,
     }))
+}
+
+/// What an update newly declares that the policy refuses now, as
+/// `capability value (…)` lines: granted the day the policy allows it,
+/// with no install asking again, so asked about now (rule 2 of
+/// `THREATS.md`: an update that asks for more asks again). What the
+/// installed version declared already was shown when it was installed; an
+/// installed manifest that cannot be read counts as declaring nothing.
+fn newly_declared_refused(
+    policy: &Policy,
+    installed: Option<&Manifest>,
+    plan: &crate::store::install::Plan,
+) -> Vec<String> {
+    let before = installed
+        .map(|manifest| policy.grant(&manifest.raw.capabilities).rows)
+        .unwrap_or_default();
+    let mut lines = Vec::new();
+    for row in policy.grant(&plan.declared()).rows {
+        let was = before.iter().find(|old| old.capability == row.capability);
+        for refusal in &row.refused {
+            if !was.is_some_and(|was| was.declared.contains(&refusal.item)) {
+                lines.push(format!(
+                    "{} {} (declared, refused by the policy now: granted if it allows it later)",
+                    row.capability, refusal.item
+                ));
+            }
+        }
+    }
+    lines
 }
 
 /// Whether `now` is signed by the publisher `locked` was: by key where the
