@@ -12,9 +12,10 @@
 //!    quotes and inside a parameter expansion's word: `${x:-$(…)}`), so
 //!    `x; /bin/rm -rf y` or `echo "$(git push)"` is caught.
 //! 3. The program is reduced to its basename (`/usr/bin/git` is `git`), past
-//!    leading assignments, redirections, reserved words (`if`, `{`, `!`, …)
-//!    and the wrappers that run their argument (`exec`, `command`, `env`,
-//!    `sudo`, `timeout`, …) with their options, the values those take
+//!    leading assignments, redirections (bash's `{fd}>` too), reserved
+//!    words (`if`, `{`, `!`, `coproc` with its name, …) and the wrappers that
+//!    run their argument (`exec`, `command`, `env`, `sudo`, `timeout`,
+//!    `flock`, `strace`, …) with their options, the values those take
 //!    (`sudo -u root`) and their operands (`timeout 5`).
 //! 4. A line `sh` would reject (an unclosed quote) is read as far as it goes
 //!    and, conservatively, also with every quote character and backslash
@@ -69,16 +70,25 @@ const fn wrapper(name: &'static str, valued: &'static str, operands: usize) -> W
 /// Programs that run a later word as a program.
 const WRAPPERS: &[Wrapper] = &[
     wrapper("builtin", "", 0),
+    wrapper("busybox", "", 0),
+    wrapper("chroot", "--userspec --groups", 1),
     wrapper("chrt", "", 1),
     wrapper("command", "", 0),
     wrapper("doas", "-u -C", 0),
     wrapper("env", "-u --unset -C --chdir", 0),
     wrapper("exec", "-a", 0),
+    wrapper("flock", "-w --timeout -E --conflict-exit-code", 1),
     wrapper("ionice", "-c --class -n --classdata", 0),
     wrapper("nice", "-n --adjustment", 0),
     wrapper("nohup", "", 0),
     wrapper("setsid", "", 0),
     wrapper("stdbuf", "-i --input -o --output -e --error", 0),
+    wrapper(
+        "strace",
+        "-o --output -e -p --attach -s --string-limit -E --env -u --user -a --columns -P \
+         --trace-path -I --interruptible -b --detach-on -X --const-print-style -S --summary-sort-by",
+        0,
+    ),
     wrapper(
         "sudo",
         "-u --user -g --group -h --host -p --prompt -C --close-from -D --chdir -r --role -t \
@@ -88,6 +98,12 @@ const WRAPPERS: &[Wrapper] = &[
     wrapper("taskset", "", 1),
     wrapper("time", "-f --format -o --output", 0),
     wrapper("timeout", "-s --signal -k --kill-after", 1),
+    wrapper(
+        "unshare",
+        "-S --setuid -G --setgid -R --root -w --wd --map-user --map-group --propagation",
+        0,
+    ),
+    wrapper("watch", "-n --interval -q --equexit", 0),
     wrapper(
         "xargs",
         "-I -n --max-args -P --max-procs -s --max-chars -L --max-lines -d --delimiter -E -a \
@@ -1267,6 +1283,12 @@ mod tests {
             ("timeout -s KILL 5 curl x", &["curl x"]),
             ("setsid curl x", &["curl x"]),
             ("stdbuf -o0 curl x", &["curl x"]),
+            ("busybox curl x", &["curl x"]),
+            ("chroot / curl x", &["curl x"]),
+            ("flock -w 5 /tmp/lock curl x", &["curl x"]),
+            ("strace -f -o /dev/null curl x", &["curl x"]),
+            ("unshare -r curl x", &["curl x"]),
+            ("watch -n 5 curl x", &["curl x"]),
             (
                 "nice -n 5 sudo -u root /usr/bin/curl x",
                 &["curl x", "nice -n 5 sudo -u root curl x"],
