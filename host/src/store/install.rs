@@ -890,18 +890,30 @@ fn leaves_the_folder_unsafely(path: &str) -> Option<String> {
     ))
 }
 
-/// The first of the folders above absolute `path` and `path` itself (as
-/// the system resolves them, from the deepest that exists) that someone
-/// other than the user and root could change, with why: owned by another
-/// user, or writable by its group or by everyone. `/tmp` is (a sticky
-/// folder lets anyone create a name that is not there yet).
+/// The first place on the way to absolute `path` (from the deepest part
+/// of it that exists) that someone other than the user and root could
+/// change, with why: owned by another user, or writable by its group or by
+/// everyone. The places are the folders of the path as written (a link is
+/// replaced by whoever can write its folder) and the file and folders it
+/// resolves to. `/tmp` is one (a sticky folder lets anyone create a name
+/// that is not there yet), and so is a link that leads nowhere now.
 fn others_can_replace(path: &Path) -> Option<(PathBuf, String)> {
     use std::os::unix::fs::MetadataExt as _;
     let me = nix::unistd::geteuid().as_raw();
-    let existing = path
+    let written = path
         .ancestors()
-        .find_map(|place| std::fs::canonicalize(place).ok())?;
-    existing.ancestors().find_map(|place| {
+        .find(|place| place.symlink_metadata().is_ok())?;
+    let Ok(resolved) = std::fs::canonicalize(written) else {
+        return Some((
+            written.to_owned(),
+            "is a link to nothing yet, which whoever creates it decides".to_owned(),
+        ));
+    };
+    // The link's own folder first, then where it leads, then the rest.
+    let places = (written.ancestors().skip(1).take(1))
+        .chain(resolved.ancestors())
+        .chain(written.ancestors().skip(2));
+    places.into_iter().find_map(|place| {
         let meta = std::fs::metadata(place).ok()?;
         let why = if meta.uid() != 0 && meta.uid() != me {
             format!("belongs to another user (uid {})", meta.uid())
@@ -1710,6 +1722,29 @@ mod tests {
         for (fields, refusal) in cases {
             write(&format!(r#"{{"name":"demo",{fields}}}"#));
             assert_eq!(setup.refusal(), refusal, "{fields}");
+        }
+        // A link in a folder only the user may write, to the public file;
+        // a link in the public folder, to a file of the extension's own
+        // (the link itself could be swapped); a link leading nowhere yet.
+        let private = setup.tmp.path().join("private");
+        std::fs::create_dir(&private).unwrap();
+        symlink(&run, private.join("to-public")).unwrap();
+        symlink(setup.src().join("run.sh"), public.join("to-private")).unwrap();
+        symlink(public.join("later.sh"), private.join("to-nothing")).unwrap();
+        for (exec, refusal) in [
+            (private.join("to-public"), every_user.clone()),
+            (public.join("to-private"), every_user.clone()),
+            (
+                private.join("to-nothing"),
+                replaceable(
+                    &private.join("to-nothing"),
+                    "is a link to nothing yet, which whoever creates it decides",
+                ),
+            ),
+        ] {
+            let exec = exec.display().to_string();
+            write(&format!(r#"{{"name":"demo","exec":"{exec}"}}"#));
+            assert_eq!(setup.refusal(), format!("its `exec` `{exec}` {refusal}"));
         }
         // Another user's file in a folder only they may write.
         let theirs = setup.tmp.path().join("theirs");
