@@ -6,8 +6,10 @@
 //! policy allows) and forwards every line, byte for byte, in both
 //! directions, but for the guest's registrations and its lines zot could
 //! read otherwise or that hold what a terminal acts on. It adds no frame,
-//! and loses none but refused registrations and such a line it cannot
-//! parse. It looks at what passes:
+//! and loses none but refused registrations, such a line it cannot parse,
+//! and frames of a type the protocol does not let an extension send (a
+//! later zot's `submit` would send a prompt as if the user typed it). It
+//! looks at what passes:
 //!
 //! - `hello_ack` names the workspace, which becomes the sandbox's root;
 //! - requests (`tool_call`, `command_invoked`, `event_intercept`) start a
@@ -16,7 +18,8 @@
 //! - `shutdown` or the end of zot's input ends the guest, gracefully first;
 //! - the guest's `hello`, `register_*` and `subscribe` reach zot as the
 //!   library would hold them (`registered`): refused ones not at all (a
-//!   warning in zot's log), descriptions and the `hello` escaped;
+//!   warning in zot's log), descriptions and the `hello` escaped, keys the
+//!   protocol does not have dropped;
 //! - a guest line zot's JSON decoder could read otherwise than a quick look
 //!   does, or that holds a character a terminal acts on, is read as zot
 //!   reads it and written anew, the text zot prints escaped (`shown`).

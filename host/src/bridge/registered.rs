@@ -97,6 +97,19 @@ impl Registrations {
                 return Checked::Dropped;
             }
         };
+        // Keys the protocol does not have reach zot only rebuilt without
+        // them: a later zot reads more of a registration (`namespace`,
+        // `namespace_instructions`), and what it reads of an author's is
+        // escaped here, or not passed on.
+        let unknown_keys = has_unknown_keys(line, &frame);
+        let checked = self.check_frame(frame.clone());
+        match checked {
+            Checked::AsIs if unknown_keys => rewritten(frame),
+            checked => checked,
+        }
+    }
+
+    fn check_frame(&mut self, frame: ExtensionFrame) -> Checked {
         match frame {
             ExtensionFrame::Hello(hello) => self.hello(hello),
             ExtensionFrame::RegisterTool(tool) => {
@@ -234,6 +247,18 @@ fn description_shown(description: &str, with: impl FnOnce(String) -> ExtensionFr
         std::borrow::Cow::Borrowed(_) => Checked::AsIs,
         std::borrow::Cow::Owned(escaped) => rewritten(with(escaped)),
     }
+}
+
+/// Whether `line`, decoded as `frame`, holds a key the frame does not
+/// keep (one of a later protocol, or any the author added).
+fn has_unknown_keys(line: &[u8], frame: &ExtensionFrame) -> bool {
+    let (Ok(Value::Object(written)), Ok(Value::Object(kept))) = (
+        serde_json::from_slice::<Value>(line),
+        serde_json::to_value(frame),
+    ) else {
+        return true;
+    };
+    written.keys().any(|key| !kept.contains_key(key))
 }
 
 /// `frame` as a line for zot (without its newline); dropped in the

@@ -25,7 +25,8 @@ use std::task::{Context, Poll, Waker, ready};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use zotbox_protocol::{
-    Line, LineSplitter, encode_to_vec, failed_request, peek_borrowed, request_answered_by,
+    ExtensionFrame, Frame, Line, LineSplitter, encode_to_vec, failed_request, peek_borrowed,
+    request_answered_by,
 };
 
 use super::InFlight;
@@ -170,6 +171,19 @@ impl Forwarding {
             }
         }
         if let Some(frame_type) = seen.frame_type.as_deref() {
+            // Only what the protocol lets an extension say: zot may read
+            // other frames as the user's own doing (a later zot's `submit`
+            // sends a prompt as if typed, `submit_slash` runs a command),
+            // which no grant gives a guest.
+            if !<ExtensionFrame as Frame>::TYPES.contains(&frame_type) {
+                tracing::warn!(
+                    "a line of the extension did not reach zot: zotbox passes no `{}` frame, \
+                     only those an extension may send ({})",
+                    crate::text::Shown(frame_type),
+                    <ExtensionFrame as Frame>::TYPES.join(", ")
+                );
+                return;
+            }
             let checked = if Registrations::looks_at(frame_type) {
                 self.registrations.check(bytes)
             } else if frame_type == "event_intercept_response" {
@@ -435,12 +449,14 @@ mod tests {
     async fn an_answer_lands_between_the_guests_lines_never_inside_one() {
         let (to_zot, mut zot) = writing_to_zot(1 << 16);
         assert_eq!(
-            to_zot.write(b"{\"type\":\"a\"}\n{\"type\":\"b"),
+            to_zot.write(
+                b"{\"type\":\"notify\",\"message\":\"a\"}\n{\"type\":\"notify\",\"message\":\"b"
+            ),
             Direct::Taken
         );
         assert!(to_zot.send(b"{\"answer\":1}\n").is_ok());
         assert_eq!(to_zot.write(b"\"}\n"), Direct::Taken);
-        let want = b"{\"type\":\"a\"}\n{\"answer\":1}\n{\"type\":\"b\"}\n";
+        let want = b"{\"type\":\"notify\",\"message\":\"a\"}\n{\"answer\":1}\n{\"type\":\"notify\",\"message\":\"b\"}\n";
         assert_eq!(read_exactly(&mut zot, want.len()).await, want);
     }
 
@@ -448,19 +464,23 @@ mod tests {
     async fn a_write_behind_what_zot_has_not_taken_waits_in_the_pipe_in_order() {
         // zot takes 8 bytes at a time: the first line is left pending.
         let (to_zot, mut zot) = writing_to_zot(8);
-        let first = format!("{{\"type\":\"{}\"}}\n", "x".repeat(40));
+        let first = format!(
+            "{{\"type\":\"notify\",\"message\":\"{}\"}}\n",
+            "x".repeat(40)
+        );
         assert_eq!(to_zot.write(first.as_bytes()), Direct::Taken);
         // The next write is refused while the first is pending, and goes
         // through the pipe (here a duplex standing for it) behind it.
-        assert_eq!(to_zot.write(b"{\"type\":\"second\"}\n"), Direct::Later);
+        let second = b"{\"type\":\"notify\",\"message\":\"second\"}\n";
+        assert_eq!(to_zot.write(second), Direct::Later);
         let (mut guest, mut from_guest) = tokio::io::duplex(1 << 10);
-        assert!(guest.write_all(b"{\"type\":\"second\"}\n").await.is_ok());
+        assert!(guest.write_all(second).await.is_ok());
         drop(guest);
         let copy = tokio::spawn({
             let to_zot = to_zot.clone();
             async move { to_zot.copy_out(&mut from_guest).await }
         });
-        let want = format!("{first}{{\"type\":\"second\"}}\n");
+        let want = format!("{first}{}", String::from_utf8_lossy(second));
         assert_eq!(read_exactly(&mut zot, want.len()).await, want.as_bytes());
         assert!(matches!(copy.await, Ok(Ok(Ended::Closed))));
     }
@@ -469,32 +489,32 @@ mod tests {
     async fn the_last_line_reaches_zot_without_its_newline_and_an_over_cap_line_ends_the_copy() {
         let (to_zot, mut zot) = writing_to_zot(1 << 16);
         let (mut guest, mut from_guest) = tokio::io::duplex(1 << 10);
-        assert!(guest.write_all(b"{\"type\":\"last\"}").await.is_ok());
+        assert!(guest.write_all(b"{\"type\":\"ready\"}").await.is_ok());
         drop(guest);
         assert!(matches!(
             to_zot.copy_out(&mut from_guest).await,
             Ok(Ended::Closed)
         ));
-        assert_eq!(read_exactly(&mut zot, 16).await, b"{\"type\":\"last\"}\n");
+        assert_eq!(read_exactly(&mut zot, 17).await, b"{\"type\":\"ready\"}\n");
 
         let (to_zot, mut zot) = writing_to_zot(1 << 16);
-        let mut bytes = b"{\"type\":\"before\"}\n".to_vec();
+        let mut bytes = b"{\"type\":\"ready\"}\n".to_vec();
         bytes.resize(bytes.len() + zotbox_protocol::DEFAULT_MAX_LINE + 1, b'x');
         assert_eq!(to_zot.write(&bytes), Direct::Taken);
-        assert_eq!(to_zot.write(b"{\"type\":\"after\"}\n"), Direct::Closed);
+        assert_eq!(to_zot.write(b"{\"type\":\"ready\"}\n"), Direct::Closed);
         let (_guest, mut from_guest) = tokio::io::duplex(1 << 10);
         assert!(matches!(
             to_zot.copy_out(&mut from_guest).await,
             Ok(Ended::OverCap)
         ));
-        assert_eq!(read_exactly(&mut zot, 18).await, b"{\"type\":\"before\"}\n");
+        assert_eq!(read_exactly(&mut zot, 17).await, b"{\"type\":\"ready\"}\n");
     }
 
     #[tokio::test]
     async fn once_zot_is_gone_every_writer_is_told() {
         let (to_zot, zot) = writing_to_zot(1 << 10);
         drop(zot);
-        assert_eq!(to_zot.write(b"{\"type\":\"a\"}\n"), Direct::Closed);
+        assert_eq!(to_zot.write(b"{\"type\":\"ready\"}\n"), Direct::Closed);
         assert!(to_zot.send(b"{}\n").is_err());
         let (_guest, mut from_guest) = tokio::io::duplex(1 << 10);
         assert!(to_zot.copy_out(&mut from_guest).await.is_err());
