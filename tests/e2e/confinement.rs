@@ -844,6 +844,60 @@ async fn hooks_a_nested_repository_names_outside_its_working_tree_are_control_pa
     assert_hook_runs(&hook, &planted, &package, &marker);
 }
 
+/// Attack: a command makes a folder of the project (`src/`) a repository
+/// git uses from every folder below, with three files (`HEAD`, and
+/// `objects` and `refs` made executable, which pass git's test as folders
+/// do) and a `config` whose pager the user's next `git branch` runs; and
+/// the same of the workspace's root, which is no checkout. Neither was
+/// seen (and `git branch` on a terminal ran the pager, unsandboxed); what
+/// makes each a repository is set aside, the folders stay, and git finds
+/// no repository there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_folder_made_a_repository_by_what_it_holds_loses_its_head() {
+    let lab = Lab::new();
+    let ws = &lab.workspace;
+    std::fs::create_dir_all(ws.join("src")).expect("src");
+    std::fs::write(ws.join("src/main.rs"), "fn main() {}\n").expect("main.rs");
+    let pager = format!("touch {}", ws.join(MARKER).display());
+    std::fs::write(
+        ws.join("make.sh"),
+        format!(
+            "for d in src .; do printf 'ref: refs/heads/main\\n' > $d/HEAD; \
+             printf '[core]\\n\\tpager = {pager}\\n' > $d/config; \
+             : > $d/objects; : > $d/refs; chmod +x $d/objects $d/refs; done"
+        ),
+    )
+    .expect("script");
+    let prober = crate::attack::prober(&lab, &json!({"shell": ["sh make.sh"]}), None);
+    let host = start(&lab, &[prober]).await;
+    let (is_error, text) = answer(&host, "shell", json!({"command": "sh make.sh"})).await;
+    host.shutdown().await;
+    assert!(is_error, "{text}");
+    assert!(
+        text.ends_with(
+            "it created the control path `HEAD`, `src/HEAD` (which decides what runs); no \
+             command may write it, so it was renamed with `.refused-by-zotbox` added, beside it"
+        ),
+        "{text}"
+    );
+    assert!(ws.join("src/main.rs").is_file());
+    assert!(ws.join("src/HEAD.refused-by-zotbox").is_file());
+    for dir in [ws.join("src"), ws.to_owned()] {
+        let branch = Command::new("git")
+            .args(["-c", "core.pager=cat", "branch"])
+            .env("GIT_CEILING_DIRECTORIES", ws.parent().expect("parent"))
+            .env_remove("GIT_DIR")
+            .current_dir(&dir)
+            .output()
+            .expect("git");
+        assert!(
+            !branch.status.success(),
+            "git took `{}` for a repository",
+            dir.display()
+        );
+    }
+}
+
 /// A bare repository in the workspace (a fixture the project's tests push
 /// to) whose configuration takes its hooks from the project's `ci/hooks/`:
 /// a push runs them, unsandboxed, so neither a guest's write nor a

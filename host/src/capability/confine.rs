@@ -62,7 +62,11 @@
 //!    exists: [`Census::watching`]) is set aside (renamed
 //!    with [`SET_ASIDE`] added, a link as a link: nothing is lost should it
 //!    have been the user's, cloned in another terminal while the command
-//!    ran); the call then fails as a refusal naming them, as it does
+//!    ran); a folder git takes for a repository by what it holds (`src/`
+//!    given a `HEAD`, `objects` and `refs`, executable files passing git's
+//!    test as folders do, or the workspace's root where it is no checkout)
+//!    loses its `HEAD` and `commondir` instead, and stays; the call then
+//!    fails as a refusal naming them, as it does
 //!    when the command made a folder unreadable, so that it could not be
 //!    checked. A workspace of more than [`MAX_FOLDERS`] folders runs
 //!    nothing ([`CensusError::TooLarge`]).

@@ -41,9 +41,10 @@ const POINTER_BYTES: u64 = 64 * 1024;
 pub(crate) struct Signs {
     /// `HEAD`, anything but a folder (git reads a file or a link).
     head: bool,
-    /// `objects`, a folder or a link.
+    /// `objects`, of any kind: git asks only that it can be searched
+    /// (`access(X_OK)`), which an executable file passes too.
     objects: bool,
-    /// `refs`, a folder or a link.
+    /// `refs`, of any kind, as `objects`.
     refs: bool,
     /// `commondir`, anything but a folder: `objects` and `refs` are
     /// looked for where it points, which may be anywhere.
@@ -85,9 +86,9 @@ impl Signs {
         if name.eq_ignore_ascii_case(b"HEAD") {
             self.head |= not_a_folder;
         } else if name.eq_ignore_ascii_case(b"objects") {
-            self.objects |= kind != Kind::Other;
+            self.objects = true;
         } else if name.eq_ignore_ascii_case(b"refs") {
-            self.refs |= kind != Kind::Other;
+            self.refs = true;
         } else if name.eq_ignore_ascii_case(b"commondir") {
             self.commondir |= not_a_folder;
         } else if name.eq_ignore_ascii_case(b".git") {
@@ -390,11 +391,13 @@ mod tests {
         assert!(signs(&linked).repository());
         assert!(signs(&[("head", Other), ("Objects", Folder), ("REFS", Folder)]).repository());
         assert!(signs(&[("HEAD", Other), ("commondir", Other)]).repository());
+        // Attack: executable files pass git's `access(X_OK)` as folders do,
+        // and `git branch` below such a folder ran its `config`'s pager.
+        assert!(signs(&[("HEAD", Other), ("objects", Other), ("refs", Other)]).repository());
         for not in [
             &[("HEAD", Other), ("objects", Folder)][..],
             &[("objects", Folder), ("refs", Folder)],
             &[("HEAD", Folder), ("objects", Folder), ("refs", Folder)],
-            &[("HEAD", Other), ("objects", Other), ("refs", Folder)],
             &[("HEAD", Other), ("commondir", Folder)],
         ] {
             assert!(!signs(not).repository(), "{not:?}");
@@ -411,6 +414,10 @@ mod tests {
         let worktree = signs(&[("HEAD", Other)]);
         assert!(worktree.completed_by(OsStr::new("commondir")));
         assert!(!worktree.completed_by(OsStr::new("objects")));
+        // A file `refs` beside `HEAD` and `objects` (which a command can
+        // make executable afterwards) completes one.
+        let files = signs(&[("HEAD", Other), ("objects", Other)]);
+        assert!(files.completed_by(OsStr::new("refs")));
         // A heading in `docs/` is no repository.
         assert!(!Signs::default().completed_by(OsStr::new("HEAD")));
         // Writing in one that already is one is refused as such, not as this.

@@ -1039,10 +1039,14 @@ mod tests {
             Some(CapabilityError::denied(
                 Capability::Shell,
                 command,
-                "it created the control path `made.git/` (which decides what runs); no command \
-                 may write it, so it was renamed with `.refused-by-zotbox` added, beside it"
+                "it created the control path `made.git/HEAD` (which decides what runs); no \
+                 command may write it, so it was renamed with `.refused-by-zotbox` added, beside \
+                 it"
             ))
         );
+        // What made it a repository is set aside; the rest stays, inert.
+        assert!(ws.join("made.git/HEAD.refused-by-zotbox").is_file());
+        assert!(ws.join("made.git/config").is_file());
     }
 
     #[tokio::test]

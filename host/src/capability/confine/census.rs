@@ -43,6 +43,11 @@ pub const MAX_FOLDERS: usize = 250_000;
 /// whether it changed again.
 const SETTLE: Duration = Duration::from_secs(3);
 
+/// The most times a command's workspace is looked at again after it ends:
+/// each folder found made a repository is walked on the next look, once
+/// what made it one is set aside.
+const MAX_LOOKS_BACK: usize = 8;
+
 /// The most workspaces whose folders one process keeps.
 const KEPT_WORKSPACES: usize = 8;
 
@@ -82,6 +87,8 @@ pub struct Census {
     /// Control paths a repository's configuration or hooks name
     /// ([`Census::with_configured`]) that exist: absolute.
     configured: Vec<PathBuf>,
+    /// git takes the workspace's root itself for a repository (a bare one).
+    root_repository: bool,
 }
 
 /// A folder that could not be read, and when it last changed (when not even
@@ -97,6 +104,9 @@ struct Found {
     dev: u64,
     ino: u64,
     dir: bool,
+    /// A folder git takes for a repository by what it holds, whatever its
+    /// name: what made it one is set aside, not the folder.
+    repository: bool,
 }
 
 impl Found {
@@ -276,12 +286,38 @@ impl Census {
     ///
     /// [`CensusError`] when the workspace cannot be read again.
     pub fn take_back(&self) -> Result<Left, CensusError> {
-        let after = Self::take(&self.workspace)?;
         let known: HashSet<(u64, u64)> = self.found.iter().map(|f| (f.dev, f.ino)).collect();
         let mut left = Left::default();
+        // A folder that is a repository is not walked (it is bound or set
+        // aside whole); one that stops being one when what made it one is
+        // set aside is walked on the next look, which may find more in it.
+        let mut looks = 0;
+        let after = loop {
+            looks += 1;
+            let after = Self::take(&self.workspace)?;
+            let unmade = self.set_aside_new(&after, &known, &mut left);
+            if !unmade || looks >= MAX_LOOKS_BACK {
+                break after;
+            }
+        };
+        let unreadable: HashSet<&Unreadable> = self.unreadable.iter().collect();
+        for folder in &after.unreadable {
+            let (path, stamp) = folder;
+            if stamp.is_none() || !unreadable.contains(folder) {
+                left.unreadable
+                    .push(format!("`{}/`", Shown(&path.to_string_lossy())));
+            }
+        }
+        Ok(left)
+    }
+
+    /// Sets aside what `after` finds that was not here before (`known`,
+    /// by device and inode), naming each in `left`. Returns whether a
+    /// folder stopped being a repository, whose insides were not looked at.
+    fn set_aside_new(&self, after: &Self, known: &HashSet<(u64, u64)>, left: &mut Left) -> bool {
         // What the caller named and was not there, if it is now (and not
         // found by its name as well).
-        let appeared: Vec<Found> = self
+        let appeared = self
             .absent
             .iter()
             .filter(|path| !after.found.iter().any(|found| &found.path == *path))
@@ -292,31 +328,45 @@ impl Census {
                     dev: meta.dev(),
                     ino: meta.ino(),
                     dir: meta.is_dir(),
+                    repository: false,
                 })
-            })
-            .collect();
-        for found in after.found.into_iter().chain(appeared) {
-            if known.contains(&(found.dev, found.ino)) {
+            });
+        // The root made a repository (`HEAD`, `objects/`, `refs/` and a
+        // `config` written in a workspace that is no checkout): what made
+        // it one is set aside, as in any folder.
+        let root = (after.root_repository && !self.root_repository).then(|| Found {
+            path: PathBuf::new(),
+            dev: 0,
+            ino: 0,
+            dir: true,
+            repository: true,
+        });
+        let mut unmade = false;
+        for found in after.found.iter().cloned().chain(appeared).chain(root) {
+            if !found.path.as_os_str().is_empty() && known.contains(&(found.dev, found.ino)) {
                 continue;
             }
-            if let Err(err) = set_aside(&self.workspace, &found) {
-                tracing::error!(
-                    "cannot set aside the control path {} a command created in `{}`: {err}",
-                    found.shown(),
-                    self.workspace.display()
-                );
+            let set = if found.repository {
+                set_aside_what_makes_a_repository(&self.workspace, &found)
+            } else {
+                set_aside(&self.workspace, &found).map(|()| vec![found.shown()])
+            };
+            match set {
+                Ok(shown) => {
+                    unmade |= found.repository && !shown.is_empty();
+                    left.created.extend(shown);
+                }
+                Err(err) => {
+                    tracing::error!(
+                        "cannot set aside the control path {} a command created in `{}`: {err}",
+                        found.shown(),
+                        self.workspace.display()
+                    );
+                    left.created.push(found.shown());
+                }
             }
-            left.created.push(found.shown());
         }
-        let unreadable: HashSet<&Unreadable> = self.unreadable.iter().collect();
-        for folder in &after.unreadable {
-            let (path, stamp) = folder;
-            if stamp.is_none() || !unreadable.contains(folder) {
-                left.unreadable
-                    .push(format!("`{}/`", Shown(&path.to_string_lossy())));
-            }
-        }
-        Ok(left)
+        unmade
     }
 }
 
@@ -332,24 +382,69 @@ pub const SET_ASIDE: &str = ".refused-by-zotbox";
 /// another command cannot lead elsewhere, out of the workspace or onto a
 /// control path that was there before.
 fn set_aside(workspace: &Path, found: &Found) -> io::Result<()> {
-    let mut dir = Dir::open_ambient_dir(workspace, cap_std::ambient_authority())?;
-    let mut components: Vec<&OsStr> = Vec::new();
-    for component in found.path.components() {
-        match component {
-            Component::Normal(name) => components.push(name),
-            _ => return Err(io::Error::from(io::ErrorKind::InvalidInput)),
-        }
-    }
+    let components = normal_components(&found.path)?;
     let Some((name, parents)) = components.split_last() else {
         return Err(io::Error::from(io::ErrorKind::InvalidInput));
     };
-    for parent in parents {
-        dir = open_dir_nofollow(&dir, *parent)?;
-    }
+    let dir = open_folder(workspace, parents)?;
     let meta = dir.symlink_metadata(name)?;
     if meta.ino() != found.ino {
         return Err(io::Error::other("it was replaced while being set aside"));
     }
+    rename_aside(&dir, name, meta.is_dir(), &found.shown())
+}
+
+/// For a folder git takes for a repository by what it holds (`HEAD` with
+/// `objects` and `refs`, or with `commondir`), found new: its `HEAD` and
+/// `commondir` are set aside, which makes it none, rather than the folder
+/// (`src/`, made a repository by three files written in it, is the
+/// user's). Returns what was set aside, shown.
+fn set_aside_what_makes_a_repository(workspace: &Path, found: &Found) -> io::Result<Vec<String>> {
+    let components = normal_components(&found.path)?;
+    let dir = open_folder(workspace, &components)?;
+    let mut names = Vec::new();
+    for entry in dir.entries()? {
+        let name = entry?.file_name();
+        let bytes = name.as_encoded_bytes();
+        if bytes.eq_ignore_ascii_case(b"HEAD") || bytes.eq_ignore_ascii_case(b"commondir") {
+            names.push(name);
+        }
+    }
+    names.sort();
+    let mut shown = Vec::new();
+    for name in names {
+        let path = found.path.join(&name);
+        let entry = format!("`{}`", Shown(&path.to_string_lossy()));
+        let meta = dir.symlink_metadata(&name)?;
+        rename_aside(&dir, &name, meta.is_dir(), &entry)?;
+        shown.push(entry);
+    }
+    Ok(shown)
+}
+
+/// The components of `path`, each a plain name.
+fn normal_components(path: &Path) -> io::Result<Vec<&OsStr>> {
+    path.components()
+        .map(|component| match component {
+            Component::Normal(name) => Ok(name),
+            _ => Err(io::Error::from(io::ErrorKind::InvalidInput)),
+        })
+        .collect()
+}
+
+/// The folder at `components` below `workspace`, each opened without
+/// following a link.
+fn open_folder(workspace: &Path, components: &[&OsStr]) -> io::Result<Dir> {
+    let mut dir = Dir::open_ambient_dir(workspace, cap_std::ambient_authority())?;
+    for component in components {
+        dir = open_dir_nofollow(&dir, *component)?;
+    }
+    Ok(dir)
+}
+
+/// Renames `name` in `dir` to its name and [`SET_ASIDE`] (see
+/// [`set_aside`]); `shown` names it in a warning.
+fn rename_aside(dir: &Dir, name: &OsStr, folder: bool, shown: &str) -> io::Result<()> {
     for attempt in 1..=9 {
         let mut aside = name.to_os_string();
         aside.push(SET_ASIDE);
@@ -357,9 +452,9 @@ fn set_aside(workspace: &Path, found: &Found) -> io::Result<()> {
             aside.push(format!("-{attempt}"));
         }
         let renamed = nix::fcntl::renameat2(
-            &dir,
-            *name,
-            &dir,
+            dir,
+            name,
+            dir,
             aside.as_os_str(),
             nix::fcntl::RenameFlags::RENAME_NOREPLACE,
         );
@@ -367,12 +462,12 @@ fn set_aside(workspace: &Path, found: &Found) -> io::Result<()> {
             Ok(()) => return Ok(()),
             Err(nix::errno::Errno::EEXIST) => {}
             Err(err) => {
-                tracing::warn!("cannot rename {}: {err}; removing it", found.shown());
+                tracing::warn!("cannot rename {shown}: {err}; removing it");
                 break;
             }
         }
     }
-    if meta.is_dir() {
+    if folder {
         dir.remove_dir_all(name)
     } else {
         dir.remove_file(name)
@@ -518,12 +613,14 @@ impl Tree {
                         dev: folder.stamp.dev,
                         ino: folder.stamp.ino,
                         dir: true,
+                        repository: true,
                     });
                 let controls = folder.controls.iter().map(move |(name, ino, dir)| Found {
                     path: relative.join(name),
                     dev: folder.stamp.dev,
                     ino: *ino,
                     dir: *dir,
+                    repository: false,
                 });
                 repository.into_iter().chain(controls)
             })
@@ -531,12 +628,17 @@ impl Tree {
         found.sort_by(|a, b| a.path.cmp(&b.path));
         let mut unreadable = self.unreadable.clone();
         unreadable.sort_by(|a, b| a.0.cmp(&b.0));
+        let root_repository = self
+            .folders
+            .get(Path::new(""))
+            .is_some_and(|root| root.repository);
         Census {
             workspace,
             found,
             unreadable,
             absent: Vec::new(),
             configured: Vec::new(),
+            root_repository,
         }
     }
 }
@@ -734,12 +836,57 @@ mod tests {
             std::fs::write(root.join(folder).join("HEAD"), "ref: refs/heads/main\n").unwrap();
         }
         std::fs::write(root.join("tree/commondir"), "../store\n").unwrap();
+        // What makes each one is set aside, not the folder.
         assert_eq!(
             before.take_back().unwrap().created,
-            ["`linked/`", "`made.git/`", "`tree/`"]
+            [
+                "`linked/HEAD`",
+                "`made.git/HEAD`",
+                "`tree/HEAD`",
+                "`tree/commondir`"
+            ]
         );
-        assert!(root.join("made.git.refused-by-zotbox/objects").is_dir());
+        assert!(root.join("made.git/HEAD.refused-by-zotbox").is_file());
+        assert!(root.join("made.git/objects").is_dir());
         assert!(root.join("fixtures/remote.git/HEAD").is_file());
+        assert!(census(root).take_back().unwrap().is_empty());
+    }
+
+    /// Attack: a command makes a folder of the user's (`src/`), or the
+    /// workspace itself where it is no checkout, a repository git uses
+    /// from every folder below: a `HEAD`, `objects` and `refs` (executable
+    /// files pass git's test as folders do) and a `config` whose pager the
+    /// user's next `git branch` runs. Neither was seen; now what makes
+    /// each a repository is set aside, and the folder stays.
+    #[test]
+    fn a_folder_or_the_root_made_a_repository_loses_its_head() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir(root.join("src")).unwrap();
+        std::fs::write(root.join("src/main.rs"), "fn main() {}\n").unwrap();
+        let before = census(root);
+        for folder in ["src", ""] {
+            let folder = root.join(folder);
+            std::fs::write(folder.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+            std::fs::write(folder.join("config"), "[core]\n\tpager = touch pwned\n").unwrap();
+            for name in ["objects", "refs"] {
+                std::fs::write(folder.join(name), "").unwrap();
+                std::fs::set_permissions(folder.join(name), std::fs::Permissions::from_mode(0o755))
+                    .unwrap();
+            }
+        }
+        // The root first: inside a repository nothing is walked, so `src/`
+        // is found on the next look, once the root is none.
+        assert_eq!(
+            before.take_back().unwrap().created,
+            ["`HEAD`", "`src/HEAD`"]
+        );
+        for folder in [root.join("src"), root.to_owned()] {
+            assert!(!folder.join("HEAD").exists());
+            assert!(folder.join("HEAD.refused-by-zotbox").is_file());
+        }
+        assert!(root.join("src/main.rs").is_file());
     }
 
     #[test]
