@@ -1636,3 +1636,45 @@ fn doctor_lists_the_kernel_protections() {
     );
     assert!(!run.stdout.contains("this kernel: lacks"), "{}", run.stdout);
 }
+
+/// Attack on rule 5 ("no process that outlives the call"): zotbox killed
+/// while a confined command runs (`SIGKILL`, or a Ctrl-C that ends it) left
+/// the command running on its own, past its timeout. The process zotbox
+/// starts now dies with zotbox, and the command's PID namespace with it.
+#[test]
+fn a_command_dies_with_the_zotbox_that_started_it() {
+    let lab = Lab::new();
+    let tools = lab.home.join("tools");
+    std::fs::create_dir_all(&tools).expect("tools");
+    std::fs::write(
+        tools.join("slow.json"),
+        r#"{"name":"slow","description":"d","kind":"shell","command":"sh ./slow.sh"}"#,
+    )
+    .expect("tool");
+    let started = lab.workspace.join("started");
+    let outlived = lab.workspace.join("outlived");
+    std::fs::write(
+        lab.workspace.join("slow.sh"),
+        "touch started; sleep 3; touch outlived\n",
+    )
+    .expect("script");
+    let mut zotbox = lab
+        .command(&["call", "slow"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("zotbox");
+    let deadline = std::time::Instant::now() + crate::support::PATIENCE;
+    while !started.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the command never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    zotbox.kill().expect("kill");
+    let _ = zotbox.wait();
+    std::thread::sleep(std::time::Duration::from_secs(5));
+    assert!(!outlived.exists(), "the command outlived zotbox");
+}

@@ -34,7 +34,9 @@
 //! 4. **Every descendant dies with the call.** The command runs in a new PID
 //!    namespace whose init dies with the process zotbox waits for, and the
 //!    kernel then kills everything in it: `setsid`, double forks and
-//!    daemons do not leave a PID namespace.
+//!    daemons do not leave a PID namespace. That process dies with zotbox
+//!    (`PR_SET_PDEATHSIG`), so a zotbox killed mid-call takes the command
+//!    along.
 //! 5. **Degrade, say so, or refuse.** Where the kernel lacks a protection
 //!    the others still apply, [`Kernel::report`] (`zotbox doctor`) names what
 //!    is missing, and a policy with `require_confinement` refuses to run

@@ -442,6 +442,10 @@ pub async fn run(
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
+    // Killed with zotbox (its `SIGKILL`, a crash, a Ctrl-C that ends it):
+    // the command's namespace goes with the process zotbox started, so no
+    // part of the command outlives the call (rule 4 of `confine`).
+    confine::die_with_parent(child.as_std_mut());
     confinement.install(child.as_std_mut());
     let mut child = child.spawn().map_err(|err| {
         CapabilityError::Failed(format!(
