@@ -15,7 +15,9 @@
 //!    (`repository::worktree_dirs`: the `.git` file is the workspace's to
 //!    write, and `gitdir: ~/.ssh` must open nothing); nothing else, the
 //!    user's home included. A symlink does not help: the kernel checks
-//!    where the path leads.
+//!    where the path leads. A descriptor opened before (one zotbox was
+//!    started with) does not reach the command: every one past stderr is
+//!    closed at its `execve`.
 //! 2. **Network.** Unless the policy grants the shell network, the command
 //!    gets a network namespace of its own (a loopback that is down) and
 //!    Landlock refuses TCP `connect` and `bind` (ABI 4+). From ABI 6 it also
@@ -915,6 +917,29 @@ mod tests {
         for (protection, offered) in kernel.report() {
             assert_eq!(offered, Ok(()), "{protection:?}");
         }
+    }
+
+    /// Attack: a descriptor the process that started zotbox left open (a
+    /// file of the user's home, a terminal to type into with `TIOCSTI`)
+    /// was the command's: Landlock checks a path when it is opened, not a
+    /// descriptor opened before.
+    #[test]
+    fn a_descriptor_zotbox_inherited_is_not_the_command_s() {
+        use std::os::fd::AsRawFd as _;
+        let world = world();
+        // Without `O_CLOEXEC`, as a careless parent would leave it.
+        let leaked = nix::fcntl::open(
+            &world.outside.join("secret"),
+            nix::fcntl::OFlag::O_RDONLY,
+            nix::sys::stat::Mode::empty(),
+        )
+        .unwrap();
+        let fd = leaked.as_raw_fd();
+        assert!(fd > 2);
+        let out = confined(&jail(&world), &world.workspace, &format!("cat <&{fd}"));
+        drop(leaked);
+        assert_eq!(text(&out.stdout), "");
+        assert!(!out.status.success(), "{}", text(&out.stderr));
     }
 
     #[test]

@@ -172,7 +172,33 @@ fn apply(plan: &Plan) -> io::Result<()> {
     if let Some(namespaces) = &plan.namespaces {
         enter(plan, namespaces)?;
     }
-    restrict(plan)
+    restrict(plan)?;
+    close_inherited_at_exec();
+    Ok(())
+}
+
+/// Marks every descriptor past stdin, stdout and stderr close-on-exec: one
+/// the process that started zotbox left open (a file of the user's home, a
+/// terminal, on which `TIOCSTI` types commands into the user's shell) is
+/// not the command's. Landlock checks paths as they are opened, not a
+/// descriptor opened before. Marked rather than closed, so that the
+/// standard library's own pipe still reports a failed `execve`.
+fn close_inherited_at_exec() {
+    // SAFETY: close_range(2) and fcntl(2) take plain numbers.
+    unsafe {
+        let marked = libc::syscall(
+            libc::SYS_close_range,
+            3u32,
+            libc::c_uint::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        );
+        if marked != 0 {
+            // Before Linux 5.11: one by one, as far as descriptors go here.
+            for fd in 3..4096 {
+                libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+            }
+        }
+    }
 }
 
 /// Writes `data` to the file at `path`.
