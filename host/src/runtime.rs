@@ -149,7 +149,23 @@ impl fmt::Debug for Transport {
 /// Opens `path` for appending an extension's stderr, creating its folder.
 /// When the log cannot be opened, the output is discarded and a warning says
 /// why: a broken log folder must not stop an extension from starting.
+///
+/// A run writes at most [`stderr_log::LOG_CAP`], and every run appends: a
+/// log that has reached the cap is moved to `….log.1` first (replacing the
+/// one there), so that an extension started again and again (a
+/// `/reload-ext` it asks for, a CLI in a loop) keeps less than four caps'
+/// worth of log in all, not one per run (`THREATS.md` rule 6).
 pub fn open_log(path: &std::path::Path) -> Option<std::fs::File> {
+    if path
+        .symlink_metadata()
+        .is_ok_and(|meta| meta.is_file() && meta.len() >= stderr_log::LOG_CAP)
+    {
+        let mut older = path.as_os_str().to_owned();
+        older.push(".1");
+        if let Err(err) = std::fs::rename(path, &older) {
+            tracing::warn!("cannot move the full log `{}` aside: {err}", path.display());
+        }
+    }
     let open = || crate::home::open_append(path);
     match open() {
         Ok(file) => Some(file),

@@ -12,7 +12,7 @@ use std::io::Write;
 use crate::text::ShownChunks;
 
 /// What one run of an extension may write to its log, escapes included.
-const LOG_CAP: u64 = 8 * 1024 * 1024;
+pub(crate) const LOG_CAP: u64 = 8 * 1024 * 1024;
 
 /// The line that ends a run's log at [`LOG_CAP`].
 const CUT_OFF: &str = "\n[zotbox: log cut off at 8 MiB for this run]\n";
@@ -170,5 +170,33 @@ mod tests {
             "price: \\x{e2}\\x{82}zotbox: guest trapped\n\\x{ac}\n\
              zotbox: guest failed (panicked at x: \\u{1b}]52;c;cm0=\\u{7})\n  0: f\tg\n"
         );
+    }
+    /// Attack: an extension started again and again, each run writing its
+    /// cap: every run appended another 8 MiB to one file. A log that has
+    /// reached the cap is moved to `.1` (replacing it) before a run opens it.
+    #[test]
+    fn a_full_log_is_moved_aside_before_the_next_run() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("logs/ext-flood.log");
+        let older = dir.path().join("logs/ext-flood.log.1");
+        for run in 0..4u8 {
+            let mut log =
+                StderrLog::new(crate::runtime::open_log(&path).unwrap_or_else(|| panic!("no log")));
+            let flood = vec![b'a' + run; 1024 * 1024];
+            for _ in 0..9 {
+                log.append(&flood).unwrap_or_else(|e| panic!("{e}"));
+            }
+            log.finish();
+        }
+        let size = |path: &std::path::Path| {
+            std::fs::metadata(path)
+                .unwrap_or_else(|e| panic!("{e}"))
+                .len()
+        };
+        // Each file holds one run (the cap and the line that says so).
+        let run = LOG_CAP + CUT_OFF.len() as u64;
+        assert_eq!((size(&path), size(&older)), (run, run));
+        let last = std::fs::read(&path).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(last.first(), Some(&b'd'));
     }
 }
