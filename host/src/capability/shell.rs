@@ -478,7 +478,27 @@ pub async fn run(
     }
     // Every descendant is dead now (the PID namespace went with the group):
     // nothing can recreate what is taken back.
-    let left = off_the_runtime(shown, move || before.take_back()).await?;
+    let left = off_the_runtime(shown, move || before.take_back())
+        .await
+        .map_err(|err| match err {
+            // The command made the workspace too large to look at again
+            // (or unreadable): what it left where the look did not reach
+            // was not set aside, and the user must know.
+            CapabilityError::Denied {
+                capability,
+                subject,
+                reason,
+            } => CapabilityError::Denied {
+                capability,
+                subject,
+                reason: format!(
+                    "{reason}; the command ran, and a control path it may have made (a `.git`, \
+                     a `.zot`, a folder git takes for a repository) was not looked for \
+                     afterwards: look for one before you run git or zot in the workspace"
+                ),
+            },
+            other => other,
+        })?;
     if !left.is_empty() {
         return Err(CapabilityError::denied(
             Capability::Shell,
