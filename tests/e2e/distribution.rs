@@ -227,6 +227,19 @@ fn error_line(run: &Run) -> String {
         .unwrap_or_else(|| panic!("no error line: {run:#?}"))
 }
 
+/// An update that asks again, run without a terminal: refused for want of
+/// an answer, with the install as it was (`before`, its lock entry).
+fn assert_asked_again_and_kept(site: &Site, run: &Run, before: &Value) {
+    run.expect_code(1);
+    assert_eq!(
+        error_line(run),
+        "error: not installing `notes` without confirmation: stdin is not a terminal; pass \
+         --yes to accept the capabilities shown above"
+    );
+    assert_eq!(site.installed_version().as_deref(), Some("1.0.0"));
+    assert_eq!(site.locked().as_ref(), Some(before));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn search_info_install_and_update_from_a_signed_registry() {
     let site = Site::with_notes_published().await;
@@ -440,7 +453,6 @@ async fn an_update_that_turns_native_is_asked_again() {
     site.index(None, None);
 
     let run = site.zotbox(&["ext", "update"]);
-    run.expect_code(1);
     assert!(
         run.stdout.contains(
             "  + native: the new version runs unsandboxed, with your permissions (it was \
@@ -448,13 +460,7 @@ async fn an_update_that_turns_native_is_asked_again() {
         ),
         "{run:#?}"
     );
-    assert_eq!(
-        error_line(&run),
-        "error: not installing `notes` without confirmation: stdin is not a terminal; pass \
-         --yes to accept the capabilities shown above"
-    );
-    assert_eq!(site.installed_version().as_deref(), Some("1.0.0"));
-    assert_eq!(site.locked(), Some(before));
+    assert_asked_again_and_kept(&site, &run, &before);
     assert!(!site.lab.dev.join("native-ran").exists());
 }
 
@@ -469,7 +475,6 @@ async fn an_update_declaring_what_the_policy_refuses_now_is_asked_again() {
     site.publish("1.1.0", &["https://a.example", "https://b.example"], true);
     site.index(None, None);
     let run = site.zotbox(&["ext", "update", "notes"]);
-    run.expect_code(1);
     assert!(
         run.stdout.contains(
             "  + http https://b.example (declared, refused by the policy now: granted if it \
@@ -477,13 +482,7 @@ async fn an_update_declaring_what_the_policy_refuses_now_is_asked_again() {
         ),
         "{run:#?}"
     );
-    assert_eq!(
-        error_line(&run),
-        "error: not installing `notes` without confirmation: stdin is not a terminal; pass \
-         --yes to accept the capabilities shown above"
-    );
-    assert_eq!(site.installed_version().as_deref(), Some("1.0.0"));
-    assert_eq!(site.locked(), Some(before));
+    assert_asked_again_and_kept(&site, &run, &before);
     // Once accepted, the same declaration is no news.
     site.zotbox(&["ext", "update", "notes", "--yes"])
         .expect_code(0);

@@ -402,11 +402,20 @@ fn set_aside(workspace: &Path, found: &Found) -> io::Result<()> {
 fn set_aside_what_makes_a_repository(workspace: &Path, found: &Found) -> io::Result<Vec<String>> {
     let components = normal_components(&found.path)?;
     let dir = open_folder(workspace, &components)?;
+    // The root is found by its path alone; any other folder must still be
+    // the one found.
+    if !components.is_empty() && dir.dir_metadata()?.ino() != found.ino {
+        return Err(io::Error::other("it was replaced while being set aside"));
+    }
     let mut names = Vec::new();
     for entry in dir.entries()? {
-        let name = entry?.file_name();
+        let entry = entry?;
+        let name = entry.file_name();
         let bytes = name.as_encoded_bytes();
-        if bytes.eq_ignore_ascii_case(b"HEAD") || bytes.eq_ignore_ascii_case(b"commondir") {
+        // git reads a `HEAD` or `commondir` that is no folder (a folder of
+        // the user's called `head` stays where it is).
+        let sign = bytes.eq_ignore_ascii_case(b"HEAD") || bytes.eq_ignore_ascii_case(b"commondir");
+        if sign && !entry.file_type()?.is_dir() {
             names.push(name);
         }
     }
@@ -415,8 +424,7 @@ fn set_aside_what_makes_a_repository(workspace: &Path, found: &Found) -> io::Res
     for name in names {
         let path = found.path.join(&name);
         let entry = format!("`{}`", Shown(&path.to_string_lossy()));
-        let meta = dir.symlink_metadata(&name)?;
-        rename_aside(&dir, &name, meta.is_dir(), &entry)?;
+        rename_aside(&dir, &name, false, &entry)?;
         shown.push(entry);
     }
     Ok(shown)
