@@ -391,12 +391,17 @@ pub async fn check_update(
 /// with no install asking again, so asked about now (rule 2 of
 /// `THREATS.md`: an update that asks for more asks again). What the
 /// installed version declared already was shown when it was installed; an
-/// installed manifest that cannot be read counts as declaring nothing.
+/// installed manifest that cannot be read counts as declaring nothing. A
+/// data package declares through its tools, whose every new or changed
+/// line is asked about already (see [`granted`]).
 fn newly_declared_refused(
     policy: &Policy,
     installed: Option<&Manifest>,
     plan: &crate::store::install::Plan,
 ) -> Vec<String> {
+    if plan.package().is_some() {
+        return Vec::new();
+    }
     let before = installed
         .map(|manifest| policy.grant(&manifest.raw.capabilities).rows)
         .unwrap_or_default();
