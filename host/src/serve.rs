@@ -51,7 +51,7 @@
 //!    or the data folders cannot be read, serve does not exit (zot would
 //!    then ask no one, and allow): it blocks every check with why, says so
 //!    in zot's notes, and exits with the error at `shutdown`
-//!    ([`refuse_all`]).
+//!    (`refuse_all`).
 
 use std::collections::VecDeque;
 use std::path::PathBuf;

@@ -38,7 +38,7 @@
 //!    and the `serve` launcher by `zotbox setup`). A native `exec` is a
 //!    file in the folder, a command found on `PATH` (`python3`), or an
 //!    absolute path that only the user and root can change
-//!    ([`others_can_replace`], as sshd checks `authorized_keys`): one
+//!    (`others_can_replace`, as sshd checks `authorized_keys`): one
 //!    climbing out with `..` (into another extension's folder) is refused,
 //!    and so is `/tmp/tools/run.sh`, which another user could replace after
 //!    the user accepted it; neither would be copied, locked or checked by
