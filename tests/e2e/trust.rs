@@ -575,6 +575,58 @@ fn a_script_a_workspace_tool_runs_is_covered_by_trust() {
     }
 }
 
+/// Attack: the program a tool runs named as an option's value (`awk
+/// -fprog.awk`, `make --file=build.mk`) or as a Python module (`python3 -m
+/// scripts.tool`) was not covered: edited after trust, it ran.
+#[test]
+fn a_program_named_by_an_option_or_a_module_is_covered_by_trust() {
+    for (command, file, before, after) in [
+        (
+            "awk -fscripts/prog.awk /dev/null",
+            "scripts/prog.awk",
+            "BEGIN { print \"benign\" }\n",
+            "BEGIN { print \"EVIL\" }\n",
+        ),
+        (
+            "python3 -m scripts.tool",
+            "scripts/tool.py",
+            "print('benign')\n",
+            "print('EVIL')\n",
+        ),
+    ] {
+        let lab = Lab::new();
+        let ws = &lab.workspace;
+        workspace_file(
+            ws,
+            "tools",
+            &json!({"name": "run", "description": "run it", "kind": "shell", "command": command}),
+        );
+        let script = ws.join(file);
+        std::fs::create_dir_all(script.parent().expect("parent")).expect("scripts");
+        std::fs::write(&script, before).expect("script");
+        let trust = lab.zotbox_in(ws, &["trust", "--yes"]);
+        trust.expect_code(0);
+        assert!(
+            trust
+                .stdout
+                .lines()
+                .any(|line| line.trim_start().starts_with(&format!("{file} "))),
+            "{command}: the review does not list `{file}`:\n{}",
+            trust.stdout
+        );
+        let call = lab.zotbox_in(ws, &["call", "run"]);
+        assert_eq!(
+            (call.code, call.stdout.trim_end()),
+            (Some(0), "benign"),
+            "{command}: {call:#?}"
+        );
+        std::fs::write(&script, after).expect("script");
+        let call = lab.zotbox_in(ws, &["call", "run"]);
+        call.expect_code(3);
+        assert!(!call.stdout.contains("EVIL"), "{command}: {call:#?}");
+    }
+}
+
 /// A trusted workspace extension that crashes is restarted as it is now:
 /// once its files changed, it is not restarted at all.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

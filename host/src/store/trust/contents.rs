@@ -486,13 +486,15 @@ impl<'a> Scanner<'a> {
     /// (where the tool runs) and from every folder an earlier `cd` of the
     /// line went to. The words are read as the guard's deny rules read a
     /// command (`sh scripts/"build.sh"` names `scripts/build.sh`), but as
-    /// written: the program with its path (`./scripts/build.sh`), and a
-    /// redirection's target (`sh < scripts/build.sh`); a glob names what it
-    /// matches now (`sh s*/build.sh`); a word of several words is read
+    /// written: the program with its path (`./scripts/build.sh`), a
+    /// redirection's target (`sh < scripts/build.sh`), a file glued to an
+    /// option (`make --file=build.mk`, `awk -fprog.awk`) and Python's
+    /// `-m scripts.tool`; a glob names what it matches now (`sh
+    /// s*/build.sh`); a word of several words is read
     /// again as a line of its own, for it may be a script the tool hands a
     /// shell (`bash -c "sh scripts/build.sh"`). Trying a word that names no
     /// file costs nothing but the look. A name the line computes as it
-    /// runs (`sh "$SCRIPT"`) is not followed.
+    /// runs (`sh "$SCRIPT"`, what `find -exec` finds) is not followed.
     fn template_named_files(
         &mut self,
         command: &str,
@@ -504,21 +506,35 @@ impl<'a> Scanner<'a> {
         const MAX_DEPTH: usize = 4;
         for words in crate::guard::deny::simple_commands(command) {
             for (index, word) in words.iter().enumerate() {
-                if word.is_empty() || word.starts_with('-') {
+                let Some(word) = file_in_word(word) else {
                     continue;
-                }
+                };
                 if depth < MAX_DEPTH && word.contains(char::is_whitespace) {
                     self.template_named_files(word, rel, folders, depth + 1)?;
                 }
                 if word.contains("{arg}") {
                     continue;
                 }
-                if index > 0 && words[index - 1] == "cd" {
+                let after = |option: &str| index > 0 && words[index - 1] == option;
+                if after("cd") {
                     folders.push(self.workspace.join(word));
                 }
+                // Python's `-m scripts.tool` runs `scripts/tool.py`, or the
+                // package's `__main__.py`.
+                let module = word.replace('.', "/");
+                let modules = after("-m").then(|| {
+                    [
+                        format!("{module}.py"),
+                        format!("{module}/__main__.py"),
+                        format!("{module}/__init__.py"),
+                    ]
+                });
                 let glob = word.contains(['*', '?', '[']);
                 for folder in folders.iter() {
                     self.cover_named(&folder.join(word), None, rel)?;
+                    for file in modules.iter().flatten() {
+                        self.cover_named(&folder.join(file), None, rel)?;
+                    }
                     if glob {
                         for matched in glob_matches(folder, word) {
                             self.cover_named(&matched, None, rel)?;
@@ -764,6 +780,23 @@ enum Digested {
         executable: bool,
     },
     Special(&'static str),
+}
+
+/// What in a template's `word` may name a file: the word, or for an
+/// option the value glued to it (`--file=build.mk`, `-fbuild.mk`: make,
+/// awk and sed read their program so); nothing for an option alone.
+fn file_in_word(word: &str) -> Option<&str> {
+    if word.is_empty() {
+        return None;
+    }
+    if !word.starts_with('-') {
+        return Some(word);
+    }
+    match word.split_once('=') {
+        Some((_, value)) => Some(value),
+        None if !word.starts_with("--") => word.get(2..).filter(|value| !value.is_empty()),
+        None => None,
+    }
 }
 
 /// The most paths one glob of a tool's template is taken to name.
