@@ -508,6 +508,21 @@ fn trusting_runs_it_and_one_changed_byte_makes_it_untrusted_again() {
     assert_eq!(helper.starts(), 3);
 }
 
+/// Trusts the lab's workspace, whose tool runs `command`, and checks that
+/// the review lists `file` among the files covered.
+fn trust_covering(lab: &Lab, file: &str, command: &str) {
+    let trust = lab.zotbox_in(&lab.workspace, &["trust", "--yes"]);
+    trust.expect_code(0);
+    assert!(
+        trust
+            .stdout
+            .lines()
+            .any(|line| line.trim_start().starts_with(&format!("{file} "))),
+        "{command}: the review does not list `{file}` among the files covered:\n{}",
+        trust.stdout
+    );
+}
+
 /// Attack: a workspace tool whose template runs a script of the workspace
 /// (`sh scripts/build.sh`). The script is part of what was trusted: the
 /// review lists it, and a change to it makes the workspace untrusted again,
@@ -541,16 +556,7 @@ fn a_script_a_workspace_tool_runs_is_covered_by_trust() {
         std::fs::write(&script, "#!/bin/sh\necho benign build\n").expect("script");
         std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
             .expect("mode");
-        let trust = lab.zotbox_in(ws, &["trust", "--yes"]);
-        trust.expect_code(0);
-        assert!(
-            trust
-                .stdout
-                .lines()
-                .any(|line| line.trim_start().starts_with("scripts/build.sh ")),
-            "{command}: the review does not list the script among the files covered:\n{}",
-            trust.stdout
-        );
+        trust_covering(&lab, "scripts/build.sh", command);
         let call = lab.zotbox_in(ws, &["call", "build"]);
         assert_eq!(
             (call.code, call.stdout.trim_end()),
@@ -604,16 +610,7 @@ fn a_program_named_by_an_option_or_a_module_is_covered_by_trust() {
         let script = ws.join(file);
         std::fs::create_dir_all(script.parent().expect("parent")).expect("scripts");
         std::fs::write(&script, before).expect("script");
-        let trust = lab.zotbox_in(ws, &["trust", "--yes"]);
-        trust.expect_code(0);
-        assert!(
-            trust
-                .stdout
-                .lines()
-                .any(|line| line.trim_start().starts_with(&format!("{file} "))),
-            "{command}: the review does not list `{file}`:\n{}",
-            trust.stdout
-        );
+        trust_covering(&lab, file, command);
         let call = lab.zotbox_in(ws, &["call", "run"]);
         assert_eq!(
             (call.code, call.stdout.trim_end()),
