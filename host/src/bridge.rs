@@ -506,7 +506,7 @@ fn services(home: &ZotHome, policy: &Policy, dir: &Path, hosted: Option<Hosted>)
             home.root(),
             &[dir.to_path_buf()],
         ))
-        .with_confinement(policy)
+        .with_confinement(policy, home)
         .with_secrets(Arc::new(crate::store::secret::SecretStore::new(home)));
         match environment {
             Some(environment) => services.with_environment(environment),

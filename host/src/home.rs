@@ -108,6 +108,11 @@ impl ZotHome {
         self.root.join("registries.json")
     }
 
+    /// Where each confined command's census is written down while it runs.
+    pub fn census_records(&self) -> PathBuf {
+        self.root.join("run").join("census")
+    }
+
     /// `built-folders`: the folders `ext build` has built (and warned
     /// about) before, one per line.
     pub fn built_folders(&self) -> PathBuf {

@@ -194,9 +194,15 @@ impl Services {
         self.workspace.get().map(PathBuf::as_path)
     }
 
-    /// These services with the policy's confinement settings.
-    pub fn with_confinement(mut self, policy: &crate::policy::Policy) -> Self {
+    /// These services with the policy's confinement settings, each
+    /// command's census written down in `home` while it runs.
+    pub fn with_confinement(
+        mut self,
+        policy: &crate::policy::Policy,
+        home: &crate::home::ZotHome,
+    ) -> Self {
         self.confinement = confinement_of(policy);
+        self.confinement.records = Some(home.census_records());
         self
     }
 
@@ -958,6 +964,7 @@ pub fn confinement_of(policy: &crate::policy::Policy) -> crate::capability::conf
     crate::capability::confine::Settings {
         shell_network: policy.shell_network(),
         required_by: policy.confinement_required_by().map(Path::to_owned),
+        records: None,
     }
 }
 

@@ -1641,8 +1641,11 @@ fn doctor_lists_the_kernel_protections() {
 /// while a confined command runs (`SIGKILL`, or a Ctrl-C that ends it) left
 /// the command running on its own, past its timeout. The process zotbox
 /// starts now dies with zotbox, and the command's PID namespace with it.
+/// And on rule 3: the census after the command never ran, so a `.git` it
+/// made first stayed, and the next command took it for one that was there
+/// before. The next command in the workspace now takes it back.
 #[test]
-fn a_command_dies_with_the_zotbox_that_started_it() {
+fn a_command_dies_with_the_zotbox_that_started_it_and_the_next_takes_back() {
     let lab = Lab::new();
     let tools = lab.home.join("tools");
     std::fs::create_dir_all(&tools).expect("tools");
@@ -1655,9 +1658,15 @@ fn a_command_dies_with_the_zotbox_that_started_it() {
     let outlived = lab.workspace.join("outlived");
     std::fs::write(
         lab.workspace.join("slow.sh"),
-        "touch started; sleep 3; touch outlived\n",
+        "mkdir -p lib/.git; printf '[core]\\n\\tpager = touch pwned\\n' > lib/.git/config; \
+         touch started; sleep 3; touch outlived\n",
     )
     .expect("script");
+    std::fs::write(
+        tools.join("quick.json"),
+        r#"{"name":"quick","description":"d","kind":"shell","command":"true"}"#,
+    )
+    .expect("tool");
     let mut zotbox = lab
         .command(&["call", "slow"])
         .stdin(std::process::Stdio::null())
@@ -1677,4 +1686,21 @@ fn a_command_dies_with_the_zotbox_that_started_it() {
     let _ = zotbox.wait();
     std::thread::sleep(std::time::Duration::from_secs(5));
     assert!(!outlived.exists(), "the command outlived zotbox");
+    assert!(lab.workspace.join("lib/.git/config").is_file());
+    let next = crate::support::zotbox_bounded(&lab, &["call", "quick"]);
+    next.expect_code(0);
+    assert!(
+        next.stderr.contains(&format!(
+            "an earlier command in `{}` ended with its zotbox and left `lib/.git/`: set aside \
+             now, renamed with `.refused-by-zotbox` added",
+            lab.workspace.display()
+        )),
+        "{next:#?}"
+    );
+    assert!(!lab.workspace.join("lib/.git").exists());
+    assert!(
+        lab.workspace
+            .join("lib/.git.refused-by-zotbox/config")
+            .is_file()
+    );
 }

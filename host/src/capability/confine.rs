@@ -73,7 +73,11 @@
 //!    fails as a refusal naming them, as it does
 //!    when the command made a folder unreadable, so that it could not be
 //!    checked. A workspace of more than [`MAX_FOLDERS`] folders runs
-//!    nothing ([`CensusError::TooLarge`]).
+//!    nothing ([`CensusError::TooLarge`]). The census before a command is
+//!    written down in `$ZOT_HOME` ([`Settings::records`]) until the one
+//!    after it is done: should zotbox die mid-call, the next command in
+//!    that workspace takes back what the dead one left (what changed
+//!    before its deadline; a clone made since is the user's).
 //!
 //! 7. **The session's sockets are out of reach.** Landlock checks no file
 //!    access on connecting to a Unix socket by its path, and the user's
@@ -162,6 +166,12 @@ pub struct Settings {
     /// The policy file that sets `require_confinement: true`, if any: then
     /// nothing runs without every protection. Default: none.
     pub required_by: Option<PathBuf>,
+    /// Where each command's census is written down while it runs (in
+    /// `$ZOT_HOME`, out of every command's reach), so that what a command
+    /// left when its zotbox died mid-call is taken back by the next
+    /// command in that workspace ([`Census::take_back_abandoned`]).
+    /// Default: none (nothing is written down).
+    pub records: Option<PathBuf>,
 }
 
 /// One protection the kernel may or may not offer.
@@ -833,7 +843,7 @@ fn probe_namespaces() -> Result<(), String> {
 mod child;
 
 mod census;
-pub use census::{Census, CensusError, Left, MAX_FOLDERS, SET_ASIDE};
+pub use census::{Census, CensusError, Left, MAX_FOLDERS, Recorded, SET_ASIDE};
 
 /// Makes the process `command` starts die with the thread that starts it
 /// (`PR_SET_PDEATHSIG`), confined or not.
@@ -1376,6 +1386,7 @@ mod tests {
         let settings = Settings {
             shell_network: false,
             required_by: Some(PathBuf::from("/etc/zotbox/policy.json")),
+            ..Settings::default()
         };
         let cases = [
             (

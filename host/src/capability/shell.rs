@@ -405,7 +405,21 @@ pub async fn run(
         .filter(|path| !path.secret && !path.path.is_empty())
         .map(|path| PathBuf::from(&path.path))
         .collect();
+    let records = settings.records.clone();
     let before = off_the_runtime(shown, move || {
+        // What a command left when its zotbox died mid-call is taken back
+        // first, or this census would count it as there before.
+        if let Some(records) = &records {
+            for left in confine::Census::take_back_abandoned(records, &workspace) {
+                tracing::warn!(
+                    "an earlier command in `{}` ended with its zotbox and left {}: set aside \
+                     now, renamed with `{}` added",
+                    workspace.display(),
+                    left.created.join(", "),
+                    confine::SET_ASIDE
+                );
+            }
+        }
         let home = crate::home::user_home();
         confine::Census::take(&workspace)
             .map(|census| census.watching(named).with_configured(home.as_deref()))
@@ -447,12 +461,32 @@ pub async fn run(
     // part of the command outlives the call (rule 4 of `confine`).
     confine::die_with_parent(child.as_std_mut());
     confinement.install(child.as_std_mut());
-    let mut child = child.spawn().map_err(|err| {
-        CapabilityError::Failed(format!(
-            "cannot start `{program}` for `{shown}`: {}",
-            confinement.explain(&err)
-        ))
-    })?;
+    // Written down until the take-back below is done: should zotbox die
+    // first, the next command in this workspace does it.
+    let recorded = settings.records.as_deref().and_then(|records| {
+        before
+            .recorded(records, limits.timeout)
+            .map_err(|err| {
+                tracing::warn!(
+                    "cannot write down the census of `{shown}` in `{}`: {err}; should zotbox \
+                     die before the command ends, what it leaves is not taken back",
+                    records.display()
+                );
+            })
+            .ok()
+    });
+    let mut child = match child.spawn() {
+        Ok(child) => child,
+        Err(err) => {
+            if let Some(recorded) = recorded {
+                recorded.done();
+            }
+            return Err(CapabilityError::Failed(format!(
+                "cannot start `{program}` for `{shown}`: {}",
+                confinement.explain(&err)
+            )));
+        }
+    };
     drop(confinement);
     let group = child
         .id()
@@ -478,27 +512,31 @@ pub async fn run(
     }
     // Every descendant is dead now (the PID namespace went with the group):
     // nothing can recreate what is taken back.
-    let left = off_the_runtime(shown, move || before.take_back())
-        .await
-        .map_err(|err| match err {
-            // The command made the workspace too large to look at again
-            // (or unreadable): what it left where the look did not reach
-            // was not set aside, and the user must know.
-            CapabilityError::Denied {
-                capability,
-                subject,
-                reason,
-            } => CapabilityError::Denied {
-                capability,
-                subject,
-                reason: format!(
-                    "{reason}; the command ran, and a control path it may have made (a `.git`, \
+    let taken_back = off_the_runtime(shown, move || before.take_back()).await;
+    // A workspace too large to look at again keeps its record: the first
+    // command once it is smaller takes back what this one left.
+    if let (Some(recorded), Ok(_)) = (recorded, &taken_back) {
+        recorded.done();
+    }
+    let left = taken_back.map_err(|err| match err {
+        // The command made the workspace too large to look at again
+        // (or unreadable): what it left where the look did not reach
+        // was not set aside, and the user must know.
+        CapabilityError::Denied {
+            capability,
+            subject,
+            reason,
+        } => CapabilityError::Denied {
+            capability,
+            subject,
+            reason: format!(
+                "{reason}; the command ran, and a control path it may have made (a `.git`, \
                      a `.zot`, a folder git takes for a repository) was not looked for \
                      afterwards: look for one before you run git or zot in the workspace"
-                ),
-            },
-            other => other,
-        })?;
+            ),
+        },
+        other => other,
+    })?;
     if !left.is_empty() {
         return Err(CapabilityError::denied(
             Capability::Shell,

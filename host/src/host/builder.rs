@@ -244,7 +244,7 @@ impl HostBuilder {
                         std::sync::Arc::new(super::data_tools::HostGuard(weak.clone())),
                     )
                     .with_control(control)
-                    .with_confinement(&policy)
+                    .with_confinement(&policy, &home)
                     .with_secrets(std::sync::Arc::new(
                         crate::store::secret::SecretStore::new(&home),
                     )),

@@ -103,6 +103,7 @@ impl NativeConfinement {
             settings: confine::Settings {
                 shell_network: true,
                 required_by,
+                records: None,
             },
         })
     }

@@ -89,6 +89,10 @@ pub struct Census {
     configured: Vec<PathBuf>,
     /// git takes the workspace's root itself for a repository (a bare one).
     root_repository: bool,
+    /// For the census of a command whose zotbox died: the latest change
+    /// time (seconds since 1970) of what that command can have made. What
+    /// changed later is someone else's (a clone since), left alone.
+    made_by: Option<i64>,
 }
 
 /// A folder that could not be read, and when it last changed (when not even
@@ -97,7 +101,7 @@ pub struct Census {
 type Unreadable = (PathBuf, Option<Stamp>);
 
 /// One entry named as a control path.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 struct Found {
     /// Relative to the workspace.
     path: PathBuf,
@@ -346,6 +350,14 @@ impl Census {
             if !found.path.as_os_str().is_empty() && known.contains(&(found.dev, found.ino)) {
                 continue;
             }
+            let later = |made_by: i64| {
+                let path = self.workspace.join(&found.path);
+                path.symlink_metadata()
+                    .is_ok_and(|meta| meta.ctime() > made_by)
+            };
+            if self.made_by.is_some_and(later) {
+                continue;
+            }
             let set = if found.repository {
                 set_aside_what_makes_a_repository(&self.workspace, &found)
             } else {
@@ -368,6 +380,148 @@ impl Census {
         }
         unmade
     }
+}
+
+/// A census written down before a command runs ([`Census::recorded`]):
+/// a zotbox that dies before the command ends takes nothing back, so the
+/// next census of that workspace does it ([`Census::take_back_abandoned`]).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Record {
+    workspace: PathBuf,
+    pid: u32,
+    /// The latest change time (seconds since 1970) of what the command can
+    /// make: it is killed at its deadline.
+    made_by: i64,
+    found: Vec<Found>,
+    absent: Vec<PathBuf>,
+    root_repository: bool,
+}
+
+/// A census written down until its command's take-back is done.
+#[derive(Debug)]
+pub struct Recorded {
+    path: PathBuf,
+}
+
+impl Recorded {
+    /// The take-back ran: the record is no longer needed. (A command whose
+    /// zotbox died, or whose call was dropped, never gets here, and its
+    /// record is taken back by the next census of its workspace.)
+    pub fn done(self) {
+        if let Err(err) = std::fs::remove_file(&self.path) {
+            tracing::warn!("cannot remove `{}`: {err}", self.path.display());
+        }
+    }
+}
+
+impl Census {
+    /// Writes this census down in `folder` (made private to the user),
+    /// where no confined command reaches (`$ZOT_HOME` is covered, and so
+    /// is the user's home it lies in), until [`Recorded::done`], for a
+    /// command that may run for `lasts` at the most.
+    ///
+    /// # Errors
+    ///
+    /// When the folder or the record cannot be written.
+    pub fn recorded(&self, folder: &Path, lasts: Duration) -> io::Result<Recorded> {
+        use std::os::unix::fs::DirBuilderExt as _;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(folder)?;
+        // Its deadline, and a margin for the kill and a clock's tick.
+        let made_by = SystemTime::now()
+            .checked_add(lasts.saturating_add(Duration::from_secs(5)))
+            .and_then(|at| at.duration_since(UNIX_EPOCH).ok())
+            .and_then(|since| i64::try_from(since.as_secs()).ok())
+            .unwrap_or(i64::MAX);
+        let record = Record {
+            workspace: self.workspace.clone(),
+            pid: std::process::id(),
+            made_by,
+            found: self.found.clone(),
+            absent: self.absent.clone(),
+            root_repository: self.root_repository,
+        };
+        let bytes = serde_json::to_vec(&record).map_err(io::Error::other)?;
+        let file = tempfile::Builder::new()
+            .prefix(&format!("{}-", record.pid))
+            .suffix(".json")
+            .tempfile_in(folder)?;
+        std::io::Write::write_all(&mut file.as_file(), &bytes)?;
+        let (_, path) = file.keep().map_err(|err| err.error)?;
+        Ok(Recorded { path })
+    }
+
+    /// Takes back, in `workspace`, what each command recorded in `folder`
+    /// by a process that is gone left behind: set aside as
+    /// [`Census::take_back`] does, but only what changed before that
+    /// command's deadline (a repository the user cloned since is theirs).
+    /// Returns what was set aside, per record.
+    pub fn take_back_abandoned(folder: &Path, workspace: &Path) -> Vec<Left> {
+        let Ok(workspace) = workspace.canonicalize() else {
+            return Vec::new();
+        };
+        let Ok(entries) = std::fs::read_dir(folder) else {
+            return Vec::new();
+        };
+        let mut taken = Vec::new();
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let Ok(text) = crate::user_file::read_text(&path, MAX_RECORD_BYTES) else {
+                continue;
+            };
+            let Ok(record) = serde_json::from_str::<Record>(&text) else {
+                continue;
+            };
+            if record.workspace != workspace || process_lives(record.pid) {
+                continue;
+            }
+            let census = Census {
+                workspace: record.workspace,
+                found: record.found,
+                unreadable: Vec::new(),
+                absent: record.absent,
+                configured: Vec::new(),
+                root_repository: record.root_repository,
+                made_by: Some(record.made_by),
+            };
+            match census.take_back() {
+                Ok(left) => {
+                    let _ = std::fs::remove_file(&path);
+                    if !left.created.is_empty() {
+                        taken.push(Left {
+                            created: left.created,
+                            unreadable: Vec::new(),
+                        });
+                    }
+                }
+                Err(err) => tracing::warn!(
+                    "cannot take back what a command left in `{}`: {err}",
+                    workspace.display()
+                ),
+            }
+        }
+        taken
+    }
+}
+
+/// The most a census record is read (it names the control paths found).
+const MAX_RECORD_BYTES: u64 = 16 * 1024 * 1024;
+
+/// Whether process `pid` is this one or still running (a pid taken again
+/// by another process counts as running: its record waits).
+fn process_lives(pid: u32) -> bool {
+    if pid == std::process::id() {
+        return true;
+    }
+    let Ok(pid) = i32::try_from(pid) else {
+        return false;
+    };
+    !matches!(
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None),
+        Err(nix::errno::Errno::ESRCH)
+    )
 }
 
 /// What a control path a command created is renamed to, beside it: not a
@@ -647,6 +801,7 @@ impl Tree {
             absent: Vec::new(),
             configured: Vec::new(),
             root_repository,
+            made_by: None,
         }
     }
 }
@@ -858,6 +1013,52 @@ mod tests {
         assert!(root.join("made.git/objects").is_dir());
         assert!(root.join("fixtures/remote.git/HEAD").is_file());
         assert!(census(root).take_back().unwrap().is_empty());
+    }
+
+    /// A command whose zotbox died left a `.git`; the next command's census
+    /// takes it back from the record, once no process of the record's is
+    /// alive, and only what changed before that command's deadline: a
+    /// repository cloned since is someone else's.
+    #[test]
+    fn what_a_command_whose_zotbox_died_left_is_taken_back_from_its_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("ws");
+        let records = dir.path().join("records");
+        std::fs::create_dir_all(root.join("lib")).unwrap();
+        let before = census(&root);
+        // Its own process's record waits: the command may still run.
+        let recorded = before.recorded(&records, Duration::from_secs(30)).unwrap();
+        std::fs::create_dir_all(root.join("lib/.git")).unwrap();
+        assert!(Census::take_back_abandoned(&records, &root).is_empty());
+        assert!(root.join("lib/.git").is_dir());
+        recorded.done();
+        // Records of a process that is gone.
+        let abandoned = |made_by: i64| {
+            let recorded = before.recorded(&records, Duration::from_secs(30)).unwrap();
+            let mut record: Record =
+                serde_json::from_slice(&std::fs::read(&recorded.path).unwrap()).unwrap();
+            record.pid = u32::MAX;
+            record.made_by = made_by;
+            std::fs::write(&recorded.path, serde_json::to_vec(&record).unwrap()).unwrap();
+            recorded
+        };
+        // A deadline long past: the `.git` is newer, someone else's.
+        let recorded = abandoned(1);
+        assert!(Census::take_back_abandoned(&records, &root).is_empty());
+        assert!(root.join("lib/.git").is_dir());
+        assert!(!recorded.path.exists());
+        let recorded = abandoned(i64::MAX);
+        let taken = Census::take_back_abandoned(&records, &root);
+        assert_eq!(
+            taken
+                .iter()
+                .map(|left| left.created.clone())
+                .collect::<Vec<_>>(),
+            [vec!["`lib/.git/`".to_owned()]]
+        );
+        assert!(root.join("lib/.git.refused-by-zotbox").is_dir());
+        // Taken back once: the record is gone.
+        assert!(!recorded.path.exists());
     }
 
     /// Attack: a command makes a folder of the user's (`src/`), or the
