@@ -101,7 +101,7 @@ pub struct Census {
 type Unreadable = (PathBuf, Option<Stamp>);
 
 /// One entry named as a control path.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct Found {
     /// Relative to the workspace.
     path: PathBuf,
@@ -289,6 +289,7 @@ impl Census {
     /// # Errors
     ///
     /// [`CensusError`] when the workspace cannot be read again.
+    #[inline(never)]
     pub fn take_back(&self) -> Result<Left, CensusError> {
         let known: HashSet<(u64, u64)> = self.found.iter().map(|f| (f.dev, f.ino)).collect();
         let mut left = Left::default();
@@ -385,7 +386,10 @@ impl Census {
 /// A census written down before a command runs ([`Census::recorded`]):
 /// a zotbox that dies before the command ends takes nothing back, so the
 /// next census of that workspace does it ([`Census::take_back_abandoned`]).
-#[derive(serde::Serialize, serde::Deserialize)]
+/// Written as a JSON `Value` the binary reads and writes already: a derived
+/// serializer of its own cost the binary 50 KB it does not have under its
+/// cap. Paths are written as text (one that is not UTF-8 is named wrongly,
+/// and only its name is used, in a message).
 struct Record {
     workspace: PathBuf,
     pid: u32,
@@ -395,6 +399,56 @@ struct Record {
     found: Vec<Found>,
     absent: Vec<PathBuf>,
     root_repository: bool,
+}
+
+impl Record {
+    fn to_json(&self) -> serde_json::Value {
+        use serde_json::Value;
+        let text = |path: &Path| Value::from(path.to_string_lossy().into_owned());
+        let found = self.found.iter().map(|found| {
+            Value::from(vec![
+                text(&found.path),
+                Value::from(found.dev),
+                Value::from(found.ino),
+                Value::from(found.dir),
+                Value::from(found.repository),
+            ])
+        });
+        let mut record = serde_json::Map::new();
+        record.insert("workspace".into(), text(&self.workspace));
+        record.insert("pid".into(), Value::from(self.pid));
+        record.insert("made_by".into(), Value::from(self.made_by));
+        record.insert("found".into(), Value::from_iter(found));
+        let absent = self.absent.iter().map(|path| text(path));
+        record.insert("absent".into(), Value::from_iter(absent));
+        record.insert("root_repository".into(), Value::from(self.root_repository));
+        Value::Object(record)
+    }
+
+    fn from_json(record: &serde_json::Value) -> Option<Self> {
+        let path = |value: &serde_json::Value| value.as_str().map(PathBuf::from);
+        let found = record["found"].as_array()?.iter().map(|found| {
+            Some(Found {
+                path: path(&found[0])?,
+                dev: found[1].as_u64()?,
+                ino: found[2].as_u64()?,
+                dir: found[3].as_bool()?,
+                repository: found[4].as_bool()?,
+            })
+        });
+        Some(Self {
+            workspace: path(&record["workspace"])?,
+            pid: u32::try_from(record["pid"].as_u64()?).ok()?,
+            made_by: record["made_by"].as_i64()?,
+            found: found.collect::<Option<_>>()?,
+            absent: record["absent"]
+                .as_array()?
+                .iter()
+                .map(path)
+                .collect::<Option<_>>()?,
+            root_repository: record["root_repository"].as_bool()?,
+        })
+    }
 }
 
 /// A census written down until its command's take-back is done.
@@ -443,7 +497,7 @@ impl Census {
             absent: self.absent.clone(),
             root_repository: self.root_repository,
         };
-        let bytes = serde_json::to_vec(&record).map_err(io::Error::other)?;
+        let bytes = serde_json::to_vec(&record.to_json()).map_err(io::Error::other)?;
         let file = tempfile::Builder::new()
             .prefix(&format!("{}-", record.pid))
             .suffix(".json")
@@ -471,7 +525,10 @@ impl Census {
             let Ok(text) = crate::user_file::read_text(&path, MAX_RECORD_BYTES) else {
                 continue;
             };
-            let Ok(record) = serde_json::from_str::<Record>(&text) else {
+            let Some(record) = serde_json::from_str(&text)
+                .ok()
+                .and_then(|json| Record::from_json(&json))
+            else {
                 continue;
             };
             if record.workspace != workspace || process_lives(record.pid) {
@@ -1035,11 +1092,12 @@ mod tests {
         // Records of a process that is gone.
         let abandoned = |made_by: i64| {
             let recorded = before.recorded(&records, Duration::from_secs(30)).unwrap();
-            let mut record: Record =
-                serde_json::from_slice(&std::fs::read(&recorded.path).unwrap()).unwrap();
+            let json = serde_json::from_slice(&std::fs::read(&recorded.path).unwrap()).unwrap();
+            let mut record = Record::from_json(&json).unwrap();
             record.pid = u32::MAX;
             record.made_by = made_by;
-            std::fs::write(&recorded.path, serde_json::to_vec(&record).unwrap()).unwrap();
+            let json = serde_json::to_vec(&record.to_json()).unwrap();
+            std::fs::write(&recorded.path, json).unwrap();
             recorded
         };
         // A deadline long past: the `.git` is newer, someone else's.
