@@ -289,6 +289,8 @@ impl Census {
     /// # Errors
     ///
     /// [`CensusError`] when the workspace cannot be read again.
+    // One copy for both callers (a command's own take-back and one of
+    // an abandoned record), whatever the optimiser would inline.
     #[inline(never)]
     pub fn take_back(&self) -> Result<Left, CensusError> {
         let known: HashSet<(u64, u64)> = self.found.iter().map(|f| (f.dev, f.ino)).collect();
