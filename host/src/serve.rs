@@ -402,19 +402,12 @@ async fn refuse_all<R: AsyncRead + Unpin>(
                     .await?;
                 break;
             }
-            HostFrame::EventIntercept(check) => block(check.id, &why),
-            HostFrame::ToolCall(call) => tool_error(call.id, why.clone()),
-            HostFrame::CommandInvoked(invoked) => {
-                ExtensionFrame::CommandResponse(CommandResponse {
-                    id: invoked.id,
-                    error: Some(why.clone()),
-                    ..CommandResponse::default()
-                })
-            }
-            HostFrame::Event(event) if event.event == event_name::SESSION_START => note(),
-            _ => continue,
+            HostFrame::Event(event) if event.event == event_name::SESSION_START => Some(note()),
+            request => refused(request, &why),
         };
-        out.send(&answer).await?;
+        if let Some(answer) = answer {
+            out.send(&answer).await?;
+        }
     }
     Err(failed)
 }
@@ -449,17 +442,26 @@ async fn hold_while(
     }
     let why = format!("zotbox already holds {MAX_HELD} frames {waiting}");
     tracing::warn!("serve: {why}; refused a `{}`", frame.frame_type());
-    let answer = match frame {
-        HostFrame::EventIntercept(intercept) => block(intercept.id, &why),
-        HostFrame::ToolCall(call) => tool_error(call.id, why),
+    match refused(frame, &why) {
+        Some(answer) => out.send(&answer).await,
+        None => Ok(()),
+    }
+}
+
+/// The answer to one of zot's requests serve will not serve, saying `why`:
+/// a check blocked, a tool call or a command failed. `None` for a frame
+/// that asks for no answer.
+fn refused(frame: HostFrame, why: &str) -> Option<ExtensionFrame> {
+    Some(match frame {
+        HostFrame::EventIntercept(intercept) => block(intercept.id, why),
+        HostFrame::ToolCall(call) => tool_error(call.id, why.to_owned()),
         HostFrame::CommandInvoked(invoked) => ExtensionFrame::CommandResponse(CommandResponse {
             id: invoked.id,
-            error: Some(why),
+            error: Some(why.to_owned()),
             ..CommandResponse::default()
         }),
-        _ => return Ok(()),
-    };
-    out.send(&answer).await
+        _ => return None,
+    })
 }
 
 /// Answers a line that did not decode, when it was a request (see

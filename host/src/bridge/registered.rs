@@ -101,11 +101,10 @@ impl Registrations {
         // them: a later zot reads more of a registration (`namespace`,
         // `namespace_instructions`), and what it reads of an author's is
         // escaped here, or not passed on.
-        let unknown_keys = has_unknown_keys(line, &frame);
-        let checked = self.check_frame(frame.clone());
-        match checked {
-            Checked::AsIs if unknown_keys => rewritten(frame),
-            checked => checked,
+        let rebuilt = has_unknown_keys(line, &frame).then(|| frame.clone());
+        match (self.check_frame(frame), rebuilt) {
+            (Checked::AsIs, Some(frame)) => rewritten(frame),
+            (checked, _) => checked,
         }
     }
 

@@ -531,8 +531,8 @@ pub async fn run(
             subject,
             reason: format!(
                 "{reason}; the command ran, and a control path it may have made (a `.git`, \
-                     a `.zot`, a folder git takes for a repository) was not looked for \
-                     afterwards: look for one before you run git or zot in the workspace"
+                 a `.zot`, a folder git takes for a repository) was not looked for \
+                 afterwards: look for one before you run git or zot in the workspace"
             ),
         },
         other => other,

@@ -473,16 +473,21 @@ fn ancestors_and_self(path: &str) -> impl Iterator<Item = &str> {
 /// `bin/run`), folder-relative; `None` for a bare name (found on `PATH`),
 /// an absolute path, or one that climbs out.
 fn inside_folder(exec: &str) -> Option<String> {
-    if !exec.contains('/') || exec.starts_with('/') || exec.split('/').any(|p| p == "..") {
+    if !exec.contains('/') || exec.starts_with('/') || climbs(exec) {
         return None;
     }
     Some(crate::manifest::relative_path(exec)).filter(|p| !p.is_empty())
 }
 
+/// Whether `path` has a `..` component: it may lead out of the folder.
+fn climbs(path: &str) -> bool {
+    path.split('/').any(|part| part == "..")
+}
+
 /// An argument that may name a file in the folder (`index.js`,
 /// `./ext.py`); it is copied only when it is one.
 fn inside_folder_arg(arg: &str) -> Option<String> {
-    if arg.starts_with('-') || arg.starts_with('/') || arg.split('/').any(|p| p == "..") {
+    if arg.starts_with('-') || arg.starts_with('/') || climbs(arg) {
         return None;
     }
     Some(crate::manifest::relative_path(arg)).filter(|p| !p.is_empty())
@@ -857,9 +862,7 @@ fn check_package(plan: &Plan) -> Result<package::Contents, InstallError> {
 /// consent screen says. (An argument may name data as well as code, a log
 /// in `/tmp` say, so it is shown, not refused as `exec` is.)
 pub fn names_a_path_outside(arg: &str) -> bool {
-    !arg.starts_with('-')
-        && !arg.contains("://")
-        && (arg.starts_with('/') || arg.split('/').any(|part| part == ".."))
+    !arg.starts_with('-') && !arg.contains("://") && (arg.starts_with('/') || climbs(arg))
 }
 
 /// Why a native extension's `exec` names a program the install cannot
@@ -872,7 +875,7 @@ pub fn names_a_path_outside(arg: &str) -> bool {
 fn leaves_the_folder_unsafely(path: &str) -> Option<String> {
     const NOT_KEPT: &str = "an install neither copies it nor locks it, so `ext verify` would \
                             not see it change";
-    if path.split('/').any(|part| part == "..") {
+    if climbs(path) {
         return Some(format!(
             "climbs out of the extension's folder with `..`; {NOT_KEPT}: put the file in the \
              folder, or name a command found on `PATH`"
