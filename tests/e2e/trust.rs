@@ -624,6 +624,80 @@ fn a_program_named_by_an_option_or_a_module_is_covered_by_trust() {
     }
 }
 
+/// Attack: a workspace's native extension that hands its script to a shell
+/// as a line (`sh -c "sh ../../../scripts/run.sh"`) rather than naming it
+/// as an argument. The review did not cover the script, so the author's
+/// next commit (or a guest granted the project's files) changed what runs
+/// natively while `trust --list` still said `trusted`.
+#[test]
+fn a_script_a_native_extension_hands_a_shell_is_covered_and_no_guest_writes_it() {
+    let lab = Lab::new();
+    let ws = &lab.workspace;
+    let script = ws.join("scripts/run.sh");
+    std::fs::create_dir_all(script.parent().expect("parent")).expect("scripts");
+    let marker = lab.dev.join("helper.starts");
+    let record = lab.dev.join("helper.record.jsonl");
+    let original = format!(
+        "# shipped by the repository\necho started >> '{}'\n\
+         exec python3 '{}' --name helper --record '{}'\n",
+        marker.display(),
+        pyext_script().display(),
+        record.display()
+    );
+    std::fs::write(&script, &original).expect("run.sh");
+    let dir = lab.project_dir().join("helper");
+    std::fs::create_dir_all(&dir).expect("extension folder");
+    write_json(
+        &dir.join("extension.json"),
+        &json!({"name": "helper", "version": "1.0.0", "exec": "sh",
+                "args": ["-c", "sh ../../../scripts/run.sh"]}),
+    );
+    let starts = || {
+        std::fs::read_to_string(&marker)
+            .map(|text| text.lines().count())
+            .unwrap_or(0)
+    };
+    trust_covering(
+        &lab,
+        "scripts/run.sh",
+        "sh -c \"sh ../../../scripts/run.sh\"",
+    );
+    assert_eq!(row(&lab.zotbox_in(ws, &["list"]), "helper")[4], "ready");
+    assert_eq!(starts(), 1);
+
+    // A guest granted every file of the project cannot write the script.
+    let prober = prober_in(&lab.dev, &json!({"read": ["**"], "write": ["**"]}));
+    let written = lab.zotbox_in(
+        ws,
+        &[
+            "--ext",
+            prober.to_str().expect("utf-8"),
+            "call",
+            "fs_write",
+            &json!({"path": "scripts/run.sh", "text": "id > /tmp/pwned\n"}).to_string(),
+        ],
+    );
+    assert!(
+        written.stdout.contains(
+            "fs-write `scripts/run.sh` refused: `scripts/run.sh` is a control path (an \
+             extension's program: it runs outside the sandbox); no grant reaches it"
+        ),
+        "{written:#?}"
+    );
+    assert_eq!(std::fs::read_to_string(&script).expect("run.sh"), original);
+
+    // The author's next commit changes it: untrusted, and it does not run.
+    let before = starts();
+    std::fs::write(&script, format!("echo EVIL\n{original}")).expect("run.sh");
+    assert_eq!(row(&lab.zotbox_in(ws, &["list"]), "helper")[4], "untrusted");
+    assert_eq!(starts(), before, "the changed script ran");
+    let listed = lab.zotbox_in(ws, &["trust", "--list"]);
+    assert_eq!(
+        row(&listed, &ws.display().to_string())[1..3],
+        ["changed", "since"]
+    );
+}
+
 /// A trusted workspace extension that crashes is restarted as it is now:
 /// once its files changed, it is not restarted at all.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -67,7 +67,7 @@ impl ControlSources {
         // workspace, which `.zot/` alone would not cover.
         folders.extend(entries(&workspace.join(".zot").join("extensions")));
         for folder in folders {
-            if let Some(program) = native_program(&folder) {
+            for program in native_programs(&folder) {
                 found.push((
                     program,
                     false,
@@ -206,16 +206,34 @@ fn entries(dir: &Path) -> Vec<PathBuf> {
         .unwrap_or_default()
 }
 
-/// The program a native extension in `folder` names by path, if any (a
-/// bare name is found on `PATH`, outside any workspace it could write).
-/// zot's rule: a path with a separator is relative to the folder.
-fn native_program(folder: &Path) -> Option<PathBuf> {
-    let manifest =
-        crate::manifest::Manifest::load(&folder.join(crate::manifest::MANIFEST_FILE)).ok()?;
-    match &manifest.program {
-        crate::manifest::Program::Native { exec, .. } if exec.contains('/') => {
-            Some(folder.join(exec))
-        }
-        _ => None,
+/// The files a native extension in `folder` runs that it names by path:
+/// its program (a bare name is found on `PATH`, outside any workspace it
+/// could write; zot's rule: a path with a separator is relative to the
+/// folder) and the scripts and files its arguments name, as trust covers
+/// them ([`crate::store::trust::named_paths`]): `sh -c "sh
+/// ../../../scripts/run.sh"` runs that script as the user, so no grant
+/// may write it.
+fn native_programs(folder: &Path) -> Vec<PathBuf> {
+    let Ok(manifest) =
+        crate::manifest::Manifest::load(&folder.join(crate::manifest::MANIFEST_FILE))
+    else {
+        return Vec::new();
+    };
+    if !matches!(manifest.program, crate::manifest::Program::Native { .. }) {
+        return Vec::new();
     }
+    // The program named by path even before it exists: no grant may
+    // make it. An argument that names no file now is most often data.
+    let program = manifest
+        .raw
+        .exec
+        .as_ref()
+        .filter(|exec| exec.contains('/'))
+        .map(|exec| folder.join(exec));
+    let mut programs: Vec<PathBuf> = crate::store::trust::named_paths(&manifest)
+        .into_iter()
+        .filter(|path| path.is_file() && Some(path) != program.as_ref())
+        .collect();
+    programs.extend(program);
+    programs
 }

