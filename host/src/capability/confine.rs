@@ -76,7 +76,7 @@
 //!    nothing ([`CensusError::TooLarge`]). The census before a command is
 //!    written down in `$ZOT_HOME` ([`Settings::records`]) until the one
 //!    after it is done: should zotbox die mid-call, the next command in
-//!    that workspace takes back what the dead one left (what changed
+//!    that workspace takes back what the dead one left (what was made
 //!    before its deadline; a clone made since is the user's).
 //!
 //! 7. **The session's sockets are out of reach.** Landlock checks no file

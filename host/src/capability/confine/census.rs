@@ -111,9 +111,32 @@ struct Found {
     /// A folder git takes for a repository by what it holds, whatever its
     /// name: what made it one is set aside, not the folder.
     repository: bool,
+    link: bool,
+    /// When the entry was made, where the file system keeps it.
+    born: Option<Born>,
 }
 
+/// A birth time: seconds and nanoseconds since 1970.
+type Born = (i64, u32);
+
+/// When what `meta` describes was made, where the file system keeps it
+/// (ext4, xfs, btrfs, tmpfs do).
+fn born(meta: &std::fs::Metadata) -> Option<Born> {
+    let since = meta.created().ok()?.duration_since(UNIX_EPOCH).ok()?;
+    Some((i64::try_from(since.as_secs()).ok()?, since.subsec_nanos()))
+}
+
+/// What tells an entry from another that took its inode once it was
+/// removed: a command may delete a control path that is a link (the bind
+/// holds where it leads, not the link) and make a folder or a file there,
+/// which the file system gives the freed inode at once.
+type Identity = (u64, u64, bool, bool, Option<Born>);
+
 impl Found {
+    fn identity(&self) -> Identity {
+        (self.dev, self.ino, self.dir, self.link, self.born)
+    }
+
     /// `sub/.git/` for a folder, `sub/.git` for anything else, escaped.
     fn shown(&self) -> String {
         let path = self.path.to_string_lossy();
@@ -293,7 +316,7 @@ impl Census {
     // an abandoned record), whatever the optimiser would inline.
     #[inline(never)]
     pub fn take_back(&self) -> Result<Left, CensusError> {
-        let known: HashSet<(u64, u64)> = self.found.iter().map(|f| (f.dev, f.ino)).collect();
+        let known: HashSet<Identity> = self.found.iter().map(Found::identity).collect();
         let mut left = Left::default();
         // A folder that is a repository is not walked (it is bound or set
         // aside whole); one that stops being one when what made it one is
@@ -319,9 +342,9 @@ impl Census {
     }
 
     /// Sets aside what `after` finds that was not here before (`known`,
-    /// by device and inode), naming each in `left`. Returns whether a
-    /// folder stopped being a repository, whose insides were not looked at.
-    fn set_aside_new(&self, after: &Self, known: &HashSet<(u64, u64)>, left: &mut Left) -> bool {
+    /// by [`Identity`]), naming each in `left`. Returns whether a folder
+    /// stopped being a repository, whose insides were not looked at.
+    fn set_aside_new(&self, after: &Self, known: &HashSet<Identity>, left: &mut Left) -> bool {
         // What the caller named and was not there, if it is now (and not
         // found by its name as well).
         let appeared = self
@@ -336,6 +359,8 @@ impl Census {
                     ino: meta.ino(),
                     dir: meta.is_dir(),
                     repository: false,
+                    link: meta.is_symlink(),
+                    born: born(&meta),
                 })
             });
         // The root made a repository (`HEAD`, `objects/`, `refs/` and a
@@ -347,18 +372,18 @@ impl Census {
             ino: 0,
             dir: true,
             repository: true,
+            link: false,
+            born: None,
         });
         let mut unmade = false;
         for found in after.found.iter().cloned().chain(appeared).chain(root) {
-            if !found.path.as_os_str().is_empty() && known.contains(&(found.dev, found.ino)) {
+            if !found.path.as_os_str().is_empty() && known.contains(&found.identity()) {
                 continue;
             }
-            let later = |made_by: i64| {
-                let path = self.workspace.join(&found.path);
-                path.symlink_metadata()
-                    .is_ok_and(|meta| meta.ctime() > made_by)
-            };
-            if self.made_by.is_some_and(later) {
+            if self
+                .made_by
+                .is_some_and(|made_by| made_after(&self.workspace, &found, made_by))
+            {
                 continue;
             }
             let set = if found.repository {
@@ -414,6 +439,13 @@ impl Record {
                 Value::from(found.ino),
                 Value::from(found.dir),
                 Value::from(found.repository),
+                Value::from(found.link),
+                found
+                    .born
+                    .map_or(Value::Null, |(secs, _)| Value::from(secs)),
+                found
+                    .born
+                    .map_or(Value::Null, |(_, nanos)| Value::from(nanos)),
             ])
         });
         let mut record = serde_json::Map::new();
@@ -436,6 +468,11 @@ impl Record {
                 ino: found[2].as_u64()?,
                 dir: found[3].as_bool()?,
                 repository: found[4].as_bool()?,
+                link: found[5].as_bool()?,
+                born: match (found[6].as_i64(), found[7].as_u64()) {
+                    (Some(secs), Some(nanos)) => Some((secs, u32::try_from(nanos).ok()?)),
+                    _ => None,
+                },
             })
         });
         Some(Self {
@@ -511,7 +548,7 @@ impl Census {
 
     /// Takes back, in `workspace`, what each command recorded in `folder`
     /// by a process that is gone left behind: set aside as
-    /// [`Census::take_back`] does, but only what changed before that
+    /// [`Census::take_back`] does, but only what was made before that
     /// command's deadline (a repository the user cloned since is theirs).
     /// Returns what was set aside, per record.
     pub fn take_back_abandoned(folder: &Path, workspace: &Path) -> Vec<Left> {
@@ -612,6 +649,29 @@ fn set_aside(workspace: &Path, found: &Found) -> io::Result<()> {
 /// `commondir` are set aside, which makes it none, rather than the folder
 /// (`src/`, made a repository by three files written in it, is the
 /// user's). Returns what was set aside, shown.
+/// Whether `found`, in `workspace`, was made after `made_by` (seconds
+/// since 1970): by someone else than a command whose deadline that was.
+/// When it was made, where the file system keeps it; else when it last
+/// changed, which a later change in it also moves. For a folder made a
+/// repository by what it holds, when what made it one was (an editor's
+/// save in `src/` changes `src/`, not its `HEAD`).
+fn made_after(workspace: &Path, found: &Found, made_by: i64) -> bool {
+    let made = |path: &Path| {
+        let meta = path.symlink_metadata().ok()?;
+        Some(born(&meta).map_or(meta.ctime(), |(secs, _)| secs))
+    };
+    let path = workspace.join(&found.path);
+    let when = if found.repository {
+        ["HEAD", "commondir"]
+            .iter()
+            .filter_map(|sign| made(&path.join(sign)))
+            .min()
+    } else {
+        made(&path)
+    };
+    when.is_some_and(|when| when > made_by)
+}
+
 fn set_aside_what_makes_a_repository(workspace: &Path, found: &Found) -> io::Result<Vec<String>> {
     let components = normal_components(&found.path)?;
     let dir = open_folder(workspace, &components)?;
@@ -740,18 +800,29 @@ impl Stamp {
 #[derive(Debug)]
 struct Folder {
     stamp: Stamp,
+    born: Option<Born>,
     /// Whether `stamp` can be trusted to show the next change.
     settled: bool,
     /// Subfolders to walk (not links, not control paths).
     subfolders: Vec<OsString>,
-    /// Entries named as control paths: name, inode, whether a folder.
-    controls: Vec<(OsString, u64, bool)>,
+    /// Entries named as control paths.
+    controls: Vec<Control>,
     /// Whether the folder is a git repository whatever its name (a bare
     /// one, `remote.git/`, or one a `.git` file names): it holds `HEAD`,
     /// and `objects/` and `refs/` or a `commondir`, git's own test
     /// ([`Signs`]). git runs its hooks (a push to it runs
     /// `hooks/post-receive`) and reads its `config`.
     repository: bool,
+}
+
+/// An entry of a folder named as a control path.
+#[derive(Debug)]
+struct Control {
+    name: OsString,
+    ino: u64,
+    dir: bool,
+    link: bool,
+    born: Option<Born>,
 }
 
 /// Why a walk stopped.
@@ -798,7 +869,7 @@ impl Tree {
             let stamp = Stamp::of(&meta);
             let mut folder = match before.remove(&relative) {
                 Some(folder) if folder.settled && folder.stamp == stamp => folder,
-                _ => match Folder::read(&path, stamp) {
+                _ => match Folder::read(&path, stamp, born(&meta)) {
                     Ok(folder) => folder,
                     Err(err) => {
                         if relative.as_os_str().is_empty() {
@@ -835,13 +906,17 @@ impl Tree {
                         ino: folder.stamp.ino,
                         dir: true,
                         repository: true,
+                        link: false,
+                        born: folder.born,
                     });
-                let controls = folder.controls.iter().map(move |(name, ino, dir)| Found {
-                    path: relative.join(name),
+                let controls = folder.controls.iter().map(move |control| Found {
+                    path: relative.join(&control.name),
                     dev: folder.stamp.dev,
-                    ino: *ino,
-                    dir: *dir,
+                    ino: control.ino,
+                    dir: control.dir,
                     repository: false,
+                    link: control.link,
+                    born: control.born,
                 });
                 repository.into_iter().chain(controls)
             })
@@ -866,7 +941,7 @@ impl Tree {
 }
 
 impl Folder {
-    fn read(path: &Path, stamp: Stamp) -> io::Result<Self> {
+    fn read(path: &Path, stamp: Stamp, born: Option<Born>) -> io::Result<Self> {
         let mut subfolders = Vec::new();
         let mut controls = Vec::new();
         let mut signs = Signs::default();
@@ -877,7 +952,15 @@ impl Folder {
             signs.note(&name, Kind::new(kind.is_symlink(), kind.is_dir()));
             if is_control(&name) {
                 // Not walked: the entry is bound or set aside whole.
-                controls.push((name, entry.ino(), kind.is_dir()));
+                // One look more for the few such entries: when it was made.
+                let born = entry.metadata().ok().as_ref().and_then(self::born);
+                controls.push(Control {
+                    ino: entry.ino(),
+                    dir: kind.is_dir(),
+                    link: kind.is_symlink(),
+                    born,
+                    name,
+                });
             } else if kind.is_dir() {
                 subfolders.push(name);
             }
@@ -889,6 +972,7 @@ impl Folder {
         }
         Ok(Self {
             stamp,
+            born,
             settled: false,
             subfolders,
             controls,
@@ -1076,7 +1160,7 @@ mod tests {
 
     /// A command whose zotbox died left a `.git`; the next command's census
     /// takes it back from the record, once no process of the record's is
-    /// alive, and only what changed before that command's deadline: a
+    /// alive, and only what was made before that command's deadline: a
     /// repository cloned since is someone else's.
     #[test]
     fn what_a_command_whose_zotbox_died_left_is_taken_back_from_its_record() {
@@ -1119,6 +1203,103 @@ mod tests {
         assert!(root.join("lib/.git.refused-by-zotbox").is_dir());
         // Taken back once: the record is gone.
         assert!(!recorded.path.exists());
+    }
+
+    /// Attack: the workspace brings `vendor/.git` as a link (to a
+    /// repository elsewhere in it, which is bound read-only; the link is
+    /// not); the command removes the link and makes a repository there,
+    /// which ext4 gives the link's freed inode at once. Counted as there
+    /// before by its inode, it stayed. The inode is forced here, as ext4
+    /// gives it when nothing else took it first.
+    #[test]
+    fn a_control_path_made_where_a_link_was_is_set_aside_though_it_took_its_inode() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("vendor")).unwrap();
+        std::fs::create_dir_all(root.join("vgit")).unwrap();
+        for link in ["vendor/.git", "docs/.zot"] {
+            std::fs::create_dir_all(root.join(link).parent().unwrap()).unwrap();
+            std::os::unix::fs::symlink("../vgit", root.join(link)).unwrap();
+        }
+        let mut before = census(root);
+        std::fs::remove_file(root.join("vendor/.git")).unwrap();
+        std::fs::create_dir(root.join("vendor/.git")).unwrap();
+        std::fs::write(root.join("vendor/.git/config"), "[core]\n\tfsmonitor = x\n").unwrap();
+        std::fs::remove_file(root.join("docs/.zot")).unwrap();
+        std::os::unix::fs::symlink("../vendor", root.join("docs/.zot")).unwrap();
+        for (path, meta) in [
+            ("vendor/.git", root.join("vendor/.git").metadata().unwrap()),
+            (
+                "docs/.zot",
+                root.join("docs/.zot").symlink_metadata().unwrap(),
+            ),
+        ] {
+            let found = before
+                .found
+                .iter_mut()
+                .find(|found| found.path == Path::new(path))
+                .unwrap();
+            found.ino = meta.ino();
+        }
+        // A link that took a link's inode differs by when it was made,
+        // where the file system keeps that (ext4 and tmpfs do).
+        let link_born = born(&root.join("docs/.zot").symlink_metadata().unwrap());
+        let left = before.take_back().unwrap();
+        let mut expected = vec!["`vendor/.git/`".to_owned()];
+        if link_born.is_some() {
+            expected.insert(0, "`docs/.zot`".to_owned());
+        }
+        assert_eq!(left.created, expected);
+        assert!(root.join("vendor/.git.refused-by-zotbox/config").is_file());
+    }
+
+    /// Attack: a command whose zotbox died made `src/` a repository; an
+    /// editor's save in `src/` after its deadline moved the folder's change
+    /// time past it, and the take-back from its record took the repository
+    /// for someone else's. What made it one was made before the deadline.
+    #[test]
+    fn a_later_save_in_a_folder_made_a_repository_does_not_spare_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("ws");
+        let records = dir.path().join("records");
+        std::fs::create_dir_all(root.join("src")).unwrap();
+        let before = census(&root);
+        let src = root.join("src");
+        std::fs::write(src.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+        std::fs::create_dir(src.join("objects")).unwrap();
+        std::fs::create_dir(src.join("refs")).unwrap();
+        let deadline = src.join("HEAD").symlink_metadata().unwrap().ctime();
+        // The save, a second later: the folder changes, its `HEAD` not.
+        while SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            <= u64::try_from(deadline).unwrap()
+        {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        std::fs::write(src.join("main.rs.tmp"), "fn main() {}\n").unwrap();
+        std::fs::rename(src.join("main.rs.tmp"), src.join("main.rs")).unwrap();
+        assert!(src.metadata().unwrap().ctime() > deadline);
+        let recorded = before.recorded(&records, Duration::from_secs(30)).unwrap();
+        let json = serde_json::from_slice(&std::fs::read(&recorded.path).unwrap()).unwrap();
+        let mut record = Record::from_json(&json).unwrap();
+        record.pid = u32::MAX;
+        record.made_by = deadline;
+        std::fs::write(
+            &recorded.path,
+            serde_json::to_vec(&record.to_json()).unwrap(),
+        )
+        .unwrap();
+        let taken = Census::take_back_abandoned(&records, &root);
+        assert_eq!(
+            taken
+                .iter()
+                .map(|left| left.created.clone())
+                .collect::<Vec<_>>(),
+            [vec!["`src/HEAD`".to_owned()]]
+        );
+        assert!(!src.join("HEAD").exists());
     }
 
     /// Attack: a command makes a folder of the user's (`src/`), or the
