@@ -95,6 +95,11 @@ impl Site {
 
     /// As [`Site::publish`], signed by `key` (none: unsigned).
     fn publish_signed_by(&self, version: &str, http: &[&str], key: Option<&SecretKey>) {
+        self.publish_with(version, http, key, &json!({}));
+    }
+
+    /// As [`Site::publish_signed_by`], the manifest with `extra`'s fields.
+    fn publish_with(&self, version: &str, http: &[&str], key: Option<&SecretKey>, extra: &Value) {
         let src = self.lab.dev.join("src").join(version).join("notes");
         std::fs::create_dir_all(&src).expect("source");
         std::fs::copy(
@@ -102,16 +107,17 @@ impl Site {
             src.join("notes.wasm"),
         )
         .expect("wasm");
-        write_json(
-            &src.join("extension.json"),
-            &json!({
-                "name": "notes",
-                "version": version,
-                "description": "notes for the team",
-                "wasm": "./notes.wasm",
-                "capabilities": {"http": http},
-            }),
-        );
+        let mut manifest = json!({
+            "name": "notes",
+            "version": version,
+            "description": "notes for the team",
+            "wasm": "./notes.wasm",
+            "capabilities": {"http": http},
+        });
+        for (field, value) in extra.as_object().into_iter().flatten() {
+            manifest[field] = value.clone();
+        }
+        write_json(&src.join("extension.json"), &manifest);
         let packed = zotbox::store::pack::pack(&src).expect("pack");
         let archive = self.dir.join(format!("notes-{version}.tar.gz"));
         std::fs::write(&archive, &packed.bytes).expect("archive");
@@ -228,13 +234,20 @@ fn error_line(run: &Run) -> String {
 }
 
 /// An update that asks again, run without a terminal: refused for want of
-/// an answer, with the install as it was (`before`, its lock entry).
+/// an answer (`ext update` of every install names which was not updated),
+/// with the install as it was (`before`, its lock entry).
 fn assert_asked_again_and_kept(site: &Site, run: &Run, before: &Value) {
     run.expect_code(1);
-    assert_eq!(
-        error_line(run),
-        "error: not installing `notes` without confirmation: stdin is not a terminal; pass \
-         --yes to accept the capabilities shown above"
+    let line = error_line(run);
+    assert!(
+        ["error: ", "error: `notes` was not updated: "]
+            .iter()
+            .any(|start| line
+                == format!(
+                    "{start}not installing `notes` without confirmation: stdin is not a terminal; \
+                 pass --yes to accept the capabilities shown above"
+                )),
+        "{run:#?}"
     );
     assert_eq!(site.installed_version().as_deref(), Some("1.0.0"));
     assert_eq!(site.locked().as_ref(), Some(before));
@@ -491,6 +504,115 @@ async fn an_update_declaring_what_the_policy_refuses_now_is_asked_again() {
     site.index(None, None);
     site.zotbox(&["ext", "update", "notes"]).expect_code(0);
     assert_eq!(site.installed_version().as_deref(), Some("1.2.0"));
+}
+
+/// Attack: an update whose manifest raises its limits (an intercept held
+/// 60 s, four times the memory) with the same capabilities. The limits are
+/// shown at install, so a raise is asked about again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_update_raising_its_limits_is_asked_again() {
+    let (site, before) = Site::with_notes_installed().await;
+    let limits = json!({"limits": {"memory_mb": 512, "intercept_timeout_ms": 60000}});
+    site.publish_with(
+        "1.1.0",
+        &["https://a.example"],
+        Some(&site.publisher.1),
+        &limits,
+    );
+    site.index(None, None);
+    let run = site.zotbox(&["ext", "update", "notes"]);
+    for line in [
+        "  + limits memory 128 MiB → 512 MiB",
+        "  + limits intercept timeout 5000 ms → 60000 ms",
+    ] {
+        assert!(run.stdout.lines().any(|l| l == line), "{line}: {run:#?}");
+    }
+    assert_asked_again_and_kept(&site, &run, &before);
+    // Lower limits ask nothing.
+    site.zotbox(&["ext", "update", "notes", "--yes"])
+        .expect_code(0);
+    site.publish("1.2.0", &["https://a.example"], true);
+    site.index(None, None);
+    site.zotbox(&["ext", "update", "notes"]).expect_code(0);
+    assert_eq!(site.installed_version().as_deref(), Some("1.2.0"));
+}
+
+/// Attack: the new version's manifest says nothing of `enabled` (or says
+/// `true`): an update with the same grant turned the extension the user
+/// disabled back on, unasked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_update_keeps_an_extension_the_user_disabled_disabled() {
+    let (site, _) = Site::with_notes_installed().await;
+    site.zotbox(&["ext", "disable", "notes"]).expect_code(0);
+    site.publish_with(
+        "1.1.0",
+        &["https://a.example"],
+        Some(&site.publisher.1),
+        &json!({"enabled": true}),
+    );
+    site.index(None, None);
+    let run = site.zotbox(&["ext", "update", "notes"]);
+    run.expect_code(0);
+    assert!(
+        run.stdout
+            .contains("  it stays disabled, as you left it (`zotbox ext enable` turns it on)"),
+        "{run:#?}"
+    );
+    assert_eq!(site.installed_version().as_deref(), Some("1.1.0"));
+    let manifest = read_json(&site.lab.user_dir().join("notes/extension.json"));
+    assert_eq!(manifest["enabled"], json!(false));
+    // The lock took what landed: the install verifies.
+    site.zotbox(&["ext", "verify"]).expect_code(0);
+}
+
+/// Attack: after a `--project` install, the workspace's next commit makes
+/// `.zot/extensions` a link to a folder of the user's. An update replaced
+/// (and a remove deleted) the `notes` folder there: the user's files.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_project_install_is_never_updated_or_removed_through_a_link() {
+    let site = Site::with_notes_published().await;
+    site.zotbox(&["ext", "install", "notes", "--project", "--yes"])
+        .expect_code(0);
+    let ws = &site.lab.workspace;
+    let extensions = ws.join(".zot/extensions");
+    assert!(extensions.join("notes/extension.json").is_file());
+    let victim = site.lab.dev.join("documents");
+    std::fs::create_dir_all(victim.join("notes")).expect("the user's folder");
+    std::fs::write(victim.join("notes/thesis.txt"), "years of work").expect("thesis");
+    std::fs::remove_dir_all(&extensions).expect("the author's commit");
+    std::os::unix::fs::symlink(&victim, &extensions).expect("link");
+    let refusal = format!(
+        "`{}` is not a folder (a symlink?); a project install writes only into the \
+         workspace's own `.zot/extensions/` and `.zot/packages/` (remove it, or install for \
+         the user)",
+        extensions.display()
+    );
+    let thesis = || std::fs::read_to_string(victim.join("notes/thesis.txt")).expect("thesis");
+    let run = site.zotbox(&["ext", "remove", "notes"]);
+    run.expect_code(1);
+    assert!(error_line(&run).ends_with(&refusal), "{run:#?}");
+    assert_eq!(thesis(), "years of work");
+
+    // The user's own install of it updates; the project's holds it not up.
+    site.zotbox(&["ext", "install", "notes", "--yes"])
+        .expect_code(0);
+    site.publish("1.1.0", &["https://a.example"], true);
+    site.index(None, None);
+    let run = site.zotbox(&["ext", "update"]);
+    run.expect_code(1);
+    assert_eq!(
+        error_line(&run),
+        format!(
+            "error: `notes` was not updated: install of `{}` refused: {refusal}",
+            ws.display()
+        ),
+        "{run:#?}"
+    );
+    assert_eq!(site.installed_version().as_deref(), Some("1.1.0"));
+    let run = site.zotbox(&["ext", "update", "notes"]);
+    run.expect_code(1);
+    assert!(error_line(&run).ends_with(&refusal), "{run:#?}");
+    assert_eq!(thesis(), "years of work");
 }
 
 /// Attack: a second registry the user added lists the same name at a

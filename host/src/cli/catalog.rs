@@ -164,10 +164,22 @@ pub(crate) async fn update(context: &Context, only: Option<&str>, yes: bool) -> 
             }
         }
     }
-    for (dir, entry) in locked {
-        update_one(context, &home, &policy, &dir, &entry, yes).await?;
+    if only.is_some() {
+        for (dir, entry) in locked {
+            update_one(context, &home, &policy, &dir, &entry, yes).await?;
+        }
+        return Ok(EXIT_OK);
     }
-    Ok(EXIT_OK)
+    // One install that cannot be updated (its registry down, its
+    // workspace's `.zot/extensions` made a link) holds up no other.
+    let mut code = EXIT_OK;
+    for (dir, entry) in locked {
+        if let Err(err) = update_one(context, &home, &policy, &dir, &entry, yes).await {
+            super::print_error(&err.context(format!("`{}` was not updated", Shown(&entry.name))));
+            code = super::EXIT_ERROR;
+        }
+    }
+    Ok(code)
 }
 
 async fn update_one(
@@ -206,6 +218,9 @@ async fn update_one(
         }
         for line in &update.removed {
             println!("  - {}", shown(line));
+        }
+        if update.pending.plan().stays_disabled() {
+            println!("  it stays disabled, as you left it (`zotbox ext enable` turns it on)");
         }
     }
     if !update.added.is_empty() {

@@ -702,13 +702,26 @@ fn remove(context: &Context, name: &str) -> Result<u8> {
             }
         }
     };
+    refuse_linked_project_folders(context, &dir)?;
     lock::forget(&context.home()?, &dir)?;
     std::fs::remove_dir_all(&dir).with_context(|| format!("cannot remove `{}`", dir.display()))?;
     report(context, "removed", name, &dir)
 }
 
+/// Refuses to remove or rewrite `dir` in the workspace's `.zot/` when the
+/// workspace's author made `.zot`, `.zot/extensions` or `.zot/packages` a
+/// link: it would reach a folder of the user's, elsewhere.
+fn refuse_linked_project_folders(context: &Context, dir: &Path) -> Result<()> {
+    let workspace = context.workspace()?;
+    if dir.starts_with(workspace.join(".zot")) {
+        zotbox::store::install::project_extensions_dir(&workspace)?;
+    }
+    Ok(())
+}
+
 fn set_enabled(context: &Context, name: &str, enabled: bool) -> Result<u8> {
     let manifest = find_installed(context, name)?;
+    refuse_linked_project_folders(context, &manifest.dir)?;
     let path = &manifest.path;
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read `{}`", path.display()))?;

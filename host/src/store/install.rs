@@ -187,9 +187,23 @@ pub struct Plan {
     entries: Vec<PlannedEntry>,
     destination: PathBuf,
     package: Option<package::Contents>,
+    /// Installed with `"enabled": false` (an update of an extension the
+    /// user disabled).
+    disabled: bool,
 }
 
 impl Plan {
+    /// Installs the extension disabled, whatever its manifest says: an
+    /// update of one the user disabled stays so.
+    pub fn keep_disabled(&mut self) {
+        self.disabled = true;
+    }
+
+    /// Whether it is installed disabled ([`Plan::keep_disabled`]).
+    pub fn stays_disabled(&self) -> bool {
+        self.disabled
+    }
+
     /// The source folder.
     pub fn source(&self) -> &Path {
         &self.source
@@ -368,6 +382,7 @@ pub fn plan(source: &Path, extensions: &Path) -> Result<Plan, InstallError> {
         manifest_text,
         entries,
         package: None,
+        disabled: false,
     };
     check_program(&plan)?;
     check_selection(&plan, &selection)?;
@@ -988,9 +1003,19 @@ pub fn commit(
         std::os::unix::fs::PermissionsExt::from_mode(0o755),
     )
     .map_err(io_error("set the mode of", staging.path()))?;
-    let manifest_text = match plan.manifest.program {
-        Program::Wasm { .. } => with_launcher(plan, launcher)?,
-        Program::Native { .. } | Program::Data => plan.manifest_text.clone(),
+    let launched = matches!(plan.manifest.program, Program::Wasm { .. });
+    let manifest_text = if launched || plan.disabled {
+        rewritten(plan, |object| {
+            if launched {
+                object.insert("exec".to_owned(), launcher.exec.as_str().into());
+                object.insert("args".to_owned(), serde_json::json!(launcher.args));
+            }
+            if plan.disabled {
+                object.insert("enabled".to_owned(), false.into());
+            }
+        })?
+    } else {
+        plan.manifest_text.clone()
     };
     for entry in &plan.entries {
         let dest = staging.path().join(&entry.path);
@@ -1015,8 +1040,12 @@ pub fn commit(
     Ok(plan.destination.clone())
 }
 
-/// The plan's manifest text with zot's launcher as `exec`/`args`.
-fn with_launcher(plan: &Plan, launcher: &LaunchCommand) -> Result<String, InstallError> {
+/// The plan's manifest text with `edit` made to its object: zot's
+/// launcher as `exec`/`args`, `enabled` kept off.
+fn rewritten(
+    plan: &Plan,
+    edit: impl FnOnce(&mut serde_json::Map<String, serde_json::Value>),
+) -> Result<String, InstallError> {
     let mut value: serde_json::Value =
         serde_json::from_str(&plan.manifest_text).map_err(|err| {
             InstallError::Manifest(FileError::Parse {
@@ -1030,11 +1059,7 @@ fn with_launcher(plan: &Plan, launcher: &LaunchCommand) -> Result<String, Instal
             detail: "is not a JSON object".to_owned(),
         }));
     };
-    object.insert(
-        "exec".to_owned(),
-        serde_json::Value::from(launcher.exec.as_str()),
-    );
-    object.insert("args".to_owned(), serde_json::json!(launcher.args));
+    edit(object);
     let mut text = serde_json::to_string_pretty(&value).map_err(|err| {
         InstallError::Manifest(FileError::Parse {
             path: plan.manifest.path.clone(),

@@ -331,6 +331,14 @@ pub async fn check_update(
         return Ok(None);
     }
     let to = found.entry.version.clone();
+    // A project install lies in a workspace whose author may have made
+    // `.zot/extensions` a link since (to a folder of the user's, whose
+    // `<name>` the update would replace): refused as `--project` is.
+    if locked.scope == lock::Scope::Project
+        && let Some(workspace) = dir.ancestors().nth(3)
+    {
+        install::project_extensions_dir(workspace)?;
+    }
     // `<root>/extensions/<name>` or `<root>/packages/<name>`: the plan
     // puts each kind in its own folder of the same root.
     let extensions = dir
@@ -360,6 +368,16 @@ pub async fn check_update(
         installed.as_ref(),
         pending.plan(),
     ));
+    added.extend(raised_limits(policy, installed.as_ref(), pending.plan()));
+    // The user's `ext disable` is theirs: the new manifest's `enabled`
+    // (or its absence) does not turn the extension back on.
+    let mut pending = pending;
+    if installed
+        .as_ref()
+        .is_some_and(|manifest| !manifest.raw.enabled)
+    {
+        pending.plan.keep_disabled();
+    }
     // Another signer is another author, whatever the grant: asked about.
     let signer = pending.provenance().publisher_key.as_deref();
     if !same_publisher(locked, pending.provenance()) {
@@ -418,6 +436,41 @@ fn newly_declared_refused(
         }
     }
     lines
+}
+
+/// The limits an update raises past what the installed manifest ran with
+/// under `policy` (memory, a call's or an intercept's deadline): shown
+/// with the grant at install, so asked about again (a longer intercept
+/// deadline holds every tool call of zot's that long).
+fn raised_limits(
+    policy: &Policy,
+    installed: Option<&Manifest>,
+    plan: &crate::store::install::Plan,
+) -> Vec<String> {
+    if plan.package().is_some() {
+        return Vec::new();
+    }
+    let defaults = crate::policy::LimitDefaults::default();
+    let limits = |manifest: Option<&Manifest>| {
+        let declared = manifest.map(|m| m.raw.limits).unwrap_or_default();
+        let limits = policy.limits(&declared, &defaults);
+        let millis = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        [
+            ("memory", limits.memory_mb.value, "MiB"),
+            ("tool timeout", millis(limits.call_timeout.value), "ms"),
+            (
+                "intercept timeout",
+                millis(limits.intercept_timeout.value),
+                "ms",
+            ),
+        ]
+    };
+    limits(installed)
+        .into_iter()
+        .zip(limits(Some(plan.manifest())))
+        .filter(|((_, was, _), (_, is, _))| is > was)
+        .map(|((what, was, unit), (_, is, _))| format!("limits {what} {was} {unit} → {is} {unit}"))
+        .collect()
 }
 
 /// Whether `now` is signed by the publisher `locked` was: by key where the
