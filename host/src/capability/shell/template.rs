@@ -21,10 +21,13 @@
 //!    is refused at load, as is one inside a here-document or an arithmetic
 //!    expansion, where quotes do not protect it.
 //! 4. **Never code, never the program.** `{arg}` may not be (part of) the
-//!    program, nor what a wrapper may run as one (`env {arg}`, `timeout 5
+//!    program, also after a reserved word (`then {arg}`, `! {arg}`), nor
+//!    what a wrapper may run as one (`env {arg}`, `timeout 5
 //!    {arg}`, `find -exec {arg}`), nor the script of a shell, interpreter,
 //!    `sed` or `awk` (`sh -c '… {arg}'`, `python3 -c`, `sed -n {arg}`,
-//!    `eval … {arg}`), in either kind of template. The lists of programs are
+//!    `eval … {arg}`, `trap {arg} EXIT`), nor what a pipe feeds an
+//!    interpreter given no script (`echo {arg} | sh`), in either kind of
+//!    template. The lists of programs are
 //!    best effort (no list names every program that runs its argument); the
 //!    kernel sandbox holds what runs. A shell template with `{arg}` holds no
 //!    backquote, in which a quote does not end where it seems.
@@ -73,6 +76,17 @@ const WRAPPERS: &[&str] = &[
     "builtin", "time", "setsid", "ionice", "taskset", "chrt", "numactl", "watch", "strace",
     "ltrace", "chroot", "unshare", "nsenter", "flock", "runuser", "su", "parallel",
 ];
+
+/// Words a shell reads before a command's program (`if {arg}; then`,
+/// `do {arg}; done`, `! {arg}`, `{ {arg}; }`): the word after one is the
+/// program.
+const RESERVED: &[&str] = &[
+    "!", "{", "}", "if", "then", "else", "elif", "fi", "do", "done", "while", "until",
+];
+
+/// Builtins that run their first operand as shell code, as `eval` does
+/// (`trap {arg} EXIT` runs it when the shell exits).
+const EVALUATING: &[&str] = &["eval", "trap"];
 
 /// `find`'s actions that run the program the next word names.
 const FIND_ACTIONS: &[&str] = &["-exec", "-execdir", "-ok", "-okdir"];
@@ -528,11 +542,7 @@ fn check_code(words: &[Seen]) -> Result<(), String> {
         if FIND_ACTIONS.contains(&name) {
             check_wrapped(name, &words[i + 1..])?;
         }
-        let interpreter = INTERPRETERS.iter().any(|known| {
-            name.strip_prefix(known)
-                .is_some_and(|v| v.chars().all(|c| c.is_ascii_digit() || c == '.'))
-        });
-        if !interpreter {
+        if !is_interpreter(name) {
             continue;
         }
         let mut code_next = false;
@@ -568,15 +578,30 @@ fn check_code(words: &[Seen]) -> Result<(), String> {
     Ok(())
 }
 
-/// Rule 4 for the programs a simple command runs: its first word that is
-/// not an assignment, then each program a wrapper there runs. `{arg}` is
-/// none of them, not code for `eval` nor the script of a program in
-/// [`SCRIPTED`]. (A wrapper's or `sed`'s name elsewhere, as in `grep -rn
-/// exec {arg}`, is only a word.)
-fn check_programs(words: &[Seen]) -> Result<(), String> {
-    let mut at = words
+/// Whether `name` is one of [`INTERPRETERS`], versioned or not
+/// (`python3.11`).
+fn is_interpreter(name: &str) -> bool {
+    INTERPRETERS.iter().any(|known| {
+        name.strip_prefix(known)
+            .is_some_and(|v| v.chars().all(|c| c.is_ascii_digit() || c == '.'))
+    })
+}
+
+/// Where a simple command's program is: its first word that is neither
+/// an assignment nor a reserved word.
+fn program_at(words: &[Seen]) -> Option<usize> {
+    words
         .iter()
-        .position(|w| w.has_arg || !w.text.contains('='));
+        .position(|w| w.has_arg || !(w.text.contains('=') || RESERVED.contains(&w.text.as_str())))
+}
+
+/// Rule 4 for the programs a simple command runs: its first word that is
+/// not an assignment or a reserved word, then each program a wrapper
+/// there runs. `{arg}` is none of them, not code for `eval` or `trap` nor
+/// the script of a program in [`SCRIPTED`]. (A wrapper's or `sed`'s name
+/// elsewhere, as in `grep -rn exec {arg}`, is only a word.)
+fn check_programs(words: &[Seen]) -> Result<(), String> {
+    let mut at = program_at(words);
     while let Some(i) = at {
         let word = &words[i];
         let Some(literal) = word.literal() else {
@@ -584,11 +609,49 @@ fn check_programs(words: &[Seen]) -> Result<(), String> {
         };
         let name = literal.rsplit('/').next().unwrap_or(literal);
         let after = &words[i + 1..];
-        if name == "eval" && after.iter().any(|w| w.has_arg) {
-            return Err("passes `{arg}` to `eval`, which would run it as shell code".to_owned());
+        if EVALUATING.contains(&name) && after.iter().any(|w| w.has_arg) {
+            return Err(format!(
+                "passes `{{arg}}` to `{name}`, which would run it as shell code"
+            ));
         }
         if let Some((_, flags)) = SCRIPTED.iter().find(|(names, _)| names.contains(&name)) {
             check_scripted(name, flags, after)?;
+        }
+        at = if WRAPPERS.contains(&name) {
+            check_wrapped(name, after)?.map(|program| i + 1 + program)
+        } else {
+            None
+        };
+    }
+    Ok(())
+}
+
+/// Rule 4 for a simple command a pipe feeds, in a template holding
+/// `{arg}`: an interpreter given no script runs what it reads (`echo {arg}
+/// | sh`, `sh -s`, `python3 -`), and one given a code flag and no code
+/// runs what `xargs` hands it (`… | xargs sh -c`).
+fn check_fed(words: &[Seen]) -> Result<(), String> {
+    let mut at = program_at(words);
+    while let Some(i) = at {
+        let Some(literal) = words[i].literal() else {
+            return Ok(());
+        };
+        let name = literal.rsplit('/').next().unwrap_or(literal);
+        let after = &words[i + 1..];
+        if is_interpreter(name) {
+            let script = after
+                .iter()
+                .position(|w| w.has_arg || !w.text.starts_with('-'));
+            let code_last = after
+                .last()
+                .is_some_and(|w| CODE_FLAGS.contains(&w.text.as_str()));
+            let stdin = after.iter().any(|w| w.text == "-" || w.text == "-s");
+            if script.is_none() || code_last || stdin {
+                return Err(format!(
+                    "pipes into `{name}`, which would run what it reads as code, the argument \
+                     with it; give `{name}` a script file and pass `{{arg}}` as a word"
+                ));
+            }
         }
         at = if WRAPPERS.contains(&name) {
             check_wrapped(name, after)?.map(|program| i + 1 + program)
@@ -730,6 +793,9 @@ fn check_shell(source: &str) -> Result<Mode, String> {
     let mut double = false;
     let mut previous: Option<char> = None;
     let mut option_risk = false;
+    let has_arg = source.contains(PLACEHOLDER);
+    // Whether the current simple command reads what a pipe (not `||`) feeds it.
+    let mut piped = false;
     // The words of the current simple command, for rule 4 and `--`.
     let mut words: Vec<Seen> = Vec::new();
     let mut word = String::new();
@@ -806,7 +872,16 @@ fn check_shell(source: &str) -> Result<Mode, String> {
                 '\n' | ';' | '&' | '|' | '(' | ')' => {
                     finish(&mut words, &mut word, &mut in_word);
                     check_code(&words)?;
+                    if has_arg && piped {
+                        check_fed(&words)?;
+                    }
                     words.clear();
+                    // `|` and `|&` feed the next command; `||` does not.
+                    piped = match c {
+                        '|' => previous != Some('|') && !rest.starts_with('|'),
+                        '&' => previous == Some('|'),
+                        _ => false,
+                    };
                 }
                 c => {
                     word.push(c);
@@ -821,6 +896,9 @@ fn check_shell(source: &str) -> Result<Mode, String> {
     }
     finish(&mut words, &mut word, &mut in_word);
     check_code(&words)?;
+    if has_arg && piped {
+        check_fed(&words)?;
+    }
     Ok(Mode::Shell { option_risk })
 }
 
@@ -998,6 +1076,50 @@ mod tests {
             "sh -c 'wc -l -- \"$1\"' sh {arg}",
         ] {
             assert!(Template::parse(template, false).is_ok(), "{template}");
+        }
+    }
+
+    /// Attack: a reserved word before `{arg}` (`then {arg}`, `do {arg}`,
+    /// `! {arg}`, `{ {arg}; }`) made it look like an operand while the
+    /// shell runs it as the program; `trap {arg} EXIT` runs it as code, and
+    /// so does an interpreter a pipe feeds. Each loaded and ran `id`.
+    #[test]
+    fn arg_after_a_reserved_word_or_fed_to_a_shell_is_refused() {
+        let program = "puts `{arg}` in the program name; name the program exactly";
+        let fed = |name: &str| {
+            format!(
+                "pipes into `{name}`, which would run what it reads as code, the argument with \
+                 it; give `{name}` a script file and pass `{{arg}}` as a word"
+            )
+        };
+        let cases = [
+            ("if true; then {arg}; fi", program.to_owned()),
+            ("for x in a; do {arg}; done", program.to_owned()),
+            ("while {arg}; do :; done", program.to_owned()),
+            ("! {arg}", program.to_owned()),
+            ("{ {arg}; }", program.to_owned()),
+            ("if true; then X=1 {arg}; fi", program.to_owned()),
+            (
+                "trap {arg} EXIT",
+                "passes `{arg}` to `trap`, which would run it as shell code".to_owned(),
+            ),
+            ("echo {arg} | sh", fed("sh")),
+            ("printf '%s' {arg} |& bash -s", fed("bash")),
+            ("echo {arg} | python3 -", fed("python3")),
+            ("echo {arg} | xargs sh -c", fed("sh")),
+            ("echo {arg} | { sh; }", fed("sh")),
+        ];
+        for (template, reason) in &cases {
+            assert_eq!(&refused(template, true), reason, "{template}");
+        }
+        // A pipe into a script, `||`, or a shell fed by no argument, loads.
+        for template in [
+            "echo {arg} | sh ./scripts/count.sh",
+            "grep -- {arg} notes.txt || echo none",
+            "cat notes.txt | sh ./scripts/count.sh; wc -l -- {arg}",
+            "if test -f notes.txt; then wc -l -- {arg}; fi",
+        ] {
+            assert!(Template::parse(template, true).is_ok(), "{template}");
         }
     }
 
