@@ -70,9 +70,10 @@
 //!    given a `HEAD`, `objects` and `refs`, executable files passing git's
 //!    test as folders do, or the workspace's root where it is no checkout)
 //!    loses its `HEAD` and `commondir` instead, and stays; the call then
-//!    fails as a refusal naming them, as it does
-//!    when the command made a folder unreadable, so that it could not be
-//!    checked. A workspace of more than [`MAX_FOLDERS`] folders runs
+//!    fails as a refusal naming them. A folder of the user's the command
+//!    closed to them (`chmod 311`, which git still enters) is opened again
+//!    for its owner and looked in; one that still cannot be read is named
+//!    in the refusal too. A workspace of more than [`MAX_FOLDERS`] folders runs
 //!    nothing ([`CensusError::TooLarge`]). The census before a command is
 //!    written down in `$ZOT_HOME` ([`Settings::records`]) until the one
 //!    after it is done: should zotbox die mid-call, the next command in

@@ -586,6 +586,13 @@ fn left_behind(left: &confine::Left) -> String {
             confine::SET_ASIDE
         ));
     }
+    if !left.reopened.is_empty() {
+        reasons.push(format!(
+            "it closed {} to you (git can still enter such a folder), which was opened again \
+             for you to look in",
+            left.reopened.join(", ")
+        ));
+    }
     if !left.unreadable.is_empty() {
         reasons.push(format!(
             "{} cannot be read, so it cannot be checked for control paths a command may have \

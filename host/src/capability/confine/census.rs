@@ -153,12 +153,15 @@ pub struct Left {
     /// Folders that cannot be read (made unreadable, or too deep to
     /// name), so they could not be checked, shown as `` `sub/` ``.
     pub unreadable: Vec<String>,
+    /// Folders of the user's it had closed to them (`chmod 311`: git
+    /// still enters one), opened again to be looked in, shown as `` `sub/` ``.
+    pub reopened: Vec<String>,
 }
 
 impl Left {
     /// Whether the command left nothing.
     pub fn is_empty(&self) -> bool {
-        self.created.is_empty() && self.unreadable.is_empty()
+        self.created.is_empty() && self.unreadable.is_empty() && self.reopened.is_empty()
     }
 }
 
@@ -321,22 +324,31 @@ impl Census {
         // A folder that is a repository is not walked (it is bound or set
         // aside whole); one that stops being one when what made it one is
         // set aside is walked on the next look, which may find more in it.
+        let unreadable: HashSet<&Unreadable> = self.unreadable.iter().collect();
+        let changed = |folder: &&Unreadable| folder.1.is_none() || !unreadable.contains(*folder);
         let mut looks = 0;
         let after = loop {
             looks += 1;
             let after = Self::take(&self.workspace)?;
             let unmade = self.set_aside_new(&after, &known, &mut left);
-            if !unmade || looks >= MAX_LOOKS_BACK {
+            // A folder closed to its owner hides what lies in it from this
+            // look, not from git, which needs only to enter it (`chmod
+            // 311` over a `.git` made first): opened, and looked at again.
+            let mut opened = false;
+            for (path, _) in after.unreadable.iter().filter(changed) {
+                if reopen(&self.workspace, path) {
+                    left.reopened
+                        .push(format!("`{}/`", Shown(&path.to_string_lossy())));
+                    opened = true;
+                }
+            }
+            if !(unmade || opened) || looks >= MAX_LOOKS_BACK {
                 break after;
             }
         };
-        let unreadable: HashSet<&Unreadable> = self.unreadable.iter().collect();
-        for folder in &after.unreadable {
-            let (path, stamp) = folder;
-            if stamp.is_none() || !unreadable.contains(folder) {
-                left.unreadable
-                    .push(format!("`{}/`", Shown(&path.to_string_lossy())));
-            }
+        for (path, _) in after.unreadable.iter().filter(changed) {
+            left.unreadable
+                .push(format!("`{}/`", Shown(&path.to_string_lossy())));
         }
         Ok(left)
     }
@@ -588,7 +600,7 @@ impl Census {
                     if !left.created.is_empty() {
                         taken.push(Left {
                             created: left.created,
-                            unreadable: Vec::new(),
+                            ..Left::default()
                         });
                     }
                 }
@@ -721,6 +733,35 @@ fn open_folder(workspace: &Path, components: &[&OsStr]) -> io::Result<Dir> {
         dir = open_dir_nofollow(&dir, *component)?;
     }
     Ok(dir)
+}
+
+/// Gives the owner back read, write and search on the folder at `path` in
+/// `workspace`, when this process is that owner: what a command closed
+/// can then be looked in, and what it made there set aside. The folders
+/// leading to it are opened without following a link. Whether it did.
+fn reopen(workspace: &Path, path: &Path) -> bool {
+    let Ok(components) = normal_components(path) else {
+        return false;
+    };
+    let Some((name, parents)) = components.split_last() else {
+        return false;
+    };
+    let Ok(parent) = open_folder(workspace, parents) else {
+        return false;
+    };
+    let Ok(meta) = parent.symlink_metadata(name) else {
+        return false;
+    };
+    if !meta.is_dir() || meta.uid() != nix::unistd::geteuid().as_raw() {
+        return false;
+    }
+    use cap_std::fs::{Permissions, PermissionsExt as _};
+    let mode = meta.permissions().mode() | 0o700;
+    let opened = parent.set_permissions(name, Permissions::from_mode(mode));
+    if let Err(err) = &opened {
+        tracing::warn!("cannot open `{}` again: {err}", path.display());
+    }
+    opened.is_ok()
 }
 
 /// Renames `name` in `dir` to its name and [`SET_ASIDE`] (see
@@ -1448,6 +1489,74 @@ mod tests {
         } else {
             assert_eq!(left.unreadable, ["`hid\\u{1b}[2Jden/`"]);
         }
+    }
+
+    /// Attack (by an ordinary user's command; root reads every folder):
+    /// a `.git` made in a folder then closed to its owner (`chmod 311`).
+    /// The census could not look in, so named the folder unreadable and
+    /// left the `.git`, which git (needing only to enter the folder) used:
+    /// the user's next `git status` there ran its `core.fsmonitor`. The
+    /// folder is opened again and the `.git` set aside. As root the test
+    /// runs itself again as `nobody`, through `setpriv`.
+    #[test]
+    fn a_folder_closed_to_its_owner_is_opened_and_what_it_hid_set_aside() {
+        const AS_NOBODY: &str = "ZOTBOX_TEST_AS_NOBODY";
+        if nix::unistd::geteuid().is_root() {
+            use std::os::unix::fs::PermissionsExt as _;
+            // A copy of this test binary `nobody` can run, wherever the
+            // build lies, and a temporary folder it can write in.
+            let open = tempfile::tempdir().unwrap();
+            std::fs::set_permissions(open.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+            let this = open.path().join("census-test");
+            std::fs::copy(std::env::current_exe().unwrap(), &this).unwrap();
+            let run = std::process::Command::new("setpriv")
+                .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+                .arg(&this)
+                .env("TMPDIR", open.path())
+                .args([
+                    "--exact",
+                    "capability::confine::census::tests::a_folder_closed_to_its_owner_is_opened_and_what_it_hid_set_aside",
+                    "--nocapture",
+                ])
+                .env(AS_NOBODY, "1")
+                .output()
+                .unwrap();
+            let out = String::from_utf8_lossy(&run.stdout);
+            assert!(
+                run.status.success() && out.contains("1 passed"),
+                "as nobody: {out}\n{}",
+                String::from_utf8_lossy(&run.stderr)
+            );
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::create_dir(root.join("newdir")).unwrap();
+        // A folder closed before the command ran is the user's: left so.
+        std::fs::create_dir(root.join("kept")).unwrap();
+        std::fs::set_permissions(root.join("kept"), std::fs::Permissions::from_mode(0o311))
+            .unwrap();
+        let before = census(root);
+        std::fs::create_dir_all(root.join("newdir/sub/.git")).unwrap();
+        std::fs::write(root.join("newdir/sub/.git/config"), "[core]\n").unwrap();
+        std::fs::set_permissions(
+            root.join("newdir/sub"),
+            std::fs::Permissions::from_mode(0o311),
+        )
+        .unwrap();
+        let left = before.take_back().unwrap();
+        let kept = root.join("kept").metadata().unwrap().permissions().mode();
+        std::fs::set_permissions(root.join("kept"), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+        assert_eq!(left.reopened, ["`newdir/sub/`"]);
+        assert_eq!(left.created, ["`newdir/sub/.git/`"]);
+        assert!(left.unreadable.is_empty(), "{left:?}");
+        assert!(
+            root.join("newdir/sub/.git.refused-by-zotbox/config")
+                .is_file()
+        );
+        assert_eq!(kept & 0o777, 0o311);
     }
 
     #[test]
