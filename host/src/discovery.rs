@@ -17,6 +17,7 @@
 use std::path::{Path, PathBuf};
 
 mod control;
+pub(crate) mod named;
 
 pub use control::ControlSources;
 

@@ -210,7 +210,7 @@ fn entries(dir: &Path) -> Vec<PathBuf> {
 /// its program (a bare name is found on `PATH`, outside any workspace it
 /// could write; zot's rule: a path with a separator is relative to the
 /// folder) and the scripts and files its arguments name, as trust covers
-/// them ([`crate::store::trust::named_paths`]): `sh -c "sh
+/// them ([`super::named::named_paths`]): `sh -c "sh
 /// ../../../scripts/run.sh"` runs that script as the user, so no grant
 /// may write it.
 fn native_programs(folder: &Path) -> Vec<PathBuf> {
@@ -230,7 +230,7 @@ fn native_programs(folder: &Path) -> Vec<PathBuf> {
         .as_ref()
         .filter(|exec| exec.contains('/'))
         .map(|exec| folder.join(exec));
-    let mut programs: Vec<PathBuf> = crate::store::trust::named_paths(&manifest)
+    let mut programs: Vec<PathBuf> = super::named::named_paths(&manifest)
         .into_iter()
         .filter(|path| path.is_file() && Some(path) != program.as_ref())
         .collect();

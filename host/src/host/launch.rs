@@ -128,7 +128,7 @@ fn trusted_content(
     match &manifest.program {
         Program::Wasm { path } => trust.expected(path),
         Program::Native { .. } => {
-            for path in crate::store::trust::named_paths(manifest) {
+            for path in crate::discovery::named::named_paths(manifest) {
                 // An argument that names nothing (or a folder) is data, not
                 // a script; a FIFO swapped in for a file is checked (and
                 // refused unread).

@@ -51,7 +51,6 @@ use serde::{Deserialize, Serialize};
 use crate::home::ZotHome;
 use crate::policy::{Policy, WorkspaceTrust};
 use crate::text::Shown;
-pub(crate) use contents::named_paths;
 pub use contents::{
     Contents, Covered, EXTENSIONS_DIR, EntryKind, FolderEntry, MAX_COVERED_FILES, MAX_HASHED_BYTES,
     ScanError, TOOL_DIRS, scan_folder,

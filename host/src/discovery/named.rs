@@ -1,0 +1,193 @@
+//! The files a command's words or a native extension's manifest name:
+//! what trust covers and no grant may write, for editing one changes what
+//! runs (`sh scripts/build.sh`, `"args": ["-c", "sh ../../../run.sh"]`).
+
+use std::path::{Path, PathBuf};
+
+use crate::manifest::Manifest;
+
+/// What in a template's `word` may name a file: the word, or for an
+/// option the value glued to it (`--file=build.mk`, `-fbuild.mk`: make,
+/// awk and sed read their program so); nothing for an option alone.
+fn file_in_word(word: &str) -> Option<&str> {
+    if word.is_empty() {
+        return None;
+    }
+    if !word.starts_with('-') {
+        return Some(word);
+    }
+    match word.split_once('=') {
+        Some((_, value)) => Some(value),
+        None if !word.starts_with("--") => word.get(2..).filter(|value| !value.is_empty()),
+        None => None,
+    }
+}
+
+/// The most paths one glob of a tool's template is taken to name.
+const MAX_GLOB_MATCHES: usize = 256;
+
+/// What `word`, a glob (`scripts/*.sh`, `s*/build.sh`), matches from
+/// `folder` as the shell would expand it when the line runs: each
+/// component matched against the entries of the folders the ones before
+/// it matched (a name starting with `.` only by a component that does).
+/// At most [`MAX_GLOB_MATCHES`] paths a component, so a template's author
+/// cannot make the review walk the whole disk.
+fn glob_matches(folder: &Path, word: &str) -> Vec<PathBuf> {
+    let mut places = vec![if word.starts_with('/') {
+        PathBuf::from("/")
+    } else {
+        folder.to_owned()
+    }];
+    for component in word.split('/').filter(|c| !c.is_empty() && *c != ".") {
+        if !component.contains(['*', '?', '[']) {
+            for place in &mut places {
+                place.push(component);
+            }
+            continue;
+        }
+        let Ok(glob) = globset::GlobBuilder::new(component)
+            .literal_separator(true)
+            .build()
+        else {
+            return Vec::new();
+        };
+        let matcher = glob.compile_matcher();
+        let mut matched = Vec::new();
+        'places: for place in &places {
+            let Ok(entries) = std::fs::read_dir(place) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let name = entry.file_name();
+                let hidden = name.as_encoded_bytes().starts_with(b".");
+                if (hidden && !component.starts_with('.')) || !matcher.is_match(&name) {
+                    continue;
+                }
+                matched.push(place.join(&name));
+                if matched.len() >= MAX_GLOB_MATCHES {
+                    break 'places;
+                }
+            }
+        }
+        places = matched;
+    }
+    places
+}
+
+/// Reads the words of a command for the files they may name: the words as
+/// the guard's deny rules read a command (`sh scripts/"build.sh"` names
+/// `scripts/build.sh`), but as written: the program with its path
+/// (`./scripts/build.sh`), a redirection's target (`sh < scripts/build.sh`),
+/// a file glued to an option (`make --file=build.mk`, `awk -fprog.awk`) and
+/// Python's `-m scripts.tool`; a glob names what it matches now (`sh
+/// s*/build.sh`); a word of several words is read again as a line of its
+/// own, for it may be a script handed to a shell (`bash -c "sh
+/// scripts/build.sh"`). Each is tried from every folder in `folders`: the
+/// one the command runs in, then each an earlier `cd` of the line went to.
+/// Trying a word that names no file costs nothing but the look. A name the
+/// line computes as it runs (`sh "$SCRIPT"`, what `find -exec` finds) is
+/// not followed.
+pub(crate) struct NamedFiles<'a> {
+    folders: Vec<PathBuf>,
+    /// A template's `{arg}` is the model's to fill; in a native
+    /// extension's arguments it is two braces and a word, like any other.
+    model_fills_arg: bool,
+    named: &'a mut Vec<PathBuf>,
+}
+
+impl<'a> NamedFiles<'a> {
+    /// Lines read inside one another before the rest is left as words.
+    const MAX_DEPTH: usize = 4;
+
+    /// A reader of the commands run in `folder` (where `model_fills_arg`
+    /// when they are a template's), adding what they name to `named`.
+    pub(crate) fn from(
+        folder: PathBuf,
+        model_fills_arg: bool,
+        named: &'a mut Vec<PathBuf>,
+    ) -> Self {
+        Self {
+            folders: vec![folder],
+            model_fills_arg,
+            named,
+        }
+    }
+
+    /// What the command line `line` names.
+    pub(crate) fn line(&mut self, line: &str) {
+        self.line_at(line, 0);
+    }
+
+    fn line_at(&mut self, line: &str, depth: usize) {
+        for words in crate::guard::deny::simple_commands(line) {
+            self.words_at(&words, depth);
+        }
+    }
+
+    /// What the words of one command, split already, name.
+    pub(crate) fn words(&mut self, words: &[String]) {
+        self.words_at(words, 0);
+    }
+
+    fn words_at(&mut self, words: &[String], depth: usize) {
+        for (index, word) in words.iter().enumerate() {
+            let Some(word) = file_in_word(word) else {
+                continue;
+            };
+            if depth < Self::MAX_DEPTH && word.contains(char::is_whitespace) {
+                self.line_at(word, depth + 1);
+            }
+            if self.model_fills_arg && word.contains("{arg}") {
+                continue;
+            }
+            let after = |option: &str| index > 0 && words[index - 1] == option;
+            if after("cd")
+                && let Some(base) = self.folders.first()
+            {
+                let folder = base.join(word);
+                self.folders.push(folder);
+            }
+            // Python's `-m scripts.tool` runs `scripts/tool.py`, or the
+            // package's `__main__.py`.
+            let module = word.replace('.', "/");
+            let modules = after("-m").then(|| {
+                [
+                    format!("{module}.py"),
+                    format!("{module}/__main__.py"),
+                    format!("{module}/__init__.py"),
+                ]
+            });
+            let glob = word.contains(['*', '?', '[']);
+            for folder in &self.folders {
+                self.named.push(folder.join(word));
+                for file in modules.iter().flatten() {
+                    self.named.push(folder.join(file));
+                }
+                if glob {
+                    self.named.extend(glob_matches(folder, word));
+                }
+            }
+        }
+    }
+}
+
+/// The files `manifest` makes zot or zotbox run, as paths from its
+/// folder: the `exec` when it is a path, what its arguments name as a
+/// command's words do ([`NamedFiles`]: an interpreter's script, a script
+/// handed to `sh -c`, a module, and what the program is given), and the
+/// `wasm` file. Whether each exists, and is a file, is the caller's
+/// question: most arguments name none.
+pub(crate) fn named_paths(manifest: &Manifest) -> Vec<PathBuf> {
+    let dir = &manifest.dir;
+    let mut named = Vec::new();
+    if let Some(exec) = &manifest.raw.exec
+        && exec.contains('/')
+    {
+        named.push(dir.join(exec));
+    }
+    NamedFiles::from(dir.clone(), false, &mut named).words(&manifest.raw.args);
+    if let crate::manifest::Program::Wasm { path } = &manifest.program {
+        named.push(path.clone());
+    }
+    named
+}
