@@ -239,6 +239,13 @@ impl Cli {
         matches!(self.action, Action::Run(_))
     }
 
+    /// Whether the command handles `SIGTERM` itself: the shared host
+    /// (`host serve`) writes its audit records and stops its commands
+    /// before it exits.
+    pub fn handles_its_own_signals(&self) -> bool {
+        matches!(self.action, Action::Host(host::Command::Serve(_)))
+    }
+
     /// `zotbox run` relayed to the shared host, when it is: the exit
     /// status. `None`: the command runs on an async runtime (every other
     /// command, and `run` hosting the extension in this process).

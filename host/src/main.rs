@@ -37,7 +37,13 @@ fn main() {
     // Run as a task rather than on this thread: on a multi-thread runtime,
     // waking a thread parked outside it costs a futex round trip on every
     // frame exchanged with an extension (on one thread, it costs nothing).
-    let outcome = runtime.block_on(async { tokio::spawn(cli.run()).await });
+    let own_signals = cli.handles_its_own_signals();
+    let outcome = runtime.block_on(async {
+        if !own_signals {
+            tokio::spawn(stop_on_signal());
+        }
+        tokio::spawn(cli.run()).await
+    });
     let code = match outcome {
         Ok(Ok(code)) => code,
         Ok(Err(err)) => {
@@ -49,10 +55,51 @@ fn main() {
             EXIT_ERROR
         }
     };
+    // Stopped by a signal: its status, whatever the command made of the
+    // stop (a refusal naming what was taken back).
+    let code = match SIGNALLED.load(std::sync::atomic::Ordering::SeqCst) {
+        0 => code,
+        signalled => signalled,
+    };
     // Exit now rather than let the runtime wind down (it is never dropped):
     // a read of stdin (`run`, `serve`) may sit on a blocking thread that
     // nothing can cancel, and zot must see the process end as soon as the
     // extension has.
+    exit_now(code)
+}
+
+/// The exit status a signal asked for ([`stop_on_signal`]); 0 for none.
+static SIGNALLED: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// On `SIGINT` (a Ctrl-C) or `SIGTERM` (zot stopping `serve`): exits with
+/// 128 and the signal's number, as the default action would, once the
+/// confined commands in flight are killed and what each left in its
+/// workspace is taken back (10 s at the most; a second signal does not
+/// wait). Without commands in flight, at once.
+async fn stop_on_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    use zotbox::capability::shell::interrupt;
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        // The default actions stay.
+        return;
+    };
+    let code = tokio::select! {
+        _ = int.recv() => 128 + nix::libc::SIGINT,
+        _ = term.recv() => 128 + nix::libc::SIGTERM,
+    };
+    let code = u8::try_from(code).unwrap_or(EXIT_ERROR);
+    SIGNALLED.store(code, std::sync::atomic::Ordering::SeqCst);
+    if interrupt::interrupt() > 0 {
+        eprintln!("zotbox: stopping the commands running and taking back what they left");
+        tokio::select! {
+            _ = interrupt::settled(std::time::Duration::from_secs(10)) => {}
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
+    }
     exit_now(code)
 }
 

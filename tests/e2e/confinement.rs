@@ -1704,3 +1704,71 @@ fn a_command_dies_with_the_zotbox_that_started_it_and_the_next_takes_back() {
             .is_file()
     );
 }
+
+/// Attack: a Ctrl-C on `zotbox call` (or zot's `SIGTERM` to `serve`) while
+/// a confined command runs ended zotbox at once; the command died with it,
+/// but what it made first (`lib/.git`, whose configuration the user's next
+/// `git status` runs) stayed until the next command in the workspace.
+/// zotbox now stops the command, takes back what it left, then exits as
+/// the signal would have it (130, 143).
+#[test]
+fn a_command_stopped_by_a_signal_is_taken_back_before_zotbox_exits() {
+    use nix::sys::signal::Signal;
+    for (signal, code) in [(Signal::SIGINT, 130), (Signal::SIGTERM, 143)] {
+        let lab = Lab::new();
+        let tools = lab.home.join("tools");
+        std::fs::create_dir_all(&tools).expect("tools");
+        std::fs::write(
+            tools.join("slow.json"),
+            r#"{"name":"slow","description":"d","kind":"shell","command":"sh ./slow.sh"}"#,
+        )
+        .expect("tool");
+        let started = lab.workspace.join("started");
+        std::fs::write(
+            lab.workspace.join("slow.sh"),
+            "mkdir -p lib/.git; printf '[core]\\n\\tfsmonitor = touch pwned\\n' > \
+             lib/.git/config; touch started; sleep 30\n",
+        )
+        .expect("script");
+        let zotbox = lab
+            .command(&["call", "slow"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("zotbox");
+        let deadline = std::time::Instant::now() + crate::support::PATIENCE;
+        while !started.exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the command never started"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let pid = i32::try_from(zotbox.id()).expect("pid");
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal).expect("signal");
+        let output = zotbox.wait_with_output().expect("zotbox");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(code), "{signal}: {stderr}");
+        assert!(
+            stderr.contains("zotbox: stopping the commands running and taking back what they left"),
+            "{signal}: {stderr}"
+        );
+        assert!(
+            !lab.workspace.join("lib/.git").exists(),
+            "{signal}: {stderr}"
+        );
+        assert!(
+            lab.workspace
+                .join("lib/.git.refused-by-zotbox/config")
+                .is_file()
+        );
+        // Its record is gone: nothing is left for the next command.
+        let records = lab.home.join("run/census");
+        assert_eq!(
+            std::fs::read_dir(&records).map_or(0, |entries| entries.count()),
+            0,
+            "{signal}"
+        );
+    }
+}

@@ -24,6 +24,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use super::confine::{self, ConfineError, Jail};
 use super::{Capability, CapabilityError, granted_list};
 
+pub mod interrupt;
 pub mod template;
 
 pub use template::{Invocation, Rendered};
@@ -461,6 +462,13 @@ pub async fn run(
     // part of the command outlives the call (rule 4 of `confine`).
     confine::die_with_parent(child.as_std_mut());
     confinement.install(child.as_std_mut());
+    if interrupt::stopping() {
+        return Err(CapabilityError::Failed(format!(
+            "`{shown}` was not started: zotbox is stopping"
+        )));
+    }
+    // Counted until its take-back is done: a zotbox told to stop waits.
+    let _running = interrupt::Running::start();
     // Written down until the take-back below is done: should zotbox die
     // first, the next command in this workspace does it.
     let recorded = settings.records.as_deref().and_then(|records| {
@@ -495,7 +503,7 @@ pub async fn run(
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();
     let cap = limits.max_output;
-    let finished = tokio::time::timeout(limits.timeout, async {
+    let run = tokio::time::timeout(limits.timeout, async {
         let wait = async {
             let status = child.wait().await;
             // The group's other members would keep the pipes open; end them.
@@ -503,9 +511,14 @@ pub async fn run(
             status
         };
         tokio::join!(read_capped(stdout, cap), read_capped(stderr, cap), wait)
-    })
-    .await;
-    if finished.is_err() {
+    });
+    // Told to stop (a Ctrl-C): killed now, and taken back before zotbox
+    // exits.
+    let finished = tokio::select! {
+        finished = run => Some(finished),
+        () = interrupt::requested() => None,
+    };
+    if !matches!(finished, Some(Ok(_))) {
         kill_group(group);
         // Reap it; SIGKILL makes this quick.
         let _ = child.wait().await;
@@ -544,6 +557,11 @@ pub async fn run(
             left_behind(&left),
         ));
     }
+    let Some(finished) = finished else {
+        return Err(CapabilityError::Failed(format!(
+            "`{shown}` was stopped: zotbox was told to stop"
+        )));
+    };
     match finished {
         Ok(((stdout, out_cut), (stderr, err_cut), status)) => {
             let status = status.map_err(|err| {

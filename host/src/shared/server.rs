@@ -268,6 +268,11 @@ pub async fn serve(home: ZotHome, place: &Place, options: ServeOptions) -> Resul
                 }
             } => {
                 tracing::info!("SIGTERM; exiting");
+                // What the confined commands in flight left is taken back
+                // first (10 s at the most).
+                if crate::capability::shell::interrupt::interrupt() > 0 {
+                    crate::capability::shell::interrupt::settled(Duration::from_secs(10)).await;
+                }
                 break;
             }
             () = async {
