@@ -293,24 +293,75 @@ fn a_native_program_others_can_replace_is_refused_and_what_runs_is_shown() {
     );
     assert_eq!(installed_names(&lab), Vec::<String>::new());
 
+    // Attack: the same program as the `#!` line of a script in the folder.
+    std::fs::write(source.join("run"), format!("#!{} -e\n", outside.display())).expect("script");
+    std::fs::set_permissions(source.join("run"), std::fs::Permissions::from_mode(0o755))
+        .expect("mode");
+    write_json(
+        &source.join("extension.json"),
+        &json!({"name": "nat", "version": "1.0.0", "exec": "./run"}),
+    );
+    let run = install(&lab, &source, &[]);
+    run.expect_code(1);
+    assert_eq!(
+        run.stderr,
+        refused(
+            &source,
+            &format!(
+                "its `exec` `./run` is run by `{}` (its `#!` line), which lies outside the \
+                 extension's folder, and `{}` is writable by every user: what runs could be \
+                 replaced after you accept it, and an install neither copies it nor locks it, \
+                 so `ext verify` would not see it change; put the file in the folder, or name \
+                 a command found on `PATH`",
+                outside.display(),
+                public.display()
+            )
+        )
+    );
+    assert_eq!(installed_names(&lab), Vec::<String>::new());
+    std::fs::remove_file(source.join("run")).expect("script");
+
+    // Arguments may be data as well as code (`--require=`): shown, with
+    // who else could replace them.
     std::fs::write(source.join("run.sh"), "#!/bin/sh\n").expect("script");
+    let hook = public.join("hook.js");
+    let home_log = "/usr/share/nat/data.json";
     write_json(
         &source.join("extension.json"),
         &json!({"name": "nat", "version": "1.0.0", "exec": "sh",
-                "args": ["-e", "run.sh", "/tmp/nat.log"]}),
+                "args": ["-e", "run.sh", format!("--require={}", hook.display()), home_log]}),
+    );
+    let run = install(&lab, &source, &[]);
+    run.expect_code(0);
+    let expected = format!(
+        "runs `sh` (a command found on `PATH` when zot starts it) with the arguments `-e` \
+         `run.sh` `--require={hook}` `{log}`, natively, with all your permissions\nits \
+         arguments name `{hook}`, where another user could replace it after you accept (`{}` \
+         is writable by every user)\nits arguments name `{log}` outside the extension's \
+         folder: neither copied nor locked\n",
+        public.display(),
+        hook = hook.display(),
+        log = home_log,
+    );
+    assert!(run.stdout.contains(&expected), "{}", run.stdout);
+    assert_eq!(installed_names(&lab), ["nat"]);
+
+    // A script in the folder says what runs it.
+    std::fs::remove_dir_all(lab.user_dir().join("nat")).expect("remove");
+    write_json(
+        &source.join("extension.json"),
+        &json!({"name": "nat", "version": "1.0.0", "exec": "./run.sh"}),
     );
     let run = install(&lab, &source, &[]);
     run.expect_code(0);
     assert!(
         run.stdout.contains(
-            "runs `sh` (a command found on `PATH` when zot starts it) with the arguments `-e` \
-             `run.sh` `/tmp/nat.log`, natively, with all your permissions\nits arguments name \
-             `/tmp/nat.log` outside the extension's folder: neither copied nor locked\n"
+            "runs `./run.sh` (in the extension's folder, through `/bin/sh` (its `#!` line)), \
+             natively, with all your permissions\n"
         ),
         "{}",
         run.stdout
     );
-    assert_eq!(installed_names(&lab), ["nat"]);
 }
 
 /// A policy with `native_extensions: false` refuses a native extension

@@ -491,7 +491,7 @@ pub(crate) fn print_plan(plan: &install::Plan) {
         }
     );
     if let Program::Native { exec, args } = &manifest.program {
-        print_program(exec, args);
+        print_program(exec, plan.interpreter().as_deref(), args);
     }
     let files: Vec<&install::PlannedEntry> = plan
         .entries()
@@ -534,13 +534,16 @@ pub(crate) fn print_plan(plan: &install::Plan) {
 /// What a native extension runs, word by word, and where its program
 /// comes from: what the files below do not show (a program outside the
 /// folder is neither copied nor locked).
-fn print_program(exec: &str, args: &[String]) {
+fn print_program(exec: &str, interpreter: Option<&str>, args: &[String]) {
+    let through = interpreter
+        .map(|program| format!(", through `{}` (its `#!` line)", Shown(program)))
+        .unwrap_or_default();
     let whence = if exec.starts_with('/') {
-        "outside the extension's folder, so neither copied nor locked"
+        "outside the extension's folder, so neither copied nor locked".to_owned()
     } else if exec.contains('/') {
-        "in the extension's folder"
+        format!("in the extension's folder{through}")
     } else {
-        "a command found on `PATH` when zot starts it"
+        "a command found on `PATH` when zot starts it".to_owned()
     };
     let arguments = if args.is_empty() {
         String::new()
@@ -548,15 +551,22 @@ fn print_program(exec: &str, args: &[String]) {
         let words: Vec<String> = args.iter().map(|arg| format!("`{}`", Shown(arg))).collect();
         format!(" with the arguments {}", words.join(" "))
     };
-    let outside: Vec<String> = args
-        .iter()
-        .filter(|arg| install::names_a_path_outside(arg))
-        .map(|arg| format!("`{}`", Shown(arg)))
-        .collect();
     println!(
         "runs `{}` ({whence}){arguments}, natively, with all your permissions",
         Shown(exec)
     );
+    let mut outside = Vec::new();
+    for path in args.iter().filter_map(|arg| install::path_outside(arg)) {
+        match install::replaceable_by_others(path) {
+            // Data, or code: either way, another user's to change.
+            Some(why) => println!(
+                "its arguments name `{}`, where another user could replace it after you \
+                 accept ({why})",
+                Shown(path)
+            ),
+            None => outside.push(format!("`{}`", Shown(path))),
+        }
+    }
     if !outside.is_empty() {
         println!(
             "its arguments name {} outside the extension's folder: neither copied nor locked",

@@ -42,9 +42,11 @@
 //!    climbing out with `..` (into another extension's folder) is refused,
 //!    and so is `/tmp/tools/run.sh`, which another user could replace after
 //!    the user accepted it; neither would be copied, locked or checked by
-//!    `ext verify`. Arguments may name data as well as code (a log in
-//!    `/tmp`), so the consent screen shows each one that is a path outside
-//!    the folder ([`names_a_path_outside`]) rather than refusing it.
+//!    `ext verify`. The program a script's `#!` line names is checked the
+//!    same way ([`Plan::interpreter`]). Arguments may name data as well as
+//!    code (a log in `/tmp`), so the consent screen shows each one that is
+//!    a path outside the folder ([`path_outside`]), and says when another
+//!    user could replace it, rather than refusing it.
 //! 5. **No swap between consent and copy.** Each planned file is opened
 //!    again with `O_NOFOLLOW | O_NONBLOCK` by a no-follow walk from the
 //!    source folder, and its kind, device, inode, size and times must be
@@ -273,6 +275,32 @@ impl Plan {
         copy_planned_into(self, &root, from, entry, || {
             Ok(Vec::with_capacity(capacity))
         })
+    }
+
+    /// The program a native extension's `exec` in its folder names on its
+    /// `#!` line (`/bin/sh`, `/usr/bin/env`), which the kernel runs with
+    /// it: what runs as surely as the `exec` itself.
+    pub fn interpreter(&self) -> Option<String> {
+        use std::io::Read as _;
+        let Program::Native { exec, .. } = &self.manifest.program else {
+            return None;
+        };
+        let relative = inside_folder(exec)?;
+        let entry = self
+            .entries
+            .iter()
+            .find(|entry| entry.path == relative && entry.kind == EntryKind::File)?;
+        let root = Dir::open_ambient_dir(&self.source, cap_std::ambient_authority()).ok()?;
+        let mut head = Vec::new();
+        root.open(&entry.path)
+            .ok()?
+            .take(256)
+            .read_to_end(&mut head)
+            .ok()?;
+        let line = head.strip_prefix(b"#!")?;
+        let line = line.split(|&b| b == b'\n').next()?;
+        let line = std::str::from_utf8(line).ok()?;
+        line.split_whitespace().next().map(str::to_owned)
     }
 
     fn refused(&self, reason: String) -> InstallError {
@@ -831,6 +859,16 @@ fn check_program(plan: &Plan) -> Result<(), InstallError> {
             if let Some(why) = leaves_the_folder_unsafely(exec) {
                 return Err(plan.refused(format!("its `exec` `{}` {why}", Shown(exec))));
             }
+            // A script's `#!` line names the program the kernel runs.
+            if let Some(interpreter) = plan.interpreter()
+                && let Some(why) = leaves_the_folder_unsafely(&interpreter)
+            {
+                return Err(plan.refused(format!(
+                    "its `exec` `{}` is run by `{}` (its `#!` line), which {why}",
+                    Shown(exec),
+                    Shown(&interpreter)
+                )));
+            }
             Ok(())
         }
         Program::Data => Ok(()),
@@ -871,13 +909,29 @@ fn check_package(plan: &Plan) -> Result<package::Contents, InstallError> {
 /// Whether `exec` (resolved by zot's rules from `dir`) is one of this
 /// zotbox's programs (`zotbox`, `zotbox-relay`), by any name or link, or
 /// one of their bare names.
-/// Whether a native extension's argument is a path outside its folder
-/// (`/opt/x/run.py`, `../shared/run.sh`), not an option (`-v`, `--db=/x`)
-/// or an address: what an install neither copies nor locks, which the
-/// consent screen says. (An argument may name data as well as code, a log
-/// in `/tmp` say, so it is shown, not refused as `exec` is.)
-pub fn names_a_path_outside(arg: &str) -> bool {
-    !arg.starts_with('-') && !arg.contains("://") && (arg.starts_with('/') || climbs(arg))
+/// The path outside the folder a native extension's argument names
+/// (`/opt/x/run.py`, `../shared/run.sh`): the argument, or an option's
+/// value (`--require=/opt/x/hook.js`, which interpreters load as code as
+/// readily as a script), not an address. What an install neither copies
+/// nor locks, which the consent screen says. (An argument may name data
+/// as well as code, a log in `/tmp` say, so it is shown, not refused as
+/// `exec` is.)
+pub fn path_outside(arg: &str) -> Option<&str> {
+    let path = match arg.strip_prefix('-') {
+        Some(option) => option.split_once('=')?.1,
+        None => arg,
+    };
+    (!path.contains("://") && (path.starts_with('/') || climbs(path))).then_some(path)
+}
+
+/// Why someone other than the user and root could replace what absolute
+/// `path` names (`` `/tmp` is writable by every user``), if they could.
+pub fn replaceable_by_others(path: &str) -> Option<String> {
+    if !path.starts_with('/') {
+        return None;
+    }
+    let (place, why) = others_can_replace(Path::new(path))?;
+    Some(format!("`{}` {why}", Shown(&place.display().to_string())))
 }
 
 /// Why a native extension's `exec` names a program the install cannot
@@ -1811,10 +1865,11 @@ mod tests {
             "a/../../x",
         ]
         .into_iter()
-        .chain(["--db=/x", "https://example.com/../b", "x..y"])
-        .filter(|arg| names_a_path_outside(arg))
+        .chain(["--db=/x", "-f/y", "https://example.com/../b", "x..y"])
+        .filter_map(path_outside)
         .collect();
-        assert_eq!(outside, ["/tmp/x.sh", "../x", "a/../../x"]);
+        // An option's value after `=` (`--require=/x/hook.js` loads code).
+        assert_eq!(outside, ["/tmp/x.sh", "../x", "a/../../x", "/x"]);
     }
 
     /// The planned paths of `src/` with `manifest` as its manifest.
