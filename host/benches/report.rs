@@ -858,6 +858,7 @@ async fn shell_cost(
     let command = Rendered {
         shown: argv.join(" "),
         invocation: Invocation::Exec(argv.iter().map(|w| (*w).to_owned()).collect()),
+        arg_paths: Vec::new(),
     };
     let confined = median_of(scale.data_calls, || {
         let (command, workspace) = (command.clone(), workspace.to_owned());

@@ -343,6 +343,64 @@ async fn an_argument_that_is_an_option_is_refused_unless_the_template_ends_optio
     assert_eq!(denied[0]["reason"], reason);
 }
 
+/// Attack on rule 4 ("never a path outside the workspace"): the model's
+/// argument to `cat -- {arg}` named `/etc/hostname` (as root `/etc/shadow`),
+/// a file above the workspace, or one through a link the workspace holds
+/// (`docs/etc` → `/etc`); the sandbox lets a command read the system
+/// folders, so each was read. Refused and audited; a file of the
+/// workspace is read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_argument_naming_a_path_outside_the_workspace_is_refused() {
+    let lab = Lab::new();
+    let outside = outside(&lab);
+    std::fs::write(outside.join("secret"), "top secret\n").expect("secret");
+    std::fs::create_dir_all(lab.workspace.join("docs")).expect("docs");
+    std::fs::write(lab.workspace.join("docs/ok.md"), "fine\n").expect("ok.md");
+    std::os::unix::fs::symlink("/etc", lab.workspace.join("docs/etc")).expect("symlink");
+    data_tool(&lab, &shell_tool("show", "cat -- {arg}"));
+    let host = start(&lab, &[]).await;
+    let climbing = format!(
+        "{}/secret",
+        std::iter::repeat_n("..", lab.workspace.components().count())
+            .collect::<Vec<_>>()
+            .join("/")
+    );
+    let outside_reason = |path: &str| {
+        format!(
+            "command of `cat -- '{path}'` refused: the argument makes `{path}` a path outside \
+             the workspace; a tool's argument names only the workspace's files"
+        )
+    };
+    for arg in ["/etc/hostname", "../outside/secret", climbing.as_str()] {
+        assert_eq!(
+            answer(&host, "show", json!({ "arg": arg })).await,
+            (true, outside_reason(arg)),
+            "{arg}"
+        );
+    }
+    assert_eq!(
+        answer(&host, "show", json!({ "arg": "docs/etc/hostname" })).await,
+        (
+            true,
+            "command of `cat -- 'docs/etc/hostname'` refused: the argument makes \
+             `docs/etc/hostname` a path that leads out of the workspace through a link (to \
+             `/etc/hostname`); a tool's argument names only the workspace's files"
+                .to_owned()
+        )
+    );
+    // Control: the workspace's own file.
+    assert_eq!(
+        answer(&host, "show", json!({ "arg": "docs/ok.md" })).await,
+        (false, "fine\n".to_owned())
+    );
+    host.shutdown().await;
+    let denied = audit_lines(&lab)
+        .iter()
+        .filter(|line| line["decision"] == "deny" && line["extension"] == "data:show")
+        .count();
+    assert_eq!(denied, 4);
+}
+
 // ---------------------------------------------------------------------------
 // A shell grant is jailed by the kernel
 

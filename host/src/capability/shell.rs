@@ -338,6 +338,7 @@ impl Rendered {
         Self {
             invocation: Invocation::Shell(command.clone()),
             shown: command,
+            arg_paths: Vec::new(),
         }
     }
 }
@@ -388,6 +389,7 @@ pub async fn run(
             shown.escape_default()
         )));
     }
+    refuse_arg_through_a_link(command, cwd)?;
     let home = tempfile::Builder::new()
         .prefix("zotbox-home-")
         .tempdir()
@@ -591,6 +593,35 @@ async fn off_the_runtime<T: Send + 'static>(
         .await
         .map_err(|err| CapabilityError::Failed(format!("`{shown}`: {err}")))?
         .map_err(|err| CapabilityError::denied(Capability::Shell, shown, err.to_string()))
+}
+
+/// Rule 6 of [`template`], where the command runs: a path the argument
+/// lands in that leads out of the workspace through a link in it
+/// (`docs/etc` → `/etc`) is refused as an absolute one is.
+fn refuse_arg_through_a_link(command: &Rendered, cwd: &Path) -> Result<(), CapabilityError> {
+    let Ok(workspace) = cwd.canonicalize() else {
+        return Ok(());
+    };
+    for path in &command.arg_paths {
+        // The deepest part of it that exists, as the kernel would reach it.
+        let joined = cwd.join(path);
+        let Some(real) = joined.ancestors().find_map(|part| part.canonicalize().ok()) else {
+            continue;
+        };
+        if !real.starts_with(&workspace) {
+            return Err(CapabilityError::denied(
+                Capability::Shell,
+                &command.shown,
+                format!(
+                    "the argument makes `{}` a path that leads out of the workspace through a \
+                     link (to `{}`); a tool's argument names only the workspace's files",
+                    crate::text::shown(path),
+                    crate::text::shown(&real.display().to_string())
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Why a command that left control paths behind is refused.

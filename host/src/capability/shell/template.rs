@@ -34,6 +34,13 @@
 //! 5. **Never an option the template did not intend.** At call time, an
 //!    argument that begins with `-` is refused when it lands at the start of
 //!    a word and no `--` word comes before it in the template.
+//! 6. **Never a path outside the workspace.** At call time, the word the
+//!    argument lands in (or an option's value there, `--file={arg}`) may not
+//!    be an absolute path nor climb out of the folder it starts from with
+//!    `..`; what it names through a link is checked where the command runs
+//!    ([`super::run`]). The system folders stay readable to the command (a
+//!    template may name `/etc/hosts`); the model's argument does not reach
+//!    them.
 
 use std::borrow::Cow;
 
@@ -244,6 +251,9 @@ pub struct Rendered {
     pub shown: String,
     /// What runs.
     pub invocation: Invocation,
+    /// The paths the argument lands in, relative to where the command
+    /// runs: each word holding it, or an option's value there (rule 6).
+    pub arg_paths: Vec<String>,
 }
 
 impl Template {
@@ -293,6 +303,11 @@ impl Template {
                 let rendered = Rendered {
                     invocation: Invocation::Shell(shown.clone()),
                     shown,
+                    // A bare word: an operand, or refused as an option below.
+                    arg_paths: Some(arg.to_owned())
+                        .filter(|arg| !arg.is_empty())
+                        .into_iter()
+                        .collect(),
                 };
                 (rendered, *option_risk)
             }
@@ -305,10 +320,24 @@ impl Template {
                     .map(|w| w.shown(arg))
                     .collect::<Vec<_>>()
                     .join(" ");
-                let argv = words.iter().map(|w| w.render(arg)).collect();
+                let argv: Vec<String> = words.iter().map(|w| w.render(arg)).collect();
+                let arg_paths = words
+                    .iter()
+                    .zip(&argv)
+                    .filter(|(word, _)| word.has_arg())
+                    .filter_map(|(word, rendered)| {
+                        // After `--` the whole word is an operand.
+                        if word.after_dashdash {
+                            Some(rendered.clone()).filter(|path| !path.is_empty())
+                        } else {
+                            path_in_word(rendered)
+                        }
+                    })
+                    .collect();
                 let rendered = Rendered {
                     shown,
                     invocation: Invocation::Exec(argv),
+                    arg_paths,
                 };
                 (rendered, risk)
             }
@@ -321,8 +350,53 @@ impl Template {
                  template puts no `--` before `{arg}`",
             ));
         }
+        if let Some(path) = rendered.arg_paths.iter().find(|path| climbs_out(path)) {
+            let path = crate::text::shown(path).into_owned();
+            return Err(CapabilityError::denied(
+                Capability::Shell,
+                rendered.shown,
+                format!(
+                    "the argument makes `{path}` a path outside the workspace; a tool's \
+                     argument names only the workspace's files"
+                ),
+            ));
+        }
         Ok(rendered)
     }
+}
+
+/// The path a word holding the argument names: the word, or an option's
+/// value (`--file=x`, `-fx`); nothing for an empty one.
+fn path_in_word(word: &str) -> Option<String> {
+    let path = match word.strip_prefix('-') {
+        Some(option) => match option.split_once('=') {
+            Some((_, value)) => value,
+            None if !option.starts_with('-') => option.get(1..).unwrap_or_default(),
+            None => return None,
+        },
+        None => word,
+    };
+    (!path.is_empty()).then(|| path.to_owned())
+}
+
+/// Whether `path`, from the folder it is read in, is absolute or climbs
+/// out of that folder with `..` (`a/../../x`).
+pub(super) fn climbs_out(path: &str) -> bool {
+    if path.starts_with('/') {
+        return true;
+    }
+    let mut depth = 0usize;
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => match depth.checked_sub(1) {
+                Some(up) => depth = up,
+                None => return true,
+            },
+            _ => depth += 1,
+        }
+    }
+    false
 }
 
 /// Text as one shell word, quoted only when a shell would treat a
@@ -1266,6 +1340,55 @@ mod tests {
                 rendered.invocation,
                 Invocation::Shell(template.replace(PLACEHOLDER, r"'a'\''b'"))
             );
+        }
+    }
+
+    /// Attack: the model's argument names a file outside the workspace
+    /// (`/etc/shadow` read as root, `../../.ssh/id_ed25519`), whole, glued
+    /// after a folder it climbs out of, or as an option's value. Rule 6.
+    #[test]
+    fn an_argument_never_names_a_path_outside_the_workspace() {
+        let outside = |path: &str| {
+            format!(
+                "the argument makes `{path}` a path outside the workspace; a tool's argument \
+                 names only the workspace's files"
+            )
+        };
+        // (template, shell, argument, the path refused)
+        let cases = [
+            ("cat -- {arg}", false, "/etc/hostname", "/etc/hostname"),
+            ("cat -- {arg}", true, "/etc/hostname", "/etc/hostname"),
+            (
+                "cat -- {arg}",
+                false,
+                "../../.ssh/id_ed25519",
+                "../../.ssh/id_ed25519",
+            ),
+            ("cat docs/{arg}", false, "../../x", "docs/../../x"),
+            ("wc -l {arg}.md", false, "a/../../notes", "a/../../notes.md"),
+            ("make --file={arg}", false, "/tmp/evil.mk", "/tmp/evil.mk"),
+            ("awk -f{arg} data.txt", false, "../prog.awk", "../prog.awk"),
+        ];
+        for (template, shell, arg, path) in cases {
+            let parsed = Template::parse(template, shell).unwrap();
+            match parsed.render(Some(arg)) {
+                Err(CapabilityError::Denied {
+                    capability: Capability::Shell,
+                    reason,
+                    ..
+                }) => assert_eq!(reason, outside(path), "{template} {arg}"),
+                other => panic!("{template} {arg}: {other:?}"),
+            }
+        }
+        // In the workspace, `..` that stays in, and text glued in front.
+        for (template, arg) in [
+            ("cat -- {arg}", "docs/../README.md"),
+            ("cat docs/{arg}", "/etc/passwd"),
+            ("grep -rn -- {arg} src", "fn main"),
+            ("git log --grep={arg}", "a/b"),
+        ] {
+            let parsed = Template::parse(template, false).unwrap();
+            assert!(parsed.render(Some(arg)).is_ok(), "{template} {arg}");
         }
     }
 
