@@ -582,8 +582,9 @@ fn a_script_a_workspace_tool_runs_is_covered_by_trust() {
 }
 
 /// Attack: the program a tool runs named as an option's value (`awk
-/// -fprog.awk`, `make --file=build.mk`) or as a Python module (`python3 -m
-/// scripts.tool`) was not covered: edited after trust, it ran.
+/// -fprog.awk`, `make --file=build.mk`), as a Python module (`python3 -m
+/// scripts.tool`) or by no word at all (`make -C tools`, which reads
+/// `tools/Makefile`) was not covered: edited after trust, it ran.
 #[test]
 fn a_program_named_by_an_option_or_a_module_is_covered_by_trust() {
     for (command, file, before, after) in [
@@ -598,6 +599,13 @@ fn a_program_named_by_an_option_or_a_module_is_covered_by_trust() {
             "scripts/tool.py",
             "print('benign')\n",
             "print('EVIL')\n",
+        ),
+        // Attack: no word names the file of commands a task runner reads.
+        (
+            "make -s -C tools hello",
+            "tools/Makefile",
+            "hello:\n\t@echo benign\n",
+            "hello:\n\t@echo EVIL\n",
         ),
     ] {
         let lab = Lab::new();

@@ -6,6 +6,21 @@ use std::path::{Path, PathBuf};
 
 use crate::manifest::Manifest;
 
+/// Programs that run the commands a file of the folder they run in names,
+/// without a word naming it (`make` reads `Makefile`, `npm test` the
+/// `scripts` of `package.json`): the file decides what runs as surely as
+/// a script. (A build tool also compiles the project's sources; those are
+/// the project's, not a file of commands.)
+const TASK_FILES: &[(&[&str], &[&str])] = &[
+    (&["make", "gmake"], &["Makefile", "makefile", "GNUmakefile"]),
+    (&["npm", "pnpm", "yarn", "bun"], &["package.json"]),
+    (&["just"], &["justfile", "Justfile", ".justfile"]),
+    (&["rake"], &["Rakefile", "rakefile"]),
+    (&["task"], &["Taskfile.yml", "Taskfile.yaml"]),
+    (&["tox"], &["tox.ini"]),
+    (&["nox"], &["noxfile.py"]),
+];
+
 /// What in a template's `word` may name a file: the word, or for an
 /// option the value glued to it (`--file=build.mk`, `-fbuild.mk`: make,
 /// awk and sed read their program so); nothing for an option alone.
@@ -78,12 +93,15 @@ fn glob_matches(folder: &Path, word: &str) -> Vec<PathBuf> {
 /// the guard's deny rules read a command (`sh scripts/"build.sh"` names
 /// `scripts/build.sh`), but as written: the program with its path
 /// (`./scripts/build.sh`), a redirection's target (`sh < scripts/build.sh`),
-/// a file glued to an option (`make --file=build.mk`, `awk -fprog.awk`) and
-/// Python's `-m scripts.tool`; a glob names what it matches now (`sh
+/// a file glued to an option (`make --file=build.mk`, `awk -fprog.awk`),
+/// Python's `-m scripts.tool`, and the file of commands a task runner
+/// reads where it runs ([`TASK_FILES`]: `make`'s `Makefile`, `npm`'s
+/// `package.json`); a glob names what it matches now (`sh
 /// s*/build.sh`); a word of several words is read again as a line of its
 /// own, for it may be a script handed to a shell (`bash -c "sh
 /// scripts/build.sh"`). Each is tried from every folder in `folders`: the
-/// one the command runs in, then each an earlier `cd` of the line went to.
+/// one the command runs in, then each an earlier `cd` (or `make -C`) of
+/// the line went to.
 /// Trying a word that names no file costs nothing but the look. A name the
 /// line computes as it runs (`sh "$SCRIPT"`, what `find -exec` finds) is
 /// not followed.
@@ -130,6 +148,16 @@ impl<'a> NamedFiles<'a> {
     }
 
     fn words_at(&mut self, words: &[String], depth: usize) {
+        // `make -C x` runs in `x`: its `Makefile` is read there.
+        for pair in words.windows(2) {
+            if pair[0] == "-C"
+                && !(self.model_fills_arg && pair[1].contains("{arg}"))
+                && let Some(base) = self.folders.first()
+            {
+                let folder = base.join(&pair[1]);
+                self.folders.push(folder);
+            }
+        }
         for (index, word) in words.iter().enumerate() {
             let Some(word) = file_in_word(word) else {
                 continue;
@@ -147,6 +175,11 @@ impl<'a> NamedFiles<'a> {
                 let folder = base.join(word);
                 self.folders.push(folder);
             }
+            let program = word.rsplit('/').next().unwrap_or(word);
+            let task_files = TASK_FILES
+                .iter()
+                .find(|(programs, _)| programs.contains(&program))
+                .map_or(&[][..], |(_, files)| *files);
             // Python's `-m scripts.tool` runs `scripts/tool.py`, or the
             // package's `__main__.py`.
             let module = word.replace('.', "/");
@@ -161,6 +194,9 @@ impl<'a> NamedFiles<'a> {
             for folder in &self.folders {
                 self.named.push(folder.join(word));
                 for file in modules.iter().flatten() {
+                    self.named.push(folder.join(file));
+                }
+                for file in task_files {
                     self.named.push(folder.join(file));
                 }
                 if glob {
