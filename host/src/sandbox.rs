@@ -203,12 +203,35 @@ impl Services {
     ) -> Self {
         self.confinement = confinement_of(policy);
         self.confinement.records = Some(home.census_records());
+        self.take_back_abandoned();
         self
     }
 
     /// Names the workspace root; only the first call has an effect.
     pub fn set_workspace(&self, workspace: PathBuf) {
-        let _ = self.workspace.set(workspace);
+        if self.workspace.set(workspace).is_ok() {
+            self.take_back_abandoned();
+        }
+    }
+
+    /// Takes back, once the workspace and the records are known, what the
+    /// confined commands of a zotbox that died (`SIGKILL`, a crash) left
+    /// in it, on a thread of its own: at the start of the next zotbox
+    /// there (zot started again), not at its first command only.
+    fn take_back_abandoned(&self) {
+        let (Some(records), Some(workspace)) = (&self.confinement.records, self.workspace()) else {
+            return;
+        };
+        if !crate::capability::confine::Census::any_recorded(records) {
+            return;
+        }
+        let (records, workspace) = (records.clone(), workspace.to_owned());
+        let spawned = std::thread::Builder::new()
+            .name("take-back".into())
+            .spawn(move || crate::capability::shell::take_back_abandoned(&records, &workspace));
+        if let Err(err) = spawned {
+            tracing::warn!("cannot take back what earlier commands left: {err}");
+        }
     }
 
     /// The workspace, or a refusal of `capability` on `subject`: nothing

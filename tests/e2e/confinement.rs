@@ -1695,16 +1695,10 @@ fn doctor_lists_the_kernel_protections() {
     assert!(!run.stdout.contains("this kernel: lacks"), "{}", run.stdout);
 }
 
-/// Attack on rule 5 ("no process that outlives the call"): zotbox killed
-/// while a confined command runs (`SIGKILL`, or a Ctrl-C that ends it) left
-/// the command running on its own, past its timeout. The process zotbox
-/// starts now dies with zotbox, and the command's PID namespace with it.
-/// And on rule 3: the census after the command never ran, so a `.git` it
-/// made first stayed, and the next command took it for one that was there
-/// before. The next command in the workspace now takes it back.
-#[test]
-fn a_command_dies_with_the_zotbox_that_started_it_and_the_next_takes_back() {
-    let lab = Lab::new();
+/// A `slow` tool whose command makes `lib/.git` (with a pager in its
+/// config), then sleeps 3 s and touches `outlived`; `zotbox call slow`
+/// killed with `SIGKILL` once it started. Returns the `outlived` marker.
+fn zotbox_killed_mid_command(lab: &Lab) -> PathBuf {
     let tools = lab.home.join("tools");
     std::fs::create_dir_all(&tools).expect("tools");
     std::fs::write(
@@ -1720,11 +1714,6 @@ fn a_command_dies_with_the_zotbox_that_started_it_and_the_next_takes_back() {
          touch started; sleep 3; touch outlived\n",
     )
     .expect("script");
-    std::fs::write(
-        tools.join("quick.json"),
-        r#"{"name":"quick","description":"d","kind":"shell","command":"true"}"#,
-    )
-    .expect("tool");
     let mut zotbox = lab
         .command(&["call", "slow"])
         .stdin(std::process::Stdio::null())
@@ -1742,6 +1731,25 @@ fn a_command_dies_with_the_zotbox_that_started_it_and_the_next_takes_back() {
     }
     zotbox.kill().expect("kill");
     let _ = zotbox.wait();
+    outlived
+}
+
+/// Attack on rule 5 ("no process that outlives the call"): zotbox killed
+/// while a confined command runs (`SIGKILL`, or a Ctrl-C that ends it) left
+/// the command running on its own, past its timeout. The process zotbox
+/// starts now dies with zotbox, and the command's PID namespace with it.
+/// And on rule 3: the census after the command never ran, so a `.git` it
+/// made first stayed, and the next command took it for one that was there
+/// before. The next command in the workspace now takes it back.
+#[test]
+fn a_command_dies_with_the_zotbox_that_started_it_and_the_next_takes_back() {
+    let lab = Lab::new();
+    let outlived = zotbox_killed_mid_command(&lab);
+    std::fs::write(
+        lab.home.join("tools/quick.json"),
+        r#"{"name":"quick","description":"d","kind":"shell","command":"true"}"#,
+    )
+    .expect("tool");
     std::thread::sleep(std::time::Duration::from_secs(5));
     assert!(!outlived.exists(), "the command outlived zotbox");
     assert!(lab.workspace.join("lib/.git/config").is_file());
@@ -1761,6 +1769,25 @@ fn a_command_dies_with_the_zotbox_that_started_it_and_the_next_takes_back() {
             .join("lib/.git.refused-by-zotbox/config")
             .is_file()
     );
+}
+
+/// What a killed zotbox's command left is taken back as soon as a host
+/// starts in the workspace again (zot started again), before any command.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_killed_zotbox_left_is_taken_back_when_the_next_host_starts() {
+    let lab = Lab::new();
+    zotbox_killed_mid_command(&lab);
+    // Its command is gone with it (the namespace went with its process).
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert!(lab.workspace.join("lib/.git/config").is_file());
+    let host = start(&lab, &[]).await;
+    let aside = lab.workspace.join("lib/.git.refused-by-zotbox/config");
+    crate::support::eventually("the `.git` set aside", || {
+        (!lab.workspace.join("lib/.git").exists() && aside.is_file()).then_some(())
+    })
+    .await
+    .expect("the `.git` the killed command made, set aside");
+    host.shutdown().await;
 }
 
 /// Attack: a Ctrl-C on `zotbox call` (or zot's `SIGTERM` to `serve`) while

@@ -413,15 +413,7 @@ pub async fn run(
         // What a command left when its zotbox died mid-call is taken back
         // first, or this census would count it as there before.
         if let Some(records) = &records {
-            for left in confine::Census::take_back_abandoned(records, &workspace) {
-                tracing::warn!(
-                    "an earlier command in `{}` ended with its zotbox and left {}: set aside \
-                     now, renamed with `{}` added",
-                    workspace.display(),
-                    left.created.join(", "),
-                    confine::SET_ASIDE
-                );
-            }
+            take_back_abandoned(records, &workspace);
         }
         let home = crate::home::user_home();
         confine::Census::take(&workspace)
@@ -593,6 +585,21 @@ async fn off_the_runtime<T: Send + 'static>(
         .await
         .map_err(|err| CapabilityError::Failed(format!("`{shown}`: {err}")))?
         .map_err(|err| CapabilityError::denied(Capability::Shell, shown, err.to_string()))
+}
+
+/// Takes back what the confined commands recorded in `records` whose
+/// zotbox died left in `workspace` ([`confine::Census::take_back_abandoned`]),
+/// with a warning for each.
+pub fn take_back_abandoned(records: &Path, workspace: &Path) {
+    for left in confine::Census::take_back_abandoned(records, workspace) {
+        tracing::warn!(
+            "an earlier command in `{}` ended with its zotbox and left {}: set aside now, \
+             renamed with `{}` added",
+            workspace.display(),
+            left.created.join(", "),
+            confine::SET_ASIDE
+        );
+    }
 }
 
 /// Rule 6 of [`template`], where the command runs: a path the argument

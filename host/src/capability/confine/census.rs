@@ -558,12 +558,22 @@ impl Census {
         Ok(Recorded { path })
     }
 
+    /// Whether `folder` holds any census record: most often none, and
+    /// nothing needs taking back.
+    pub fn any_recorded(folder: &Path) -> bool {
+        std::fs::read_dir(folder).is_ok_and(|mut entries| entries.next().is_some())
+    }
+
     /// Takes back, in `workspace`, what each command recorded in `folder`
     /// by a process that is gone left behind: set aside as
     /// [`Census::take_back`] does, but only what was made before that
     /// command's deadline (a repository the user cloned since is theirs).
     /// Returns what was set aside, per record.
     pub fn take_back_abandoned(folder: &Path, workspace: &Path) -> Vec<Left> {
+        // One at a time: a host starting in the workspace and its first
+        // command may both come here.
+        static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
         let Ok(workspace) = workspace.canonicalize() else {
             return Vec::new();
         };
