@@ -26,8 +26,9 @@
 //!    {arg}`, `find -exec {arg}`), nor the script of a shell, interpreter,
 //!    `sed` or `awk` (`sh -c '… {arg}'`, `python3 -c`, `sed -n {arg}`,
 //!    `eval … {arg}`, `trap {arg} EXIT`), nor what a pipe feeds an
-//!    interpreter given no script (`echo {arg} | sh`), in either kind of
-//!    template. The lists of programs are
+//!    interpreter, `xargs` or `awk` (`echo {arg} | sh`), in either kind of
+//!    template; a redirection before it (`</dev/null {arg}`) changes none
+//!    of that. The lists of programs are
 //!    best effort (no list names every program that runs its argument); the
 //!    kernel sandbox holds what runs. A shell template with `{arg}` holds no
 //!    backquote, in which a quote does not end where it seems.
@@ -662,11 +663,36 @@ fn is_interpreter(name: &str) -> bool {
 }
 
 /// Where a simple command's program is: its first word that is neither
-/// an assignment nor a reserved word.
+/// an assignment, a reserved word, nor a redirection or its target
+/// (`</dev/null {arg}`, `2>&1 {arg}`, `> out {arg}` run the argument).
 fn program_at(words: &[Seen]) -> Option<usize> {
-    words
+    let mut index = 0;
+    while let Some(word) = words.get(index) {
+        if word.has_arg {
+            return Some(index);
+        }
+        match redirection(&word.text) {
+            // The operator alone: its target is the next word.
+            Some(true) => index += 2,
+            Some(false) => index += 1,
+            None if word.text.contains('=') || RESERVED.contains(&word.text.as_str()) => {
+                index += 1;
+            }
+            None => return Some(index),
+        }
+    }
+    None
+}
+
+/// Whether `word` is a redirection: `Some(true)` for the operator alone
+/// (`>`, `2>>`, `<`), whose target is the next word, `Some(false)` for
+/// one that holds its target (`>/dev/null`, `2>&1`, `<in`).
+fn redirection(word: &str) -> Option<bool> {
+    let rest = word.trim_start_matches(|c: char| c.is_ascii_digit());
+    let target = ["<<<", ">>", ">|", "<>", "<<", ">&", "<&", ">", "<"]
         .iter()
-        .position(|w| w.has_arg || !(w.text.contains('=') || RESERVED.contains(&w.text.as_str())))
+        .find_map(|operator| rest.strip_prefix(operator))?;
+    Some(target.is_empty())
 }
 
 /// Rule 4 for the programs a simple command runs: its first word that is
@@ -700,38 +726,31 @@ fn check_programs(words: &[Seen]) -> Result<(), String> {
     Ok(())
 }
 
-/// Rule 4 for a simple command a pipe feeds, in a template holding
-/// `{arg}`: an interpreter given no script runs what it reads (`echo {arg}
-/// | sh`, `sh -s`, `python3 -`), and one given a code flag and no code
-/// runs what `xargs` hands it (`… | xargs sh -c`).
+/// Programs besides the interpreters that run what they read, or hand it
+/// to a program as its words (`xargs sh -c`, `awk '{system($0)}'`, `.
+/// /dev/stdin`).
+const RUNNERS: &[&str] = &[
+    "xargs", "parallel", "awk", "gawk", "mawk", "nawk", ".", "source", "eval",
+];
+
+/// Rule 4 for a simple command a pipe feeds what an earlier command of
+/// its pipeline made of `{arg}` (`echo {arg} | sh`): none of its words may
+/// name an interpreter or a program of [`RUNNERS`], however it is given
+/// its code (`sh -s`, `sh /dev/stdin`, `env -i sh`, `xargs -I% sh -c %`).
+/// Broader than it must be (`| sh ./count.sh` is refused too): which of
+/// an interpreter's words is its script depends on every option it has.
 fn check_fed(words: &[Seen]) -> Result<(), String> {
-    let mut at = program_at(words);
-    while let Some(i) = at {
-        let Some(literal) = words[i].literal() else {
-            return Ok(());
+    for word in words {
+        let Some(literal) = word.literal() else {
+            continue;
         };
         let name = literal.rsplit('/').next().unwrap_or(literal);
-        let after = &words[i + 1..];
-        if is_interpreter(name) {
-            let script = after
-                .iter()
-                .position(|w| w.has_arg || !w.text.starts_with('-'));
-            let code_last = after
-                .last()
-                .is_some_and(|w| CODE_FLAGS.contains(&w.text.as_str()));
-            let stdin = after.iter().any(|w| w.text == "-" || w.text == "-s");
-            if script.is_none() || code_last || stdin {
-                return Err(format!(
-                    "pipes into `{name}`, which would run what it reads as code, the argument \
-                     with it; give `{name}` a script file and pass `{{arg}}` as a word"
-                ));
-            }
+        if is_interpreter(name) || RUNNERS.contains(&name) {
+            return Err(format!(
+                "pipes what it makes of `{{arg}}` into `{name}`, which may run what it reads \
+                 as code; give `{name}` a script file and pass `{{arg}}` to it as a word"
+            ));
         }
-        at = if WRAPPERS.contains(&name) {
-            check_wrapped(name, after)?.map(|program| i + 1 + program)
-        } else {
-            None
-        };
     }
     Ok(())
 }
@@ -867,9 +886,10 @@ fn check_shell(source: &str) -> Result<Mode, String> {
     let mut double = false;
     let mut previous: Option<char> = None;
     let mut option_risk = false;
-    let has_arg = source.contains(PLACEHOLDER);
-    // Whether the current simple command reads what a pipe (not `||`) feeds it.
+    // Whether the current simple command reads what a pipe (not `||`)
+    // feeds it, and whether an earlier command of its pipeline holds `{arg}`.
     let mut piped = false;
+    let mut arg_upstream = false;
     // The words of the current simple command, for rule 4 and `--`.
     let mut words: Vec<Seen> = Vec::new();
     let mut word = String::new();
@@ -943,12 +963,18 @@ fn check_shell(source: &str) -> Result<Mode, String> {
                     in_word = true;
                 }
                 ' ' | '\t' => finish(&mut words, &mut word, &mut in_word),
+                // `2>&1`, `<&0`: a redirection, not a background `&`.
+                '&' if matches!(previous, Some('<' | '>')) => {
+                    word.push(c);
+                    in_word = true;
+                }
                 '\n' | ';' | '&' | '|' | '(' | ')' => {
                     finish(&mut words, &mut word, &mut in_word);
                     check_code(&words)?;
-                    if has_arg && piped {
+                    if piped && arg_upstream {
                         check_fed(&words)?;
                     }
+                    let holds_arg = words.iter().any(|w| w.has_arg);
                     words.clear();
                     // `|` and `|&` feed the next command; `||` does not.
                     piped = match c {
@@ -956,6 +982,7 @@ fn check_shell(source: &str) -> Result<Mode, String> {
                         '&' => previous == Some('|'),
                         _ => false,
                     };
+                    arg_upstream = piped && (arg_upstream || holds_arg);
                 }
                 c => {
                     word.push(c);
@@ -970,7 +997,7 @@ fn check_shell(source: &str) -> Result<Mode, String> {
     }
     finish(&mut words, &mut word, &mut in_word);
     check_code(&words)?;
-    if has_arg && piped {
+    if piped && arg_upstream {
         check_fed(&words)?;
     }
     Ok(Mode::Shell { option_risk })
@@ -1162,8 +1189,8 @@ mod tests {
         let program = "puts `{arg}` in the program name; name the program exactly";
         let fed = |name: &str| {
             format!(
-                "pipes into `{name}`, which would run what it reads as code, the argument with \
-                 it; give `{name}` a script file and pass `{{arg}}` as a word"
+                "pipes what it makes of `{{arg}}` into `{name}`, which may run what it reads as \
+                 code; give `{name}` a script file and pass `{{arg}}` to it as a word"
             )
         };
         let cases = [
@@ -1180,16 +1207,30 @@ mod tests {
             ("echo {arg} | sh", fed("sh")),
             ("printf '%s' {arg} |& bash -s", fed("bash")),
             ("echo {arg} | python3 -", fed("python3")),
-            ("echo {arg} | xargs sh -c", fed("sh")),
+            ("echo {arg} | xargs sh -c", fed("xargs")),
             ("echo {arg} | { sh; }", fed("sh")),
+            // However the interpreter is given its code.
+            ("echo {arg} | sh -o errexit", fed("sh")),
+            ("echo {arg} | sh /dev/stdin", fed("sh")),
+            ("echo {arg} | . /dev/stdin", fed(".")),
+            ("echo {arg} | env -i sh", fed("sh")),
+            ("echo {arg} | xargs -I% sh -c %", fed("xargs")),
+            ("echo {arg} | sort | sh -c sh", fed("sh")),
+            ("echo {arg} | awk '{system($0)}'", fed("awk")),
+            // Attack: a redirection before it, read as the program.
+            ("! 2>&1 {arg}", program.to_owned()),
+            ("echo ok && </dev/null {arg}", program.to_owned()),
+            ("if true; then >/dev/null {arg}; fi", program.to_owned()),
+            ("if true; then > out.txt {arg}; fi", program.to_owned()),
         ];
         for (template, reason) in &cases {
             assert_eq!(&refused(template, true), reason, "{template}");
         }
-        // A pipe into a script, `||`, or a shell fed by no argument, loads.
+        // `||`, a shell fed by no argument, a redirection's target, load.
         for template in [
-            "echo {arg} | sh ./scripts/count.sh",
-            "grep -- {arg} notes.txt || echo none",
+            "cat notes.txt 2>&1 | sh ./scripts/count.sh && wc -l -- {arg}",
+            "grep -- {arg} notes.txt 2>&1 || echo none",
+            "wc -l -- {arg} > /dev/null 2>&1",
             "cat notes.txt | sh ./scripts/count.sh; wc -l -- {arg}",
             "if test -f notes.txt; then wc -l -- {arg}; fi",
         ] {
