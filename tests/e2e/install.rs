@@ -293,32 +293,58 @@ fn a_native_program_others_can_replace_is_refused_and_what_runs_is_shown() {
     );
     assert_eq!(installed_names(&lab), Vec::<String>::new());
 
-    // Attack: the same program as the `#!` line of a script in the folder.
-    std::fs::write(source.join("run"), format!("#!{} -e\n", outside.display())).expect("script");
-    std::fs::set_permissions(source.join("run"), std::fs::Permissions::from_mode(0o755))
-        .expect("mode");
+    // Attack: the same program named by the `#!` line of a script in the
+    // folder, as its interpreter, as what `env` or `sh` is handed, or by
+    // the `#!` line of an interpreter in the folder.
     write_json(
         &source.join("extension.json"),
-        &json!({"name": "nat", "version": "1.0.0", "exec": "./run"}),
+        &json!({"name": "nat", "version": "1.0.0", "exec": "./run", "files": ["interp"]}),
     );
-    let run = install(&lab, &source, &[]);
-    run.expect_code(1);
-    assert_eq!(
-        run.stderr,
-        refused(
-            &source,
-            &format!(
-                "its `exec` `./run` is run by `{}` (its `#!` line), which lies outside the \
-                 extension's folder, and `{}` is writable by every user: what runs could be \
-                 replaced after you accept it, and an install neither copies it nor locks it, \
-                 so `ext verify` would not see it change; put the file in the folder, or name \
-                 a command found on `PATH`",
-                outside.display(),
-                public.display()
-            )
-        )
-    );
-    assert_eq!(installed_names(&lab), Vec::<String>::new());
+    let shown = outside.display().to_string();
+    for (run, interp, line) in [
+        (format!("#!{shown} -e\n"), None, format!("{shown} -e")),
+        (
+            format!("#!/usr/bin/env {shown}\n"),
+            None,
+            format!("/usr/bin/env {shown}"),
+        ),
+        (
+            format!("#!/bin/sh {shown}\n"),
+            None,
+            format!("/bin/sh {shown}"),
+        ),
+        (
+            "#!./interp\n".to_owned(),
+            Some(format!("#!{shown}\n")),
+            shown.clone(),
+        ),
+    ] {
+        std::fs::write(source.join("run"), &run).expect("script");
+        std::fs::set_permissions(source.join("run"), std::fs::Permissions::from_mode(0o755))
+            .expect("mode");
+        if let Some(interp) = &interp {
+            std::fs::write(source.join("interp"), interp).expect("interpreter");
+        }
+        let run_install = install(&lab, &source, &[]);
+        run_install.expect_code(1);
+        assert_eq!(
+            run_install.stderr,
+            refused(
+                &source,
+                &format!(
+                    "its `exec` `./run` is run by `{line}` (a `#!` line), whose `{shown}` lies \
+                     outside the extension's folder, and `{}` is writable by every user: what \
+                     runs could be replaced after you accept it, and an install neither copies \
+                     it nor locks it, so `ext verify` would not see it change; put the file in \
+                     the folder, or name a command found on `PATH`",
+                    public.display()
+                )
+            ),
+            "{run}"
+        );
+        assert_eq!(installed_names(&lab), Vec::<String>::new());
+        let _ = std::fs::remove_file(source.join("interp"));
+    }
     std::fs::remove_file(source.join("run")).expect("script");
 
     // Arguments may be data as well as code (`--require=`): shown, with
@@ -508,4 +534,38 @@ fn ext_disable_and_remove_act_on_the_users_install_before_a_workspaces_decoy() {
         std::fs::read(decoy.join("extension.json")).expect("decoy"),
         decoy_before
     );
+}
+
+/// Attack: the workspace's `.zot/extensions/victim` is a link to a folder
+/// of the user's holding an `extension.json` (another project's, say);
+/// `ext disable victim` rewrote that manifest, outside the workspace.
+#[test]
+fn enabling_or_disabling_never_writes_through_a_workspace_link() {
+    let lab = Lab::new();
+    let elsewhere = lab.dev.join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).expect("folder");
+    let manifest = json!({"name": "victim", "version": "1.0.0", "exec": "true"});
+    write_json(&elsewhere.join("extension.json"), &manifest);
+    let before = std::fs::read(elsewhere.join("extension.json")).expect("manifest");
+    let extensions = lab.workspace.join(".zot/extensions");
+    std::fs::create_dir_all(&extensions).expect("extensions");
+    std::os::unix::fs::symlink(&elsewhere, extensions.join("victim")).expect("link");
+    for action in ["disable", "enable"] {
+        let run = zotbox_bounded(&lab, &["ext", action, "victim"]);
+        run.expect_code(1);
+        assert_eq!(
+            run.stderr,
+            format!(
+                "error: `{}` is a link to a folder elsewhere, which the workspace chose; zotbox \
+                 writes only into the workspace's own `.zot/extensions/`\n",
+                extensions.join("victim").display()
+            ),
+            "{action}"
+        );
+        assert_eq!(
+            std::fs::read(elsewhere.join("extension.json")).expect("manifest"),
+            before,
+            "{action}"
+        );
+    }
 }

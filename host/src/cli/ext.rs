@@ -712,7 +712,7 @@ fn remove(context: &Context, name: &str) -> Result<u8> {
             }
         }
     };
-    refuse_linked_project_folders(context, &dir)?;
+    refuse_linked_project_folders(context, &dir, false)?;
     lock::forget(&context.home()?, &dir)?;
     std::fs::remove_dir_all(&dir).with_context(|| format!("cannot remove `{}`", dir.display()))?;
     report(context, "removed", name, &dir)
@@ -720,18 +720,27 @@ fn remove(context: &Context, name: &str) -> Result<u8> {
 
 /// Refuses to remove or rewrite `dir` in the workspace's `.zot/` when the
 /// workspace's author made `.zot`, `.zot/extensions` or `.zot/packages` a
-/// link: it would reach a folder of the user's, elsewhere.
-fn refuse_linked_project_folders(context: &Context, dir: &Path) -> Result<()> {
+/// link: it would reach a folder of the user's, elsewhere. To rewrite
+/// (`writes`), the extension's folder may not be a link either (removing
+/// one removes the link).
+fn refuse_linked_project_folders(context: &Context, dir: &Path, writes: bool) -> Result<()> {
     let workspace = context.workspace()?;
     if dir.starts_with(workspace.join(".zot")) {
         zotbox::store::install::project_extensions_dir(&workspace)?;
+        if writes && dir.symlink_metadata().is_ok_and(|meta| meta.is_symlink()) {
+            bail!(
+                "`{}` is a link to a folder elsewhere, which the workspace chose; zotbox \
+                 writes only into the workspace's own `.zot/extensions/`",
+                Shown(&dir.display().to_string())
+            );
+        }
     }
     Ok(())
 }
 
 fn set_enabled(context: &Context, name: &str, enabled: bool) -> Result<u8> {
     let manifest = find_installed(context, name)?;
-    refuse_linked_project_folders(context, &manifest.dir)?;
+    refuse_linked_project_folders(context, &manifest.dir, true)?;
     let path = &manifest.path;
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read `{}`", path.display()))?;

@@ -277,15 +277,20 @@ impl Plan {
         })
     }
 
-    /// The program a native extension's `exec` in its folder names on its
-    /// `#!` line (`/bin/sh`, `/usr/bin/env`), which the kernel runs with
-    /// it: what runs as surely as the `exec` itself.
+    /// The `#!` line of a native extension's `exec` in its folder
+    /// (`/bin/sh -e`, `/usr/bin/env python3`): the program the kernel runs
+    /// with it, and what it hands that program, as surely what runs as the
+    /// `exec` itself.
     pub fn interpreter(&self) -> Option<String> {
-        use std::io::Read as _;
         let Program::Native { exec, .. } = &self.manifest.program else {
             return None;
         };
-        let relative = inside_folder(exec)?;
+        self.shebang(&inside_folder(exec)?)
+    }
+
+    /// The `#!` line, without `#!`, of the planned file `relative`.
+    fn shebang(&self, relative: &str) -> Option<String> {
+        use std::io::Read as _;
         let entry = self
             .entries
             .iter()
@@ -299,8 +304,8 @@ impl Plan {
             .ok()?;
         let line = head.strip_prefix(b"#!")?;
         let line = line.split(|&b| b == b'\n').next()?;
-        let line = std::str::from_utf8(line).ok()?;
-        line.split_whitespace().next().map(str::to_owned)
+        let line = std::str::from_utf8(line).ok()?.trim();
+        (!line.is_empty()).then(|| line.to_owned())
     }
 
     fn refused(&self, reason: String) -> InstallError {
@@ -859,15 +864,26 @@ fn check_program(plan: &Plan) -> Result<(), InstallError> {
             if let Some(why) = leaves_the_folder_unsafely(exec) {
                 return Err(plan.refused(format!("its `exec` `{}` {why}", Shown(exec))));
             }
-            // A script's `#!` line names the program the kernel runs.
-            if let Some(interpreter) = plan.interpreter()
-                && let Some(why) = leaves_the_folder_unsafely(&interpreter)
-            {
-                return Err(plan.refused(format!(
-                    "its `exec` `{}` is run by `{}` (its `#!` line), which {why}",
-                    Shown(exec),
-                    Shown(&interpreter)
-                )));
+            // A script's `#!` line names the program the kernel runs, and
+            // what it hands that program (`#!/usr/bin/env /opt/x`); one
+            // in the folder may have its own (as the kernel follows, four
+            // deep).
+            let mut script = inside_folder(exec);
+            for _ in 0..4 {
+                let Some(line) = script.as_deref().and_then(|file| plan.shebang(file)) else {
+                    break;
+                };
+                for word in line.split_whitespace() {
+                    if let Some(why) = leaves_the_folder_unsafely(word) {
+                        return Err(plan.refused(format!(
+                            "its `exec` `{}` is run by `{}` (a `#!` line), whose `{}` {why}",
+                            Shown(exec),
+                            Shown(&line),
+                            Shown(word)
+                        )));
+                    }
+                }
+                script = line.split_whitespace().next().and_then(inside_folder_arg);
             }
             Ok(())
         }
