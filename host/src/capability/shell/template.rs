@@ -326,14 +326,15 @@ impl Template {
                     .iter()
                     .zip(&argv)
                     .filter(|(word, _)| word.has_arg())
-                    .filter_map(|(word, rendered)| {
+                    .flat_map(|(word, rendered)| {
                         // After `--` the whole word is an operand.
                         if word.after_dashdash {
-                            Some(rendered.clone()).filter(|path| !path.is_empty())
+                            vec![rendered.clone()]
                         } else {
-                            path_in_word(rendered)
+                            paths_in_word(rendered)
                         }
                     })
+                    .filter(|path| !path.is_empty())
                     .collect();
                 let rendered = Rendered {
                     shown,
@@ -366,18 +367,29 @@ impl Template {
     }
 }
 
-/// The path a word holding the argument names: the word, or an option's
-/// value (`--file=x`, `-fx`); nothing for an empty one.
-fn path_in_word(word: &str) -> Option<String> {
-    let path = match word.strip_prefix('-') {
-        Some(option) => match option.split_once('=') {
-            Some((_, value)) => value,
-            None if !option.starts_with('-') => option.get(1..).unwrap_or_default(),
-            None => return None,
-        },
-        None => word,
-    };
-    (!path.is_empty()).then(|| path.to_owned())
+/// The paths a word holding the argument may name: the word (not an
+/// option), what follows the `=` of a `key=value` (`--file=x`, `dd`'s
+/// `if=x`), and in
+/// a cluster of short options what follows the first of them that may
+/// take a value (`-fx`, `tar`'s `-tvf/etc/x`: from its first `/` or `.`).
+fn paths_in_word(word: &str) -> Vec<String> {
+    let mut paths = Vec::new();
+    if !word.starts_with('-') {
+        paths.push(word.to_owned());
+    }
+    // `key=value`, not a path holding a `=` (`docs/a=b`).
+    if let Some((key, value)) = word.split_once('=')
+        && !key.contains('/')
+    {
+        paths.push(value.to_owned());
+    }
+    if let Some(cluster) = word.strip_prefix('-').filter(|w| !w.starts_with('-')) {
+        paths.extend(cluster.get(1..).map(str::to_owned));
+        if let Some(at) = cluster.find(['/', '.']) {
+            paths.push(cluster[at..].to_owned());
+        }
+    }
+    paths
 }
 
 /// Whether `path`, from the folder it is read in, is absolute or climbs
@@ -1409,6 +1421,14 @@ mod tests {
             ("wc -l {arg}.md", false, "a/../../notes", "a/../../notes.md"),
             ("make --file={arg}", false, "/tmp/evil.mk", "/tmp/evil.mk"),
             ("awk -f{arg} data.txt", false, "../prog.awk", "../prog.awk"),
+            (
+                "dd if={arg} status=none",
+                false,
+                "/etc/shadow",
+                "/etc/shadow",
+            ),
+            ("tar -tvf{arg}", false, "/etc/hostname", "/etc/hostname"),
+            ("tar -tvf{arg}", false, "../x.tar", "../x.tar"),
         ];
         for (template, shell, arg, path) in cases {
             let parsed = Template::parse(template, shell).unwrap();
