@@ -71,33 +71,49 @@ fn main() {
 /// The exit status a signal asked for ([`stop_on_signal`]); 0 for none.
 static SIGNALLED: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
 
-/// On `SIGINT` (a Ctrl-C) or `SIGTERM` (zot stopping `serve`): exits with
-/// 128 and the signal's number, as the default action would, once the
-/// confined commands in flight are killed and what each left in its
-/// workspace is taken back (10 s at the most; a second signal does not
-/// wait). Without commands in flight, at once.
+/// On `SIGINT` (a Ctrl-C), `SIGTERM` (zot stopping `serve`) or `SIGHUP`
+/// (the terminal closed): exits with 128 and the signal's number, as the
+/// default action would, once the confined commands in flight are killed
+/// and what each left in its workspace is taken back (10 s at the most).
+/// A second signal (a Ctrl-C pressed twice) says it is still taking back;
+/// a third leaves it to the next command in that workspace. Without
+/// commands in flight, at once.
 async fn stop_on_signal() {
     use tokio::signal::unix::{SignalKind, signal};
     use zotbox::capability::shell::interrupt;
-    let (Ok(mut int), Ok(mut term)) = (
+    let (Ok(mut int), Ok(mut term), Ok(mut hup)) = (
         signal(SignalKind::interrupt()),
         signal(SignalKind::terminate()),
+        signal(SignalKind::hangup()),
     ) else {
         // The default actions stay.
         return;
     };
-    let code = tokio::select! {
-        _ = int.recv() => 128 + nix::libc::SIGINT,
-        _ = term.recv() => 128 + nix::libc::SIGTERM,
+    let mut next = async || {
+        tokio::select! {
+            _ = int.recv() => 128 + nix::libc::SIGINT,
+            _ = term.recv() => 128 + nix::libc::SIGTERM,
+            _ = hup.recv() => 128 + nix::libc::SIGHUP,
+        }
     };
-    let code = u8::try_from(code).unwrap_or(EXIT_ERROR);
+    let code = u8::try_from(next().await).unwrap_or(EXIT_ERROR);
     SIGNALLED.store(code, std::sync::atomic::Ordering::SeqCst);
     if interrupt::interrupt() > 0 {
         eprintln!("zotbox: stopping the commands running and taking back what they left");
-        tokio::select! {
-            _ = interrupt::settled(std::time::Duration::from_secs(10)) => {}
-            _ = int.recv() => {}
-            _ = term.recv() => {}
+        let settled = interrupt::settled(std::time::Duration::from_secs(10));
+        tokio::pin!(settled);
+        for signals in 1.. {
+            tokio::select! {
+                _ = &mut settled => break,
+                _ = next() => {}
+            }
+            if signals >= 2 {
+                break;
+            }
+            eprintln!(
+                "zotbox: still taking back what the commands left (a third signal leaves it to \
+                 the next command in the workspace)"
+            );
         }
     }
     exit_now(code)

@@ -1795,11 +1795,18 @@ async fn what_a_killed_zotbox_left_is_taken_back_when_the_next_host_starts() {
 /// but what it made first (`lib/.git`, whose configuration the user's next
 /// `git status` runs) stayed until the next command in the workspace.
 /// zotbox now stops the command, takes back what it left, then exits as
-/// the signal would have it (130, 143).
+/// the signal would have it (130, 143, 129 for a closed terminal's
+/// `SIGHUP`), also when Ctrl-C is pressed twice.
 #[test]
 fn a_command_stopped_by_a_signal_is_taken_back_before_zotbox_exits() {
     use nix::sys::signal::Signal;
-    for (signal, code) in [(Signal::SIGINT, 130), (Signal::SIGTERM, 143)] {
+    for (signals, code) in [
+        (&[Signal::SIGINT][..], 130),
+        (&[Signal::SIGTERM], 143),
+        (&[Signal::SIGINT, Signal::SIGINT], 130),
+        (&[Signal::SIGHUP], 129),
+    ] {
+        let signal = format!("{signals:?}");
         let lab = Lab::new();
         let tools = lab.home.join("tools");
         std::fs::create_dir_all(&tools).expect("tools");
@@ -1831,7 +1838,9 @@ fn a_command_stopped_by_a_signal_is_taken_back_before_zotbox_exits() {
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
         let pid = i32::try_from(zotbox.id()).expect("pid");
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal).expect("signal");
+        for &signal in signals {
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal).expect("signal");
+        }
         let output = zotbox.wait_with_output().expect("zotbox");
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert_eq!(output.status.code(), Some(code), "{signal}: {stderr}");
