@@ -162,17 +162,22 @@ impl<'a> NamedFiles<'a> {
             let Some(word) = file_in_word(word) else {
                 continue;
             };
-            if depth < Self::MAX_DEPTH && word.contains(char::is_whitespace) {
+            // A script handed to a shell, however short (`sh<run.sh`).
+            if depth < Self::MAX_DEPTH
+                && word.contains(|c: char| c.is_whitespace() || "<>|;&".contains(c))
+            {
                 self.line_at(word, depth + 1);
             }
             if self.model_fills_arg && word.contains("{arg}") {
                 continue;
             }
             let after = |option: &str| index > 0 && words[index - 1] == option;
-            if after("cd")
-                && let Some(base) = self.folders.first()
-            {
-                let folder = base.join(word);
+            // `cd x`, `cd -- x`, `pushd x`: from where the line is now.
+            let changes_folder = |at: usize| matches!(words[at].as_str(), "cd" | "pushd");
+            let entered = (index > 0 && changes_folder(index - 1))
+                || (index > 1 && words[index - 1] == "--" && changes_folder(index - 2));
+            if entered && let Some(now) = self.folders.last() {
+                let folder = now.join(word);
                 self.folders.push(folder);
             }
             let program = word.rsplit('/').next().unwrap_or(word);
@@ -191,8 +196,14 @@ impl<'a> NamedFiles<'a> {
                 ]
             });
             let glob = word.contains(['*', '?', '[']);
+            let braced = braces(word);
             for folder in &self.folders {
                 self.named.push(folder.join(word));
+                // A folder Python runs (its `__main__.py`).
+                self.named.push(folder.join(word).join("__main__.py"));
+                for each in &braced {
+                    self.named.push(folder.join(each));
+                }
                 for file in modules.iter().flatten() {
                     self.named.push(folder.join(file));
                 }
@@ -205,6 +216,28 @@ impl<'a> NamedFiles<'a> {
             }
         }
     }
+}
+
+/// The words a shell's brace expansion makes of `word` (`scripts/{run,x}.sh`:
+/// `scripts/run.sh`, `scripts/x.sh`), its first group expanded, at most 64;
+/// none when it has no group.
+fn braces(word: &str) -> Vec<String> {
+    let Some(open) = word.find('{') else {
+        return Vec::new();
+    };
+    let Some(close) = word[open..].find('}').map(|at| open + at) else {
+        return Vec::new();
+    };
+    let inside = &word[open + 1..close];
+    if !inside.contains(',') {
+        return Vec::new();
+    }
+    let (before, after) = (&word[..open], &word[close + 1..]);
+    inside
+        .split(',')
+        .take(64)
+        .map(|each| format!("{before}{each}{after}"))
+        .collect()
 }
 
 /// The files `manifest` makes zot or zotbox run, as paths from its

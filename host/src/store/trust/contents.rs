@@ -1100,6 +1100,26 @@ mod tests {
             ),
             // Two braces and a word: a file name like any other here.
             (r#"["../../../scripts/{arg}.sh"]"#, "scripts/{arg}.sh"),
+            // Found by a probe of the fix: `cd` after `cd`, `cd --`,
+            // `pushd`, a redirection with no space, braces, a folder.
+            (
+                r#"["-c","cd ../../.. && cd scripts && sh run.sh"]"#,
+                "scripts/run.sh",
+            ),
+            (
+                r#"["-c","cd -- ../../../scripts && sh run.sh"]"#,
+                "scripts/run.sh",
+            ),
+            (
+                r#"["-c","pushd ../../../scripts >/dev/null; sh run.sh"]"#,
+                "scripts/run.sh",
+            ),
+            (r#"["-c","sh<../../../scripts/run.sh"]"#, "scripts/run.sh"),
+            (
+                r#"["-c","bash ../../../scripts/{run,x}.sh"]"#,
+                "scripts/run.sh",
+            ),
+            (r#"["../../../app"]"#, "app/__main__.py"),
         ];
         for (args, script) in forms {
             write(&f.ws.join(script), "echo 1\n");
