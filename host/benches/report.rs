@@ -32,6 +32,7 @@
 //! `ZOTBOX_BENCH_ROUND_TRIPS=1` for the round-trip rows alone,
 //! `ZOTBOX_BENCH_ZOT=1` for the rows of the path zot users take alone,
 //! `ZOTBOX_BENCH_SHELL=1` for the confined shell's rows alone,
+//! `ZOTBOX_BENCH_GUARD=1` for the guard chain's and deny rules' alone,
 //! `ZOTBOX_BENCH_FS=1` for the fs jail's rows alone,
 //! `ZOTBOX_BENCH_LOADS=N` for N loads from the disk cache (a profiler's).
 //! `ZOTBOX_BENCH_IDLE=1` for the idle-memory rows alone, with where the
@@ -721,6 +722,36 @@ async fn data_tools(base: &Path, scale: &Scale) -> Result<DataFigures> {
 /// and one in a workspace of [`BIG_WORKSPACE_FOLDERS`] folders (nested
 /// repositories among them) against the same in a one-folder workspace:
 /// what finding the control paths at every depth costs a call.
+/// The guard chain's rows (per tool call, by plugin count; a `write` whose
+/// path is resolved) and the deny stage's on its own.
+async fn guard_rows(base: &Path, scale: &Scale) -> Result<Vec<[String; 4]>> {
+    let mut rows = Vec::new();
+    eprintln!("guard chain…");
+    let bash = ("bash", json!({"command": "cargo test --workspace"}));
+    for plugins in [0, 10, 50] {
+        let cost = guard_cost(base, plugins, bash.clone(), scale).await?;
+        rows.push([
+            format!("guard chain per tool call, {plugins} plugins × 10 rules"),
+            micros(cost),
+            "-".into(),
+            "-".into(),
+        ]);
+    }
+    // A path rule resolves the path on the filesystem, on a blocking
+    // thread held to the check's deadline.
+    let write = ("write", json!({"path": "src/lib.rs", "content": "x"}));
+    let cost = guard_cost(base, 50, write, scale).await?;
+    rows.push([
+        "guard chain per `write` call (path resolved), 50 plugins × 10 rules".into(),
+        micros(cost),
+        "-".into(),
+        "-".into(),
+    ]);
+    eprintln!("deny rules…");
+    rows.extend(deny_figures(base, scale)?);
+    Ok(rows)
+}
+
 async fn shell_rows(base: &Path, scale: &Scale) -> Result<Vec<[String; 4]>> {
     let mut rows = Vec::new();
     let small = base.join("shell-ws");
@@ -1562,6 +1593,11 @@ fn main() -> Result<()> {
         print_table(rows);
         return Ok(());
     }
+    if std::env::var_os("ZOTBOX_BENCH_GUARD").is_some() {
+        let rows = runtime.block_on(guard_rows(fixture.tmp.path(), &scale))?;
+        print_table(rows);
+        return Ok(());
+    }
     let ping_pong = pipe_ping_pong(scale.calls)?;
     // `ZOTBOX_BENCH_ROUND_TRIPS=1`: only the round-trip rows, to compare a
     // change to the session path in a minute rather than a whole report.
@@ -1671,31 +1707,8 @@ fn main() -> Result<()> {
             );
         }
 
-        eprintln!("guard chain…");
         let base = fixture.tmp.path();
-        let bash = ("bash", json!({"command": "cargo test --workspace"}));
-        for plugins in [0, 10, 50] {
-            let cost = guard_cost(base, plugins, bash.clone(), &scale).await?;
-            row(
-                &format!("guard chain per tool call, {plugins} plugins × 10 rules"),
-                micros(cost),
-                "-".into(),
-                "-".into(),
-            );
-        }
-        // A path rule resolves the path on the filesystem, on a blocking
-        // thread held to the check's deadline.
-        let write = ("write", json!({"path": "src/lib.rs", "content": "x"}));
-        let cost = guard_cost(base, 50, write, &scale).await?;
-        row(
-            "guard chain per `write` call (path resolved), 50 plugins × 10 rules",
-            micros(cost),
-            "-".into(),
-            "-".into(),
-        );
-
-        eprintln!("deny rules…");
-        for [name, figure, other, ratio] in deny_figures(base, &scale)? {
+        for [name, figure, other, ratio] in guard_rows(base, &scale).await? {
             row(&name, figure, other, ratio);
         }
 
