@@ -746,10 +746,13 @@ fn open_folder(workspace: &Path, components: &[&OsStr]) -> io::Result<Dir> {
 }
 
 /// Gives the owner back read, write and search on the folder at `path` in
-/// `workspace`, when this process is that owner: what a command closed
-/// can then be looked in, and what it made there set aside. The folders
-/// leading to it are opened without following a link. Whether it did.
+/// `workspace`, when this process is that owner, and on every folder
+/// closed so below it (`chmod 311` from the deepest up: one look per
+/// level would stop at the looks' limit): what a command closed can then
+/// be looked in, and what it made there set aside. The folders leading to
+/// it are opened without following a link. Whether it did.
 fn reopen(workspace: &Path, path: &Path) -> bool {
+    use cap_std::fs::{Permissions, PermissionsExt as _};
     let Ok(components) = normal_components(path) else {
         return false;
     };
@@ -759,19 +762,52 @@ fn reopen(workspace: &Path, path: &Path) -> bool {
     let Ok(parent) = open_folder(workspace, parents) else {
         return false;
     };
-    let Ok(meta) = parent.symlink_metadata(name) else {
-        return false;
+    let me = nix::unistd::geteuid().as_raw();
+    // Opens `name` in `dir` when it is a folder of this user's that is not
+    // open to them; whether it did.
+    let open_up = |dir: &Dir, name: &OsStr| {
+        let Ok(meta) = dir.symlink_metadata(name) else {
+            return false;
+        };
+        let mode = meta.permissions().mode();
+        if !meta.is_dir() || meta.uid() != me || mode & 0o700 == 0o700 {
+            return false;
+        }
+        match dir.set_permissions(name, Permissions::from_mode(mode | 0o700)) {
+            Ok(()) => true,
+            Err(err) => {
+                tracing::warn!("cannot open `{}` again: {err}", path.display());
+                false
+            }
+        }
     };
-    if !meta.is_dir() || meta.uid() != nix::unistd::geteuid().as_raw() {
+    if !open_up(&parent, name) {
         return false;
     }
-    use cap_std::fs::{Permissions, PermissionsExt as _};
-    let mode = meta.permissions().mode() | 0o700;
-    let opened = parent.set_permissions(name, Permissions::from_mode(mode));
-    if let Err(err) = &opened {
-        tracing::warn!("cannot open `{}` again: {err}", path.display());
+    // Below it, as far as the census would walk.
+    let mut pending = vec![(std::sync::Arc::new(parent), name.to_os_string())];
+    let mut seen = 0;
+    while let Some((dir, name)) = pending.pop() {
+        let Ok(folder) = open_dir_nofollow(&dir, &name) else {
+            continue;
+        };
+        let Ok(entries) = folder.entries() else {
+            continue;
+        };
+        let folder = std::sync::Arc::new(folder);
+        for entry in entries.flatten() {
+            seen += 1;
+            if seen > MAX_FOLDERS {
+                return true;
+            }
+            if entry.file_type().is_ok_and(|kind| kind.is_dir()) {
+                let name = entry.file_name();
+                open_up(&folder, &name);
+                pending.push((std::sync::Arc::clone(&folder), name));
+            }
+        }
     }
-    opened.is_ok()
+    true
 }
 
 /// Renames `name` in `dir` to its name and [`SET_ASIDE`] (see
@@ -1554,17 +1590,33 @@ mod tests {
             std::fs::Permissions::from_mode(0o311),
         )
         .unwrap();
+        // Ten closed one inside the other, from the deepest up: more than
+        // the looks back, one a level.
+        let deep: PathBuf = (1..=10).map(|level| format!("a{level}")).collect();
+        std::fs::create_dir_all(root.join(&deep).join(".git")).unwrap();
+        for level in (1..=10).rev() {
+            let folder: PathBuf = (1..=level).map(|l| format!("a{l}")).collect();
+            std::fs::set_permissions(root.join(folder), std::fs::Permissions::from_mode(0o311))
+                .unwrap();
+        }
         let left = before.take_back().unwrap();
         let kept = root.join("kept").metadata().unwrap().permissions().mode();
         std::fs::set_permissions(root.join("kept"), std::fs::Permissions::from_mode(0o755))
             .unwrap();
-        assert_eq!(left.reopened, ["`newdir/sub/`"]);
-        assert_eq!(left.created, ["`newdir/sub/.git/`"]);
+        assert_eq!(left.reopened, ["`a1/`", "`newdir/sub/`"]);
+        assert_eq!(
+            left.created,
+            [
+                format!("`{}/.git/`", deep.display()),
+                "`newdir/sub/.git/`".to_owned()
+            ]
+        );
         assert!(left.unreadable.is_empty(), "{left:?}");
         assert!(
             root.join("newdir/sub/.git.refused-by-zotbox/config")
                 .is_file()
         );
+        assert!(root.join(&deep).join(".git.refused-by-zotbox").is_dir());
         assert_eq!(kept & 0o777, 0o311);
     }
 
