@@ -1695,10 +1695,9 @@ fn doctor_lists_the_kernel_protections() {
     assert!(!run.stdout.contains("this kernel: lacks"), "{}", run.stdout);
 }
 
-/// A `slow` tool whose command makes `lib/.git` (with a pager in its
-/// config), then sleeps 3 s and touches `outlived`; `zotbox call slow`
-/// killed with `SIGKILL` once it started. Returns the `outlived` marker.
-fn zotbox_killed_mid_command(lab: &Lab) -> PathBuf {
+/// `zotbox call slow` started, a `slow` tool of the user's running
+/// `script` in the workspace, once the script has made `started`.
+fn zotbox_in_a_slow_command(lab: &Lab, script: &str) -> std::process::Child {
     let tools = lab.home.join("tools");
     std::fs::create_dir_all(&tools).expect("tools");
     std::fs::write(
@@ -1706,19 +1705,13 @@ fn zotbox_killed_mid_command(lab: &Lab) -> PathBuf {
         r#"{"name":"slow","description":"d","kind":"shell","command":"sh ./slow.sh"}"#,
     )
     .expect("tool");
+    std::fs::write(lab.workspace.join("slow.sh"), script).expect("script");
     let started = lab.workspace.join("started");
-    let outlived = lab.workspace.join("outlived");
-    std::fs::write(
-        lab.workspace.join("slow.sh"),
-        "mkdir -p lib/.git; printf '[core]\\n\\tpager = touch pwned\\n' > lib/.git/config; \
-         touch started; sleep 3; touch outlived\n",
-    )
-    .expect("script");
-    let mut zotbox = lab
+    let zotbox = lab
         .command(&["call", "slow"])
         .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("zotbox");
     let deadline = std::time::Instant::now() + crate::support::PATIENCE;
@@ -1729,9 +1722,21 @@ fn zotbox_killed_mid_command(lab: &Lab) -> PathBuf {
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
+    zotbox
+}
+
+/// A command that makes `lib/.git` (with a pager in its config), then
+/// sleeps 3 s and touches `outlived`, its `zotbox call` killed with
+/// `SIGKILL` once it started. Returns the `outlived` marker.
+fn zotbox_killed_mid_command(lab: &Lab) -> PathBuf {
+    let mut zotbox = zotbox_in_a_slow_command(
+        lab,
+        "mkdir -p lib/.git; printf '[core]\\n\\tpager = touch pwned\\n' > lib/.git/config; \
+         touch started; sleep 3; touch outlived\n",
+    );
     zotbox.kill().expect("kill");
     let _ = zotbox.wait();
-    outlived
+    lab.workspace.join("outlived")
 }
 
 /// Attack on rule 5 ("no process that outlives the call"): zotbox killed
@@ -1808,35 +1813,11 @@ fn a_command_stopped_by_a_signal_is_taken_back_before_zotbox_exits() {
     ] {
         let signal = format!("{signals:?}");
         let lab = Lab::new();
-        let tools = lab.home.join("tools");
-        std::fs::create_dir_all(&tools).expect("tools");
-        std::fs::write(
-            tools.join("slow.json"),
-            r#"{"name":"slow","description":"d","kind":"shell","command":"sh ./slow.sh"}"#,
-        )
-        .expect("tool");
-        let started = lab.workspace.join("started");
-        std::fs::write(
-            lab.workspace.join("slow.sh"),
+        let zotbox = zotbox_in_a_slow_command(
+            &lab,
             "mkdir -p lib/.git; printf '[core]\\n\\tfsmonitor = touch pwned\\n' > \
              lib/.git/config; touch started; sleep 30\n",
-        )
-        .expect("script");
-        let zotbox = lab
-            .command(&["call", "slow"])
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("zotbox");
-        let deadline = std::time::Instant::now() + crate::support::PATIENCE;
-        while !started.exists() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the command never started"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
+        );
         let pid = i32::try_from(zotbox.id()).expect("pid");
         for &signal in signals {
             nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal).expect("signal");

@@ -1245,6 +1245,19 @@ mod tests {
         assert!(census(root).take_back().unwrap().is_empty());
     }
 
+    /// `before` written down in `records` as a command's whose process is
+    /// gone, its deadline at `made_by`.
+    fn abandoned(before: &Census, records: &Path, made_by: i64) -> Recorded {
+        let recorded = before.recorded(records, Duration::from_secs(30)).unwrap();
+        let json = serde_json::from_slice(&std::fs::read(&recorded.path).unwrap()).unwrap();
+        let mut record = Record::from_json(&json).unwrap();
+        record.pid = u32::MAX;
+        record.made_by = made_by;
+        let json = serde_json::to_vec(&record.to_json()).unwrap();
+        std::fs::write(&recorded.path, json).unwrap();
+        recorded
+    }
+
     /// A command whose zotbox died left a `.git`; the next command's census
     /// takes it back from the record, once no process of the record's is
     /// alive, and only what was made before that command's deadline: a
@@ -1263,16 +1276,7 @@ mod tests {
         assert!(root.join("lib/.git").is_dir());
         recorded.done();
         // Records of a process that is gone.
-        let abandoned = |made_by: i64| {
-            let recorded = before.recorded(&records, Duration::from_secs(30)).unwrap();
-            let json = serde_json::from_slice(&std::fs::read(&recorded.path).unwrap()).unwrap();
-            let mut record = Record::from_json(&json).unwrap();
-            record.pid = u32::MAX;
-            record.made_by = made_by;
-            let json = serde_json::to_vec(&record.to_json()).unwrap();
-            std::fs::write(&recorded.path, json).unwrap();
-            recorded
-        };
+        let abandoned = |made_by: i64| abandoned(&before, &records, made_by);
         // A deadline long past: the `.git` is newer, someone else's.
         let recorded = abandoned(1);
         assert!(Census::take_back_abandoned(&records, &root).is_empty());
@@ -1367,16 +1371,7 @@ mod tests {
             std::thread::sleep(Duration::from_millis(50));
         }
         assert!(src.metadata().unwrap().ctime() > deadline);
-        let recorded = before.recorded(&records, Duration::from_secs(30)).unwrap();
-        let json = serde_json::from_slice(&std::fs::read(&recorded.path).unwrap()).unwrap();
-        let mut record = Record::from_json(&json).unwrap();
-        record.pid = u32::MAX;
-        record.made_by = deadline;
-        std::fs::write(
-            &recorded.path,
-            serde_json::to_vec(&record.to_json()).unwrap(),
-        )
-        .unwrap();
+        abandoned(&before, &records, deadline);
         let taken = Census::take_back_abandoned(&records, &root);
         assert_eq!(
             taken
