@@ -116,6 +116,10 @@ pub(crate) struct NamedFiles<'a> {
 impl<'a> NamedFiles<'a> {
     /// Lines read inside one another before the rest is left as words.
     const MAX_DEPTH: usize = 4;
+    /// Folders a line's `cd`s lead to that words are tried from: every word
+    /// is tried from each, so an author's line of thousands of `cd`s and
+    /// words cannot make a review look up millions of paths.
+    const MAX_FOLDERS: usize = 16;
 
     /// A reader of the commands run in `folder` (where `model_fills_arg`
     /// when they are a template's), adding what they name to `named`.
@@ -152,6 +156,7 @@ impl<'a> NamedFiles<'a> {
         for pair in words.windows(2) {
             if pair[0] == "-C"
                 && !(self.model_fills_arg && pair[1].contains("{arg}"))
+                && self.folders.len() < Self::MAX_FOLDERS
                 && let Some(base) = self.folders.first()
             {
                 let folder = base.join(&pair[1]);
@@ -176,7 +181,10 @@ impl<'a> NamedFiles<'a> {
             let changes_folder = |at: usize| matches!(words[at].as_str(), "cd" | "pushd");
             let entered = (index > 0 && changes_folder(index - 1))
                 || (index > 1 && words[index - 1] == "--" && changes_folder(index - 2));
-            if entered && let Some(now) = self.folders.last() {
+            if entered
+                && self.folders.len() < Self::MAX_FOLDERS
+                && let Some(now) = self.folders.last()
+            {
                 let folder = now.join(word);
                 self.folders.push(folder);
             }
@@ -259,4 +267,22 @@ pub(crate) fn named_paths(manifest: &Manifest) -> Vec<PathBuf> {
         named.push(path.clone());
     }
     named
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Attack: a template (or a native manifest's `sh -c` line) of a
+    /// thousand `cd`s, each word tried from every folder the line went to,
+    /// made a trust review look up about a million paths.
+    #[test]
+    fn a_line_of_many_cds_is_read_from_a_bounded_number_of_folders() {
+        let line: String = (0..1000).map(|i| format!("cd d{i}; ")).collect();
+        let mut named = Vec::new();
+        NamedFiles::from(PathBuf::from("/ws"), true, &mut named).line(&format!("{line}sh run.sh"));
+        assert!(named.len() < 100_000, "{} paths", named.len());
+        // The first folders are still tried.
+        assert!(named.contains(&PathBuf::from("/ws/d0/d1/run.sh")));
+    }
 }
