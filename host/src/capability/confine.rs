@@ -76,9 +76,12 @@
 //!    in the refusal too. A workspace of more than [`MAX_FOLDERS`] folders runs
 //!    nothing ([`CensusError::TooLarge`]). The census before a command is
 //!    written down in `$ZOT_HOME` ([`Settings::records`]) until the one
-//!    after it is done: should zotbox die mid-call, the next command in
-//!    that workspace takes back what the dead one left (what was made
-//!    before its deadline; a clone made since is the user's).
+//!    after it is done: should zotbox die mid-call, the next host or
+//!    command in that workspace takes back what the dead one left (what
+//!    was made before its deadline; a clone made since is the user's). A
+//!    Ctrl-C, `SIGTERM` or `SIGHUP` does not leave that to them: zotbox
+//!    stops the commands in flight and takes back first
+//!    ([`super::shell::interrupt`]).
 //!
 //! 7. **The session's sockets are out of reach.** Landlock checks no file
 //!    access on connecting to a Unix socket by its path, and the user's
