@@ -256,10 +256,13 @@ const INTERPRETERS: &[&str] = &[
 /// What a shell script runs by name, as written in it: what `.` and
 /// `source` read, the script an interpreter is given (`sh x.sh`, `python3
 /// tool.py`), and a program named by its path (`./build.sh`, `exec
-/// ../bin/run`). Not every word: a script names the files it writes too,
-/// and covering those would revoke trust at the script's first run.
-pub(crate) fn scripts_a_script_runs(text: &str) -> Vec<String> {
+/// ../bin/run`), each from the folder the script's `cd`s reached (as
+/// paths from where it started). Not every word: a script names the files
+/// it writes too, and covering those would revoke trust at the script's
+/// first run.
+pub(crate) fn scripts_a_script_runs(text: &str) -> Vec<PathBuf> {
     let mut found = Vec::new();
+    let mut here = PathBuf::new();
     for words in crate::guard::deny::simple_commands(text) {
         let mut at = words
             .iter()
@@ -271,12 +274,16 @@ pub(crate) fn scripts_a_script_runs(text: &str) -> Vec<String> {
                 .iter()
                 .find(|word| !word.starts_with('-'));
             at = None;
-            if matches!(name, "." | "source") || INTERPRETERS.contains(&name) {
-                found.extend(operand.cloned());
+            if matches!(name, "cd" | "pushd") {
+                if let Some(folder) = operand {
+                    here.push(folder);
+                }
+            } else if matches!(name, "." | "source") || INTERPRETERS.contains(&name) {
+                found.extend(operand.map(|script| here.join(script)));
             } else if name == "exec" || name == "command" {
                 at = Some(index + 1).filter(|next| *next < words.len());
             } else if program.contains('/') {
-                found.push(program.to_owned());
+                found.push(here.join(program));
             }
         }
     }

